@@ -1,0 +1,29 @@
+# Two commands a newcomer needs: `make demo` and `make test`. Each creates .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# The CPU wheel of torch lies on this machine's disk; pinning it avoids a multi-GB CUDA download.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test bench install clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip >/dev/null
+	$(PY) -m pip install "$(TORCH)"
+	$(PY) -m pip install -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/attnlab demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

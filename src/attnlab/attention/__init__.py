@@ -1,0 +1,14 @@
+"""The kernel layer: scores -> weights -> pooled values. Nothing here imports from `attnlab.models`."""
+
+from .masking import build_mask, causal_mask, lengths_to_mask, masked_softmax, sequence_mask, window_mask
+from .multihead import KVCache, MultiHeadAttention
+from .positional import PositionalEncoding, sinusoidal_encoding
+from .recording import AttentionRecording, record_attention
+from .scoring import AdditiveAttention, DotProductAttention, MultiplicativeAttention, attend
+
+__all__ = [
+    "AdditiveAttention", "AttentionRecording", "DotProductAttention", "KVCache", "MultiHeadAttention",
+    "MultiplicativeAttention", "PositionalEncoding", "attend", "build_mask", "causal_mask",
+    "lengths_to_mask", "masked_softmax", "record_attention", "sequence_mask", "sinusoidal_encoding",
+    "window_mask",
+]

@@ -1,0 +1,64 @@
+"""Positional encodings: the sinusoidal one of "Attention Is All You Need" and a learned table."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoidal_encoding(positions: Tensor, num_hiddens: int) -> Tensor:
+    """P[pos, 2j] = sin(pos / 10000^(2j/d)), P[pos, 2j+1] = cos(pos / 10000^(2j/d)).
+
+    Shape: positions (L,) -> (L, D).
+    """
+    j2 = torch.arange(0, num_hiddens, 2, dtype=torch.float32, device=positions.device)
+    angles = positions.to(torch.float32)[:, None] / torch.pow(10000.0, j2 / num_hiddens)
+    P = torch.zeros(positions.shape[0], num_hiddens, device=positions.device)
+    P[:, 0::2] = torch.sin(angles)
+    P[:, 1::2] = torch.cos(angles[:, : num_hiddens // 2])  # odd D: one fewer cosine column
+    return P
+
+
+class PositionalEncoding(nn.Module):
+    """Adds position information to (already scaled) embeddings, then dropout.
+
+    Args:
+        num_hiddens: D.
+        max_len: rows precomputed (sinusoidal) or learned; sinusoidal positions beyond it are computed on
+            the fly instead of failing.
+        learned: a trainable (max_len, D) table instead of the fixed sinusoids.
+
+    Shape: X (B, L, D) -> (B, L, D); `offset` is the absolute position of X[:, 0] (incremental decoding).
+    """
+
+    def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000, learned: bool = False):
+        super().__init__()
+        if num_hiddens <= 0 or max_len <= 0:
+            raise ValueError(f"num_hiddens and max_len must be positive, got {num_hiddens} and {max_len}")
+        self.num_hiddens, self.max_len, self.learned = num_hiddens, max_len, learned
+        self.dropout = nn.Dropout(dropout)
+        if learned:
+            self.embedding = nn.Embedding(max_len, num_hiddens)
+        else:
+            # Not persistent: it is a function of the config, so checkpoints need not carry it.
+            self.register_buffer("P", sinusoidal_encoding(torch.arange(max_len), num_hiddens)[None], persistent=False)
+
+    def encoding(self, length: int, offset: int = 0, device=None) -> Tensor:
+        """(L, D) encodings of positions offset .. offset + L - 1."""
+        end = offset + length
+        if self.learned:
+            if end > self.max_len:
+                raise ValueError(
+                    f"learned positional encoding holds {self.max_len} positions, asked for position {end - 1}; "
+                    f"train with a larger max_len or use the sinusoidal encoding"
+                )
+            return self.embedding.weight[offset:end]
+        if end <= self.max_len:
+            return self.P[0, offset:end]
+        return sinusoidal_encoding(torch.arange(offset, end, device=device or self.P.device), self.num_hiddens)
+
+    def forward(self, X: Tensor, offset: int = 0) -> Tensor:
+        if X.dim() != 3 or X.shape[-1] != self.num_hiddens:
+            raise ValueError(f"PositionalEncoding expects (B, L, {self.num_hiddens}), got {tuple(X.shape)}")
+        P = self.encoding(X.shape[1], offset, X.device).to(X.dtype)
+        return self.dropout(X + P[None])
