@@ -1,0 +1,36 @@
+"""`attnlab params`: parameter counts of attention, the FFN and the whole Transformer; complexity."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnlab.report import format_table
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "params",
+        help="parameter counts (single vs multi-head, FFN, base/big Transformer) and complexity table",
+        description="Counts come from instantiating the modules on the meta device (no memory).",
+    )
+    p.add_argument("--num-hiddens", type=int, default=512, help="d for the attention/FFN tables")
+    p.add_argument("--num-heads", type=int, default=8, help="heads (must divide --num-hiddens)")
+    p.add_argument("--ffn-num-hiddens", type=int, default=2048, help="FFN hidden size")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab import chapter
+
+    for flag, v in (("--num-hiddens", args.num_hiddens), ("--num-heads", args.num_heads),
+                    ("--ffn-num-hiddens", args.ffn_num_hiddens)):
+        if v < 1:
+            raise ValueError(f"{flag} must be >= 1, got {v}")
+    if args.num_hiddens % args.num_heads:
+        raise ValueError(f"--num-heads ({args.num_heads}) must divide --num-hiddens ({args.num_hiddens})")
+    result = chapter.params(args.num_hiddens, args.num_heads, args.ffn_num_hiddens)
+    for headers, rows in result.tables:
+        print(format_table(headers, rows))
+        print()
+    print(result.paragraph)
+    return 0
