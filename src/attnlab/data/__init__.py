@@ -1,0 +1,15 @@
+"""English–French data: reading (with download and cache), the book's preprocessing, vocabularies
+(word and BPE), seeded splits and token-budgeted batches. Data: Tatoeba via manythings.org, CC-BY 2.0 FR."""
+
+from .batching import Batch, collate, iterate_batches, plan_batches
+from .corpus import ReadStats, cache_dir, download_fra_eng, read_fra_eng, resolve_data_path, sample_data_path
+from .text import detokenize, preprocess, tokenize
+from .translation import BOOK_EVAL_PAIRS, Example, TranslationData, load_d2l_data, load_translation_data
+from .vocab import SubwordVocab, Vocab, load_vocab
+
+__all__ = [
+    "read_fra_eng", "preprocess", "tokenize", "detokenize", "Vocab", "SubwordVocab", "Example", "Batch",
+    "TranslationData", "load_translation_data", "load_d2l_data", "iterate_batches", "plan_batches",
+    "sample_data_path", "load_vocab", "collate", "ReadStats", "cache_dir", "download_fra_eng",
+    "resolve_data_path", "BOOK_EVAL_PAIRS",
+]

@@ -1,0 +1,158 @@
+"""Batches for sequence-to-sequence training: length-bucketed, token-budgeted, seeded, shardable.
+
+`plan_batches` decides which examples go together (pure, deterministic from (seed, epoch)) and
+`iterate_batches` collates them into `Batch`es, so the DDP trainer and the tests can check the plan
+without building tensors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from dataclasses import dataclass, fields
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+_SRC, _TGT = operator.attrgetter("src_ids"), operator.attrgetter("tgt_ids")
+
+
+@dataclass
+class Batch:
+    """A padded batch. The source ends with <eos> (as in the book); the target is split for
+    teacher forcing: `tgt_in` = <bos> + y is fed to the decoder, `tgt_out` = y + <eos> is predicted.
+
+    Shape:
+        src: (B, S) long; src_valid_lens: (B,) long (tokens incl. <eos>, excl. padding)
+        tgt_in, tgt_out: (B, T) long; tgt_valid_lens: (B,) long (real target tokens incl. <eos>)
+        indices: (B,) long, the examples' positions in the list that was batched
+    """
+
+    src: torch.Tensor
+    src_valid_lens: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    tgt_valid_lens: torch.Tensor
+    indices: torch.Tensor | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Real target tokens (incl. <eos>): the denominator of a per-token loss."""
+        return int(self.tgt_valid_lens.sum())
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    def to(self, device, non_blocking: bool = False) -> "Batch":
+        return Batch(**{f.name: None if getattr(self, f.name) is None
+                        else getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+
+    def pin_memory(self) -> "Batch":
+        return Batch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).pin_memory()
+                        for f in fields(self)})
+
+
+def _lengths(examples: Sequence, num_steps: int | None) -> np.ndarray:
+    """Padded length each example needs: max(source + <eos>, target + 1), or num_steps when fixed."""
+    n = len(examples)
+    if num_steps is not None:
+        return np.full(n, num_steps, np.int64)
+    src = np.fromiter(map(len, map(_SRC, examples)), np.int64, n)
+    tgt = np.fromiter(map(len, map(_TGT, examples)), np.int64, n)
+    return np.maximum(src, tgt) + 1
+
+
+def plan_batches(examples: Sequence, *, batch_tokens: int | None = None, batch_size: int | None = None,
+                 num_steps: int | None = None, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                 rank: int = 0, world_size: int = 1) -> list[list[int]]:
+    """The index lists of this rank's batches for one epoch.
+
+    Examples are sorted by padded length (randomly within equal lengths when `shuffle`) and cut
+    greedily, so a batch's padded size max(S, T) * B stays <= `batch_tokens` (an example longer than
+    the budget goes alone) and B <= `batch_size`. With `shuffle`, the batch order is then permuted.
+    Both shuffles come from (seed, epoch) only, so every rank computes the same list and takes
+    batches rank, rank + world_size, ...; the remainder is dropped so all ranks run equally many steps.
+    With `num_steps` (fixed shapes, the book's setting) all lengths are equal: batches are random.
+    """
+    if batch_tokens is None and batch_size is None:
+        raise ValueError("plan_batches needs batch_tokens (a padded-token budget) or batch_size, got neither")
+    for name, value in (("batch_tokens", batch_tokens), ("batch_size", batch_size), ("num_steps", num_steps)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+
+    lengths = _lengths(examples, num_steps)
+    rng = np.random.default_rng([seed, epoch])
+    if shuffle:
+        perm = rng.permutation(len(examples))
+        order = perm[np.argsort(lengths[perm], kind="stable")]
+    else:
+        order = np.argsort(lengths, kind="stable")
+
+    batches: list[list[int]] = []
+    current: list[int] = []
+    max_tokens = batch_tokens if batch_tokens is not None else float("inf")
+    max_size = batch_size if batch_size is not None else len(examples) + 1
+    # Lengths ascend along `order`, so the newcomer is always the batch's longest member.
+    for i, length in zip(order.tolist(), lengths[order].tolist()):
+        if current and (length * (len(current) + 1) > max_tokens or len(current) + 1 > max_size):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+
+    if shuffle:
+        batches = [batches[j] for j in rng.permutation(len(batches)).tolist()]
+    if world_size > 1:
+        per_rank = len(batches) // world_size
+        if per_rank == 0 and batches:
+            raise ValueError(f"only {len(batches)} batch(es) for world_size={world_size}; "
+                             "use smaller batches or fewer processes")
+        batches = batches[rank:per_rank * world_size:world_size]
+    return batches
+
+
+def _with_eos(seqs: list[list[int]], eos: int, pad: int, width: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """seqs -> ((B, W) long: each seq + <eos>, right-padded; (B,) valid lengths).
+
+    W is the longest seq + 1, or `width` exactly: then each seq + <eos> is truncated or padded to it,
+    as the book's `truncate_pad` (a truncated row loses its <eos>). A boolean-mask assignment fills
+    row-major, i.e. in the seqs' concatenated order, so no per-row Python lists are built.
+    """
+    lens = np.fromiter(map(len, seqs), np.int64, len(seqs))
+    full = int(lens.max(initial=0)) + 1
+    out = np.full((len(seqs), max(full, width or 0)), pad, np.int64)
+    out[np.arange(out.shape[1]) < lens[:, None]] = np.fromiter(itertools.chain.from_iterable(seqs), np.int64,
+                                                               int(lens.sum()))
+    out[np.arange(len(seqs)), lens] = eos
+    valid = lens + 1
+    if width is not None:
+        out, valid = out[:, :width], np.minimum(valid, width)
+    return torch.from_numpy(np.ascontiguousarray(out)), torch.from_numpy(valid)
+
+
+def collate(examples: Sequence, indices: Sequence[int], src_vocab, tgt_vocab,
+            num_steps: int | None = None) -> Batch:
+    """Pad one batch: src = x + <eos>, tgt_out = y + <eos>, tgt_in = <bos> + tgt_out[:-1] (the book's
+    `dec_input`; so a row shorter than T shows its <eos> in tgt_in past its valid length, never inside).
+
+    With `num_steps`, every row is exactly num_steps long, as the book's `build_array_nmt`.
+    """
+    batch = [examples[i] for i in indices]
+    src, src_valid = _with_eos(list(map(_SRC, batch)), src_vocab.eos, src_vocab.pad, num_steps)
+    tgt_out, tgt_valid = _with_eos(list(map(_TGT, batch)), tgt_vocab.eos, tgt_vocab.pad, num_steps)
+    tgt_in = torch.cat([torch.full_like(tgt_out[:, :1], tgt_vocab.bos), tgt_out[:, :-1]], dim=1)
+    return Batch(src, src_valid, tgt_in, tgt_out, tgt_valid, torch.tensor(list(indices), dtype=torch.long))
+
+
+def iterate_batches(examples: Sequence, src_vocab, tgt_vocab, *, batch_tokens: int | None = None,
+                    batch_size: int | None = None, num_steps: int | None = None, shuffle: bool = True,
+                    seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+    """Yield this rank's `Batch`es for one epoch (see `plan_batches` for the arguments)."""
+    plan = plan_batches(examples, batch_tokens=batch_tokens, batch_size=batch_size, num_steps=num_steps,
+                        shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size)
+    for indices in plan:
+        yield collate(examples, indices, src_vocab, tgt_vocab, num_steps)
