@@ -151,7 +151,7 @@ def plot_loss_curve(losses: Sequence[float], *, xlabel: str = "epoch", ylabel: s
     fig = Figure(figsize=figsize, layout="constrained")
     ax = fig.subplots()
     ys = _to_numpy(list(losses))
-    ax.plot(np.arange(1, len(ys) + 1), ys, "o-")
+    ax.plot(np.arange(1, len(ys) + 1), ys, "o-" if len(ys) <= 50 else "-", lw=1)  # markers only when few
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:

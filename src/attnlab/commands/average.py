@@ -1,0 +1,40 @@
+"""`attnlab average`: average the weights of a run's last K checkpoints (as fairseq / OpenNMT do).
+
+    attnlab average --checkpoint runs/demo/transformer --last 5
+    attnlab translate --checkpoint runs/demo/transformer --weights runs/demo/transformer/averaged_last5.safetensors "go ."
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("average", help="average the last K checkpoints of a run",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", metavar="DIR", required=True, help="run folder")
+    p.add_argument("--last", type=int, default=5, metavar="K", help="how many of the newest checkpoints (default 5)")
+    p.add_argument("--out", metavar="FILE", help="output .safetensors (default: DIR/averaged_lastK.safetensors)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from attnlab import checkpoint as ckpt
+
+    run_dir = Path(args.checkpoint)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run folder {run_dir} does not exist")
+    if args.last < 1:
+        raise ValueError(f"--last must be at least 1, got {args.last}")
+    ckpts = ckpt.list_checkpoints(run_dir)
+    if len(ckpts) < args.last:
+        raise ValueError(f"{run_dir} has {len(ckpts)} checkpoint(s) but --last {args.last} asks for more; "
+                         f"train with a smaller --checkpoint-every or a larger --keep-last")
+    chosen = ckpts[-args.last:]
+    out = Path(args.out) if args.out else run_dir / f"averaged_last{args.last}.safetensors"
+    averaged = ckpt.average_checkpoints(chosen)
+    ckpt.save_tensors(averaged, out, metadata={"averaged": ",".join(p.name for p in chosen)})
+    print(f"averaged {len(chosen)} checkpoints ({', '.join(p.name for p in chosen)})")
+    print(f"saved to {out}; use it with --weights {out}")
+    return 0

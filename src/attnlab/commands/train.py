@@ -1,0 +1,159 @@
+"""`attnlab train`: train a translator from a preset, overriding any field by flag.
+
+    attnlab train --model transformer --preset d2l --out runs/d2l
+    attnlab train --resume runs/d2l                 # continue from the newest checkpoint
+    attnlab train --preset cpu-small --nproc 2      # the same through torchrun (DDP, gloo on CPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+# flag -> (section, key): the common overrides get their own flags; `--set` reaches every field.
+_FLAGS = {
+    "seed": ("train", "seed"), "epochs": ("train", "epochs"), "max_steps": ("train", "max_steps"),
+    "time_budget": ("train", "time_budget"), "batch_tokens": ("train", "batch_tokens"),
+    "batch_size": ("train", "batch_size"), "grad_accum": ("train", "grad_accum"), "lr": ("train", "lr"),
+    "warmup_steps": ("train", "warmup_steps"), "label_smoothing": ("train", "label_smoothing"),
+    "eval_every": ("train", "eval_every"), "checkpoint_every": ("train", "checkpoint_every"),
+    "keep_best": ("train", "keep_best"), "keep_last": ("train", "keep_last"), "patience": ("train", "patience"),
+    "device": ("train", "device"), "log_every": ("train", "log_every"),
+    "data": ("data", "path"), "num_examples": ("data", "num_examples"), "max_len": ("data", "max_len"),
+    "tokenizer": ("data", "tokenizer"),
+}
+# Fields a resumed run may change (its limits); the rest must stay as the run was started.
+_RESUMABLE = {"epochs", "max_steps", "time_budget", "eval_every", "checkpoint_every", "keep_best",
+              "keep_last", "patience", "device", "log_every"}
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("train", help="train a Transformer or Bahdanau translator (checkpoints, resume, DDP)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=["transformer", "bahdanau"], default="transformer")
+    p.add_argument("--preset", default="cpu-small", help="d2l, cpu-small or tiny (default: cpu-small)")
+    p.add_argument("--out", help="run folder (default: runs/<model>-<preset>)")
+    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
+    p.add_argument("--data", metavar="PATH", help="fra-eng.zip or fra.txt (default: $ATTNLAB_DATA, then the cache)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--time-budget", type=float, metavar="SECONDS")
+    p.add_argument("--batch-tokens", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--grad-accum", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--warmup-steps", type=int)
+    p.add_argument("--label-smoothing", type=float)
+    p.add_argument("--eval-every", type=int, metavar="STEPS")
+    p.add_argument("--checkpoint-every", type=int, metavar="STEPS")
+    p.add_argument("--keep-best", type=int, metavar="N")
+    p.add_argument("--keep-last", type=int, metavar="N")
+    p.add_argument("--patience", type=int, metavar="EVALS", help="early stopping on validation BLEU")
+    p.add_argument("--log-every", type=int, metavar="STEPS")
+    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:1 ...")
+    p.add_argument("--num-examples", type=int, help="use the first N pairs of the corpus")
+    p.add_argument("--max-len", type=int, help="drop pairs longer than this many words")
+    p.add_argument("--tokenizer", choices=["word", "bpe"])
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override any preset field, e.g. --set model.num_layers=3 (VALUE is JSON)")
+    p.add_argument("--nproc", type=int, default=1, help="processes (DDP through torchrun; gloo on CPU)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _overrides(args) -> dict[str, dict]:
+    out: dict[str, dict] = {"model": {}, "train": {}, "data": {}}
+    for flag, (section, key) in _FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            out[section][key] = value
+    for item in args.set:
+        target, sep, raw = item.partition("=")
+        section, dot, key = target.partition(".")
+        if not sep or not dot or section not in out:
+            raise ValueError(f"--set expects SECTION.KEY=VALUE with SECTION in model/train/data, got {item!r}")
+        try:
+            out[section][key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[section][key] = raw  # a bare word such as --set data.tokenizer=bpe
+    return out
+
+
+def _argv(args) -> list[str]:
+    """These parsed arguments as a `train` command line, without --nproc (for torchrun's workers)."""
+    argv = ["train", "--model", args.model, "--preset", args.preset]
+    for name in ("out", "resume", *_FLAGS):
+        value = getattr(args, name)
+        if value is not None:
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    for item in args.set:
+        argv += ["--set", item]
+    return argv + (["--no-progress"] if args.no_progress else [])
+
+
+def _launch_torchrun(args) -> int:
+    """Re-run this command under torchrun with --nproc processes on this machine."""
+    from torch.distributed.run import main as torchrun
+
+    torchrun(["--standalone", f"--nproc-per-node={args.nproc}", "-m", "attnlab", *_argv(args)])
+    return 0
+
+
+def _init_distributed() -> None:
+    """Join the process group torchrun describes in the environment (gloo on CPU, nccl on GPUs)."""
+    import torch
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend)
+
+
+def run(args) -> int:
+    from attnlab import train
+    from attnlab.presets import get_preset
+
+    if args.nproc > 1:
+        if "WORLD_SIZE" in os.environ:
+            raise ValueError("--nproc given inside a torchrun launch; drop --nproc (torchrun sets the processes)")
+        return _launch_torchrun(args)
+    _init_distributed()
+    over = _overrides(args)
+    rank, world = train.distributed_info()
+    if args.device is None and world > 1:
+        import torch
+
+        if torch.cuda.is_available():
+            over["train"]["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+
+    if args.resume:
+        bad = sorted(k for k in over["train"] if k not in _RESUMABLE) + sorted(over["data"]) + sorted(over["model"])
+        if bad:
+            raise ValueError(f"--resume continues a run as it was started; these cannot change: {bad}. "
+                             f"Allowed: {sorted(_RESUMABLE)}")
+        result = train.resume_run(args.resume, over["train"], progress=not args.no_progress)
+        if isinstance(result, str):
+            if rank == 0:
+                print(f"{args.resume}: training already finished ({result}); nothing to do. "
+                      f"Raise --max-steps or --epochs to train further.")
+            return 0
+    else:
+        preset = get_preset(args.model, args.preset)
+        for section in preset:
+            preset[section].update(over[section])
+        train_config = train.TrainConfig.from_dict(preset["train"])
+        out = args.out or os.path.join("runs", f"{args.model}-{args.preset}")
+        result = train.train_run(args.model, preset["model"], train_config, preset["data"], out,
+                                 progress=not args.no_progress)
+    if rank == 0:
+        loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
+        bleu = "" if result.best_bleu is None else f", best valid BLEU {result.best_bleu:.2f}"
+        print(f"final training loss {loss} after {result.step} steps ({result.epoch} epochs, "
+              f"stopped by {result.stop_reason}, {result.seconds:.1f} s, "
+              f"{result.tokens_per_second:.0f} tokens/s{bleu})")
+        print(f"saved the model to {result.run_dir / 'model.safetensors'}")
+    return 0

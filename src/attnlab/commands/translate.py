@@ -1,0 +1,63 @@
+"""`attnlab translate`: English sentences (arguments, or stdin one a line) -> French, one a line.
+
+    attnlab translate "i'm home ." "he's calm ."
+    echo "go ." | attnlab translate --checkpoint runs/d2l --beam 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnlab.checkpoint import DEFAULT_RUN
+
+
+def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
+    """--checkpoint / --weights / --device, shared by translate, evaluate and attention."""
+    p.add_argument("--checkpoint", metavar="DIR", default=str(default),
+                   help=f"run folder written by `attnlab train` or `attnlab demo` (default: {default})")
+    p.add_argument("--weights", metavar="FILE",
+                   help="other weights for that run: a checkpoint folder or an averaged .safetensors")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
+
+
+def open_translator(args):
+    """load_translator with a hint on how to make the missing default run."""
+    from attnlab.checkpoint import load_translator
+
+    run_dir = Path(args.checkpoint)
+    if not run_dir.exists():
+        raise FileNotFoundError(
+            f"no trained model at {run_dir}; make one with `attnlab demo` (writes {DEFAULT_RUN}) or "
+            f"`attnlab train --model transformer --preset d2l --out {run_dir}`")
+    return load_translator(run_dir, device=args.device, weights=args.weights)
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("translate", help="translate English sentences with a trained model",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
+    add_checkpoint_args(p)
+    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy, the default)")
+    p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    translator = open_translator(args)
+    if args.sentences:
+        for line in translator.translate(args.sentences, beam=args.beam, truncate=args.truncate):
+            print(line)
+        return 0
+    # stdin: one output line per input line (blank in -> blank out), so outputs stay aligned.
+    lines = [line.rstrip("\n") for line in sys.stdin]
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    out = [""] * len(lines)
+    if todo:
+        for i, text in zip(todo, translator.translate([lines[i] for i in todo], beam=args.beam,
+                                                      truncate=args.truncate)):
+            out[i] = text
+    for text in out:
+        print(text)
+    return 0

@@ -1,0 +1,75 @@
+"""Named training recipes: model + train + data settings in one dict; CLI flags override any field.
+
+    get_preset("transformer", "d2l") -> {"model": {...}, "train": {...}, "data": {...}}
+
+- `d2l`: the book's small runs (section "Sequence to Sequence Learning" / "The Transformer
+  Architecture"): the first 600 pairs, all of them for training, fixed (64, 10) batches, Adam at a
+  constant 0.005, gradient clipping 1. The four test sentences are among the training pairs, as in
+  the book.
+- `cpu-small`: the demo's Transformer: the best we measured for a few minutes on 2 CPU cores.
+- `tiny`: seconds-long runs for tests.
+
+`model` lacks the vocabulary sizes: the trainer fills them from the data.
+"""
+
+from __future__ import annotations
+
+import copy
+
+PRESETS: dict[str, dict[str, dict]] = {
+    "transformer": {
+        "d2l": {
+            # The book's bias=False projections, post-norm, sinusoidal positions.
+            "model": {"num_hiddens": 32, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 64,
+                      "dropout": 0.1, "bias": False},
+            "train": {"epochs": 200, "batch_size": 64, "batch_tokens": None, "num_steps": 10, "lr": 0.005,
+                      "schedule": "constant", "betas": [0.9, 0.999], "eps": 1e-8, "grad_clip": 1.0,
+                      "label_smoothing": 0.0, "log_every": 10},
+            "data": {"loader": "d2l", "num_examples": 600, "min_freq": 2},
+        },
+        "cpu-small": {
+            "model": {"num_hiddens": 128, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 256,
+                      "dropout": 0.1},
+            "train": {"epochs": 100, "time_budget": 240, "batch_tokens": 4096, "lr": 1e-3,
+                      "schedule": "inverse_sqrt", "warmup_steps": 400, "label_smoothing": 0.1,
+                      "grad_clip": 1.0, "eval_limit": 500, "checkpoint_every": 200, "log_every": 20},
+            "data": {"loader": "translation", "max_len": 10, "min_freq": 2, "valid_fraction": 0.01,
+                     "test_fraction": 0.01},
+        },
+        "tiny": {
+            "model": {"num_hiddens": 32, "num_layers": 1, "num_heads": 2, "ffn_num_hiddens": 64, "dropout": 0.0},
+            "train": {"epochs": 2, "batch_tokens": 256, "lr": 5e-3, "schedule": "inverse_sqrt", "warmup_steps": 10,
+                      "eval_limit": 20, "log_every": 1},
+            "data": {"loader": "translation", "num_examples": 300, "max_len": 8, "min_freq": 1,
+                     "valid_fraction": 0.1, "test_fraction": 0.1},
+        },
+    },
+    "bahdanau": {
+        "d2l": {
+            "model": {"embed_size": 32, "num_hiddens": 32, "num_layers": 2, "dropout": 0.1},
+            "train": {"epochs": 250, "batch_size": 64, "batch_tokens": None, "num_steps": 10, "lr": 0.005,
+                      "schedule": "constant", "betas": [0.9, 0.999], "eps": 1e-8, "grad_clip": 1.0,
+                      "label_smoothing": 0.0, "log_every": 10},
+            "data": {"loader": "d2l", "num_examples": 600, "min_freq": 2},
+        },
+        "tiny": {
+            "model": {"embed_size": 16, "num_hiddens": 16, "num_layers": 1, "dropout": 0.0},
+            "train": {"epochs": 2, "batch_tokens": 256, "lr": 5e-3, "schedule": "constant", "eval_limit": 20,
+                      "log_every": 1},
+            "data": {"loader": "translation", "num_examples": 300, "max_len": 8, "min_freq": 1,
+                     "valid_fraction": 0.1, "test_fraction": 0.1},
+        },
+    },
+}
+
+
+def get_preset(model_type: str, name: str) -> dict:
+    """A deep copy of a preset (so callers may override fields freely)."""
+    if model_type not in PRESETS:
+        raise ValueError(f"unknown model type {model_type!r}; expected one of {sorted(PRESETS)}")
+    if name not in PRESETS[model_type]:
+        raise ValueError(f"no preset {name!r} for {model_type}; available: {sorted(PRESETS[model_type])}")
+    return copy.deepcopy(PRESETS[model_type][name])
+
+
+__all__ = ["PRESETS", "get_preset"]

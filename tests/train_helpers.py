@@ -1,0 +1,39 @@
+"""Tiny training runs shared by the train / checkpoint / command tests (seconds on 2 CPU cores)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+DATA = os.environ.get("ATTNLAB_DATA")
+needs_data = pytest.mark.skipif(not DATA or not Path(DATA).is_file(),
+                                reason="set ATTNLAB_DATA to the fra-eng.zip corpus to run training tests")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread: on a shared 2-core machine, two OpenMP threads fighting other processes
+    make tiny models ~9x slower (measured: greedy decode 4.6 s vs 0.5 s)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# Subprocesses (`python -m attnlab train ...`) get the same through the environment.
+SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", **({"ATTNLAB_DATA": DATA} if DATA else {})}
+
+
+def tiny_run(run_dir, model_type: str = "transformer", progress: bool = False, **train_overrides):
+    """Train the `tiny` preset for a few steps into run_dir; returns the TrainResult."""
+    from attnlab.presets import get_preset
+    from attnlab.train import TrainConfig, train_run
+
+    preset = get_preset(model_type, "tiny")
+    cfg = TrainConfig.from_dict({**preset["train"], "max_steps": 4, **train_overrides})
+    return train_run(model_type, preset["model"], cfg, {**preset["data"], "path": DATA}, run_dir,
+                     progress=progress)
