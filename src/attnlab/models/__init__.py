@@ -1,0 +1,42 @@
+"""Models built from `attnlab.attention`.
+
+Translators (`Transformer`, the Bahdanau `EncoderDecoder`) share the decoding protocol of ARCHITECTURE.md
+(`forward`, `start_decoding`, `decode_step`, `reorder_state`) and are built from JSON with
+`build_model(model_type, config_dict)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from attnlab.models.config import ConfigMixin
+from attnlab.models.kernel_regression import NadarayaWatson, NWKernelRegression
+from attnlab.models.seq2seq import (BahdanauConfig, EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder,
+                                    Seq2SeqState, build_bahdanau)
+from attnlab.models.transformer import (AddNorm, PositionWiseFFN, Transformer, TransformerConfig,
+                                        TransformerDecoder, TransformerDecoderBlock, TransformerEncoder,
+                                        TransformerEncoderBlock, TransformerState)
+
+CONFIGS: dict[str, type[ConfigMixin]] = {"transformer": TransformerConfig, "bahdanau": BahdanauConfig}
+
+
+def build_model(model_type: str, config_dict: Mapping[str, Any]) -> nn.Module:
+    """Construct a translator from its type name and JSON config (e.g. a run folder's config.json)."""
+    if model_type not in CONFIGS:
+        raise ValueError(f"unknown model type {model_type!r}; expected one of {sorted(CONFIGS)}")
+    config = CONFIGS[model_type].from_dict(config_dict)
+    if model_type == "transformer":
+        return Transformer(config)
+    return EncoderDecoder.from_config(config)
+
+
+__all__ = [
+    "NadarayaWatson", "NWKernelRegression",
+    "AddNorm", "PositionWiseFFN", "Transformer", "TransformerConfig", "TransformerDecoder",
+    "TransformerDecoderBlock", "TransformerEncoder", "TransformerEncoderBlock", "TransformerState",
+    "BahdanauConfig", "EncoderDecoder", "Seq2SeqAttentionDecoder", "Seq2SeqEncoder", "Seq2SeqState",
+    "build_bahdanau", "CONFIGS", "build_model",
+]

@@ -1,0 +1,312 @@
+"""The encoder–decoder Transformer of "Attention Is All You Need", assembled from `attnlab.attention`.
+
+    src (B, S) -> embed * sqrt(D) + positions -> N x [self-attention, FFN] -> memory (B, S, D)
+    tgt (B, T) -> embed * sqrt(D) + positions -> N x [causal self-attention, cross-attention, FFN]
+               -> dense -> logits (B, T, V)
+
+Post-norm (`LayerNorm(x + sublayer(x))`, the paper and the book) by default; `norm_first=True` gives the
+pre-norm variant (`x + sublayer(LayerNorm(x))`, easier to train deep) and then each stack ends with a final
+LayerNorm, as `torch.nn.Transformer` does.
+
+Decoding protocol (see ARCHITECTURE.md): `start_decoding` encodes once and opens one KVCache per attention
+module of the decoder — self-attention caches grow by the new step, cross-attention caches hold the
+encoder's keys/values projected once per sentence — so `decode_step` costs O(t) per token instead of
+re-running the whole prefix.
+
+Recorded attention (`record_attention(model)`) is named `encoder.blocks.{i}.attention`,
+`decoder.blocks.{i}.self_attention` and `decoder.blocks.{i}.cross_attention`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from attnlab.attention import KVCache, MultiHeadAttention, PositionalEncoding
+
+from .config import ConfigMixin
+
+__all__ = ["TransformerConfig", "PositionWiseFFN", "AddNorm", "TransformerEncoderBlock",
+           "TransformerDecoderBlock", "TransformerEncoder", "TransformerDecoder", "Transformer",
+           "TransformerState"]
+
+
+@dataclass
+class TransformerConfig(ConfigMixin):
+    """Hyperparameters of `Transformer`; defaults are the paper's base model."""
+
+    MODEL_TYPE = "transformer"
+
+    src_vocab_size: int                # V_src, source vocabulary size
+    tgt_vocab_size: int                # V, target vocabulary size
+    num_hiddens: int = 512             # D, model width (d_model)
+    num_heads: int = 8                 # H, attention heads; must divide num_hiddens
+    num_layers: int = 6                # N, blocks in the encoder and in the decoder
+    ffn_num_hiddens: int = 2048        # inner width of the position-wise FFN (d_ff)
+    dropout: float = 0.1               # residual, embedding and attention-weight dropout
+    norm_first: bool = False           # pre-norm blocks + final LayerNorm per stack; False = post-norm (paper)
+    share_embeddings: bool = False     # one matrix for source/target embeddings and output projection
+    max_len: int = 1024                # positions precomputed (sinusoidal) or learned
+    bias: bool = True                  # attention projection biases (as nn.Transformer); the book uses False
+    window: int | None = None          # local attention in the encoder: each token sees +-window tokens
+    learned_positions: bool = False    # learned position table instead of the sinusoids
+
+    def __post_init__(self):
+        for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "num_heads", "num_layers",
+                     "ffn_num_hiddens", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}")
+        if self.num_hiddens % self.num_heads:
+            raise ValueError(
+                f"TransformerConfig: num_hiddens={self.num_hiddens} is not divisible by num_heads="
+                f"{self.num_heads}; pick num_heads dividing num_hiddens (e.g. {self.num_hiddens} with 8 or 4)"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"TransformerConfig.dropout must lie in [0, 1), got {self.dropout}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs one vocabulary for both sides, got src_vocab_size="
+                f"{self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}; build a joint (e.g. BPE) "
+                f"vocabulary or set share_embeddings=False"
+            )
+        if self.window is not None and (not isinstance(self.window, int) or self.window < 0):
+            raise ValueError(f"TransformerConfig.window must be None or a non-negative integer, got {self.window!r}")
+
+
+class PositionWiseFFN(nn.Module):
+    """The same two-layer MLP applied at every position: dense2(relu(dense1(X))).
+
+    Shape: X (B, L, D) -> (B, L, D).
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int):
+        super().__init__()
+        self.dense1 = nn.Linear(num_hiddens, ffn_num_hiddens)
+        self.relu = nn.ReLU()
+        self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens)
+
+    def forward(self, X: Tensor) -> Tensor:
+        return self.dense2(self.relu(self.dense1(X)))
+
+
+class AddNorm(nn.Module):
+    """Residual connection with layer normalization.
+
+    `forward(X, Y)` with a tensor Y is the book's post-norm `LayerNorm(X + dropout(Y))`. Pre-norm needs the
+    sublayer to see `LayerNorm(X)`, so Y may also be the sublayer itself (a callable): then the result is
+    `LayerNorm(X + dropout(Y(X)))` (post-norm) or `X + dropout(Y(LayerNorm(X)))` (norm_first).
+
+    Shape: X (B, L, D) -> (B, L, D).
+    """
+
+    def __init__(self, num_hiddens: int, dropout: float = 0.0, norm_first: bool = False):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.ln = nn.LayerNorm(num_hiddens)
+        self.norm_first = norm_first
+
+    def forward(self, X: Tensor, Y) -> Tensor:
+        if not callable(Y):
+            if self.norm_first:
+                raise ValueError("a pre-norm AddNorm needs the sublayer (a callable), not its output")
+            return self.ln(X + self.dropout(Y))
+        if self.norm_first:
+            return X + self.dropout(Y(self.ln(X)))
+        return self.ln(X + self.dropout(Y(X)))
+
+
+class TransformerEncoderBlock(nn.Module):
+    """Self-attention then FFN, each wrapped in AddNorm.
+
+    Shape: X (B, S, D), valid_lens (B,) -> (B, S, D). Padded keys (positions >= valid_lens) are hidden.
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
+                 bias: bool = True, norm_first: bool = False, window: int | None = None):
+        super().__init__()
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, window=window)
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens)
+        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
+
+    def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
+        X = self.addnorm1(X, lambda x: self.attention(x, x, x, valid_lens))
+        return self.addnorm2(X, self.ffn)
+
+
+class TransformerDecoderBlock(nn.Module):
+    """Causal self-attention, cross-attention over the encoder memory, FFN; each wrapped in AddNorm.
+
+    Shape: X (B, t, D), memory (B, S, D), src_valid_lens (B,) -> (B, t, D).
+    With caches, X holds only the new steps; `self_cache` grows by t, `cross_cache` is filled once.
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
+                 bias: bool = True, norm_first: bool = False):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, causal=True)
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
+        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens)
+        self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
+
+    def forward(self, X: Tensor, memory: Tensor, src_valid_lens: Tensor | None = None,
+                self_cache: KVCache | None = None, cross_cache: KVCache | None = None) -> Tensor:
+        # Causal masking is bottom-right aligned in MultiHeadAttention, so with a cache the new queries
+        # see every cached step plus the new ones up to themselves.
+        X = self.addnorm1(X, lambda x: self.self_attention(x, x, x, cache=self_cache))
+        X = self.addnorm2(X, lambda x: self.cross_attention(x, memory, memory, src_valid_lens, cache=cross_cache))
+        return self.addnorm3(X, self.ffn)
+
+
+def _embedding(vocab_size: int, num_hiddens: int) -> nn.Embedding:
+    # N(0, D^-1/2) as in fairseq/tensor2tensor: after the sqrt(D) scale the embeddings have unit variance,
+    # comparable to the positional encodings, and a tied output projection starts with small logits.
+    emb = nn.Embedding(vocab_size, num_hiddens)
+    nn.init.normal_(emb.weight, std=num_hiddens ** -0.5)
+    return emb
+
+
+class TransformerEncoder(nn.Module):
+    """Embedding * sqrt(D) + positional encoding, then `num_layers` encoder blocks.
+
+    Shape: X (B, S) token ids, valid_lens (B,) -> memory (B, S, D).
+    """
+
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int,
+                 num_layers: int, dropout: float = 0.0, *, bias: bool = True, norm_first: bool = False,
+                 window: int | None = None, max_len: int = 1024, learned_positions: bool = False,
+                 embedding: nn.Embedding | None = None):
+        super().__init__()
+        self.num_hiddens = num_hiddens
+        self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
+        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len, learned=learned_positions)
+        self.blocks = nn.ModuleList(
+            TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first, window)
+            for _ in range(num_layers))
+        # Pre-norm leaves the residual stream un-normalized: normalize once at the end.
+        self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
+
+    def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
+        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+        for block in self.blocks:
+            X = block(X, valid_lens)
+        return self.final_norm(X)
+
+
+class TransformerDecoder(nn.Module):
+    """Embedding * sqrt(D) + positional encoding (from `offset`), `num_layers` decoder blocks, dense.
+
+    Shape: X (B, t) token ids, memory (B, S, D), src_valid_lens (B,) -> logits (B, t, V).
+    `caches`: one (self_cache, cross_cache) pair per block for incremental decoding; `offset` is the
+    absolute position of X[:, 0] (the number of cached steps).
+    """
+
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int,
+                 num_layers: int, dropout: float = 0.0, *, bias: bool = True, norm_first: bool = False,
+                 max_len: int = 1024, learned_positions: bool = False, embedding: nn.Embedding | None = None):
+        super().__init__()
+        self.num_hiddens = num_hiddens
+        self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
+        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len, learned=learned_positions)
+        self.blocks = nn.ModuleList(
+            TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first)
+            for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
+        self.dense = nn.Linear(num_hiddens, vocab_size)
+
+    def forward(self, X: Tensor, memory: Tensor, src_valid_lens: Tensor | None = None,
+                caches: list[tuple[KVCache, KVCache]] | None = None, offset: int = 0) -> Tensor:
+        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens), offset=offset)
+        for i, block in enumerate(self.blocks):
+            self_cache, cross_cache = caches[i] if caches is not None else (None, None)
+            X = block(X, memory, src_valid_lens, self_cache, cross_cache)
+        return self.dense(self.final_norm(X))
+
+
+@dataclass
+class TransformerState:
+    """Decoding state of one batch: encoder memory and a (self, cross) KVCache pair per decoder block.
+
+    Shape: memory (B, S, D); src_valid_lens (B,) or None; cache tensors (B, H, L, Dh).
+    """
+
+    memory: Tensor
+    src_valid_lens: Tensor | None
+    caches: list[tuple[KVCache, KVCache]]
+
+    @property
+    def offset(self) -> int:
+        """Number of target steps decoded so far (the length of the self-attention caches)."""
+        return len(self.caches[0][0]) if self.caches else 0
+
+
+class Transformer(nn.Module):
+    """The encoder–decoder Transformer built from a `TransformerConfig`.
+
+    Shape:
+        src (B, S), tgt_in (B, T) token ids; src_valid_lens (B,) real source lengths (the rest is padding)
+        -> logits (B, T, V).
+    """
+
+    MODEL_TYPE = "transformer"
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise ValueError(f"Transformer expects a TransformerConfig, got {type(config).__name__}; "
+                             f"use TransformerConfig.from_dict(d) for a dict")
+        self.config = c = config
+        shared = _embedding(c.src_vocab_size, c.num_hiddens) if c.share_embeddings else None
+        common = dict(bias=c.bias, norm_first=c.norm_first, max_len=c.max_len,
+                      learned_positions=c.learned_positions, embedding=shared)
+        self.encoder = TransformerEncoder(c.src_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
+                                          c.num_layers, c.dropout, window=c.window, **common)
+        self.decoder = TransformerDecoder(c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
+                                          c.num_layers, c.dropout, **common)
+        if shared is not None:
+            # Three-way tying as in the paper (section 3.4): the output projection reuses the embedding.
+            self.decoder.dense.weight = shared.weight
+
+    def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None) -> Tensor:
+        _check_tokens(src, tgt_in, src_valid_lens)
+        memory = self.encoder(src, src_valid_lens)
+        return self.decoder(tgt_in, memory, src_valid_lens)
+
+    # -- decoding protocol -------------------------------------------------------------------------
+    def start_decoding(self, src: Tensor, src_valid_lens: Tensor | None = None) -> TransformerState:
+        """Encode once; open an empty growing self-attention cache and a static cross-attention cache
+        per decoder block (the cross cache is filled by the first `decode_step`)."""
+        _check_tokens(src, None, src_valid_lens)
+        memory = self.encoder(src, src_valid_lens)
+        caches = [(KVCache(), KVCache(static=True)) for _ in self.decoder.blocks]
+        return TransformerState(memory, src_valid_lens, caches)
+
+    def decode_step(self, tgt: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
+        """Run the new target tokens tgt (B, t) against the cache; returns logits (B, t, V) and the
+        state, updated in place (positions continue at `state.offset`)."""
+        if tgt.dim() != 2 or tgt.shape[0] != state.memory.shape[0]:
+            raise ValueError(f"decode_step expects tgt of shape ({state.memory.shape[0]}, t), got {tuple(tgt.shape)}")
+        logits = self.decoder(tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset)
+        return logits, state
+
+    def reorder_state(self, state: TransformerState, index: Tensor) -> TransformerState:
+        """Keep (and repeat) the batch rows named by index (B',) — beam search's reshuffle."""
+        for self_cache, cross_cache in state.caches:
+            self_cache.reorder(index)
+            cross_cache.reorder(index)
+        lens = None if state.src_valid_lens is None else state.src_valid_lens.index_select(0, index)
+        return TransformerState(state.memory.index_select(0, index), lens, state.caches)
+
+
+def _check_tokens(src: Tensor, tgt: Tensor | None, valid_lens: Tensor | None) -> None:
+    if src.dim() != 2 or src.dtype.is_floating_point:
+        raise ValueError(f"src must be integer token ids of shape (B, S), got {tuple(src.shape)} {src.dtype}")
+    if tgt is not None and (tgt.dim() != 2 or tgt.shape[0] != src.shape[0]):
+        raise ValueError(f"tgt_in must have shape ({src.shape[0]}, T), got {tuple(tgt.shape)}")
+    if valid_lens is not None and tuple(valid_lens.shape) != (src.shape[0],):
+        raise ValueError(f"src_valid_lens must have shape ({src.shape[0]},), got {tuple(valid_lens.shape)}")
