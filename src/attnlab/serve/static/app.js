@@ -1,0 +1,417 @@
+// attnlab attention explorer: no framework, no build step, no network beyond this server.
+// Heatmaps and line views are hand-drawn SVG; the Nadaraya–Watson heatmap is a canvas.
+"use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const $ = (id) => document.getElementById(id);
+const EXAMPLES = ["i'm home .", "go .", "i lost .", "he's calm .", "we are friends .", "i like apples ."];
+
+// ───────────────────────── helpers ─────────────────────────
+function el(tag, attrs = {}, parent = null, text = null) {
+  const node = tag.startsWith("svg:") ? document.createElementNS(SVG_NS, tag.slice(4)) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== null) node.textContent = text;
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+// Sequential blue scale (light = 0, dark = 1), interpolated between a few stops.
+const STOPS = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
+function color(w) {
+  const t = Math.max(0, Math.min(1, w)) * (STOPS.length - 1);
+  const i = Math.min(STOPS.length - 2, Math.floor(t)), f = t - i;
+  const c = STOPS[i].map((a, k) => Math.round(a + (STOPS[i + 1][k] - a) * f));
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+const inkFor = (w) => (w > 0.55 ? "#ffffff" : "#1b2233");
+const short = (s, n = 12) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
+const isSpecial = (t) => /^<.*>$/.test(t);
+const fmt = (w) => w.toFixed(4);
+
+const tooltip = $("tooltip");
+function showTip(html, x, y) {
+  tooltip.innerHTML = html;
+  tooltip.hidden = false;
+  const r = tooltip.getBoundingClientRect();
+  const left = Math.min(x + 14, window.innerWidth - r.width - 6);
+  const top = y + 16 + r.height > window.innerHeight ? y - r.height - 10 : y + 16;
+  tooltip.style.left = `${Math.max(4, left)}px`;
+  tooltip.style.top = `${Math.max(4, top)}px`;
+}
+const hideTip = () => { tooltip.hidden = true; };
+const esc = (s) => s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
+
+// ───────────────────────── tabs ─────────────────────────
+document.querySelectorAll(".tab").forEach((tab) => tab.addEventListener("click", () => {
+  document.querySelectorAll(".tab").forEach((t) => {
+    const on = t === tab;
+    t.classList.toggle("active", on);
+    t.setAttribute("aria-selected", on);
+    $(t.dataset.panel).hidden = !on;
+  });
+  if (tab.id === "tab-nw") nw.render();
+}));
+
+// ───────────────────────── translator state ─────────────────────────
+const S = { data: null, layer: 0, head: "mean", step: 0 };
+
+for (let b = 1; b <= 8; b++) el("option", { value: b }, $("beam"), b === 1 ? "1 (greedy)" : String(b));
+EXAMPLES.forEach((ex) => {
+  const chip = el("button", { type: "button", class: "chip" }, $("examples"), ex);
+  chip.addEventListener("click", () => { $("text").value = ex; translate(); });
+});
+
+fetch("/api/model").then((r) => r.json()).then((m) => {
+  const c = m.model || {};
+  const shape = c.num_layers ? `${c.num_layers} layers × ${c.num_heads} heads, d=${c.num_hiddens}` : "";
+  $("model-info").textContent = `model: ${m.model_type} ${shape}, vocabularies ${m.src_vocab_size} / ${m.tgt_vocab_size}` +
+    (m.max_source_tokens ? `, up to ${m.max_source_tokens - 1} source words` : "");
+  $("text").maxLength = m.max_chars;
+}).catch(() => { $("model-info").textContent = "model info unavailable"; });
+
+$("translate-form").addEventListener("submit", (e) => { e.preventDefault(); translate(); });
+
+async function translate() {
+  const button = $("translate"), error = $("error");
+  error.hidden = true;
+  button.disabled = true;
+  button.textContent = "Translating…";
+  try {
+    const resp = await fetch("/api/translate", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ text: $("text").value, beam: Number($("beam").value) }),
+    });
+    const body = await resp.json().catch(() => ({ detail: `HTTP ${resp.status}` }));
+    if (!resp.ok) throw new Error(typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail));
+    show(body);
+  } catch (err) {
+    error.textContent = err.message || String(err);
+    error.hidden = false;
+  } finally {
+    button.disabled = false;
+    button.textContent = "Translate";
+  }
+}
+
+function show(data) {
+  S.data = data;
+  const A = data.attention;
+  const layers = A.cross.length, heads = layers ? A.cross[0].length : 0;
+  S.layer = Math.min(S.layer, Math.max(0, layers - 1));
+  if (S.head !== "mean" && S.head >= heads) S.head = "mean";
+  fillSelect($("layer"), Array.from({ length: layers }, (_, i) => [i, `${i + 1} of ${layers}`]), S.layer);
+  fillSelect($("head"), [["mean", "mean over heads"], ...Array.from({ length: heads }, (_, h) => [h, `head ${h + 1}`])], S.head);
+  $("translation").textContent = data.translation || "(empty translation)";
+  $("meta").textContent = `${data.beam === 1 ? "greedy" : `beam ${data.beam}`} · ${data.src_tokens.length} source tokens → ` +
+    `${data.tgt_tokens.length} output tokens${data.finished ? "" : " (stopped at the length limit)"} · ${data.elapsed_ms} ms`;
+  $("enc-card").hidden = !A.encoder_self.length;
+  $("dec-card").hidden = !A.decoder_self.length;
+  const step = $("step");
+  step.max = Math.max(0, data.tgt_tokens.length - 1);
+  S.step = 0;
+  step.value = 0;
+  $("result").hidden = false;
+  renderMaps();
+}
+
+function fillSelect(sel, options, value) {
+  sel.innerHTML = "";
+  for (const [v, label] of options) el("option", { value: v }, sel, label);
+  sel.value = String(value);
+}
+
+// The selected layer's [q][k] matrix: one head, or the mean over heads.
+function pick(maps) {
+  if (!maps || !maps.length) return [];
+  const perHead = maps[S.layer];
+  if (S.head !== "mean") return perHead[S.head];
+  return perHead[0].map((row, q) => row.map((_, k) => perHead.reduce((s, h) => s + h[q][k], 0) / perHead.length));
+}
+
+$("layer").addEventListener("change", (e) => { S.layer = Number(e.target.value); renderMaps(); });
+$("head").addEventListener("change", (e) => { S.head = e.target.value === "mean" ? "mean" : Number(e.target.value); renderMaps(); });
+$("lines-kind").addEventListener("change", renderLines);
+$("step").addEventListener("input", (e) => setStep(Number(e.target.value)));
+$("prev").addEventListener("click", () => setStep(S.step - 1));
+$("next").addEventListener("click", () => setStep(S.step + 1));
+
+function setStep(s) {
+  if (!S.data) return;
+  S.step = Math.max(0, Math.min(S.data.tgt_tokens.length - 1, s));
+  $("step").value = S.step;
+  renderStep();
+}
+
+function renderMaps() {
+  const d = S.data, A = d.attention;
+  const who = { src: "source", out: "output", in: "decoder input" };
+  heatmap($("cross-heatmap"), pick(A.cross), d.tgt_tokens, d.src_tokens, [who.out, who.src], true);
+  if (A.encoder_self.length) heatmap($("enc-heatmap"), pick(A.encoder_self), d.src_tokens, d.src_tokens, [who.src, who.src], false);
+  if (A.decoder_self.length) heatmap($("dec-heatmap"), pick(A.decoder_self), d.tgt_tokens, d.tgt_input_tokens, [who.out, who.in], true);
+  renderLines();
+  renderStep();
+}
+
+// ───────────────────────── heatmap (SVG) ─────────────────────────
+// One <rect class="cell" data-row=q data-col=k data-weight=w> per (query, key) pair.
+function heatmap(box, M, rowLabels, colLabels, names, stepRows) {
+  box.innerHTML = "";
+  const rows = M.length, cols = rows ? M[0].length : colLabels.length;
+  const cell = Math.max(18, Math.min(40, Math.floor(400 / Math.max(rows, cols, 1))));
+  const numbers = cell >= 30;  // print the weights inside cells when they fit
+  const cw = 7.3;  // approximate glyph width of the 12px monospace labels
+  const rowText = Math.max(...rowLabels.map((l) => short(l).length), 1) * cw;
+  const colText = Math.max(...colLabels.map((l) => short(l).length), 1) * cw;
+  const sin = Math.sin(Math.PI * 55 / 180), cos = Math.cos(Math.PI * 55 / 180);
+  const left = rowText + 12, top = colText * sin + 14;
+  const W = Math.ceil(left + cols * cell + Math.max(8, colText * cos - cell / 2)), H = Math.ceil(top + rows * cell + 4);
+  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
+    "aria-label": `${names[0]} × ${names[1]} attention, ${rows} by ${cols}` }, box);
+  rowLabels.forEach((t, i) => el("svg:text", { x: left - 6, y: top + i * cell + cell / 2 + 4, "text-anchor": "end",
+    "data-row": i, class: "rlabel" }, svg, short(t)));
+  colLabels.forEach((t, j) => el("svg:text", { transform: `translate(${left + j * cell + cell / 2 + 4},${top - 6}) rotate(-55)`,
+    "data-col": j, class: "clabel" }, svg, short(t)));
+  const g = el("svg:g", {}, svg);
+  M.forEach((row, i) => row.forEach((w, j) => {
+    el("svg:rect", { x: left + j * cell, y: top + i * cell, width: cell, height: cell, fill: color(w),
+      class: "cell", "data-row": i, "data-col": j, "data-weight": fmt(w) }, g);
+    if (numbers && w >= 0.005) {
+      el("svg:text", { x: left + j * cell + cell / 2, y: top + i * cell + cell / 2 + 3.5, "text-anchor": "middle",
+        class: "num", style: `fill:${inkFor(w)}` }, g, w.toFixed(2).replace(/^0/, ""));
+    }
+  }));
+  if (stepRows && rows) {
+    el("svg:rect", { x: left - 1, y: top + S.step * cell - 1, width: cols * cell + 2, height: cell + 2, class: "row-outline" }, svg);
+  }
+  const label = (sel, idx) => svg.querySelector(`${sel}[data-${sel === ".rlabel" ? "row" : "col"}="${idx}"]`);
+  let lit = [];
+  const hover = (e) => {
+    const c = e.target.closest("rect.cell");
+    lit.forEach((n) => n.classList.remove("on"));
+    if (!c) { hideTip(); lit = []; return; }
+    const i = Number(c.dataset.row), j = Number(c.dataset.col);
+    lit = [label(".rlabel", i), label(".clabel", j)].filter(Boolean);
+    lit.forEach((n) => n.classList.add("on"));
+    showTip(`${names[0]} <b>${esc(rowLabels[i])}</b> (#${i + 1})<br>→ ${names[1]} <b>${esc(colLabels[j])}</b> (#${j + 1})` +
+      `<br>weight <b>${c.dataset.weight}</b>`, e.clientX, e.clientY);
+  };
+  svg.addEventListener("mousemove", hover);
+  svg.addEventListener("mouseleave", () => { hideTip(); lit.forEach((n) => n.classList.remove("on")); });
+  svg.addEventListener("click", (e) => {
+    hover(e);
+    const c = e.target.closest("rect.cell");
+    if (c && stepRows) setStep(Number(c.dataset.row));  // clicking a row steps the decoder there
+  });
+}
+
+// ───────────────────────── lines view (bertviz-like head view) ─────────────────────────
+function renderLines() {
+  const d = S.data;
+  if (!d) return;
+  const kind = $("lines-kind").value, A = d.attention;
+  const box = $("lines");
+  box.innerHTML = "";
+  if (!A[kind] || !A[kind].length) { box.textContent = "this model has no such attention"; return; }
+  const M = pick(A[kind]);
+  const [qs, ks] = kind === "cross" ? [d.tgt_tokens, d.src_tokens]
+    : kind === "encoder_self" ? [d.src_tokens, d.src_tokens] : [d.tgt_tokens, d.tgt_input_tokens];
+  const rowH = 26, colW = Math.max(...qs.concat(ks).map((t) => short(t).length), 3) * 7.3 + 8, gap = 200;
+  const W = Math.ceil(colW * 2 + gap + 8), H = Math.max(qs.length, ks.length) * rowH + 26;
+  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "attention lines" }, box);
+  el("svg:text", { x: colW, y: 12, "text-anchor": "end", class: "muted" }, svg, kind === "encoder_self" ? "source" : "output");
+  el("svg:text", { x: colW + gap, y: 12, class: "muted" }, svg, kind === "decoder_self" ? "decoder input" : "source");
+  const y = (i) => 26 + i * rowH + rowH / 2;
+  const linesG = el("svg:g", {}, svg);
+  const focus = kind === "encoder_self" ? null : S.step;
+  M.forEach((row, i) => row.forEach((w, j) => {
+    if (w < 0.005) return;
+    const hot = focus === null || i === focus;
+    el("svg:line", { x1: colW + 4, y1: y(i), x2: colW + gap - 4, y2: y(j), stroke: hot ? "#1f5fd6" : "#8a94a8",
+      "stroke-width": hot ? 2.5 : 1.5, "stroke-opacity": (hot ? 1 : 0.25) * w, "data-row": i, "data-col": j }, linesG);
+  }));
+  const qText = qs.map((t, i) => el("svg:text", { x: colW, y: y(i) + 4, "text-anchor": "end", "data-row": i,
+    class: i === focus ? "on" : "" }, svg, short(t)));
+  ks.forEach((t, j) => el("svg:text", { x: colW + gap, y: y(j) + 4, "data-col": j }, svg, short(t)));
+  // Hovering a query shows only its lines, like bertviz.
+  qText.forEach((node, i) => {
+    node.addEventListener("mouseenter", () => linesG.querySelectorAll("line").forEach((l) => {
+      l.style.display = Number(l.dataset.row) === i ? "" : "none";
+    }));
+    node.addEventListener("mouseleave", () => linesG.querySelectorAll("line").forEach((l) => { l.style.display = ""; }));
+    if (kind !== "encoder_self") node.addEventListener("click", () => setStep(i));
+  });
+}
+
+// ───────────────────────── step-through ─────────────────────────
+function renderStep() {
+  const d = S.data;
+  if (!d) return;
+  const s = S.step, M = pick(d.attention.cross), w = M[s] || [];
+  const produced = d.tgt_tokens[s];
+  let best = 0;
+  w.forEach((x, j) => { if (x > w[best]) best = j; });
+  $("step-label").innerHTML = `step <b>${s + 1}</b> of ${d.tgt_tokens.length}: the decoder read ` +
+    `<b>${esc(d.tgt_input_tokens[s])}</b> and produced <b>${esc(produced)}</b>` +
+    (w.length ? `, attending most to <b>${esc(d.src_tokens[best])}</b> (${fmt(w[best])})` : "");
+  const src = $("step-source");
+  src.innerHTML = "";
+  d.src_tokens.forEach((t, j) => {
+    const x = w[j] || 0;
+    el("span", { class: "tok" + (isSpecial(t) ? " special" : ""), title: `weight ${fmt(x)}`, "data-col": j,
+      style: `background:${color(x)};color:${inkFor(x)}` }, src, t);
+  });
+  const out = $("step-output");
+  out.innerHTML = "";
+  d.tgt_tokens.forEach((t, i) => {
+    const node = el("span", { class: "tok" + (i === s ? " current" : i > s ? " future" : "") + (isSpecial(t) ? " special" : ""),
+      "data-row": i }, out, t);
+    node.addEventListener("click", () => setStep(i));
+  });
+  // Move the row outlines to the current step without redrawing the maps.
+  document.querySelectorAll(".heatmap .row-outline").forEach((r) => {
+    const svg = r.ownerSVGElement, first = svg.querySelector("rect.cell");
+    if (first) r.setAttribute("y", Number(first.getAttribute("y")) + s * Number(first.getAttribute("height")) - 1);
+  });
+  if ($("lines-kind").value !== "encoder_self") renderLines();
+}
+
+// legend
+$("legend-bar").style.background = `linear-gradient(to right, ${[0, 0.25, 0.5, 0.75, 1].map(color).join(", ")})`;
+
+// ───────────────────────── Nadaraya–Watson playground ─────────────────────────
+// Training data as in the book: x ~ U(0, 5) sorted, y = 2 sin x + x^0.8 + N(0, 0.5²), from a seeded PRNG.
+function mulberry32(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const f = (x) => 2 * Math.sin(x) + Math.pow(x, 0.8);
+
+const KERNELS = {
+  gaussian: (u) => Math.exp(-u * u / 2),
+  boxcar: (u) => (Math.abs(u) < 1 ? 1 : 0),
+  epanechnikov: (u) => Math.max(0, 1 - u * u),
+  constant: () => 1,
+};
+
+const nw = {
+  query: 2.5, dragging: false, xs: [], ys: [],
+  data() {
+    const n = Math.max(5, Math.min(200, Number($("nw-n").value) || 50));
+    const rand = mulberry32(Number($("nw-seed").value) || 0);
+    const xs = Array.from({ length: n }, () => rand() * 5).sort((a, b) => a - b);
+    const ys = xs.map((x) => {
+      const u1 = Math.max(rand(), 1e-12), u2 = rand();  // Box–Muller
+      return f(x) + 0.5 * Math.sqrt(-2 * Math.log(u1)) * Math.cos(2 * Math.PI * u2);
+    });
+    this.xs = xs; this.ys = ys;
+  },
+  // Attention weights of one query over the training points (softmax of the kernel's log-scores).
+  weights(x) {
+    const sigma = Number($("bandwidth").value), k = KERNELS[$("kernel").value];
+    const raw = this.xs.map((xi) => k((x - xi) / sigma));
+    const total = raw.reduce((a, b) => a + b, 0);
+    return total > 0 ? raw.map((r) => r / total) : null;  // null: no point inside the window
+  },
+  predict(x) {
+    const w = this.weights(x);
+    return w ? w.reduce((s, wi, i) => s + wi * this.ys[i], 0) : null;
+  },
+  render() {
+    if ($("panel-nw").hidden) return;
+    $("bandwidth-value").textContent = Number($("bandwidth").value).toFixed(2);
+    this.plot();
+    this.heat();
+  },
+  plot() {
+    const box = $("nw-plot"), W = 640, H = 400, pad = { l: 36, r: 10, t: 10, b: 84 }, barH = 56;
+    box.innerHTML = "";
+    const ylo = Math.min(-1.5, ...this.ys) - 0.2, yhi = Math.max(5.5, ...this.ys) + 0.2;
+    const plotB = H - pad.b;
+    const sx = (x) => pad.l + (x / 5) * (W - pad.l - pad.r), sy = (y) => pad.t + (yhi - y) / (yhi - ylo) * (plotB - pad.t);
+    const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "kernel regression plot" }, box);
+    for (let y = Math.ceil(ylo); y <= yhi; y += 1) {
+      el("svg:line", { x1: pad.l, x2: W - pad.r, y1: sy(y), y2: sy(y), stroke: "#e6e9f0" }, svg);
+      el("svg:text", { x: pad.l - 6, y: sy(y) + 4, "text-anchor": "end" }, svg, String(y));
+    }
+    for (let x = 0; x <= 5; x++) el("svg:text", { x: sx(x), y: H - 4, "text-anchor": "middle" }, svg, String(x));
+    const path = (fn) => {
+      let d = "", pen = false;
+      for (let i = 0; i <= 250; i++) {
+        const x = (5 * i) / 250, y = fn(x);
+        if (y === null) { pen = false; continue; }
+        d += `${pen ? "L" : "M"}${sx(x).toFixed(1)},${sy(y).toFixed(1)}`;
+        pen = true;
+      }
+      return d;
+    };
+    el("svg:path", { d: path(f), fill: "none", stroke: "#8a94a8", "stroke-dasharray": "5 4", "stroke-width": 1.5 }, svg);
+    const w = this.weights(this.query) || this.xs.map(() => 0);
+    const wmax = Math.max(...w, 1e-9);
+    this.xs.forEach((x, i) => el("svg:circle", { cx: sx(x), cy: sy(this.ys[i]), r: 2.5 + 7 * Math.sqrt(w[i] / wmax),
+      fill: "#e8590c", "fill-opacity": 0.25 + 0.6 * (w[i] / wmax), stroke: "#b8430a", "stroke-width": 0.6 }, svg));
+    el("svg:path", { d: path((x) => this.predict(x)), fill: "none", stroke: "#1f5fd6", "stroke-width": 2.5 }, svg);
+    // The query: a vertical rule, its prediction, and its weights as bars along the bottom strip.
+    const qx = sx(this.query), yq = this.predict(this.query);
+    el("svg:line", { x1: qx, x2: qx, y1: pad.t, y2: plotB + barH, stroke: "#17213a", "stroke-dasharray": "3 3" }, svg);
+    if (yq !== null) el("svg:circle", { cx: qx, cy: sy(yq), r: 5.5, fill: "#1f5fd6", stroke: "#fff", "stroke-width": 2 }, svg);
+    const base = plotB + barH;
+    el("svg:line", { x1: pad.l, x2: W - pad.r, y1: base, y2: base, stroke: "#c8cfdc" }, svg);
+    el("svg:text", { x: pad.l - 6, y: plotB + 18, "text-anchor": "end" }, svg, "α");
+    this.xs.forEach((x, i) => {
+      const h = (barH - 14) * (w[i] / wmax);
+      if (h > 0.2) el("svg:rect", { x: sx(x) - 2, y: base - h, width: 4, height: h, fill: "#e8590c", "data-weight": fmt(w[i]) }, svg);
+    });
+    el("svg:text", { x: pad.l, y: plotB + 12 }, svg, `attention weights α(x=${this.query.toFixed(2)}, xᵢ), tallest ${fmt(wmax)}`);
+    $("nw-readout").textContent = `query x = ${this.query.toFixed(2)} → prediction ` +
+      (yq === null ? "undefined (no training point inside the window)" : `${yq.toFixed(3)} (true f(x) = ${f(this.query).toFixed(3)})`);
+    this.geom = { W, pad };
+  },
+  // Pointer x (client pixels) -> data x in [0, 5], through the SVG's current on-screen scale.
+  toX(e) {
+    const svg = $("nw-plot").querySelector("svg"), { W, pad } = this.geom;
+    const r = svg.getBoundingClientRect();
+    const px = ((e.clientX - r.left) / r.width) * W;
+    return Math.max(0, Math.min(5, ((px - pad.l) / (W - pad.l - pad.r)) * 5));
+  },
+  setQuery(x) {
+    this.query = x;
+    // Redraw on the next frame only: pointermove fires faster than the SVG needs to be rebuilt.
+    if (!this.pending) {
+      this.pending = true;
+      requestAnimationFrame(() => { this.pending = false; this.plot(); });
+    }
+  },
+  heat() {
+    const canvas = $("nw-heatmap"), n = this.xs.length, q = 100;
+    canvas.width = n; canvas.height = q;
+    const ctx = canvas.getContext("2d"), img = ctx.createImageData(n, q);
+    for (let r = 0; r < q; r++) {
+      const w = this.weights((5 * r) / (q - 1)) || new Array(n).fill(0);
+      const wmax = Math.max(...w, 1e-9);
+      w.forEach((wi, c) => {
+        const m = /rgb\((\d+),(\d+),(\d+)\)/.exec(color(wi / wmax));
+        const o = 4 * (r * n + c);
+        img.data[o] = +m[1]; img.data[o + 1] = +m[2]; img.data[o + 2] = +m[3]; img.data[o + 3] = 255;
+      });
+    }
+    ctx.putImageData(img, 0, 0);
+    canvas.title = "each row scaled to its largest weight";
+  },
+};
+
+["bandwidth", "kernel", "nw-n", "nw-seed"].forEach((id) => $(id).addEventListener("input", () => {
+  if (id === "nw-n" || id === "nw-seed") nw.data();
+  nw.render();
+}));
+// Listeners on the persistent container: the SVG inside is rebuilt on every redraw.
+const plotBox = $("nw-plot");
+plotBox.addEventListener("pointerdown", (e) => { nw.dragging = true; plotBox.setPointerCapture(e.pointerId); nw.setQuery(nw.toX(e)); });
+plotBox.addEventListener("pointermove", (e) => { if (nw.dragging) nw.setQuery(nw.toX(e)); });
+["pointerup", "pointercancel"].forEach((t) => plotBox.addEventListener(t, () => { nw.dragging = false; }));
+nw.data();

@@ -1,0 +1,106 @@
+"""The JSON API through FastAPI's in-process client: shapes, normalisation, every bad input -> 4xx."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+
+def _shape(x):
+    """Shape of a nested list, checking it is rectangular."""
+    if not isinstance(x, list):
+        return ()
+    inner = {_shape(e) for e in x}
+    assert len(inner) <= 1, "ragged nested list"
+    return (len(x), *(inner.pop() if inner else ()))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_translate_shapes_and_rows(client, translator, beam):
+    r = client.post("/api/translate", json={"text": "i'm home .", "beam": beam})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    N, H = translator.config["model"]["num_layers"], translator.config["model"]["num_heads"]
+    Ls, Lt = len(d["src_tokens"]), len(d["tgt_tokens"])
+    A = d["attention"]
+    assert _shape(A["encoder_self"]) == (N, H, Ls, Ls)
+    assert _shape(A["decoder_self"]) == (N, H, Lt, Lt)
+    assert _shape(A["cross"]) == (N, H, Lt, Ls)
+    assert d["src_tokens"][-1] == "<eos>" and d["tgt_input_tokens"][0] == "<bos>"
+    assert d["translation"] == translator.translate(["i'm home ."], beam=beam)[0]
+    for kind in A.values():
+        for layer in kind:
+            for head in layer:
+                for q, row in enumerate(head):
+                    assert abs(sum(row) - 1) < 1e-3 and min(row) >= 0
+    for layer in A["decoder_self"]:  # causal: nothing above the diagonal
+        for head in layer:
+            assert all(w == 0 for q, row in enumerate(head) for w in row[q + 1:])
+
+
+def test_unknown_word_shown_as_unk(client):
+    d = client.post("/api/translate", json={"text": "qwzx is here ."}).json()
+    assert d["src_tokens"][0] == "<unk>"
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"text": ""}, 422, "empty"),
+    ({"text": "   \t "}, 422, "empty"),
+    ({"text": "a" * 501}, 413, "500"),
+    ({"text": "go " * 40}, 422, "tokens"),
+    ({"text": 42}, 422, "text"),
+    ({"text": ["go ."]}, 422, "text"),
+    ({"text": "go .", "beam": 0}, 422, "beam"),
+    ({"text": "go .", "beam": 9}, 422, "beam"),
+    ({"text": "go .", "beam": "2"}, 422, "beam"),
+    ({"text": "go .", "beam": 1.5}, 422, "beam"),
+    ({"beam": 1}, 422, "text"),
+    ({"text": "go .", "extra": 1}, 422, "extra"),
+    (["go ."], 422, ""),
+])
+def test_bad_input_is_4xx_with_message(client, body, status, words):
+    r = client.post("/api/translate", json=body)
+    assert r.status_code == status, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, str) and words.lower() in detail.lower()
+
+
+def test_malformed_json(client):
+    r = client.post("/api/translate", content=b'{"text": "go .",', headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "not valid JSON" in r.json()["detail"]
+
+
+def test_unexpected_error_is_json_500(translator):
+    from fastapi.testclient import TestClient
+
+    from attnlab.serve import create_app
+
+    broken = copy.copy(translator)
+    broken.decode_ids = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded"))
+    with TestClient(create_app(broken), raise_server_exceptions=False) as c:
+        r = c.post("/api/translate", json={"text": "go ."})
+    assert r.status_code == 500 and "decoder exploded" in r.json()["detail"]
+
+
+def test_model_info_and_health(client, translator):
+    m = client.get("/api/model").json()
+    assert m["model_type"] == "transformer" and m["model"]["num_layers"] == translator.config["model"]["num_layers"]
+    assert m["src_vocab_size"] == len(translator.src_vocab) and m["tgt_vocab_size"] == len(translator.tgt_vocab)
+    assert "Tatoeba" in m["data_attribution"] and "CC-BY 2.0 (France)" in m["data_attribution"]
+    assert m["max_beam"] == 8 and m["max_chars"] == 500 and m["workers"] == 2
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_openapi_lists_routes(client):
+    spec = client.get("/openapi.json").json()
+    assert {"/api/translate", "/api/model", "/healthz"} <= set(spec["paths"])
+    req = spec["components"]["schemas"]["TranslateRequest"]["properties"]
+    assert req["beam"]["minimum"] == 1 and req["beam"]["maximum"] == 8
+
+
+def test_page_and_static_files(client):
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="cross-heatmap"' in page.text and "CC-BY 2.0" in page.text
+    for name in ("app.js", "style.css"):
+        assert client.get(f"/static/{name}").status_code == 200

@@ -1,0 +1,147 @@
+"""The page in a real headless Chromium against a real `attnlab serve`: translate, heatmaps, hover,
+step-through, the Nadaraya–Watson tab, and no horizontal overflow at laptop and phone widths.
+
+Needs Debian's chromium + chromium-driver (CI's .ci/run installs them). Screenshots go to the test's
+tmp dir; with ATTNLAB_UPDATE_SCREENSHOT=1 the laptop one is also copied to docs/explorer.png."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+DOCS_PNG = Path(__file__).resolve().parents[2] / "docs" / "explorer.png"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not (CHROMIUM.exists() and DRIVER.exists()),
+                       reason="needs /usr/bin/chromium and /usr/bin/chromedriver "
+                              "(apt-get install chromium chromium-driver; CI's .ci/run installs them)"),
+]
+
+# Elements that extend past the viewport's right edge (ignoring hidden ones): the overflow check.
+OVERFLOW_JS = """
+const vw = document.documentElement.clientWidth, out = [];
+for (const e of document.querySelectorAll('body *')) {
+  const r = e.getBoundingClientRect();
+  if (r.width > 0 && r.height > 0 && r.right > vw + 1 && e.id !== 'tooltip')
+    out.push((e.id ? '#' + e.id : e.tagName.toLowerCase() + '.' + e.className) + ' right=' + Math.round(r.right));
+}
+return {vw, scroll: document.documentElement.scrollWidth, out: out.slice(0, 10)};
+"""
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                 "--hide-scrollbars", f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        opts.add_argument(flag)
+    d = webdriver.Chrome(service=Service(str(DRIVER)), options=opts)
+    yield d
+    d.quit()
+
+
+def _viewport(driver, width, height, mobile=False):
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+
+
+def _no_overflow(driver, where):
+    res = driver.execute_script(OVERFLOW_JS)
+    assert res["scroll"] <= res["vw"] and not res["out"], f"horizontal overflow at {where}: {res}"
+
+
+def test_page_end_to_end(driver, server, translator, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, 60)
+    _viewport(driver, 1280, 1440)
+    driver.get(server + "/")
+    assert "CC-BY 2.0 (France)" in driver.find_element(By.ID, "attribution").text
+    wait.until(lambda d: "transformer" in d.find_element(By.ID, "model-info").text)
+
+    text = "i'm home ."
+    box = driver.find_element(By.ID, "text")
+    box.clear()
+    box.send_keys(text)
+    driver.find_element(By.ID, "translate").click()
+    wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#cross-heatmap rect.cell")))
+
+    expected = translator.translate([text])[0]
+    assert driver.find_element(By.ID, "translation").text == expected
+    exp_tokens = translator.translate_tokens([text])[0]
+    Lt, Ls = len(exp_tokens.tgt_tokens) + 1, len(exp_tokens.src_tokens)  # + the <eos> row
+    cells = driver.find_elements(By.CSS_SELECTOR, "#cross-heatmap rect.cell")
+    assert len(cells) == Lt * Ls
+    assert {(c.get_attribute("data-row"), c.get_attribute("data-col")) for c in cells} == \
+        {(str(i), str(j)) for i in range(Lt) for j in range(Ls)}
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#enc-heatmap rect.cell")) == Ls * Ls
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#dec-heatmap rect.cell")) == Lt * Lt
+    assert driver.find_elements(By.CSS_SELECTOR, "#lines line")
+
+    # Hover a cell: the tooltip names both tokens and the weight.
+    cell = driver.find_element(By.CSS_SELECTOR, '#cross-heatmap rect.cell[data-row="0"][data-col="0"]')
+    ActionChains(driver).move_to_element(cell).perform()
+    tip = driver.find_element(By.ID, "tooltip")
+    wait.until(lambda d: tip.is_displayed())
+    assert exp_tokens.src_tokens[0] in tip.text and cell.get_attribute("data-weight") in tip.text
+
+    # Step through the decoding, and pick one head instead of the mean.
+    label = driver.find_element(By.ID, "step-label")
+    assert label.text.startswith("step 1 of")
+    driver.find_element(By.ID, "next").click()
+    assert label.text.startswith("step 2 of")
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#step-source .tok")) == Ls
+    driver.find_element(By.CSS_SELECTOR, '#head option[value="1"]').click()
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#cross-heatmap rect.cell")) == Lt * Ls
+    _no_overflow(driver, "1280 px")
+    driver.execute_script("document.activeElement.blur()")
+    shot = tmp_path / "explorer-laptop.png"
+    driver.save_screenshot(str(shot))
+
+    # Bad input shows the server's message, not a crash.
+    box.clear()
+    driver.find_element(By.ID, "translate").click()
+    err = driver.find_element(By.ID, "error")
+    wait.until(lambda d: err.is_displayed())
+    assert "empty" in err.text
+
+    # Phone width: nothing sticks out to the right.
+    _viewport(driver, 390, 844, mobile=True)
+    driver.execute_script("window.scrollTo(0, 0)")
+    _no_overflow(driver, "390 px, translator")
+    driver.save_screenshot(str(tmp_path / "explorer-phone.png"))
+
+    # Nadaraya–Watson tab: 50 seeded points, the curve follows the bandwidth slider and the click.
+    driver.find_element(By.ID, "tab-nw").click()
+    wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#nw-plot svg")))
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#nw-plot circle")) >= 50
+    readout = driver.find_element(By.ID, "nw-readout").text
+    before = driver.find_element(By.ID, "nw-readout").text
+    driver.execute_script("const s = document.getElementById('bandwidth'); s.value = 0.1;"
+                          "s.dispatchEvent(new Event('input'));")
+    assert driver.find_element(By.ID, "nw-readout").text != before
+    plot = driver.find_element(By.CSS_SELECTOR, "#nw-plot svg")
+    ActionChains(driver).move_to_element_with_offset(plot, plot.size["width"] // 4, 0).click().perform()
+    wait.until(lambda d: d.find_element(By.ID, "nw-readout").text != readout)
+    _no_overflow(driver, "390 px, Nadaraya–Watson")
+    _viewport(driver, 1280, 900)
+    _no_overflow(driver, "1280 px, Nadaraya–Watson")
+    driver.save_screenshot(str(tmp_path / "explorer-nw.png"))
+
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("ATTNLAB_UPDATE_SCREENSHOT") == "1":
+        DOCS_PNG.parent.mkdir(exist_ok=True)
+        shutil.copy(shot, DOCS_PNG)
