@@ -55,12 +55,15 @@ def _grid(maps: dict, prefix: str, suffix: str) -> torch.Tensor:
     return torch.cat([maps[n] for n in names], dim=0)
 
 
-def run(args) -> int:
-    from attnlab.viz import save_figure, show_heatmaps
+def attention_figures(translator, sentence: str, truncate: bool = False):
+    """Translate `sentence` and draw its attention: (translation, [(name, Figure), ...]).
 
-    translator = open_translator(args)
-    result, maps = attention_maps(translator, args.sentence, args.truncate)
-    out_dir = Path(args.out) if args.out else Path(args.checkpoint) / "attention"
+    Transformer: encoder self-, decoder self- and encoder–decoder attention as layer x head grids;
+    Bahdanau: the decoder's additive attention over the source. Used by this command and the demo.
+    """
+    from attnlab.viz import show_heatmaps
+
+    result, maps = attention_maps(translator, sentence, truncate)
     src_tokens = result.src_tokens
     produced = result.tgt_tokens + ["<eos>"]            # what each decoder query predicted
     dec_inputs = ["<bos>"] + result.tgt_tokens          # the decoder's own keys
@@ -83,6 +86,15 @@ def run(args) -> int:
         fig = show_heatmaps(w, "source keys", "output queries", figsize=(4, 4), xticklabels=src_tokens,
                             yticklabels=produced)
         figures.append(("decoder_attention", fig))
+    return result, figures
+
+
+def run(args) -> int:
+    from attnlab.viz import save_figure
+
+    translator = open_translator(args)
+    result, figures = attention_figures(translator, args.sentence, args.truncate)
+    out_dir = Path(args.out) if args.out else Path(args.checkpoint) / "attention"
     print(f"{args.sentence} => {result.text}")
     for name, fig in figures:
         for path in save_figure(fig, out_dir / name, formats=args.format):
