@@ -1,0 +1,68 @@
+"""`attnlab demo --scale tiny`: every step of the real demo, with tiny models."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from attnlab.cli import main
+
+DATA = os.environ.get("ATTNLAB_DATA")
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "runs" / "demo"
+    code = main(["demo", "--scale", "tiny", "--out", str(out)])
+    return code, out
+
+
+def test_demo_writes_a_report_linking_every_figure(demo_run, capsys):
+    code, out = demo_run
+    assert code == 0
+    html = (out / "report.html").read_text()
+    srcs = re.findall(r'<img[^>]+src="([^"]+)"', html)
+    assert len(srcs) >= 10  # chapter figures, loss curves, attention maps
+    for src in srcs:
+        f = out / src
+        assert f.is_file() and f.stat().st_size > 0, src
+    for name in ("predictions", "attention_parametric", "pe_heatmap", "scaling", "bahdanau_loss",
+                 "transformer_encoder_self_attention", "encoder_decoder_attention", "bahdanau_decoder_attention"):
+        assert any(name in s for s in srcs), name
+    for text in ("four sentences", "BLEU", "CC-BY"):
+        assert text in html
+    assert not list(out.glob(".*.tmp"))  # no half-written report or run left behind
+
+
+def test_demo_saves_the_transformer_where_translate_finds_it(demo_run, capsys):
+    _, out = demo_run
+    for name in ("config.json", "model.safetensors", "src_vocab.json", "tgt_vocab.json"):
+        assert (out / "transformer" / name).is_file()
+    assert main(["translate", "--checkpoint", str(out / "transformer"), "go ."]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1  # one translation line (a tiny model may say little)
+
+
+def test_demo_refuses_an_unwritable_folder_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["demo", "--scale", "tiny", "--out", str(blocker / "demo")]) == 2
+    err = capsys.readouterr().err
+    assert "demo" in err and str(blocker) in err
+    assert not (blocker.parent / "demo").exists()
+
+
+def test_demo_falls_back_to_the_shipped_sample_when_offline(monkeypatch, tmp_path):
+    from attnlab.commands import demo
+
+    monkeypatch.delenv("ATTNLAB_DATA", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def offline(*args, **kwargs):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr("attnlab.data.corpus.download_fra_eng", offline)
+    path, note = demo.find_data(None)
+    assert path.name == "fra-eng-sample.txt" and "sample" in note and "NOTE" in note
+    with pytest.raises(FileNotFoundError):
+        demo.find_data(str(tmp_path / "missing.zip"))  # an explicit --data is never replaced
