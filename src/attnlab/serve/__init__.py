@@ -2,6 +2,6 @@
 and the static page in `static/`. Start it with `attnlab serve`."""
 
 from .app import ATTRIBUTION, create_app
-from .explain import Explanation, InputError, TextTooLong, explain
+from attnlab.explain import Explanation, InputError, TextTooLong, explain
 
 __all__ = ["ATTRIBUTION", "Explanation", "InputError", "TextTooLong", "create_app", "explain"]

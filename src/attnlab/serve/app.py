@@ -27,7 +27,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
-from .explain import MAX_CHARS, InputError, TextTooLong, explain
+from attnlab.explain import MAX_CHARS, InputError, TextTooLong, explain
 
 MAX_BEAM = 8
 ATTRIBUTION = "English–French sentence pairs from the Tatoeba project via manythings.org/anki, CC-BY 2.0 (France)"

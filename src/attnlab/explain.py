@@ -1,4 +1,5 @@
-"""Translate one sentence and return every attention map the model used for it.
+"""Translate one sentence and return every attention map the model used for it (for `attnlab
+attention`, the demo's figures and the explorer).
 
     exp = explain(translator, "i'm home .", beam=1)
     exp.cross.shape        # (N, H, Lt, Ls): layers, heads, produced tokens, source tokens
@@ -12,6 +13,7 @@ per-step weights recorded from cached decoding), so one pass yields the maps of 
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -70,8 +72,11 @@ def _rounded(w: Tensor, decimals: int) -> list:
     return (w.double() * scale).round().div(scale).tolist()
 
 
-def check_text(translator, text: str, max_chars: int = MAX_CHARS) -> list[int]:
-    """Source ids (no <eos>) of `text`, or InputError saying what is wrong with it."""
+def check_text(translator, text: str, max_chars: int = MAX_CHARS, truncate: bool = False) -> list[int]:
+    """Source ids (no <eos>) of `text`, or InputError saying what is wrong with it.
+
+    truncate: cut a sentence longer than the model's max_len (with a warning) instead of refusing it.
+    """
     if not isinstance(text, str):
         raise InputError(f"text must be a string, got {type(text).__name__}")
     if not text.strip():
@@ -82,6 +87,10 @@ def check_text(translator, text: str, max_chars: int = MAX_CHARS) -> list[int]:
     if not ids:
         raise InputError(f"{text[:60]!r} has no tokens after preprocessing; type some English words")
     if translator.max_len is not None and len(ids) + 1 > translator.max_len:
+        if truncate:
+            warnings.warn(f"truncating a {len(ids)}-token sentence to the model's max_len {translator.max_len}",
+                          stacklevel=3)
+            return ids[: translator.max_len - 1]
         raise InputError(f"the sentence has {len(ids)} tokens (+1 <eos>) but this model takes at most "
                          f"{translator.max_len} (its max_len); shorten it")
     return ids
@@ -109,7 +118,8 @@ def _group(rec) -> dict[str, Tensor]:
             else torch.empty(0) for kind, ws in kinds.items()}
 
 
-def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS) -> Explanation:
+def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS,
+            truncate: bool = False) -> Explanation:
     """Translate `text` (greedy for beam=1, else beam search) and record every attention map.
 
     Raises InputError (a ValueError) for text that is empty, too long or untokenizable, and for a
@@ -117,7 +127,7 @@ def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS) ->
     """
     if not isinstance(beam, int) or beam < 1:
         raise InputError(f"beam must be a positive integer, got {beam!r}")
-    ids = check_text(translator, text, max_chars)
+    ids = check_text(translator, text, max_chars, truncate)
     src_vocab, tgt_vocab, model, device = translator.src_vocab, translator.tgt_vocab, translator.model, translator.device
     with torch.inference_mode():
         (out,) = translator.decode_ids([ids], beam=beam)
