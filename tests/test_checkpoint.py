@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import warnings
 
 import pytest
 import torch
 
 from attnlab import checkpoint as ckpt
-from train_helpers import needs_data, one_thread, tiny_run  # noqa: F401 (fixture)
+from train_helpers import needs_data, tiny_run
 
 pytestmark = [needs_data, pytest.mark.usefixtures("one_thread")]
 

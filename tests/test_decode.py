@@ -15,12 +15,7 @@ from attnlab.models import BahdanauConfig, EncoderDecoder, Transformer, Transfor
 PAD, BOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def transformer(tgt_vocab=11, **kw):

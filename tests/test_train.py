@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.train import TrainConfig, learning_rate, masked_cross_entropy, sequence_loss
-from train_helpers import DATA, SUBPROCESS_ENV, needs_data, one_thread, tiny_run  # noqa: F401 (fixture)
+from train_helpers import DATA, SUBPROCESS_ENV, needs_data, tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -12,18 +12,6 @@ needs_data = pytest.mark.skipif(not DATA or not Path(DATA).is_file(),
                                 reason="set ATTNLAB_DATA to the fra-eng.zip corpus to run training tests")
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    """One torch thread: on a shared 2-core machine, two OpenMP threads fighting other processes
-    make tiny models ~9x slower (measured: greedy decode 4.6 s vs 0.5 s)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # Subprocesses (`python -m attnlab train ...`) get the same through the environment.
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", **({"ATTNLAB_DATA": DATA} if DATA else {})}
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from attnlab._io import atomic_path
+
 import torch
 from torch import Tensor, nn
 
@@ -39,18 +41,8 @@ DEFAULT_RUN = Path("runs") / "demo" / "transformer"
 # --------------------------------------------------------------------------- atomic files
 def _atomic_write(path: Path, write) -> None:
     """Call write(tmp_path) on a temp file beside `path`, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnlab._io import atomic_write_text
+
 __all__ = ["Section", "write_report", "format_table", "format_cell", "prepare_output_dir",
            "ATTRIBUTION"]
 
@@ -163,14 +165,5 @@ def write_report(path: str | os.PathLike, sections: Sequence[Section], *,
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = render_report(sections, path.parent, title, embed)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, text)
     return path

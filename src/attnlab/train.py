@@ -19,7 +19,6 @@ Only rank 0 writes logs, checkpoints and the progress bar.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import random

@@ -8,9 +8,10 @@ or a test. Save with `save_figure` (atomic) or `fig.savefig`.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from attnlab._io import atomic_path
 
 import numpy as np
 from matplotlib import colormaps
@@ -217,17 +218,8 @@ def save_figure(fig: Figure, path: str | os.PathLike, formats: Sequence[str] = (
         targets = [(path.with_name(f"{path.name}.{f}"), f) for f in formats]
     written = []
     for target, fmt in targets:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fig.savefig(fh, format=fmt, dpi=dpi)
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600
-            os.replace(tmp, target)
-        except BaseException:
-            # Also on Ctrl-C: remove the half-written temp file, leave any previous image intact.
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        # Atomic, also on Ctrl-C: a previous image stays intact until the new one is complete.
+        with atomic_path(target) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=dpi)
         written.append(target)
     return written

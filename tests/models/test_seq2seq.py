@@ -14,13 +14,7 @@ from attnlab.models import (BahdanauConfig, EncoderDecoder, Seq2SeqAttentionDeco
 PAD, BOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # See tests/models/test_transformer.py: two threads per tiny model thrash a shared 2-core machine.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(dropout=0.0, **kw) -> EncoderDecoder:

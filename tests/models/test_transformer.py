@@ -16,14 +16,7 @@ from attnlab.models import CONFIGS, Transformer, TransformerConfig, build_model
 PAD, BOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two threads per
-    # process spin against each other (measured: 15x slower per training step under load).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(**kw) -> Transformer:

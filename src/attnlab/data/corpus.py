@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 import warnings
@@ -24,6 +23,8 @@ import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+
+from attnlab._io import atomic_path
 
 DATA_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
 # Our shared copy (sha256) and the copy the book's code downloads (sha1): packed differently, same data.
@@ -73,10 +74,9 @@ def download_fra_eng(dest: str | os.PathLike | None = None, url: str | None = No
     dest = Path(dest) if dest is not None else cache_dir() / CACHE_FILE_NAME
     url = url or DATA_URL
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     sha256, sha1 = hashlib.sha256(), hashlib.sha1()
-    try:
-        with os.fdopen(fd, "wb") as out, urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:
+    with atomic_path(dest, suffix=".part") as tmp:  # renamed into place only if the checksum matches
+        with open(tmp, "wb") as out, urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:
             total = int(resp.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=f"downloading {dest.name}",
                       disable=not progress) as bar:
@@ -91,13 +91,6 @@ def download_fra_eng(dest: str | os.PathLike | None = None, url: str | None = No
                 f"checksum mismatch for {url}: got sha256 {sha256.hexdigest()} / sha1 {sha1.hexdigest()}, "
                 f"expected sha256 in {sorted(KNOWN_CHECKSUMS['sha256'])} or sha1 in "
                 f"{sorted(KNOWN_CHECKSUMS['sha1'])}; nothing was saved. Try again later, or {_FIXES}")
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
     return dest
 
 

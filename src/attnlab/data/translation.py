@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ._io import atomic_write_bytes
+from attnlab._io import atomic_write_bytes
 from .corpus import cache_dir, file_sha256, parse_pairs, read_text, resolve_data_path
 from .text import preprocess
 from .vocab import SubwordVocab, Vocab

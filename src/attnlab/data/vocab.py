@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from ._io import atomic_write_text
+from attnlab._io import atomic_write_text
 from .text import detokenize, preprocess, tokenize
 
 UNK = "<unk>"
