@@ -51,7 +51,7 @@ def test_load_translator_round_trip(run_dir):
     for k, v in final.items():
         assert torch.equal(state[k], v) and torch.equal(last[k], v), k
     assert len(t.src_vocab) == t.config["model"]["src_vocab_size"]
-    assert t.max_len == 9  # data max_len 8 words + <eos>
+    assert t.max_len == 16  # the tiny preset's position limit (sinusoidal: not the training length)
     out = t.translate(["go .", "i'm home ."])
     assert len(out) == 2 and all(isinstance(s, str) for s in out)
     assert t.translate(["go ."], beam=2)[0] == t.translate(["go ."], beam=2)[0]
@@ -67,7 +67,7 @@ def test_translator_input_errors(run_dir):
             t.translate([bad])
     with pytest.raises(ValueError, match="list of sentences"):
         t.translate("go .")
-    long = "i am a very long sentence that goes on ."
+    long = "i am a very long sentence that goes on and on and on and on and on and on ."  # 20 tokens
     with pytest.raises(ValueError, match="max_len"):
         t.translate([long])
     with pytest.warns(UserWarning, match="truncating"):

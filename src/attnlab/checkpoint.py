@@ -251,7 +251,9 @@ class Translator:
         model, src_vocab, tgt_vocab: what `load_translator` reads from a run folder.
         config: the run's config.json contents.
         max_len: longest source (tokens, <eos> included) accepted; None = no limit.
-        max_output_len: longest translation, in tokens; default 2 * max_len + 10, or 200 without max_len.
+        max_output_len: hard cap on a translation's length in tokens (default 200); within it a
+            sentence of S source tokens may produce at most 2 * S + 10 (fairseq's max_len_a/b), so an
+            undertrained model that never says <eos> still stops soon.
     """
 
     def __init__(self, model: nn.Module, src_vocab, tgt_vocab, config: dict | None = None, device="cpu",
@@ -261,7 +263,11 @@ class Translator:
         self.config = config or {}
         self.device = torch.device(device)
         self.max_len = max_len
-        self.max_output_len = max_output_len or (2 * max_len + 10 if max_len else 200)
+        self.max_output_len = max_output_len or 200
+
+    def output_limit(self, src_len: int) -> int:
+        """Most tokens decoded for a source of `src_len` tokens (<eos> included)."""
+        return min(self.max_output_len, 2 * src_len + 10)
 
     def _encode(self, sentences: Sequence[str], truncate: bool) -> list[list[int]]:
         if isinstance(sentences, str):
@@ -308,9 +314,9 @@ class Translator:
             lens = torch.tensor([len(s) for s in seqs], device=self.device)
             tgt = self.tgt_vocab
             if beam == 1:
-                hyps = greedy(self.model, src, lens, tgt.bos, tgt.eos, self.max_output_len)
+                hyps = greedy(self.model, src, lens, tgt.bos, tgt.eos, self.output_limit(S))
             else:
-                hyps = beam_search(self.model, src, lens, tgt.bos, tgt.eos, beam=beam, max_len=self.max_output_len)
+                hyps = beam_search(self.model, src, lens, tgt.bos, tgt.eos, beam=beam, max_len=self.output_limit(S))
             for i, h in zip(idx, hyps):
                 results[i] = h
         return results
@@ -329,16 +335,16 @@ class Translator:
 
 
 def _model_max_len(cfg: dict) -> int | None:
-    """Longest source the model accepts: the learned position table's size, else the training data's
-    fixed length (the book's num_steps) or length filter (+1 for <eos>), else no limit."""
-    model, data = cfg.get("model", {}), cfg.get("data", {})
+    """Longest source (tokens, <eos> included) the model accepts: the size of a learned position
+    table, the book's fixed sequence length (`num_steps`) for runs trained that way, else the
+    Transformer's `max_len`. Sinusoidal positions extend to any length, so sentences longer than the
+    training ones are accepted (quality falls off gradually, which the explorer lets you watch);
+    an RNN (Bahdanau) without fixed lengths has no limit (None)."""
+    model, train = cfg.get("model", {}), cfg.get("train", {})
     if model.get("learned_positions"):
         return int(model["max_len"])
-    train = cfg.get("train", {})
     if train.get("num_steps"):
         return int(train["num_steps"])
-    if data.get("max_len"):
-        return int(data["max_len"]) + 1
     return model.get("max_len")
 
 

@@ -131,9 +131,9 @@ def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS,
     src_vocab, tgt_vocab, model, device = translator.src_vocab, translator.tgt_vocab, translator.model, translator.device
     with torch.inference_mode():
         (out,) = translator.decode_ids([ids], beam=beam)
-        # A decode that hit max_output_len stopped without <eos>: its last token has no query that
+        # A decode that hit the output limit stopped without <eos>: its last token has no query that
         # produced <eos>, so the forward takes one input fewer and no <eos> row is shown.
-        finished = len(out) < translator.max_output_len
+        finished = len(out) < translator.output_limit(len(ids) + 1)
         dec_in = [tgt_vocab.bos] + (out if finished else out[:-1])
         src = torch.tensor([ids + [src_vocab.eos]], dtype=torch.long, device=device)      # (1, Ls)
         tgt = torch.tensor([dec_in], dtype=torch.long, device=device)                     # (1, Lt)

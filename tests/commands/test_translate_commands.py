@@ -54,9 +54,9 @@ def test_translate_from_args_and_stdin(run_dir, capsys, monkeypatch):
 def test_translate_errors(run_dir, tmp_path, capsys):
     assert main(["translate", "--checkpoint", str(tmp_path / "none"), "go ."]) == 2
     assert "attnlab demo" in capsys.readouterr().err
-    assert main(["translate", "--checkpoint", str(run_dir), "a b c d e f g h i j k"]) == 2
+    assert main(["translate", "--checkpoint", str(run_dir), " ".join("abcdefghijklmnopqrst")]) == 2
     assert "max_len" in capsys.readouterr().err
-    assert main(["translate", "--checkpoint", str(run_dir), "--truncate", "a b c d e f g h i j k"]) == 0
+    assert main(["translate", "--checkpoint", str(run_dir), "--truncate", " ".join("abcdefghijklmnopqrst")]) == 0
 
 
 def test_evaluate_prints_bleu_chrf_and_speed(run_dir, capsys):

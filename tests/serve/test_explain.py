@@ -44,7 +44,8 @@ def test_equals_cached_step_by_step_decoding(translator):
     model, sv, tv = translator.model, translator.src_vocab, translator.tgt_vocab
     src = torch.tensor([sv.encode(text) + [sv.eos]])
     with torch.no_grad(), record_attention(model) as rec:
-        (out,) = greedy(model, src, torch.tensor([src.shape[1]]), tv.bos, tv.eos, translator.max_output_len)
+        (out,) = greedy(model, src, torch.tensor([src.shape[1]]), tv.bos, tv.eos,
+                       translator.output_limit(src.shape[1]))
     assert tv.to_tokens(out) + ["<eos>"] == exp.tgt_tokens
     steps = len(rec.weights["decoder.blocks.0.cross_attention"])
     assert steps == len(exp.tgt_tokens) >= 2  # one recorded call per decoding step
@@ -73,7 +74,7 @@ def test_unknown_words_are_unk(translator):
 
 
 def test_length_limit_without_eos(translator):
-    """A decode cut at max_output_len has no <eos> row: one map row per produced token."""
+    """A decode cut at the output limit has no <eos> row: one map row per produced token."""
     short = copy.copy(translator)
     short.max_output_len = 1
     exp = explain(short, "i'm home .")
