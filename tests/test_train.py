@@ -208,3 +208,24 @@ def test_ddp_two_processes_equal_one_process_over_the_combined_batches(tmp_path)
         return [e["loss"] for e in map(json.loads, lines) if e["event"] == "train"]
     assert len(losses("ddp")) == 3
     assert losses("ddp") == pytest.approx(losses("single"), abs=1e-6)
+
+
+@needs_data
+def test_bpe_vocabulary_with_shared_embeddings_trains_and_translates(tmp_path):
+    """The subword option end to end: one joint BPE vocabulary, one tied embedding matrix."""
+    from attnlab.checkpoint import load_translator
+    from attnlab.presets import get_preset
+    from attnlab.train import train_run
+
+    preset = get_preset("transformer", "tiny")
+    model_cfg = {**preset["model"], "share_embeddings": True}
+    data_cfg = {**preset["data"], "path": DATA, "tokenizer": "bpe", "bpe_vocab_size": 400}
+    cfg = TrainConfig.from_dict({**preset["train"], "max_steps": 3})
+    train_run("transformer", model_cfg, cfg, data_cfg, tmp_path / "bpe", progress=False)
+    t = load_translator(tmp_path / "bpe")
+    assert len(t.src_vocab) == len(t.tgt_vocab) <= 400
+    m = t.model
+    assert m.config.share_embeddings
+    # parameters() counts a tied matrix once, the state dict under each of its names.
+    assert sum(p.numel() for p in m.parameters()) < sum(v.numel() for v in m.state_dict().values())
+    assert isinstance(t.translate(["go ."])[0], str)
