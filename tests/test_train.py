@@ -229,3 +229,21 @@ def test_bpe_vocabulary_with_shared_embeddings_trains_and_translates(tmp_path):
     # parameters() counts a tied matrix once, the state dict under each of its names.
     assert sum(p.numel() for p in m.parameters()) < sum(v.numel() for v in m.state_dict().values())
     assert isinstance(t.translate(["go ."])[0], str)
+
+
+def test_ranks_get_their_own_reproducible_dropout_streams():
+    from types import SimpleNamespace
+
+    from attnlab.train import Trainer
+
+    def draw(rank, step, world_size=2):
+        Trainer._reseed_rank(SimpleNamespace(world_size=world_size, rank=rank, step=step, cfg=SimpleNamespace(seed=3)))
+        return torch.rand(4)
+
+    assert torch.equal(draw(1, 10), draw(1, 10))       # a resumed rank continues its own stream
+    assert not torch.equal(draw(0, 10), draw(1, 10))   # ranks differ (their dropout masks must)
+    assert not torch.equal(draw(1, 10), draw(1, 20))   # and move on at each checkpoint
+    torch.manual_seed(5)
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    assert torch.equal(draw(0, 10, world_size=1), expected)  # one process: the seed alone decides

@@ -241,6 +241,7 @@ class Trainer:
         self._scores: tuple[int, dict] = (-1, {})  # (step, scores) of the latest evaluation
         self.stop_reason: str | None = None
         self.tokens_seen = 0
+        self._reseed_rank()
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -257,7 +258,15 @@ class Trainer:
         self.evals_since_best = state["evals_since_best"]
         self.stop_reason = state["stop_reason"]
         self.tokens_seen = state["tokens_seen"]
-        set_rng_state(state["rng"])
+        set_rng_state(state["rng"])  # rank 0's generators...
+        self._reseed_rank()           # ...then each rank's own stream, exactly as the interrupted run had it
+
+    def _reseed_rank(self) -> None:
+        """Ranks start from one seed, so their initial weights agree; their dropout must not. Each rank
+        gets its own stream, derived from (seed, rank, step) at the start and at every checkpoint, so
+        a resumed multi-process run continues every rank's stream exactly."""
+        if self.world_size > 1:
+            seed_everything((self.cfg.seed * 1_000_003 + self.rank * 7_919 + self.step) % 2**63)
 
     def finished(self) -> str | None:
         """Why training is over under the current config (None if it should go on)."""
@@ -461,6 +470,7 @@ class Trainer:
             ckpt.append_jsonl(self.run_dir / "log.jsonl", {"time": time.time(), **event})
 
     def save_checkpoint(self) -> None:
+        self._reseed_rank()  # on every rank, before rank 0 saves its generator state
         if not self.is_main or self.run_dir is None:
             return
         # Only a score measured at this very step may rank this checkpoint among the best.

@@ -104,3 +104,43 @@ def test_page_and_static_files(client):
     assert page.status_code == 200 and 'id="cross-heatmap"' in page.text and "CC-BY 2.0" in page.text
     for name in ("app.js", "style.css"):
         assert client.get(f"/static/{name}").status_code == 200
+
+
+def test_full_queue_answers_503_with_retry_after(client):
+    pool = client.app.state.pool
+    saved = pool.pending
+    pool.pending = pool.max_pending  # as if max_pending requests were already waiting
+    try:
+        r = client.post("/api/translate", json={"text": "go ."})
+    finally:
+        pool.pending = saved
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert "busy" in r.json()["detail"]
+    assert client.post("/api/translate", json={"text": "go ."}).status_code == 200  # and it recovers
+
+
+def test_pool_counts_pending_and_refuses_beyond_the_bound(translator):
+    import asyncio
+    import threading
+
+    from attnlab.serve.app import Busy, TranslatorPool
+
+    pool = TranslatorPool(translator, workers=1, max_pending=2)
+    gate = threading.Event()
+
+    async def scenario():
+        slow = [asyncio.ensure_future(pool.run(lambda t: gate.wait(5))) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        assert pool.pending == 2
+        with pytest.raises(Busy):
+            await pool.run(lambda t: None)
+        gate.set()
+        await asyncio.gather(*slow)
+        assert pool.pending == 0
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.shutdown()
+    with pytest.raises(ValueError, match="max_pending"):
+        TranslatorPool(translator, workers=1, max_pending=0)

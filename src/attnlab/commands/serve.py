@@ -21,6 +21,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument("--workers", type=int, default=2, help="inference threads; more requests queue (default: 2)")
+    p.add_argument("--max-pending", type=int, default=128,
+                   help="requests allowed to wait or run at once; more get HTTP 503 (default: 128)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, ...")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
@@ -53,8 +55,10 @@ def run(args) -> int:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    if args.max_pending < 1:
+        raise ValueError(f"--max-pending must be at least 1, got {args.max_pending}")
     translator = load_checkpoint(args.checkpoint, args.device)
-    app = create_app(translator, workers=args.workers)
+    app = create_app(translator, workers=args.workers, max_pending=args.max_pending)
     where = "this machine only" if args.host in ("127.0.0.1", "localhost", "::1") else "reachable from the network"
     print(f"attnlab explorer: http://{args.host}:{args.port}/ ({where}; {args.checkpoint or DEFAULT_RUN}, "
           f"{args.workers} worker(s)); Ctrl-C to stop", flush=True)

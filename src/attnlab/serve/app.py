@@ -79,13 +79,24 @@ class ErrorResponse(BaseModel):
 
 
 # --------------------------------------------------------------------------- worker pool
-class TranslatorPool:
-    """`workers` threads, each with its own copy of the translator's model (see the module docstring)."""
+class Busy(Exception):
+    """More requests are waiting than the pool accepts (HTTP 503: the client should retry)."""
 
-    def __init__(self, translator, workers: int):
+
+class TranslatorPool:
+    """`workers` threads, each with its own copy of the translator's model (see the module docstring).
+
+    At most `max_pending` requests wait or run at once; beyond that `run` raises Busy at once, so a
+    flood gets a quick 503 instead of an ever-growing queue and timeouts.
+    """
+
+    def __init__(self, translator, workers: int, max_pending: int = 128):
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive integer, got {workers!r}")
-        self.base, self.workers = translator, workers
+        if not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be a positive integer, got {max_pending!r}")
+        self.base, self.workers, self.max_pending = translator, workers, max_pending
+        self.pending = 0  # touched only on the event loop's thread, so no lock
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnlab-serve")
         self._local = threading.local()
         self._copy_lock = threading.Lock()
@@ -100,8 +111,14 @@ class TranslatorPool:
         return t
 
     async def run(self, fn, *args):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, lambda: fn(self._replica(), *args))
+        if self.pending >= self.max_pending:
+            raise Busy(f"the explorer is busy: {self.pending} requests are already waiting; retry in a moment")
+        self.pending += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.executor, lambda: fn(self._replica(), *args))
+        finally:
+            self.pending -= 1
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -126,9 +143,9 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 # --------------------------------------------------------------------------- app
-def create_app(translator, workers: int = 1) -> FastAPI:
+def create_app(translator, workers: int = 1, max_pending: int = 128) -> FastAPI:
     """The explorer for one loaded `Translator` (see `attnlab.checkpoint.load_translator`)."""
-    pool = TranslatorPool(translator, workers)
+    pool = TranslatorPool(translator, workers, max_pending)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -149,12 +166,15 @@ def create_app(translator, workers: int = 1) -> FastAPI:
         return JSONResponse(status_code=500, content={"detail": f"internal error: {type(exc).__name__}: {exc}"})
 
     bad = {413: {"model": ErrorResponse, "description": f"text longer than {MAX_CHARS} characters"},
-           422: {"model": ErrorResponse, "description": "empty text, too many tokens, wrong types, beam out of range"}}
+           422: {"model": ErrorResponse, "description": "empty text, too many tokens, wrong types, beam out of range"},
+           503: {"model": ErrorResponse, "description": "too many requests waiting; retry shortly"}}
 
     @app.post("/api/translate", response_model=TranslateResponse, responses=bad)
     async def translate(req: TranslateRequest):
         try:
             return await pool.run(_explain_timed, req.text, req.beam)
+        except Busy as exc:
+            return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": "1"})
         except TextTooLong as exc:
             return JSONResponse(status_code=413, content={"detail": str(exc)})
         except InputError as exc:
