@@ -18,6 +18,7 @@ Only rank 0 writes logs, checkpoints and the progress bar.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -323,7 +324,7 @@ class Trainer:
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
             sync = i == len(batches) - 1 or self.world_size == 1
-            ctx = self.ddp_model.no_sync() if not sync else _nullcontext()
+            ctx = self.ddp_model.no_sync() if not sync else contextlib.nullcontext()
             with ctx:
                 with self._autocast():
                     logits = self.ddp_model(batch.src, batch.tgt_in, batch.src_valid_lens)
@@ -490,14 +491,6 @@ class Trainer:
 
 
 _STOP_CODES = [None, "max_steps", "epochs", "time_budget", "early_stopping"]
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _chunks(iterable, size: int) -> Iterator[list]:
