@@ -6,14 +6,27 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_encoding(positions: Tensor, num_hiddens: int) -> Tensor:
+LAYOUTS = ("interleaved", "split")
+
+
+def sinusoidal_encoding(positions: Tensor, num_hiddens: int, layout: str = "interleaved") -> Tensor:
     """P[pos, 2j] = sin(pos / 10000^(2j/d)), P[pos, 2j+1] = cos(pos / 10000^(2j/d)).
+
+    layout="interleaved" is the book's (sin, cos alternate); "split" puts every sine first and every
+    cosine after them (Marian / OPUS-MT, fairseq), the same values with the columns permuted.
 
     Shape: positions (L,) -> (L, D).
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"sinusoid layout must be one of {LAYOUTS}, got {layout!r}")
     j2 = torch.arange(0, num_hiddens, 2, dtype=torch.float32, device=positions.device)
     angles = positions.to(torch.float32)[:, None] / torch.pow(10000.0, j2 / num_hiddens)
     P = torch.zeros(positions.shape[0], num_hiddens, device=positions.device)
+    if layout == "split":
+        half = angles.shape[1]  # odd D: the sine half is one column longer
+        P[:, :half] = torch.sin(angles)
+        P[:, half:] = torch.cos(angles[:, : num_hiddens - half])
+        return P
     P[:, 0::2] = torch.sin(angles)
     P[:, 1::2] = torch.cos(angles[:, : num_hiddens // 2])  # odd D: one fewer cosine column
     return P
@@ -27,21 +40,24 @@ class PositionalEncoding(nn.Module):
         max_len: rows precomputed (sinusoidal) or learned; sinusoidal positions beyond it are computed on
             the fly instead of failing.
         learned: a trainable (max_len, D) table instead of the fixed sinusoids.
+        layout: column order of the sinusoids, "interleaved" (book) or "split" (Marian); see
+            `sinusoidal_encoding`.
 
     Shape: X (B, L, D) -> (B, L, D); `offset` is the absolute position of X[:, 0] (incremental decoding).
     """
 
-    def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000, learned: bool = False):
+    def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000, learned: bool = False,
+                 layout: str = "interleaved"):
         super().__init__()
         if num_hiddens <= 0 or max_len <= 0:
             raise ValueError(f"num_hiddens and max_len must be positive, got {num_hiddens} and {max_len}")
-        self.num_hiddens, self.max_len, self.learned = num_hiddens, max_len, learned
+        self.num_hiddens, self.max_len, self.learned, self.layout = num_hiddens, max_len, learned, layout
         self.dropout = nn.Dropout(dropout)
         if learned:
             self.embedding = nn.Embedding(max_len, num_hiddens)
         else:
             # Not persistent: it is a function of the config, so checkpoints need not carry it.
-            self.register_buffer("P", sinusoidal_encoding(torch.arange(max_len), num_hiddens)[None], persistent=False)
+            self.register_buffer("P", sinusoidal_encoding(torch.arange(max_len), num_hiddens, layout)[None], persistent=False)
 
     def encoding(self, length: int, offset: int = 0, device=None) -> Tensor:
         """(L, D) encodings of positions offset .. offset + L - 1."""
@@ -55,7 +71,8 @@ class PositionalEncoding(nn.Module):
             return self.embedding.weight[offset:end]
         if end <= self.max_len:
             return self.P[0, offset:end]
-        return sinusoidal_encoding(torch.arange(offset, end, device=device or self.P.device), self.num_hiddens)
+        return sinusoidal_encoding(torch.arange(offset, end, device=device or self.P.device), self.num_hiddens,
+                                   self.layout)
 
     def forward(self, X: Tensor, offset: int = 0) -> Tensor:
         if X.dim() != 3 or X.shape[-1] != self.num_hiddens:

@@ -1,10 +1,16 @@
-"""What every model config shares: JSON round trip that rejects keys it does not know."""
+"""Model configs: what every config shares (a JSON round trip that rejects keys it does not know) and
+the `TransformerConfig`, whose options cover the book's model and imported Marian (OPUS-MT) ones."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar
+
+
+# FFN nonlinearities by config name (Marian's "swish" is SiLU).
+ACTIVATIONS = ("relu", "swish", "silu", "gelu")
 
 
 class ConfigMixin:
@@ -29,3 +35,68 @@ class ConfigMixin:
         if missing:
             raise ValueError(f"{cls.__name__} needs the keys {missing}, which the dict lacks")
         return cls(**d)
+
+
+@dataclass
+class TransformerConfig(ConfigMixin):
+    """Hyperparameters of `Transformer`; defaults are the paper's base model."""
+
+    MODEL_TYPE = "transformer"
+
+    src_vocab_size: int                # V_src, source vocabulary size
+    tgt_vocab_size: int                # V, target vocabulary size
+    num_hiddens: int = 512             # D, model width (d_model)
+    num_heads: int = 8                 # H, attention heads; must divide num_hiddens
+    num_layers: int = 6                # N, blocks in the encoder and in the decoder
+    ffn_num_hiddens: int = 2048        # inner width of the position-wise FFN (d_ff)
+    dropout: float = 0.1               # residual, embedding and attention-weight dropout
+    norm_first: bool = False           # pre-norm blocks + final LayerNorm per stack; False = post-norm (paper)
+    share_embeddings: bool = False     # one matrix for source/target embeddings and output projection
+    max_len: int = 1024                # positions precomputed (sinusoidal) or learned
+    bias: bool = True                  # attention projection biases (as nn.Transformer); the book uses False
+    window: int | None = None          # local attention in the encoder: each token sees +-window tokens
+    learned_positions: bool = False    # learned position table instead of the sinusoids
+    # Options of imported Marian (OPUS-MT) models; the defaults are the book's model.
+    activation: str = "relu"           # FFN nonlinearity: relu (paper), swish (= silu, Marian) or gelu
+    embed_scale: float | None = None   # embeddings are multiplied by this; None = sqrt(num_hiddens) (paper)
+    pos_layout: str = "interleaved"    # sinusoid columns: interleaved sin/cos (book) or split (sin half, cos half)
+    tie_output: bool = False           # output projection reuses the target embedding (share_embeddings implies it)
+    decoder_start_token: int | None = None  # first decoder input; None = the target vocabulary's <bos>
+    suppress_tokens: list[int] = field(default_factory=list)  # ids decoding never emits (Marian: <pad>)
+
+    def __post_init__(self):
+        for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "num_heads", "num_layers",
+                     "ffn_num_hiddens", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}")
+        if self.num_hiddens % self.num_heads:
+            raise ValueError(
+                f"TransformerConfig: num_hiddens={self.num_hiddens} is not divisible by num_heads="
+                f"{self.num_heads}; pick num_heads dividing num_hiddens (e.g. {self.num_hiddens} with 8 or 4)"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"TransformerConfig.dropout must lie in [0, 1), got {self.dropout}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs one vocabulary for both sides, got src_vocab_size="
+                f"{self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}; build a joint (e.g. BPE) "
+                f"vocabulary or set share_embeddings=False"
+            )
+        if self.window is not None and (not isinstance(self.window, int) or self.window < 0):
+            raise ValueError(f"TransformerConfig.window must be None or a non-negative integer, got {self.window!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"TransformerConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.pos_layout not in ("interleaved", "split"):
+            raise ValueError(f"TransformerConfig.pos_layout must be 'interleaved' or 'split', got {self.pos_layout!r}")
+        if self.embed_scale is not None and not self.embed_scale > 0:
+            raise ValueError(f"TransformerConfig.embed_scale must be None or positive, got {self.embed_scale!r}")
+        for tok in [self.decoder_start_token, *self.suppress_tokens]:
+            if tok is not None and not 0 <= tok < self.tgt_vocab_size:
+                raise ValueError(f"TransformerConfig: token id {tok} (decoder_start_token / suppress_tokens) is "
+                                 f"outside the target vocabulary of {self.tgt_vocab_size} tokens")
+
+    @property
+    def embedding_scale(self) -> float:
+        """What embeddings are multiplied by: `embed_scale`, or sqrt(D) as in the paper."""
+        return math.sqrt(self.num_hiddens) if self.embed_scale is None else float(self.embed_scale)

@@ -26,70 +26,32 @@ from torch import Tensor, nn
 
 from attnlab.attention import KVCache, MultiHeadAttention, PositionalEncoding
 
-from .config import ConfigMixin
+from .config import TransformerConfig
 
-__all__ = ["TransformerConfig", "PositionWiseFFN", "AddNorm", "TransformerEncoderBlock",
+__all__ = ["TransformerConfig", "make_activation", "PositionWiseFFN", "AddNorm", "TransformerEncoderBlock",
            "TransformerDecoderBlock", "TransformerEncoder", "TransformerDecoder", "Transformer",
            "TransformerState"]
 
 
-@dataclass
-class TransformerConfig(ConfigMixin):
-    """Hyperparameters of `Transformer`; defaults are the paper's base model."""
-
-    MODEL_TYPE = "transformer"
-
-    src_vocab_size: int                # V_src, source vocabulary size
-    tgt_vocab_size: int                # V, target vocabulary size
-    num_hiddens: int = 512             # D, model width (d_model)
-    num_heads: int = 8                 # H, attention heads; must divide num_hiddens
-    num_layers: int = 6                # N, blocks in the encoder and in the decoder
-    ffn_num_hiddens: int = 2048        # inner width of the position-wise FFN (d_ff)
-    dropout: float = 0.1               # residual, embedding and attention-weight dropout
-    norm_first: bool = False           # pre-norm blocks + final LayerNorm per stack; False = post-norm (paper)
-    share_embeddings: bool = False     # one matrix for source/target embeddings and output projection
-    max_len: int = 1024                # positions precomputed (sinusoidal) or learned
-    bias: bool = True                  # attention projection biases (as nn.Transformer); the book uses False
-    window: int | None = None          # local attention in the encoder: each token sees +-window tokens
-    learned_positions: bool = False    # learned position table instead of the sinusoids
-
-    def __post_init__(self):
-        for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "num_heads", "num_layers",
-                     "ffn_num_hiddens", "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}")
-        if self.num_hiddens % self.num_heads:
-            raise ValueError(
-                f"TransformerConfig: num_hiddens={self.num_hiddens} is not divisible by num_heads="
-                f"{self.num_heads}; pick num_heads dividing num_hiddens (e.g. {self.num_hiddens} with 8 or 4)"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"TransformerConfig.dropout must lie in [0, 1), got {self.dropout}")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
-                f"share_embeddings needs one vocabulary for both sides, got src_vocab_size="
-                f"{self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}; build a joint (e.g. BPE) "
-                f"vocabulary or set share_embeddings=False"
-            )
-        if self.window is not None and (not isinstance(self.window, int) or self.window < 0):
-            raise ValueError(f"TransformerConfig.window must be None or a non-negative integer, got {self.window!r}")
+def make_activation(name: str) -> nn.Module:
+    """FFN nonlinearity by config name: relu (paper), swish/silu (Marian), gelu (exact, as HF's "gelu")."""
+    return {"relu": nn.ReLU, "swish": nn.SiLU, "silu": nn.SiLU, "gelu": nn.GELU}[name]()
 
 
 class PositionWiseFFN(nn.Module):
-    """The same two-layer MLP applied at every position: dense2(relu(dense1(X))).
+    """The same two-layer MLP applied at every position: dense2(act(dense1(X))), act = relu by default.
 
     Shape: X (B, L, D) -> (B, L, D).
     """
 
-    def __init__(self, num_hiddens: int, ffn_num_hiddens: int):
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, activation: str = "relu"):
         super().__init__()
         self.dense1 = nn.Linear(num_hiddens, ffn_num_hiddens)
-        self.relu = nn.ReLU()
+        self.activation = make_activation(activation)
         self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens)
 
     def forward(self, X: Tensor) -> Tensor:
-        return self.dense2(self.relu(self.dense1(X)))
+        return self.dense2(self.activation(self.dense1(X)))
 
 
 class AddNorm(nn.Module):
@@ -180,11 +142,14 @@ class TransformerEncoder(nn.Module):
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int,
                  num_layers: int, dropout: float = 0.0, *, bias: bool = True, norm_first: bool = False,
                  window: int | None = None, max_len: int = 1024, learned_positions: bool = False,
-                 embedding: nn.Embedding | None = None):
+                 embedding: nn.Embedding | None = None, embed_scale: float | None = None,
+                 pos_layout: str = "interleaved"):
         super().__init__()
         self.num_hiddens = num_hiddens
+        self.embed_scale = math.sqrt(num_hiddens) if embed_scale is None else embed_scale
         self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
-        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len, learned=learned_positions)
+        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len, learned=learned_positions,
+                                               layout=pos_layout)
         self.blocks = nn.ModuleList(
             TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first, window)
             for _ in range(num_layers))
@@ -192,7 +157,7 @@ class TransformerEncoder(nn.Module):
         self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
 
     def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
-        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+        X = self.pos_encoding(self.embedding(X) * self.embed_scale)
         for block in self.blocks:
             X = block(X, valid_lens)
         return self.final_norm(X)
@@ -208,11 +173,14 @@ class TransformerDecoder(nn.Module):
 
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int,
                  num_layers: int, dropout: float = 0.0, *, bias: bool = True, norm_first: bool = False,
-                 max_len: int = 1024, learned_positions: bool = False, embedding: nn.Embedding | None = None):
+                 max_len: int = 1024, learned_positions: bool = False, embedding: nn.Embedding | None = None,
+                 embed_scale: float | None = None, pos_layout: str = "interleaved"):
         super().__init__()
         self.num_hiddens = num_hiddens
+        self.embed_scale = math.sqrt(num_hiddens) if embed_scale is None else embed_scale
         self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
-        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len, learned=learned_positions)
+        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len, learned=learned_positions,
+                                               layout=pos_layout)
         self.blocks = nn.ModuleList(
             TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first)
             for _ in range(num_layers))
@@ -221,7 +189,7 @@ class TransformerDecoder(nn.Module):
 
     def forward(self, X: Tensor, memory: Tensor, src_valid_lens: Tensor | None = None,
                 caches: list[tuple[KVCache, KVCache]] | None = None, offset: int = 0) -> Tensor:
-        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens), offset=offset)
+        X = self.pos_encoding(self.embedding(X) * self.embed_scale, offset=offset)
         for i, block in enumerate(self.blocks):
             self_cache, cross_cache = caches[i] if caches is not None else (None, None)
             X = block(X, memory, src_valid_lens, self_cache, cross_cache)
@@ -262,15 +230,19 @@ class Transformer(nn.Module):
                              f"use TransformerConfig.from_dict(d) for a dict")
         self.config = c = config
         shared = _embedding(c.src_vocab_size, c.num_hiddens) if c.share_embeddings else None
-        common = dict(bias=c.bias, norm_first=c.norm_first, max_len=c.max_len,
-                      learned_positions=c.learned_positions, embedding=shared)
+        common = dict(bias=c.bias, norm_first=c.norm_first, max_len=c.max_len, learned_positions=c.learned_positions,
+                      embedding=shared, embed_scale=c.embedding_scale, pos_layout=c.pos_layout)
         self.encoder = TransformerEncoder(c.src_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
                                           c.num_layers, c.dropout, window=c.window, **common)
         self.decoder = TransformerDecoder(c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
                                           c.num_layers, c.dropout, **common)
-        if shared is not None:
-            # Three-way tying as in the paper (section 3.4): the output projection reuses the embedding.
-            self.decoder.dense.weight = shared.weight
+        if shared is not None or c.tie_output:
+            # Tying as in the paper (section 3.4): the output projection reuses the (target) embedding.
+            self.decoder.dense.weight = self.decoder.embedding.weight
+        if c.activation != "relu":  # imported models (Marian: swish); blocks build relu FFNs
+            for m in self.modules():
+                if isinstance(m, PositionWiseFFN):
+                    m.activation = make_activation(c.activation)
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None) -> Tensor:
         _check_tokens(src, tgt_in, src_valid_lens)
@@ -292,6 +264,8 @@ class Transformer(nn.Module):
         if tgt.dim() != 2 or tgt.shape[0] != state.memory.shape[0]:
             raise ValueError(f"decode_step expects tgt of shape ({state.memory.shape[0]}, t), got {tuple(tgt.shape)}")
         logits = self.decoder(tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset)
+        if self.config.suppress_tokens:  # e.g. Marian's <pad>, which generate() forbids (bad_words_ids)
+            logits[..., self.config.suppress_tokens] = float("-inf")
         return logits, state
 
     def reorder_state(self, state: TransformerState, index: Tensor) -> TransformerState:
