@@ -20,6 +20,7 @@ COMMANDS = [
     "attention",
     "average",
     "serve",
+    "import_",  # `attnlab import` (import is a Python keyword)
 ]
 
 

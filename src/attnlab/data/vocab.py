@@ -296,11 +296,15 @@ def _read_json(path) -> dict:
     return obj
 
 
-def load_vocab(path: str | os.PathLike) -> Vocab | SubwordVocab:
+def load_vocab(path: str | os.PathLike):
     """Load either kind of vocabulary from its JSON, telling them apart by content."""
     obj = _read_json(path)
     if obj.get("format") == _FORMAT:
         return Vocab.from_dict(obj, source=str(path))
+    from .spm import FORMAT as SPM_FORMAT, SentencePieceVocab
+
+    if obj.get("format") == SPM_FORMAT:
+        return SentencePieceVocab.from_dict(obj, source=str(path))
     if "model" in obj:
         return SubwordVocab.from_dict(obj, source=str(path))
     raise ValueError(f"{path}: neither an attnlab Vocab JSON nor a tokenizers JSON; "

@@ -1,0 +1,30 @@
+"""`attnlab import hf SOURCE --out DIR`: a Hugging Face Marian (OPUS-MT) model saved on disk -> an attnlab
+run folder that translate, evaluate, attention and serve use as they are.
+
+    huggingface-cli download Helsinki-NLP/opus-mt-en-fr --local-dir models/opus-mt-en-fr
+    attnlab import hf models/opus-mt-en-fr --out runs/opus-mt-en-fr
+    attnlab serve --checkpoint runs/opus-mt-en-fr
+"""
+
+from __future__ import annotations
+
+import argparse
+
+FORMATS = ("hf",)
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("import", help="import a Hugging Face Marian (OPUS-MT) model as a run folder",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("format", choices=FORMATS, help="hf: a folder saved by MarianMTModel.save_pretrained")
+    p.add_argument("source", metavar="SOURCE", help="local folder with config.json, weights and tokenizer files")
+    p.add_argument("--out", required=True, metavar="DIR", help="run folder to write (new, or an attnlab run)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from attnlab.export.hf import import_hf
+
+    out = import_hf(args.source, args.out)
+    print(f"imported {args.source} -> {out}; try: attnlab translate --checkpoint {out} \"Hello.\"")
+    return 0

@@ -1,0 +1,170 @@
+"""A SentencePiece vocabulary (the `sentencepiece` library) behind the interface of `Vocab`.
+
+This is how Marian / OPUS-MT models tokenize: a SentencePiece model cuts text into pieces, and a
+separate piece -> id table (Marian's `vocab.json`) numbers them, so ids need not be SentencePiece's own.
+Pieces missing from the table map to <unk>, as `MarianTokenizer` does.
+
+Same interface as `Vocab`: `encode(text)` (no <bos>/<eos>), `decode(ids)` (stops at <eos>, skips
+<pad>/<bos>), `to_tokens`, `to_indices`, `len()`, `.unk .pad .bos .eos`, `save(path)` / `load(path)`.
+The saved JSON holds the SentencePiece model itself (base64), so a run folder stays self-contained.
+
+`bos` is the token the decoder starts from: Marian has no <bos> and starts from <pad>
+(`decoder_start_token_id`), so its vocabularies name <pad> in that role.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Iterable, Mapping, Sequence
+
+from attnlab._io import atomic_write_text
+
+FORMAT = "attnlab.SentencePieceVocab"
+_ROLES = ("unk", "pad", "bos", "eos")
+
+
+def _as_list(ids) -> list[int]:
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    return [ids] if isinstance(ids, int) else list(ids)
+
+
+def _processor(model_proto: bytes):
+    try:
+        import sentencepiece as spm
+    except ImportError as exc:  # the [hf] extra
+        raise ValueError("this vocabulary needs the sentencepiece package; install it with "
+                         "`pip install 'attnlab[hf]'`") from exc
+    sp = spm.SentencePieceProcessor()
+    sp.LoadFromSerializedProto(model_proto)
+    return sp
+
+
+class SentencePieceVocab:
+    """SentencePiece pieces numbered by an explicit table.
+
+    Args:
+        model_proto: the serialized SentencePiece model (the bytes of a `.spm` / `.model` file).
+        tokens: id -> token string; None = the SentencePiece model's own numbering.
+        specials: role ('unk', 'pad', 'bos', 'eos') -> token string; roles left out are absent
+            (asking for them raises ValueError).
+        lang: language code, informational (shown in the explorer).
+    """
+
+    kind = "spm"
+
+    def __init__(self, model_proto: bytes, tokens: Sequence[str] | None = None,
+                 specials: Mapping[str, str] | None = None, *, lang: str | None = None):
+        self.model_proto = bytes(model_proto)
+        self.sp = _processor(self.model_proto)
+        if tokens is None:
+            tokens = [self.sp.IdToPiece(i) for i in range(self.sp.GetPieceSize())]
+        self.idx_to_token = list(tokens)
+        self.token_to_idx = {t: i for i, t in enumerate(self.idx_to_token)}
+        if len(self.token_to_idx) != len(self.idx_to_token):
+            raise ValueError("SentencePieceVocab: the token table has duplicate tokens")
+        if specials is None:
+            specials = {"unk": "<unk>", "pad": "<pad>", "bos": "<s>", "eos": "</s>"}
+        unknown = sorted(set(specials) - set(_ROLES))
+        if unknown:
+            raise ValueError(f"SentencePieceVocab: unknown special roles {unknown}; expected some of {_ROLES}")
+        self.specials = {r: t for r, t in specials.items() if t is not None}
+        for role, tok in self.specials.items():
+            if tok not in self.token_to_idx:
+                raise ValueError(f"SentencePieceVocab: the {role} token {tok!r} is not in the token table")
+        if "unk" not in self.specials:
+            raise ValueError("SentencePieceVocab needs an unk token (pieces outside the table map to it)")
+        self.lang = lang
+
+    @classmethod
+    def from_file(cls, spm_path: str | os.PathLike, tokens: Sequence[str] | None = None,
+                  specials: Mapping[str, str] | None = None, *, lang: str | None = None) -> "SentencePieceVocab":
+        path = os.fspath(spm_path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"SentencePiece model {path} does not exist")
+        with open(path, "rb") as f:
+            return cls(f.read(), tokens, specials, lang=lang)
+
+    # -- specials ---------------------------------------------------------------------------------
+    def _special(self, role: str) -> int:
+        tok = self.specials.get(role)
+        if tok is None:
+            raise ValueError(f"this SentencePiece vocabulary has no {role} token; give one in specials")
+        return self.token_to_idx[tok]
+
+    unk = property(lambda self: self._special("unk"))
+    pad = property(lambda self: self._special("pad"))
+    bos = property(lambda self: self._special("bos"))
+    eos = property(lambda self: self._special("eos"))
+
+    # -- lookups ----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.idx_to_token)
+
+    def __contains__(self, token: str) -> bool:
+        return token in self.token_to_idx
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, SentencePieceVocab) and self.model_proto == other.model_proto
+                and self.idx_to_token == other.idx_to_token and self.specials == other.specials)
+
+    def __repr__(self) -> str:
+        return f"SentencePieceVocab(size={len(self)}, lang={self.lang!r})"
+
+    def __getitem__(self, tokens):
+        return self.to_indices(tokens)
+
+    def to_indices(self, tokens):
+        unk = self.unk
+        if isinstance(tokens, str):
+            return self.token_to_idx.get(tokens, unk)
+        return [self.token_to_idx.get(t, unk) for t in tokens]
+
+    def to_tokens(self, indices):
+        if isinstance(indices, int) or (hasattr(indices, "ndim") and indices.ndim == 0):
+            return self.idx_to_token[int(indices)]
+        return [self.idx_to_token[i] for i in _as_list(indices)]
+
+    # -- text ---------------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Raw text -> ids (no <bos>/<eos>); text is not lowercased (SentencePiece models are cased)."""
+        return self.to_indices(self.sp.encode(text, out_type=str))
+
+    def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids) -> str:
+        """ids -> text: stops at <eos>, skips <pad>/<bos>, joins pieces with SentencePiece."""
+        stop = self.token_to_idx.get(self.specials.get("eos", ""), None)
+        drop = {self.token_to_idx[t] for r, t in self.specials.items() if r in ("pad", "bos")}
+        pieces = []
+        for i in _as_list(ids):
+            if i == stop:
+                break
+            if i not in drop:
+                pieces.append(self.idx_to_token[i])
+        return self.sp.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+    # -- files ----------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": 1, "kind": self.kind, "lang": self.lang, "specials": self.specials,
+                "idx_to_token": self.idx_to_token,
+                "model": base64.b64encode(self.model_proto).decode("ascii")}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write as one JSON file (the SentencePiece model inside, base64), atomically."""
+        atomic_write_text(path, json.dumps(self.to_dict(), ensure_ascii=False))
+
+    @classmethod
+    def from_dict(cls, obj: dict, source: str = "<dict>") -> "SentencePieceVocab":
+        if obj.get("format") != FORMAT or "model" not in obj:
+            raise ValueError(f"{source}: not an attnlab SentencePiece vocabulary (expected format {FORMAT!r})")
+        return cls(base64.b64decode(obj["model"]), obj.get("idx_to_token"), obj.get("specials"), lang=obj.get("lang"))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "SentencePieceVocab":
+        from .vocab import _read_json
+
+        return cls.from_dict(_read_json(path), source=str(path))

@@ -1,0 +1,401 @@
+"""Hugging Face Marian (OPUS-MT) models in and out of attnlab.
+
+    import_hf(SOURCE, OUT): a folder saved by `MarianMTModel.save_pretrained` (+ `MarianTokenizer`:
+        source.spm, target.spm, vocab.json) -> an attnlab run folder (config.json, model.safetensors,
+        src_vocab.json / tgt_vocab.json as `SentencePieceVocab`). Needs only `sentencepiece`.
+    export_hf(RUN, OUT): an attnlab Transformer run folder -> a folder `MarianMTModel.from_pretrained`
+        loads (and `MarianTokenizer` / `PreTrainedTokenizerFast` for its tokenizer). Needs `transformers`.
+
+Marian is attnlab's Transformer with options (see `TransformerConfig`): post-norm blocks, biases on every
+projection, FFN activation swish, embeddings scaled by sqrt(D) (`scale_embedding`), sinusoids with the
+sines in the first half of the features and the cosines in the second ("split"), a final logits bias
+(attnlab's output `dense.bias`), and decoding that starts from <pad> and never emits it.
+
+Weights are matched module by module (not by attnlab parameter names), so the mapping follows the
+model's structure: each block's LayerNorms in the order the block applies them.
+
+The book's interleaved sinusoids on export: the exported model is made exactly equivalent by permuting
+the hidden basis. Interleaved and split sinusoids are the same columns in another order, and every
+operation on the residual stream (embeddings, projections in and out of it, LayerNorm, which only pools
+over features) commutes with a permutation of the features, so permuting every tensor's hidden axis
+gives the same logits with Marian's split sinusoids. Refusing would have shut out every model trained
+with the book's defaults, for no loss of exactness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["import_hf", "export_hf", "marian_to_config", "config_to_marian"]
+
+# Marian config keys that attnlab cannot follow when they take another value than this.
+_REQUIRED = {"model_type": "marian", "is_encoder_decoder": True, "encoder_layerdrop": None,
+             "normalize_before": False, "normalize_embedding": False, "add_final_layer_norm": False,
+             "static_position_embeddings": True}
+
+
+def _fail(option: str, got, want: str) -> None:
+    raise ValueError(f"the model's {option}={got!r} is an option attnlab's Transformer lacks ({want}); "
+                     f"only Marian-shaped encoder-decoders (MarianMTModel) can be imported")
+
+
+# --------------------------------------------------------------------------- config
+def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
+    """A Marian config.json (dict) -> a `TransformerConfig` dict; one clear error per unsupported option."""
+    from attnlab.models import TransformerConfig
+    from attnlab.models.config import ACTIVATIONS
+
+    generation = generation or {}
+    if hf.get("model_type") != "marian":
+        _fail("model_type", hf.get("model_type"), "expected 'marian', as OPUS-MT models are")
+    for key, want in _REQUIRED.items():
+        if key in hf and want is not None and hf[key] != want:
+            _fail(key, hf[key], f"attnlab needs {want!r}")
+    for a, b in (("encoder_layers", "decoder_layers"), ("encoder_attention_heads", "decoder_attention_heads"),
+                 ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if hf.get(a) != hf.get(b):
+            _fail(f"{a}/{b}", (hf.get(a), hf.get(b)), "the encoder and decoder must have the same shape")
+    act = hf.get("activation_function", "gelu")
+    if act not in ACTIVATIONS:
+        _fail("activation_function", act, f"one of {ACTIVATIONS}")
+    src_v = hf["vocab_size"]
+    tgt_v = hf.get("decoder_vocab_size") or src_v
+    shared = hf.get("share_encoder_decoder_embeddings", True)
+    tie = hf.get("tie_word_embeddings", True)
+    if shared and src_v != tgt_v:
+        _fail("decoder_vocab_size", tgt_v, f"shared embeddings need vocab_size={src_v}")
+    pad = hf.get("pad_token_id")
+    bad = generation.get("bad_words_ids", hf.get("bad_words_ids")) or []
+    if any(len(b) != 1 for b in bad):
+        _fail("bad_words_ids", bad, "only single forbidden tokens")
+    cfg = TransformerConfig(
+        src_vocab_size=src_v, tgt_vocab_size=tgt_v, num_hiddens=hf["d_model"],
+        num_heads=hf["encoder_attention_heads"], num_layers=hf["encoder_layers"],
+        ffn_num_hiddens=hf["encoder_ffn_dim"], dropout=0.0, norm_first=False,
+        share_embeddings=bool(shared and tie), max_len=hf.get("max_position_embeddings", 512), bias=True,
+        activation=act, embed_scale=None if hf.get("scale_embedding", False) else 1.0, pos_layout="split",
+        tie_output=bool(tie), decoder_start_token=hf.get("decoder_start_token_id", pad),
+        suppress_tokens=sorted({b[0] for b in bad}))
+    if shared and not tie:
+        _fail("tie_word_embeddings", tie, "shared encoder/decoder embeddings are also the output projection")
+    return cfg.to_dict()
+
+
+def config_to_marian(cfg, pad: int, eos: int) -> dict:
+    """A `TransformerConfig` -> Marian config keys; raises naming the first option Marian cannot express."""
+    if cfg.norm_first:
+        _fail("norm_first", True, "Marian blocks are post-norm")
+    if cfg.window is not None:
+        _fail("window", cfg.window, "Marian attends globally")
+    if cfg.learned_positions:
+        _fail("learned_positions", True, "Marian uses fixed sinusoids")
+    if cfg.embed_scale is not None and cfg.embed_scale not in (1.0, cfg.num_hiddens ** 0.5):
+        _fail("embed_scale", cfg.embed_scale, "Marian scales embeddings by sqrt(D) or not at all")
+    tie = cfg.share_embeddings or cfg.tie_output
+    start = cfg.decoder_start_token
+    return dict(
+        model_type="marian", architectures=["MarianMTModel"], vocab_size=cfg.src_vocab_size,
+        decoder_vocab_size=cfg.tgt_vocab_size, d_model=cfg.num_hiddens, encoder_layers=cfg.num_layers,
+        decoder_layers=cfg.num_layers, encoder_attention_heads=cfg.num_heads, decoder_attention_heads=cfg.num_heads,
+        encoder_ffn_dim=cfg.ffn_num_hiddens, decoder_ffn_dim=cfg.ffn_num_hiddens, activation_function=cfg.activation,
+        max_position_embeddings=cfg.max_len, scale_embedding=cfg.embed_scale is None or cfg.embed_scale != 1.0,
+        share_encoder_decoder_embeddings=cfg.share_embeddings, tie_word_embeddings=tie,
+        pad_token_id=pad, eos_token_id=eos, forced_eos_token_id=None,
+        decoder_start_token_id=start if start is not None else None, dropout=0.0, attention_dropout=0.0,
+        activation_dropout=0.0)
+
+
+# --------------------------------------------------------------------------- weights, module by module
+def _layer_norms(block: nn.Module) -> list[nn.LayerNorm]:
+    # In registration order, which is the order a block applies them (attention, [cross], FFN).
+    return [m for m in block.modules() if isinstance(m, nn.LayerNorm)]
+
+
+def _weight_map(model) -> list[tuple[str, Tensor, int | None]]:
+    """(Marian key, attnlab tensor, index of its hidden (D) axis or None) for every weight of `model`."""
+    out: list[tuple[str, Tensor, int | None]] = []
+
+    def linear(key: str, lin: nn.Linear, reads_hidden: bool, writes_hidden: bool):
+        out.append((f"{key}.weight", lin.weight, 1 if reads_hidden else 0 if writes_hidden else None))
+        if lin.bias is not None:
+            out.append((f"{key}.bias", lin.bias, 0 if writes_hidden else None))
+
+    def attention(key: str, mha):
+        for hf_name, mod in (("q_proj", mha.W_q), ("k_proj", mha.W_k), ("v_proj", mha.W_v)):
+            linear(f"{key}.{hf_name}", mod, True, False)
+        linear(f"{key}.out_proj", mha.W_o, False, True)
+
+    def norm(key: str, ln: nn.LayerNorm):
+        out.extend([(f"{key}.weight", ln.weight, 0), (f"{key}.bias", ln.bias, 0)])
+
+    def ffn(key: str, f):
+        linear(f"{key}.fc1", f.dense1, True, False)
+        linear(f"{key}.fc2", f.dense2, False, True)
+
+    enc, dec = model.encoder, model.decoder
+    out.append(("model.encoder.embed_tokens.weight", enc.embedding.weight, 1))
+    out.append(("model.decoder.embed_tokens.weight", dec.embedding.weight, 1))
+    for i, b in enumerate(enc.blocks):
+        k = f"model.encoder.layers.{i}"
+        attention(f"{k}.self_attn", b.attention)
+        ffn(k, b.ffn)
+        for name, ln in zip(("self_attn_layer_norm", "final_layer_norm"), _layer_norms(b), strict=True):
+            norm(f"{k}.{name}", ln)
+    for i, b in enumerate(dec.blocks):
+        k = f"model.decoder.layers.{i}"
+        attention(f"{k}.self_attn", b.self_attention)
+        attention(f"{k}.encoder_attn", b.cross_attention)
+        ffn(k, b.ffn)
+        names = ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")
+        for name, ln in zip(names, _layer_norms(b), strict=True):
+            norm(f"{k}.{name}", ln)
+    out.append(("lm_head.weight", dec.dense.weight, 1))
+    return out
+
+
+def _read_hf_weights(source: Path) -> dict[str, Tensor]:
+    st, pt = source / "model.safetensors", source / "pytorch_model.bin"
+    if st.is_file():
+        from safetensors.torch import load_file
+
+        return load_file(st)
+    if pt.is_file():
+        # weights_only: a pickle that holds anything but tensors is refused, never executed.
+        return torch.load(pt, map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"{source} holds neither model.safetensors nor pytorch_model.bin; pass the folder "
+                            f"written by MarianMTModel.save_pretrained (or `huggingface-cli download`)")
+
+
+def _get(weights: dict[str, Tensor], *keys: str) -> Tensor:
+    for k in keys:
+        for cand in (k, k.removeprefix("model.")):
+            if cand in weights:
+                return weights[cand]
+    raise ValueError(f"the Marian weights lack {keys[0]!r}; the folder is not a complete MarianMTModel")
+
+
+# --------------------------------------------------------------------------- tokenizers
+def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
+    from attnlab.data.spm import SentencePieceVocab
+
+    tok_cfg = {}
+    if (source / "tokenizer_config.json").is_file():
+        tok_cfg = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+    for name in ("source.spm", "target.spm", "vocab.json"):
+        if not (source / name).is_file():
+            raise FileNotFoundError(f"{source / name} is missing: attnlab imports the MarianTokenizer files "
+                                    f"(source.spm, target.spm, vocab.json) saved beside the model")
+
+    def table(path: Path, size: int) -> list[str]:
+        enc = json.loads(path.read_text(encoding="utf-8"))
+        tokens = [None] * size
+        for tok, i in enc.items():
+            if 0 <= i < size:
+                tokens[i] = tok
+        holes = [i for i, t in enumerate(tokens) if t is None]
+        if holes:
+            raise ValueError(f"{path} numbers no token for ids {holes[:5]} of the model's {size}; "
+                             f"the tokenizer and the model do not match")
+        return tokens
+
+    src_tokens = table(source / "vocab.json", hf["vocab_size"])
+    tgt_file = source / (tok_cfg.get("target_vocab_file") or "vocab.json") if tok_cfg.get("separate_vocabs") \
+        else source / "vocab.json"
+    tgt_tokens = table(tgt_file, hf.get("decoder_vocab_size") or hf["vocab_size"])
+    pad = hf.get("pad_token_id")
+    start = hf.get("decoder_start_token_id", pad)
+
+    def specials(tokens):
+        # Marian's decoder starts from decoder_start_token_id (its <pad>): that is attnlab's "bos" role.
+        return {"unk": tok_cfg.get("unk_token", "<unk>"), "pad": tokens[pad], "eos": tokens[hf["eos_token_id"]],
+                "bos": tokens[start]}
+
+    src = SentencePieceVocab.from_file(source / "source.spm", src_tokens, specials(src_tokens), lang=lang[0])
+    tgt = SentencePieceVocab.from_file(source / "target.spm", tgt_tokens, specials(tgt_tokens), lang=lang[1])
+    return src, tgt
+
+
+# --------------------------------------------------------------------------- import
+def _check_out(out: Path) -> None:
+    if out.exists() and any(out.iterdir()) and not (out / "config.json").is_file():
+        raise ValueError(f"{out} exists and is not an attnlab run folder; pass an empty or new --out folder")
+
+
+def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Convert a saved MarianMTModel folder into an attnlab run folder `out`; returns `out`.
+
+    Everything is checked and built in memory, then written into a temp folder renamed into place,
+    so a failure never leaves a half-written run.
+    """
+    from attnlab.checkpoint import read_json, save_weights, write_run_config
+    from attnlab.models import Transformer, TransformerConfig
+    from attnlab.attention.positional import sinusoidal_encoding
+
+    source, out = Path(source), Path(out)
+    if not (source / "config.json").is_file():
+        raise FileNotFoundError(f"{source / 'config.json'} is missing: SOURCE must be a local folder saved by "
+                                f"save_pretrained (see README: huggingface-cli download ... --local-dir)")
+    _check_out(out)
+    hf = read_json(source / "config.json")
+    gen = read_json(source / "generation_config.json") if (source / "generation_config.json").is_file() else {}
+    cfg_dict = marian_to_config(hf, gen)
+    cfg = TransformerConfig.from_dict(cfg_dict)
+    weights = _read_hf_weights(source)
+    src_vocab, tgt_vocab = _marian_vocabs(source, hf, (hf.get("source_lang"), hf.get("target_lang")))
+
+    # Marian's positions must be the fixed split sinusoids attnlab computes (they are not trained).
+    for side in ("encoder", "decoder"):
+        P = _get(weights, f"model.{side}.embed_positions.weight")
+        ref = sinusoidal_encoding(torch.arange(P.shape[0]), P.shape[1], "split")
+        if not torch.allclose(P.float(), ref, atol=1e-4):
+            _fail(f"{side}.embed_positions", "trained values", "fixed split sinusoids")
+
+    model = Transformer(cfg)
+    shared = ("model.shared.weight",)
+    sources = {"model.encoder.embed_tokens.weight": shared, "model.decoder.embed_tokens.weight": shared,
+               "lm_head.weight": ("model.decoder.embed_tokens.weight", "model.shared.weight")}
+    with torch.no_grad():
+        for key, tensor, _ in _weight_map(model):
+            value = _get(weights, key, *sources.get(key, ()))
+            if tuple(value.shape) != tuple(tensor.shape):
+                raise ValueError(f"Marian tensor {key} has shape {tuple(value.shape)}, attnlab expects "
+                                 f"{tuple(tensor.shape)} from config.json; the folder's files disagree")
+            tensor.copy_(value.float())
+        bias = weights.get("final_logits_bias")
+        model.decoder.dense.bias.copy_(bias.reshape(-1).float() if bias is not None else torch.zeros(cfg.tgt_vocab_size))
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        data = {"source": "hf", "hf_source": str(source.resolve()), "hf_model_type": "marian",
+                "generation": {k: gen[k] for k in ("num_beams", "max_length", "length_penalty") if k in gen}}
+        write_run_config(tmp, "transformer", cfg.to_dict(), {}, data, src_vocab, tgt_vocab)
+        save_weights(model, tmp / "model.safetensors")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+# --------------------------------------------------------------------------- export
+def _hidden_permutation(D: int) -> Tensor:
+    """index such that split[k] = interleaved[index[k]]: sines (even columns) first, then cosines."""
+    return torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])
+
+
+def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write an attnlab Transformer run as a MarianMTModel folder (config, weights, tokenizer)."""
+    from attnlab.checkpoint import load_translator
+
+    try:
+        from transformers import MarianConfig, MarianMTModel
+    except ImportError as exc:
+        raise ValueError("export --format hf needs transformers: pip install 'attnlab[hf]'") from exc
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
+        raise ValueError(f"{out_dir} exists, is not empty and holds no config.json; pass a new --out folder")
+    tr = load_translator(run_dir)
+    model, cfg = tr.model, tr.model.config
+    if getattr(model, "MODEL_TYPE", None) != "transformer":
+        raise ValueError(f"only Transformer runs can be exported to Marian, {run_dir} holds a {model.MODEL_TYPE}")
+    pad, eos = tr.tgt_vocab.pad, tr.tgt_vocab.eos
+    if tr.src_vocab.pad != pad or tr.src_vocab.eos != eos:
+        raise ValueError("Marian needs one pad and one eos id for both sides; this run's vocabularies differ")
+    hf_cfg = config_to_marian(cfg, pad, eos)
+    start = cfg.decoder_start_token if cfg.decoder_start_token is not None else tr.tgt_vocab.bos
+    hf_cfg["decoder_start_token_id"] = start
+    index = _hidden_permutation(cfg.num_hiddens) if cfg.pos_layout == "interleaved" else None
+    hf_model = MarianMTModel(MarianConfig(**{k: v for k, v in hf_cfg.items() if k not in ("model_type",)}))
+    hf_model.eval()
+    target = hf_model.state_dict()
+    with torch.no_grad():
+        for key, value in target.items():
+            if key.endswith(".bias"):
+                value.zero_()  # attnlab's bias=False projections are Marian's with zero biases
+        for key, tensor, axis in _weight_map(model):
+            if key not in target:
+                continue  # a tied tensor HF stores once
+            value = tensor.detach().float()
+            if index is not None and axis is not None:
+                value = value.index_select(axis, index)
+            target[key].copy_(value)
+        if "model.shared.weight" in target:
+            value = model.encoder.embedding.weight.detach().float()
+            target["model.shared.weight"].copy_(value if index is None else value.index_select(1, index))
+        target["final_logits_bias"].copy_(model.decoder.dense.bias.detach().float()[None])
+    if cfg.suppress_tokens:
+        hf_model.generation_config.bad_words_ids = [[t] for t in cfg.suppress_tokens]
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+    try:
+        hf_model.save_pretrained(tmp)
+        _save_tokenizer(tr.src_vocab, tr.tgt_vocab, tmp)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _save_tokenizer(src_vocab, tgt_vocab, out: Path) -> None:
+    """MarianTokenizer files for SentencePiece vocabularies; a `PreTrainedTokenizerFast` (tokenizer.json)
+    for attnlab's BPE vocabulary; the book's word vocabulary as a WordLevel tokenizer.json."""
+    from attnlab.data.spm import SentencePieceVocab
+
+    if isinstance(src_vocab, SentencePieceVocab) and isinstance(tgt_vocab, SentencePieceVocab):
+        from transformers import MarianTokenizer
+
+        (out / "source.spm").write_bytes(src_vocab.model_proto)
+        (out / "target.spm").write_bytes(tgt_vocab.model_proto)
+        separate = src_vocab.idx_to_token != tgt_vocab.idx_to_token
+        (out / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(src_vocab.idx_to_token)}))
+        kwargs = {}
+        if separate:
+            (out / "target_vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tgt_vocab.idx_to_token)}))
+            kwargs = dict(separate_vocabs=True, target_vocab_file=str(out / "target_vocab.json"))
+        tok = MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
+                              unk_token=src_vocab.specials["unk"], eos_token=src_vocab.specials["eos"],
+                              pad_token=src_vocab.specials["pad"], **kwargs)
+        tok.save_pretrained(out)
+        return
+    from transformers import PreTrainedTokenizerFast
+
+    if src_vocab.to_tokens(list(range(len(src_vocab)))) != tgt_vocab.to_tokens(list(range(len(tgt_vocab)))):
+        # Marian's tokenizer classes number both sides with one table (vocab.json) unless SentencePiece.
+        tokenizer = _tokenizers_object(tgt_vocab)
+        PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
+                                eos_token="<eos>").save_pretrained(out / "target_tokenizer")
+    tokenizer = _tokenizers_object(src_vocab)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
+                            eos_token="<eos>").save_pretrained(out)
+
+
+def _tokenizers_object(vocab):
+    """A `tokenizers.Tokenizer` numbering tokens as `vocab` does (BPE: itself; words: a WordLevel table
+    with lowercase + punctuation splitting, close to the book's tokenize)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    if getattr(vocab, "kind", None) == "bpe":
+        tok = Tokenizer.from_str(vocab.tokenizer.to_str())
+    else:
+        table = {t: i for i, t in enumerate(vocab.idx_to_token)}
+        tok = Tokenizer(models.WordLevel(table, unk_token="<unk>"))
+        tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    eos = vocab.to_tokens(vocab.eos)
+    tok.post_processor = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, vocab.eos)])
+    return tok
