@@ -313,10 +313,12 @@ class Translator:
             src = torch.tensor([s + [pad] * (S - len(s)) for s in seqs], dtype=torch.long, device=self.device)
             lens = torch.tensor([len(s) for s in seqs], device=self.device)
             tgt = self.tgt_vocab
+            start = getattr(getattr(self.model, "config", None), "decoder_start_token", None)  # Marian: <pad>
+            bos = tgt.bos if start is None else start
             if beam == 1:
-                hyps = greedy(self.model, src, lens, tgt.bos, tgt.eos, self.output_limit(S))
+                hyps = greedy(self.model, src, lens, bos, tgt.eos, self.output_limit(S))
             else:
-                hyps = beam_search(self.model, src, lens, tgt.bos, tgt.eos, beam=beam, max_len=self.output_limit(S))
+                hyps = beam_search(self.model, src, lens, bos, tgt.eos, beam=beam, max_len=self.output_limit(S))
             for i, h in zip(idx, hyps):
                 results[i] = h
         return results

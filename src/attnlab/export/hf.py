@@ -250,9 +250,12 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     weights = _read_hf_weights(source)
     src_vocab, tgt_vocab = _marian_vocabs(source, hf, (hf.get("source_lang"), hf.get("target_lang")))
 
-    # Marian's positions must be the fixed split sinusoids attnlab computes (they are not trained).
+    # Marian's positions must be the fixed split sinusoids attnlab computes (they are not trained);
+    # recent transformers versions do not even save them.
     for side in ("encoder", "decoder"):
-        P = _get(weights, f"model.{side}.embed_positions.weight")
+        P = weights.get(f"model.{side}.embed_positions.weight", weights.get(f"{side}.embed_positions.weight"))
+        if P is None:
+            continue
         ref = sinusoidal_encoding(torch.arange(P.shape[0]), P.shape[1], "split")
         if not torch.allclose(P.float(), ref, atol=1e-4):
             _fail(f"{side}.embed_positions", "trained values", "fixed split sinusoids")
