@@ -1,0 +1,117 @@
+"""Imported Marian model: attnlab's decoding vs `transformers.generate`, and the import time of attnlab
+with and without the [hf] extra.
+
+    python benchmarks/hf_decode.py
+
+A tiny randomly initialised MarianMTModel (d_model 64, 2+2 layers, SentencePiece vocabulary trained on
+generated sentences) is saved, imported with `attnlab import hf`, and both decode the same 32 sentences
+(greedy and beam 4, same length limits, <pad> forbidden), rounds interleaved; the outputs are checked equal.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+WORDS = ("the cat dog house river green small old walks sleeps sees eats quickly never always "
+         "tree bird runs sings under over near my your their little big red blue").split()
+
+
+def sentences(n, seed=0):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))).capitalize() + "." for _ in range(n)]
+
+
+def build(d: Path):
+    import sentencepiece as spm
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences(300)), model_writer=buf, vocab_size=80,
+                                   minloglevel=2, num_threads=1)
+    for name in ("source.spm", "target.spm"):
+        (d / name).write_bytes(buf.getvalue())
+    sp = spm.SentencePieceProcessor()
+    sp.LoadFromSerializedProto(buf.getvalue())
+    pieces = [sp.IdToPiece(i) for i in range(sp.GetPieceSize()) if sp.IdToPiece(i) not in ("<unk>", "<s>", "</s>")]
+    tokens = ["</s>", "<unk>", *pieces, "<pad>"]
+    (d / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    MarianTokenizer(str(d / "source.spm"), str(d / "target.spm"), str(d / "vocab.json")).save_pretrained(d)
+    V = len(tokens)
+    cfg = MarianConfig(vocab_size=V, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                       decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256,
+                       activation_function="swish", scale_embedding=True, max_position_embeddings=256,
+                       pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1, forced_eos_token_id=None,
+                       init_std=0.15)
+    torch.manual_seed(0)
+    model = MarianMTModel(cfg).eval()
+    model.generation_config.bad_words_ids = [[V - 1]]
+    model.save_pretrained(d)
+
+
+def import_time(code: str, rounds: int = 5) -> float:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    from transformers import MarianMTModel, MarianTokenizer
+
+    from attnlab.checkpoint import load_translator
+    from attnlab.export.hf import import_hf
+
+    torch.set_num_threads(2)
+    flags = open("/proc/cpuinfo").read()
+    print("cpu features:", " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags))
+    print("uptime:", os.popen("uptime").read().strip())
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "marian"
+        d.mkdir()
+        build(d)
+        tr = load_translator(import_hf(d, Path(tmp) / "run"))
+        hf, tok = MarianMTModel.from_pretrained(d).eval(), MarianTokenizer.from_pretrained(d)
+        texts = sentences(32, seed=7)
+        src_ids = [tr.src_vocab.encode(t) for t in texts]
+        enc = tok(texts, padding=True, return_tensors="pt")
+        limit = tr.output_limit(enc["input_ids"].shape[1])
+        for beam in (1, 4) if "--imports-only" not in sys.argv else ():
+            ours = lambda: tr.decode_ids(src_ids, beam=beam)  # noqa: E731
+            theirs = lambda: hf.generate(**enc, num_beams=beam, do_sample=False, max_new_tokens=limit,  # noqa: E731
+                                         length_penalty=1.0, early_stopping=True)
+            with torch.no_grad():
+                ours(), theirs()  # warm-up
+                t_ours, t_theirs = [], []
+                for _ in range(3):  # interleaved rounds
+                    t0 = time.perf_counter(); out = ours(); t_ours.append(time.perf_counter() - t0)  # noqa: E702
+                    t0 = time.perf_counter(); ref = theirs(); t_theirs.append(time.perf_counter() - t0)  # noqa: E702
+            eos, pad = tr.tgt_vocab.eos, tr.tgt_vocab.pad
+            ref_rows = [[t for t in (r[:r.index(eos)] if eos in r else r) if t != pad] for r in ref[:, 1:].tolist()]
+            a, b = statistics.median(t_ours), statistics.median(t_theirs)
+            print(f"beam {beam}: 32 sentences, attnlab {a * 1e3:.0f} ms, transformers.generate {b * 1e3:.0f} ms, "
+                  f"attnlab/generate time ratio {a / b:.2f}, outputs identical: {out == ref_rows}, "
+                  f"mean output length {sum(map(len, out)) / len(out):.1f}")
+    core = import_time("import attnlab, attnlab.cli; attnlab.cli.build_parser()")
+    extra = import_time("import attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.hf; "
+                        "from transformers import MarianMTModel; import sentencepiece")
+    base = import_time("import torch")
+    print(f"import time (median of 5 subprocesses): attnlab core {core:.2f} s, with the [hf] extra loaded "
+          f"{extra:.2f} s ({extra / core:.2f}x); python + torch alone {base:.2f} s")
+    print("uptime:", os.popen("uptime").read().strip())
+
+
+if __name__ == "__main__":
+    main()
