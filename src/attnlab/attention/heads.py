@@ -128,5 +128,22 @@ def prune_heads(model: nn.Module, heads: Mapping[str, Sequence[int]]) -> dict[st
     return removed
 
 
-__all__ = ["active_head_mask", "attention_modules", "check_head_mask", "head_masks_from_indices", "mask_heads",
+def merge_pruned(previous: Mapping[str, Sequence[int]] | None, heads: Mapping[str, Sequence[int]],
+                 num_heads: int) -> dict[str, list[int]]:
+    """Record a pruning in terms of the *original* head indices (what a config stores).
+
+    previous: {module name: original indices already removed}; heads: {module name: current indices to
+    remove now}; num_heads: the unpruned H. Returns the updated {module name: original indices removed}.
+    """
+    out = {name: sorted(set(int(h) for h in idx)) for name, idx in (previous or {}).items()}
+    for name, idx in heads.items():
+        kept = [h for h in range(num_heads) if h not in out.get(name, [])]  # current index -> original
+        removed = set(out.get(name, []))
+        for h in _check_indices(idx, len(kept), name):
+            removed.add(kept[h])
+        out[name] = sorted(removed)
+    return out
+
+
+__all__ = ["merge_pruned", "active_head_mask", "attention_modules", "check_head_mask", "head_masks_from_indices", "mask_heads",
            "prune_heads"]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from attnlab.attention import KVCache, MultiHeadAttention, PositionalEncoding
+from attnlab.attention.heads import merge_pruned, prune_heads
 
 from .config import ConfigMixin
 
@@ -52,6 +53,7 @@ class TransformerConfig(ConfigMixin):
     bias: bool = True                  # attention projection biases (as nn.Transformer); the book uses False
     window: int | None = None          # local attention in the encoder: each token sees +-window tokens
     learned_positions: bool = False    # learned position table instead of the sinusoids
+    pruned_heads: dict | None = None   # {attention module name: original head indices removed} (pruning)
 
     def __post_init__(self):
         for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "num_heads", "num_layers",
@@ -74,6 +76,11 @@ class TransformerConfig(ConfigMixin):
             )
         if self.window is not None and (not isinstance(self.window, int) or self.window < 0):
             raise ValueError(f"TransformerConfig.window must be None or a non-negative integer, got {self.window!r}")
+        if self.pruned_heads is not None and not (
+                isinstance(self.pruned_heads, dict)
+                and all(isinstance(k, str) and isinstance(v, list) for k, v in self.pruned_heads.items())):
+            raise ValueError(f"TransformerConfig.pruned_heads must map attention module names to lists of head "
+                             f"indices, got {self.pruned_heads!r}")
 
 
 class PositionWiseFFN(nn.Module):
@@ -271,6 +278,15 @@ class Transformer(nn.Module):
         if shared is not None:
             # Three-way tying as in the paper (section 3.4): the output projection reuses the embedding.
             self.decoder.dense.weight = shared.weight
+        if c.pruned_heads:  # a pruned model: rebuild its smaller projections before weights are loaded
+            prune_heads(self, c.pruned_heads)
+
+    def prune_heads(self, heads: dict[str, list[int]]) -> None:
+        """Remove heads for good: {attention module name: indices of its current heads}. The config
+        records them (as original indices), so the pruned model saves and loads like any other."""
+        pruned = merge_pruned(self.config.pruned_heads, heads, self.config.num_heads)
+        prune_heads(self, heads)
+        self.config.pruned_heads = pruned
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None) -> Tensor:
         _check_tokens(src, tgt_in, src_valid_lens)
