@@ -131,10 +131,12 @@ class MultiHeadAttention(Recordable, nn.Module):
         gate = self._gate(head_mask)
         causal = self.causal if causal is None else causal
         B, Lq, _ = queries.shape
-        if self.num_heads == 0:  # every head pruned: only W_o's bias remains
-            return self.W_o(queries.new_zeros(B, Lq, 0))
+        # Projected even with every head pruned (H = 0, empty tensors): the cache must still grow, since
+        # decoding reads the number of steps done from it.
         q, k, v = self._project_qkv(queries, keys, values, cache)
-        if _all_finite(q, k, v):
+        if self.num_heads == 0:  # only W_o's bias remains
+            out = q
+        elif _all_finite(q, k, v):
             out = self._attend(q, k, v, valid_lens, mask, causal)
         else:
             out = self._attend_nonfinite(q, k, v, valid_lens, mask, causal)
