@@ -18,6 +18,7 @@ COMMANDS = [
     "translate",
     "evaluate",
     "attention",
+    "heads",
     "average",
     "serve",
     "import_",  # `attnlab import` (import is a Python keyword)

@@ -103,4 +103,4 @@ def test_no_weights_kept_outside_recording():
     m = make("additive")
     m(torch.randn(1, 2, D), torch.randn(1, 3, D), torch.randn(1, 3, D))
     assert not any(isinstance(v, torch.Tensor) and v.dim() >= 3 for v in vars(m).values())
-    assert m._recording is None
+    assert not m.recording

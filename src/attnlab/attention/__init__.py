@@ -1,5 +1,6 @@
 """The kernel layer: scores -> weights -> pooled values. Nothing here imports from `attnlab.models`."""
 
+from .heads import attention_modules, check_head_mask, head_masks_from_indices, mask_heads, prune_heads
 from .masking import build_mask, causal_mask, lengths_to_mask, masked_softmax, sequence_mask, window_mask
 from .multihead import KVCache, MultiHeadAttention
 from .positional import PositionalEncoding, sinusoidal_encoding
@@ -8,7 +9,8 @@ from .scoring import AdditiveAttention, DotProductAttention, MultiplicativeAtten
 
 __all__ = [
     "AdditiveAttention", "AttentionRecording", "DotProductAttention", "KVCache", "MultiHeadAttention",
-    "MultiplicativeAttention", "PositionalEncoding", "attend", "build_mask", "causal_mask",
+    "MultiplicativeAttention", "PositionalEncoding", "attend", "attention_modules", "check_head_mask",
+    "head_masks_from_indices", "mask_heads", "prune_heads", "build_mask", "causal_mask",
     "lengths_to_mask", "masked_softmax", "record_attention", "sequence_mask", "sinusoidal_encoding",
     "window_mask",
 ]

@@ -4,11 +4,13 @@ decoding, and local (sliding-window) attention whose memory grows linearly with 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .heads import active_head_mask, check_head_mask
 from .masking import build_mask, lengths_to_mask, window_mask
 from .recording import Recordable
 from .scoring import attend, check_qkv
@@ -49,6 +51,9 @@ class MultiHeadAttention(Recordable, nn.Module):
     """Multi-head attention with the book's projections W_q, W_k, W_v, W_o (so weights copy to and from
     `torch.nn.MultiheadAttention`).
 
+    Self-attention (`queries is keys is values`) projects Q, K and V with one matmul against the three
+    weights concatenated at call time: the parameters stay the book's four `nn.Linear`s.
+
     Args:
         num_hiddens: model size D; each of the H heads works on D / H features.
         num_heads: H.
@@ -61,6 +66,21 @@ class MultiHeadAttention(Recordable, nn.Module):
     Shape:
         queries (B, Lq, D), keys (B, Lk, D), values (B, Lk, D) -> (B, Lq, D).
         valid_lens (B,) or (B, Lq); mask bool (Lq, Lk), (B, Lq, Lk) or (B, H, Lq, Lk), True = may attend.
+        head_mask (H,): a gate multiplying each head's output before W_o (0 = head off).
+
+    Non-finite inputs (the same on the fused and the recorded path): masked (hidden) keys and values
+    never influence an output, whatever they hold. Output row i of head h is NaN exactly when query i,
+    or a key or value visible to query i, is non-finite (NaN or inf); every other row is exact. A query
+    that sees no key at all gives zeros, as with finite inputs.
+
+    After `prune_heads`, H is smaller but each head keeps its size Dh, so the projections map D to H * Dh.
+
+    Examples:
+        >>> import torch
+        >>> mha = MultiHeadAttention(num_hiddens=8, num_heads=2).eval()
+        >>> x = torch.randn(2, 5, 8)
+        >>> mha(x, x, x, valid_lens=torch.tensor([5, 3])).shape
+        torch.Size([2, 5, 8])
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
@@ -74,6 +94,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         if window is not None and window < 0:
             raise ValueError(f"window must be a non-negative number of positions or None, got {window}")
         self.num_hiddens, self.num_heads = num_hiddens, num_heads
+        self.head_dim = num_hiddens // num_heads
         self.window, self.causal, self.block_size = window, causal, block_size
         self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=bias)
@@ -82,44 +103,108 @@ class MultiHeadAttention(Recordable, nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def _split(self, x: Tensor) -> Tensor:
-        B, L, D = x.shape
-        return x.view(B, L, self.num_heads, D // self.num_heads).transpose(1, 2)  # (B, H, L, Dh)
+        B, L, _ = x.shape
+        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+
+    def _project_qkv(self, queries: Tensor, keys: Tensor, values: Tensor, cache: KVCache | None):
+        """Q, K, V as (B, H, L, Dh); K, V come from (and go to) the cache when there is one."""
+        if cache is not None and cache.static and cache.k is not None:
+            return self._split(self.W_q(queries)), cache.k, cache.v  # cross-attention: projected once
+        if queries is keys and keys is values:
+            # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones.
+            W = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
+            b = None if self.W_q.bias is None else torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias])
+            q, k, v = F.linear(queries, W, b).chunk(3, dim=-1)
+        else:
+            q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
+        q, k, v = self._split(q), self._split(k), self._split(v)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        return q, k, v
 
     def forward(self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens=None, mask=None,
-                causal: bool | None = None, cache: KVCache | None = None) -> Tensor:
+                causal: bool | None = None, cache: KVCache | None = None, head_mask=None) -> Tensor:
         check_qkv(queries, keys, values)
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
             if t.shape[-1] != self.num_hiddens:
                 raise ValueError(f"{name} must have {self.num_hiddens} features, got shape {tuple(t.shape)}")
+        gate = self._gate(head_mask)
         causal = self.causal if causal is None else causal
         B, Lq, _ = queries.shape
-        q = self._split(self.W_q(queries))
-        if cache is not None and cache.static and cache.k is not None:
-            k, v = cache.k, cache.v  # cross-attention: projected once per sentence
+        # Projected even with every head pruned (H = 0, empty tensors): the cache must still grow, since
+        # decoding reads the number of steps done from it.
+        q, k, v = self._project_qkv(queries, keys, values, cache)
+        if self.num_heads == 0:  # only W_o's bias remains
+            out = q
+        elif _all_finite(q, k, v):
+            out = self._attend(q, k, v, valid_lens, mask, causal)
         else:
-            k, v = self._split(self.W_k(keys)), self._split(self.W_v(values))
-            if cache is not None:
-                k, v = cache.update(k, v)
-        Lk = k.shape[2]
-
-        if self.recording:
-            out = self._math(q, k, v, valid_lens, mask, causal)
-        elif self._use_blockwise(Lq, Lk, valid_lens, mask):
-            out = self._local_blockwise(q, k, v, valid_lens, causal)
-        else:
-            out = self._fused(q, k, v, valid_lens, mask, causal)
-        out = out.transpose(1, 2).reshape(B, Lq, self.num_hiddens)  # (B, Lq, D)
+            out = self._attend_nonfinite(q, k, v, valid_lens, mask, causal)
+        if gate is not None:
+            out = out * gate.to(out.dtype)[None, :, None, None]  # (B, H, Lq, Dh) * (1, H, 1, 1)
+        out = out.transpose(1, 2).reshape(B, Lq, self.num_heads * self.head_dim)  # (B, Lq, H*Dh)
         return self.W_o(out)
 
+    def _gate(self, head_mask) -> Tensor | None:
+        """The explicit head_mask times any mask `mask_heads` set for this module in this context."""
+        ctx = active_head_mask(self)
+        if head_mask is not None:
+            head_mask = check_head_mask(head_mask, self.num_heads)
+            return head_mask if ctx is None else head_mask * ctx
+        return ctx
+
+    def _attend(self, q, k, v, valid_lens, mask, causal) -> Tensor:
+        """Pick the path: math (recording), blockwise local, or fused SDPA. Returns (B, H, Lq, Dh)."""
+        Lq, Lk = q.shape[2], k.shape[2]
+        if self.recording:
+            out, weights = self._math(q, k, v, valid_lens, mask, causal)
+            self._record(weights)
+            return out
+        if self._use_blockwise(Lq, Lk, valid_lens, mask):
+            return self._local_blockwise(q, k, v, valid_lens, causal)
+        return self._fused(q, k, v, valid_lens, mask, causal)
+
+    def _attend_nonfinite(self, q, k, v, valid_lens, mask, causal) -> Tensor:
+        """Attention when some query/key/value is NaN or inf, with the semantics of the class docstring.
+
+        A 0 weight times a NaN value is NaN in a matmul, so hidden positions would leak; instead attend
+        with non-finite entries zeroed, then set to NaN exactly the rows that see a non-finite input.
+        """
+        B, H, Lq, _ = q.shape
+        Lk = k.shape[2]
+        bad_q = ~torch.isfinite(q).all(dim=-1, keepdim=True)                       # (B, H, Lq, 1)
+        bad_kv = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, Lk)
+        visible = build_mask(B, Lq, Lk, valid_lens, mask, causal, self.window, q.device)
+        seen = bad_kv[:, :, None, :] if visible is None else (visible & bad_kv[:, :, None, :])
+        poisoned = bad_q | seen.any(dim=-1, keepdim=True)                          # (B, H, Lq, 1)
+        q, k, v = (torch.where(torch.isfinite(t), t, torch.zeros((), dtype=t.dtype)) for t in (q, k, v))
+        if self.recording:
+            out, weights = self._math(q, k, v, valid_lens, mask, causal)
+            self._record(weights.masked_fill(poisoned, float("nan")))
+        else:
+            out = self._attend(q, k, v, valid_lens, mask, causal)
+        return out.masked_fill(poisoned, float("nan"))
+
+    def prune_heads(self, heads) -> None:
+        """Remove the given head indices for good: W_q/W_k/W_v lose their rows, W_o its columns."""
+        heads = sorted(set(int(h) for h in heads))
+        if any(not 0 <= h < self.num_heads for h in heads):
+            raise ValueError(f"this attention has heads 0..{self.num_heads - 1}, got head indices {heads}")
+        keep = [h for h in range(self.num_heads) if h not in heads]
+        Dh = self.head_dim
+        rows = torch.tensor([h * Dh + i for h in keep for i in range(Dh)], dtype=torch.long)
+        for name in ("W_q", "W_k", "W_v"):
+            setattr(self, name, _slice_linear(getattr(self, name), rows, dim=0))
+        self.W_o = _slice_linear(self.W_o, rows, dim=1)
+        self.num_heads = len(keep)
+
     # -- the three paths -------------------------------------------------------------------------
-    def _math(self, q, k, v, valid_lens, mask, causal) -> Tensor:
-        """Explicit scores -> masked softmax -> pooling; records (B, H, Lq, Lk) weights."""
+    def _math(self, q, k, v, valid_lens, mask, causal) -> tuple[Tensor, Tensor]:
+        """Explicit scores -> masked softmax -> pooling; returns the output and (B, H, Lq, Lk) weights."""
         B, _, Lq, Dh = q.shape
         visible = build_mask(B, Lq, k.shape[2], valid_lens, mask, causal, self.window, q.device)
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(Dh)
-        out, weights = attend(scores, v, visible, self.dropout)
-        self._record(weights)
-        return out
+        return attend(scores, v, visible, self.dropout)
 
     def _fused(self, q, k, v, valid_lens, mask, causal) -> Tensor:
         B, _, Lq, _ = q.shape
@@ -172,6 +257,27 @@ class MultiHeadAttention(Recordable, nn.Module):
                                                attn_mask=visible | empty, dropout_p=p)
             outs.append(o.masked_fill(empty, 0.0))
         return torch.cat(outs, dim=2)
+
+
+def _all_finite(*tensors: Tensor) -> bool:
+    # One reduction per tensor: the exact (slower) non-finite path runs only when it is needed.
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+def _slice_linear(layer: nn.Linear, index: Tensor, dim: int) -> nn.Linear:
+    """A new nn.Linear keeping the output rows (dim=0) or input columns (dim=1) named by index."""
+    W = layer.weight.detach().index_select(dim, index.to(layer.weight.device)).clone()
+    has_bias = layer.bias is not None
+    with warnings.catch_warnings():  # pruning every head leaves zero-element weights: fine, not a mistake
+        warnings.simplefilter("ignore", UserWarning)
+        out = nn.Linear(W.shape[1], W.shape[0], bias=has_bias, device=W.device, dtype=W.dtype)
+    with torch.no_grad():
+        out.weight.copy_(W)
+        if has_bias:
+            b = layer.bias.detach()
+            out.bias.copy_(b.index_select(0, index.to(b.device)) if dim == 0 else b)
+    out.weight.requires_grad_(layer.weight.requires_grad)
+    return out
 
 
 __all__ = ["MultiHeadAttention", "KVCache", "window_mask"]

@@ -6,16 +6,25 @@
 
 Outside a recording no attention module keeps a weight tensor anywhere, and multi-head attention
 runs the fused SDPA kernel; inside one, every recordable module runs its explicit math path.
+
+The active recordings live in a `contextvars.ContextVar`, not in flags on the modules: a recording is
+seen only by the thread (or asyncio task) that opened it, so one model can serve many threads at once,
+some recording and some not, and each recording gets exactly its own weights.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+
+# The recordings open in this context, innermost last. A tuple (immutable), so a context that copies
+# it can never see another context's later changes.
+_ACTIVE: ContextVar[tuple["AttentionRecording", ...]] = ContextVar("attnlab_recordings", default=())
 
 
 @dataclass
@@ -24,6 +33,10 @@ class AttentionRecording:
 
     weights: dict[str, list[Tensor]] = field(default_factory=lambda: defaultdict(list))
     detach: bool = True
+    # id(module) -> qualified name, for the modules of the recorded model. The modules themselves are
+    # kept in `_modules` so their ids cannot be reused by other objects while the recording lives.
+    names: dict[int, str] = field(default_factory=dict, repr=False)
+    _modules: list[nn.Module] = field(default_factory=list, repr=False)
 
     def add(self, name: str, weights: Tensor) -> None:
         if weights.dim() == 3:  # single-head scoring modules: (B, Lq, Lk) -> (B, 1, Lq, Lk)
@@ -36,33 +49,50 @@ class AttentionRecording:
 
 
 class Recordable:
-    """Mixin for attention modules: `_recording` is set by `record_attention` and None otherwise."""
-
-    _recording: AttentionRecording | None = None
-    _record_name: str = ""
+    """Mixin for attention modules: `recording` is True while a recording of this module is active in
+    the current context (thread / task); `_record` hands weights to every such recording."""
 
     @property
     def recording(self) -> bool:
-        return self._recording is not None
+        key = id(self)
+        return any(key in rec.names for rec in _ACTIVE.get())
 
     def _record(self, weights: Tensor) -> None:
-        if self._recording is not None:
-            self._recording.add(self._record_name, weights)
+        key = id(self)
+        for rec in _ACTIVE.get():
+            name = rec.names.get(key)
+            if name is not None:
+                rec.add(name, weights)
 
 
 @contextmanager
 def record_attention(model: nn.Module, detach: bool = True):
-    """Make every attention module inside `model` store its weights while the block runs."""
-    rec = AttentionRecording(detach=detach)
+    """Make every attention module inside `model` store its weights while the block runs.
+
+    Only calls made in the current thread (or asyncio task) are recorded; other threads using the same
+    model at the same time run unrecorded (and fused) unless they open their own recording.
+
+    Examples:
+        >>> import torch
+        >>> from attnlab.attention import MultiHeadAttention, record_attention
+        >>> mha = MultiHeadAttention(num_hiddens=8, num_heads=2).eval()
+        >>> x = torch.randn(1, 3, 8)
+        >>> with record_attention(mha) as rec:
+        ...     _ = mha(x, x, x)
+        >>> rec.weights["MultiHeadAttention"][0].shape
+        torch.Size([1, 2, 3, 3])
+    """
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, Recordable)]
     if not modules:
         raise ValueError(
             f"record_attention: {type(model).__name__} contains no attnlab attention module to record"
         )
+    rec = AttentionRecording(detach=detach)
     for name, m in modules:
-        m._recording, m._record_name = rec, name or type(m).__name__
+        rec.names[id(m)] = name or type(m).__name__
+        rec._modules.append(m)
+    token = _ACTIVE.set(_ACTIVE.get() + (rec,))
     try:
         yield rec
     finally:
-        for _, m in modules:
-            m._recording = None
+        _ACTIVE.reset(token)

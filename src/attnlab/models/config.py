@@ -63,6 +63,7 @@ class TransformerConfig(ConfigMixin):
     tie_output: bool = False           # output projection reuses the target embedding (share_embeddings implies it)
     decoder_start_token: int | None = None  # first decoder input; None = the target vocabulary's <bos>
     suppress_tokens: list[int] = field(default_factory=list)  # ids decoding never emits (Marian: <pad>)
+    pruned_heads: dict | None = None   # {attention module name: original head indices removed} (pruning)
 
     def __post_init__(self):
         for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "num_heads", "num_layers",
@@ -91,6 +92,11 @@ class TransformerConfig(ConfigMixin):
             raise ValueError(f"TransformerConfig.pos_layout must be 'interleaved' or 'split', got {self.pos_layout!r}")
         if self.embed_scale is not None and not self.embed_scale > 0:
             raise ValueError(f"TransformerConfig.embed_scale must be None or positive, got {self.embed_scale!r}")
+        if self.pruned_heads is not None and not (
+                isinstance(self.pruned_heads, dict)
+                and all(isinstance(k, str) and isinstance(v, list) for k, v in self.pruned_heads.items())):
+            raise ValueError(f"TransformerConfig.pruned_heads must map attention module names to lists of head "
+                             f"indices, got {self.pruned_heads!r}")
         for tok in [self.decoder_start_token, *self.suppress_tokens]:
             if tok is not None and not 0 <= tok < self.tgt_vocab_size:
                 raise ValueError(f"TransformerConfig: token id {tok} (decoder_start_token / suppress_tokens) is "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from attnlab.attention import KVCache, MultiHeadAttention, PositionalEncoding
+from attnlab.attention.heads import merge_pruned, prune_heads
 
 from .config import TransformerConfig
 
@@ -243,6 +244,15 @@ class Transformer(nn.Module):
             for m in self.modules():
                 if isinstance(m, PositionWiseFFN):
                     m.activation = make_activation(c.activation)
+        if c.pruned_heads:  # a pruned model: rebuild its smaller projections before weights are loaded
+            prune_heads(self, c.pruned_heads)
+
+    def prune_heads(self, heads: dict[str, list[int]]) -> None:
+        """Remove heads for good: {attention module name: indices of its current heads}. The config
+        records them (as original indices), so the pruned model saves and loads like any other."""
+        pruned = merge_pruned(self.config.pruned_heads, heads, self.config.num_heads)
+        prune_heads(self, heads)
+        self.config.pruned_heads = pruned
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None) -> Tensor:
         _check_tokens(src, tgt_in, src_valid_lens)

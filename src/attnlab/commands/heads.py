@@ -1,0 +1,110 @@
+"""`attnlab heads`: what each attention head does and how much it matters (Voita et al. 2019, Michel et
+al. 2019), on a split of the run's data.
+
+    attnlab heads --checkpoint runs/demo/transformer --out runs/demo/heads --limit 200
+
+Writes heads.json (every number), importance.png/svg (layers x heads per attention kind) and
+pruning.png/svg (validation BLEU as heads are removed, least important first). With --prune it also
+writes a pruned copy of the model (a complete run folder) to OUT/pruned.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnlab.commands.translate import add_checkpoint_args, open_translator
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("heads", help="head analysis: behaviour, importance, pruning curves",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_checkpoint_args(p)
+    p.add_argument("--out", metavar="DIR", required=True, help="folder for heads.json and the figures")
+    p.add_argument("--split", choices=["train", "valid", "test"], default="valid")
+    p.add_argument("--limit", type=int, metavar="N", default=200,
+                   help="analyse the first N sentences of the split (default 200; decoding is repeated per head)")
+    p.add_argument("--beam", type=int, default=1, help="beam size for the BLEU measurements (default 1)")
+    p.add_argument("--no-bleu", action="store_true", help="measure validation loss only (much faster)")
+    p.add_argument("--no-curve", action="store_true", help="skip the pruning curves")
+    p.add_argument("--prune", metavar="MODULE:H[,H...]", action="append", default=[],
+                   help="also write OUT/pruned: the model without these heads (repeatable), e.g. "
+                        "--prune decoder.blocks.0.cross_attention:1,3")
+    p.add_argument("--data", metavar="PATH", help="the corpus file, if it moved since training")
+    p.set_defaults(func=run)
+
+
+def parse_prune(specs: list[str]) -> dict[str, list[int]]:
+    """["name:1,3", ...] -> {"name": [1, 3]}; malformed specs are one clear error."""
+    out: dict[str, list[int]] = {}
+    for spec in specs:
+        name, sep, idx = spec.rpartition(":")
+        try:
+            heads = [int(h) for h in idx.split(",") if h.strip()]
+        except ValueError:
+            heads = []
+        if not sep or not name or not heads:
+            raise ValueError(f"--prune expects MODULE:H[,H...] such as encoder.blocks.0.attention:1,3, got {spec!r}")
+        out.setdefault(name, []).extend(heads)
+    return out
+
+
+def run(args) -> int:
+    from attnlab.analysis import analyze_heads, save_pruned_run
+    from attnlab.analysis.figures import plot_importance, plot_pruning_curves
+    from attnlab.analysis.heads import attention_kinds, head_masks_check
+    from attnlab.checkpoint import write_json
+    from attnlab.train import load_data
+    from attnlab.viz import save_figure
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be a positive number of sentences, got {args.limit}")
+    if args.beam < 1 or args.beam > 64:
+        raise ValueError(f"--beam must lie in [1, 64], got {args.beam}")
+    prune = parse_prune(args.prune)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; pass a folder")
+    translator = open_translator(args)
+    attention_kinds(translator.model)  # a Bahdanau model fails here, before any work
+    head_masks_check(translator.model, prune)  # bad module names / head indices, before any work
+    data_cfg = dict(translator.config.get("data", {}))
+    if args.data:
+        data_cfg["path"] = args.data
+    data = load_data(data_cfg)
+    if data.src_vocab != translator.src_vocab or data.tgt_vocab != translator.tgt_vocab:
+        raise ValueError(f"the data rebuilt from {args.checkpoint}/config.json does not give the run's vocabularies; "
+                         f"pass the corpus the run was trained on with --data")
+    examples = getattr(data, args.split)[: args.limit]
+    report = analyze_heads(translator, examples, bleu=not args.no_bleu, beam=args.beam, curve=not args.no_curve)
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "heads.json", {"checkpoint": str(args.checkpoint), "split": args.split, **report})
+    written = save_figure(plot_importance(report), out / "importance")
+    if "pruning_curves" in report:
+        written += save_figure(plot_pruning_curves(report), out / "pruning")
+    print_table(report)
+    if prune:
+        save_pruned_run(args.checkpoint, prune, out / "pruned")
+        written.append(out / "pruned")
+    print("wrote " + ", ".join(str(p) for p in [out / "heads.json", *written]))
+    return 0
+
+
+def print_table(report: dict) -> None:
+    base = report["baseline"]
+    metric = "bleu" if base["bleu"] is not None else "loss"
+    print(f"{report['sentences']} sentences; full model: loss {base['loss']:.3f}"
+          + (f", BLEU {base['bleu']:.2f}" if base["bleu"] is not None else ""))
+    print(f"{'module':<34} {'head':>4} {'conf':>5} {'entr':>5} {'same':>5} {'prev':>5} {'next':>5} {'eos':>5} "
+          f"{'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}")
+    for kind, names in report["kinds"].items():
+        for name in names:
+            s = report["statistics"][name]
+            for h, g in enumerate(report["gradient_importance"][name]):
+                masked = report["masked"][name][h][metric]
+                print(f"{name:<34} {h:>4} {s['confidence'][h]:5.2f} {s['entropy'][h]:5.2f} {s['same'][h]:5.2f} "
+                      f"{s['previous'][h]:5.2f} {s['next'][h]:5.2f} {s['eos'][h]:5.2f} {s['punctuation'][h]:5.2f} "
+                      f"{g:8.4f} {masked:12.3f}")
+    for kind, curve in report.get("pruning_curves", {}).items():
+        print(f"pruning {kind}: " + " ".join(f"{p[metric]:.2f}" for p in curve))

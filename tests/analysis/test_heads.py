@@ -1,0 +1,143 @@
+"""Head analysis on a tiny model built from the package's sample corpus (no download, seconds)."""
+
+import json
+
+import pytest
+import torch
+
+from attnlab.analysis import (attention_kinds, evaluate_with_masks, gradient_importance, head_statistics,
+                              pruning_curve, save_pruned_run)
+from attnlab.analysis.heads import validation_batches
+from attnlab.attention import mask_heads
+from attnlab.checkpoint import Translator, load_translator, save_weights, write_run_config
+from attnlab.cli import main
+from attnlab.data import load_translation_data, sample_data_path
+from attnlab.models import Transformer, TransformerConfig
+
+DATA = {"loader": "translation", "path": str(sample_data_path()), "min_freq": 1, "valid_fraction": 0.2,
+        "test_fraction": 0.1, "use_cache": False}
+
+
+@pytest.fixture(scope="module")
+def setup(one_thread):
+    from attnlab.train import load_data
+
+    data = load_data(DATA)
+    torch.manual_seed(0)
+    cfg = TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), num_hiddens=16, num_heads=4, num_layers=2,
+                            ffn_num_hiddens=32, dropout=0.0, max_len=64)
+    model = Transformer(cfg).eval()
+    return data, model, Translator(model, data.src_vocab, data.tgt_vocab, {"data": DATA}, max_len=64)
+
+
+def test_kinds_and_statistics(setup):
+    data, model, _ = setup
+    kinds = attention_kinds(model)
+    assert kinds == {"encoder self": ["encoder.blocks.0.attention", "encoder.blocks.1.attention"],
+                     "decoder self": ["decoder.blocks.0.self_attention", "decoder.blocks.1.self_attention"],
+                     "cross": ["decoder.blocks.0.cross_attention", "decoder.blocks.1.cross_attention"]}
+    batches = validation_batches(data.valid, data.src_vocab, data.tgt_vocab, batch_size=4)
+    stats = head_statistics(model, batches, data.src_vocab, data.tgt_vocab)
+    for name, s in stats.items():
+        for h in range(4):
+            assert 0 < s["confidence"][h] <= 1 and s["entropy"][h] >= 0
+            assert s["same"][h] + s["previous"][h] + s["next"][h] <= 1 + 1e-9
+            assert 0 <= s["eos"][h] <= 1 and 0 <= s["punctuation"][h] <= 1
+        if "self_attention" in name:  # causal: nothing on the next position
+            assert max(s["next"]) == 0
+    # Every source sentence ends with <eos> and punctuation occurs in the sample: some weight lands there.
+    enc = stats["encoder.blocks.0.attention"]
+    assert min(enc["eos"]) > 0 and min(enc["punctuation"]) > 0
+
+
+def float64_loss(model, b):
+    """Mean CE per real token, all in float64 (the library's loss casts logits to float32, too coarse for
+    finite differences)."""
+    logits = model(b.src, b.tgt_in, b.src_valid_lens)
+    real = torch.arange(b.tgt_out.shape[1])[None] < b.tgt_valid_lens[:, None]
+    return float(torch.nn.functional.cross_entropy(logits[real], b.tgt_out[real]))
+
+
+def test_gradient_importance_matches_finite_differences(setup):
+    data, model, _ = setup
+    model = Transformer(model.config).double().eval()
+    batches = validation_batches(data.valid[:6], data.src_vocab, data.tgt_vocab, batch_size=6)
+    assert len(batches) == 1
+    grad = gradient_importance(model, batches)
+    eps = 1e-5
+    for name in ("encoder.blocks.1.attention", "decoder.blocks.0.cross_attention"):
+        for h in range(4):
+            losses = []
+            for sign in (1, -1):
+                gate = torch.ones(4, dtype=torch.float64)
+                gate[h] += sign * eps
+                with torch.no_grad(), mask_heads(model, {name: gate}):
+                    losses.append(float64_loss(model, batches[0]))
+            fd = abs(losses[0] - losses[1]) / (2 * eps)
+            assert fd == pytest.approx(grad[name][h], rel=1e-4, abs=1e-8)
+
+
+def test_pruned_model_equals_masked_and_saves_loads(setup, tmp_path):
+    data, model, translator = setup
+    run = tmp_path / "run"
+    write_run_config(run, "transformer", model.config.to_dict(), {}, DATA, data.src_vocab, data.tgt_vocab)
+    save_weights(model, run / "model.safetensors")
+    heads = {"encoder.blocks.0.attention": [1, 2], "decoder.blocks.1.cross_attention": [0],
+             "decoder.blocks.0.self_attention": [0, 1, 2, 3]}
+    batch = validation_batches(data.valid, data.src_vocab, data.tgt_vocab, batch_size=8)[0]
+    masks = {}
+    for name, idx in heads.items():
+        masks[name] = torch.ones(4)
+        masks[name][idx] = 0
+    with torch.no_grad(), mask_heads(model, masks):
+        expected = model(batch.src, batch.tgt_in, batch.src_valid_lens)
+        expected_ids = translator.decode_ids([ex.src_ids for ex in data.valid])
+    save_pruned_run(run, heads, tmp_path / "pruned")
+    cfg = json.loads((tmp_path / "pruned" / "config.json").read_text())
+    assert cfg["model"]["pruned_heads"] == {k: sorted(v) for k, v in heads.items()}
+    pruned = load_translator(tmp_path / "pruned")
+    m = pruned.model
+    assert m.encoder.blocks[0].attention.num_heads == 2 and m.decoder.blocks[0].self_attention.num_heads == 0
+    with torch.no_grad():
+        got = m(batch.src, batch.tgt_in, batch.src_valid_lens)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert pruned.decode_ids([ex.src_ids for ex in data.valid]) == expected_ids
+    # Pruning again counts in current heads and records original indices.
+    m.prune_heads({"encoder.blocks.0.attention": [1]})  # current head 1 = original head 3
+    assert m.config.pruned_heads["encoder.blocks.0.attention"] == [1, 2, 3]
+
+
+def test_pruning_curve_starts_at_the_full_model(setup):
+    data, model, translator = setup
+    ex = data.valid[:5]
+    batches = validation_batches(ex, data.src_vocab, data.tgt_vocab)
+    grad = gradient_importance(model, batches)
+    curve = pruning_curve(translator, ex, batches, grad, "cross", bleu=True)
+    assert [p["removed"] for p in curve] == list(range(9))
+    assert curve[0] == {"removed": 0, "head": None, **evaluate_with_masks(translator, ex, batches)}
+    order = [grad[n][h] for n, h in (p["head"] for p in curve[1:])]
+    assert order == sorted(order)
+    with pytest.raises(ValueError, match="unknown attention kind"):
+        pruning_curve(translator, ex, batches, grad, "nope")
+
+
+def test_heads_command_end_to_end_and_bad_input(setup, tmp_path, capsys):
+    data, model, _ = setup
+    run = tmp_path / "run"
+    write_run_config(run, "transformer", model.config.to_dict(), {}, DATA, data.src_vocab, data.tgt_vocab)
+    save_weights(model, run / "model.safetensors")
+    out = tmp_path / "out"
+    assert main(["heads", "--checkpoint", str(run), "--out", str(out), "--limit", "4",
+                 "--prune", "encoder.blocks.0.attention:0,1"]) == 0
+    report = json.loads((out / "heads.json").read_text())
+    assert set(report["masked"]) == set(report["statistics"]) and len(report["pruning_curves"]) == 3
+    assert (out / "importance.png").is_file() and (out / "pruning.png").is_file()
+    assert (out / "pruned" / "model.safetensors").is_file()
+    assert "encoder.blocks.0.attention" in capsys.readouterr().out
+    for bad, msg in ((["--prune", "encoder.blocks.0.attention:7"], "heads 0..3, got head index 7"),
+                     (["--prune", "nope:1"], "no multi-head attention module named 'nope'"),
+                     (["--prune", "encoder.blocks.0.attention"], "MODULE:H"),
+                     (["--limit", "0"], "--limit")):
+        assert main(["heads", "--checkpoint", str(run), "--out", str(tmp_path / "o2"), *bad]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err
