@@ -72,6 +72,6 @@ def check_range(owner: str, name: str, value, lo=None, hi=None, *, none_ok: bool
     if bad:
         left = "" if lo is None else f"{'>' if lo_open else '>='} {lo}"
         right = "" if hi is None else f"{'<' if hi_open else '<='} {hi}"
-        allowed = " and ".join(x for x in (left, right) if x) or "a finite number"
+        allowed = "a finite number " + " and ".join(x for x in (left, right) if x)
         tail = " (or null for none)" if none_ok else ""
         raise ValueError(f"{owner}.{name} must be {allowed}{tail}, got {value!r}")
