@@ -245,7 +245,7 @@ class Trainer:
             torch.distributed.all_reduce(total)
         total_tokens = max(int(total.item()), 1)
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), device=self.device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # as exact as a python sum
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
             sync = i == len(batches) - 1 or self.world_size == 1
@@ -256,7 +256,7 @@ class Trainer:
                 loss, _ = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens, self.cfg.label_smoothing)
                 # DDP averages gradients over ranks; multiplying by world_size turns that into a sum.
                 (loss * (self.world_size / total_tokens)).backward()
-            loss_sum += loss.detach()
+            loss_sum += loss.detach().double()
         stats = loss_sum.reshape(1)
         if self.world_size > 1:
             torch.distributed.all_reduce(stats)  # every rank sees the same (possibly non-finite) loss
