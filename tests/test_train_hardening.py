@@ -15,10 +15,10 @@ import time
 
 import pytest
 import torch
+from train_helpers import DATA, SUBPROCESS_ENV, needs_data
 
 from attnlab import checkpoint as ckpt
 from attnlab.cli import main
-from train_helpers import DATA, SUBPROCESS_ENV, needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -108,6 +108,22 @@ def test_bahdanau_without_preset_uses_its_default(tmp_path, capsys):
     assert main(["train", "--model", "bahdanau", "--out", str(out), "--data", DATA, "--max-steps", "1",
                  "--no-progress"]) == 0
     assert json.loads((out / "config.json").read_text())["model_type"] == "bahdanau"
+
+
+# --------------------------------------------------------------------------- item 2 (the trainer's half)
+@needs_data
+def test_a_failing_final_evaluation_never_costs_the_weights(tmp_path, monkeypatch):
+    from attnlab.train import Trainer
+    from train_helpers import tiny_run
+
+    def broken(self, examples=None):
+        raise RuntimeError("decoding blew up")
+
+    monkeypatch.setattr(Trainer, "evaluate", broken)
+    with pytest.raises(RuntimeError, match="decoding blew up"):
+        tiny_run(tmp_path / "run", max_steps=2)
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["step_0000002"]
 
 
 # --------------------------------------------------------------------------- item 17

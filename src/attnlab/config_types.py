@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, Mapping
+from typing import Any
 
 _NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
 

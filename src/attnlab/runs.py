@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from attnlab import checkpoint as ckpt
 from attnlab.runtime import distributed_info, seed_everything
-from attnlab.train import Trainer, TrainConfig, TrainResult
+from attnlab.train import TrainConfig, Trainer, TrainResult
 
 Say = Callable[[str], None]
 

@@ -24,9 +24,10 @@ import math
 import os
 import signal
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -105,7 +106,7 @@ class TrainConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
@@ -272,30 +273,13 @@ class Trainer:
         return mean, total_tokens
 
     # -- evaluation -------------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self, examples=None) -> dict:
         """Validation loss (teacher forcing) and corpus BLEU of greedy/beam decoding."""
-        from attnlab.data import iterate_batches
-        from attnlab.metrics import corpus_bleu
+        from attnlab.validation import validation_scores
 
         examples = self.data.valid if examples is None else examples
-        if not examples:
-            return {}
-        self.model.eval()
-        total, count = 0.0, 0
-        for batch in iterate_batches(examples, self.data.src_vocab, self.data.tgt_vocab, shuffle=False,
-                                     **self._batching()):
-            batch = batch.to(self.device)
-            with self._autocast():
-                logits = self.model(batch.src, batch.tgt_in, batch.src_valid_lens)
-            loss, n = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens)
-            total, count = total + loss.item(), count + int(n)
-        subset = examples if self.cfg.eval_limit is None else examples[: self.cfg.eval_limit]
-        translator = ckpt.Translator(self.model, self.data.src_vocab, self.data.tgt_vocab, config={},
-                                     device=self.device, max_len=self.cfg.num_steps)
-        hyps = translator.translate_ids([ex.src_ids for ex in subset], beam=self.cfg.eval_beam)
-        refs = [ckpt.reference_text(ex.tgt_text, self.data.tgt_vocab) for ex in subset]
-        return {"valid_loss": total / max(count, 1), "valid_bleu": corpus_bleu(hyps, refs)}
+        return validation_scores(self.model, self.data, examples, self.cfg, self.device, self._autocast,
+                                 self._batching())
 
     def _evaluate_and_log(self) -> None:
         """Rank 0 evaluates, feeds patience and logs; the StopPolicy decides what it means."""
@@ -342,9 +326,10 @@ class Trainer:
                 else:
                     self.epoch, self.batch_in_epoch = self.epoch + 1, 0
                     reason = stop.after_epoch(self.step, self.epoch)
-        if bar is not None:
-            bar.close()
-        return self._finish(reason, losses, window, tokens_this_run, time.monotonic() - start)
+            if bar is not None:
+                bar.close()
+            # Still catching signals: a Ctrl-C during the final evaluation does not lose the weights.
+            return self._finish(reason, losses, window, tokens_this_run, time.monotonic() - start)
 
     def _finish(self, reason: str, losses, window: LossWindow, tokens: int, elapsed: float) -> TrainResult:
         """After the loop: final evaluation, the 'end' event, final weights and checkpoint.
@@ -352,13 +337,16 @@ class Trainer:
         - a signal: no evaluation (the user is waiting); a checkpoint so `--resume` continues here.
         - a non-finite loss: nothing is saved; the newest checkpoint is the last finite state.
         """
-        exit_code = 0
-        if reason == "signal":
-            exit_code = self.stop.exit_code
-        elif reason == "non_finite_loss":
-            exit_code = 1
-        elif not self.cfg.eval_every or self.step % self.cfg.eval_every != 0:
-            self._evaluate_and_log()
+        if reason != "signal" and not self._weights_finite():
+            # A step with a finite loss can still blow the weights up (a huge lr): never save those.
+            reason = self.stop.diverged()
+        exit_code = {"signal": self.stop.exit_code, "non_finite_loss": 1}.get(reason, 0)
+        failure = None
+        if exit_code == 0 and (not self.cfg.eval_every or self.step % self.cfg.eval_every != 0):
+            try:
+                self._evaluate_and_log()
+            except Exception as exc:  # noqa: BLE001 — saved first, raised below: never lose the weights
+                failure = exc
         last = window.take()
         self._log({"event": "end", "step": self.step, "epoch": self.epoch, "stop_reason": reason,
                    "loss": last, "elapsed_s": elapsed})
@@ -366,6 +354,8 @@ class Trainer:
             self.save_checkpoint()
         elif reason != "non_finite_loss":
             self.save_final()
+        if failure is not None:
+            raise failure
         return TrainResult(self.run_dir, self.step, self.epoch, last, reason, self.best_bleu, losses, elapsed,
                            tokens / max(elapsed, 1e-9), self.last_checkpoint, exit_code)
 
@@ -385,6 +375,9 @@ class Trainer:
                    "lr": self.optimizer.param_groups[0]["lr"], "tokens_per_s": tokens / max(elapsed, 1e-9),
                    "elapsed_s": elapsed})
 
+    def _weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+
     def save_checkpoint(self) -> None:
         self._reseed_rank()  # on every rank, before rank 0 saves its generator state
         if not self.is_main or self.run_dir is None:
@@ -392,10 +385,8 @@ class Trainer:
         # Only a score measured at this very step may rank this checkpoint among the best.
         scored_step, scores = self._scores
         scores = scores if scored_step == self.step else {}
-        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
-            # A step with a finite loss can still blow the weights up (a huge lr): never save those.
+        if not self._weights_finite():  # the loop stops at the next step (its loss is NaN)
             self._log({"event": "skipped_checkpoint", "step": self.step, "why": "non-finite weights"})
-            self.stop.diverged()
             return
         meta = {"step": self.step, "epoch": self.epoch, "stop_reason": self.stop.reason,
                 "valid_bleu": scores.get("valid_bleu"), "valid_loss": scores.get("valid_loss")}
@@ -425,13 +416,11 @@ def _kill_for_test(step: int) -> None:
 
 
 def __getattr__(name: str):
-    # Whole runs live in attnlab.runs; these names stay importable from here.
+    # Whole runs live in attnlab.runs, load_data in attnlab.data; the old names still import from here.
     if name in ("train_run", "resume_run", "load_data"):
-        if name == "load_data":
-            from attnlab.data import load_data
-            return load_data
-        from attnlab import runs
-        return getattr(runs, name)
+        import attnlab.data
+        import attnlab.runs
+        return getattr(attnlab.runs if name != "load_data" else attnlab.data, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
