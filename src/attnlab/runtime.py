@@ -5,7 +5,6 @@ Training (`attnlab.train`) and the commands import these; nothing here knows abo
 
 from __future__ import annotations
 
-import math
 import random
 import sys
 
@@ -72,28 +71,6 @@ def resolve_device(name: str) -> torch.device:
             raise ValueError(f"device {name!r} asked for, but this machine has {torch.cuda.device_count()} "
                              f"CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})")
     return device
-
-
-def all_agree(flag: bool, device: torch.device, world_size: int, src: int = 0) -> bool:
-    """Rank `src`'s value of `flag` on every rank (a broadcast), or `flag` itself in one process."""
-    if world_size <= 1:
-        return flag
-    t = torch.tensor([int(flag)], device=device)
-    torch.distributed.broadcast(t, src)
-    return bool(t.item())
-
-
-def broadcast_index(index: int, device: torch.device, world_size: int, src: int = 0) -> int:
-    """Rank `src`'s integer on every rank (ranks must stop together, or the others hang)."""
-    if world_size <= 1:
-        return index
-    t = torch.tensor([index], device=device)
-    torch.distributed.broadcast(t, src)
-    return int(t.item())
-
-
-def is_finite(x: float) -> bool:
-    return not (math.isnan(x) or math.isinf(x))
 
 
 def interactive(stream=None) -> bool:
