@@ -28,7 +28,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     from attnlab.attention import PositionalEncoding
 
     positions = {id(p) for m in model.modules() if isinstance(m, PositionalEncoding) for p in m.parameters()}
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for p in model.parameters():  # each tied parameter once
         if p.requires_grad:
             (decay if p.dim() >= 2 and id(p) not in positions else no_decay).append(p)

@@ -120,7 +120,7 @@ class TrainConfig:
 class TrainResult:
     """What `Trainer.fit` reports."""
 
-    run_dir: Path
+    run_dir: Path | None               # None when trained without a run folder
     step: int
     epoch: int
     train_loss: float | None           # mean per-token loss of the last log window
