@@ -37,7 +37,7 @@ def test_run_folder_layout(run_dir):
     steps = [p.name for p in ckpt.list_checkpoints(run_dir)]
     assert steps == ["step_0000002", "step_0000004"]
     for p in ckpt.list_checkpoints(run_dir):
-        assert {f.name for f in p.iterdir()} == {"model.safetensors", "trainer_state.pt", "meta.json"}
+        assert {f.name for f in p.iterdir()} == {"model.safetensors", "trainer_state.pt", "meta.json", "manifest.json"}
     state = ckpt.load_trainer_state(ckpt.list_checkpoints(run_dir)[-1])  # weights_only=True load
     assert state["step"] == 4 and "optimizer" in state and "rng" in state
     assert not any(p.name.startswith(".") for p in (run_dir / "checkpoints").iterdir())

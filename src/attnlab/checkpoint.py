@@ -5,17 +5,21 @@ the CLI, the demo and the web explorer).
       config.json          {"model_type", "model": {...}, "train": {...}, "data": {...}, "attnlab_version"}
       src_vocab.json, tgt_vocab.json
       model.safetensors    final weights
-      checkpoints/step_0000500/{model.safetensors, trainer_state.pt, meta.json}
+      checkpoints/step_0000500/{model.safetensors, trainer_state.pt, meta.json, manifest.json}
       log.jsonl            one JSON object per event (train / eval / end)
 
 Every file is written to a temp name in its folder and renamed into place, and a checkpoint folder is
-filled under a temp name and renamed as a whole, so a crash never leaves half a checkpoint. Loading
+filled under a temp name and renamed as a whole, so a crash never leaves half a checkpoint; its
+manifest.json (size + sha256 of every other file) is written last, so a checkpoint damaged later
+(a full disk, a copy cut short) is recognised and skipped by `--resume`. Loading
 never unpickles code: weights are safetensors, trainer state is read with `torch.load(weights_only=True)`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -33,6 +37,7 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "trainer_state.pt"
 META_FILE = "meta.json"
+MANIFEST_FILE = "manifest.json"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
 CHECKPOINTS = "checkpoints"
 DEFAULT_RUN = Path("runs") / "demo" / "transformer"
@@ -60,10 +65,23 @@ def read_json(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path} is not valid JSON ({exc})") from exc
 
 
+def _json_safe(obj: Any) -> Any:
+    """NaN and infinities as null: JSON has no such numbers (json.dumps would write a bare NaN)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
 def append_jsonl(path: str | os.PathLike, obj: dict) -> None:
-    """Append one event; a single short write per line keeps lines whole even if killed."""
+    """Append one event; a single short write per line keeps lines whole even if killed.
+    Non-finite numbers are written as null, so every line stays valid JSON."""
+    line = json.dumps(_json_safe(obj), ensure_ascii=False, allow_nan=False)
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        f.write(line + "\n")
 
 
 # --------------------------------------------------------------------------- weights
@@ -110,14 +128,17 @@ def checkpoint_dir(run_dir: str | os.PathLike, step: int) -> Path:
 
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module, trainer_state: dict,
                     meta: dict) -> Path:
-    """Write checkpoints/step_NNNNNNN/ as a whole: filled under a temp name, then renamed."""
+    """Write checkpoints/step_NNNNNNN/ as a whole: filled under a temp name, the manifest last, then
+    renamed into place."""
     final = checkpoint_dir(run_dir, step)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
     try:
         save_weights(model, tmp / WEIGHTS_FILE)
         torch.save(trainer_state, tmp / STATE_FILE)
-        write_json(tmp / META_FILE, meta)
+        write_json(tmp / META_FILE, _json_safe(meta))
+        write_json(tmp / MANIFEST_FILE, {"files": {f: _file_digest(tmp / f)
+                                                   for f in (WEIGHTS_FILE, STATE_FILE, META_FILE)}})
         if final.exists():
             # Same step saved again (the end of a run that was just checkpointed): swap, then delete.
             old = final.with_name(f".{final.name}.old")
@@ -133,6 +154,38 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module, tra
     return final
 
 
+def _file_digest(path: Path) -> dict:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def verify_checkpoint(ckpt: str | os.PathLike) -> str | None:
+    """Why checkpoint folder `ckpt` cannot be trusted (a missing, resized or altered file, per its
+    manifest), or None when it is intact. A checkpoint from before manifests only needs its files."""
+    ckpt = Path(ckpt)
+    manifest_path = ckpt / MANIFEST_FILE
+    if not manifest_path.is_file():
+        missing = [f for f in (WEIGHTS_FILE, STATE_FILE) if not (ckpt / f).is_file()]
+        return f"{missing[0]} is missing" if missing else None
+    try:
+        files = read_json(manifest_path)["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"{MANIFEST_FILE} is unreadable ({exc})"
+    for name, want in files.items():
+        path = ckpt / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if size != want["size"]:
+            return f"{name} has {size} bytes, its manifest says {want['size']} (truncated or replaced)"
+        if _file_digest(path)["sha256"] != want["sha256"]:
+            return f"{name} does not match its sha256 in {MANIFEST_FILE} (corrupted)"
+    return None
+
+
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     """Complete checkpoint folders of a run, oldest first (temp folders start with '.' and are ignored)."""
     root = Path(run_dir) / CHECKPOINTS
@@ -142,11 +195,27 @@ def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[5:]))
 
 
+def clean_temp_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """Delete the temp folders (`.step_*`) a killed save left behind; returns what was removed.
+    Call only when no other process is writing this run (its start or resume, on rank 0)."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    leftovers = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(".step_")]
+    for p in leftovers:
+        shutil.rmtree(p, ignore_errors=True)
+    return leftovers
+
+
 def load_trainer_state(ckpt: str | os.PathLike) -> dict:
     path = Path(ckpt) / STATE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: checkpoint {Path(ckpt).name} has no trainer state")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise ValueError(f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:120]}); the checkpoint "
+                         f"is damaged — resume from an earlier one") from exc
 
 
 def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int, keep_best: int) -> list[Path]:

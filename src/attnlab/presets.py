@@ -9,6 +9,8 @@
 - `cpu-small`: the demo's Transformer: the best we measured for a few minutes on 2 CPU cores.
 - `tiny`: seconds-long runs for tests.
 
+Without a preset name each model gets its own default (`DEFAULT_PRESET`).
+
 `model` lacks the vocabulary sizes: the trainer fills them from the data.
 """
 
@@ -68,13 +70,18 @@ PRESETS: dict[str, dict[str, dict]] = {
 }
 
 
-def get_preset(model_type: str, name: str) -> dict:
-    """A deep copy of a preset (so callers may override fields freely)."""
+# The preset `attnlab train --model M` uses without --preset: each model's everyday recipe.
+DEFAULT_PRESET = {"transformer": "cpu-small", "bahdanau": "d2l"}
+
+
+def get_preset(model_type: str, name: str | None = None) -> dict:
+    """A deep copy of a preset (so callers may override fields freely); None = the model's default."""
     if model_type not in PRESETS:
         raise ValueError(f"unknown model type {model_type!r}; expected one of {sorted(PRESETS)}")
+    name = DEFAULT_PRESET[model_type] if name is None else name
     if name not in PRESETS[model_type]:
         raise ValueError(f"no preset {name!r} for {model_type}; available: {sorted(PRESETS[model_type])}")
     return copy.deepcopy(PRESETS[model_type][name])
 
 
-__all__ = ["PRESETS", "get_preset"]
+__all__ = ["PRESETS", "DEFAULT_PRESET", "get_preset"]

@@ -22,19 +22,23 @@ import contextlib
 import itertools
 import math
 import os
-import random
 import signal
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from attnlab import checkpoint as ckpt
+from attnlab.config_types import check_field_types, check_range
+from attnlab.loss import masked_cross_entropy, sequence_loss
+from attnlab.optim import build_optimizer, learning_rate, param_groups
+from attnlab.progress import LossWindow, Progress
+from attnlab.runtime import distributed_info, resolve_device, rng_state, seed_everything, set_rng_state
+from attnlab.stop import StopPolicy
 
 # Test hook: SIGKILL this process right after finishing the given step (the kill-and-resume test).
 KILL_ENV = "ATTNLAB_TEST_KILL_AT_STEP"
@@ -73,115 +77,42 @@ class TrainConfig:
     device: str = "auto"                 # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...
 
     def __post_init__(self):
-        self.betas = tuple(self.betas)
+        check_field_types(self)
+        self.betas = tuple(self.betas)  # JSON has no tuples
         if self.schedule not in ("inverse_sqrt", "constant"):
             raise ValueError(f"schedule must be 'inverse_sqrt' or 'constant', got {self.schedule!r}")
         if self.optimizer not in ("adam", "adamw"):
             raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
         if self.batch_tokens is None and self.batch_size is None:
             raise ValueError("set batch_tokens (tokens per batch) or batch_size (sentences per batch)")
-        for name in ("epochs", "grad_accum", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be a positive number of steps or None, got {self.max_steps}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must lie in [0, 1), got {self.label_smoothing}")
+        # (field, lowest, highest, None allowed): every number has a meaningful range.
+        for name, lo, hi, none_ok in (
+                ("seed", 0, 2**63 - 1, False), ("epochs", 1, None, False), ("max_steps", 1, None, True),
+                ("batch_tokens", 1, None, True), ("batch_size", 1, None, True), ("num_steps", 2, None, True),
+                ("grad_accum", 1, None, False), ("warmup_steps", 0, None, False), ("eval_every", 0, None, False),
+                ("eval_limit", 1, None, True), ("eval_beam", 1, 64, False), ("checkpoint_every", 0, None, False),
+                ("keep_last", 1, None, False), ("keep_best", 0, None, False), ("patience", 1, None, True),
+                ("log_every", 1, None, False), ("lr", 0.0, None, False), ("weight_decay", 0.0, None, False)):
+            check_range("TrainConfig", name, getattr(self, name), lo, hi, none_ok=none_ok)
+        check_range("TrainConfig", "grad_clip", self.grad_clip, 0.0, None, none_ok=True, lo_open=True)
+        check_range("TrainConfig", "time_budget", self.time_budget, 0.0, None, none_ok=True, lo_open=True)
+        check_range("TrainConfig", "eps", self.eps, 0.0, None, lo_open=True)
+        check_range("TrainConfig", "label_smoothing", self.label_smoothing, 0.0, 1.0, hi_open=True)
+        for i, beta in enumerate(self.betas):
+            check_range("TrainConfig", f"betas[{i}]", beta, 0.0, 1.0, hi_open=True)
+        resolve_device(self.device)  # a device this machine has, before anything is written
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"unknown TrainConfig keys {unknown}; valid keys are {sorted(names)}")
+        check_field_types(cls, d)
         return cls(**d)
-
-
-# --------------------------------------------------------------------------- loss
-def sequence_loss(logits: Tensor, targets: Tensor, valid_lens: Tensor,
-                  label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
-    """Cross-entropy summed over real target tokens, and how many there are.
-
-    Divide the sum by the count for the per-token mean. Unlike the book's `MaskedSoftmaxCELoss`
-    (a mean over all padded steps, then over the batch) every real token — `<eos>` included — weighs
-    the same however long its sentence and however much padding its batch has.
-
-    Shape:
-        logits (B, T, V) any float dtype (computed in float32); targets (B, T); valid_lens (B,).
-        returns (loss_sum (), num_tokens ()).
-    """
-    B, T, V = logits.shape
-    real = torch.arange(T, device=targets.device)[None, :] < valid_lens[:, None].to(targets.device)  # (B, T)
-    # Only real positions enter the loss at all, so whatever the pad tokens or their logits are,
-    # they can change neither the value nor the gradient.
-    loss = F.cross_entropy(logits[real].float(), targets[real], reduction="sum",
-                           label_smoothing=label_smoothing)
-    return loss, real.sum()
-
-
-def masked_cross_entropy(logits: Tensor, targets: Tensor, valid_lens: Tensor,
-                         label_smoothing: float = 0.0) -> Tensor:
-    """Mean cross-entropy per real target token (see `sequence_loss`)."""
-    total, count = sequence_loss(logits, targets, valid_lens, label_smoothing)
-    return total / count.clamp(min=1)
-
-
-# --------------------------------------------------------------------------- schedule, seeds
-def learning_rate(step: int, cfg: TrainConfig) -> float:
-    """lr for optimizer update `step` (1-based): constant, or linear warmup to cfg.lr then
-    cfg.lr * sqrt(warmup / step) — the paper's schedule with the peak set directly (as fairseq)."""
-    if cfg.schedule == "constant":
-        return cfg.lr
-    warmup = max(1, cfg.warmup_steps)
-    return cfg.lr * min(step / warmup, math.sqrt(warmup / max(step, 1)))
-
-
-def seed_everything(seed: int) -> None:
-    """One seed for every generator training touches (python, numpy, torch CPU and CUDA)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict:
-    """Generator states as tensors / plain values (loadable with torch.load(weights_only=True))."""
-    py = random.getstate()
-    np_state = np.random.get_state()
-    state = {"python": [py[0], list(py[1]), py[2]],
-             "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
-             "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    np_state = state["numpy"]
-    np.random.set_state((np_state[0], np_state[1].numpy().astype(np.uint32), *np_state[2:]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def distributed_info() -> tuple[int, int]:
-    """(rank, world_size) from an initialised torch.distributed group, else (0, 1)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but CUDA is not available here; use --device cpu")
-    return device
 
 
 # --------------------------------------------------------------------------- trainer
@@ -189,7 +120,7 @@ def resolve_device(name: str) -> torch.device:
 class TrainResult:
     """What `Trainer.fit` reports."""
 
-    run_dir: Path
+    run_dir: Path | None               # None when trained without a run folder
     step: int
     epoch: int
     train_loss: float | None           # mean per-token loss of the last log window
@@ -198,6 +129,8 @@ class TrainResult:
     losses: list[float] = field(default_factory=list)  # per-step training loss of this invocation
     seconds: float = 0.0
     tokens_per_second: float = 0.0
+    checkpoint: Path | None = None     # the newest checkpoint written (where --resume continues)
+    exit_code: int = 0                 # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
 
 
 class Trainer:
@@ -209,7 +142,7 @@ class Trainer:
         config: a TrainConfig.
         run_dir: the run folder (created); None trains without writing anything (tests).
         rank, world_size: None = from torch.distributed (or 0/1).
-        progress: show a tqdm bar on rank 0.
+        progress: show progress on rank 0 (a bar on a terminal, plain lines otherwise).
     """
 
     def __init__(self, model: nn.Module, data, config: TrainConfig, run_dir: str | os.PathLike | None,
@@ -230,34 +163,32 @@ class Trainer:
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.ddp_model = DistributedDataParallel(self.model, device_ids=ids)
-        opt_cls = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
-        self.optimizer = opt_cls(self.model.parameters(), lr=learning_rate(1, config), betas=config.betas,
-                                 eps=config.eps, weight_decay=config.weight_decay)
+        self.optimizer = build_optimizer(self.model, config)
+        self.stop = StopPolicy(config, self.device, self.world_size)
         # Progress through training; all of it is saved in trainer_state.pt.
         self.step = 0
         self.epoch = 0
         self.batch_in_epoch = 0         # batches of the current epoch already consumed (on this rank)
-        self.best_bleu: float | None = None       # best validation BLEU so far (early stopping)
-        self.evals_since_best = 0
         self._scores: tuple[int, dict] = (-1, {})  # (step, scores) of the latest evaluation
-        self.stop_reason: str | None = None
         self.tokens_seen = 0
+        self.last_checkpoint: Path | None = None
         self._reseed_rank()
+
+    @property
+    def best_bleu(self) -> float | None:
+        return self.stop.best_bleu
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                "optimizer": self.optimizer.state_dict(), "rng": rng_state(),
-                "best_bleu": self.best_bleu, "evals_since_best": self.evals_since_best,
-                "stop_reason": self.stop_reason, "tokens_seen": self.tokens_seen,
+                "optimizer": self.optimizer.state_dict(), "rng": rng_state(), **self.stop.state_dict(),
+                "tokens_seen": self.tokens_seen,
                 "schedule": {"name": self.cfg.schedule, "last_lr": self.optimizer.param_groups[0]["lr"]}}
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.optimizer.load_state_dict(state["optimizer"])
-        self.best_bleu = state["best_bleu"]
-        self.evals_since_best = state["evals_since_best"]
-        self.stop_reason = state["stop_reason"]
+        self.stop.load_state_dict(state)
         self.tokens_seen = state["tokens_seen"]
         set_rng_state(state["rng"])  # rank 0's generators...
         self._reseed_rank()           # ...then each rank's own stream, exactly as the interrupted run had it
@@ -271,13 +202,7 @@ class Trainer:
 
     def finished(self) -> str | None:
         """Why training is over under the current config (None if it should go on)."""
-        if self.stop_reason == "early_stopping":
-            return "early_stopping"
-        if self.cfg.max_steps is not None and self.step >= self.cfg.max_steps:
-            return "max_steps"
-        if self.epoch >= self.cfg.epochs:
-            return "epochs"
-        return None
+        return self.stop.finished(self.step, self.epoch)
 
     # -- batches ----------------------------------------------------------------------------------
     def _batching(self) -> dict:
@@ -311,7 +236,8 @@ class Trainer:
         """One optimizer update over `batches` (gradient accumulation); returns (mean loss, tokens).
 
         The loss of each micro-batch is its token sum divided by the token count of *all* of them
-        (on every rank), so accumulation and DDP give exactly the gradient of one big batch.
+        (on every rank), so accumulation and DDP give exactly the gradient of one big batch. A
+        non-finite loss skips the update, so the weights stay those of the last finite step.
         """
         self.ddp_model.train()
         local_tokens = sum(int(b.num_tokens) for b in batches)
@@ -320,7 +246,7 @@ class Trainer:
             torch.distributed.all_reduce(total)
         total_tokens = max(int(total.item()), 1)
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # as exact as a python sum
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
             sync = i == len(batches) - 1 or self.world_size == 1
@@ -331,144 +257,126 @@ class Trainer:
                 loss, _ = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens, self.cfg.label_smoothing)
                 # DDP averages gradients over ranks; multiplying by world_size turns that into a sum.
                 (loss * (self.world_size / total_tokens)).backward()
-            loss_sum += loss.item()
+            loss_sum += loss.detach().double()
+        stats = loss_sum.reshape(1)
+        if self.world_size > 1:
+            torch.distributed.all_reduce(stats)  # every rank sees the same (possibly non-finite) loss
+        mean = stats.item() / total_tokens
+        if not math.isfinite(mean):
+            return mean, total_tokens
         if self.cfg.grad_clip is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         lr = learning_rate(self.step + 1, self.cfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
-        stats = torch.tensor([loss_sum], device=self.device)
-        if self.world_size > 1:
-            torch.distributed.all_reduce(stats)
-        return stats.item() / total_tokens, total_tokens
+        return mean, total_tokens
 
     # -- evaluation -------------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self, examples=None) -> dict:
         """Validation loss (teacher forcing) and corpus BLEU of greedy/beam decoding."""
-        from attnlab.data import iterate_batches
-        from attnlab.metrics import corpus_bleu
+        from attnlab.validation import validation_scores
 
         examples = self.data.valid if examples is None else examples
-        if not examples:
-            return {}
-        self.model.eval()
-        total, count = 0.0, 0
-        for batch in iterate_batches(examples, self.data.src_vocab, self.data.tgt_vocab, shuffle=False,
-                                     **self._batching()):
-            batch = batch.to(self.device)
-            with self._autocast():
-                logits = self.model(batch.src, batch.tgt_in, batch.src_valid_lens)
-            loss, n = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens)
-            total, count = total + loss.item(), count + int(n)
-        subset = examples if self.cfg.eval_limit is None else examples[: self.cfg.eval_limit]
-        translator = ckpt.Translator(self.model, self.data.src_vocab, self.data.tgt_vocab, config={},
-                                     device=self.device, max_len=self.cfg.num_steps)
-        hyps = translator.translate_ids([ex.src_ids for ex in subset], beam=self.cfg.eval_beam)
-        refs = [ckpt.reference_text(ex.tgt_text, self.data.tgt_vocab) for ex in subset]
-        return {"valid_loss": total / max(count, 1), "valid_bleu": corpus_bleu(hyps, refs)}
+        return validation_scores(self.model, self.data, examples, self.cfg, self.device, self._autocast,
+                                 self._batching())
 
-    # -- the loop ---------------------------------------------------------------------------------
-    def fit(self) -> TrainResult:
-        cfg = self.cfg
-        start = time.monotonic()
-        kill_at = int(os.environ.get(KILL_ENV, "0") or 0)
-        losses: list[float] = []
-        window_loss, window_tokens, tokens_this_run = 0.0, 0, 0
-        last_window = None
-        bar = self._progress_bar()
-        stop = self.finished()
-        while stop is None:
-            for chunk in _chunks(self._epoch_batches(self.epoch, self.batch_in_epoch), cfg.grad_accum):
-                loss, ntok = self.train_step(chunk)
-                self.step += 1
-                self.batch_in_epoch += len(chunk)
-                self.tokens_seen += ntok
-                tokens_this_run += ntok
-                losses.append(loss)
-                window_loss, window_tokens = window_loss + loss * ntok, window_tokens + ntok
-                elapsed = time.monotonic() - start
-                if self.step % cfg.log_every == 0:
-                    last_window = window_loss / max(window_tokens, 1)
-                    self._log({"event": "train", "step": self.step, "epoch": self.epoch, "loss": last_window,
-                               "lr": self.optimizer.param_groups[0]["lr"],
-                               "tokens_per_s": tokens_this_run / max(elapsed, 1e-9), "elapsed_s": elapsed})
-                    window_loss, window_tokens = 0.0, 0
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_this_run / max(elapsed, 1e-9):.0f}",
-                                    epoch=self.epoch)
-                if cfg.eval_every and self.step % cfg.eval_every == 0:
-                    self._evaluate_and_track()
-                stop = self._stop_reason(start, end_of_epoch=False)
-                if stop or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
-                    if stop:
-                        break  # the final checkpoint is written below, after the final eval
-                    self.save_checkpoint()
-                if kill_at and self.step == kill_at:
-                    os.kill(os.getpid(), signal.SIGKILL)
-            else:
-                self.epoch += 1
-                self.batch_in_epoch = 0
-                stop = self._stop_reason(start, end_of_epoch=True)
-        if bar is not None:
-            bar.close()
-        self.stop_reason = stop
-        if cfg.eval_every == 0 or self.step % cfg.eval_every != 0:
-            self._evaluate_and_track(final=True)
-        if window_tokens:
-            last_window = window_loss / window_tokens
-        elapsed = time.monotonic() - start
-        self._log({"event": "end", "step": self.step, "epoch": self.epoch, "stop_reason": stop,
-                   "loss": last_window, "elapsed_s": elapsed})
-        self.save_final()
-        return TrainResult(self.run_dir, self.step, self.epoch, last_window, stop,
-                           self.best_bleu, losses, elapsed,
-                           tokens_this_run / max(elapsed, 1e-9))
-
-    def _stop_reason(self, start: float, end_of_epoch: bool) -> str | None:
-        reason = self.finished() if (end_of_epoch or self.stop_reason) else None
-        if reason is None and self.cfg.max_steps is not None and self.step >= self.cfg.max_steps:
-            reason = "max_steps"
-        if reason is None and self.cfg.time_budget is not None and time.monotonic() - start >= self.cfg.time_budget:
-            reason = "time_budget"
-        if self.world_size > 1:
-            # Ranks must stop together (a rank that stops alone would hang the others' all-reduce):
-            # rank 0's clock and evaluation decide.
-            code = torch.tensor([_STOP_CODES.index(reason)], device=self.device)
-            torch.distributed.broadcast(code, 0)
-            reason = _STOP_CODES[int(code.item())]
-        return reason
-
-    def _evaluate_and_track(self, final: bool = False) -> None:
+    def _evaluate_and_log(self) -> None:
+        """Rank 0 evaluates, feeds patience and logs; the StopPolicy decides what it means."""
         if not self.is_main or not self.data.valid:
             return
         scores = self.evaluate()
-        bleu = scores["valid_bleu"]
-        if self.best_bleu is None or bleu > self.best_bleu:
-            self.best_bleu, self.evals_since_best = bleu, 0
-        else:
-            self.evals_since_best += 1
-        if self.cfg.patience is not None and self.evals_since_best >= self.cfg.patience and not final:
-            self.stop_reason = "early_stopping"
+        self.stop.record_eval(scores["valid_bleu"])
         self._log({"event": "eval", "step": self.step, "epoch": self.epoch, **scores})
         self._scores = (self.step, scores)
 
-    def _progress_bar(self):
-        if not self.progress:
-            return None
-        from tqdm import tqdm
+    # -- the loop ---------------------------------------------------------------------------------
+    def fit(self) -> TrainResult:
+        """Train until the StopPolicy says stop; then evaluate, save and report (see `_finish`)."""
+        cfg, stop = self.cfg, self.stop
+        stop.start = start = time.monotonic()
+        losses: list[float] = []
+        window, tokens_this_run = LossWindow(), 0
+        bar = self._progress() if self.progress else None
+        reason = self.finished()
+        with stop.catching_signals():
+            while reason is None:
+                for chunk in _chunks(self._epoch_batches(self.epoch, self.batch_in_epoch), cfg.grad_accum):
+                    loss, ntok = self.train_step(chunk)
+                    if not math.isfinite(loss):  # all-reduced: every rank sees it; the update was skipped
+                        reason = stop.diverged()
+                        break
+                    self.step, self.batch_in_epoch = self.step + 1, self.batch_in_epoch + len(chunk)
+                    self.tokens_seen, tokens_this_run = self.tokens_seen + ntok, tokens_this_run + ntok
+                    losses.append(loss)
+                    window.add(loss, ntok)
+                    if self.step % cfg.log_every == 0:
+                        self._log_train(window.take(), tokens_this_run, time.monotonic() - start)
+                    if bar is not None:
+                        bar.update(self.step, loss=f"{loss:.3f}", epoch=self.epoch,
+                                   tok_s=f"{tokens_this_run / max(time.monotonic() - start, 1e-9):.0f}")
+                    if cfg.eval_every and self.step % cfg.eval_every == 0:
+                        self._evaluate_and_log()
+                    reason = stop.after_step(self.step, self.epoch)
+                    if reason:
+                        break  # the final checkpoint is written by _finish, after the final eval
+                    if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                        self.save_checkpoint()
+                    _kill_for_test(self.step)
+                else:
+                    self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+                    reason = stop.after_epoch(self.step, self.epoch)
+            if bar is not None:
+                bar.close()
+            # Still catching signals: a Ctrl-C during the final evaluation does not lose the weights.
+            return self._finish(reason, losses, window, tokens_this_run, time.monotonic() - start)
 
+    def _finish(self, reason: str, losses, window: LossWindow, tokens: int, elapsed: float) -> TrainResult:
+        """After the loop: final evaluation, the 'end' event, final weights and checkpoint.
+
+        - a signal: no evaluation (the user is waiting); a checkpoint so `--resume` continues here.
+        - a non-finite loss: nothing is saved; the newest checkpoint is the last finite state.
+        """
+        if reason != "signal" and not self._weights_finite():
+            # A step with a finite loss can still blow the weights up (a huge lr): never save those.
+            reason = self.stop.diverged()
+        exit_code = {"signal": self.stop.exit_code, "non_finite_loss": 1}.get(reason, 0)
+        failure = None
+        if exit_code == 0 and (not self.cfg.eval_every or self.step % self.cfg.eval_every != 0):
+            try:
+                self._evaluate_and_log()
+            except Exception as exc:  # noqa: BLE001 — saved first, raised below: never lose the weights
+                failure = exc
+        last = window.take()
+        self._log({"event": "end", "step": self.step, "epoch": self.epoch, "stop_reason": reason,
+                   "loss": last, "elapsed_s": elapsed})
+        if reason == "signal":
+            self.save_checkpoint()
+        elif reason != "non_finite_loss":
+            self.save_final()
+        if failure is not None:
+            raise failure
+        return TrainResult(self.run_dir, self.step, self.epoch, last, reason, self.best_bleu, losses, elapsed,
+                           tokens / max(elapsed, 1e-9), self.last_checkpoint, exit_code)
+
+    def _progress(self) -> Progress:
         total = self._steps_per_epoch() * self.cfg.epochs
         if self.cfg.max_steps is not None:
             total = min(total, self.cfg.max_steps)
-        return tqdm(total=total, initial=min(self.step, total), desc="train", unit="step", dynamic_ncols=True)
+        return Progress(total, initial=self.step)
 
     # -- writing the run folder (rank 0 only) -----------------------------------------------------
     def _log(self, event: dict) -> None:
         if self.is_main and self.run_dir is not None:
             ckpt.append_jsonl(self.run_dir / "log.jsonl", {"time": time.time(), **event})
+
+    def _log_train(self, loss: float | None, tokens: int, elapsed: float) -> None:
+        self._log({"event": "train", "step": self.step, "epoch": self.epoch, "loss": loss,
+                   "lr": self.optimizer.param_groups[0]["lr"], "tokens_per_s": tokens / max(elapsed, 1e-9),
+                   "elapsed_s": elapsed})
+
+    def _weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
 
     def save_checkpoint(self) -> None:
         self._reseed_rank()  # on every rank, before rank 0 saves its generator state
@@ -477,20 +385,21 @@ class Trainer:
         # Only a score measured at this very step may rank this checkpoint among the best.
         scored_step, scores = self._scores
         scores = scores if scored_step == self.step else {}
-        meta = {"step": self.step, "epoch": self.epoch, "stop_reason": self.stop_reason,
+        if not self._weights_finite():  # the loop stops at the next step (its loss is NaN)
+            self._log({"event": "skipped_checkpoint", "step": self.step, "why": "non-finite weights"})
+            return
+        meta = {"step": self.step, "epoch": self.epoch, "stop_reason": self.stop.reason,
                 "valid_bleu": scores.get("valid_bleu"), "valid_loss": scores.get("valid_loss")}
-        ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.state_dict(), meta)
+        self.last_checkpoint = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.state_dict(), meta)
         ckpt.prune_checkpoints(self.run_dir, self.cfg.keep_last, self.cfg.keep_best)
 
     def save_final(self) -> None:
         """Final weights at the run root, then a checkpoint that marks the run finished."""
         if not self.is_main or self.run_dir is None:
+            self._reseed_rank()
             return
         ckpt.save_weights(self.model, self.run_dir / "model.safetensors")
         self.save_checkpoint()
-
-
-_STOP_CODES = [None, "max_steps", "epochs", "time_budget", "early_stopping"]
 
 
 def _chunks(iterable, size: int) -> Iterator[list]:
@@ -499,76 +408,22 @@ def _chunks(iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
-# --------------------------------------------------------------------------- whole runs
-def load_data(data_config: Mapping[str, Any]):
-    """Rebuild a run's data from its saved settings (`loader` + the loader's keyword arguments)."""
-    from attnlab.data import load_d2l_data, load_translation_data
-
-    opts = dict(data_config)
-    loader = opts.pop("loader", "translation")
-    if loader == "d2l":
-        return load_d2l_data(**opts)
-    if loader == "translation":
-        return load_translation_data(**opts)
-    raise ValueError(f"unknown data loader {loader!r}; expected 'd2l' or 'translation'")
+def _kill_for_test(step: int) -> None:
+    """The kill-and-resume test's hook: SIGKILL this process right after `step` (KILL_ENV)."""
+    kill_at = os.environ.get(KILL_ENV)
+    if kill_at and step == int(kill_at):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train_run(model_type: str, model_config: Mapping[str, Any], train_config: TrainConfig,
-              data_config: Mapping[str, Any], run_dir: str | os.PathLike | None, *,
-              progress: bool = True) -> TrainResult:
-    """Load data, build the model (vocabulary sizes from the data), write the run's config and
-    vocabularies, and train. The one seed is set before the model is initialised."""
-    from attnlab.models import build_model
-
-    data_config = dict(data_config)
-    if data_config.get("loader", "translation") == "translation":
-        data_config.setdefault("seed", train_config.seed)  # the split follows --seed unless fixed
-    seed_everything(train_config.seed)
-    data = load_data(data_config)
-    # Record the resolved file so `evaluate` rebuilds the same test split without --data.
-    data_config["path"] = data.settings.get("data_path", data_config.get("path"))
-    model_config = {**model_config, "src_vocab_size": len(data.src_vocab), "tgt_vocab_size": len(data.tgt_vocab)}
-    seed_everything(train_config.seed)
-    model = build_model(model_type, model_config)
-    rank, _ = distributed_info()
-    if run_dir is not None and rank == 0:
-        if ckpt.list_checkpoints(run_dir) or (Path(run_dir) / ckpt.WEIGHTS_FILE).exists():
-            raise ValueError(f"{run_dir} already holds a run; continue it with --resume {run_dir} "
-                             f"or choose another --out")
-        ckpt.write_run_config(run_dir, model_type, model.config.to_dict(), train_config.to_dict(),
-                              data_config, data.src_vocab, data.tgt_vocab)
-    return Trainer(model, data, train_config, run_dir, progress=progress).fit()
+def __getattr__(name: str):
+    # Whole runs live in attnlab.runs, load_data in attnlab.data; the old names still import from here.
+    if name in ("train_run", "resume_run", "load_data"):
+        import attnlab.data
+        import attnlab.runs
+        return getattr(attnlab.runs if name != "load_data" else attnlab.data, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def resume_run(run_dir: str | os.PathLike, overrides: Mapping[str, Any] | None = None, *,
-               progress: bool = True) -> TrainResult | str:
-    """Continue a run from its newest checkpoint. Returns the TrainResult, or the reason (a string)
-    when the run had already finished under its (possibly overridden) limits."""
-    from attnlab.data import load_vocab
-    from attnlab.models import build_model
-
-    run_dir = Path(run_dir)
-    cfg = ckpt.read_run_config(run_dir)
-    ckpts = ckpt.list_checkpoints(run_dir)
-    if not ckpts:
-        raise FileNotFoundError(f"{run_dir / ckpt.CHECKPOINTS} holds no checkpoint to resume from; "
-                                f"the run stopped before its first one — start it again")
-    last = ckpts[-1]
-    train_config = TrainConfig.from_dict({**cfg["train"], **(overrides or {})})
-    data = load_data(cfg["data"])
-    for side, fname in (("src", ckpt.SRC_VOCAB_FILE), ("tgt", ckpt.TGT_VOCAB_FILE)):
-        if load_vocab(run_dir / fname) != getattr(data, f"{side}_vocab"):
-            raise ValueError(f"the data rebuilt from {run_dir / ckpt.CONFIG_FILE} gives a different {side} "
-                             f"vocabulary than {run_dir / fname}; was the data file changed?")
-    model = build_model(cfg["model_type"], cfg["model"])
-    ckpt.load_weights(model, last / ckpt.WEIGHTS_FILE, what=str(run_dir / ckpt.CONFIG_FILE))
-    trainer = Trainer(model, data, train_config, run_dir, progress=progress)
-    trainer.load_state_dict(ckpt.load_trainer_state(last))
-    trainer.stop_reason = None if trainer.stop_reason == "time_budget" else trainer.stop_reason
-    done = trainer.finished()
-    if done is not None:
-        return done
-    if overrides and trainer.is_main:
-        ckpt.write_json(run_dir / ckpt.CONFIG_FILE, {**cfg, "train": train_config.to_dict()})
-    trainer._log({"event": "resume", "step": trainer.step, "from": last.name})
-    return trainer.fit()
+__all__ = ["TrainConfig", "Trainer", "TrainResult", "sequence_loss", "masked_cross_entropy", "learning_rate",
+           "param_groups", "build_optimizer", "seed_everything", "rng_state", "set_rng_state",
+           "distributed_info", "resolve_device", "KILL_ENV"]

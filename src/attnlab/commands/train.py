@@ -32,7 +32,8 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("train", help="train a Transformer or Bahdanau translator (checkpoints, resume, DDP)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=["transformer", "bahdanau"], default="transformer")
-    p.add_argument("--preset", default="cpu-small", help="d2l, cpu-small or tiny (default: cpu-small)")
+    p.add_argument("--preset", help="d2l, cpu-small or tiny (default: cpu-small for the Transformer, "
+                                     "d2l for Bahdanau)")
     p.add_argument("--out", help="run folder (default: runs/<model>-<preset>)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
     p.add_argument("--data", metavar="PATH", help="fra-eng.zip or fra.txt (default: $ATTNLAB_DATA, then the cache)")
@@ -83,7 +84,7 @@ def _overrides(args) -> dict[str, dict]:
 
 def _argv(args) -> list[str]:
     """These parsed arguments as a `train` command line, without --nproc (for torchrun's workers)."""
-    argv = ["train", "--model", args.model, "--preset", args.preset]
+    argv = ["train", "--model", args.model] + (["--preset", args.preset] if args.preset else [])
     for name in ("out", "resume", *_FLAGS):
         value = getattr(args, name)
         if value is not None:
@@ -113,16 +114,55 @@ def _init_distributed() -> None:
         dist.init_process_group(backend)
 
 
-def run(args) -> int:
-    from attnlab import train
-    from attnlab.presets import get_preset
+def _check_nproc(nproc: int) -> None:
+    import torch
 
-    if args.nproc > 1:
-        if "WORLD_SIZE" in os.environ:
-            raise ValueError("--nproc given inside a torchrun launch; drop --nproc (torchrun sets the processes)")
+    most = torch.cuda.device_count() if torch.cuda.is_available() else (os.cpu_count() or 1)
+    if not 1 <= nproc <= most:
+        raise ValueError(f"--nproc must be between 1 and {most} (the {'GPUs' if torch.cuda.is_available() else 'CPU cores'} "
+                         f"of this machine), got {nproc}")
+
+
+def _configs(args, over: dict[str, dict]):
+    """The preset with the flags applied, every part validated (nothing written, no data read)."""
+    from attnlab import runs
+    from attnlab.data import check_data_config
+    from attnlab.presets import get_preset
+    from attnlab.train import TrainConfig
+
+    preset = get_preset(args.model, args.preset)
+    for section in preset:
+        preset[section].update(over[section])
+    train_config = TrainConfig.from_dict(preset["train"])
+    runs.check_model_config(args.model, preset["model"])
+    check_data_config(preset["data"])
+    return preset, train_config
+
+
+def run(args) -> int:
+    from attnlab import runs, train
+
+    _check_nproc(args.nproc)
+    over = _overrides(args)
+    launching = args.nproc > 1
+    if launching and "WORLD_SIZE" in os.environ:
+        raise ValueError("--nproc given inside a torchrun launch; drop --nproc (torchrun sets the processes)")
+    if args.resume:
+        bad = sorted(k for k in over["train"] if k not in _RESUMABLE) + sorted(over["data"]) + sorted(over["model"])
+        if bad:
+            raise ValueError(f"--resume continues a run as it was started; these cannot change: {bad}. "
+                             f"Allowed: {sorted(_RESUMABLE)}")
+        train.TrainConfig.from_dict({**runs.ckpt.read_run_config(args.resume).get("train", {}), **over["train"]})
+    else:
+        preset, train_config = _configs(args, over)
+        from attnlab.presets import DEFAULT_PRESET
+
+        out = args.out or os.path.join("runs", f"{args.model}-{args.preset or DEFAULT_PRESET[args.model]}")
+        if "RANK" not in os.environ or os.environ["RANK"] == "0":
+            runs.check_out_dir(out)
+    if launching:  # everything checked once here, not once per process
         return _launch_torchrun(args)
     _init_distributed()
-    over = _overrides(args)
     rank, world = train.distributed_info()
     if args.device is None and world > 1:
         import torch
@@ -131,29 +171,38 @@ def run(args) -> int:
             over["train"]["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
     if args.resume:
-        bad = sorted(k for k in over["train"] if k not in _RESUMABLE) + sorted(over["data"]) + sorted(over["model"])
-        if bad:
-            raise ValueError(f"--resume continues a run as it was started; these cannot change: {bad}. "
-                             f"Allowed: {sorted(_RESUMABLE)}")
-        result = train.resume_run(args.resume, over["train"], progress=not args.no_progress)
+        result = runs.resume_run(args.resume, over["train"], progress=not args.no_progress)
         if isinstance(result, str):
             if rank == 0:
                 print(f"{args.resume}: training already finished ({result}); nothing to do. "
                       f"Raise --max-steps or --epochs to train further.")
             return 0
     else:
-        preset = get_preset(args.model, args.preset)
-        for section in preset:
-            preset[section].update(over[section])
-        train_config = train.TrainConfig.from_dict(preset["train"])
-        out = args.out or os.path.join("runs", f"{args.model}-{args.preset}")
-        result = train.train_run(args.model, preset["model"], train_config, preset["data"], out,
-                                 progress=not args.no_progress)
-    if rank == 0:
-        loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
-        bleu = "" if result.best_bleu is None else f", best valid BLEU {result.best_bleu:.2f}"
-        print(f"final training loss {loss} after {result.step} steps ({result.epoch} epochs, "
-              f"stopped by {result.stop_reason}, {result.seconds:.1f} s, "
-              f"{result.tokens_per_second:.0f} tokens/s{bleu})")
+        train_config = train.TrainConfig.from_dict({**train_config.to_dict(), **over["train"]})
+        result = runs.train_run(args.model, preset["model"], train_config, preset["data"], out,
+                                progress=not args.no_progress)
+    return _report(result, args.resume or out) if rank == 0 else result.exit_code
+
+
+def _report(result, run_dir) -> int:
+    """Print how the run ended; the exit status says it too (0, 1 diverged, 128+N signal N)."""
+    import sys
+
+    loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
+    bleu = "" if result.best_bleu is None else f", best valid BLEU {result.best_bleu:.2f}"
+    print(f"final training loss {loss} after {result.step} steps ({result.epoch} epochs, "
+          f"stopped by {result.stop_reason}, {result.seconds:.1f} s, "
+          f"{result.tokens_per_second:.0f} tokens/s{bleu})")
+    if result.stop_reason == "signal":
+        print(f"attnlab train: interrupted at step {result.step}; saved {result.checkpoint}; continue with "
+              f"`attnlab train --resume {run_dir}`", file=sys.stderr)
+    elif result.stop_reason == "non_finite_loss":
+        from attnlab.checkpoint import list_checkpoints
+
+        kept = list_checkpoints(run_dir)
+        where = f"the newest checkpoint, {kept[-1]}, holds the last finite weights" if kept else "no checkpoint was saved"
+        print(f"attnlab train: error: the training loss became non-finite (NaN/inf) after step {result.step}; "
+              f"stopped without saving these weights ({where}). Lower --lr and train again", file=sys.stderr)
+    else:
         print(f"saved the model to {result.run_dir / 'model.safetensors'}")
-    return 0
+    return result.exit_code

@@ -11,5 +11,38 @@ __all__ = [
     "read_fra_eng", "preprocess", "tokenize", "detokenize", "Vocab", "SubwordVocab", "Example", "Batch",
     "TranslationData", "load_translation_data", "load_d2l_data", "iterate_batches", "plan_batches",
     "sample_data_path", "load_vocab", "collate", "ReadStats", "cache_dir", "download_fra_eng",
-    "resolve_data_path", "BOOK_EVAL_PAIRS",
+    "resolve_data_path", "BOOK_EVAL_PAIRS", "load_data", "check_data_config",
 ]
+
+
+
+def _loader(data_config):
+    """(loader function, its keyword arguments) for a run's data settings, checked without loading.
+
+    Raises ValueError naming an unknown loader or any setting the loader does not take.
+    """
+    import inspect
+
+    opts = dict(data_config)
+    loader = opts.pop("loader", "translation")
+    loaders = {"d2l": load_d2l_data, "translation": load_translation_data}
+    if loader not in loaders:
+        raise ValueError(f"unknown data loader {loader!r}; expected one of {sorted(loaders)}")
+    accepted = [n for n in inspect.signature(loaders[loader]).parameters if n != "use_cache"]
+    unknown = sorted(set(opts) - set(accepted))
+    if unknown:
+        hint = " (the book's d2l setting is fixed; use --preset tiny or cpu-small to change these)"
+        raise ValueError(f"the {loader!r} data loader does not take {unknown}; it takes {accepted}"
+                         + (hint if loader == "d2l" else ""))
+    return loaders[loader], opts
+
+
+def check_data_config(data_config) -> None:
+    """Raise ValueError for data settings `load_data` would refuse, before any file is read."""
+    _loader(data_config)
+
+
+def load_data(data_config):
+    """Rebuild a run's data from its saved settings (`loader` + the loader's keyword arguments)."""
+    loader, opts = _loader(data_config)
+    return loader(**opts)

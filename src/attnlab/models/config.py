@@ -34,6 +34,9 @@ class ConfigMixin:
                    if f.default is MISSING and f.default_factory is MISSING and f.name not in d]
         if missing:
             raise ValueError(f"{cls.__name__} needs the keys {missing}, which the dict lacks")
+        from attnlab.config_types import check_field_types
+
+        check_field_types(cls, d)  # "dropout": "x" in a config.json: one line naming the field
         return cls(**d)
 
 
