@@ -504,8 +504,12 @@ def load_data(data_config: Mapping[str, Any]):
     """Rebuild a run's data from its saved settings (`loader` + the loader's keyword arguments)."""
     from attnlab.data import load_d2l_data, load_translation_data
 
+    from attnlab.data.parallel import load_parallel_data, wants_parallel
+
     opts = dict(data_config)
     loader = opts.pop("loader", "translation")
+    if loader == "parallel" or (loader == "translation" and wants_parallel(opts)):
+        return load_parallel_data(opts)  # aligned files, .gz, other languages, prepared shards
     if loader == "d2l":
         return load_d2l_data(**opts)
     if loader == "translation":
