@@ -198,6 +198,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
     if (valid is None) != (test is None):
         raise ValueError("give both --valid and --test (files held out as given), or neither (a random split)")
     kind = resolve_tokenizer(tokenizer, src_lang, tgt_lang)
+    log_given = log is not None
     log = log or (lambda line: None)
     t0 = time.perf_counter()
 
@@ -273,10 +274,12 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
             if chunk:
                 flush()
             reports[name] = report.to_dict()
-            for f in report.files:
-                if f.counts:
-                    warnings.warn(f.summary(), stacklevel=3)
-            log(report.summary())
+            if log_given:
+                log(report.summary())
+            else:  # no log (train's in-memory path): a warning, so skipped lines are never silent
+                for f in report.files:
+                    if f.counts:
+                        warnings.warn(f.summary(), stacklevel=3)
 
         rep = CorpusReport(files=[])
         if valid is None:
