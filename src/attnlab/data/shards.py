@@ -253,7 +253,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
 
             def flush():
                 src_ids, tgt_ids = encode(src_vocab, [p[1] for p in chunk]), encode(tgt_vocab, [p[2] for p in chunk])
-                for (lineno, s, t), si, ti in zip(chunk, src_ids, tgt_ids):
+                for (lineno, s, t, *known), si, ti in zip(chunk, src_ids, tgt_ids):
                     if max_len is not None and (len(si) > max_len or len(ti) > max_len):
                         # Reported in the file of the too-long side (the first file for a TSV).
                         for f, ids in zip(report.files if len(report.files) == 2 else report.files * 2, (si, ti)):
@@ -261,7 +261,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
                                 f.add(f"over-long (> {max_len} tokens)", lineno)
                         report.pairs -= 1
                         continue
-                    split = split_of(s)
+                    split = known[0] if known else split_of(s)  # the random split was decided while reading
                     writers[split].add(si, ti)
                     if split in texts_out:
                         texts_out[split].write(f"{s}\t{t}\n")
@@ -286,12 +286,13 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
             def limited():
                 n = 0
                 for item in iter_pairs(data, rep):
-                    yield item
-                    if _split_of(item[1], seed, valid_fraction, test_fraction) == "train":
+                    split = _split_of(item[1], seed, valid_fraction, test_fraction)
+                    yield (*item, split)
+                    if split == "train":
                         n += 1
                         if num_examples is not None and n >= num_examples:
                             return
-            write(lambda s: _split_of(s, seed, valid_fraction, test_fraction), limited(), rep, "data")
+            write(None, limited(), rep, "data")
         else:
             def first_n():
                 for i, item in enumerate(iter_pairs(data, rep)):

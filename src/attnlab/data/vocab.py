@@ -265,7 +265,10 @@ class SubwordVocab(_SpecialsMixin):
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         # encode_batch runs in parallel in Rust: the reason to batch at all.
-        return [e.ids for e in self.tokenizer.encode_batch([self._prep(t) for t in texts])]
+        texts = [self._prep(t) for t in texts]
+        # encode_batch_fast (tokenizers >= 0.20) skips the character offsets we never use.
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return [e.ids for e in encode(texts)]
 
     def decode(self, ids) -> str:
         text = self.tokenizer.decode(self._strip_specials(ids), skip_special_tokens=False)
