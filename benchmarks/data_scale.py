@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -76,7 +75,7 @@ def du(path: Path) -> int:
 def child(code: str) -> dict:
     """Run `code` in a fresh interpreter (so ru_maxrss is its own); it prints one JSON line last."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -166,7 +165,7 @@ def main() -> None:
         print("| pairs | loader tokens/s (median) | plan of epoch 0 | model consumes tokens/s | loader / model | "
               "peak RSS loader | peak RSS training |")
         print("|---|---|---|---|---|---|---|")
-        med = lambda xs: float(np.median(xs))  # noqa: E731
+        med = lambda xs: float(np.median(xs))
         for n in sizes:
             lo, tr = results[n]["loader"], results[n]["train"]
             lt, mt = med([x["tokens_per_s"] for x in lo]), med([x["tokens_per_s"] for x in tr])

@@ -16,10 +16,10 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 # A line longer than this (characters) is reported and skipped: a wrongly split or binary file,
 # never a sentence. Token-level length limits (`max_len`) are applied after tokenization.

@@ -32,8 +32,8 @@ import tempfile
 import time
 import unicodedata
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -92,7 +92,14 @@ def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: i
                    normalization: str) -> SubwordVocab:
     """A shared BPE or unigram model with the Unicode normalizer inside the tokenizer itself, so
     training, `translate` and `serve` all normalize the same way; Metaspace keeps spaces exact."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
 
     from .vocab import DEFAULT_RESERVED, UNK
 
@@ -125,7 +132,7 @@ class _ShardWriter:
     def _open(self) -> None:
         name = f"{self.split}-{len(self.shards):05d}"
         self._name = name
-        self._files = (open(self.root / f"{name}.src", "wb"), open(self.root / f"{name}.tgt", "wb"))
+        self._files = (open(self.root / f"{name}.src", "wb"), open(self.root / f"{name}.tgt", "wb"))  # noqa: SIM115 (closed in _close)
         self._lens = []
 
     def _close(self) -> None:
@@ -242,8 +249,8 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         writers = {s: _ShardWriter(tmp, s, shard_size, dtype) for s in SPLITS}
-        texts_out = {s: open(tmp / f"{s}.tsv", "w", encoding="utf-8") for s in ("valid", "test")}
-        reports, over_long = {}, {}
+        texts_out = {s: open(tmp / f"{s}.tsv", "w", encoding="utf-8") for s in ("valid", "test")}  # noqa: SIM115
+        reports = {}
 
         def encode(vocab, xs):
             return [vocab.encode(x) for x in xs] if kind == "word" else vocab.encode_batch(xs)
@@ -336,7 +343,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
 class ShardExample:
     """One training pair read from a shard; texts are decoded from the ids only if asked for."""
 
-    __slots__ = ("src_ids", "tgt_ids", "_vocabs")
+    __slots__ = ("_vocabs", "src_ids", "tgt_ids")
 
     def __init__(self, src_ids: list[int], tgt_ids: list[int], vocabs):
         self.src_ids, self.tgt_ids, self._vocabs = src_ids, tgt_ids, vocabs
