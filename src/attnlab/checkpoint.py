@@ -300,6 +300,8 @@ def reference_text(text: str, vocab) -> str:
     detokenized with the vocabulary's language rules), so BLEU compares like with like."""
     from attnlab.data import detokenize, tokenize
 
+    if hasattr(vocab, "reference_text"):  # vocabularies with their own normalization (other languages)
+        return vocab.reference_text(text)
     return detokenize(tokenize(text), lang=getattr(vocab, "lang", None))
 
 

@@ -14,6 +14,7 @@ COMMANDS = [
     "positional_encoding",
     "scaling",
     "params",
+    "prepare",
     "train",
     "translate",
     "evaluate",

@@ -66,9 +66,10 @@ def run(args) -> int:
 
     print(f"{args.checkpoint}: {args.split} split, {len(examples)} sentences, beam {args.beam}")
     print(f"BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}  (sacreBLEU, detokenized)")
-    print("the book's sentences, BLEU k=2:")
-    for src, out, score in book_bleu(translator, beam=args.beam):
-        print(f"  {src} => {out}, bleu {score:.3f}")
+    if (translator.src_vocab.lang, translator.tgt_vocab.lang) in (("en", "fr"), (None, None)):  # English-French runs
+        print("the book's sentences, BLEU k=2:")
+        for src, out, score in book_bleu(translator, beam=args.beam):
+            print(f"  {src} => {out}, bleu {score:.3f}")
     print(f"decoding: {tokens / seconds:.0f} tokens/s, {len(examples) / seconds:.1f} sentences/s "
           f"({translator.device}, batch 128)")
     return 0

@@ -22,6 +22,8 @@ _FLAGS = {
     "device": ("train", "device"), "log_every": ("train", "log_every"),
     "data": ("data", "path"), "num_examples": ("data", "num_examples"), "max_len": ("data", "max_len"),
     "tokenizer": ("data", "tokenizer"),
+    "src_lang": ("data", "src_lang"), "tgt_lang": ("data", "tgt_lang"), "valid": ("data", "valid"),
+    "test": ("data", "test"),
 }
 # Fields a resumed run may change (its limits); the rest must stay as the run was started.
 _RESUMABLE = {"epochs", "max_steps", "time_budget", "eval_every", "checkpoint_every", "keep_best",
@@ -36,7 +38,8 @@ def add_parser(subparsers) -> None:
                                      "d2l for Bahdanau)")
     p.add_argument("--out", help="run folder (default: runs/<model>-<preset>)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
-    p.add_argument("--data", metavar="PATH", help="fra-eng.zip or fra.txt (default: $ATTNLAB_DATA, then the cache)")
+    p.add_argument("--data", metavar="PATH", help="fra-eng.zip, a TSV, SRC,TGT aligned files (.gz ok) or an `attnlab prepare` folder "
+                   "(default: $ATTNLAB_DATA, then the cache)")
     p.add_argument("--seed", type=int)
     p.add_argument("--epochs", type=int)
     p.add_argument("--max-steps", type=int)
@@ -56,7 +59,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", help="auto (default), cpu, cuda, cuda:1 ...")
     p.add_argument("--num-examples", type=int, help="use the first N pairs of the corpus")
     p.add_argument("--max-len", type=int, help="drop pairs longer than this many words")
-    p.add_argument("--tokenizer", choices=["word", "bpe"])
+    p.add_argument("--tokenizer", choices=["auto", "word", "bpe", "unigram"])
+    p.add_argument("--src-lang", help="source language code of --data (e.g. de); other pairs than en-fr get subwords")
+    p.add_argument("--tgt-lang", help="target language code of --data (e.g. en)")
+    p.add_argument("--valid", metavar="SPEC", help="validation corpus (TSV or SRC,TGT files) instead of a random split")
+    p.add_argument("--test", metavar="SPEC", help="test corpus (TSV or SRC,TGT files) instead of a random split")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override any preset field, e.g. --set model.num_layers=3 (VALUE is JSON)")
     p.add_argument("--nproc", type=int, default=1, help="processes (DDP through torchrun; gloo on CPU)")

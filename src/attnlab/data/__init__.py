@@ -3,6 +3,9 @@
 
 from .batching import Batch, collate, iterate_batches, plan_batches
 from .corpus import ReadStats, cache_dir, download_fra_eng, read_fra_eng, resolve_data_path, sample_data_path
+from .formats import CorpusReport, FileReport, iter_pairs
+from .parallel import load_parallel_data
+from .shards import ShardedExamples, open_prepared, prepare
 from .text import detokenize, preprocess, tokenize
 from .translation import BOOK_EVAL_PAIRS, Example, TranslationData, load_d2l_data, load_translation_data
 from .vocab import SubwordVocab, Vocab, load_vocab
@@ -11,7 +14,8 @@ __all__ = [
     "read_fra_eng", "preprocess", "tokenize", "detokenize", "Vocab", "SubwordVocab", "Example", "Batch",
     "TranslationData", "load_translation_data", "load_d2l_data", "iterate_batches", "plan_batches",
     "sample_data_path", "load_vocab", "collate", "ReadStats", "cache_dir", "download_fra_eng",
-    "resolve_data_path", "BOOK_EVAL_PAIRS", "load_data", "check_data_config",
+    "resolve_data_path", "BOOK_EVAL_PAIRS", "load_data", "check_data_config", "CorpusReport", "FileReport",
+    "iter_pairs", "load_parallel_data", "ShardedExamples", "open_prepared", "prepare",
 ]
 
 
@@ -23,8 +27,13 @@ def _loader(data_config):
     """
     import inspect
 
+    from .parallel import wants_parallel
+
     opts = dict(data_config)
     loader = opts.pop("loader", "translation")
+    if loader == "parallel" or (loader == "translation" and wants_parallel(opts)):
+        # Aligned files, .gz, other languages, prepared shards: that loader checks its own keys.
+        return (lambda **o: load_parallel_data(o)), opts
     loaders = {"d2l": load_d2l_data, "translation": load_translation_data}
     if loader not in loaders:
         raise ValueError(f"unknown data loader {loader!r}; expected one of {sorted(loaders)}")

@@ -83,18 +83,35 @@ def plan_batches(examples: Sequence, *, batch_tokens: int | None = None, batch_s
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
 
-    lengths = _lengths(examples, num_steps)
+    if hasattr(examples, "plan_batches"):
+        # A memory-mapped corpus plans shard by shard from its lengths index (never one list of all).
+        return examples.plan_batches(batch_tokens=batch_tokens, batch_size=batch_size, num_steps=num_steps,
+                                     shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size)
     rng = np.random.default_rng([seed, epoch])
+    batches = plan_lengths(_lengths(examples, num_steps), batch_tokens=batch_tokens, batch_size=batch_size,
+                           shuffle=shuffle, rng=rng)
+    if world_size > 1:
+        per_rank = len(batches) // world_size
+        if per_rank == 0 and batches:
+            raise ValueError(f"only {len(batches)} batch(es) for world_size={world_size}; "
+                             "use smaller batches or fewer processes")
+        batches = batches[rank:per_rank * world_size:world_size]
+    return batches
+
+
+def plan_lengths(lengths: np.ndarray, *, batch_tokens: int | None, batch_size: int | None, shuffle: bool,
+                 rng: np.random.Generator) -> list[list[int]]:
+    """Batches (index lists into `lengths`, the padded length each example needs) cut greedily from
+    the length-sorted order; with `shuffle`, ties are broken and batches ordered at random by `rng`."""
     if shuffle:
-        perm = rng.permutation(len(examples))
+        perm = rng.permutation(len(lengths))
         order = perm[np.argsort(lengths[perm], kind="stable")]
     else:
         order = np.argsort(lengths, kind="stable")
-
     batches: list[list[int]] = []
     current: list[int] = []
     max_tokens = batch_tokens if batch_tokens is not None else float("inf")
-    max_size = batch_size if batch_size is not None else len(examples) + 1
+    max_size = batch_size if batch_size is not None else len(lengths) + 1
     # Lengths ascend along `order`, so the newcomer is always the batch's longest member.
     for i, length in zip(order.tolist(), lengths[order].tolist()):
         if current and (length * (len(current) + 1) > max_tokens or len(current) + 1 > max_size):
@@ -103,15 +120,8 @@ def plan_batches(examples: Sequence, *, batch_tokens: int | None = None, batch_s
         current.append(i)
     if current:
         batches.append(current)
-
     if shuffle:
         batches = [batches[j] for j in rng.permutation(len(batches)).tolist()]
-    if world_size > 1:
-        per_rank = len(batches) // world_size
-        if per_rank == 0 and batches:
-            raise ValueError(f"only {len(batches)} batch(es) for world_size={world_size}; "
-                             "use smaller batches or fewer processes")
-        batches = batches[rank:per_rank * world_size:world_size]
     return batches
 
 

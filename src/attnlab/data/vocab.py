@@ -199,9 +199,14 @@ class SubwordVocab(_SpecialsMixin):
 
     kind = "bpe"
 
-    def __init__(self, tokenizer, lang: str | None = None):
+    def __init__(self, tokenizer, lang: str | None = None, style: str = "book"):
+        if style not in ("book", "plain"):
+            raise ValueError(f"SubwordVocab style must be 'book' or 'plain', got {style!r}")
         self.tokenizer = tokenizer
         self.lang = lang
+        # 'book': the book's preprocess/detokenize around the tokenizer (en-fr); 'plain': the tokenizer's
+        # own normalizer (Unicode NFC/NFKC) and decoder do everything, for any language pair.
+        self.style = style
         for tok in (UNK, *DEFAULT_RESERVED):
             if tokenizer.token_to_id(tok) is None:
                 raise ValueError(f"BPE tokenizer lacks the special token {tok}")
@@ -225,13 +230,14 @@ class SubwordVocab(_SpecialsMixin):
 
     def with_lang(self, lang: str | None) -> "SubwordVocab":
         """The same vocabulary, decoding with another language's spacing rules (shared src/tgt)."""
-        return SubwordVocab(self.tokenizer, lang=lang)
+        return SubwordVocab(self.tokenizer, lang=lang, style=self.style)
 
     def __len__(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, SubwordVocab) and self.tokenizer.to_str() == other.tokenizer.to_str()
+        return (isinstance(other, SubwordVocab) and self.style == other.style
+                and self.tokenizer.to_str() == other.tokenizer.to_str())
 
     def __repr__(self) -> str:
         return f"SubwordVocab(size={len(self)}, lang={self.lang!r})"
@@ -251,21 +257,34 @@ class SubwordVocab(_SpecialsMixin):
             return self.tokenizer.id_to_token(int(indices))
         return [self.tokenizer.id_to_token(i) for i in _as_list(indices)]
 
+    def _prep(self, text: str) -> str:
+        return preprocess(text) if self.style == "book" else text
+
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(preprocess(text)).ids
+        return self.tokenizer.encode(self._prep(text)).ids
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         # encode_batch runs in parallel in Rust: the reason to batch at all.
-        return [e.ids for e in self.tokenizer.encode_batch([preprocess(t) for t in texts])]
+        texts = [self._prep(t) for t in texts]
+        # encode_batch_fast (tokenizers >= 0.20) skips the character offsets we never use.
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return [e.ids for e in encode(texts)]
 
     def decode(self, ids) -> str:
         text = self.tokenizer.decode(self._strip_specials(ids), skip_special_tokens=False)
-        return detokenize(text, lang=self.lang)
+        return detokenize(text, lang=self.lang) if self.style == "book" else text
+
+    def reference_text(self, text: str) -> str:
+        """A corpus sentence in the form `decode` produces, so BLEU compares like with like."""
+        if self.style == "book":
+            return detokenize(tokenize(text), lang=self.lang)
+        normalizer = self.tokenizer.normalizer
+        return (normalizer.normalize_str(text) if normalizer is not None else text).strip()
 
     def save(self, path: str | os.PathLike) -> None:
         """The tokenizer's JSON, plus an `attnlab` key recording the decoding language."""
         obj = json.loads(self.tokenizer.to_str())
-        obj["attnlab"] = {"kind": self.kind, "lang": self.lang}
+        obj["attnlab"] = {"kind": self.kind, "lang": self.lang, "style": self.style}
         atomic_write_text(path, json.dumps(obj, ensure_ascii=False))
 
     @classmethod
@@ -276,7 +295,7 @@ class SubwordVocab(_SpecialsMixin):
         meta = obj.pop("attnlab", {})
         if "model" not in obj:
             raise ValueError(f"{source}: not a Hugging Face tokenizer JSON (no 'model' key)")
-        return cls(Tokenizer.from_str(json.dumps(obj)), lang=meta.get("lang"))
+        return cls(Tokenizer.from_str(json.dumps(obj)), lang=meta.get("lang"), style=meta.get("style", "book"))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "SubwordVocab":

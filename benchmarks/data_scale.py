@@ -1,0 +1,185 @@
+"""Data at scale: prepare throughput, size on disk, loader throughput vs what the model consumes, and
+peak RSS of training, for synthetic parallel corpora of two sizes (generated here, never committed).
+
+    flock /tmp/attnlab-measure.lock python benchmarks/data_scale.py --sizes 500000,5000000
+
+For each size: aligned files of N pairs (20-30 tokens a side, a 4,000-word synthetic language pair)
+plus fixed 500-pair dev/test files are written to a temporary folder; `attnlab prepare` runs in a fresh
+process (pairs/s, its peak RSS, bytes on disk). Then, in interleaved rounds (size A, size B, A, B),
+fresh processes measure (a) the loader alone: token-bucketed batches planned from the lengths index
+and collated from the memory-mapped shards, target tokens/s over the first `--loader-batches`
+batches, and (b) `train_run` of a small Transformer for `--train-steps` steps on the prepared folder:
+the tokens/s it consumes and its peak RSS (ru_maxrss). The baseline of each ratio is named in the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu_features() -> str:
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
+    return ", ".join(f"{f}={'yes' if f in flags else 'no'}" for f in wanted)
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def make_corpus(folder: Path, n: int, seed: int, name: str) -> str:
+    """N aligned pairs: the target is the source's words mapped through a fixed word table, reversed
+    in thirds (so it is learnable but not a copy). Written in chunks with numpy, about 1 µs/token."""
+    rng = np.random.default_rng(seed)
+    vocab_rng = np.random.default_rng(12345)  # the same synthetic language pair for every file
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyzäöüéè"))
+    src_words = ["".join(vocab_rng.choice(letters, vocab_rng.integers(2, 9))) for _ in range(4000)]
+    tgt_words = [w[::-1] + "x" for w in src_words]
+    with open(folder / f"{name}.xx", "w", encoding="utf-8") as fs, open(folder / f"{name}.yy", "w", encoding="utf-8") as ft:
+        for start in range(0, n, 100_000):
+            m = min(100_000, n - start)
+            lens = rng.integers(20, 31, m)
+            # Zipf-like word frequencies, as in real text.
+            ids = np.minimum(rng.zipf(1.3, (m, 30)) - 1, 3999)
+            s_lines, t_lines = [], []
+            for row, k in zip(ids.tolist(), lens.tolist()):
+                row = row[:k]
+                s_lines.append(" ".join(src_words[i] for i in row))
+                third = k // 3
+                t_lines.append(" ".join(tgt_words[i] for i in row[third:] + row[:third]))
+            fs.write("\n".join(s_lines) + "\n")
+            ft.write("\n".join(t_lines) + "\n")
+    return f"{folder / (name + '.xx')},{folder / (name + '.yy')}"
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def child(code: str) -> dict:
+    """Run `code` in a fresh interpreter (so ru_maxrss is its own); it prints one JSON line last."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+PREPARE = """
+import json, resource, time
+from attnlab.data import prepare
+t = time.perf_counter()
+meta = prepare({data!r}, {out!r}, src_lang="xx", tgt_lang="yy", valid={valid!r}, test={test!r},
+               tokenizer="bpe", vocab_size=8000)
+dt = time.perf_counter() - t
+print(json.dumps({{"seconds": dt, "pairs": meta["splits"]["train"]["pairs"],
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+LOADER = """
+import json, resource, time
+from attnlab.data import collate, open_prepared, plan_batches
+data = open_prepared({out!r})
+t = time.perf_counter()
+plan = plan_batches(data.train, batch_tokens=4096, seed=0, epoch=0)
+plan_s = time.perf_counter() - t
+t = time.perf_counter(); tokens = 0; n = 0
+for idx in plan:
+    tokens += collate(data.train, idx, data.src_vocab, data.tgt_vocab).num_tokens
+    n += 1
+    if n >= {batches}:
+        break
+dt = time.perf_counter() - t
+print(json.dumps({{"tokens_per_s": tokens / dt, "batches": n, "plan_s": plan_s, "epoch_batches": len(plan),
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+TRAIN = """
+import json, resource
+import torch
+torch.set_num_threads(2)
+from attnlab.train import TrainConfig, train_run
+cfg = TrainConfig(max_steps={steps}, batch_tokens=4096, lr=1e-3, warmup_steps=10, eval_limit=20, log_every=5)
+model = {{"num_hiddens": 128, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 256, "dropout": 0.0}}
+r = train_run("transformer", model, cfg, {{"path": {out!r}}}, {run!r}, progress=False)
+print(json.dumps({{"tokens_per_s": r.tokens_per_second, "loss": r.train_loss,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="500000,5000000", help="corpus sizes in pairs, comma-separated")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--loader-batches", type=int, default=300)
+    ap.add_argument("--train-steps", type=int, default=20)
+    ap.add_argument("--workdir", help="where the corpora go (default: a temp folder, removed at the end)")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"platform: {platform.machine()}, {os.cpu_count()} CPUs; CPU features: {cpu_features()}")
+    print(f"load at start: {load()}")
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="attnlab-data-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        dev = make_corpus(work, 500, 1, "dev")
+        test = make_corpus(work, 500, 2, "test")
+        prepared = {}
+        for n in sizes:
+            t = time.perf_counter()
+            spec = make_corpus(work, n, 0, f"train{n}")
+            gen_s = time.perf_counter() - t
+            out = work / f"prep{n}"
+            r = child(PREPARE.format(data=spec, out=str(out), valid=dev, test=test))
+            raw = sum(Path(p).stat().st_size for p in spec.split(","))
+            prepared[n] = out
+            print(f"{n:>9,} pairs: generated in {gen_s:.0f} s ({raw / 1e6:.0f} MB of text); prepare "
+                  f"{r['seconds']:.0f} s = {r['pairs'] / r['seconds']:,.0f} pairs/s, peak RSS {r['rss_mb']:.0f} MB, "
+                  f"on disk {du(out) / 1e6:.0f} MB ({du(out) / raw:.2f}x the text); load {load()}")
+            for p in spec.split(","):
+                os.remove(p)  # the text is not needed any more; keeps the disk use down
+        results: dict = {n: {"loader": [], "train": []} for n in sizes}
+        for rnd in range(args.rounds):
+            for n in sizes:
+                results[n]["loader"].append(child(LOADER.format(out=str(prepared[n]), batches=args.loader_batches)))
+                run = work / f"run{n}-{rnd}"
+                results[n]["train"].append(child(TRAIN.format(out=str(prepared[n]), run=str(run),
+                                                              steps=args.train_steps)))
+                shutil.rmtree(run, ignore_errors=True)
+        print(f"\nload after the rounds: {load()}")
+        print("| pairs | loader tokens/s (median) | plan of epoch 0 | model consumes tokens/s | loader / model | "
+              "peak RSS loader | peak RSS training |")
+        print("|---|---|---|---|---|---|---|")
+        med = lambda xs: float(np.median(xs))
+        for n in sizes:
+            lo, tr = results[n]["loader"], results[n]["train"]
+            lt, mt = med([x["tokens_per_s"] for x in lo]), med([x["tokens_per_s"] for x in tr])
+            print(f"| {n:,} | {lt:,.0f} | {med([x['plan_s'] for x in lo]):.1f} s, {lo[0]['epoch_batches']:,} batches | "
+                  f"{mt:,.0f} | {lt / mt:.1f}x | {max(x['rss_mb'] for x in lo):.0f} MB | "
+                  f"{max(x['rss_mb'] for x in tr):.0f} MB |")
+        base = sizes[0]
+        for n in sizes[1:]:
+            ratio = max(x["rss_mb"] for x in results[n]["train"]) / max(x["rss_mb"] for x in results[base]["train"])
+            print(f"peak training RSS, {n:,} vs {base:,} pairs (baseline): {ratio:.3f}x")
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
