@@ -42,7 +42,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data", metavar="PATH", help="fra-eng.zip / .txt / .tsv (default: $ATTNLAB_DATA, cache, download)")
     p.add_argument("--scale", choices=sorted(SCALES), default="full",
                    help="full (≤ 10 min on 2 cores, the default) or tiny (seconds, for tests)")
-    p.add_argument("--seed", type=int, default=0, help="one seed for every generator")
+    p.add_argument("--seed", type=int, default=0, help="one seed for every generator (0..2**32-1)")
     p.set_defaults(func=run)
 
 
@@ -143,6 +143,11 @@ def run(args) -> int:
     from attnlab.report import Section, format_table, prepare_output_dir, write_report
     from attnlab.viz import plot_loss_curve, save_figure
 
+    from attnlab.flags import check_seed
+
+    check_seed(args.seed)
+    # The corpus is found (or refused) before any work: a wrong --data must not cost the chapter's demos.
+    data_path, data_note = find_data(args.data)
     out = prepare_output_dir(args.out)  # fails before any work when the folder is not writable
     fig_dir = out / "figures"
     tiny = args.scale == "tiny"
@@ -164,7 +169,6 @@ def run(args) -> int:
         sections.append(result.save(fig_dir))
 
     # 2. Translators.
-    data_path, data_note = find_data(args.data)
     print(f"\n{data_note}")
     trained = [train_model(*spec, data_path, out, args.seed) for spec in SCALES[args.scale]]
 
