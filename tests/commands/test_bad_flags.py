@@ -343,3 +343,34 @@ def test_bad_flag_is_one_line_and_exit_2(template, places, capsys, monkeypatch, 
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {err!r}"
     assert lines[0].startswith("attnlab") and "error:" in lines[0], lines[0]
     assert len(lines[0]) > 40, f"too terse to act on: {lines[0]!r}"
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    """Only user errors become one line: a RuntimeError from the library is a bug and must propagate."""
+    import attnlab.chapter as chapter
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("internal invariant broken")
+
+    monkeypatch.setattr(chapter, "params", broken)
+    with pytest.raises(RuntimeError, match="internal invariant"):
+        main(["params"])
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (IsADirectoryError(21, "Is a directory", "/some/dir"), "Is a directory: /some/dir (expected a file, got a folder)"),
+    (PermissionError(13, "Permission denied", "/root/x"), "Permission denied: /root/x (choose a path"),
+    (UnicodeDecodeError("utf-8", b"\xe9", 0, 1, "invalid continuation byte"),
+     "not UTF-8 text"),
+    (ValueError("first line\nsecond line"), "first line second line"),
+])
+def test_user_errors_print_one_line(monkeypatch, capsys, exc, expected):
+    import attnlab.chapter as chapter
+
+    def fail(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(chapter, "params", fail)
+    assert main(["params"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("attnlab params: error: ") and expected in err, err
