@@ -139,7 +139,7 @@ def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
 
 
 def run(args) -> int:
-    from attnlab import chapter
+    from attnlab import chapter, chapter_extra
     from attnlab.report import Section, format_table, prepare_output_dir, write_report
     from attnlab.viz import plot_loss_curve, save_figure
 
@@ -156,10 +156,12 @@ def run(args) -> int:
 
     # 1. The chapter's demonstrations: numbers, tables, figures.
     demos = [
+        (chapter_extra.attention_cues, {}),
         (chapter.kernel_regression, {"seed": args.seed}),
         (chapter.positional_encoding, {}),
         (chapter.scaling, {"samples": 200 if tiny else 1000, "seed": args.seed}),
         (chapter.params, {}),
+        (chapter_extra.norm_comparison, {}),
     ]
     for fn, kwargs in demos:
         result = fn(**kwargs)
