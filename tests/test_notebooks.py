@@ -31,8 +31,9 @@ def test_notebooks_match_their_sources_and_hold_no_outputs():
             assert not cell.get("outputs") and not cell.get("execution_count"), f"{path.name} has outputs"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, tmp_path, monkeypatch):
+def test_every_notebook_runs(tmp_path, monkeypatch):
+    """All notebooks in ONE kernel (starting a kernel and importing torch costs more than a small notebook),
+    with `%reset -f` between them so no notebook can lean on another's variables."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -41,8 +42,34 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     # The kernel is a child process: it must import this checkout's attnlab.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    nb = nbformat.read(path, as_version=4)
-    # Bounded: a cell that hangs fails the test instead of the CI job.
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
+    combined = nbformat.v4.new_notebook()
+    owner = []  # notebook name of each combined cell
+    for path in NOTEBOOKS:
+        combined.cells.append(nbformat.v4.new_code_cell("%reset -f"))
+        owner.append(path.name)
+        for cell in nbformat.read(path, as_version=4).cells:
+            combined.cells.append(cell)
+            owner.append(path.name)
+    # Bounded: a cell that hangs fails the test instead of the CI job; an error stops at its cell.
+    client = NotebookClient(combined, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    try:
+        client.execute()
+    except Exception as exc:  # CellExecutionError: say which notebook failed
+        failed = next((owner[i] for i, c in enumerate(combined.cells)
+                       if any(o.get("output_type") == "error" for o in c.get("outputs", []))), "?")
+        pytest.fail(f"{failed} failed under ATTNLAB_SMALL=1:\n{exc}")
+    ran = sum(1 for c in combined.cells if c.cell_type == "code" and c.get("execution_count"))
+    assert ran == sum(1 for c in combined.cells if c.cell_type == "code")
+
+
+def test_a_failing_notebook_is_caught(tmp_path):
+    """The executor really reports a raising cell (so the test above can fail)."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%reset -f"), nbformat.v4.new_code_cell("undefined_name")]
+    with pytest.raises(CellExecutionError, match="NameError"):
+        NotebookClient(nb, timeout=60, kernel_name="python3").execute()
