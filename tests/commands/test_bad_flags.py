@@ -11,6 +11,8 @@ instead of starting a long job. Rows owned by commands another branch is fixing 
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -337,6 +339,10 @@ def test_bad_flag_is_one_line_and_exit_2(template, places, capsys, monkeypatch, 
         code, out, err = run_cli(argv, capsys)
     except ReachedWork:
         pytest.fail(f"attnlab {' '.join(argv)}: the bad flag was not refused before the work started")
+    log = os.environ.get("ATTNLAB_SWEEP_LOG")  # docs/robustness.md's table is made from this log
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"argv": template, "code": code, "stderr": err}) + "\n")
     assert "Traceback" not in err and "Traceback" not in out, err
     assert code == 2, f"exit {code}, stderr: {err!r}"
     lines = [line for line in err.splitlines() if line.strip()]
