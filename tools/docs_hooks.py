@@ -32,6 +32,7 @@ API_PAGES = {
     "viz": ("attnlab.viz", "Heatmaps and the chapter's plots (matplotlib Figures)."),
     "chapter": ("attnlab.chapter", "The chapter's demonstrations as computations."),
     "chapter_extra": ("attnlab.chapter_extra", "Attention cues and LayerNorm vs BatchNorm."),
+    "notebook": ("attnlab.notebook", "Interactive attention views for Jupyter (head view, model view)."),
 }
 
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")

@@ -70,3 +70,17 @@ ex = explain(translator, "i'm home .")
 heads = ex.cross.shape[1]
 show_heatmaps(ex.cross, xlabel="source", ylabel="output", titles=[f"head {h + 1}" for h in range(heads)],
               xticklabels=ex.src_tokens, yticklabels=ex.tgt_tokens, row_labels=[f"layer {i + 1}" for i in range(ex.cross.shape[0])])
+
+# %% [markdown]
+# ## Interactive views
+# `head_view` draws lines from each output token to the source tokens, one colour per head (click a head
+# to hide it; hover a token to keep only its lines); `model_view` shows every layer and head at once.
+# Both work offline; `.save_html("view.html")` writes a standalone page, `.figure()` a static one.
+
+# %%
+from attnlab.notebook import head_view, model_view
+
+head_view(ex)
+
+# %%
+model_view(ex, kind="encoder_self")
