@@ -36,8 +36,9 @@ class OneLineParser(argparse.ArgumentParser):
 # Errors a user causes with a flag or a file they gave: printed as one line, exit 2. Everything else
 # (TypeError, RuntimeError, AttributeError ...) is a bug in attnlab and keeps its traceback.
 # json.JSONDecodeError and UnicodeDecodeError are ValueErrors; they are named to say they are meant.
-# IsADirectoryError, NotADirectoryError and PermissionError are OSErrors we raise from paths the user
-# named; other OSErrors (disk full, I/O errors) are reported the same way, since no bug causes them.
+# IsADirectoryError, NotADirectoryError, PermissionError and FileExistsError come from paths the user
+# named (a folder given as --out file, an --out below a file); other OSErrors (disk full, I/O errors)
+# are not listed and keep their traceback, which names the failing call.
 USER_ERRORS = (ValueError, json.JSONDecodeError, UnicodeDecodeError, FileNotFoundError, FileExistsError,
                IsADirectoryError, NotADirectoryError, PermissionError)
 
