@@ -22,7 +22,7 @@ def site(tmp_path_factory) -> Path:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
            "NO_MKDOCS_2_WARNING": "1", "MPLBACKEND": "Agg"}
     res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
-                          "-d", str(out)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+                          "-d", str(out)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     return out
 
@@ -58,7 +58,7 @@ def test_strict_build_fails_on_a_broken_link(tmp_path):
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump({"site_name": "t", "strict": ours["strict"],
                                                          "validation": ours["validation"]}), encoding="utf-8")
     res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-f", str(tmp_path / "mkdocs.yml")],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert res.returncode != 0 and "missing.md" in res.stdout + res.stderr
 

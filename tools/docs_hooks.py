@@ -75,8 +75,8 @@ def cli_page() -> str:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     out = ["# Command-line reference", "",
-           "Generated from the argument parser: this is what `attnlab COMMAND --help` prints. Every user error "
-           "is one line on stderr and exit status 2.", "", "```text", parser.format_help().rstrip(), "```", ""]
+           ("Generated from the argument parser: this is what `attnlab COMMAND --help` prints. Every user error "
+            "is one line on stderr and exit status 2."), "", "```text", parser.format_help().rstrip(), "```", ""]
     for name, sp in sub.choices.items():
         out += [f"## attnlab {name}", "", "```text", sp.format_help().rstrip(), "```", ""]
     return "\n".join(out)

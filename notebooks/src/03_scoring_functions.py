@@ -9,7 +9,12 @@ import os
 
 import torch
 
-from attnlab.attention import (AdditiveAttention, DotProductAttention, masked_softmax, record_attention)
+from attnlab.attention import (
+    AdditiveAttention,
+    DotProductAttention,
+    masked_softmax,
+    record_attention,
+)
 from attnlab.viz import show_heatmaps
 
 SMALL = os.environ.get("ATTNLAB_SMALL") == "1"

@@ -38,4 +38,4 @@ print(P.shape)
 result = chapter.positional_encoding(encoding_dim, 30 if SMALL else num_steps)
 print(result.paragraph)
 print("max rotation error:", result.data["rotation_max_error"])
-list(result.figures.values())[0]
+next(iter(result.figures.values()))

@@ -45,8 +45,8 @@ def fake_run(tmp_path_factory) -> Path:
     from attnlab.models import build_model
 
     run = tmp_path_factory.mktemp("bad-flags") / "run"
-    src = Vocab("i am home . go now".split(), min_freq=1)
-    tgt = Vocab("je suis chez moi . va".split(), min_freq=1)
+    src = Vocab(["i", "am", "home", ".", "go", "now"], min_freq=1)
+    tgt = Vocab(["je", "suis", "chez", "moi", ".", "va"], min_freq=1)
     model_cfg = {"num_hiddens": 8, "num_layers": 1, "num_heads": 2, "ffn_num_hiddens": 16, "dropout": 0.0,
                  "max_len": 16, "src_vocab_size": len(src), "tgt_vocab_size": len(tgt)}
     torch.manual_seed(0)
@@ -99,9 +99,7 @@ def tripwires(monkeypatch):
 
     import uvicorn
 
-    import attnlab.chapter as chapter
-    import attnlab.checkpoint as checkpoint
-    import attnlab.decode as decode
+    from attnlab import chapter, checkpoint, decode
 
     monkeypatch.setattr(uvicorn, "run", trip)
     monkeypatch.setattr(checkpoint, "write_run_config", trip, raising=False)
@@ -308,7 +306,7 @@ def _rows():
 def _trip_loading_data(monkeypatch):
     """`evaluate` must refuse its flags before loading the corpus (seconds to minutes); a missing corpus
     still gets its own FileNotFoundError from the path check."""
-    import attnlab.train as train
+    from attnlab import train
     from attnlab.data import resolve_data_path
 
     def trip(data_cfg, *args, **kwargs):
@@ -353,7 +351,7 @@ def test_bad_flag_is_one_line_and_exit_2(template, places, capsys, monkeypatch, 
 
 def test_a_bug_keeps_its_traceback(monkeypatch):
     """Only user errors become one line: a RuntimeError from the library is a bug and must propagate."""
-    import attnlab.chapter as chapter
+    from attnlab import chapter
 
     def broken(*args, **kwargs):
         raise RuntimeError("internal invariant broken")
@@ -371,7 +369,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
     (ValueError("first line\nsecond line"), "first line second line"),
 ])
 def test_user_errors_print_one_line(monkeypatch, capsys, exc, expected):
-    import attnlab.chapter as chapter
+    from attnlab import chapter
 
     def fail(*args, **kwargs):
         raise exc

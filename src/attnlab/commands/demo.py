@@ -140,10 +140,9 @@ def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
 
 def run(args) -> int:
     from attnlab import chapter, chapter_extra
+    from attnlab.flags import check_seed
     from attnlab.report import Section, format_table, prepare_output_dir, write_report
     from attnlab.viz import plot_loss_curve, save_figure
-
-    from attnlab.flags import check_seed
 
     check_seed(args.seed)
     # The corpus is found (or refused) before any work: a wrong --data must not cost the chapter's demos.

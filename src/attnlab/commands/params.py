@@ -21,7 +21,6 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab import chapter
-
     from attnlab.flags import check_int
 
     # Counts come from meta tensors (no memory), but torch still refuses sizes whose byte count overflows.

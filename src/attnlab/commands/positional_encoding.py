@@ -25,7 +25,6 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab import chapter
-
     from attnlab.flags import check_int
 
     # The rotation check compares every shift with every position: O(L^2 D); the bounds keep it to seconds.

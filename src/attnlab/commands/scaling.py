@@ -22,7 +22,6 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab import chapter
-
     from attnlab.flags import check_int, check_seed
 
     # The scores of every sample are kept for the histograms: samples x num_keys float64 per d_k.
