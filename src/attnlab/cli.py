@@ -29,6 +29,8 @@ class OneLineParser(argparse.ArgumentParser):
     block plus the error: the same shape as every other user error of attnlab. Subcommand parsers
     inherit this class, so `attnlab train --scale x` answers in one line too."""
 
+    command_names: list[str] = []  # the subcommands, for the "a command is required" message
+
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
@@ -56,7 +58,7 @@ def describe(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the message held
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="attnlab",
         description="Attention mechanisms and the Transformer: learn, see and use attention.",
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.add_parser(sub)
-    parser.command_names = list(sub.choices)  # type: ignore[attr-defined]
+    parser.command_names = list(sub.choices)
     return parser
 
 
