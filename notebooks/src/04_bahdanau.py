@@ -38,7 +38,7 @@ print(model(X, X).shape)  # (B, T, V)
 
 # %%
 spec = get_preset("bahdanau", "tiny")
-steps = 30 if SMALL else 1500
+steps = 30 if SMALL else 300
 config = TrainConfig.from_dict({**spec["train"], "max_steps": steps, "epochs": 1000, "lr": 1e-2})
 run_dir = Path(tempfile.mkdtemp()) / "bahdanau"
 result = train_run("bahdanau", spec["model"], config, {**spec["data"], "path": str(sample_data_path())},

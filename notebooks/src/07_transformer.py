@@ -49,7 +49,7 @@ print(model(src, tgt, torch.tensor([7, 4])).shape)  # (B, T, V)
 
 # %%
 spec = get_preset("transformer", "tiny")
-steps = 30 if SMALL else 1500
+steps = 30 if SMALL else 300
 train_config = TrainConfig.from_dict({**spec["train"], "max_steps": steps, "epochs": 1000,
                                       "schedule": "constant", "lr": 1e-2})
 run_dir = Path(tempfile.mkdtemp()) / "transformer"
