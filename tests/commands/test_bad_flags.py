@@ -325,7 +325,7 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("template", _rows())
+@pytest.mark.parametrize("template", list(_rows()))
 def test_bad_flag_is_one_line_and_exit_2(template, places, capsys, monkeypatch, tmp_path):
     import shlex
 
