@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # The CPU wheel of torch lies on this machine's disk; pinning it avoids a multi-GB CUDA download.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench docs install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,5 +25,9 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run_all.py
 
+# The documentation site (MkDocs, strict: a broken link or reference fails) into site/; open site/index.html.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=src $(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 
 # Module names under attnlab.commands, in the order `attnlab --help` lists them.
@@ -26,8 +27,42 @@ COMMANDS = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what was wrong, where to look) instead of the usage
+    block plus the error: the same shape as every other user error of attnlab. Subcommand parsers
+    inherit this class, so `attnlab train --scale x` answers in one line too."""
+
+    command_names: list[str] = []  # the subcommands, for the "a command is required" message
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
+# Errors a user causes with a flag or a file they gave: printed as one line, exit 2. Everything else
+# (TypeError, RuntimeError, AttributeError ...) is a bug in attnlab and keeps its traceback.
+# json.JSONDecodeError and UnicodeDecodeError are ValueErrors; they are named to say they are meant.
+# IsADirectoryError, NotADirectoryError, PermissionError and FileExistsError come from paths the user
+# named (a folder given as --out file, an --out below a file); other OSErrors (disk full, I/O errors)
+# are not listed and keep their traceback, which names the failing call.
+USER_ERRORS = (ValueError, json.JSONDecodeError, UnicodeDecodeError, FileNotFoundError, FileExistsError,
+               IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a user error: OSErrors carry their path, decoding errors say what was expected."""
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 and try again")
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        hint = {IsADirectoryError: "expected a file, got a folder",
+                NotADirectoryError: "expected a folder, but a part of the path is a file",
+                PermissionError: "choose a path you may write to",
+                FileExistsError: "choose a new path or remove it"}.get(type(exc), "check the path")
+        return f"{exc.strerror}: {exc.filename} ({hint})"
+    return " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the message held
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
         prog="attnlab",
         description="Attention mechanisms and the Transformer: learn, see and use attention.",
     )
@@ -41,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.add_parser(sub)
+    parser.command_names = list(sub.choices)
     return parser
 
 
@@ -48,13 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        parser.error(f"a command is required, one of: {', '.join(parser.command_names)}")
     try:
         code = args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except USER_ERRORS as exc:
         # User-actionable errors: one clear line, no traceback.
-        print(f"attnlab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"attnlab {args.command}: error: {describe(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

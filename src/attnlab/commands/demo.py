@@ -42,7 +42,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data", metavar="PATH", help="fra-eng.zip / .txt / .tsv (default: $ATTNLAB_DATA, cache, download)")
     p.add_argument("--scale", choices=sorted(SCALES), default="full",
                    help="full (≤ 10 min on 2 cores, the default) or tiny (seconds, for tests)")
-    p.add_argument("--seed", type=int, default=0, help="one seed for every generator")
+    p.add_argument("--seed", type=int, default=0, help="one seed for every generator (0..2**32-1)")
     p.set_defaults(func=run)
 
 
@@ -139,10 +139,14 @@ def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
 
 
 def run(args) -> int:
-    from attnlab import chapter
+    from attnlab import chapter, chapter_extra
+    from attnlab.flags import check_seed
     from attnlab.report import Section, format_table, prepare_output_dir, write_report
     from attnlab.viz import plot_loss_curve, save_figure
 
+    check_seed(args.seed)
+    # The corpus is found (or refused) before any work: a wrong --data must not cost the chapter's demos.
+    data_path, data_note = find_data(args.data)
     out = prepare_output_dir(args.out)  # fails before any work when the folder is not writable
     fig_dir = out / "figures"
     tiny = args.scale == "tiny"
@@ -151,10 +155,12 @@ def run(args) -> int:
 
     # 1. The chapter's demonstrations: numbers, tables, figures.
     demos = [
+        (chapter_extra.attention_cues, {}),
         (chapter.kernel_regression, {"seed": args.seed}),
         (chapter.positional_encoding, {}),
         (chapter.scaling, {"samples": 200 if tiny else 1000, "seed": args.seed}),
         (chapter.params, {}),
+        (chapter_extra.norm_comparison, {}),
     ]
     for fn, kwargs in demos:
         result = fn(**kwargs)
@@ -164,7 +170,6 @@ def run(args) -> int:
         sections.append(result.save(fig_dir))
 
     # 2. Translators.
-    data_path, data_note = find_data(args.data)
     print(f"\n{data_note}")
     trained = [train_model(*spec, data_path, out, args.seed) for spec in SCALES[args.scale]]
 

@@ -19,23 +19,22 @@ def add_parser(subparsers) -> None:
     p.add_argument("--bandwidth", type=float, default=1.0, help="fixed kernels' bandwidth h > 0")
     p.add_argument("--kernels", default="gaussian,boxcar,epanechnikov",
                    help="comma-separated fixed kernels (gaussian, boxcar, epanechnikov, triangular)")
-    p.add_argument("--epochs", type=int, default=5, help="SGD epochs for the learned width (>= 1)")
+    p.add_argument("--epochs", type=int, default=5, help="SGD epochs for the learned width (1..10000)")
     p.add_argument("--lr", type=float, default=0.5, help="SGD learning rate (> 0)")
-    p.add_argument("--n-train", type=int, default=50, help="training points (>= 2)")
+    p.add_argument("--n-train", type=int, default=50, help="training points (2..5000)")
     p.set_defaults(func=run)
 
 
 def _validate(args: argparse.Namespace) -> list[str]:
+    from attnlab.flags import check_float, check_int, check_seed
     from attnlab.models.kernel_regression import KERNELS
 
-    if not args.bandwidth > 0:
-        raise ValueError(f"--bandwidth must be > 0, got {args.bandwidth}")
-    if args.epochs < 1:
-        raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
-    if not args.lr > 0:
-        raise ValueError(f"--lr must be > 0, got {args.lr}")
-    if args.n_train < 2:
-        raise ValueError(f"--n-train must be >= 2 (leave-one-out training), got {args.n_train}")
+    check_float("--bandwidth", args.bandwidth, low=0, low_open=True)
+    check_int("--epochs", args.epochs, 1, 10_000)
+    check_float("--lr", args.lr, low=0, low_open=True)
+    # Leave-one-out attention is an (n, n) matrix: 5000 points is 100 MB, more only waits for memory.
+    check_int("--n-train", args.n_train, 2, 5_000, " (leave-one-out training needs 2)")
+    check_seed(args.seed)
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     valid = [k for k in KERNELS if k != "constant"]  # average pooling is always in the table
     bad = [k for k in kernels if k not in valid]

@@ -21,11 +21,12 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab import chapter
+    from attnlab.flags import check_int
 
+    # Counts come from meta tensors (no memory), but torch still refuses sizes whose byte count overflows.
     for flag, v in (("--num-hiddens", args.num_hiddens), ("--num-heads", args.num_heads),
                     ("--ffn-num-hiddens", args.ffn_num_hiddens)):
-        if v < 1:
-            raise ValueError(f"{flag} must be >= 1, got {v}")
+        check_int(flag, v, 1, 1_000_000)
     if args.num_hiddens % args.num_heads:
         raise ValueError(f"--num-heads ({args.num_heads}) must divide --num-hiddens ({args.num_hiddens})")
     result = chapter.params(args.num_hiddens, args.num_heads, args.ffn_num_hiddens)

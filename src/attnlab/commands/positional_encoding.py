@@ -18,18 +18,20 @@ def add_parser(subparsers) -> None:
                     "is one fixed rotation M_k for every position.",
     )
     p.add_argument("--out", default="runs/positional-encoding", help="folder for PNG+SVG figures")
-    p.add_argument("--num-hiddens", type=int, default=32, help="encoding size D (even, >= 2)")
-    p.add_argument("--num-steps", type=int, default=60, help="positions to encode (>= 2)")
+    p.add_argument("--num-hiddens", type=int, default=32, help="encoding size D (even, 2..1024)")
+    p.add_argument("--num-steps", type=int, default=60, help="positions to encode (2..1000)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from attnlab import chapter
+    from attnlab.flags import check_int
 
-    if args.num_hiddens < 2 or args.num_hiddens % 2:
-        raise ValueError(f"--num-hiddens must be an even number >= 2, got {args.num_hiddens}")
-    if args.num_steps < 2:
-        raise ValueError(f"--num-steps must be >= 2, got {args.num_steps}")
+    # The rotation check compares every shift with every position: O(L^2 D); the bounds keep it to seconds.
+    check_int("--num-hiddens", args.num_hiddens, 2, 1024)
+    if args.num_hiddens % 2:
+        raise ValueError(f"--num-hiddens must be even (sine and cosine pairs), got {args.num_hiddens}")
+    check_int("--num-steps", args.num_steps, 2, 1000)
     out = prepare_output_dir(args.out)
     result = chapter.positional_encoding(args.num_hiddens, args.num_steps)
     binary, checks = result.tables

@@ -14,19 +14,20 @@ def add_parser(subparsers) -> None:
         description="Monte-Carlo over q, k ~ N(0, I) for d_k in 8, 32, 64, 128, 512.",
     )
     p.add_argument("--out", default="runs/scaling", help="folder for PNG+SVG figures")
-    p.add_argument("--samples", type=int, default=1000, help="queries per d_k (>= 1)")
-    p.add_argument("--num-keys", type=int, default=64, help="keys per query (>= 2)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--samples", type=int, default=1000, help="queries per d_k (1..100000)")
+    p.add_argument("--num-keys", type=int, default=64, help="keys per query (2..4096)")
+    p.add_argument("--seed", type=int, default=0, help="0..2**32-1 (default 0)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from attnlab import chapter
+    from attnlab.flags import check_int, check_seed
 
-    if args.samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {args.samples}")
-    if args.num_keys < 2:
-        raise ValueError(f"--num-keys must be >= 2, got {args.num_keys}")
+    # The scores of every sample are kept for the histograms: samples x num_keys float64 per d_k.
+    check_int("--samples", args.samples, 1, 100_000)
+    check_int("--num-keys", args.num_keys, 2, 4096)
+    check_seed(args.seed)
     out = prepare_output_dir(args.out)
     result = chapter.scaling(samples=args.samples, num_keys=args.num_keys, seed=args.seed)
     for headers, rows in result.tables:

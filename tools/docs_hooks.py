@@ -1,0 +1,124 @@
+"""MkDocs hooks: pages generated at build time from the sources they document, so they never go stale.
+
+- tour.md         README's "What `make demo` shows" .. "The attention explorer" sections
+- benchmarks.md   BENCHMARKS.md
+- cli.md          `attnlab <command> --help` for every command, from the argument parser itself
+- notebooks/*.md  the chapter notebooks (notebooks/src/*.py), markdown cells as text, code as listings
+- api/*.md        one mkdocstrings page per public module
+
+Links that point outside the site (source files) become plain text, so the strict build has nothing
+dangling. Used by mkdocs.yml (`hooks:`); `make docs` builds the site in strict mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[1]
+
+API_PAGES = {
+    "attention": ("attnlab.attention", "Attention kernels: masking, scoring, multi-head, positions, recording."),
+    "models": ("attnlab.models", "Translators and kernel regression, built from the attention layer."),
+    "data": ("attnlab.data", "Corpora, tokenization, vocabularies and batching."),
+    "train": ("attnlab.train", "Training: config, trainer, one run folder per run."),
+    "decode": ("attnlab.decode", "Greedy and beam search over cached decoder state."),
+    "checkpoint": ("attnlab.checkpoint", "Run folders, checkpoints and `load_translator`."),
+    "explain": ("attnlab.explain", "One translation with every attention map."),
+    "metrics": ("attnlab.metrics", "BLEU (the book's and sacreBLEU's) and chrF."),
+    "viz": ("attnlab.viz", "Heatmaps and the chapter's plots (matplotlib Figures)."),
+    "chapter": ("attnlab.chapter", "The chapter's demonstrations as computations."),
+    "chapter_extra": ("attnlab.chapter_extra", "Attention cues and LayerNorm vs BatchNorm."),
+    "notebook": ("attnlab.notebook", "Interactive attention views for Jupyter (head view, model view)."),
+}
+
+LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def _fix_links(text: str) -> str:
+    """docs/x.png -> x.png; BENCHMARKS.md -> benchmarks.md; other relative links -> plain text."""
+    def sub(m: re.Match) -> str:
+        bang, label, target = m.groups()
+        if re.match(r"[a-z]+://|#|mailto:", target):
+            return m.group(0)
+        if target.startswith("docs/"):
+            return f"{bang}[{label}]({target[len('docs/'):]})"
+        if target == "BENCHMARKS.md":
+            return f"[{label}](benchmarks.md)"
+        return label if not bang else f"`{target}`"
+    return LINK.sub(sub, text)
+
+
+def tour_page() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("## What `make demo` shows")
+    end = readme.index("## Tests and benchmarks") if "## Tests and benchmarks" in readme else len(readme)
+    return "# A tour\n\nFrom the README.\n\n" + _fix_links(readme[start:end]).replace("\n## ", "\n## ")
+
+
+def benchmarks_page() -> str:
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n\nNo BENCHMARKS.md yet.\n"
+    return _fix_links(text)
+
+
+def cli_page() -> str:
+    """Every command's --help, formatted by its own parser (what `attnlab <command> --help` prints)."""
+    import os
+
+    from attnlab.cli import build_parser
+
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal width; fix it so builds are stable
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    out = ["# Command-line reference", "",
+           ("Generated from the argument parser: this is what `attnlab COMMAND --help` prints. Every user error "
+            "is one line on stderr and exit status 2."), "", "```text", parser.format_help().rstrip(), "```", ""]
+    for name, sp in sub.choices.items():
+        out += [f"## attnlab {name}", "", "```text", sp.format_help().rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+def notebook_page(source: Path) -> str:
+    """A percent-format notebook source as markdown (the notebooks run in CI; outputs are not kept)."""
+    parts, kind, lines = [], None, []
+
+    def flush():
+        body = "\n".join(lines).strip("\n")
+        if kind == "markdown":
+            parts.append("\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines()))
+        elif kind == "code" and body:
+            parts.append(f"```python\n{body}\n```")
+
+    for line in source.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# %%"):
+            flush()
+            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
+        else:
+            lines.append(line)
+    flush()
+    nb = f"notebooks/{source.stem}.ipynb"
+    return "\n\n".join(parts) + f"\n\n---\nOpen `{nb}` in Jupyter to run it (`ATTNLAB_SMALL=1` runs it in seconds).\n"
+
+
+def api_page(name: str) -> str:
+    module, blurb = API_PAGES[name]
+    return f"# `{module}`\n\n{blurb}\n\n::: {module}\n"
+
+
+def generated_pages() -> dict[str, str]:
+    pages = {"tour.md": tour_page(), "benchmarks.md": benchmarks_page(), "cli.md": cli_page()}
+    for source in sorted((ROOT / "notebooks" / "src").glob("*.py")):
+        pages[f"notebooks/{source.stem}.md"] = notebook_page(source)
+    for name in API_PAGES:
+        pages[f"api/{name}.md"] = api_page(name)
+    return pages
+
+
+def on_files(files, config):
+    for uri, content in generated_pages().items():
+        files.append(File.generated(config, uri, content=content))
+    return files
