@@ -294,11 +294,20 @@ class Transformer(nn.Module):
         logits = self.decoder(tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset)
         return logits, state
 
-    def reorder_state(self, state: TransformerState, index: Tensor) -> TransformerState:
-        """Keep (and repeat) the batch rows named by index (B',) — beam search's reshuffle."""
+    def reorder_state(self, state: TransformerState, index: Tensor, same_sources: bool = False) -> TransformerState:
+        """Keep (and repeat) the batch rows named by index (B',) — beam search's reshuffle.
+
+        same_sources: every new row i comes from a row of the same source sentence as row i had
+        (beams reordered within their sentence), so the encoder memory, the source lengths and the
+        static cross-attention keys/values are already right and only the growing self-attention
+        caches are reordered (fairseq's "beamable" state).
+        """
         for self_cache, cross_cache in state.caches:
             self_cache.reorder(index)
-            cross_cache.reorder(index)
+            if not same_sources:
+                cross_cache.reorder(index)
+        if same_sources:
+            return state
         lens = None if state.src_valid_lens is None else state.src_valid_lens.index_select(0, index)
         return TransformerState(state.memory.index_select(0, index), lens, state.caches)
 
