@@ -363,10 +363,13 @@ class Trainer:
             loss, n = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens)
             total, count = total + loss.item(), count + int(n)
         subset = examples if self.cfg.eval_limit is None else examples[: self.cfg.eval_limit]
-        translator = ckpt.Translator(self.model, self.data.src_vocab, self.data.tgt_vocab, config={},
-                                     device=self.device, max_len=self.cfg.num_steps)
+        from attnlab.metrics import reference_text
+        from attnlab.translator import Translator
+
+        translator = Translator(self.model, self.data.src_vocab, self.data.tgt_vocab, config={},
+                                device=self.device, max_len=self.cfg.num_steps)
         hyps = translator.translate_ids([ex.src_ids for ex in subset], beam=self.cfg.eval_beam)
-        refs = [ckpt.reference_text(ex.tgt_text, self.data.tgt_vocab) for ex in subset]
+        refs = [reference_text(ex.tgt_text, self.data.tgt_vocab) for ex in subset]
         return {"valid_loss": total / max(count, 1), "valid_bleu": corpus_bleu(hyps, refs)}
 
     # -- the loop ---------------------------------------------------------------------------------

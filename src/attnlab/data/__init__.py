@@ -4,12 +4,12 @@
 from .batching import Batch, collate, iterate_batches, plan_batches
 from .corpus import ReadStats, cache_dir, download_fra_eng, read_fra_eng, resolve_data_path, sample_data_path
 from .text import detokenize, preprocess, tokenize
-from .translation import BOOK_EVAL_PAIRS, Example, TranslationData, load_d2l_data, load_translation_data
+from .translation import ATTRIBUTION, BOOK_EVAL_PAIRS, Example, TranslationData, load_d2l_data, load_translation_data
 from .vocab import SubwordVocab, Vocab, load_vocab
 
 __all__ = [
     "read_fra_eng", "preprocess", "tokenize", "detokenize", "Vocab", "SubwordVocab", "Example", "Batch",
     "TranslationData", "load_translation_data", "load_d2l_data", "iterate_batches", "plan_batches",
     "sample_data_path", "load_vocab", "collate", "ReadStats", "cache_dir", "download_fra_eng",
-    "resolve_data_path", "BOOK_EVAL_PAIRS",
+    "resolve_data_path", "BOOK_EVAL_PAIRS", "ATTRIBUTION",
 ]

@@ -124,6 +124,12 @@ class EncoderDecoder(nn.Module):
     """
 
     MODEL_TYPE = "bahdanau"
+    ATTENTION_KINDS = ("cross",)  # the decoder's additive attention over the source; no self-attention
+    max_target_positions = None   # an RNN has no position table: any output length fits
+
+    def attention_kinds(self) -> dict[str, list[nn.Module]]:
+        """kind -> attention modules, as `Transformer.attention_kinds`: only cross (Lt x Ls)."""
+        return {"cross": [self.decoder.attention]}
 
     def __init__(self, encoder: Seq2SeqEncoder, decoder: Seq2SeqAttentionDecoder,
                  config: BahdanauConfig | None = None):

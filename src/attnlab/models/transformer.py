@@ -254,6 +254,9 @@ class Transformer(nn.Module):
     """
 
     MODEL_TYPE = "transformer"
+    # The attention maps this model produces, by kind -> the recorded modules of that kind in layer
+    # order (see `attention_kinds`); `attnlab.explain` groups recordings by this, not by name matching.
+    ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -271,6 +274,18 @@ class Transformer(nn.Module):
         if shared is not None:
             # Three-way tying as in the paper (section 3.4): the output projection reuses the embedding.
             self.decoder.dense.weight = shared.weight
+
+    @property
+    def max_target_positions(self) -> int | None:
+        """Decoder positions the model has: the learned table's rows, or None (sinusoids never run out)."""
+        return self.config.max_len if self.config.learned_positions else None
+
+    def attention_kinds(self) -> dict[str, list[nn.Module]]:
+        """kind -> attention modules of that kind, in layer order: encoder_self (Ls x Ls), decoder_self
+        (Lt x Lt, causal) and cross (Lt x Ls, decoder queries over the source)."""
+        return {"encoder_self": [b.attention for b in self.encoder.blocks],
+                "decoder_self": [b.self_attention for b in self.decoder.blocks],
+                "cross": [b.cross_attention for b in self.decoder.blocks]}
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None) -> Tensor:
         _check_tokens(src, tgt_in, src_valid_lens)
