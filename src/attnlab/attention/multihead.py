@@ -61,6 +61,13 @@ class MultiHeadAttention(Recordable, nn.Module):
     Shape:
         queries (B, Lq, D), keys (B, Lk, D), values (B, Lk, D) -> (B, Lq, D).
         valid_lens (B,) or (B, Lq); mask bool (Lq, Lk), (B, Lq, Lk) or (B, H, Lq, Lk), True = may attend.
+
+    Examples:
+        >>> import torch
+        >>> attention = MultiHeadAttention(num_hiddens=100, num_heads=5).eval()   # the book's sizes
+        >>> X, Y = torch.ones(2, 4, 100), torch.ones(2, 6, 100)
+        >>> attention(X, Y, Y, valid_lens=torch.tensor([3, 2])).shape
+        torch.Size([2, 4, 100])
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,

@@ -52,7 +52,18 @@ class Recordable:
 
 @contextmanager
 def record_attention(model: nn.Module, detach: bool = True):
-    """Make every attention module inside `model` store its weights while the block runs."""
+    """Make every attention module inside `model` store its weights while the block runs.
+
+    Examples:
+        >>> import torch
+        >>> from attnlab.attention import MultiHeadAttention
+        >>> mha = MultiHeadAttention(8, 2).eval()
+        >>> X = torch.randn(1, 3, 8)
+        >>> with record_attention(mha) as rec:
+        ...     _ = mha(X, X, X)
+        >>> [tuple(w.shape) for w in rec.weights["MultiHeadAttention"]]   # (B, H, Lq, Lk) per call
+        [(1, 2, 3, 3)]
+    """
     rec = AttentionRecording(detach=detach)
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, Recordable)]
     if not modules:
