@@ -25,10 +25,10 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table  # noqa: E402
+from common import table
 
-from attnlab import decode  # noqa: E402
-from attnlab.models import Transformer, TransformerConfig  # noqa: E402
+from attnlab import decode
+from attnlab.models import Transformer, TransformerConfig
 
 
 def book_greedy(model, src, lens, bos, T):
@@ -45,7 +45,8 @@ def book_greedy(model, src, lens, bos, T):
 
 def cpu_features() -> str:
     try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split()
     except (OSError, StopIteration):
         return "unknown"
     wanted = ["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]

@@ -97,7 +97,7 @@ def test_explanation_kinds_come_from_the_model():
 def test_load_translator_round_trip_and_metadata(tmp_path):
     model, src, tgt = tiny()
     run = write_run(tmp_path, model, src, tgt)
-    shapes, meta = ckpt.read_header(run / ckpt.WEIGHTS_FILE)
+    _, meta = ckpt.read_header(run / ckpt.WEIGHTS_FILE)
     assert json.loads(meta[ckpt.CONFIG_METADATA])["num_heads"] == 2
     t = ckpt.load_translator(run)
     assert t.translate(["go ."]) == Translator(model, src, tgt).translate(["go ."])
@@ -122,7 +122,7 @@ def test_older_weights_without_metadata_still_load(tmp_path):
 def test_crafted_config_is_refused_before_allocating(tmp_path, monkeypatch):
     """ffn_num_hiddens=6000000 would allocate ~0.8 GB here: the model is built on the meta device and
     compared with the weights' header first, so no real model is ever built."""
-    import attnlab.models as models
+    from attnlab import models
 
     run = write_run(tmp_path, *tiny())
     edit_config(run, ffn_num_hiddens=6_000_000)

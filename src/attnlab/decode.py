@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["Hypothesis", "greedy", "beam_search", "attention_maps"]
+__all__ = ["Hypothesis", "attention_maps", "beam_search", "greedy"]
 
 
 @dataclass

@@ -136,4 +136,4 @@ def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS,
         maps=maps)
 
 
-__all__ = ["Explanation", "InputError", "TextTooLong", "MAX_CHARS", "KINDS", "check_text", "group_maps", "explain"]
+__all__ = ["KINDS", "MAX_CHARS", "Explanation", "InputError", "TextTooLong", "check_text", "explain", "group_maps"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def bleu(pred: str, label: str, k: int) -> float:
@@ -157,5 +157,13 @@ def book_bleu(translator, beam: int = 1) -> list[tuple[str, str, float]]:
             for (src, ref), out in zip(BOOK_EVAL_PAIRS, outs)]
 
 
-__all__ = ["bleu", "corpus_bleu", "corpus_chrf", "reference_text", "group_by_source", "scores_by_length",
-           "book_bleu", "LENGTH_BUCKETS"]
+__all__ = [
+    "LENGTH_BUCKETS",
+    "bleu",
+    "book_bleu",
+    "corpus_bleu",
+    "corpus_chrf",
+    "group_by_source",
+    "reference_text",
+    "scores_by_length",
+]

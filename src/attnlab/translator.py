@@ -10,16 +10,23 @@ model's source length) for `translate`, `evaluate`, `explain` and the explorer; 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import nn
 
 from attnlab.decode import Hypothesis
 
-__all__ = ["InputError", "TextTooLong", "Translation", "Translator", "encode_source", "model_max_len",
-           "DEFAULT_MAX_OUTPUT_LEN"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_LEN",
+    "InputError",
+    "TextTooLong",
+    "Translation",
+    "Translator",
+    "encode_source",
+    "model_max_len",
+]
 
 DEFAULT_MAX_OUTPUT_LEN = 200  # tokens; fairseq's default max_len_b is of the same order
 
