@@ -77,9 +77,10 @@ def test_kernel_regression_result():
 def test_param_tables():
     headers, rows = chapter.attention_param_table(64, 8)
     single, multi = rows
-    assert single[3] == multi[3] == 4 * 64**2
+    assert single.parameters == multi.parameters == 4 * 64**2 and multi.head_dim == 8
+    assert len(headers) == len(single)  # named rows still print as table rows
     _, ffn = chapter.ffn_param_table(64, 256)
-    assert ffn[0][3] == 4 and ffn[0][4] == 2 * 64 * 256 + 64 + 256
+    assert ffn[0].expansion == 4 and ffn[0].parameters == 2 * 64 * 256 + 64 + 256
     r = chapter.params()
     counts = r.data["transformer"]
     assert 60e6 < counts["base"] < 66e6  # the paper reports 65M

@@ -79,3 +79,45 @@ def test_corpus_scores():
         corpus_bleu(["a"], refs)
     with pytest.raises(ValueError, match="lists"):
         corpus_chrf("a", "a")
+
+
+# --------------------------------------------------------------------------- multi-reference scoring
+def test_group_by_source_keeps_every_reference():
+    from types import SimpleNamespace as Ex
+
+    from attnlab.metrics import group_by_source
+
+    exs = [Ex(src_text="go .", tgt_text="va !"), Ex(src_text="hi .", tgt_text="salut ."),
+           Ex(src_text="go .", tgt_text="marche ."), Ex(src_text="go .", tgt_text="va !")]
+    sources, refs = group_by_source(exs)
+    assert [e.src_text for e in sources] == ["go .", "hi ."]
+    assert refs == [["va !", "marche ."], ["salut ."]]
+
+
+def test_multi_reference_bleu_credits_any_reference():
+    from attnlab.metrics import corpus_bleu, corpus_chrf
+
+    hyps = ["il est calme .", "je suis chez moi ."]
+    single = corpus_bleu(hyps, ["il est tranquille .", "je suis chez moi ."])
+    multi = corpus_bleu(hyps, [["il est tranquille .", "il est calme ."], ["je suis chez moi ."]])
+    assert multi == pytest.approx(100.0) and single < 80
+    assert corpus_chrf(hyps, [["il est tranquille .", "il est calme ."], ["je suis chez moi ."]]) == pytest.approx(100.0)
+    # one reference each, as strings or one-element lists, gives the same score
+    assert corpus_bleu(hyps, ["il est tranquille .", "je suis chez moi ."]) == \
+        corpus_bleu(hyps, [["il est tranquille ."], ["je suis chez moi ."]])
+    with pytest.raises(ValueError, match="no reference"):
+        corpus_bleu(hyps, [[], ["x"]])
+
+
+def test_scores_by_length_buckets():
+    from attnlab.metrics import scores_by_length
+
+    sources = ["go .", "one two three four five", "a b c d e f g h", "w " * 12]
+    hyps = ["il est calme .", "un deux trois", "x", "y"]
+    refs = [["il est calme ."], ["un deux trois"], ["z"], ["y"]]
+    rows = scores_by_length(sources, hyps, refs)
+    assert [r["bucket"] for r in rows] == ["1-4", "5-7", "8-10", "11+"]
+    assert [r["sentences"] for r in rows] == [1, 1, 1, 1]
+    assert rows[0]["bleu"] == pytest.approx(100.0) and rows[2]["bleu"] == 0.0
+    empty = scores_by_length(["go ."], ["va !"], ["va !"])
+    assert empty[1] == {"bucket": "5-7", "sentences": 0, "bleu": None, "chrf": None}

@@ -170,7 +170,7 @@ def test_time_budget_stops_training(tmp_path):
 @needs_data
 def test_d2l_transformer_preset_translates_the_books_four_sentences(tmp_path):
     from attnlab.checkpoint import load_translator
-    from attnlab.commands.evaluate import book_bleu
+    from attnlab.metrics import book_bleu
     from attnlab.presets import get_preset
     from attnlab.train import train_run
 

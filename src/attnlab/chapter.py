@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from matplotlib.figure import Figure
@@ -289,16 +290,53 @@ def count_parameters(module: torch.nn.Module) -> int:
     return total
 
 
+class AttentionParams(NamedTuple):
+    """One row of `attention_param_table`."""
+
+    name: str
+    heads: int
+    head_dim: int
+    parameters: int
+    formula: int  # 4·d²
+
+
+class FFNParams(NamedTuple):
+    """One row of `ffn_param_table`."""
+
+    name: str
+    d: int
+    hidden: int
+    expansion: float
+    parameters: int
+    formula: int  # 2·d·f + d + f
+
+
+class TransformerParams(NamedTuple):
+    """One row of `transformer_param_table`."""
+
+    setting: str
+    d: int
+    heads: int
+    layers: int
+    ffn: int
+    vocab: int
+    tied: str        # "yes" / "no": shared source/target embeddings and output projection
+    parameters: int
+    approx: str      # e.g. "63.1M"
+    paper: str       # the count the paper reports, for comparison ("-" for untied rows)
+
+
 def attention_param_table(num_hiddens: int = 512, num_heads: int = 8):
-    """Single-head vs multi-head projection parameters, counted on real modules (meta device)."""
+    """Single-head vs multi-head projection parameters, counted on real modules (meta device).
+    Returns (headers, [AttentionParams])."""
     from attnlab.attention import MultiHeadAttention
 
     rows = []
     with torch.device("meta"):  # shapes only: no memory, no init cost
         for h in (1, num_heads):
             n = count_parameters(MultiHeadAttention(num_hiddens, h, bias=False))
-            rows.append([f"{'single' if h == 1 else 'multi'}-head", h, num_hiddens // h, n,
-                         4 * num_hiddens**2])
+            rows.append(AttentionParams(f"{'single' if h == 1 else 'multi'}-head", h, num_hiddens // h, n,
+                                        4 * num_hiddens**2))
     return ["attention (d=%d, no bias)" % num_hiddens, "heads", "head dim", "parameters",
             "4·d²"], rows
 
@@ -314,14 +352,15 @@ TRANSFORMER_SETTINGS = {
 
 
 def ffn_param_table(num_hiddens: int = 512, ffn_num_hiddens: int = 2048):
-    """Position-wise FFN: expansion ratio and parameters, counted on the model's own module."""
+    """Position-wise FFN: expansion ratio and parameters, counted on the model's own module.
+    Returns (headers, [FFNParams])."""
     from attnlab.models import PositionWiseFFN
 
     with torch.device("meta"):
         n = count_parameters(PositionWiseFFN(num_hiddens, ffn_num_hiddens))
     return (["FFN", "d", "hidden", "expansion", "parameters", "2·d·f + d + f"],
-            [["position-wise FFN", num_hiddens, ffn_num_hiddens, ffn_num_hiddens / num_hiddens, n,
-              2 * num_hiddens * ffn_num_hiddens + num_hiddens + ffn_num_hiddens]])
+            [FFNParams("position-wise FFN", num_hiddens, ffn_num_hiddens, ffn_num_hiddens / num_hiddens, n,
+                       2 * num_hiddens * ffn_num_hiddens + num_hiddens + ffn_num_hiddens)])
 
 
 def transformer_param_table(share_embeddings_variants: Sequence[bool] = (True, False)):
@@ -329,7 +368,7 @@ def transformer_param_table(share_embeddings_variants: Sequence[bool] = (True, F
 
     Counted by building `attnlab.models.Transformer` on the meta device (shapes only, no memory).
     The paper ties the source/target embeddings and the output projection (share_embeddings);
-    the untied rows show what that saves.
+    the untied rows show what that saves. Returns (headers, [TransformerParams]).
     """
     from attnlab.models import Transformer, TransformerConfig
 
@@ -342,9 +381,9 @@ def transformer_param_table(share_embeddings_variants: Sequence[bool] = (True, F
                                     share_embeddings=share)
             with torch.device("meta"):
                 n = count_parameters(Transformer(cfg))
-            rows.append([name, cfg.num_hiddens, cfg.num_heads, cfg.num_layers, cfg.ffn_num_hiddens,
-                         s["vocab_size"], "yes" if share else "no", n, f"{n / 1e6:.1f}M",
-                         s["paper"] if share else "-"])
+            rows.append(TransformerParams(name, cfg.num_hiddens, cfg.num_heads, cfg.num_layers,
+                                          cfg.ffn_num_hiddens, s["vocab_size"], "yes" if share else "no", n,
+                                          f"{n / 1e6:.1f}M", s["paper"] if share else "-"))
     return (["Transformer", "d", "heads", "layers", "ffn", "vocab", "tied emb.", "parameters", "≈",
              "paper"], rows)
 
@@ -367,22 +406,22 @@ def params(num_hiddens: int = 512, num_heads: int = 8, ffn_num_hiddens: int = 20
     att = attention_param_table(num_hiddens, num_heads)
     ffn = ffn_param_table(num_hiddens, ffn_num_hiddens)
     tr = transformer_param_table()
-    single, multi = att[1][0][3], att[1][1][3]
-    base = tr[1][0][7]
-    untied = tr[1][len(TRANSFORMER_SETTINGS)][7]
+    single, multi = (row.parameters for row in att[1])
+    tied = {r.setting: r.parameters for r in tr[1] if r.tied == "yes"}
+    untied = {r.setting: r.parameters for r in tr[1] if r.tied == "no"}
+    ffn_params = ffn[1][0].parameters
     same = "costs no parameters" if single == multi else "changes the parameter count"
     paragraph = (
         f"Splitting d={num_hiddens} into {num_heads} heads of {num_hiddens // num_heads} features "
         f"{same}: single-head attention holds {single:,} projection parameters, multi-head "
         f"{multi:,} (4·d² = {4 * num_hiddens**2:,}). The position-wise FFN expands each position "
-        f"{ffn_num_hiddens / num_hiddens:g}x and holds {ffn[1][0][4]:,} parameters, "
-        f"{ffn[1][0][4] / multi:.1f}x the attention's. Built on the meta device, the base "
-        f"Transformer has {base / 1e6:.1f}M parameters with the paper's tied embeddings "
-        f"({untied / 1e6:.1f}M untied). Self-attention connects any two positions in one step "
+        f"{ffn_num_hiddens / num_hiddens:g}x and holds {ffn_params:,} parameters, "
+        f"{ffn_params / multi:.1f}x the attention's. Built on the meta device, the base "
+        f"Transformer has {tied['base'] / 1e6:.1f}M parameters with the paper's tied embeddings "
+        f"({untied['base'] / 1e6:.1f}M untied). Self-attention connects any two positions in one step "
         f"(path length O(1)) and runs in parallel, at a cost quadratic in sequence length."
     )
     return ChapterResult("Parameters and complexity", paragraph,
                          tables=[att, ffn, tr, complexity_table()],
                          data={"single_head": single, "multi_head": multi,
-                               "transformer": {r[0]: r[7] for r in tr[1] if r[6] == "yes"},
-                               "transformer_untied": {r[0]: r[7] for r in tr[1] if r[6] == "no"}})
+                               "transformer": tied, "transformer_untied": untied})

@@ -1,5 +1,5 @@
 """Run folders: atomic writes, checkpoints, averaging, and `load_translator` (the one way in for
-the CLI, the demo and the web explorer).
+the CLI, the demo and the web explorer; the `Translator` itself lives in `attnlab.translator`).
 
     run_dir/
       config.json          {"model_type", "model": {...}, "train": {...}, "data": {...}, "attnlab_version"}
@@ -23,15 +23,16 @@ import math
 import os
 import shutil
 import tempfile
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from attnlab._io import atomic_path
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from attnlab.translator import Translator
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -40,6 +41,7 @@ META_FILE = "meta.json"
 MANIFEST_FILE = "manifest.json"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
 CHECKPOINTS = "checkpoints"
+CONFIG_METADATA = "attnlab_model_config"  # safetensors metadata key: the model config, as JSON
 DEFAULT_RUN = Path("runs") / "demo" / "transformer"
 
 
@@ -86,10 +88,14 @@ def append_jsonl(path: str | os.PathLike, obj: dict) -> None:
 
 # --------------------------------------------------------------------------- weights
 def save_weights(model: nn.Module, path: str | os.PathLike) -> None:
-    """safetensors, atomically; tied parameters (shared embeddings) are stored once."""
+    """safetensors, atomically; tied parameters (shared embeddings) are stored once. The model's config
+    goes into the file's metadata, so loading can tell a config edited after training (e.g. num_heads,
+    which changes no tensor shape) from the one the weights were trained with."""
     from safetensors.torch import save_model
 
-    _atomic_write(Path(path), lambda tmp: save_model(model, tmp))
+    config = getattr(model, "config", None)
+    metadata = {CONFIG_METADATA: json.dumps(config.to_dict(), sort_keys=True)} if hasattr(config, "to_dict") else None
+    _atomic_write(Path(path), lambda tmp: save_model(model, tmp, metadata=metadata))
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, Tensor]:
@@ -101,24 +107,78 @@ def read_weights(path: str | os.PathLike) -> dict[str, Tensor]:
     return load_file(path)
 
 
-def load_weights(model: nn.Module, path: str | os.PathLike, what: str = "the config") -> None:
-    """Load safetensors weights into `model`, checking names and shapes first so a mismatch says
-    which tensor and which two shapes (rather than a bare RuntimeError deep in load_state_dict)."""
+def read_header(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """Tensor shapes and metadata of a safetensors file, read from its header only (no tensor data)."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the weights file {path.name} was not found in {path.parent}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            return shapes, dict(f.metadata() or {})
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ValueError(f"{path} is not a readable safetensors file ({exc}); the file is damaged or not "
+                         f"attnlab weights") from exc
+
+
+def check_weights(model: nn.Module, path: str | os.PathLike, what: str = "the config",
+                  config: dict | None = None) -> None:
+    """Compare the tensor names and shapes `model` expects with the header of the weights file, and the
+    config the weights were saved with (metadata) with `config`, before any tensor is read.
+
+    `model` may live on the meta device (no memory): only names and shapes are used. Tied parameters
+    (shared embeddings) are stored under one of their names. Raises one ValueError naming the first
+    differing tensors or config keys.
+    """
+    shapes, metadata = read_header(path)
+    groups: dict[int, tuple[list[str], tuple[int, ...]]] = {}  # one entry per distinct tensor
+    for name, t in list(model.named_parameters(remove_duplicate=False)) + [
+            (n, b) for n, b in model.state_dict(keep_vars=True).items() if not isinstance(b, nn.Parameter)]:
+        groups.setdefault(id(t), ([], tuple(t.shape)))[0].append(name)
+    known = {n for names, _ in groups.values() for n in names}
+    missing, wrong = [], []
+    for names, shape in groups.values():
+        present = [n for n in names if n in shapes]
+        if not present:
+            missing.append(names[0])
+        elif shapes[present[0]] != shape:
+            wrong.append(f"{present[0]} has shape {shapes[present[0]]} but the model expects {shape}")
+    unexpected = [k for k in shapes if k not in known]
+    if missing or wrong or unexpected:
+        parts = ([f"shape mismatch: {'; '.join(wrong[:3])}"] if wrong else []) + \
+                ([f"missing tensors: {', '.join(missing[:5])}"] if missing else []) + \
+                ([f"unexpected tensors: {', '.join(unexpected[:5])}"] if unexpected else [])
+        raise ValueError(f"{path} does not match the model built from {what} ({'; '.join(parts)}); the "
+                         f"weights and the config/vocabularies come from different runs — load them from the "
+                         f"same run folder")
+    if config is not None and CONFIG_METADATA in metadata:
+        try:
+            saved = json.loads(metadata[CONFIG_METADATA])
+        except json.JSONDecodeError:
+            saved = {}
+        # Dropout does not change what trained weights compute; every other key does.
+        differ = [k for k in sorted(set(saved) & set(config)) if k != "dropout" and saved[k] != config[k]]
+        if differ:
+            k = differ[0]
+            raise ValueError(f"{what} says {k}={config[k]!r} but {path} was saved with {k}={saved[k]!r}"
+                             f"{' (and ' + ', '.join(differ[1:]) + ')' if differ[1:] else ''}; the weights "
+                             f"only compute what they were trained for: restore the run's config.json")
+
+
+def load_weights(model: nn.Module, path: str | os.PathLike, what: str = "the config",
+                 config: dict | None = None) -> None:
+    """Load safetensors weights into `model`, checking names and shapes (and, given `config`, the
+    config saved with the weights) first, so a mismatch is one error naming the first differing
+    tensors rather than a bare RuntimeError deep in load_state_dict."""
     from safetensors.torch import load_model
 
-    weights = read_weights(path)
-    expected = model.state_dict()
-    for name, tensor in weights.items():
-        if name in expected and tuple(expected[name].shape) != tuple(tensor.shape):
-            raise ValueError(
-                f"{path}: tensor {name!r} has shape {tuple(tensor.shape)} but the model built from {what} "
-                f"expects {tuple(expected[name].shape)}; the weights and the config/vocabularies come from "
-                f"different runs — load them from the same run folder"
-            )
+    check_weights(model, path, what, config)
     missing, unexpected = load_model(model, path, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{path} does not match the model built from {what}: missing tensors {missing[:5]}, "
-                         f"unexpected tensors {unexpected[:5]}")
+    if missing or unexpected:  # check_weights saw the same names: this is a safety net
+        raise ValueError(f"{path} does not match the model built from {what}: missing tensors "
+                         f"{sorted(missing)[:5]}, unexpected tensors {sorted(unexpected)[:5]}")
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -294,135 +354,9 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
     return cfg
 
 
-# --------------------------------------------------------------------------- translating
-def reference_text(text: str, vocab) -> str:
-    """A corpus sentence in the form decoded hypotheses take (the book's lowercased tokenization,
-    detokenized with the vocabulary's language rules), so BLEU compares like with like."""
-    from attnlab.data import detokenize, tokenize
-
-    if hasattr(vocab, "reference_text"):  # vocabularies with their own normalization (other languages)
-        return vocab.reference_text(text)
-    return detokenize(tokenize(text), lang=getattr(vocab, "lang", None))
-
-
-@dataclass
-class Translation:
-    """One translated sentence, with the tokens the model actually saw and produced (for the explorer)."""
-
-    source: str
-    src_tokens: list[str]     # source tokens after the vocabulary (unknown words -> <unk>), + <eos>
-    tgt_tokens: list[str]     # produced target tokens, without <bos>/<eos>
-    text: str                 # detokenized translation
-
-
-class Translator:
-    """A trained model with its vocabularies: sentences in, translations out.
-
-    Args:
-        model, src_vocab, tgt_vocab: what `load_translator` reads from a run folder.
-        config: the run's config.json contents.
-        max_len: longest source (tokens, <eos> included) accepted; None = no limit.
-        max_output_len: hard cap on a translation's length in tokens (default 200); within it a
-            sentence of S source tokens may produce at most 2 * S + 10 (fairseq's max_len_a/b), so an
-            undertrained model that never says <eos> still stops soon.
-    """
-
-    def __init__(self, model: nn.Module, src_vocab, tgt_vocab, config: dict | None = None, device="cpu",
-                 max_len: int | None = None, max_output_len: int | None = None):
-        self.model = model.to(device).eval()
-        self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
-        self.config = config or {}
-        self.device = torch.device(device)
-        self.max_len = max_len
-        self.max_output_len = max_output_len or 200
-
-    def output_limit(self, src_len: int) -> int:
-        """Most tokens decoded for a source of `src_len` tokens (<eos> included)."""
-        return min(self.max_output_len, 2 * src_len + 10)
-
-    def _encode(self, sentences: Sequence[str], truncate: bool) -> list[list[int]]:
-        if isinstance(sentences, str):
-            raise ValueError("translate expects a list of sentences, got one string; wrap it in a list")
-        out = []
-        for s in sentences:
-            if not isinstance(s, str) or not s.strip():
-                raise ValueError(f"cannot translate an empty sentence (got {s!r}); pass some English text")
-            ids = self.src_vocab.encode(s)
-            if not ids:
-                raise ValueError(f"{s!r} has no tokens after preprocessing; pass some English text")
-            out.append(self._check_length(ids, s, truncate))
-        return out
-
-    def _check_length(self, ids: list[int], sentence: str, truncate: bool) -> list[int]:
-        if self.max_len is None or len(ids) + 1 <= self.max_len:
-            return ids
-        if not truncate:
-            raise ValueError(
-                f"the sentence {sentence[:60]!r} has {len(ids)} tokens (+1 <eos>) but this model takes at most "
-                f"{self.max_len} (its max_len); shorten it, or pass truncate=True (--truncate) to cut it")
-        warnings.warn(f"truncating a {len(ids)}-token sentence to the model's max_len {self.max_len}", stacklevel=3)
-        return ids[: self.max_len - 1]
-
-    def translate_ids(self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128) -> list[str]:
-        """Source id lists (no <eos>) -> detokenized translations; batched, longest first."""
-        return [self.tgt_vocab.decode(ids) for ids in self.decode_ids(src_ids, beam, batch_size)]
-
-    def decode_ids(self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128) -> list[list[int]]:
-        """Source id lists (no <eos>) -> target id lists (no <bos>/<eos>)."""
-        from attnlab.decode import beam_search, greedy
-
-        if beam < 1:
-            raise ValueError(f"beam must be >= 1, got {beam}")
-        eos, pad = self.src_vocab.eos, self.src_vocab.pad
-        # Sorting by length keeps padding (wasted work) low; results go back to input order.
-        order = sorted(range(len(src_ids)), key=lambda i: -len(src_ids[i]))
-        results: list[list[int]] = [[] for _ in src_ids]
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            seqs = [list(src_ids[i]) + [eos] for i in idx]   # the source ends with <eos>, as in training
-            S = max(len(s) for s in seqs)
-            src = torch.tensor([s + [pad] * (S - len(s)) for s in seqs], dtype=torch.long, device=self.device)
-            lens = torch.tensor([len(s) for s in seqs], device=self.device)
-            tgt = self.tgt_vocab
-            start = getattr(getattr(self.model, "config", None), "decoder_start_token", None)  # Marian: <pad>
-            bos = tgt.bos if start is None else start
-            if beam == 1:
-                hyps = greedy(self.model, src, lens, bos, tgt.eos, self.output_limit(S))
-            else:
-                hyps = beam_search(self.model, src, lens, bos, tgt.eos, beam=beam, max_len=self.output_limit(S))
-            for i, h in zip(idx, hyps):
-                results[i] = h
-        return results
-
-    def translate(self, sentences: Sequence[str], beam: int = 1, truncate: bool = False) -> list[str]:
-        """English sentences -> French translations (detokenized, lowercase as the corpus is trained)."""
-        return self.translate_ids(self._encode(sentences, truncate), beam)
-
-    def translate_tokens(self, sentences: Sequence[str], beam: int = 1, truncate: bool = False) -> list[Translation]:
-        """Like `translate`, also returning the source and target tokens (axis labels for attention maps)."""
-        src_ids = self._encode(sentences, truncate)
-        out_ids = self.decode_ids(src_ids, beam)
-        return [Translation(s, self.src_vocab.to_tokens(ids) + ["<eos>"], self.tgt_vocab.to_tokens(out),
-                            self.tgt_vocab.decode(out))
-                for s, ids, out in zip(sentences, src_ids, out_ids)]
-
-
-def _model_max_len(cfg: dict) -> int | None:
-    """Longest source (tokens, <eos> included) the model accepts: the size of a learned position
-    table, the book's fixed sequence length (`num_steps`) for runs trained that way, else the
-    Transformer's `max_len`. Sinusoidal positions extend to any length, so sentences longer than the
-    training ones are accepted (quality falls off gradually, which the explorer lets you watch);
-    an RNN (Bahdanau) without fixed lengths has no limit (None)."""
-    model, train = cfg.get("model", {}), cfg.get("train", {})
-    if model.get("learned_positions"):
-        return int(model["max_len"])
-    if train.get("num_steps"):
-        return int(train["num_steps"])
-    return model.get("max_len")
-
-
+# --------------------------------------------------------------------------- loading a translator
 def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torch.device = "cpu",
-                    weights: str | os.PathLike | None = None) -> Translator:
+                    weights: str | os.PathLike | None = None) -> "Translator":
     """Rebuild the model of a run folder and load its final weights (or `weights`: a checkpoint
     folder or an averaged .safetensors file).
 
@@ -431,6 +365,7 @@ def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torc
     """
     from attnlab.data import load_vocab
     from attnlab.models import build_model
+    from attnlab.translator import Translator, model_max_len
 
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
@@ -444,7 +379,10 @@ def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torc
         if size is not None and size != len(vocab):
             raise ValueError(f"{run_dir / CONFIG_FILE} says {side}_vocab_size={size} but {run_dir / fname} holds "
                              f"{len(vocab)} tokens; the files come from different runs")
-    model = build_model(cfg["model_type"], model_cfg)
+    # Built on the meta device first: a config that asks for gigabytes (a hand-edited ffn_num_hiddens)
+    # is compared with the weights' header before a single parameter is allocated.
+    with torch.device("meta"):
+        skeleton = build_model(cfg["model_type"], model_cfg)
     if weights is None:
         weights_path = run_dir / WEIGHTS_FILE
         if not weights_path.is_file():
@@ -457,5 +395,8 @@ def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torc
         weights_path = Path(weights)
         if weights_path.is_dir():
             weights_path = weights_path / WEIGHTS_FILE
-    load_weights(model, weights_path, what=f"{run_dir / CONFIG_FILE} and its vocabularies")
-    return Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=_model_max_len(cfg))
+    what = f"{run_dir / CONFIG_FILE} and its vocabularies"
+    check_weights(skeleton, weights_path, what, config=model_cfg)
+    model = build_model(cfg["model_type"], model_cfg)
+    load_weights(model, weights_path, what)
+    return Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))

@@ -1,20 +1,39 @@
 """Greedy and beam-search decoding over any translator that follows the decoding protocol
 (`start_decoding`, `decode_step`, `reorder_state`; see ARCHITECTURE.md).
 
-Both are batched: every sentence of `src` is decoded at once (beam search on B * beam rows), and both put
-the model in eval mode for the duration (no dropout at inference), restoring its mode afterwards.
-Returned token lists exclude <bos> and <eos>.
+Both are batched and put the model in eval mode for the duration (no dropout at inference), restoring
+its mode afterwards. Both return one `Hypothesis` per source sentence: the tokens (without <bos>/<eos>),
+whether the sentence ended with <eos> or was cut at the length limit, its score and the log-probability
+of every produced token, so callers never have to guess back what decoding knew.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["greedy", "beam_search", "attention_maps"]
+__all__ = ["Hypothesis", "attention_maps", "beam_search", "greedy"]
+
+
+@dataclass
+class Hypothesis:
+    """One decoded sentence.
+
+    tokens: produced target ids, without <bos> and <eos>.
+    score: total log-probability / len ** length_penalty, len counting the <eos> when finished.
+    finished: True when decoding produced <eos>; False when it stopped at the length limit.
+    positional_scores: log-probability of each produced token (len(tokens) + 1 entries when finished:
+        the last is the <eos>).
+    """
+
+    tokens: list[int]
+    score: float
+    finished: bool
+    positional_scores: list[float] = field(default_factory=list)
 
 
 @contextmanager
@@ -38,7 +57,7 @@ def _check(src: Tensor, src_valid_lens: Tensor | None, max_len: int | None) -> N
 
 
 def greedy(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int, max_len: int,
-           use_cache: bool = True) -> list[list[int]]:
+           use_cache: bool = True) -> list[Hypothesis]:
     """Pick the most likely token at every step until <eos> or `max_len` tokens.
 
     Args:
@@ -47,12 +66,14 @@ def greedy(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: in
         use_cache: decode one token per step against the model's cache; False re-runs
             `model(src, prefix, src_valid_lens)` on the whole prefix every step (the slow baseline).
     Returns:
-        B token lists, without <bos>/<eos>.
+        B hypotheses; score = mean log-probability per token (<eos> included), as beam search with
+        length_penalty=1.
     """
     _check(src, src_valid_lens, max_len)
     B = src.shape[0]
     with _inference(model):
         prefix = torch.full((B, 1), bos, dtype=torch.long, device=src.device)  # (B, t)
+        step_lp = []  # (B,) log-probability of each chosen token
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
         lengths = torch.full((B,), max_len, dtype=torch.long)  # tokens kept per sentence
         state = model.start_decoding(src, src_valid_lens) if use_cache else None
@@ -61,32 +82,46 @@ def greedy(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: in
                 logits, state = model.decode_step(prefix[:, -1:], state)
             else:
                 logits = model(src, prefix, src_valid_lens)
-            nxt = logits[:, -1].argmax(dim=-1)  # (B,)
+            logprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V)
+            lp, nxt = logprobs.max(dim=-1)  # (B,)
             prefix = torch.cat([prefix, nxt[:, None]], dim=1)
+            step_lp.append(lp)
             new_eos = (nxt == eos) & ~finished
             lengths[new_eos.cpu()] = step
             finished |= new_eos
             if bool(finished.all()):
                 break
         rows = prefix[:, 1:].tolist()
-    return [row[:n] for row, n in zip(rows, lengths.tolist())]
+        lps = torch.stack(step_lp, dim=1).tolist()  # (B, steps)
+        ended = finished.tolist()
+    hyps = []
+    for row, lp, n, done in zip(rows, lps, lengths.tolist(), ended):
+        pos = lp[: n + 1] if done else lp[:n]
+        hyps.append(Hypothesis(row[:n], sum(pos) / max(len(pos), 1), done, pos))
+    return hyps
 
 
 def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int, beam: int = 4,
                 length_penalty: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 50,
-                max_len: int | None = None, return_scores: bool = False):
+                max_len: int | None = None) -> list[Hypothesis]:
     """Beam search with length-normalised finished hypotheses (GNMT/fairseq: score / len ** alpha).
 
     Each step expands every live hypothesis of a sentence and keeps the 2*beam best continuations:
     those ending in <eos> among the top `beam` finish; the best `beam` others stay live. A sentence is
     done once it has `beam` finished hypotheses (so beam=1 is exactly greedy), or at its length limit,
-    `max_len` if given, else `max_len_a * source_length + max_len_b`, where its live hypotheses finish.
+    `max_len` if given, else `max_len_a * source_length + max_len_b`, where its live hypotheses finish
+    (with finished=False).
+
+    Work is shaped as fairseq's SequenceGenerator: the first step runs on the B sources (all beams of
+    a sentence start identical), then the state is expanded once to B * beam rows, which expands the
+    encoder memory and the static cross-attention keys/values; later steps reorder only the growing
+    state (`reorder_state(..., same_sources=True)`), and sentences that are done leave the batch.
 
     Args:
         length_penalty: alpha; 0 ranks by total log-probability (favours short outputs), 1 by per-token
             average. The length counts the <eos> token when there is one.
     Returns:
-        B best token lists (without <bos>/<eos>); with return_scores, also their normalised scores.
+        B best hypotheses.
     """
     _check(src, src_valid_lens, max_len)
     if beam < 1:
@@ -94,62 +129,85 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
     B, K, device = src.shape[0], beam, src.device
     src_lens = src_valid_lens.cpu() if src_valid_lens is not None else torch.full((B,), src.shape[1])
     limits = [max_len if max_len is not None else max(1, int(max_len_a * int(n) + max_len_b)) for n in src_lens]
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
-    done = [False] * B
+    # Per sentence: (normalised score, tokens, positional scores, ended with <eos>), in finishing order.
+    finished: list[list[tuple[float, list[int], list[float], bool]]] = [[] for _ in range(B)]
+    active = list(range(B))  # original index of each sentence still in the batch
+    neg_inf = float("-inf")
 
     with _inference(model):
         state = model.start_decoding(src, src_valid_lens)
-        state = model.reorder_state(state, torch.arange(B, device=device).repeat_interleave(K))  # B*K rows
         # All K copies start identical: only the first may expand, or the beam fills with duplicates.
-        scores = torch.full((B, K), float("-inf"), device=device)
+        scores = torch.full((B, K), neg_inf, device=device)
         scores[:, 0] = 0.0
-        tokens = torch.empty((B * K, 0), dtype=torch.long, device=device)  # history, without <bos>
-        inp = torch.full((B * K, 1), bos, dtype=torch.long, device=device)
+        tokens = torch.empty((B * K, 0), dtype=torch.long, device=device)    # history, without <bos>
+        pos_lp = torch.empty((B * K, 0), dtype=torch.float, device=device)   # log-prob of each token
+        inp = torch.full((B, 1), bos, dtype=torch.long, device=device)       # step 0: one row per source
         for step in range(max(limits)):
+            n = len(active)
             logits, state = model.decode_step(inp, state)
-            logprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # (B*K, V)
+            logprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # (n*K, V), or (B, V) at step 0
+            if step == 0:
+                logprobs = logprobs.repeat_interleave(K, dim=0)
             V = logprobs.shape[-1]
-            cand = (scores.reshape(B * K, 1) + logprobs).reshape(B, K * V)
-            top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # (B, 2K), sorted best first
+            cand = (scores.reshape(n * K, 1) + logprobs).reshape(n, K * V)
+            top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # (n, 2K), sorted best first
             top_beam, top_tok = top_idx // V, top_idx % V
+            top_lp = logprobs.reshape(n, K * V).gather(1, top_idx)     # (n, 2K) this token's log-prob
 
             # Hypotheses ending in <eos> among the top K finish (their length counts the <eos>).
             is_eos = top_tok == eos
             hits = (is_eos[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist()
             if hits:
-                hist = tokens.tolist()
-                for b, r in hits:
-                    if not done[b] and len(finished[b]) < K:
-                        raw = float(top_scores[b, r])
-                        seq = hist[b * K + int(top_beam[b, r])]
-                        finished[b].append((raw / (step + 1) ** length_penalty, seq))
+                hist, hist_lp = tokens.tolist(), pos_lp.tolist()
+                for i, r in hits:
+                    fin = finished[active[i]]
+                    if len(fin) < K:
+                        row = i * K + int(top_beam[i, r])
+                        fin.append((float(top_scores[i, r]) / (step + 1) ** length_penalty, hist[row],
+                                    hist_lp[row] + [float(top_lp[i, r])], True))
 
             # The best K continuations that are not <eos> stay live (there are at least K of 2K).
-            live_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(K, dim=1)  # (B, K)
-            rows = (torch.arange(B, device=device)[:, None] * K + top_beam.gather(1, pick)).reshape(-1)
+            live_scores, pick = top_scores.masked_fill(is_eos, neg_inf).topk(K, dim=1)  # (n, K)
+            rows = (torch.arange(n, device=device)[:, None] * K + top_beam.gather(1, pick)).reshape(-1)
             new_tok = top_tok.gather(1, pick).reshape(-1)
             tokens = torch.cat([tokens.index_select(0, rows), new_tok[:, None]], dim=1)
+            pos_lp = torch.cat([pos_lp.index_select(0, rows), top_lp.gather(1, pick).reshape(-1, 1)], dim=1)
             scores = live_scores
-            state = model.reorder_state(state, rows)
+
+            keep = []
+            for i, b in enumerate(active):
+                if len(finished[b]) >= K:
+                    continue
+                if step + 1 >= limits[b]:  # length limit: the live hypotheses finish as they are
+                    hist, hist_lp = tokens[i * K:(i + 1) * K].tolist(), pos_lp[i * K:(i + 1) * K].tolist()
+                    for k in range(K):
+                        if len(finished[b]) < K and torch.isfinite(scores[i, k]):
+                            finished[b].append((float(scores[i, k]) / (step + 1) ** length_penalty, hist[k],
+                                                hist_lp[k], False))
+                    continue
+                keep.append(i)
+            if not keep:
+                break
+            if len(keep) < n:  # done sentences leave the batch: every part of the state shrinks
+                kept = torch.tensor(keep, device=device)
+                sel = (kept[:, None] * K + torch.arange(K, device=device)).reshape(-1)
+                rows, tokens, pos_lp = rows.index_select(0, sel), tokens.index_select(0, sel), pos_lp.index_select(0, sel)
+                new_tok, scores = new_tok.index_select(0, sel), scores.index_select(0, kept)
+                active = [active[i] for i in keep]
+            if step == 0:  # expand once: memory and cross-attention keys/values go to (n*K) rows
+                state = model.reorder_state(state, rows // K)
+            else:
+                state = model.reorder_state(state, rows, same_sources=len(keep) == n)
             inp = new_tok[:, None]
 
-            for b in range(B):
-                if done[b]:
-                    continue
-                if len(finished[b]) >= K:
-                    done[b] = True
-                elif step + 1 >= limits[b]:  # length limit: the live hypotheses finish as they are
-                    hist = tokens[b * K:(b + 1) * K].tolist()
-                    for k in range(K):
-                        if len(finished[b]) < K and torch.isfinite(scores[b, k]):
-                            finished[b].append((float(scores[b, k]) / (step + 1) ** length_penalty, hist[k]))
-                    done[b] = True
-            if all(done):
-                break
-
-    best = [max(f, key=lambda x: x[0]) if f else (float("-inf"), []) for f in finished]
-    hyps = [seq for _, seq in best]
-    return (hyps, [s for s, _ in best]) if return_scores else hyps
+    out = []
+    for fin in finished:
+        if not fin:
+            out.append(Hypothesis([], neg_inf, False, []))
+            continue
+        s, toks, lps, ended = max(fin, key=lambda x: x[0])
+        out.append(Hypothesis(toks, s, ended, lps))
+    return out
 
 
 def attention_maps(rec) -> dict[str, Tensor]:

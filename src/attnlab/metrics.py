@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def bleu(pred: str, label: str, k: int) -> float:
@@ -51,31 +51,121 @@ def bleu(pred: str, label: str, k: int) -> float:
     return score
 
 
-def _check_pair(hyps: Sequence[str], refs: Sequence[str], name: str) -> None:
+Refs = Sequence[str] | Sequence[Sequence[str]]  # one reference per hypothesis, or a list of them each
+
+
+def _streams(hyps: Sequence[str], refs: Refs, name: str) -> list[list[str | None]]:
+    """sacreBLEU's reference streams: stream j holds each hypothesis' j-th reference (None past its last)."""
     if isinstance(hyps, str) or isinstance(refs, str):
         raise ValueError(f"{name} expects lists of sentences, got a single string")
     if len(hyps) != len(refs):
         raise ValueError(f"{name}: {len(hyps)} hypotheses but {len(refs)} references; they must pair up")
+    per_hyp = [[r] if isinstance(r, str) else list(r) for r in refs]
+    for i, rs in enumerate(per_hyp):
+        if not rs or not all(isinstance(r, str) for r in rs):
+            raise ValueError(f"{name}: hypothesis {i} has no reference strings (got {refs[i]!r})")
+    width = max((len(rs) for rs in per_hyp), default=1)
+    return [[rs[j] if j < len(rs) else None for rs in per_hyp] for j in range(width)]
 
 
-def corpus_bleu(hyps: Sequence[str], refs: Sequence[str]) -> float:
-    """sacreBLEU corpus BLEU (0-100, its default 13a tokenizer) of detokenized hypotheses vs references."""
+def corpus_bleu(hyps: Sequence[str], refs: Refs) -> float:
+    """sacreBLEU corpus BLEU (0-100, its default 13a tokenizer) of detokenized hypotheses vs references.
+
+    refs: one reference string per hypothesis, or a list of references per hypothesis (multi-reference
+    BLEU: an n-gram counts if any reference has it; the closest reference length sets the brevity penalty).
+
+    Examples:
+        >>> corpus_bleu(["il est calme ."], [["il est tranquille .", "il est calme ."]])
+        100.0
+    """
     import sacrebleu
 
-    _check_pair(hyps, refs, "corpus_bleu")
+    streams = _streams(hyps, refs, "corpus_bleu")
     if not hyps:
         return 0.0
-    return float(sacrebleu.corpus_bleu(list(hyps), [list(refs)]).score)
+    return round(float(sacrebleu.corpus_bleu(list(hyps), streams).score), 10)
 
 
-def corpus_chrf(hyps: Sequence[str], refs: Sequence[str]) -> float:
-    """sacreBLEU corpus chrF (0-100) of detokenized hypotheses vs references."""
+def corpus_chrf(hyps: Sequence[str], refs: Refs) -> float:
+    """sacreBLEU corpus chrF (0-100) of detokenized hypotheses vs one or several references each."""
     import sacrebleu
 
-    _check_pair(hyps, refs, "corpus_chrf")
+    streams = _streams(hyps, refs, "corpus_chrf")
     if not hyps:
         return 0.0
-    return float(sacrebleu.corpus_chrf(list(hyps), [list(refs)]).score)
+    return round(float(sacrebleu.corpus_chrf(list(hyps), streams).score), 10)
 
 
-__all__ = ["bleu", "corpus_bleu", "corpus_chrf"]
+def reference_text(text: str, vocab) -> str:
+    """A corpus sentence in the form decoded hypotheses take (the book's lowercased tokenization,
+    detokenized with the vocabulary's language rules), so BLEU compares like with like."""
+    from attnlab.data import detokenize, tokenize
+
+    if hasattr(vocab, "reference_text"):  # vocabularies with their own normalization (other languages)
+        return vocab.reference_text(text)
+    return detokenize(tokenize(text), lang=getattr(vocab, "lang", None))
+
+
+def group_by_source(examples: Sequence) -> tuple[list, list[list[str]]]:
+    """Examples (with .src_text, .tgt_text) -> (one example per distinct source, in first-seen order;
+    for each, the target texts of every example with that source). The corpus gives many sentences
+    several translations ("go ." -> "va !", "marche .", "bouge !"): a model is scored against all of
+    them, as sacreBLEU's multi-reference BLEU does, instead of against one picked by the split."""
+    firsts: dict[str, int] = {}
+    sources: list = []
+    refs: list[list[str]] = []
+    for ex in examples:
+        i = firsts.get(ex.src_text)
+        if i is None:
+            firsts[ex.src_text] = len(sources)
+            sources.append(ex)
+            refs.append([ex.tgt_text])
+        elif ex.tgt_text not in refs[i]:
+            refs[i].append(ex.tgt_text)
+    return sources, refs
+
+
+LENGTH_BUCKETS = ((1, 4), (5, 7), (8, 10), (11, None))  # source words, inclusive; None = no upper bound
+
+
+def bucket_name(lo: int, hi: int | None) -> str:
+    return f"{lo}-{hi}" if hi is not None else f"{lo}+"
+
+
+def scores_by_length(sources: Sequence[str], hyps: Sequence[str], refs: Refs,
+                     buckets=LENGTH_BUCKETS) -> list[dict]:
+    """Corpus BLEU and chrF per bucket of source length in words (1-4, 5-7, 8-10, 11+ by default):
+    [{"bucket", "sentences", "bleu", "chrf"}], empty buckets included with None scores."""
+    if not (len(sources) == len(hyps) == len(refs)):
+        raise ValueError(f"scores_by_length: {len(sources)} sources, {len(hyps)} hypotheses and {len(refs)} "
+                         f"references must pair up")
+    rows = []
+    for lo, hi in buckets:
+        idx = [i for i, s in enumerate(sources) if lo <= len(s.split()) and (hi is None or len(s.split()) <= hi)]
+        h, r = [hyps[i] for i in idx], [refs[i] for i in idx]
+        rows.append({"bucket": bucket_name(lo, hi), "sentences": len(idx),
+                     "bleu": corpus_bleu(h, r) if idx else None, "chrf": corpus_chrf(h, r) if idx else None})
+    return rows
+
+
+def book_bleu(translator, beam: int = 1) -> list[tuple[str, str, float]]:
+    """(source, translation, BLEU k=2) for the book's four sentences, the book's way (space tokens).
+
+    The demo's table and `attnlab evaluate` both use this one function."""
+    from attnlab.data import BOOK_EVAL_PAIRS, tokenize
+
+    outs = translator.translate([src for src, _ in BOOK_EVAL_PAIRS], beam=beam)
+    return [(src, out, bleu(" ".join(tokenize(out)), " ".join(tokenize(ref)), k=2))
+            for (src, ref), out in zip(BOOK_EVAL_PAIRS, outs)]
+
+
+__all__ = [
+    "LENGTH_BUCKETS",
+    "bleu",
+    "book_bleu",
+    "corpus_bleu",
+    "corpus_chrf",
+    "group_by_source",
+    "reference_text",
+    "scores_by_length",
+]

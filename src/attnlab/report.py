@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab._io import atomic_write_text
+from attnlab.data import ATTRIBUTION  # the report's footer credits the data (re-exported)
 
 __all__ = ["Section", "write_report", "format_table", "format_cell", "prepare_output_dir",
            "ATTRIBUTION"]
-
-ATTRIBUTION = ("English–French pairs from the Tatoeba project via manythings.org/anki, "
-               "CC-BY 2.0 (France)")
 
 Table = tuple[Sequence[str], Sequence[Sequence[object]]]  # (headers, rows)
 

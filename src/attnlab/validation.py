@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from attnlab import checkpoint as ckpt
 from attnlab.loss import sequence_loss
 
 
@@ -18,7 +17,8 @@ def validation_scores(model, data, examples, cfg, device, autocast, batching: di
         training's batch options (batch_tokens / batch_size / num_steps).
     """
     from attnlab.data import iterate_batches
-    from attnlab.metrics import corpus_bleu
+    from attnlab.metrics import corpus_bleu, reference_text
+    from attnlab.translator import Translator
 
     if not examples:
         return {}
@@ -31,8 +31,8 @@ def validation_scores(model, data, examples, cfg, device, autocast, batching: di
         loss, n = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens)
         total, count = total + loss.item(), count + int(n)
     subset = examples if cfg.eval_limit is None else examples[: cfg.eval_limit]
-    translator = ckpt.Translator(model, data.src_vocab, data.tgt_vocab, config={}, device=device,
-                                 max_len=cfg.num_steps)
+    translator = Translator(model, data.src_vocab, data.tgt_vocab, config={}, device=device,
+                            max_len=cfg.num_steps)
     hyps = translator.translate_ids([ex.src_ids for ex in subset], beam=cfg.eval_beam)
-    refs = [ckpt.reference_text(ex.tgt_text, data.tgt_vocab) for ex in subset]
+    refs = [reference_text(ex.tgt_text, data.tgt_vocab) for ex in subset]
     return {"valid_loss": total / max(count, 1), "valid_bleu": corpus_bleu(hyps, refs)}

@@ -223,3 +223,34 @@ def save_figure(fig: Figure, path: str | os.PathLike, formats: Sequence[str] = (
             fig.savefig(tmp, format=fmt, dpi=dpi)
         written.append(target)
     return written
+
+
+# What each kind of attention map is called in files and on its axes: (file name, x label, y label).
+_KIND_PANELS = {
+    "encoder_self": ("encoder_self_attention", "source keys", "source queries"),
+    "decoder_self": ("decoder_self_attention", "decoder keys", "output queries"),
+    "cross": ("encoder_decoder_attention", "source keys", "output queries"),
+}
+
+
+def attention_figures(exp) -> list[tuple[str, Figure]]:
+    """The heatmaps of an `attnlab.explain.Explanation`: [(name, Figure)], one per kind of map the
+    model declares, each a layer x head grid with tokens on the axes (rows of decoder maps are
+    labelled with the token each step produced). A model whose only attention is its decoder's over
+    the source (Bahdanau) gets the book's figure, named decoder_attention, one plain heatmap per head."""
+    axes = {"encoder_self": (exp.src_tokens, exp.src_tokens),
+            "decoder_self": (exp.tgt_input_tokens, exp.tgt_tokens),
+            "cross": (exp.src_tokens, exp.tgt_tokens)}
+    figures = []
+    for kind, w in exp.maps.items():
+        name, xl, yl = _KIND_PANELS[kind]
+        xt, yt = axes[kind]
+        L, H = w.shape[:2]
+        if set(exp.maps) == {"cross"} and L * H == 1:  # the book's Bahdanau figure: one map, no grid
+            figures.append(("decoder_attention", show_heatmaps(w, xl, yl, figsize=(4, 4), xticklabels=xt,
+                                                               yticklabels=yt)))
+            continue
+        figures.append((name, show_heatmaps(w, xl, yl, titles=[f"head {h + 1}" for h in range(H)],
+                                            figsize=(2.8, 2.8), xticklabels=xt, yticklabels=yt,
+                                            row_labels=[f"layer {i + 1}" for i in range(L)])))
+    return figures

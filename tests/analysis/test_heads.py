@@ -9,7 +9,8 @@ from attnlab.analysis import (attention_kinds, evaluate_with_masks, gradient_imp
                               pruning_curve, save_pruned_run)
 from attnlab.analysis.heads import validation_batches
 from attnlab.attention import mask_heads
-from attnlab.checkpoint import Translator, load_translator, save_weights, write_run_config
+from attnlab.checkpoint import load_translator, save_weights, write_run_config
+from attnlab.translator import Translator
 from attnlab.cli import main
 from attnlab.data import load_translation_data, sample_data_path
 from attnlab.models import Transformer, TransformerConfig

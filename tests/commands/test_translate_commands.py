@@ -62,10 +62,27 @@ def test_translate_errors(run_dir, tmp_path, capsys):
 def test_evaluate_prints_bleu_chrf_and_speed(run_dir, capsys):
     assert main(["evaluate", "--checkpoint", str(run_dir), "--split", "test", "--beam", "2", "--limit", "10"]) == 0
     text = capsys.readouterr().out
-    assert "test split, 10 sentences, beam 2" in text
+    assert "test split, 10 distinct sources (" in text and "pairs), beam 2" in text
     assert "BLEU " in text and "chrF " in text
+    for bucket in ("1-4:", "5-7:", "8-10:", "11+:"):  # scores by source length
+        assert bucket in text
     assert text.count(", bleu ") == 4  # the book's four sentences
     assert "tokens/s" in text
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["translate", "--beam", "100000", "go ."], "--beam must be 1..16, got 100000"),
+    (["translate", "--beam", "0", "go ."], "--beam must be 1..16, got 0"),
+    (["evaluate", "--beam", "17"], "--beam must be 1..16, got 17"),
+    (["evaluate", "--limit", "-1"], "--limit must be >= 1, got -1"),
+    (["evaluate", "--limit", "0"], "--limit must be >= 1, got 0"),
+    (["average", "--last", "0"], "--last must be >= 1, got 0"),
+])
+def test_unbounded_flags_are_refused_with_the_range(argv, message, run_dir, capsys):
+    """Issue 12 item 9: each out-of-range value is one line naming the allowed range, exit 2."""
+    assert main([*argv, "--checkpoint", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_average_command(run_dir, tmp_path, capsys):

@@ -87,7 +87,7 @@ def test_tiny_model_overfits_twenty_pairs_exactly():
         loss.backward()
         opt.step()
     assert model.training  # greedy restores the mode it found
-    assert decode.greedy(model, src, lens, BOS, EOS, max_len=10) == [t for _, t in pairs]
+    assert [h.tokens for h in decode.greedy(model, src, lens, BOS, EOS, max_len=10)] == [t for _, t in pairs]
     assert model.training
 
 
@@ -99,8 +99,10 @@ def test_batched_decoding_equals_one_by_one():
     beams = decode.beam_search(model, src, lens, BOS, EOS, beam=3, max_len=7)
     for i, s in enumerate(seqs):
         one = torch.tensor([s])
-        assert decode.greedy(model, one, torch.tensor([len(s)]), BOS, EOS, max_len=7) == [batched[i]]
-        assert decode.beam_search(model, one, torch.tensor([len(s)]), BOS, EOS, beam=3, max_len=7) == [beams[i]]
+        (g,) = decode.greedy(model, one, torch.tensor([len(s)]), BOS, EOS, max_len=7)
+        (b,) = decode.beam_search(model, one, torch.tensor([len(s)]), BOS, EOS, beam=3, max_len=7)
+        assert (g.tokens, g.finished) == (batched[i].tokens, batched[i].finished)
+        assert (b.tokens, b.finished) == (beams[i].tokens, beams[i].finished)
 
 
 def test_config_round_trip_and_errors():

@@ -77,7 +77,7 @@ def test_unexpected_error_is_json_500(translator):
     from attnlab.serve import create_app
 
     broken = copy.copy(translator)
-    broken.decode_ids = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded"))
+    broken.decode = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded"))
     with TestClient(create_app(broken), raise_server_exceptions=False) as c:
         r = c.post("/api/translate", json={"text": "go ."})
     assert r.status_code == 500 and "decoder exploded" in r.json()["detail"]

@@ -46,7 +46,7 @@ def test_equals_cached_step_by_step_decoding(translator):
     with torch.no_grad(), record_attention(model) as rec:
         (out,) = greedy(model, src, torch.tensor([src.shape[1]]), tv.bos, tv.eos,
                        translator.output_limit(src.shape[1]))
-    assert tv.to_tokens(out) + ["<eos>"] == exp.tgt_tokens
+    assert tv.to_tokens(out.tokens) + ["<eos>"] == exp.tgt_tokens and out.finished == exp.finished
     steps = len(rec.weights["decoder.blocks.0.cross_attention"])
     assert steps == len(exp.tgt_tokens) >= 2  # one recorded call per decoding step
     # Step 1 on its own: cached cross (1, H, 1, S) and self (1, H, 1, 2) weights == row 1 of the maps.
@@ -104,7 +104,7 @@ def test_bad_beam(translator):
 
 def test_bahdanau_has_only_cross_attention(translator):
     """An RNN decoder records one call per step; explain stitches them into one (1, 1, Lt, Ls) map."""
-    from attnlab.checkpoint import Translator
+    from attnlab.translator import Translator
     from attnlab.models import build_model
 
     torch.manual_seed(0)

@@ -194,10 +194,8 @@ def evaluate_with_masks(translator, examples: Sequence, batches: Sequence,
 
 
 def _reference_text(text: str, vocab) -> str:
-    try:  # issue 11 moves reference_text to metrics; accept either home
-        from attnlab.metrics import reference_text
-    except ImportError:
-        from attnlab.checkpoint import reference_text
+    from attnlab.metrics import reference_text
+
     return reference_text(text, vocab)
 
 

@@ -147,6 +147,13 @@ def masked_softmax(X: Tensor, valid_lens: Tensor | None = None, mask: Tensor | N
         mask: boolean, True = may attend; broadcastable to X.
     Returns:
         weights shaped like X; rows with no visible key are all zeros.
+
+    Examples:
+        >>> import torch
+        >>> masked_softmax(torch.zeros(2, 1, 4), torch.tensor([2, 0]))   # the book's valid_lens
+        tensor([[[0.5000, 0.5000, 0.0000, 0.0000]],
+        <BLANKLINE>
+                [[0.0000, 0.0000, 0.0000, 0.0000]]])
     """
     if valid_lens is None and mask is None:
         return F.softmax(X, dim=-1)

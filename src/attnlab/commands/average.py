@@ -21,12 +21,12 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from attnlab import checkpoint as ckpt
+    from attnlab.commands.translate import check_range
 
+    check_range("--last", args.last, 1)
     run_dir = Path(args.checkpoint)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
-    if args.last < 1:
-        raise ValueError(f"--last must be at least 1, got {args.last}")
     ckpts = ckpt.list_checkpoints(run_dir)
     if len(ckpts) < args.last:
         raise ValueError(f"{run_dir} has {len(ckpts)} checkpoint(s) but --last {args.last} asks for more; "

@@ -17,9 +17,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ATTRIBUTION = ("English–French sentence pairs from the Tatoeba project (tatoeba.org), exported by "
-               "manythings.org/anki; CC-BY 2.0 (France).")
-
 # What each scale trains: (run name, model type, preset, overrides of train settings, of data settings).
 SCALES = {
     "full": [
@@ -95,45 +92,42 @@ def train_model(name, model_type, preset, train_over, data_over, data_path, out:
 
 
 def four_sentences(trained: TrainedModel) -> list[list]:
-    """The book's four sentences, translated, each with the book's BLEU (k=2) on tokens."""
+    """The book's four sentences, translated, each with the book's BLEU (k=2) on tokens
+    (`metrics.book_bleu`, the same function `attnlab evaluate` prints)."""
     from attnlab.checkpoint import load_translator
-    from attnlab.data import BOOK_EVAL_PAIRS, tokenize
-    from attnlab.metrics import bleu
+    from attnlab.data import BOOK_EVAL_PAIRS
+    from attnlab.metrics import book_bleu
 
-    translator = load_translator(trained.run_dir)
-    results = translator.translate_tokens([en for en, _ in BOOK_EVAL_PAIRS])
-    rows = []
-    for (en, fr), res in zip(BOOK_EVAL_PAIRS, results):
-        score = bleu(" ".join(res.tgt_tokens), " ".join(tokenize(fr)), k=2)
-        rows.append([en, res.text, fr, round(score, 3)])
-    return rows
+    scores = book_bleu(load_translator(trained.run_dir))
+    return [[en, out, fr, round(score, 3)] for (en, fr), (_, out, score) in zip(BOOK_EVAL_PAIRS, scores)]
 
 
 def draw_attention(trained: TrainedModel, sentence: str, fig_dir: Path) -> list[Path]:
     from attnlab.checkpoint import load_translator
-    from attnlab.commands.attention import attention_figures
-    from attnlab.viz import save_figure
+    from attnlab.explain import explain
+    from attnlab.viz import attention_figures, save_figure
 
-    translator = load_translator(trained.run_dir)
-    _, figures = attention_figures(translator, sentence)
+    figures = attention_figures(explain(load_translator(trained.run_dir), sentence))
     return [save_figure(fig, fig_dir / f"{trained.name}_{name}", ("png", "svg"))[0] for name, fig in figures]
 
 
 def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
-    """Corpus BLEU / chrF of the greedy translations of (up to `limit` of) the run's test split."""
-    from attnlab.checkpoint import load_translator, read_run_config, reference_text
-    from attnlab.metrics import corpus_bleu, corpus_chrf
+    """Corpus BLEU / chrF of the greedy translations of (up to `limit` of) the distinct sources of the
+    run's test split, each scored against all of its references."""
+    from attnlab.checkpoint import load_translator, read_run_config
+    from attnlab.metrics import corpus_bleu, corpus_chrf, group_by_source, reference_text
     from attnlab.train import load_data
 
     translator = load_translator(trained.run_dir)
     data = load_data(read_run_config(trained.run_dir)["data"])
-    test = data.test[:limit]
+    test, references = group_by_source(data.test)
+    test, references = test[:limit], references[:limit]
     if not test:
         return []
     t0 = time.perf_counter()
     hyps = translator.translate_ids([ex.src_ids for ex in test])
     seconds = time.perf_counter() - t0
-    refs = [reference_text(ex.tgt_text, translator.tgt_vocab) for ex in test]
+    refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]
     return [[trained.name, len(test), round(corpus_bleu(hyps, refs), 1), round(corpus_chrf(hyps, refs), 1),
              round(len(test) / seconds, 1)]]
 
@@ -141,6 +135,7 @@ def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
 def run(args) -> int:
     from attnlab import chapter, chapter_extra
     from attnlab.flags import check_seed
+    from attnlab.data import ATTRIBUTION
     from attnlab.report import Section, format_table, prepare_output_dir, write_report
     from attnlab.viz import plot_loss_curve, save_figure
 
@@ -219,12 +214,13 @@ def run(args) -> int:
         if t.name == "transformer":
             eval_rows += evaluate_test(t, limit=50 if tiny else 1000)
     if eval_rows:
-        eval_headers = ["model", "test sentences", "BLEU (sacreBLEU)", "chrF", "sentences/s (greedy)"]
+        eval_headers = ["model", "test sources", "BLEU (sacreBLEU, all refs)", "chrF", "sentences/s (greedy)"]
         print("\n== test split ==")
         print(format_table(eval_headers, eval_rows))
         sections.append(Section(
             "Test-set quality", "Corpus BLEU and chrF (sacreBLEU, detokenized text) of greedy translations of "
-            "held-out pairs whose English sentence never occurs in training.", tables=[(eval_headers, eval_rows)]))
+            "the distinct held-out English sentences (none occurs in training), each scored against every "
+            "French reference it has in the split.", tables=[(eval_headers, eval_rows)]))
 
     report = write_report(out / "report.html", sections, title="attnlab: the attention chapter")
     print(f"\nreport: {report}  ({time.perf_counter() - started:.0f} s in all)")

@@ -1,10 +1,13 @@
 """`attnlab evaluate`: corpus BLEU and chrF (sacreBLEU, detokenized text) on a split of the run's
-data, the book's per-sentence BLEU (k=2) on its four sentences, and decoding speed.
+data, scored by source sentence against all of its references, by source length, the book's
+per-sentence BLEU (k=2) on its four sentences, and decoding speed.
 
     attnlab evaluate --checkpoint runs/demo/transformer --split test --beam 4
 
 The split is rebuilt from the data settings and seed saved in the run's config.json, so it is the
-same test set the run held out.
+same test set the run held out. Many English sentences have several French translations in the
+corpus; each distinct source is translated once and scored against every reference it has in the
+split (sacreBLEU's multi-reference BLEU).
 """
 
 from __future__ import annotations
@@ -12,10 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from attnlab.commands.translate import add_checkpoint_args, open_translator
-
-BOOK_SENTENCES = [("go .", "va !"), ("i lost .", "j'ai perdu ."), ("he's calm .", "il est calme ."),
-                  ("i'm home .", "je suis chez moi .")]
+from attnlab.commands.translate import MAX_BEAM, add_checkpoint_args, check_range, open_translator
 
 
 def add_parser(subparsers) -> None:
@@ -23,26 +23,19 @@ def add_parser(subparsers) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_checkpoint_args(p)
     p.add_argument("--split", choices=["train", "valid", "test"], default="test")
-    p.add_argument("--beam", type=int, default=4, help="beam size (default 4; 1 = greedy)")
+    p.add_argument("--beam", type=int, default=4, help=f"beam size 1..{MAX_BEAM} (default 4; 1 = greedy)")
     p.add_argument("--data", metavar="PATH", help="the corpus file, if it moved since training")
-    p.add_argument("--limit", type=int, metavar="N", help="evaluate the first N sentences of the split")
+    p.add_argument("--limit", type=int, metavar="N", help="evaluate the first N distinct sources of the split (>= 1)")
     p.set_defaults(func=run)
 
 
-def book_bleu(translator, beam: int = 1) -> list[tuple[str, str, float]]:
-    """(source, translation, BLEU k=2) for the book's four sentences, the book's way (space tokens)."""
-    from attnlab.data import tokenize
-    from attnlab.metrics import bleu
-
-    outs = translator.translate([src for src, _ in BOOK_SENTENCES], beam=beam)
-    return [(src, out, bleu(" ".join(tokenize(out)), ref, k=2)) for (src, ref), out in zip(BOOK_SENTENCES, outs)]
-
-
 def run(args) -> int:
-    from attnlab.checkpoint import reference_text
-    from attnlab.metrics import corpus_bleu, corpus_chrf
+    from attnlab.metrics import (book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text,
+                                 scores_by_length)
     from attnlab.train import load_data
 
+    check_range("--beam", args.beam, 1, MAX_BEAM)
+    check_range("--limit", args.limit, 1)
     translator = open_translator(args)
     data_cfg = dict(translator.config.get("data", {}))
     if args.data:
@@ -52,24 +45,31 @@ def run(args) -> int:
         raise ValueError(f"the data rebuilt from {args.checkpoint}/config.json does not give the run's vocabularies; "
                          f"pass the corpus the run was trained on with --data")
     examples = getattr(data, args.split)
+    sources, references = group_by_source(examples)
     if args.limit is not None:
-        examples = examples[: args.limit]
-    if not examples:
+        sources, references = sources[: args.limit], references[: args.limit]
+    if not sources:
         raise ValueError(f"the {args.split} split of this run is empty; try --split valid or --split train")
 
     start = time.perf_counter()
-    out_ids = translator.decode_ids([ex.src_ids for ex in examples], beam=args.beam)
+    out_ids = translator.decode_ids([ex.src_ids for ex in sources], beam=args.beam)
     seconds = time.perf_counter() - start
     hyps = [translator.tgt_vocab.decode(ids) for ids in out_ids]
-    refs = [reference_text(ex.tgt_text, translator.tgt_vocab) for ex in examples]
+    refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]
     tokens = sum(len(ids) + 1 for ids in out_ids)  # + the <eos> each sentence also produced
+    pairs = sum(len(rs) for rs in references)
 
-    print(f"{args.checkpoint}: {args.split} split, {len(examples)} sentences, beam {args.beam}")
-    print(f"BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}  (sacreBLEU, detokenized)")
+    print(f"{args.checkpoint}: {args.split} split, {len(sources)} distinct sources ({pairs} pairs), beam {args.beam}")
+    print(f"BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}  "
+          f"(sacreBLEU, detokenized, every reference of a source)")
+    print("by source length (words):")
+    for row in scores_by_length([ex.src_text for ex in sources], hyps, refs):
+        scores = (f"BLEU {row['bleu']:6.2f}  chrF {row['chrf']:6.2f}" if row["sentences"] else "-")
+        print(f"  {row['bucket']:>5}: {row['sentences']:5d} sources  {scores}")
     if (translator.src_vocab.lang, translator.tgt_vocab.lang) in (("en", "fr"), (None, None)):  # English-French runs
         print("the book's sentences, BLEU k=2:")
         for src, out, score in book_bleu(translator, beam=args.beam):
             print(f"  {src} => {out}, bleu {score:.3f}")
-    print(f"decoding: {tokens / seconds:.0f} tokens/s, {len(examples) / seconds:.1f} sentences/s "
+    print(f"decoding: {tokens / seconds:.0f} tokens/s, {len(sources) / seconds:.1f} sentences/s "
           f"({translator.device}, batch 128)")
     return 0

@@ -12,6 +12,16 @@ from pathlib import Path
 
 from attnlab.checkpoint import DEFAULT_RUN
 
+MAX_BEAM = 16  # beams x output length is memory: 16 is far past where BLEU stops improving
+
+
+def check_range(flag: str, value, lo: int, hi: int | None = None) -> None:
+    """One-line ValueError (the CLI exits 2) unless lo <= value <= hi, saying the allowed range."""
+    if value is None or (lo <= value and (hi is None or value <= hi)):
+        return
+    allowed = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+    raise ValueError(f"{flag} must be {allowed}, got {value}")
+
 
 def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
     """--checkpoint / --weights / --device, shared by translate, evaluate and attention."""
@@ -39,12 +49,13 @@ def add_parser(subparsers) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
     add_checkpoint_args(p)
-    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy, the default)")
+    p.add_argument("--beam", type=int, default=1, help=f"beam size 1..{MAX_BEAM} (1 = greedy, the default)")
     p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    check_range("--beam", args.beam, 1, MAX_BEAM)
     translator = open_translator(args)
     if args.sentences:
         for line in translator.translate(args.sentences, beam=args.beam, truncate=args.truncate):

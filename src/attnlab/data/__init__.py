@@ -7,7 +7,7 @@ from .formats import CorpusReport, FileReport, iter_pairs
 from .parallel import load_parallel_data
 from .shards import ShardedExamples, open_prepared, prepare
 from .text import detokenize, preprocess, tokenize
-from .translation import BOOK_EVAL_PAIRS, Example, TranslationData, load_d2l_data, load_translation_data
+from .translation import ATTRIBUTION, BOOK_EVAL_PAIRS, Example, TranslationData, load_d2l_data, load_translation_data
 from .vocab import SubwordVocab, Vocab, load_vocab
 
 __all__ = [
@@ -15,7 +15,7 @@ __all__ = [
     "TranslationData", "load_translation_data", "load_d2l_data", "iterate_batches", "plan_batches",
     "sample_data_path", "load_vocab", "collate", "ReadStats", "cache_dir", "download_fra_eng",
     "resolve_data_path", "BOOK_EVAL_PAIRS", "load_data", "check_data_config", "CorpusReport", "FileReport",
-    "iter_pairs", "load_parallel_data", "ShardedExamples", "open_prepared", "prepare",
+    "iter_pairs", "load_parallel_data", "ShardedExamples", "open_prepared", "prepare", "ATTRIBUTION",
 ]
 
 
@@ -37,7 +37,7 @@ def _loader(data_config):
     loaders = {"d2l": load_d2l_data, "translation": load_translation_data}
     if loader not in loaders:
         raise ValueError(f"unknown data loader {loader!r}; expected one of {sorted(loaders)}")
-    accepted = [n for n in inspect.signature(loaders[loader]).parameters if n != "use_cache"]
+    accepted = list(inspect.signature(loaders[loader]).parameters)
     unknown = sorted(set(opts) - set(accepted))
     if unknown:
         hint = " (the book's d2l setting is fixed; use --preset tiny or cpu-small to change these)"

@@ -36,6 +36,9 @@ _DIRECT_TOKENIZE_LIMIT = 20_000
 # The book's four evaluation sentences (section "Sequence to Sequence Learning").
 BOOK_EVAL_PAIRS = [("go .", "va !"), ("i lost .", "j'ai perdu ."), ("he's calm .", "il est calme ."),
                    ("i'm home .", "je suis chez moi .")]
+# Credit for the corpus, shown by the report, the demo and the explorer (its licence asks for it).
+ATTRIBUTION = ("English–French sentence pairs from the Tatoeba project (tatoeba.org) via manythings.org/anki, "
+               "CC-BY 2.0 (France)")
 
 
 @dataclass(slots=True)

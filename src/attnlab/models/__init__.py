@@ -16,7 +16,7 @@ from attnlab.models.config import ConfigMixin
 from attnlab.models.kernel_regression import NadarayaWatson, NWKernelRegression
 from attnlab.models.seq2seq import (BahdanauConfig, EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder,
                                     Seq2SeqState, build_bahdanau)
-from attnlab.models.transformer import (AddNorm, PositionWiseFFN, Transformer, TransformerConfig,
+from attnlab.models.transformer import (AddNorm, PositionWiseFFN, Sublayer, Transformer, TransformerConfig,
                                         TransformerDecoder, TransformerDecoderBlock, TransformerEncoder,
                                         TransformerEncoderBlock, TransformerState)
 
@@ -35,7 +35,7 @@ def build_model(model_type: str, config_dict: Mapping[str, Any]) -> nn.Module:
 
 __all__ = [
     "NadarayaWatson", "NWKernelRegression",
-    "AddNorm", "PositionWiseFFN", "Transformer", "TransformerConfig", "TransformerDecoder",
+    "AddNorm", "Sublayer", "PositionWiseFFN", "Transformer", "TransformerConfig", "TransformerDecoder",
     "TransformerDecoderBlock", "TransformerEncoder", "TransformerEncoderBlock", "TransformerState",
     "BahdanauConfig", "EncoderDecoder", "Seq2SeqAttentionDecoder", "Seq2SeqEncoder", "Seq2SeqState",
     "build_bahdanau", "CONFIGS", "build_model",

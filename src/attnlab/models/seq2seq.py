@@ -124,6 +124,12 @@ class EncoderDecoder(nn.Module):
     """
 
     MODEL_TYPE = "bahdanau"
+    ATTENTION_KINDS = ("cross",)  # the decoder's additive attention over the source; no self-attention
+    max_target_positions = None   # an RNN has no position table: any output length fits
+
+    def attention_kinds(self) -> dict[str, list[nn.Module]]:
+        """kind -> attention modules, as `Transformer.attention_kinds`: only cross (Lt x Ls)."""
+        return {"cross": [self.decoder.attention]}
 
     def __init__(self, encoder: Seq2SeqEncoder, decoder: Seq2SeqAttentionDecoder,
                  config: BahdanauConfig | None = None):
@@ -156,7 +162,11 @@ class EncoderDecoder(nn.Module):
             raise ValueError(f"decode_step expects tgt of shape ({state.hidden.shape[1]}, t), got {tuple(tgt.shape)}")
         return self.decoder(tgt, state)
 
-    def reorder_state(self, state: Seq2SeqState, index: Tensor) -> Seq2SeqState:
+    def reorder_state(self, state: Seq2SeqState, index: Tensor, same_sources: bool = False) -> Seq2SeqState:
+        """Keep (and repeat) the rows named by index (B',); with same_sources (beams reordered within
+        their sentence) only the decoder's hidden state moves, the encoder outputs stay as they are."""
+        if same_sources:
+            return Seq2SeqState(state.enc_outputs, state.hidden.index_select(1, index), state.src_valid_lens)
         lens = None if state.src_valid_lens is None else state.src_valid_lens.index_select(0, index)
         return Seq2SeqState(state.enc_outputs.index_select(0, index), state.hidden.index_select(1, index), lens)
 

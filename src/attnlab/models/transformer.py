@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from torch import Tensor, nn
 
@@ -29,7 +30,7 @@ from attnlab.attention.heads import merge_pruned, prune_heads
 
 from .config import TransformerConfig
 
-__all__ = ["TransformerConfig", "make_activation", "PositionWiseFFN", "AddNorm", "TransformerEncoderBlock",
+__all__ = ["TransformerConfig", "make_activation", "PositionWiseFFN", "AddNorm", "Sublayer", "TransformerEncoderBlock",
            "TransformerDecoderBlock", "TransformerEncoder", "TransformerDecoder", "Transformer",
            "TransformerState"]
 
@@ -56,33 +57,48 @@ class PositionWiseFFN(nn.Module):
 
 
 class AddNorm(nn.Module):
-    """Residual connection with layer normalization.
+    """The book's residual connection with layer normalization: `LayerNorm(X + dropout(Y))`.
 
-    `forward(X, Y)` with a tensor Y is the book's post-norm `LayerNorm(X + dropout(Y))`. Pre-norm needs the
-    sublayer to see `LayerNorm(X)`, so Y may also be the sublayer itself (a callable): then the result is
-    `LayerNorm(X + dropout(Y(X)))` (post-norm) or `X + dropout(Y(LayerNorm(X)))` (norm_first).
+    Shape: X (B, L, D), Y (B, L, D) -> (B, L, D).
 
-    Shape: X (B, L, D) -> (B, L, D).
+    Examples:
+        >>> import torch
+        >>> add_norm = AddNorm(4, dropout=0.5).eval()
+        >>> add_norm(torch.ones(2, 3, 4), torch.ones(2, 3, 4)).shape
+        torch.Size([2, 3, 4])
     """
 
-    def __init__(self, num_hiddens: int, dropout: float = 0.0, norm_first: bool = False):
+    def __init__(self, num_hiddens: int, dropout: float = 0.0):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
         self.ln = nn.LayerNorm(num_hiddens)
+
+    def forward(self, X: Tensor, Y: Tensor) -> Tensor:
+        return self.ln(X + self.dropout(Y))
+
+
+class Sublayer(AddNorm):
+    """A sublayer (attention or FFN) with its residual connection, post- or pre-norm.
+
+    Post-norm (the paper, the book): `AddNorm(X, sublayer(X))` = `LayerNorm(X + dropout(sublayer(X)))`.
+    Pre-norm (`norm_first`): `X + dropout(sublayer(LayerNorm(X)))`: the sublayer must see the normalized
+    input, which is why it is passed as a function rather than as its output.
+
+    Shape: X (B, L, D); sublayer: (B, L, D) -> (B, L, D).
+    """
+
+    def __init__(self, num_hiddens: int, dropout: float = 0.0, norm_first: bool = False):
+        super().__init__(num_hiddens, dropout)
         self.norm_first = norm_first
 
-    def forward(self, X: Tensor, Y) -> Tensor:
-        if not callable(Y):
-            if self.norm_first:
-                raise ValueError("a pre-norm AddNorm needs the sublayer (a callable), not its output")
-            return self.ln(X + self.dropout(Y))
+    def forward(self, X: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:  # type: ignore[override]
         if self.norm_first:
-            return X + self.dropout(Y(self.ln(X)))
-        return self.ln(X + self.dropout(Y(X)))
+            return X + self.dropout(sublayer(self.ln(X)))
+        return super().forward(X, sublayer(X))
 
 
 class TransformerEncoderBlock(nn.Module):
-    """Self-attention then FFN, each wrapped in AddNorm.
+    """Self-attention then FFN, each a `Sublayer` (residual + LayerNorm, post- or pre-norm).
 
     Shape: X (B, S, D), valid_lens (B,) -> (B, S, D). Padded keys (positions >= valid_lens) are hidden.
     """
@@ -91,9 +107,9 @@ class TransformerEncoderBlock(nn.Module):
                  bias: bool = True, norm_first: bool = False, window: int | None = None):
         super().__init__()
         self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, window=window)
-        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
+        self.addnorm1 = Sublayer(num_hiddens, dropout, norm_first)
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens)
-        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
+        self.addnorm2 = Sublayer(num_hiddens, dropout, norm_first)
 
     def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
         X = self.addnorm1(X, lambda x: self.attention(x, x, x, valid_lens))
@@ -101,7 +117,7 @@ class TransformerEncoderBlock(nn.Module):
 
 
 class TransformerDecoderBlock(nn.Module):
-    """Causal self-attention, cross-attention over the encoder memory, FFN; each wrapped in AddNorm.
+    """Causal self-attention, cross-attention over the encoder memory, FFN; each a `Sublayer`.
 
     Shape: X (B, t, D), memory (B, S, D), src_valid_lens (B,) -> (B, t, D).
     With caches, X holds only the new steps; `self_cache` grows by t, `cross_cache` is filled once.
@@ -111,11 +127,11 @@ class TransformerDecoderBlock(nn.Module):
                  bias: bool = True, norm_first: bool = False):
         super().__init__()
         self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, causal=True)
-        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
+        self.addnorm1 = Sublayer(num_hiddens, dropout, norm_first)
         self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
-        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
+        self.addnorm2 = Sublayer(num_hiddens, dropout, norm_first)
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens)
-        self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
+        self.addnorm3 = Sublayer(num_hiddens, dropout, norm_first)
 
     def forward(self, X: Tensor, memory: Tensor, src_valid_lens: Tensor | None = None,
                 self_cache: KVCache | None = None, cross_cache: KVCache | None = None) -> Tensor:
@@ -220,9 +236,22 @@ class Transformer(nn.Module):
     Shape:
         src (B, S), tgt_in (B, T) token ids; src_valid_lens (B,) real source lengths (the rest is padding)
         -> logits (B, T, V).
+
+    Examples:
+        >>> import torch
+        >>> model = Transformer(TransformerConfig(src_vocab_size=10, tgt_vocab_size=12, num_hiddens=16,
+        ...                                       num_heads=4, num_layers=2, ffn_num_hiddens=32))
+        >>> src, tgt_in = torch.randint(3, 10, (2, 5)), torch.randint(3, 12, (2, 4))
+        >>> model(src, tgt_in, torch.tensor([5, 3])).shape   # (B, T, V)
+        torch.Size([2, 4, 12])
+        >>> sorted(model.attention_kinds())                   # the maps `attnlab.explain` draws
+        ['cross', 'decoder_self', 'encoder_self']
     """
 
     MODEL_TYPE = "transformer"
+    # The attention maps this model produces, by kind -> the recorded modules of that kind in layer
+    # order (see `attention_kinds`); `attnlab.explain` groups recordings by this, not by name matching.
+    ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -254,6 +283,18 @@ class Transformer(nn.Module):
         prune_heads(self, heads)
         self.config.pruned_heads = pruned
 
+    @property
+    def max_target_positions(self) -> int | None:
+        """Decoder positions the model has: the learned table's rows, or None (sinusoids never run out)."""
+        return self.config.max_len if self.config.learned_positions else None
+
+    def attention_kinds(self) -> dict[str, list[nn.Module]]:
+        """kind -> attention modules of that kind, in layer order: encoder_self (Ls x Ls), decoder_self
+        (Lt x Lt, causal) and cross (Lt x Ls, decoder queries over the source)."""
+        return {"encoder_self": [b.attention for b in self.encoder.blocks],
+                "decoder_self": [b.self_attention for b in self.decoder.blocks],
+                "cross": [b.cross_attention for b in self.decoder.blocks]}
+
     def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None) -> Tensor:
         _check_tokens(src, tgt_in, src_valid_lens)
         memory = self.encoder(src, src_valid_lens)
@@ -278,11 +319,20 @@ class Transformer(nn.Module):
             logits[..., self.config.suppress_tokens] = float("-inf")
         return logits, state
 
-    def reorder_state(self, state: TransformerState, index: Tensor) -> TransformerState:
-        """Keep (and repeat) the batch rows named by index (B',) — beam search's reshuffle."""
+    def reorder_state(self, state: TransformerState, index: Tensor, same_sources: bool = False) -> TransformerState:
+        """Keep (and repeat) the batch rows named by index (B',) — beam search's reshuffle.
+
+        same_sources: every new row i comes from a row of the same source sentence as row i had
+        (beams reordered within their sentence), so the encoder memory, the source lengths and the
+        static cross-attention keys/values are already right and only the growing self-attention
+        caches are reordered (fairseq's "beamable" state).
+        """
         for self_cache, cross_cache in state.caches:
             self_cache.reorder(index)
-            cross_cache.reorder(index)
+            if not same_sources:
+                cross_cache.reorder(index)
+        if same_sources:
+            return state
         lens = None if state.src_valid_lens is None else state.src_valid_lens.index_select(0, index)
         return TransformerState(state.memory.index_select(0, index), lens, state.caches)
 

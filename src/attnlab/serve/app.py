@@ -27,10 +27,10 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
+from attnlab.data import ATTRIBUTION
 from attnlab.explain import MAX_CHARS, InputError, TextTooLong, explain
 
 MAX_BEAM = 8
-ATTRIBUTION = "English–French sentence pairs from the Tatoeba project via manythings.org/anki, CC-BY 2.0 (France)"
 STATIC_DIR = Path(str(resources.files("attnlab.serve") / "static"))
 
 

@@ -1,0 +1,24 @@
+"""The `Examples:` sections of the public docstrings run as doctests (they are documentation that
+must stay true)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["attnlab.attention.multihead", "attnlab.attention.masking", "attnlab.attention.recording",
+           "attnlab.models.transformer", "attnlab.translator", "attnlab.metrics"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name, one_thread):
+    import torch
+
+    torch.manual_seed(0)
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
+    assert result.failed == 0, f"{result.failed} docstring example(s) of {name} failed (run with -s to see them)"
+    if name in ("attnlab.models.transformer", "attnlab.translator"):
+        assert result.attempted > 0, f"{name} lost its Examples: section"
