@@ -349,9 +349,10 @@ def _model_max_len(cfg: dict) -> int | None:
 
 
 def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torch.device = "cpu",
-                    weights: str | os.PathLike | None = None) -> Translator:
+                    weights: str | os.PathLike | None = None, precision: str = "fp32") -> Translator:
     """Rebuild the model of a run folder and load its final weights (or `weights`: a checkpoint
-    folder or an averaged .safetensors file).
+    folder or an averaged .safetensors file), prepared to decode in `precision` ('auto', 'fp32',
+    'bf16', 'int8'; see attnlab.precision); `translator.precision` says what runs and why.
 
     Raises FileNotFoundError naming a missing file, ValueError when config, vocabularies and
     weights disagree.
@@ -385,4 +386,10 @@ def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torc
         if weights_path.is_dir():
             weights_path = weights_path / WEIGHTS_FILE
     load_weights(model, weights_path, what=f"{run_dir / CONFIG_FILE} and its vocabularies")
-    return Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=_model_max_len(cfg))
+    from attnlab.precision import prepare_for_inference, resolve_precision
+
+    choice = resolve_precision(precision, device)
+    model = prepare_for_inference(model.to(device), choice, device)
+    translator = Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=_model_max_len(cfg))
+    translator.precision = choice
+    return translator

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab import checkpoint as ckpt
+from attnlab import precision as prec
 
 # Test hook: SIGKILL this process right after finishing the given step (the kill-and-resume test).
 KILL_ENV = "ATTNLAB_TEST_KILL_AT_STEP"
@@ -68,7 +69,8 @@ class TrainConfig:
     keep_last: int = 5                   # newest checkpoints kept (for `attnlab average --last K`)
     keep_best: int = 1                   # checkpoints kept for the best validation BLEU
     patience: int | None = None          # stop after this many evaluations without a better BLEU
-    amp: bool = True                     # bf16 autocast on CUDA (ignored on CPU)
+    amp: bool = True                     # False forces fp32 whatever `precision` says (older configs)
+    precision: str = "auto"              # 'auto' (bf16 where native: AVX512-BF16/AMX CPUs, bf16 GPUs), 'fp32', 'bf16'
     log_every: int = 10                  # steps between 'train' events in log.jsonl
     device: str = "auto"                 # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...
 
@@ -85,6 +87,8 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be a positive number of steps or None, got {self.max_steps}")
+        if self.precision not in prec.TRAIN_PRECISIONS:
+            raise ValueError(f"precision must be one of {prec.TRAIN_PRECISIONS}, got {self.precision!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must lie in [0, 1), got {self.label_smoothing}")
 
@@ -224,6 +228,7 @@ class Trainer:
         self.progress = progress and self.is_main
         self.device = resolve_device(config.device)
         self.model = model.to(self.device)
+        self.precision = prec.resolve_precision(config.precision if config.amp else "fp32", self.device, training=True)
         self.ddp_model = self.model
         if self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -304,8 +309,7 @@ class Trainer:
 
     # -- one update -------------------------------------------------------------------------------
     def _autocast(self):
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16,
-                              enabled=self.cfg.amp and self.device.type == "cuda")
+        return prec.autocast(self.precision, self.device)
 
     def train_step(self, batches: list) -> tuple[float, int]:
         """One optimizer update over `batches` (gradient accumulation); returns (mean loss, tokens).
@@ -378,6 +382,9 @@ class Trainer:
         window_loss, window_tokens, tokens_this_run = 0.0, 0, 0
         last_window = None
         bar = self._progress_bar()
+        self._log({"event": "precision", "step": self.step, **self.precision.to_dict()})
+        if self.is_main and self.run_dir is not None:
+            prec.record_choice(self.run_dir, self.precision)  # config.json says what `auto` picked
         stop = self.finished()
         while stop is None:
             for chunk in _chunks(self._epoch_batches(self.epoch, self.batch_in_epoch), cfg.grad_accum):

@@ -70,5 +70,5 @@ def run(args) -> int:
     for src, out, score in book_bleu(translator, beam=args.beam):
         print(f"  {src} => {out}, bleu {score:.3f}")
     print(f"decoding: {tokens / seconds:.0f} tokens/s, {len(examples) / seconds:.1f} sentences/s "
-          f"({translator.device}, batch 128)")
+          f"({translator.device}, {translator.precision.picked}, batch 128)")
     return 0
