@@ -20,6 +20,7 @@ COMMANDS = [
     "attention",
     "average",
     "serve",
+    "export",
 ]
 
 
