@@ -11,7 +11,7 @@
 
 What the export sets so that CTranslate2 decodes exactly as attnlab does:
 - post-norm (`pre_norm=False`, no final norms) or pre-norm (`norm_first`: final norms from `final_norm`);
-- the position table, passed explicitly: attnlab's sinusoids interleave sin/cos (column 2j = sin,
+- the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's sinusoids interleave sin/cos (column 2j = sin,
   2j+1 = cos, the book's layout) where CTranslate2's built-in table puts all sines first; learned
   position tables are passed the same way;
 - embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab);
@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32")
+SINUSOID_ROWS = 1024  # positions exported for sinusoidal models (whatever their max_len)
 MARKER = "attnlab_export.json"  # written beside model.bin: what was exported, from where
 
 
@@ -94,7 +95,9 @@ def _inputs(spec, stack) -> None:
     emb.weight = stack.embedding.weight.detach().float().clone()
     spec.scale_embeddings = True
     pe = stack.pos_encoding
-    table = pe.embedding.weight if pe.learned else pe.encoding(pe.max_len)
+    # attnlab computes sinusoids past max_len on the fly, CTranslate2 stops at the table's end: export
+    # at least SINUSOID_ROWS of them, so long sources and outputs (attnlab caps them at 200) still fit.
+    table = pe.embedding.weight if pe.learned else pe.encoding(max(pe.max_len, SINUSOID_ROWS))
     spec.position_encodings.encodings = table.detach().float().clone()
 
 
