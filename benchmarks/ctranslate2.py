@@ -26,16 +26,16 @@ import torch
 # benchmarks/ off the path, then put benchmarks/ back (last) for the shared helpers.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-import ctranslate2  # noqa: E402
+import ctranslate2
 
 sys.path.append(_HERE)
-from common import table  # noqa: E402
-from precision import header  # noqa: E402  (benchmarks/precision.py: CPU features and load)
+from common import table
+from precision import header
 
-from attnlab import precision as prec  # noqa: E402
-from attnlab.checkpoint import load_translator  # noqa: E402
-from attnlab.export.ctranslate2 import export, source_tokens  # noqa: E402
-from attnlab.train import load_data  # noqa: E402
+from attnlab import precision as prec
+from attnlab.checkpoint import load_translator
+from attnlab.export.ctranslate2 import export, source_tokens
+from attnlab.train import load_data
 
 
 def main(argv=None) -> int:

@@ -21,12 +21,12 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table  # noqa: E402
+from common import table
 
-from attnlab import precision as prec  # noqa: E402
-from attnlab.checkpoint import load_translator, reference_text  # noqa: E402
-from attnlab.metrics import corpus_bleu  # noqa: E402
-from attnlab.train import load_data  # noqa: E402
+from attnlab import precision as prec
+from attnlab.checkpoint import load_translator, reference_text
+from attnlab.metrics import corpus_bleu
+from attnlab.train import load_data
 
 
 def header(argv) -> None:

@@ -11,12 +11,12 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from attnlab import checkpoint as ckpt  # noqa: E402
-from attnlab.cli import main  # noqa: E402
-from attnlab.data import Vocab  # noqa: E402
-from attnlab.export.ctranslate2 import source_tokens  # noqa: E402
-from attnlab.models import Transformer, TransformerConfig, build_model  # noqa: E402
-from attnlab.train import masked_cross_entropy  # noqa: E402
+from attnlab import checkpoint as ckpt
+from attnlab.cli import main
+from attnlab.data import Vocab
+from attnlab.export.ctranslate2 import source_tokens
+from attnlab.models import Transformer, TransformerConfig, build_model
+from attnlab.train import masked_cross_entropy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -7,12 +7,11 @@ import json
 import pytest
 import torch
 from torch import nn
+from train_helpers import needs_data, tiny_run
 
 from attnlab import precision as prec
 from attnlab.decode import greedy
 from attnlab.models import Transformer, TransformerConfig, build_model
-
-from train_helpers import needs_data, tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -28,7 +27,8 @@ def test_cpu_features_reads_proc_cpuinfo_flags():
     feats = prec.cpu_features()
     assert isinstance(feats, set) and feats
     try:
-        text = open("/proc/cpuinfo").read()
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
     except OSError:
         pytest.skip("no /proc/cpuinfo here")
     line = next((ln for ln in text.splitlines() if ln.startswith("flags")), None)

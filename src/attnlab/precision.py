@@ -63,7 +63,7 @@ def cpu_features() -> set[str]:
         pass
     try:
         return {torch.backends.cpu.get_cpu_capability().lower()}
-    except Exception:  # very old torch or an unknown platform: nothing known
+    except (AttributeError, RuntimeError):  # very old torch or an unknown platform: nothing known
         return set()
 
 
@@ -174,5 +174,16 @@ def record_choice(run_dir: str | Path, choice: PrecisionChoice) -> None:
             ckpt.write_json(path, {**cfg, "precision": choice.to_dict()})
 
 
-__all__ = ["TRAIN_PRECISIONS", "DECODE_PRECISIONS", "INT8_KEEP_FP32", "PrecisionChoice", "cpu_features",
-           "native_bf16", "resolve_precision", "autocast", "int8_layers", "prepare_for_inference", "record_choice"]
+__all__ = [
+    "DECODE_PRECISIONS",
+    "INT8_KEEP_FP32",
+    "TRAIN_PRECISIONS",
+    "PrecisionChoice",
+    "autocast",
+    "cpu_features",
+    "int8_layers",
+    "native_bf16",
+    "prepare_for_inference",
+    "record_choice",
+    "resolve_precision",
+]
