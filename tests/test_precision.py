@@ -165,3 +165,15 @@ def test_cli_precision_flags(tmp_path, capsys):
     assert main(["translate", "--checkpoint", str(bahdanau), "--precision", "int8", "go ."]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Transformer only" in err
+
+
+def test_train_flag_reaches_the_config():
+    from attnlab.cli import build_parser
+    from attnlab.commands.train import _overrides
+
+    args = build_parser().parse_args(["train", "--preset", "tiny", "--precision", "bf16"])
+    assert _overrides(args)["train"]["precision"] == "bf16"
+    for cmd in ("train", "translate", "evaluate", "serve"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([cmd, "--precision", "fp16"])
+    assert build_parser().parse_args(["serve", "--precision", "int8"]).precision == "int8"
