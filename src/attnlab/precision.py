@@ -31,10 +31,10 @@ DECODE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 # CPU flags (as /proc/cpuinfo names them) that mean bf16 matmuls run natively.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # Linear layers int8 leaves in fp32, by qualified-name suffix. The output projection (decoder.dense) turns
-# a D-wide state into V logits whose argmax *is* the translation; quantizing its weights moved the
-# greedy choice on near-ties and cost BLEU on the cpu-small model (BENCHMARKS.md, "int8: per layer"),
-# while the attention and FFN projections quantize at no measurable cost. It is also the layer tied
-# to the embeddings when share_embeddings is set, which must stay one fp32 matrix.
+# a D-wide state into V logits whose argmax *is* the translation, so its rounding moves greedy choices on
+# near-ties; on the cpu-small model quantizing it too changed more outputs, lost BLEU and decoded slower
+# than keeping it fp32 (benchmarks/precision.py, the "int8 (every Linear)" row; BENCHMARKS.md). It is
+# also the layer tied to the embeddings under share_embeddings, which must stay one fp32 matrix.
 INT8_KEEP_FP32 = ("decoder.dense",)
 
 
