@@ -15,6 +15,11 @@ each speed-up is the median over rounds of the paired time ratio.
     python benchmarks/train_throughput.py --compile        # + torch.compile(ours), in a capped child process
     python benchmarks/train_throughput.py --profile        # + where the time goes (torch.profiler)
     python benchmarks/train_throughput.py --device cuda --amp --batch-size 256   # GPU, bf16 autocast
+    python benchmarks/train_throughput.py --precision fp32,bf16 --quality 40   # + attnlab under bf16 autocast
+                                                    # (interleaved too), and a same-seed validation-loss check
+
+`--quality STEPS` trains the cpu-small recipe (a narrower model, D=64) from one seed for STEPS steps on the
+real corpus ($ATTNLAB_DATA) once per precision and compares the validation loss with fp32's.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from baselines.d2l_transformer import from_attnlab_config  # noqa: E402
 from common import table  # noqa: E402
 
+from attnlab import precision as prec  # noqa: E402
 from attnlab.attention.positional import sinusoidal_encoding  # noqa: E402
 from attnlab.models import Transformer, TransformerConfig  # noqa: E402
 
@@ -111,7 +117,7 @@ def build_models(args, names):
                  "book (d2l)": lambda: from_attnlab_config(config)}
     models = {}
     for name in names:
-        base = name.removesuffix(" + compile")
+        base = name.removesuffix(" + compile").removesuffix(" bf16")
         m = factories[base]().to(args.device).train()
         opt = torch.optim.Adam(m.parameters(), lr=1e-4)
         fwd = torch.compile(m) if name.endswith("+ compile") else m
@@ -150,7 +156,7 @@ def measure(args, names, log=print):
             fwd, _, opt = models[name]
             sync(device)
             t0 = time.perf_counter()
-            train_step(fwd, opt, batch, device, args.amp)
+            train_step(fwd, opt, batch, device, args.amp or name.endswith(" bf16"))
             sync(device)
             dt = time.perf_counter() - t0
             if r == 0:
@@ -189,6 +195,35 @@ def profile(args, name, steps=3):
             sync(device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     return p.key_averages().table(sort_by=key, row_limit=args.profile_rows)
+
+
+def quality(steps: int, precisions: list[str]) -> str:
+    """Same seed, same batches, `steps` updates per precision on the real corpus; validation loss of each."""
+    from attnlab.models import build_model
+    from attnlab.presets import get_preset
+    from attnlab.train import TrainConfig, Trainer, load_data, seed_everything
+
+    preset = get_preset("transformer", "cpu-small")
+    data = load_data({**preset["data"], "seed": 0})
+    model_cfg = {**preset["model"], "num_hiddens": 64, "ffn_num_hiddens": 128,
+                 "src_vocab_size": len(data.src_vocab), "tgt_vocab_size": len(data.tgt_vocab)}
+    losses, lines = {}, []
+    for p in precisions:
+        seed_everything(0)
+        model = build_model("transformer", model_cfg)
+        cfg = TrainConfig.from_dict({**preset["train"], "time_budget": None, "max_steps": steps, "precision": p,
+                                     "eval_limit": 1, "checkpoint_every": 0, "device": "cpu"})
+        trainer = Trainer(model, data, cfg, None, progress=False)
+        t0 = time.perf_counter()
+        trainer.fit()
+        seconds = time.perf_counter() - t0
+        losses[p] = trainer.evaluate()["valid_loss"]  # teacher-forced, under the same autocast as training
+        lines.append(f"  {p}: validation loss {losses[p]:.4f} after {steps} steps ({seconds:.0f} s, "
+                     f"{len(data.valid)} validation sentences)")
+    for p in precisions[1:]:
+        lines.append(f"  {p} vs fp32: {100 * (losses[p] / losses['fp32'] - 1):+.2f}% validation loss "
+                     f"(target: within 2%)")
+    return f"\n## quality: cpu-small recipe at D=64, seed 0, same batches\n" + "\n".join(lines)
 
 
 def compile_child(args) -> int:
@@ -240,6 +275,8 @@ def parse_args(argv=None):
     ap.add_argument("--compile-timeout", type=float, default=300.0, help="cap on the compile child, seconds")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler tables for attnlab and nn.Transformer")
     ap.add_argument("--profile-rows", type=int, default=15)
+    ap.add_argument("--precision", default="fp32", help="attnlab precisions to time, e.g. fp32,bf16 (bf16: autocast)")
+    ap.add_argument("--quality", type=int, metavar="STEPS", help="also compare validation loss after STEPS real steps")
     ap.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -261,10 +298,14 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)  # a benchmark knob; the library never sets it
     if args.compile_child:
         return compile_child(args)
-    names = ["attnlab", "nn.Transformer"] + ([] if args.no_book else ["book (d2l)"])
+    ours = ["attnlab"] + [f"attnlab {p}" for p in args.precision.split(",") if p and p != "fp32"]
+    names = ours + ["nn.Transformer"] + ([] if args.no_book else ["book (d2l)"])
     print(f"command: python benchmarks/train_throughput.py {shlex.join(argv)}".rstrip())
     print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    feats = sorted(f for f in prec.cpu_features() if f.startswith(("avx", "amx", "fma")))
+    auto = prec.resolve_precision("auto", args.device, training=True)
+    print(f"CPU features: {' '.join(feats)}; training precision auto -> {auto.picked} ({auto.reason})")
     print(f"\n## Transformer training step (forward + backward + Adam), B={args.batch_size}, "
           f"S,T in [{args.min_len}, {args.max_len}] padded, D={args.d}, H={args.heads}, layers={args.layers}, "
           f"FFN={args.ffn}, V={args.vocab}, dropout={args.dropout}, {'bf16 autocast' if args.amp else 'float32'}, "
@@ -272,9 +313,13 @@ def main(argv=None) -> int:
     times, tokens, _ = measure(args, names)
     print(report(times, tokens))
     print()
-    for name in names[1:]:
-        ratio = statistics.median(t / o for t, o in zip(times[name], times["attnlab"]))
-        print(f"ratio: attnlab / {name} = {ratio:.2f}x target tokens/s")
+    for mine in ours:
+        for name in names:
+            if name not in ours:
+                ratio = statistics.median(t / o for t, o in zip(times[name], times[mine]))
+                print(f"ratio: {mine} / {name} = {ratio:.2f}x target tokens/s")
+    if args.quality:
+        print(quality(args.quality, ["fp32"] + [p for p in args.precision.split(",") if p not in ("", "fp32")]))
     if args.compile:
         print(run_compile(args, [a for a in argv if a != "--compile"]))
     if args.profile:

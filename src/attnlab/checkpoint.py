@@ -356,16 +356,21 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
 
 # --------------------------------------------------------------------------- loading a translator
 def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torch.device = "cpu",
-                    weights: str | os.PathLike | None = None) -> "Translator":
+                    weights: str | os.PathLike | None = None, precision: str = "fp32") -> "Translator":
     """Rebuild the model of a run folder and load its final weights (or `weights`: a checkpoint
-    folder or an averaged .safetensors file).
+    folder or an averaged .safetensors file), prepared to decode in `precision` ('auto', 'fp32',
+    'bf16', 'int8'; see attnlab.precision); `translator.precision` says what runs and why.
 
     Raises FileNotFoundError naming a missing file, ValueError when config, vocabularies and
     weights disagree.
     """
     from attnlab.data import load_vocab
     from attnlab.models import build_model
+    from attnlab.runtime import resolve_device
     from attnlab.translator import Translator, model_max_len
+
+    if not isinstance(device, torch.device):
+        device = resolve_device(device)  # a bad --device is one clear line before any file is read
 
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
@@ -399,4 +404,10 @@ def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torc
     check_weights(skeleton, weights_path, what, config=model_cfg)
     model = build_model(cfg["model_type"], model_cfg)
     load_weights(model, weights_path, what)
-    return Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))
+    from attnlab.precision import prepare_for_inference, resolve_precision
+
+    choice = resolve_precision(precision, device)
+    model = prepare_for_inference(model.to(device), choice, device)
+    translator = Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))
+    translator.precision = choice
+    return translator

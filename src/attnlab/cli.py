@@ -24,6 +24,7 @@ COMMANDS = [
     "average",
     "serve",
     "import_",  # `attnlab import` (import is a Python keyword)
+    "export",
 ]
 
 

@@ -63,7 +63,7 @@ def resolve_device(name: str) -> torch.device:
     except (RuntimeError, ValueError) as exc:
         raise ValueError(f"unknown device {name!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N'") from exc
     if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {name!r} is not supported for training; use 'auto', 'cpu' or 'cuda[:N]'")
+        raise ValueError(f"device {name!r} is not supported; use 'auto', 'cpu' or 'cuda[:N]'")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {name!r} asked for, but CUDA is not available here; use --device cpu")

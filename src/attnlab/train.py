@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from attnlab import checkpoint as ckpt
+from attnlab import precision as prec
 from attnlab.config_types import check_field_types, check_range
 from attnlab.loss import masked_cross_entropy, sequence_loss
 from attnlab.optim import build_optimizer, learning_rate, param_groups
@@ -72,7 +73,8 @@ class TrainConfig:
     keep_last: int = 5                   # newest checkpoints kept (for `attnlab average --last K`)
     keep_best: int = 1                   # checkpoints kept for the best validation BLEU
     patience: int | None = None          # stop after this many evaluations without a better BLEU
-    amp: bool = True                     # bf16 autocast on CUDA (ignored on CPU)
+    amp: bool = True                     # False forces fp32 whatever `precision` says (older configs)
+    precision: str = "auto"              # 'auto' (bf16 where native: AVX512-BF16/AMX CPUs, bf16 GPUs), 'fp32', 'bf16'
     log_every: int = 10                  # steps between 'train' events in log.jsonl
     device: str = "auto"                 # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...
 
@@ -101,6 +103,8 @@ class TrainConfig:
         for i, beta in enumerate(self.betas):
             check_range("TrainConfig", f"betas[{i}]", beta, 0.0, 1.0, hi_open=True)
         resolve_device(self.device)  # a device this machine has, before anything is written
+        if self.precision not in prec.TRAIN_PRECISIONS:
+            raise ValueError(f"TrainConfig.precision must be one of {prec.TRAIN_PRECISIONS}, got {self.precision!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -157,6 +161,7 @@ class Trainer:
         self.progress = progress and self.is_main
         self.device = resolve_device(config.device)
         self.model = model.to(self.device)
+        self.precision = prec.resolve_precision(config.precision if config.amp else "fp32", self.device, training=True)
         self.ddp_model = self.model
         if self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -229,8 +234,7 @@ class Trainer:
 
     # -- one update -------------------------------------------------------------------------------
     def _autocast(self):
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16,
-                              enabled=self.cfg.amp and self.device.type == "cuda")
+        return prec.autocast(self.precision, self.device)
 
     def train_step(self, batches: list) -> tuple[float, int]:
         """One optimizer update over `batches` (gradient accumulation); returns (mean loss, tokens).
@@ -298,6 +302,9 @@ class Trainer:
         losses: list[float] = []
         window, tokens_this_run = LossWindow(), 0
         bar = self._progress() if self.progress else None
+        self._log({"event": "precision", "step": self.step, **self.precision.to_dict()})
+        if self.is_main and self.run_dir is not None:
+            prec.record_choice(self.run_dir, self.precision)  # config.json says what `auto` picked
         reason = self.finished()
         with stop.catching_signals():
             while reason is None:

@@ -260,13 +260,6 @@ SERVER_ROWS = [
 # Rows that already pass on main are left unmarked even in other branches' commands, so a regression
 # there shows at once; only rows failing on this branch carry the xfail of the branch fixing them.
 FAILING_ELSEWHERE: dict[str, str] = {
-    "tl-beam-huge": INFER,
-    "tl-device-bogus": INFER,
-    "tl-weights-not-safetensors": INFER,
-    "at-device-bogus": INFER,
-    "ev-limit-neg": INFER,
-    "ev-limit-0": INFER,
-    "ev-beam-0": INFER,
 }
 
 

@@ -110,8 +110,9 @@ class MultiHeadAttention(Recordable, nn.Module):
         """Q, K, V as (B, H, L, Dh); K, V come from (and go to) the cache when there is one."""
         if cache is not None and cache.static and cache.k is not None:
             return self._split(self.W_q(queries)), cache.k, cache.v  # cross-attention: projected once
-        if queries is keys and keys is values:
-            # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones.
+        if queries is keys and keys is values and all(type(m) is nn.Linear for m in (self.W_q, self.W_k, self.W_v)):
+            # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (plain
+            # float Linears only: a quantized or otherwise swapped projection runs as itself).
             W = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
             b = None if self.W_q.bias is None else torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias])
             q, k, v = F.linear(queries, W, b).chunk(3, dim=-1)

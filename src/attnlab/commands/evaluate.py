@@ -70,6 +70,7 @@ def run(args) -> int:
         print("the book's sentences, BLEU k=2:")
         for src, out, score in book_bleu(translator, beam=args.beam):
             print(f"  {src} => {out}, bleu {score:.3f}")
+    picked = getattr(getattr(translator, "precision", None), "picked", "fp32")  # what --precision ran
     print(f"decoding: {tokens / seconds:.0f} tokens/s, {len(sources) / seconds:.1f} sentences/s "
-          f"({translator.device}, batch 128)")
+          f"({translator.device}, {picked}, batch 128)")
     return 0

@@ -24,11 +24,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-pending", type=int, default=128,
                    help="requests allowed to wait or run at once; more get HTTP 503 (default: 128)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, ...")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "int8"], default="auto",
+                   help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
 
-def load_checkpoint(checkpoint: str | None, device: str = "cpu"):
+def load_checkpoint(checkpoint: str | None, device: str = "cpu", precision: str = "fp32"):
     """load_translator, with every failure turned into one ValueError/FileNotFoundError line."""
     from attnlab.checkpoint import load_translator
 
@@ -39,7 +41,7 @@ def load_checkpoint(checkpoint: str | None, device: str = "cpu"):
             f"{what} at {run_dir}; make one with `make demo` (or `attnlab demo`), or train one with "
             f"`attnlab train --model transformer --preset cpu-small --out DIR` and pass --checkpoint DIR")
     try:
-        return load_translator(run_dir, device=device)
+        return load_translator(run_dir, device=device, precision=precision)
     except (ValueError, FileNotFoundError) as exc:
         raise ValueError(f"cannot serve {run_dir}: {exc}") from exc
     except Exception as exc:  # corrupt weights (safetensors), unreadable files, ...: a reason, not a traceback
@@ -57,7 +59,7 @@ def run(args) -> int:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     if args.max_pending < 1:
         raise ValueError(f"--max-pending must be at least 1, got {args.max_pending}")
-    translator = load_checkpoint(args.checkpoint, args.device)
+    translator = load_checkpoint(args.checkpoint, args.device, args.precision)
     app = create_app(translator, workers=args.workers, max_pending=args.max_pending)
     where = "this machine only" if args.host in ("127.0.0.1", "localhost", "::1") else "reachable from the network"
     print(f"attnlab explorer: http://{args.host}:{args.port}/ ({where}; {args.checkpoint or DEFAULT_RUN}, "

@@ -21,13 +21,13 @@ _FLAGS = {
     "keep_best": ("train", "keep_best"), "keep_last": ("train", "keep_last"), "patience": ("train", "patience"),
     "device": ("train", "device"), "log_every": ("train", "log_every"),
     "data": ("data", "path"), "num_examples": ("data", "num_examples"), "max_len": ("data", "max_len"),
-    "tokenizer": ("data", "tokenizer"),
+    "tokenizer": ("data", "tokenizer"), "precision": ("train", "precision"),
     "src_lang": ("data", "src_lang"), "tgt_lang": ("data", "tgt_lang"), "valid": ("data", "valid"),
     "test": ("data", "test"),
 }
 # Fields a resumed run may change (its limits); the rest must stay as the run was started.
 _RESUMABLE = {"epochs", "max_steps", "time_budget", "eval_every", "checkpoint_every", "keep_best",
-              "keep_last", "patience", "device", "log_every"}
+              "keep_last", "patience", "device", "log_every", "precision"}
 
 
 def add_parser(subparsers) -> None:
@@ -57,6 +57,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--patience", type=int, metavar="EVALS", help="early stopping on validation BLEU")
     p.add_argument("--log-every", type=int, metavar="STEPS")
     p.add_argument("--device", help="auto (default), cpu, cuda, cuda:1 ...")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], help="auto (default): bf16 where native, else fp32")
     p.add_argument("--num-examples", type=int, help="use the first N pairs of the corpus")
     p.add_argument("--max-len", type=int, help="drop pairs longer than this many words")
     p.add_argument("--tokenizer", choices=["auto", "word", "bpe", "unigram"])

@@ -30,6 +30,13 @@ def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
     p.add_argument("--weights", metavar="FILE",
                    help="other weights for that run: a checkpoint folder or an averaged .safetensors")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
+    add_precision_arg(p)
+
+
+def add_precision_arg(p) -> None:
+    """--precision, shared by translate, evaluate, attention and serve (see attnlab.precision)."""
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "int8"], default="auto",
+                   help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer")
 
 
 def open_translator(args):
@@ -41,7 +48,8 @@ def open_translator(args):
         raise FileNotFoundError(
             f"no trained model at {run_dir}; make one with `attnlab demo` (writes {DEFAULT_RUN}) or "
             f"`attnlab train --model transformer --preset d2l --out {run_dir}`")
-    return load_translator(run_dir, device=args.device, weights=args.weights)
+    return load_translator(run_dir, device=args.device, weights=args.weights,
+                           precision=getattr(args, "precision", "fp32"))
 
 
 def add_parser(subparsers) -> None:

@@ -1,4 +1,30 @@
-"""Model formats in and out of attnlab: Hugging Face Marian (`hf`), CTranslate2 (`ctranslate2`).
+"""Model formats out of attnlab (and, in `hf`, into it), through a registry of named formats.
 
-Each format lives in its own module and imports its third-party library only when called, so
-`import attnlab` stays light."""
+    export_run("runs/demo/transformer", "ctranslate2", "ct2-model", quantization="int8")
+
+Each format is a module under `attnlab.export` with `export(run_dir, out_dir, **options) -> Path`, and a line
+in `FORMATS` (imported lazily, so an engine that is not installed only matters when its format is asked for).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+# format name -> (module under attnlab.export, one-line description for --help)
+FORMATS: dict[str, tuple[str, str]] = {
+    "ctranslate2": ("ctranslate2", "a CTranslate2 model folder (model.bin + vocabularies), for its C++ decoder"),
+    "hf": ("hf", "a Hugging Face MarianMTModel folder (config, weights, tokenizer) for transformers"),
+}
+
+
+def export_run(run_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, **options) -> Path:
+    """Export the run folder `run_dir` in format `fmt` to `out_dir`; returns the written folder."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(sorted(FORMATS))}")
+    module = importlib.import_module(f"attnlab.export.{FORMATS[fmt][0]}")
+    return module.export(run_dir, out_dir, **options)
+
+
+__all__ = ["FORMATS", "export_run"]

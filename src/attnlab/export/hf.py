@@ -296,7 +296,19 @@ def _hidden_permutation(D: int) -> Tensor:
     return torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])
 
 
-def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=None, force: bool = False) -> Path:
+    """`attnlab export --format hf`: the registry's entry point (see `attnlab.export.FORMATS`).
+    A non-empty `out_dir` is only replaced with `force` (and only when it holds a config.json)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; pass a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ValueError(f"{out} already exists and is not empty; pass --force to replace an earlier export "
+                         f"or choose a new --out folder")
+    return export_hf(run_dir, out_dir, weights=weights)
+
+
+def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=None) -> Path:
     """Write an attnlab Transformer run as a MarianMTModel folder (config, weights, tokenizer)."""
     from attnlab.checkpoint import load_translator
 
@@ -308,7 +320,7 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
         raise ValueError(f"{out_dir} exists, is not empty and holds no config.json; pass a new --out folder")
-    tr = load_translator(run_dir)
+    tr = load_translator(run_dir, weights=weights)
     model, cfg = tr.model, tr.model.config
     if getattr(model, "MODEL_TYPE", None) != "transformer":
         raise ValueError(f"only Transformer runs can be exported to Marian, {run_dir} holds a {model.MODEL_TYPE}")

@@ -1,0 +1,103 @@
+"""Decoding speed and BLEU per precision (fp32 / bf16 / int8 variants) on a run's test split.
+
+Every precision decodes the same sentences (the run's test split, rebuilt from its config.json), greedy,
+batches of 128 sorted by length, as `attnlab evaluate` does. Rounds are interleaved (one pass of every
+variant per round, rotating who goes first) so machine load hits them alike; sentences/s is the median
+over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpus BLEU (sacreBLEU) of
+each variant is printed beside it. Model loading and conversion are not timed.
+
+    flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import table
+
+from attnlab import precision as prec
+from attnlab.checkpoint import load_translator, reference_text
+from attnlab.metrics import corpus_bleu
+from attnlab.train import load_data
+
+
+def header(argv) -> None:
+    feats = prec.cpu_features()
+    shown = sorted(f for f in feats if f.startswith(("avx", "amx", "fma", "sse4_2", "f16c")))
+    ok, why = prec.native_bf16("cpu")
+    print(f"command: python benchmarks/{os.path.basename(sys.argv[0])} {shlex.join(argv)}".rstrip())
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, uptime load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(f"CPU features: {' '.join(shown)}")
+    print(f"native bf16: {ok} ({why}); `auto` picks {prec.resolve_precision('auto', 'cpu').picked}")
+
+
+def variants(translator, names):
+    """name -> a Translator sharing vocabularies, with the model prepared for that precision."""
+    import copy
+
+    out = {}
+    for name in names:
+        t = copy.copy(translator)
+        if name == "int8 (every Linear)":
+            t.model = prec.prepare_for_inference(translator.model, "int8", keep_fp32=())
+        else:
+            t.model = prec.prepare_for_inference(translator.model, name)
+        out[name] = t
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoint", required=True, help="run folder")
+    ap.add_argument("--split", default="test", choices=["valid", "test"])
+    ap.add_argument("--limit", type=int, help="first N sentences of the split")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (every Linear)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    header(argv)
+    base = load_translator(args.checkpoint, precision="fp32")
+    data = load_data(base.config["data"])
+    examples = getattr(data, args.split)[: args.limit]
+    src = [ex.src_ids for ex in examples]
+    refs = [reference_text(ex.tgt_text, base.tgt_vocab) for ex in examples]
+    names = args.precisions.split(",")
+    models = variants(base, names)
+    print(f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, greedy, batch 128, "
+          f"{args.rounds} interleaved rounds\n")
+    times = {n: [] for n in names}
+    hyps = {}
+    for n in names:  # warm-up pass (also gives the outputs: decoding is deterministic)
+        hyps[n] = models[n].translate_ids(src)
+    for r in range(args.rounds):
+        for n in names[r % len(names):] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            models[n].translate_ids(src)
+            times[n].append(time.perf_counter() - t0)
+    rows = []
+    base_bleu = corpus_bleu(hyps["fp32"], refs)
+    for n in names:
+        sps = statistics.median(len(src) / t for t in times[n])
+        ratio = statistics.median(b / t for b, t in zip(times["fp32"], times[n]))
+        bleu = corpus_bleu(hyps[n], refs)
+        same = sum(a == b for a, b in zip(hyps[n], hyps["fp32"]))
+        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{bleu:.2f}", f"{bleu - base_bleu:+.2f}",
+                     f"{same}/{len(src)}"])
+    print(table(["precision", "sentences/s", "vs fp32 greedy", "BLEU", "BLEU - fp32", "same output as fp32"], rows))
+    print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

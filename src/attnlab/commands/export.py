@@ -1,0 +1,41 @@
+"""`attnlab export`: write a trained run in another engine's format.
+
+    attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2-model
+    attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2-int8 --quantization int8
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from attnlab.checkpoint import DEFAULT_RUN
+
+
+def add_parser(subparsers) -> None:
+    from attnlab.export import FORMATS
+
+    formats = "; ".join(f"{name}: {desc}" for name, (_, desc) in sorted(FORMATS.items()))
+    p = subparsers.add_parser("export", help="export a trained model to another engine (CTranslate2)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", metavar="DIR", default=str(DEFAULT_RUN),
+                   help=f"run folder written by `attnlab train` or `attnlab demo` (default: {DEFAULT_RUN})")
+    p.add_argument("--weights", metavar="FILE", help="other weights for that run (checkpoint folder or .safetensors)")
+    p.add_argument("--format", required=True, choices=sorted(FORMATS), help=formats)
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must be new, or an earlier export)")
+    p.add_argument("--quantization", default="float32", choices=["float32", "int8", "int8_float32"],
+                   help="ctranslate2 weight type (default float32)")
+    p.add_argument("--force", action="store_true", help="replace an earlier export in --out")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from attnlab.export import export_run
+
+    options = {"weights": args.weights, "force": args.force}
+    if args.format == "ctranslate2":
+        options["quantization"] = args.quantization
+    elif args.quantization != "float32":
+        raise ValueError(f"--quantization applies to --format ctranslate2 only, got --format {args.format}")
+    out = export_run(args.checkpoint, args.format, args.out, **options)
+    print(f"exported {args.checkpoint} as {args.format} to {out}")
+    return 0

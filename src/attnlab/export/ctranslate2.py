@@ -1,0 +1,207 @@
+"""Export an attnlab Transformer to CTranslate2 (its Python `specs` API), for its C++ decoder.
+
+    attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2 --quantization int8
+
+    import ctranslate2
+    from attnlab.export.ctranslate2 import source_tokens
+    tr = ctranslate2.Translator("ct2", compute_type="int8")
+    src_vocab = ...  # attnlab.data.load_vocab("runs/demo/transformer/src_vocab.json")
+    out = tr.translate_batch([source_tokens(src_vocab, "he's calm .")], beam_size=1)
+    print(" ".join(out[0].hypotheses[0]))
+
+What the export sets so that CTranslate2 decodes exactly as attnlab does:
+- post-norm (`pre_norm=False`, no final norms) or pre-norm (`norm_first`: final norms from `final_norm`);
+- the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's sinusoids interleave sin/cos (column 2j = sin,
+  2j+1 = cos, the book's layout) where CTranslate2's built-in table puts all sines first; learned
+  position tables are passed the same way;
+- embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab);
+- separate or shared embeddings (shared ones are written to each place they are used);
+- vocabularies in attnlab's index order; `<unk>`, `<bos>` and `<eos>` as attnlab names them; the
+  source end token appended by CTranslate2 (`add_source_eos`), as attnlab's Translator appends it; the
+  decoder starts from `<bos>`;
+- the layer-norm epsilon of the model's LayerNorm modules.
+
+Not exportable (one-line ValueError): the Bahdanau RNN model, and local (windowed) encoder attention,
+which CTranslate2's encoder does not have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32")
+SINUSOID_ROWS = 1024  # positions exported for sinusoidal models (whatever their max_len)
+MARKER = "attnlab_export.json"  # written beside model.bin: what was exported, from where
+
+
+def _require_ctranslate2():
+    try:
+        import ctranslate2  # noqa: F401
+        from ctranslate2.specs import transformer_spec
+    except ImportError as exc:
+        raise ValueError("the ctranslate2 format needs the ctranslate2 package; install it with "
+                         "`pip install ctranslate2` (it is in attnlab's [dev] extra)") from exc
+    return transformer_spec
+
+
+def _tokens(vocab) -> list[str]:
+    return list(vocab.to_tokens(list(range(len(vocab)))))
+
+
+def _linear(spec, layer: nn.Linear) -> None:
+    spec.weight = layer.weight.detach().float().clone()
+    if layer.bias is not None:
+        spec.bias = layer.bias.detach().float().clone()
+
+
+def _fused(spec, layers: list[nn.Linear]) -> None:
+    """CTranslate2 fuses projections (Q|K|V for self-attention, K|V for cross-attention) into one matrix."""
+    spec.weight = torch.cat([lin.weight.detach().float() for lin in layers])
+    if layers[0].bias is not None:
+        spec.bias = torch.cat([lin.bias.detach().float() for lin in layers])
+
+
+def _norm(spec, ln: nn.LayerNorm) -> None:
+    spec.gamma = ln.weight.detach().float().clone()
+    spec.beta = ln.bias.detach().float().clone()
+
+
+def _attention(spec, mha, ln: nn.LayerNorm, self_attention: bool) -> None:
+    if self_attention:
+        _fused(spec.linear[0], [mha.W_q, mha.W_k, mha.W_v])
+    else:
+        _linear(spec.linear[0], mha.W_q)
+        _fused(spec.linear[1], [mha.W_k, mha.W_v])
+    _linear(spec.linear[-1], mha.W_o)
+    _norm(spec.layer_norm, ln)
+
+
+def _ffn(spec, ffn, ln: nn.LayerNorm) -> None:
+    _linear(spec.linear_0, ffn.dense1)
+    _linear(spec.linear_1, ffn.dense2)
+    _norm(spec.layer_norm, ln)
+
+
+def _inputs(spec, stack) -> None:
+    """Embeddings (scaled by sqrt(D) in CTranslate2 too) and the explicit position table (max_len, D)."""
+    emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: a list
+    emb.weight = stack.embedding.weight.detach().float().clone()
+    spec.scale_embeddings = True
+    pe = stack.pos_encoding
+    # attnlab computes sinusoids past max_len on the fly, CTranslate2 stops at the table's end: export
+    # at least SINUSOID_ROWS of them, so long sources and outputs (attnlab caps them at 200) still fit.
+    table = pe.embedding.weight if pe.learned else pe.encoding(max(pe.max_len, SINUSOID_ROWS))
+    spec.position_encodings.encodings = table.detach().float().clone()
+
+
+def check_exportable(model: nn.Module) -> None:
+    """ValueError (one line) when `model` cannot be expressed as a CTranslate2 TransformerSpec."""
+    model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
+    if model_type != "transformer":
+        raise ValueError(f"CTranslate2 export supports the Transformer only, got a {model_type} model "
+                         f"(CTranslate2 has no Bahdanau RNN decoder); decode it with attnlab instead")
+    if model.config.window is not None:
+        raise ValueError(f"this Transformer uses local attention (window={model.config.window}), which "
+                         f"CTranslate2's encoder lacks; export a model trained without --set model.window")
+
+
+def build_spec(model: nn.Module, src_vocab, tgt_vocab):
+    """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights and vocabularies (fp32)."""
+    transformer_spec = _require_ctranslate2()
+    check_exportable(model)
+    c = model.config
+    spec = transformer_spec.TransformerSpec.from_config((c.num_layers, c.num_layers), c.num_heads,
+                                                        pre_norm=c.norm_first)
+    enc, dec = model.encoder, model.decoder
+    _inputs(spec.encoder, enc)
+    for layer, block in zip(spec.encoder.layer, enc.blocks):
+        _attention(layer.self_attention, block.attention, block.addnorm1.ln, self_attention=True)
+        _ffn(layer.ffn, block.ffn, block.addnorm2.ln)
+    _inputs(spec.decoder, dec)
+    for layer, block in zip(spec.decoder.layer, dec.blocks):
+        _attention(layer.self_attention, block.self_attention, block.addnorm1.ln, self_attention=True)
+        _attention(layer.attention, block.cross_attention, block.addnorm2.ln, self_attention=False)
+        _ffn(layer.ffn, block.ffn, block.addnorm3.ln)
+    if c.norm_first:  # pre-norm stacks end with a LayerNorm; post-norm ones have none (pre_norm=False)
+        _norm(spec.encoder.layer_norm, enc.final_norm)
+        _norm(spec.decoder.layer_norm, dec.final_norm)
+    _linear(spec.decoder.projection, dec.dense)
+
+    eps = {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}
+    if len(eps) != 1:
+        raise ValueError(f"CTranslate2 takes one layer-norm epsilon, this model has {sorted(eps)}")
+    cfg = spec.config
+    cfg.layer_norm_epsilon = eps.pop()
+    src_tokens, tgt_tokens = _tokens(src_vocab), _tokens(tgt_vocab)
+    cfg.unk_token = tgt_tokens[tgt_vocab.unk]
+    cfg.bos_token = tgt_tokens[tgt_vocab.bos]
+    cfg.eos_token = tgt_tokens[tgt_vocab.eos]
+    cfg.decoder_start_token = tgt_tokens[tgt_vocab.bos]
+    if src_tokens[src_vocab.eos] != cfg.eos_token or src_tokens[src_vocab.unk] != cfg.unk_token:
+        raise ValueError("CTranslate2 names one <eos>/<unk> token for both sides, but the source and target "
+                         "vocabularies spell them differently")
+    cfg.add_source_eos = True   # attnlab's Translator ends every source with <eos>
+    cfg.add_source_bos = False
+    spec.register_source_vocabulary(src_tokens)
+    spec.register_target_vocabulary(tgt_tokens)
+    return spec
+
+
+def source_tokens(src_vocab, sentence: str) -> list[str]:
+    """`sentence` as the token strings CTranslate2 takes: attnlab's tokenization, unknown words as <unk>,
+    without the <eos> (the exported model appends it)."""
+    return list(src_vocab.to_tokens(src_vocab.encode(sentence)))
+
+
+def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, quantization: str = "float32",
+           weights: str | os.PathLike | None = None, force: bool = False) -> Path:
+    """Write a CTranslate2 model folder for the run folder `run_dir` to `out_dir` (atomically: built in a
+    temp folder beside it, then renamed). `force` replaces an earlier export, never any other folder."""
+    from attnlab.checkpoint import load_translator
+
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"unknown CTranslate2 quantization {quantization!r}; expected one of "
+                         f"{', '.join(QUANTIZATIONS)}")
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not (out / MARKER).is_file():
+            raise ValueError(f"{out} exists and is not an attnlab CTranslate2 export; choose another --out")
+        if not force:
+            raise ValueError(f"{out} already holds an export; pass --force to replace it")
+    _require_ctranslate2()
+    translator = load_translator(run_dir, weights=weights)
+    spec = build_spec(translator.model, translator.src_vocab, translator.tgt_vocab)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        spec.save(str(tmp))
+        note = {"format": "ctranslate2", "source_run": str(Path(run_dir).resolve()),
+                "weights": None if weights is None else str(weights), "quantization": quantization,
+                "model": translator.config.get("model", {}),
+                "input": "source tokens as attnlab tokenizes them (attnlab.export.ctranslate2.source_tokens); "
+                         "<eos> is appended by the model"}
+        (tmp / MARKER).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+__all__ = ["QUANTIZATIONS", "build_spec", "check_exportable", "export", "source_tokens"]

@@ -1,0 +1,45 @@
+"""benchmarks/precision.py and benchmarks/ctranslate2.py run end to end on a tiny run and print their tables."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from train_helpers import SUBPROCESS_ENV, needs_data, tiny_run
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [needs_data, pytest.mark.usefixtures("one_thread")]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, one_thread):
+    run = tmp_path_factory.mktemp("bench") / "run"
+    tiny_run(run)
+    return run
+
+
+def _bench(script, run_dir, *extra):
+    env = {**SUBPROCESS_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, f"benchmarks/{script}", "--checkpoint", str(run_dir), "--limit", "8",
+                          "--rounds", "1", "--threads", "1", *extra], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env=env, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_precision_benchmark_prints_speed_and_bleu(run_dir):
+    out = _bench("precision.py", run_dir)
+    assert "CPU features:" in out and "native bf16:" in out
+    for name in ("| fp32 ", "| bf16 ", "| int8 ", "| int8 (every Linear) "):
+        assert name in out
+    assert "8/8" in out  # fp32 agrees with itself: the agreement column is computed, not assumed
+
+
+def test_ctranslate2_benchmark_compares_engines(run_dir):
+    pytest.importorskip("ctranslate2")
+    out = _bench("ctranslate2.py", run_dir)
+    assert "| CTranslate2 float32 |" in out and "| attnlab fp32 " in out
+    ct2_row = next(line for line in out.splitlines() if line.startswith("| CTranslate2 float32"))
+    assert ct2_row.rstrip(" |").endswith("8/8")  # the export decodes like attnlab fp32
+    assert "best attnlab" in out
