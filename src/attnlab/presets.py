@@ -42,6 +42,19 @@ PRESETS: dict[str, dict[str, dict]] = {
             "data": {"loader": "translation", "max_len": 6, "min_freq": 5, "valid_fraction": 0.01,
                      "test_fraction": 0.01},
         },
+        "laptop": {
+            # Candidate, to be chosen on the validation split (BENCHMARKS.md, "laptop preset"): the whole
+            # corpus up to 12 words, one joint BPE vocabulary with shared and tied embeddings (a small,
+            # cheap softmax and no <unk>), a model sized for 600 s on 2 CPU cores.
+            "model": {"num_hiddens": 256, "num_layers": 3, "num_heads": 4, "ffn_num_hiddens": 512,
+                      "dropout": 0.1, "share_embeddings": True},
+            "train": {"epochs": 100, "time_budget": 600, "batch_tokens": 2048, "lr": 2e-3,
+                      "schedule": "inverse_sqrt", "warmup_steps": 200, "label_smoothing": 0.1,
+                      "grad_clip": 1.0, "eval_limit": 500, "checkpoint_every": 200, "keep_last": 5,
+                      "log_every": 20},
+            "data": {"loader": "translation", "max_len": 12, "min_freq": 2, "tokenizer": "bpe",
+                     "bpe_vocab_size": 4000, "valid_fraction": 0.01, "test_fraction": 0.01},
+        },
         "tiny": {
             "model": {"num_hiddens": 32, "num_layers": 1, "num_heads": 2, "ffn_num_hiddens": 64, "dropout": 0.0,
                       "max_len": 16},  # a small position limit, so tests can exceed it cheaply

@@ -1,0 +1,294 @@
+"""Time to quality: validation BLEU against training wall-clock seconds, for attnlab's `laptop`
+recipe and a plain `torch.nn.Transformer` recipe, on the same data, machine and run.
+
+Both recipes train one after the other in this process for `--budget` seconds of *training* time
+(the clock stops while we score, so evaluation never eats the budget). At each point of `--points`
+the model translates a fixed set of held-out validation sources (3–10 words, `--valid-limit` of them)
+greedily, and each hypothesis is scored against **all** references of its source (multi-reference
+sacreBLEU), the way the test figure is computed.
+
+The plain recipe is what a user who follows PyTorch's "Language Translation with nn.Transformer"
+tutorial writes: `nn.Transformer` with d_model 512, 8 heads, FFN 512, 3 + 3 layers, dropout 0.1,
+batches of 128 sentences, Adam at a constant 1e-4 (betas 0.9/0.98, eps 1e-9), cross-entropy that
+ignores padding, recomputing greedy decoding; the same word vocabulary and training pairs as ours.
+
+    python benchmarks/time_to_quality.py                       # the run in BENCHMARKS.md (2 x 600 s)
+    python benchmarks/time_to_quality.py --budget 20 --points 10,20 --num-examples 3000 --valid-limit 50  # smoke
+    python benchmarks/time_to_quality.py --recipes laptop --set model.num_layers=3   # one recipe, a variant
+
+Prints a table per recipe, writes the curve as JSON (`--json`) and a figure (`--figure`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import table  # noqa: E402
+
+from attnlab.data import iterate_batches  # noqa: E402
+from attnlab.metrics import multi_reference, corpus_bleu_multi  # noqa: E402
+from attnlab.models import build_model  # noqa: E402
+from attnlab.presets import get_preset  # noqa: E402
+from attnlab.runtime import cpu_summary  # noqa: E402
+
+
+# --------------------------------------------------------------------------- the plain recipe
+class TutorialTransformer(nn.Module):
+    """PyTorch's tutorial translator: embeddings * sqrt(D) + sinusoids, nn.Transformer, linear out.
+
+    Shape: src (B, S), tgt_in (B, T), src_valid_lens (B,) -> logits (B, T, V).
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, d: int = 512, heads: int = 8, layers: int = 3,
+                 ffn: int = 512, dropout: float = 0.1, max_len: int = 256):
+        super().__init__()
+        from attnlab.attention.positional import sinusoidal_encoding
+
+        self.d = d
+        self.src_emb, self.tgt_emb = nn.Embedding(src_vocab, d), nn.Embedding(tgt_vocab, d)
+        self.register_buffer("P", sinusoidal_encoding(torch.arange(max_len), d), persistent=False)
+        self.drop = nn.Dropout(dropout)
+        self.core = nn.Transformer(d, heads, layers, layers, ffn, dropout, batch_first=True)
+        self.out = nn.Linear(d, tgt_vocab)
+
+    def forward(self, src, tgt_in, src_valid_lens):
+        S, T = src.shape[1], tgt_in.shape[1]
+        pad = torch.arange(S)[None, :] >= src_valid_lens[:, None]  # True = ignore (torch's sense)
+        causal = nn.Transformer.generate_square_subsequent_mask(T)
+        x = self.drop(self.src_emb(src) * math.sqrt(self.d) + self.P[:S])
+        y = self.drop(self.tgt_emb(tgt_in) * math.sqrt(self.d) + self.P[:T])
+        return self.out(self.core(x, y, tgt_mask=causal, src_key_padding_mask=pad, memory_key_padding_mask=pad))
+
+    @torch.no_grad()
+    def greedy(self, src, src_valid_lens, bos: int, eos: int, max_len: int) -> list[list[int]]:
+        """The tutorial's greedy decoding: the whole prefix is recomputed at every step."""
+        self.eval()
+        B = src.shape[0]
+        prefix = torch.full((B, 1), bos, dtype=torch.long)
+        done = torch.zeros(B, dtype=torch.bool)
+        for _ in range(max_len):
+            nxt = self(src, prefix, src_valid_lens)[:, -1].argmax(-1)
+            prefix = torch.cat([prefix, nxt[:, None]], 1)
+            done |= nxt == eos
+            if bool(done.all()):
+                break
+        out = []
+        for row in prefix[:, 1:].tolist():
+            out.append(row[: row.index(eos)] if eos in row else row)
+        return out
+
+
+# --------------------------------------------------------------------------- recipes
+def laptop_recipe(data, overrides):
+    """attnlab's `laptop` preset: the model and the Trainer's own update (param groups, schedule)."""
+    from attnlab.train import TrainConfig, Trainer
+
+    preset = get_preset("transformer", "laptop")
+    for section, key, value in overrides:
+        preset[section][key] = value
+    cfg = {**preset["model"], "src_vocab_size": len(data.src_vocab), "tgt_vocab_size": len(data.tgt_vocab)}
+    torch.manual_seed(0)
+    model = build_model("transformer", cfg)
+    train_cfg = TrainConfig.from_dict({**preset["train"], "time_budget": None, "device": "cpu"})
+    trainer = Trainer(model, data, train_cfg, None, progress=False)
+    opts = {"batch_tokens": train_cfg.batch_tokens, "batch_size": train_cfg.batch_size}
+
+    def step(batch):
+        loss, _ = trainer.train_step([batch])
+        trainer.step += 1
+        return loss
+
+    def decode(src, lens, max_len):
+        from attnlab.decode import greedy
+
+        hyps = greedy(model, src, lens, data.tgt_vocab.bos, data.tgt_vocab.eos, max_len)
+        return [h.tokens if hasattr(h, "tokens") else h for h in hyps]
+
+    return model, step, decode, {k: v for k, v in opts.items() if v is not None}, preset
+
+
+def torch_recipe(data, overrides):
+    torch.manual_seed(0)
+    model = TutorialTransformer(len(data.src_vocab), len(data.tgt_vocab))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    pad = data.tgt_vocab.pad
+
+    def step(batch):
+        model.train()
+        logits = model(batch.src, batch.tgt_in, batch.src_valid_lens)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.tgt_out.reshape(-1), ignore_index=pad)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return float(loss)
+
+    def decode(src, lens, max_len):
+        return model.greedy(src, lens, data.tgt_vocab.bos, data.tgt_vocab.eos, max_len)
+
+    settings = {"model": "nn.Transformer d512 h8 ffn512 3+3 dropout 0.1", "train": "Adam 1e-4 const, 128 sents"}
+    return model, step, decode, {"batch_size": 128}, settings
+
+
+RECIPES = {"laptop": laptop_recipe, "torch-tutorial": torch_recipe}
+
+
+# --------------------------------------------------------------------------- evaluation
+def held_out_sources(examples, limit: int, min_words: int = 3, max_words: int = 10):
+    """Distinct sources of `min_words`..`max_words` words with all their references, first `limit`."""
+    groups = multi_reference(examples)
+    keep = [(src, ids, refs) for src, ids, refs in groups if min_words <= len(src.split()) <= max_words]
+    return keep[:limit]
+
+
+def score(decode, sources, data, batch: int = 64) -> float:
+    hyps = []
+    for i in range(0, len(sources), batch):
+        chunk = sources[i:i + batch]
+        seqs = [list(ids) + [data.src_vocab.eos] for _, ids, _ in chunk]
+        S = max(len(s) for s in seqs)
+        src = torch.tensor([s + [data.src_vocab.pad] * (S - len(s)) for s in seqs])
+        lens = torch.tensor([len(s) for s in seqs])
+        hyps += [data.tgt_vocab.decode(h) for h in decode(src, lens, 2 * S + 10)]
+    return corpus_bleu_multi(hyps, [refs for _, _, refs in sources])
+
+
+def run_recipe(name, data, args, overrides, log=print) -> dict:
+    model, step, decode, batching, settings = RECIPES[name](data, overrides)
+    sources = held_out_sources(data.valid, args.valid_limit)
+    points = sorted(args.points)
+    curve, clock, steps, epoch = [], 0.0, 0, 0
+    load = os.getloadavg()[0]
+    while points:
+        for batch in iterate_batches(data.train, data.src_vocab, data.tgt_vocab, shuffle=True, seed=0,
+                                     epoch=epoch, **batching):
+            t0 = time.perf_counter()
+            loss = step(batch)
+            clock += time.perf_counter() - t0
+            steps += 1
+            if not math.isfinite(loss):
+                raise RuntimeError(f"{name}: non-finite loss at step {steps}")
+            if clock >= points[0]:
+                bleu = score(decode, sources, data)
+                curve.append({"seconds": round(clock, 1), "steps": steps, "epoch": epoch, "loss": loss,
+                              "valid_bleu": bleu, "load": round(os.getloadavg()[0], 2)})
+                log(f"  {name}: {clock:6.0f} s  step {steps:5d}  loss {loss:.3f}  valid BLEU {bleu:5.2f}")
+                points.pop(0)
+                if not points:
+                    break
+        epoch += 1
+    return {"recipe": name, "settings": settings, "curve": curve, "valid_sources": len(sources),
+            "load_at_start": round(load, 2)}
+
+
+def figure(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    for r in results:
+        xs = [0] + [p["seconds"] for p in r["curve"]]
+        ys = [0] + [p["valid_bleu"] for p in r["curve"]]
+        ax.plot(xs, ys, marker="o", label=r["recipe"])
+    ax.set_xlabel("training wall-clock seconds (2 CPU cores)")
+    ax.set_ylabel("validation BLEU (multi-reference)")
+    ax.set_title("Time to quality: English→French, 3–10-word sources")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    from attnlab._io import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipes", default="laptop,torch-tutorial", help=f"comma-separated, from {sorted(RECIPES)}")
+    ap.add_argument("--budget", type=float, default=600.0, help="training seconds per recipe")
+    ap.add_argument("--points", default=None, help="comma-separated seconds at which to score (default: 6 points)")
+    ap.add_argument("--valid-limit", type=int, default=500, help="distinct validation sources scored")
+    ap.add_argument("--num-examples", type=int, help="first N corpus pairs only (smoke runs)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=JSON",
+                    help="override a field of the laptop preset (model/train/data)")
+    ap.add_argument("--json", help="write the curves here")
+    ap.add_argument("--figure", help="write the picture here (PNG)")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    if not (args.budget > 0 and math.isfinite(args.budget)):
+        ap.error(f"--budget must be a positive number of seconds, got {args.budget}")
+    default = [args.budget * f for f in (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)]
+    args.points = [float(p) for p in args.points.split(",")] if args.points else default
+    args.recipes = args.recipes.split(",")
+    for r in args.recipes:
+        if r not in RECIPES:
+            ap.error(f"unknown recipe {r!r}; choose from {sorted(RECIPES)}")
+    overrides = []
+    for item in args.set:
+        target, _, raw = item.partition("=")
+        section, _, key = target.partition(".")
+        if section not in ("model", "train", "data") or not key or not raw:
+            ap.error(f"--set expects SECTION.KEY=VALUE, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        overrides.append((section, key, value))
+    args.overrides = overrides
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from attnlab.data import load_translation_data
+
+    print(cpu_summary())
+    data_cfg = dict(get_preset("transformer", "laptop")["data"])
+    data_cfg.pop("loader", None)
+    for section, key, value in args.overrides:
+        if section == "data":
+            data_cfg[key] = value
+    if args.num_examples:
+        data_cfg["num_examples"] = args.num_examples
+    data = load_translation_data(**data_cfg)
+    print(f"data: {len(data.train)} training pairs, {len(data.valid)} validation pairs, "
+          f"vocab {len(data.src_vocab)} / {len(data.tgt_vocab)} ({data_cfg})")
+    results = []
+    for name in args.recipes:
+        print(f"{name}: training {args.budget:.0f} s (load average {os.getloadavg()[0]:.2f})")
+        results.append(run_recipe(name, data, args, args.overrides))
+    for r in results:
+        rows = [(p["seconds"], p["steps"], p["epoch"], f"{p['loss']:.3f}", f"{p['valid_bleu']:.2f}", p["load"])
+                for p in r["curve"]]
+        print(f"\n{r['recipe']} ({r['valid_sources']} validation sources, load at start {r['load_at_start']})")
+        print(table(["train s", "steps", "epoch", "loss", "valid BLEU", "load"], rows))
+    if len(results) == 2 and results[1]["curve"][-1]["valid_bleu"] > 0:
+        ratio = results[0]["curve"][-1]["valid_bleu"] / results[1]["curve"][-1]["valid_bleu"]
+        print(f"\n{results[0]['recipe']} / {results[1]['recipe']} validation BLEU at {args.budget:.0f} s: {ratio:.2f}x")
+    if args.json:
+        from attnlab._io import atomic_path
+
+        with atomic_path(args.json) as tmp:
+            with open(tmp, "w") as f:
+                json.dump(results, f, indent=1)
+    if args.figure:
+        figure(results, args.figure)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
