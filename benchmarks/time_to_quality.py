@@ -37,10 +37,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table  # noqa: E402
 
 from attnlab.data import iterate_batches  # noqa: E402
-from attnlab.metrics import multi_reference, corpus_bleu_multi  # noqa: E402
+from attnlab.metrics import corpus_bleu, group_by_source, reference_text  # noqa: E402
 from attnlab.models import build_model  # noqa: E402
+from attnlab.precision import cpu_features, native_bf16  # noqa: E402
 from attnlab.presets import get_preset  # noqa: E402
-from attnlab.runtime import cpu_summary  # noqa: E402
 
 
 # --------------------------------------------------------------------------- the plain recipe
@@ -115,6 +115,14 @@ def laptop_recipe(data, overrides):
         hyps = greedy(model, src, lens, data.tgt_vocab.bos, data.tgt_vocab.eos, max_len)
         return [h.tokens if hasattr(h, "tokens") else h for h in hyps]
 
+    def save(run_dir, data_cfg):
+        from attnlab import checkpoint as ckpt
+
+        ckpt.write_run_config(run_dir, "transformer", model.config.to_dict(), train_cfg.to_dict(), data_cfg,
+                              data.src_vocab, data.tgt_vocab)
+        ckpt.save_weights(model, os.path.join(run_dir, ckpt.WEIGHTS_FILE))
+
+    step.save = save
     return model, step, decode, {k: v for k, v in opts.items() if v is not None}, preset
 
 
@@ -131,7 +139,7 @@ def torch_recipe(data, overrides):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        return float(loss)
+        return float(loss.detach())
 
     def decode(src, lens, max_len):
         return model.greedy(src, lens, data.tgt_vocab.bos, data.tgt_vocab.eos, max_len)
@@ -144,10 +152,12 @@ RECIPES = {"laptop": laptop_recipe, "torch-tutorial": torch_recipe}
 
 
 # --------------------------------------------------------------------------- evaluation
-def held_out_sources(examples, limit: int, min_words: int = 3, max_words: int = 10):
-    """Distinct sources of `min_words`..`max_words` words with all their references, first `limit`."""
-    groups = multi_reference(examples)
-    keep = [(src, ids, refs) for src, ids, refs in groups if min_words <= len(src.split()) <= max_words]
+def held_out_sources(examples, vocab, limit: int, min_words: int = 3, max_words: int = 10):
+    """Distinct sources of `min_words`..`max_words` words, each with all of its references, first `limit`:
+    [(source text, source ids, [reference texts as hypotheses are written])]."""
+    sources, refs = group_by_source(examples)
+    keep = [(ex.src_text, ex.src_ids, [reference_text(t, vocab) for t in rs])
+            for ex, rs in zip(sources, refs) if min_words <= len(ex.src_text.split()) <= max_words]
     return keep[:limit]
 
 
@@ -160,12 +170,12 @@ def score(decode, sources, data, batch: int = 64) -> float:
         src = torch.tensor([s + [data.src_vocab.pad] * (S - len(s)) for s in seqs])
         lens = torch.tensor([len(s) for s in seqs])
         hyps += [data.tgt_vocab.decode(h) for h in decode(src, lens, 2 * S + 10)]
-    return corpus_bleu_multi(hyps, [refs for _, _, refs in sources])
+    return corpus_bleu(hyps, [refs for _, _, refs in sources])
 
 
 def run_recipe(name, data, args, overrides, log=print) -> dict:
     model, step, decode, batching, settings = RECIPES[name](data, overrides)
-    sources = held_out_sources(data.valid, args.valid_limit)
+    sources = held_out_sources(data.valid, data.tgt_vocab, args.valid_limit)
     points = sorted(args.points)
     curve, clock, steps, epoch = [], 0.0, 0, 0
     load = os.getloadavg()[0]
@@ -187,6 +197,9 @@ def run_recipe(name, data, args, overrides, log=print) -> dict:
                 if not points:
                     break
         epoch += 1
+    if args.save and hasattr(step, "save"):
+        step.save(args.save, args.data_cfg)
+        log(f"  {name}: saved the final model as a run folder: {args.save}")
     return {"recipe": name, "settings": settings, "curve": curve, "valid_sources": len(sources),
             "load_at_start": round(load, 2)}
 
@@ -224,8 +237,11 @@ def parse_args(argv=None):
     ap.add_argument("--num-examples", type=int, help="first N corpus pairs only (smoke runs)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=JSON",
                     help="override a field of the laptop preset (model/train/data)")
+    ap.add_argument("--save", metavar="DIR", help="save the final laptop model as a run folder (for `attnlab evaluate`)")
     ap.add_argument("--json", help="write the curves here")
     ap.add_argument("--figure", help="write the picture here (PNG)")
+    ap.add_argument("--label", help="name this run's laptop curve (e.g. a candidate's settings)")
+    ap.add_argument("--plot", metavar="JSON[,JSON]", help="only draw --figure from curves saved with --json")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     if not (args.budget > 0 and math.isfinite(args.budget)):
@@ -253,10 +269,18 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.plot:
+        if not args.figure:
+            raise SystemExit("--plot needs --figure PATH")
+        results = [r for path in args.plot.split(",") for r in json.load(open(path))]
+        figure(results, args.figure)
+        return 0
     torch.set_num_threads(args.threads)
     from attnlab.data import load_translation_data
 
-    print(cpu_summary())
+    feats = cpu_features()
+    print(f"CPU features: {' '.join(sorted(f for f in feats if f.startswith(('avx', 'amx', 'fma', 'sse4'))))}; "
+          f"native bf16: {native_bf16('cpu')[1]}; torch {torch.__version__}, {args.threads} threads")
     data_cfg = dict(get_preset("transformer", "laptop")["data"])
     data_cfg.pop("loader", None)
     for section, key, value in args.overrides:
@@ -265,12 +289,17 @@ def main(argv=None) -> int:
     if args.num_examples:
         data_cfg["num_examples"] = args.num_examples
     data = load_translation_data(**data_cfg)
+    args.data_cfg = {"loader": "translation", **data.settings, "path": data.settings.get("data_path")}
+    args.data_cfg.pop("data_path", None)
     print(f"data: {len(data.train)} training pairs, {len(data.valid)} validation pairs, "
           f"vocab {len(data.src_vocab)} / {len(data.tgt_vocab)} ({data_cfg})")
     results = []
     for name in args.recipes:
         print(f"{name}: training {args.budget:.0f} s (load average {os.getloadavg()[0]:.2f})")
-        results.append(run_recipe(name, data, args, args.overrides))
+        result = run_recipe(name, data, args, args.overrides)
+        if name == "laptop" and args.label:
+            result["recipe"] = args.label
+        results.append(result)
     for r in results:
         rows = [(p["seconds"], p["steps"], p["epoch"], f"{p['loss']:.3f}", f"{p['valid_bleu']:.2f}", p["load"])
                 for p in r["curve"]]
