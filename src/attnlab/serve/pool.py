@@ -1,0 +1,61 @@
+"""The explorer's heavy per-request path: a bounded pool of threads, each with its own model copy.
+
+`record_attention` marks the model's modules while it runs, so two threads sharing one model would
+record into each other; each worker thread therefore deep-copies the model once (until recording is
+made thread-safe, see DESIGN.md's "state as data").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+
+class Busy(Exception):
+    """More requests are waiting than the server accepts (HTTP 503 + Retry-After: the client should retry)."""
+
+
+class TranslatorPool:
+    """`workers` threads, each with its own copy of the translator's model (see the module docstring).
+
+    At most `max_pending` requests wait or run at once; beyond that `run` raises Busy at once, so a
+    flood gets a quick 503 instead of an ever-growing queue and timeouts.
+    """
+
+    def __init__(self, translator, workers: int, max_pending: int = 128):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive integer, got {workers!r}")
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be a positive integer, got {max_pending!r}")
+        self.base, self.workers, self.max_pending = translator, workers, max_pending
+        self.pending = 0  # touched only on the event loop's thread, so no lock
+        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnlab-explain")
+        self._local = threading.local()
+        self._copy_lock = threading.Lock()
+
+    def _replica(self):
+        t = getattr(self._local, "translator", None)
+        if t is None:
+            with self._copy_lock:
+                t = copy.copy(self.base)
+                t.model = copy.deepcopy(self.base.model).eval()
+            self._local.translator = t
+        return t
+
+    async def run(self, fn, *args):
+        if self.pending >= self.max_pending:
+            raise Busy(f"the explorer is busy: {self.pending} requests are already waiting; retry in a moment")
+        self.pending += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.executor, lambda: fn(self._replica(), *args))
+        finally:
+            self.pending -= 1
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["Busy", "TranslatorPool"]
