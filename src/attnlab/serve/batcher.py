@@ -54,7 +54,7 @@ class MicroBatcher:
         self._slots: asyncio.Semaphore | None = None
         self._task: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
-        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnlab-batch")
+        self._executor: ThreadPoolExecutor | None = None  # made on first use, again after a shutdown
 
     async def translate(self, texts: list[str], beam: int = 1) -> list[str]:
         """Translations of `texts` (already validated), decoded together with other requests' sentences."""
@@ -115,14 +115,14 @@ class MicroBatcher:
                 return
             texts, beam = [it.text for it in batch], batch[0].beam
             try:
-                out = await loop.run_in_executor(self.executor, self.translator.translate, texts, beam)
+                out = await loop.run_in_executor(self.executor(), self.translator.translate, texts, beam)
                 results: list = list(out)
             except ValueError:
                 # One sentence the checks let through must not fail the others: decode them one by one.
                 results = []
                 for t in texts:
                     try:
-                        results.append((await loop.run_in_executor(self.executor, self.translator.translate,
+                        results.append((await loop.run_in_executor(self.executor(), self.translator.translate,
                                                                    [t], beam))[0])
                     except Exception as exc:  # noqa: BLE001 - handed to that sentence's request
                         results.append(exc)
@@ -140,13 +140,22 @@ class MicroBatcher:
         finally:
             self._slots.release()
 
+    def executor(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="attnlab-batch")
+        return self._executor
+
     def shutdown(self) -> None:
         if self._task is not None:
             self._task.cancel()
+            self._task = None
         for it in self._queue:
             if not it.future.done():
                 it.future.cancel()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self._queue.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
 
 __all__ = ["MicroBatcher"]

@@ -31,7 +31,7 @@ class TranslatorPool:
             raise ValueError(f"max_pending must be a positive integer, got {max_pending!r}")
         self.base, self.workers, self.max_pending = translator, workers, max_pending
         self.pending = 0  # touched only on the event loop's thread, so no lock
-        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnlab-explain")
+        self._executor: ThreadPoolExecutor | None = None  # made on first use, again after a shutdown
         self._local = threading.local()
         self._copy_lock = threading.Lock()
 
@@ -50,12 +50,20 @@ class TranslatorPool:
         self.pending += 1
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.executor, lambda: fn(self._replica(), *args))
+            return await loop.run_in_executor(self.executor(), lambda: fn(self._replica(), *args))
         finally:
             self.pending -= 1
 
+    def executor(self) -> ThreadPoolExecutor:
+        # Lazily: an app may be served again after its lifespan ended (test clients run one per request).
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="attnlab-explain")
+        return self._executor
+
     def shutdown(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
 
 __all__ = ["Busy", "TranslatorPool"]
