@@ -133,11 +133,12 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
                 413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, or "
                      "attention maps over the response limit",
                 422: "empty text, too many tokens, wrong types, beam out of range",
+                431: f"request head over {limits.max_header_bytes} bytes",
                 500: "a bug in the server (the detail carries only a request id)",
                 503: "too many requests waiting; retry after Retry-After seconds"}
         return {c: {"model": ErrorResponse, "description": what[c]} for c in codes}
 
-    post_errors = doc(400, 408, 413, 422, 500, 503)
+    post_errors = doc(400, 408, 413, 422, 431, 500, 503)
 
     @app.post("/api/translate", response_model=TranslateResponse, responses=post_errors)
     async def translate(req: TranslateRequest, request: Request):
@@ -176,7 +177,7 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
         return TranslationsResponse(translations=out, beam=req.beam,
                                     elapsed_ms=round((time.perf_counter() - t0) * 1000, 1))
 
-    @app.get("/api/model", response_model=ModelInfo, responses=doc(500))
+    @app.get("/api/model", response_model=ModelInfo, responses=doc(431, 500))
     async def model_info():
         cfg = translator.config
         return ModelInfo(model_type=cfg.get("model_type", type(translator.model).__name__.lower()),
@@ -187,7 +188,7 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
                          max_response_bytes=limits.max_response_bytes, workers=pool.workers,
                          data_attribution=ATTRIBUTION)
 
-    @app.get("/healthz", response_model=Health)
+    @app.get("/healthz", response_model=Health, responses=doc(431))
     async def healthz():
         return {"status": "ok"}
 
