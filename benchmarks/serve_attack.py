@@ -27,9 +27,10 @@ from pathlib import Path
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
     return float("nan")
 
 
@@ -57,7 +58,7 @@ def first_line(sock: socket.socket, timeout: float) -> str:
     try:
         data = sock.recv(200)
         return data.split(b"\r\n", 1)[0].decode(errors="replace") if data else "closed by server"
-    except socket.timeout:
+    except TimeoutError:
         return "no answer"
     except OSError as exc:
         return f"reset ({type(exc).__name__})"
@@ -101,7 +102,7 @@ def slow(port: int, body: bool, seconds: float) -> str:
                 data = s.recv(200)
                 what = data.split(b"\r\n", 1)[0].decode() if data else "closed by server"
                 return f"{what} after {time.monotonic() - t0:.1f} s"
-            except socket.timeout:
+            except TimeoutError:
                 pass
             if time.monotonic() - t0 > seconds:
                 return f"still open after {seconds:.0f} s"

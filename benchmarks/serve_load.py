@@ -51,7 +51,8 @@ def train_tiny(run_dir: Path) -> Path:
 
 def cpu_features() -> str:
     try:
-        flags = set(next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split())
+        with open("/proc/cpuinfo") as f:
+            flags = set(next(line for line in f if line.startswith("flags")).split())
     except (OSError, StopIteration):
         return "unknown"
     return ", ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))

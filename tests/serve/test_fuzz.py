@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from schemathesis import GenerationMode, checks  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode, checks
 
 CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
           checks.response_schema_conformance, checks.negative_data_rejection]

@@ -111,7 +111,7 @@ def _closed_within(sock, seconds) -> bool:
         while sock.recv(4096):
             pass
         return True
-    except socket.timeout:
+    except TimeoutError:
         return False
     except ConnectionError:
         return True

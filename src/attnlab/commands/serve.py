@@ -5,7 +5,7 @@
 
 Then open http://127.0.0.1:8000/ (API schema at /docs). It binds to localhost unless --host says otherwise.
 Programs translating many sentences use POST /api/translations (micro-batched, no attention maps).
-Every bound below has a default fit for the open internet behind no proxy; see docs/robustness.md.
+Every bound below has a default; the README lists them, and BENCHMARKS.md what they hold against.
 """
 
 from __future__ import annotations

@@ -19,4 +19,5 @@ def __getattr__(name: str):
     return getattr(import_module(_WHERE[name], __name__), name)
 
 
-__all__ = sorted(_WHERE)
+__all__ = ["ATTRIBUTION", "Explanation", "InputError", "Limits", "MicroBatcher", "TextTooLong", "create_app",
+           "explain"]

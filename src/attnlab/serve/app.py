@@ -33,8 +33,16 @@ from attnlab.explain import MAX_CHARS, InputError, TextTooLong, check_text, expl
 from .batcher import MicroBatcher
 from .guard import GuardMiddleware, Limits, safe_text
 from .pool import Busy, TranslatorPool
-from .schemas import (MAX_BEAM, ErrorResponse, Health, ModelInfo, TranslateRequest, TranslateResponse,
-                      TranslationsRequest, TranslationsResponse)
+from .schemas import (
+    MAX_BEAM,
+    ErrorResponse,
+    Health,
+    ModelInfo,
+    TranslateRequest,
+    TranslateResponse,
+    TranslationsRequest,
+    TranslationsResponse,
+)
 
 ATTRIBUTION = "English–French sentence pairs from the Tatoeba project via manythings.org/anki, CC-BY 2.0 (France)"
 STATIC_DIR = Path(str(resources.files("attnlab.serve") / "static"))
@@ -206,5 +214,16 @@ def _version() -> str:
     return __version__
 
 
-__all__ = ["create_app", "explain_bytes_bound", "ATTRIBUTION", "MAX_BEAM", "Limits", "TranslatorPool",
-           "MicroBatcher", "TranslateRequest", "TranslateResponse", "TranslationsRequest", "TranslationsResponse"]
+__all__ = [
+    "ATTRIBUTION",
+    "MAX_BEAM",
+    "Limits",
+    "MicroBatcher",
+    "TranslateRequest",
+    "TranslateResponse",
+    "TranslationsRequest",
+    "TranslationsResponse",
+    "TranslatorPool",
+    "create_app",
+    "explain_bytes_bound",
+]

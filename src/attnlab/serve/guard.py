@@ -143,7 +143,9 @@ class GuardMiddleware:
 
 def guarded_h11(header_timeout_s: float) -> type:
     """uvicorn's h11 protocol, closing a connection whose request head takes over `header_timeout_s`."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol  # here: the CLI reads Limits without uvicorn
+    from uvicorn.protocols.http.h11_impl import (
+        H11Protocol,  # here: the CLI reads Limits without uvicorn
+    )
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
