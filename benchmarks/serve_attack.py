@@ -156,6 +156,7 @@ def main() -> None:
     ap.add_argument("--conns", type=int, default=50, help="connections per slow / no-read attack")
     ap.add_argument("--slow-seconds", type=float, default=20.0, help="how long a slow client keeps trying")
     ap.add_argument("--text", default="go " * 13 + ".", help="the no-read attack's sentence")
+    ap.add_argument("--hold-seconds", type=float, default=10.0, help="how long no-read clients hold on")
     args = ap.parse_args()
 
     proc, port = start(args.checkpoint, args.src)
@@ -173,7 +174,7 @@ def main() -> None:
             t0 = time.monotonic()
             res = attack(name, n, fn, *fargs)
             if name == "no-read":
-                time.sleep(10)  # let the server decode and buffer what it can
+                time.sleep(args.hold_seconds)  # let the server decode and buffer what it can
             print(f"{name:9s} {n} x: {summary(res)} | {time.monotonic() - t0:.0f} s | RSS now "
                   f"{rss_mb(proc.pid):.0f} MB, peak {rss_mb(proc.pid, 'VmHWM'):.0f} MB", flush=True)
         for s in holders:
