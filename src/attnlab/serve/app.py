@@ -156,7 +156,7 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
             if size > limits.max_response_bytes:
                 return _error(413, f"this sentence's attention maps could take {size} bytes, over the "
                                    f"explorer's limit of {limits.max_response_bytes} (--max-response-bytes); "
-                                   "shorten it, lower the beam, or use POST /api/translations", request)
+                                   "shorten it, or use POST /api/translations (no maps)", request)
             return await pool.run(_explain_timed, req.text, req.beam)
         except Busy as exc:
             return _busy(request, exc)
