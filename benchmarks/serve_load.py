@@ -125,6 +125,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=10, help="requests per client per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2, help="the explorer's inference threads")
+    ap.add_argument("--max-wait-ms", type=float, default=5.0, help="the batcher's wait for company")
     args = ap.parse_args()
 
     tmp = None
@@ -135,7 +136,7 @@ def main() -> None:
             tmp = tempfile.TemporaryDirectory()
             print("no runs/demo/transformer: training a tiny model on the sample pairs ...", flush=True)
             ckpt = train_tiny(Path(tmp.name) / "tiny")
-    servers = {"main": start(ckpt, ["--workers", str(args.workers)]),
+    servers = {"main": start(ckpt, ["--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)]),
                "single": start(ckpt, ["--workers", str(args.workers), "--max-batch", "1"])}
     port_of = {"explain": servers["main"][1], "single": servers["single"][1], "batched": servers["main"][1]}
     stats: dict[str, dict] = {m: {"rates": [], "lat": [], "fails": 0} for m in PATHS}
@@ -159,7 +160,7 @@ def main() -> None:
     print(f"checkpoint {ckpt if tmp is None else 'tiny (trained now: 2 layers, d=32)'}; {os.cpu_count()} CPUs; "
           f"CPU features: {cpu_features()}; torch threads per server default")
     print(f"{args.clients} clients x {args.requests} requests x {args.rounds} interleaved rounds; one sentence "
-          f"per request; explorer workers {args.workers}")
+          f"per request; explorer workers {args.workers}; batcher --max-wait-ms {args.max_wait_ms:g}")
     base = statistics.median(stats["explain"]["rates"])
     print("| path | sentences/s (median of rounds) | vs explain | p50 ms | p95 ms | p99 ms | errors |")
     print("|---|---|---|---|---|---|---|")

@@ -83,7 +83,9 @@ def test_page_end_to_end(driver, server, translator, tmp_path):
     box = driver.find_element(By.ID, "text")
     box.clear()
     box.send_keys(text)
+    drawn = driver.find_element(By.CSS_SELECTOR, "#cross-heatmap rect.cell")  # from the translation on load
     driver.find_element(By.ID, "translate").click()
+    wait.until(EC.staleness_of(drawn))  # redrawn for the clicked translation, not the one on load
     wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#cross-heatmap rect.cell")))
 
     expected = translator.translate([text])[0]
