@@ -71,16 +71,40 @@ def test_malformed_json(client):
     assert r.status_code == 422 and "not valid JSON" in r.json()["detail"]
 
 
-def test_unexpected_error_is_json_500(translator):
+def test_unexpected_error_is_generic_500_with_request_id(translator, caplog):
     from fastapi.testclient import TestClient
 
     from attnlab.serve import create_app
 
     broken = copy.copy(translator)
-    broken.decode = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded"))
+    broken.decode = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded at /secret/path"))
     with TestClient(create_app(broken), raise_server_exceptions=False) as c:
         r = c.post("/api/translate", json={"text": "go ."})
-    assert r.status_code == 500 and "decoder exploded" in r.json()["detail"]
+    assert r.status_code == 500
+    body = r.json()
+    assert "exploded" not in r.text and "/secret" not in r.text and "RuntimeError" not in r.text
+    assert body["request_id"] and body["request_id"] == r.headers["x-request-id"] and body["request_id"] in body["detail"]
+    # The traceback stays in the server's log, findable by the id.
+    assert any(body["request_id"] in rec.getMessage() and rec.exc_info for rec in caplog.records)
+
+
+@pytest.mark.parametrize("path, raw", [
+    ("/api/translate", b'{"text": "\\ud800 ."}'),
+    ("/api/translate", b'{"text": "go .", "\\udfff": 1}'),
+    ("/api/translate", b'{"text": "go \\udbff\\udbff ."}'),
+    ("/api/translations", b'{"texts": ["go .", "\\ud800"]}'),
+])
+def test_lone_surrogates_are_4xx_not_500(client, path, raw):
+    r = client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert isinstance(r.json()["detail"], str) and "Traceback" not in r.text
+
+
+def test_every_response_has_a_request_id(client):
+    ids = {client.get("/healthz").headers["x-request-id"], client.get("/nope").headers["x-request-id"]}
+    assert len(ids) == 2 and all(len(i) == 16 for i in ids)
+    r = client.get("/nope")
+    assert r.status_code == 404 and r.json()["request_id"] == r.headers["x-request-id"]
 
 
 def test_model_info_and_health(client, translator):
@@ -89,12 +113,17 @@ def test_model_info_and_health(client, translator):
     assert m["src_vocab_size"] == len(translator.src_vocab) and m["tgt_vocab_size"] == len(translator.tgt_vocab)
     assert "Tatoeba" in m["data_attribution"] and "CC-BY 2.0 (France)" in m["data_attribution"]
     assert m["max_beam"] == 8 and m["max_chars"] == 500 and m["workers"] == 2
+    assert m["max_texts"] == 64 and m["max_body_bytes"] == 65536 and m["max_response_bytes"] == 2_000_000
     assert client.get("/healthz").json() == {"status": "ok"}
 
 
 def test_openapi_lists_routes(client):
     spec = client.get("/openapi.json").json()
-    assert {"/api/translate", "/api/model", "/healthz"} <= set(spec["paths"])
+    assert {"/api/translate", "/api/translations", "/api/model", "/healthz"} <= set(spec["paths"])
+    # The documented error body is the one sent (a string detail), not FastAPI's default list.
+    errs = spec["paths"]["/api/translate"]["post"]["responses"]
+    assert {"408", "413", "422", "500", "503"} <= set(errs)
+    assert errs["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
     req = spec["components"]["schemas"]["TranslateRequest"]["properties"]
     assert req["beam"]["minimum"] == 1 and req["beam"]["maximum"] == 8
 

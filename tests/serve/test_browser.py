@@ -72,11 +72,20 @@ def test_page_end_to_end(driver, server, translator, tmp_path):
     assert "CC-BY 2.0 (France)" in driver.find_element(By.ID, "attribution").text
     wait.until(lambda d: "transformer" in d.find_element(By.ID, "model-info").text)
 
+    # On load, without a click, the first example is translated and its attention drawn.
+    wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#cross-heatmap rect.cell")))
+    first = driver.find_element(By.CSS_SELECTOR, "#examples .chip").text
+    assert driver.find_element(By.ID, "text").get_attribute("value") == first
+    assert driver.find_element(By.ID, "translation").text == translator.translate([first])[0]
+    assert driver.find_elements(By.CSS_SELECTOR, "#enc-heatmap rect.cell")
+
     text = "i'm home ."
     box = driver.find_element(By.ID, "text")
     box.clear()
     box.send_keys(text)
+    drawn = driver.find_element(By.CSS_SELECTOR, "#cross-heatmap rect.cell")  # from the translation on load
     driver.find_element(By.ID, "translate").click()
+    wait.until(EC.staleness_of(drawn))  # redrawn for the clicked translation, not the one on load
     wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#cross-heatmap rect.cell")))
 
     expected = translator.translate([text])[0]

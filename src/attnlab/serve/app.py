@@ -1,22 +1,23 @@
 """The attention explorer's HTTP API and page: `create_app(translator)` -> a FastAPI app.
 
-    POST /api/translate {"text": "i'm home .", "beam": 1}  -> tokens, translation, every attention map
-    GET  /api/model                                         -> config, vocabulary sizes, limits, data credit
-    GET  /healthz                                           -> {"status": "ok"}
-    GET  /                                                  -> the page (static/index.html + app.js + style.css)
+    POST /api/translate    {"text": "i'm home .", "beam": 1}  -> tokens, translation, every attention map
+    POST /api/translations {"texts": ["go .", ...], "beam": 1} -> translations only, micro-batched
+    GET  /api/model                                             -> config, vocabulary sizes, limits, data credit
+    GET  /healthz                                               -> {"status": "ok"}
+    GET  /                                                      -> the page (static/index.html + app.js + style.css)
 
-Inference runs in a bounded pool of `workers` threads, so a burst of requests queues instead of
-oversubscribing the CPU. Each worker thread owns a copy of the model: `record_attention` marks the
-model's modules while it runs, so two threads sharing one model would record into each other.
+Two paths, two costs: `/api/translate` (the page's) decodes one sentence per request on a pool of
+threads with their own model copies and records every attention map (pool.py); `/api/translations`
+(for programs) gathers the sentences of concurrent requests into one batched decode (batcher.py).
+Both are bounded queues answering 503 + Retry-After when full. Every request passes GuardMiddleware
+(body size and read time, request id; guard.py). No input yields a 5xx: a 500 means a bug, and says
+only "internal error" with the request id (the traceback goes to the server's log).
 """
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import threading
+import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -25,103 +26,27 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab.data import ATTRIBUTION
-from attnlab.explain import MAX_CHARS, InputError, TextTooLong, explain
+from attnlab.explain import MAX_CHARS, InputError, TextTooLong, check_text, explain
 
-MAX_BEAM = 8
+from .batcher import MicroBatcher
+from .guard import GuardMiddleware, Limits, safe_text
+from .pool import Busy, TranslatorPool
+from .schemas import (
+    MAX_BEAM,
+    ErrorResponse,
+    Health,
+    ModelInfo,
+    TranslateRequest,
+    TranslateResponse,
+    TranslationsRequest,
+    TranslationsResponse,
+)
+
 STATIC_DIR = Path(str(resources.files("attnlab.serve") / "static"))
-
-
-# --------------------------------------------------------------------------- schema
-class TranslateRequest(BaseModel):
-    # strict: a number for text or a string for beam is a client bug worth reporting, not coercing.
-    model_config = ConfigDict(strict=True, extra="forbid")
-
-    text: str = Field(description=f"an English sentence, 1 to {MAX_CHARS} characters", examples=["i'm home ."])
-    beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy decoding")
-
-
-class AttentionMaps(BaseModel):
-    encoder_self: list[list[list[list[float]]]] = Field(description="[layer][head][Ls][Ls] source self-attention")
-    decoder_self: list[list[list[list[float]]]] = Field(description="[layer][head][Lt][Lt] causal target self-attention")
-    cross: list[list[list[list[float]]]] = Field(description="[layer][head][Lt][Ls] encoder–decoder attention")
-
-
-class TranslateResponse(BaseModel):
-    text: str
-    translation: str = Field(description="the detokenized translation")
-    src_tokens: list[str] = Field(description="source tokens as the model saw them (<unk> for unknown words, <eos>)")
-    tgt_tokens: list[str] = Field(description="the token each decoder position produced (output + <eos>)")
-    tgt_input_tokens: list[str] = Field(description="decoder inputs (<bos> + output): keys of decoder self-attention")
-    beam: int
-    finished: bool = Field(description="False if decoding stopped at the length limit without <eos>")
-    attention: AttentionMaps
-    elapsed_ms: float = Field(description="server time for decoding and recording")
-
-
-class ModelInfo(BaseModel):
-    model_type: str
-    model: dict
-    src_vocab_size: int
-    tgt_vocab_size: int
-    max_source_tokens: int | None = Field(description="longest source accepted, <eos> included")
-    max_output_tokens: int
-    max_chars: int
-    max_beam: int
-    workers: int
-    data_attribution: str
-
-
-class ErrorResponse(BaseModel):
-    detail: str
-
-
-# --------------------------------------------------------------------------- worker pool
-class Busy(Exception):
-    """More requests are waiting than the pool accepts (HTTP 503: the client should retry)."""
-
-
-class TranslatorPool:
-    """`workers` threads, each with its own copy of the translator's model (see the module docstring).
-
-    At most `max_pending` requests wait or run at once; beyond that `run` raises Busy at once, so a
-    flood gets a quick 503 instead of an ever-growing queue and timeouts.
-    """
-
-    def __init__(self, translator, workers: int, max_pending: int = 128):
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be a positive integer, got {workers!r}")
-        if not isinstance(max_pending, int) or max_pending < 1:
-            raise ValueError(f"max_pending must be a positive integer, got {max_pending!r}")
-        self.base, self.workers, self.max_pending = translator, workers, max_pending
-        self.pending = 0  # touched only on the event loop's thread, so no lock
-        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnlab-serve")
-        self._local = threading.local()
-        self._copy_lock = threading.Lock()
-
-    def _replica(self):
-        t = getattr(self._local, "translator", None)
-        if t is None:
-            with self._copy_lock:
-                t = copy.copy(self.base)
-                t.model = copy.deepcopy(self.base.model).eval()
-            self._local.translator = t
-        return t
-
-    async def run(self, fn, *args):
-        if self.pending >= self.max_pending:
-            raise Busy(f"the explorer is busy: {self.pending} requests are already waiting; retry in a moment")
-        self.pending += 1
-        try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.executor, lambda: fn(self._replica(), *args))
-        finally:
-            self.pending -= 1
-
-    def shutdown(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+log = logging.getLogger("attnlab.serve")
 
 
 def _explain_timed(translator, text: str, beam: int) -> dict:
@@ -129,6 +54,21 @@ def _explain_timed(translator, text: str, beam: int) -> dict:
     out = explain(translator, text, beam).to_dict()
     out["elapsed_ms"] = round((time.perf_counter() - t0) * 1000, 1)
     return out
+
+
+def explain_bytes_bound(translator, src_len: int) -> int:
+    """Most bytes the JSON of one explanation can take for a source of `src_len` tokens (<eos> included).
+
+    Every weight is printed with 4 decimals ("0.1234," = 7 bytes; 8 counted for brackets); the output
+    may run to the decoder's limit, + its <eos> row. Shape: N layers x H heads x (Ls² + Lt² + Lt·Ls).
+    """
+    m = translator.config.get("model", {})
+    Ls, Lt = src_len, translator.output_limit(src_len) + 1
+    if translator.config.get("model_type", "transformer") == "transformer":
+        numbers = int(m.get("num_layers", 1)) * int(m.get("num_heads", 1)) * (Ls * Ls + Lt * Lt + Lt * Ls)
+    else:  # one additive attention (Bahdanau): cross only
+        numbers = Lt * Ls
+    return 8 * numbers + 64 * (Ls + 2 * Lt) + 1024
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -139,57 +79,124 @@ def _validation_message(exc: RequestValidationError) -> str:
             continue
         loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts) or "invalid request"
+    # Locations echo client keys, which may hold lone surrogates: keep the message encodable.
+    return safe_text("; ".join(parts) or "invalid request")
+
+
+def _error(status: int, detail: str, request: Request | None = None, headers: dict | None = None) -> JSONResponse:
+    rid = getattr(request.state, "request_id", None) if request is not None else None
+    return JSONResponse(status_code=status, content={"detail": safe_text(detail), "request_id": rid},
+                        headers=headers)
+
+
+def _busy(request: Request, exc: Busy) -> JSONResponse:
+    return _error(503, str(exc), request, headers={"Retry-After": "1"})
 
 
 # --------------------------------------------------------------------------- app
-def create_app(translator, workers: int = 1, max_pending: int = 128) -> FastAPI:
-    """The explorer for one loaded `Translator` (see `attnlab.checkpoint.load_translator`)."""
+def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Limits | None = None,
+               max_batch: int = 32, max_wait_ms: float = 5.0, batch_workers: int = 1,
+               max_batch_pending: int = 1024) -> FastAPI:
+    """The explorer and the batching API for one loaded `Translator` (see `attnlab.checkpoint.load_translator`).
+
+    workers/max_pending: the explorer's threads and queue bound; max_batch/max_wait_ms/batch_workers/
+    max_batch_pending: the micro-batcher's (see batcher.py); limits: see guard.Limits.
+    """
+    limits = limits or Limits()
     pool = TranslatorPool(translator, workers, max_pending)
+    batcher = MicroBatcher(translator, max_batch=max_batch, max_wait_ms=max_wait_ms, max_pending=max_batch_pending,
+                           workers=batch_workers)
 
     @asynccontextmanager
     async def lifespan(app):
         yield
         pool.shutdown()
+        batcher.shutdown()
 
     app = FastAPI(title="attnlab attention explorer", version=_version(), lifespan=lifespan,
                   description="Translate English to French and see every attention map the Transformer used.")
-    app.state.pool = pool
+    app.state.pool, app.state.batcher, app.state.limits = pool, batcher, limits
+    app.add_middleware(GuardMiddleware, limits=limits)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError):
-        return JSONResponse(status_code=422, content={"detail": _validation_message(exc)})
+        return _error(422, _validation_message(exc), request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        return _error(exc.status_code, str(exc.detail), request, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        # Last resort: a JSON 500 the page can show, instead of a bare text/plain error.
-        return JSONResponse(status_code=500, content={"detail": f"internal error: {type(exc).__name__}: {exc}"})
+        # A bug, never the client's fault: log the traceback with the request id, and tell the client
+        # only the id. Exception text can hold paths, input or internals, so it never leaves the server.
+        rid = getattr(request.state, "request_id", None)
+        log.error("internal error in %s %s (request %s)", request.method, request.url.path, rid, exc_info=exc)
+        return JSONResponse(status_code=500, content={"detail": f"internal error (request id {rid}); the server's "
+                                                      "log has the details", "request_id": rid},
+                            headers={"X-Request-ID": str(rid)})
 
-    bad = {413: {"model": ErrorResponse, "description": f"text longer than {MAX_CHARS} characters"},
-           422: {"model": ErrorResponse, "description": "empty text, too many tokens, wrong types, beam out of range"},
-           503: {"model": ErrorResponse, "description": "too many requests waiting; retry shortly"}}
+    def doc(*codes: int) -> dict:
+        what = {400: "the body could not be read", 408: f"the body took over {limits.body_timeout_s:g} s to arrive",
+                413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, or "
+                     "attention maps over the response limit",
+                422: "empty text, too many tokens, wrong types, beam out of range",
+                431: f"request head over {limits.max_header_bytes} bytes",
+                500: "a bug in the server (the detail carries only a request id)",
+                503: "too many requests waiting; retry after Retry-After seconds"}
+        return {c: {"model": ErrorResponse, "description": what[c]} for c in codes}
 
-    @app.post("/api/translate", response_model=TranslateResponse, responses=bad)
-    async def translate(req: TranslateRequest):
+    post_errors = doc(400, 408, 413, 422, 431, 500, 503)
+
+    @app.post("/api/translate", response_model=TranslateResponse, responses=post_errors)
+    async def translate(req: TranslateRequest, request: Request):
         try:
+            ids = check_text(translator, req.text)
+            size = explain_bytes_bound(translator, len(ids) + 1)
+            if size > limits.max_response_bytes:
+                return _error(413, f"this sentence's attention maps could take {size} bytes, over the "
+                                   f"explorer's limit of {limits.max_response_bytes} (--max-response-bytes); "
+                                   "shorten it, or use POST /api/translations (no maps)", request)
             return await pool.run(_explain_timed, req.text, req.beam)
         except Busy as exc:
-            return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": "1"})
+            return _busy(request, exc)
         except TextTooLong as exc:
-            return JSONResponse(status_code=413, content={"detail": str(exc)})
+            return _error(413, str(exc), request)
         except InputError as exc:
-            return JSONResponse(status_code=422, content={"detail": str(exc)})
+            return _error(422, str(exc), request)
 
-    @app.get("/api/model", response_model=ModelInfo)
+    @app.post("/api/translations", response_model=TranslationsResponse, responses=post_errors)
+    async def translations(req: TranslationsRequest, request: Request):
+        t0 = time.perf_counter()
+        if len(req.texts) > limits.max_texts:
+            return _error(413, f"{len(req.texts)} texts in one request; this server takes at most {limits.max_texts} "
+                               "(--max-texts); split them", request)
+        for i, text in enumerate(req.texts):
+            try:
+                check_text(translator, text)
+            except TextTooLong as exc:
+                return _error(413, f"texts[{i}]: {exc}", request)
+            except InputError as exc:
+                return _error(422, f"texts[{i}]: {exc}", request)
+        try:
+            out = await batcher.translate(req.texts, req.beam)
+        except Busy as exc:
+            return _busy(request, exc)
+        return TranslationsResponse(translations=out, beam=req.beam,
+                                    elapsed_ms=round((time.perf_counter() - t0) * 1000, 1))
+
+    @app.get("/api/model", response_model=ModelInfo, responses=doc(431, 500))
     async def model_info():
         cfg = translator.config
         return ModelInfo(model_type=cfg.get("model_type", type(translator.model).__name__.lower()),
                          model=cfg.get("model", {}), src_vocab_size=len(translator.src_vocab),
                          tgt_vocab_size=len(translator.tgt_vocab), max_source_tokens=translator.max_len,
                          max_output_tokens=translator.max_output_len, max_chars=MAX_CHARS, max_beam=MAX_BEAM,
-                         workers=pool.workers, data_attribution=ATTRIBUTION)
+                         max_texts=limits.max_texts, max_body_bytes=limits.max_body_bytes,
+                         max_response_bytes=limits.max_response_bytes, workers=pool.workers,
+                         data_attribution=ATTRIBUTION)
 
-    @app.get("/healthz")
+    @app.get("/healthz", response_model=Health, responses=doc(431))
     async def healthz():
         return {"status": "ok"}
 
@@ -207,4 +214,16 @@ def _version() -> str:
     return __version__
 
 
-__all__ = ["create_app", "TranslatorPool", "TranslateRequest", "TranslateResponse", "ATTRIBUTION", "MAX_BEAM"]
+__all__ = [
+    "ATTRIBUTION",
+    "MAX_BEAM",
+    "Limits",
+    "MicroBatcher",
+    "TranslateRequest",
+    "TranslateResponse",
+    "TranslationsRequest",
+    "TranslationsResponse",
+    "TranslatorPool",
+    "create_app",
+    "explain_bytes_bound",
+]

@@ -71,6 +71,10 @@ fetch("/api/model").then((r) => r.json()).then((m) => {
 
 $("translate-form").addEventListener("submit", (e) => { e.preventDefault(); translate(); });
 
+// A newcomer sees attention at once: translate the first example on load (unless they already typed).
+if (!$("text").value.trim()) $("text").value = EXAMPLES[0];
+translate();
+
 async function translate() {
   const button = $("translate"), error = $("error");
   error.hidden = true;
