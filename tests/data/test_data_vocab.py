@@ -63,3 +63,17 @@ def test_subword_vocab_round_trip(tmp_path):
     assert isinstance(loaded, SubwordVocab) and loaded == bpe and loaded.lang == "fr"
     assert loaded.encode("Je suis chez moi.") == ids
     assert json.loads((tmp_path / "bpe.json").read_text())["model"]["type"] == "BPE"
+
+
+@pytest.mark.parametrize("field", ["model", "pre_tokenizer", "version"])
+def test_a_fake_bpe_vocabulary_file_is_a_clear_error(tmp_path, field):
+    """A tokenizer JSON whose fields were tampered with is one ValueError naming the file, not the Rust
+    parser's bare Exception (issue 12, item 7)."""
+    vocab = SubwordVocab.train(["hello world", "bonjour le monde"] * 20, vocab_size=60, min_freq=1)
+    path = tmp_path / "src_vocab.json"
+    vocab.save(path)
+    obj = json.loads(path.read_text())
+    obj[field] = "garbage"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(ValueError, match="not a valid Hugging Face tokenizer JSON"):
+        load_vocab(path)

@@ -295,7 +295,15 @@ class SubwordVocab(_SpecialsMixin):
         meta = obj.pop("attnlab", {})
         if "model" not in obj:
             raise ValueError(f"{source}: not a Hugging Face tokenizer JSON (no 'model' key)")
-        return cls(Tokenizer.from_str(json.dumps(obj)), lang=meta.get("lang"), style=meta.get("style", "book"))
+        if not isinstance(meta, dict):
+            raise ValueError(f"{source}: its 'attnlab' entry must be an object, got {type(meta).__name__}; "
+                             f"re-save the vocabulary with SubwordVocab.save")
+        try:
+            tokenizer = Tokenizer.from_str(json.dumps(obj))
+        except Exception as exc:  # the Rust parser raises a bare Exception for any malformed field
+            raise ValueError(f"{source}: not a valid Hugging Face tokenizer JSON ({str(exc)[:120]}); "
+                             f"re-save the vocabulary or train the run again") from None
+        return cls(tokenizer, lang=meta.get("lang"), style=meta.get("style", "book"))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "SubwordVocab":
