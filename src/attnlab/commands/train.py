@@ -34,7 +34,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("train", help="train a Transformer or Bahdanau translator (checkpoints, resume, DDP)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=["transformer", "bahdanau"], default="transformer")
-    p.add_argument("--preset", help="d2l, cpu-small or tiny (default: cpu-small for the Transformer, "
+    p.add_argument("--preset", help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, "
                                      "d2l for Bahdanau)")
     p.add_argument("--out", help="run folder (default: runs/<model>-<preset>)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
