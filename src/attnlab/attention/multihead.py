@@ -340,7 +340,7 @@ def _all_finite(*tensors: Tensor) -> bool:
     # One sum per tensor (a NaN or inf anywhere makes it non-finite; isfinite().all() costs four ops):
     # the exact non-finite path runs only when needed. A finite tensor whose sum overflows also takes
     # that path, which gives the same result for finite inputs, only slower.
-    return all(math.isfinite(t.sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32))
+    return all(math.isfinite(t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32))
                for t in tensors if t.numel())
 
 
