@@ -21,7 +21,7 @@ PAD, BOS = 0, 1
 
 def tiny(**kw):
     torch.manual_seed(0)
-    cfg = dict(num_hiddens=16, num_heads=4, num_layers=2, ffn_num_hiddens=32, dropout=0.1)
+    cfg = {"num_hiddens": 16, "num_heads": 4, "num_layers": 2, "ffn_num_hiddens": 32, "dropout": 0.1}
     cfg.update(kw)
     return Transformer(TransformerConfig(13, 11, **cfg))
 

@@ -45,7 +45,7 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     state dict is the same either way, so checkpoints move between them.
     """
     opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    kwargs = dict(lr=learning_rate(1, cfg), betas=cfg.betas, eps=cfg.eps)
+    kwargs = {"lr": learning_rate(1, cfg), "betas": cfg.betas, "eps": cfg.eps}
     params = [p for g in param_groups(model, cfg.weight_decay) for p in g["params"]]
     if params and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params):
         try:  # (fresh groups each try: the constructor writes its settings into the group dicts)

@@ -84,7 +84,7 @@ class KVCache:
             self._mask_for = valid_lens
         return self._mask
 
-    def reorder(self, index: Tensor) -> "KVCache":
+    def reorder(self, index: Tensor) -> KVCache:
         """Keep the batch rows named by `index` (beam search, finished sentences leaving); returns self."""
         if self.k is not None:
             if self._owns_buffers():
