@@ -25,8 +25,7 @@ from common import table
 
 from attnlab import precision as prec
 from attnlab.checkpoint import load_translator
-from attnlab.metrics import reference_text
-from attnlab.metrics import corpus_bleu
+from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.train import load_data
 
 
