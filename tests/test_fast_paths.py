@@ -71,9 +71,9 @@ def test_greedy_dropping_finished_sentences_equals_recomputation(kw):
 
 def test_growing_cache_equals_concatenation_through_growth_reorder_and_assignment():
     torch.manual_seed(0)
-    cache, ks, vs = KVCache(), [], []
+    cache, ks, vs, B = KVCache(), [], [], 3
     for step in range(40):  # past the first capacity (16) and the doubling
-        k, v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
+        k, v = torch.randn(B, 2, 1, 4), torch.randn(B, 2, 1, 4)
         ks.append(k)
         vs.append(v)
         K, Vv = cache.update(k, v)
@@ -82,6 +82,7 @@ def test_growing_cache_equals_concatenation_through_growth_reorder_and_assignmen
         if step == 20:
             index = torch.tensor([2, 0])
             cache.reorder(index)
+            B = 2
             ks, vs = [torch.cat(ks, 2).index_select(0, index)], [torch.cat(vs, 2).index_select(0, index)]
             torch.testing.assert_close(cache.k, ks[0], rtol=0, atol=0)
     assert len(cache) == 40
