@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table
 
 from attnlab import precision as prec
-from attnlab.checkpoint import load_translator, reference_text
-from attnlab.metrics import corpus_bleu
+from attnlab.checkpoint import load_translator
+from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.train import load_data
 
 

@@ -103,9 +103,16 @@ def make_batches(n, B, min_len, max_len, src_vocab, tgt_vocab, seed=0):
 
 
 def masked_loss(logits, tgt_out, tgt_lens):
-    """Mean cross-entropy over real target tokens (identical for every model)."""
+    """Mean cross-entropy over real target tokens (identical for every model); logits (B, T, V), or
+    (N, V) already restricted to the real positions (attnlab's `targets_mask` path)."""
     real = torch.arange(tgt_out.shape[1], device=tgt_out.device)[None] < tgt_lens[:, None]
-    return F.cross_entropy(logits[real].float(), tgt_out[real])
+    return F.cross_entropy((logits if logits.dim() == 2 else logits[real]).float(), tgt_out[real])
+
+
+def real_rows(name: str) -> bool:
+    """attnlab as its Trainer runs it: output layer + loss on real target positions, fused Adam.
+    "attnlab before" is the earlier step (logits at every position, torch's default per-tensor Adam)."""
+    return name.startswith("attnlab") and "before" not in name
 
 
 def build_models(args, names):
@@ -117,19 +124,24 @@ def build_models(args, names):
                  "book (d2l)": lambda: from_attnlab_config(config)}
     models = {}
     for name in names:
-        base = name.removesuffix(" + compile").removesuffix(" bf16")
+        base = name.removesuffix(" + compile").removesuffix(" bf16").removesuffix(" before")
         m = factories[base]().to(args.device).train()
-        opt = torch.optim.Adam(m.parameters(), lr=1e-4)
+        # attnlab: the optimizer `attnlab.optim.build_optimizer` picks (fused where torch has it).
+        opt = torch.optim.Adam(m.parameters(), lr=1e-4, fused=True if real_rows(name) else None)
         fwd = torch.compile(m) if name.endswith("+ compile") else m
         models[name] = (fwd, m, opt)
     return config, models
 
 
-def train_step(model, opt, batch, device, amp):
+def train_step(model, opt, batch, device, amp, only_real=False):
     src, src_lens, tgt_in, tgt_out, tgt_lens = batch
     opt.zero_grad(set_to_none=True)
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-        logits = model(src, tgt_in, src_lens)
+        if only_real:
+            real = torch.arange(tgt_in.shape[1], device=tgt_in.device)[None] < tgt_lens[:, None]
+            logits = model(src, tgt_in, src_lens, targets_mask=real)
+        else:
+            logits = model(src, tgt_in, src_lens)
     masked_loss(logits, tgt_out, tgt_lens).backward()
     opt.step()
 
@@ -156,7 +168,7 @@ def measure(args, names, log=print):
             fwd, _, opt = models[name]
             sync(device)
             t0 = time.perf_counter()
-            train_step(fwd, opt, batch, device, args.amp or name.endswith(" bf16"))
+            train_step(fwd, opt, batch, device, args.amp or name.endswith(" bf16"), real_rows(name))
             sync(device)
             dt = time.perf_counter() - t0
             if r == 0:
@@ -187,11 +199,11 @@ def profile(args, name, steps=3):
     fwd, _, opt = models[name]
     batch = tuple(t.to(device) for t in make_batches(1, args.batch_size, args.min_len, args.max_len,
                                                      args.vocab, args.vocab)[0])
-    train_step(fwd, opt, batch, device, args.amp)
+    train_step(fwd, opt, batch, device, args.amp, real_rows(name))
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with prof(activities=acts) as p:
         for _ in range(steps):
-            train_step(fwd, opt, batch, device, args.amp)
+            train_step(fwd, opt, batch, device, args.amp, real_rows(name))
             sync(device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     return p.key_averages().table(sort_by=key, row_limit=args.profile_rows)
@@ -271,6 +283,8 @@ def parse_args(argv=None):
     ap.add_argument("--num-batches", type=int, default=4, help="distinct batches cycled through")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own choice)")
     ap.add_argument("--no-book", action="store_true", help="skip the book's baseline (slow on big sizes)")
+    ap.add_argument("--before", action="store_true",
+                    help="also time 'attnlab before': logits at padded positions too and torch's default Adam")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(attnlab) in a child process")
     ap.add_argument("--compile-timeout", type=float, default=300.0, help="cap on the compile child, seconds")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler tables for attnlab and nn.Transformer")
@@ -299,7 +313,7 @@ def main(argv=None) -> int:
     if args.compile_child:
         return compile_child(args)
     ours = ["attnlab"] + [f"attnlab {p}" for p in args.precision.split(",") if p and p != "fp32"]
-    names = ours + ["nn.Transformer"] + ([] if args.no_book else ["book (d2l)"])
+    names = ours + (["attnlab before"] if args.before else []) + ["nn.Transformer"] + ([] if args.no_book else ["book (d2l)"])
     print(f"command: python benchmarks/train_throughput.py {shlex.join(argv)}".rstrip())
     print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")

@@ -70,18 +70,16 @@ def greedy(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: in
         length_penalty=1.
     """
     _check(src, src_valid_lens, max_len)
+    if use_cache:
+        return _greedy_cached(model, src, src_valid_lens, bos, eos, max_len)
     B = src.shape[0]
     with _inference(model):
         prefix = torch.full((B, 1), bos, dtype=torch.long, device=src.device)  # (B, t)
         step_lp = []  # (B,) log-probability of each chosen token
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
         lengths = torch.full((B,), max_len, dtype=torch.long)  # tokens kept per sentence
-        state = model.start_decoding(src, src_valid_lens) if use_cache else None
         for step in range(max_len):
-            if use_cache:
-                logits, state = model.decode_step(prefix[:, -1:], state)
-            else:
-                logits = model(src, prefix, src_valid_lens)
+            logits = model(src, prefix, src_valid_lens)
             logprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V)
             lp, nxt = logprobs.max(dim=-1)  # (B,)
             prefix = torch.cat([prefix, nxt[:, None]], dim=1)
@@ -94,11 +92,64 @@ def greedy(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: in
         rows = prefix[:, 1:].tolist()
         lps = torch.stack(step_lp, dim=1).tolist()  # (B, steps)
         ended = finished.tolist()
+    return _hypotheses(rows, lps, lengths.tolist(), ended)
+
+
+def _hypotheses(rows, lps, lengths, ended) -> list[Hypothesis]:
     hyps = []
-    for row, lp, n, done in zip(rows, lps, lengths.tolist(), ended):
+    for row, lp, n, done in zip(rows, lps, lengths, ended):
         pos = lp[: n + 1] if done else lp[:n]
         hyps.append(Hypothesis(row[:n], sum(pos) / max(len(pos), 1), done, pos))
     return hyps
+
+
+def _greedy_cached(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int,
+                   max_len: int) -> list[Hypothesis]:
+    """Greedy against the model's cache, with the batch shrinking as sentences end.
+
+    Per step only the n sentences still running are decoded: a sentence that produced <eos> leaves the
+    batch (`reorder_state` drops its rows from the encoder memory and every cache), so short sentences
+    stop costing anything. Tokens and log-probabilities go into preallocated (B, max_len) tables,
+    written at the rows of the running sentences; nothing is copied to Python until the end.
+    """
+    B, device = src.shape[0], src.device
+    shrink = hasattr(model, "reorder_state")
+    with _inference(model), torch.inference_mode():
+        tokens = torch.zeros((B, max_len), dtype=torch.long, device=device)   # (B, max_len)
+        lps = torch.zeros((B, max_len), dtype=torch.float, device=device)     # (B, max_len)
+        lengths = torch.full((B,), max_len, dtype=torch.long, device=device)  # tokens kept per sentence
+        finished = torch.zeros(B, dtype=torch.bool, device=device)
+        alive = torch.arange(B, device=device)  # original row of each running sentence, (n,)
+        inp = torch.full((B, 1), bos, dtype=torch.long, device=device)       # (n, 1)
+        state = model.start_decoding(src, src_valid_lens)
+        steps = 0
+        for step in range(max_len):
+            logits, state = model.decode_step(inp, state)
+            lp, nxt = F.log_softmax(logits[:, -1].float(), dim=-1).max(dim=-1)  # (n,)
+            steps = step + 1
+            if shrink:
+                tokens[alive, step], lps[alive, step] = nxt, lp
+            else:  # rows never leave: ignore what finished ones produce after their <eos>
+                tokens[:, step] = torch.where(finished, tokens[:, step], nxt)
+                lps[:, step] = torch.where(finished, lps[:, step], lp)
+            ended = nxt == eos
+            if not shrink:
+                ended &= ~finished
+            if bool(ended.any()):
+                done_rows = alive[ended] if shrink else ended.nonzero().squeeze(1)
+                lengths[done_rows] = step
+                finished[done_rows] = True
+                if bool(finished.all()):
+                    break
+                if shrink:
+                    keep = (~ended).nonzero().squeeze(1)  # (n',) positions among the running rows
+                    state = model.reorder_state(state, keep)
+                    alive, nxt = alive[keep], nxt[keep]
+            inp = nxt[:, None]
+        rows = tokens[:, :steps].tolist()
+        lp_rows = lps[:, :steps].tolist()
+        out = _hypotheses(rows, lp_rows, lengths.tolist(), finished.tolist())
+    return out
 
 
 def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int, beam: int = 4,

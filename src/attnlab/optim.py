@@ -37,5 +37,19 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam or AdamW over `param_groups`, as one fused kernel where torch has one for these parameters.
+
+    torch's default on CPU is a Python loop over parameters (one small op per tensor per update; a
+    profile put ~12% of a small model's step in it); `fused=True` (CPU and CUDA, float parameters) does
+    the whole update in one kernel per group, `foreach=True` (the fallback) in a few batched ops. The
+    state dict is the same either way, so checkpoints move between them.
+    """
     opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    return opt_cls(param_groups(model, cfg.weight_decay), lr=learning_rate(1, cfg), betas=cfg.betas, eps=cfg.eps)
+    kwargs = {"lr": learning_rate(1, cfg), "betas": cfg.betas, "eps": cfg.eps}
+    params = [p for g in param_groups(model, cfg.weight_decay) for p in g["params"]]
+    if params and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params):
+        try:  # (fresh groups each try: the constructor writes its settings into the group dicts)
+            return opt_cls(param_groups(model, cfg.weight_decay), fused=True, **kwargs)
+        except (RuntimeError, ValueError):  # an older torch or an unsupported dtype/device
+            pass
+    return opt_cls(param_groups(model, cfg.weight_decay), foreach=bool(params) or None, **kwargs)

@@ -19,6 +19,7 @@ Only rank 0 writes logs, checkpoints and the progress bar.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import math
 import os
@@ -35,7 +36,7 @@ from torch import nn
 from attnlab import checkpoint as ckpt
 from attnlab import precision as prec
 from attnlab.config_types import check_field_types, check_range
-from attnlab.loss import masked_cross_entropy, sequence_loss
+from attnlab.loss import masked_cross_entropy, sequence_loss, target_mask
 from attnlab.optim import build_optimizer, learning_rate, param_groups
 from attnlab.progress import LossWindow, Progress
 from attnlab.runtime import distributed_info, resolve_device, rng_state, seed_everything, set_rng_state
@@ -169,6 +170,8 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.ddp_model = DistributedDataParallel(self.model, device_ids=ids)
         self.optimizer = build_optimizer(self.model, config)
+        # Models whose forward can skip the padded target positions (the Transformer) are asked to.
+        self._real_rows = "targets_mask" in inspect.signature(self.model.forward).parameters
         self.stop = StopPolicy(config, self.device, self.world_size)
         # Progress through training; all of it is saved in trainer_state.pt.
         self.step = 0
@@ -257,7 +260,11 @@ class Trainer:
             ctx = self.ddp_model.no_sync() if not sync else contextlib.nullcontext()
             with ctx:
                 with self._autocast():
-                    logits = self.ddp_model(batch.src, batch.tgt_in, batch.src_valid_lens)
+                    if self._real_rows:  # logits of the real target positions only, (N, V)
+                        real = target_mask(batch.tgt_valid_lens, batch.tgt_in.shape[1])
+                        logits = self.ddp_model(batch.src, batch.tgt_in, batch.src_valid_lens, targets_mask=real)
+                    else:
+                        logits = self.ddp_model(batch.src, batch.tgt_in, batch.src_valid_lens)
                 loss, _ = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens, self.cfg.label_smoothing)
                 # DDP averages gradients over ranks; multiplying by world_size turns that into a sum.
                 (loss * (self.world_size / total_tokens)).backward()

@@ -19,16 +19,27 @@ from .scoring import attend, check_qkv
 class KVCache:
     """Projected keys/values of one attention module, kept across decoding steps.
 
-    static=False (decoder self-attention): each call appends the new step's keys/values.
-    static=True (cross-attention): the encoder's keys/values are projected once and reused.
+    static=False (decoder self-attention): each call appends the new step's keys/values, written into a
+    preallocated buffer that doubles when full (amortised O(1) copies per step instead of a `torch.cat`
+    of the whole history every step).
+    static=True (cross-attention): the encoder's keys/values are projected once and reused, and so is
+    the key mask built from the source lengths (`key_mask`).
 
-    Shape: k, v: (B, H, L, Dh).
+    `finite` is False once a non-finite key or value has entered the cache, so attention checks only the
+    new rows instead of the whole cache every step.
+
+    Shape: k, v: (B, H, L, Dh) (views of the buffers for a growing cache).
     """
 
     def __init__(self, static: bool = False):
         self.static = static
         self.k: Tensor | None = None
         self.v: Tensor | None = None
+        self.finite = True
+        self._kbuf: Tensor | None = None  # (B, H, capacity, Dh); k is kbuf[:, :, :len]
+        self._vbuf: Tensor | None = None
+        self._mask_for: Tensor | None = None  # the valid_lens the cached key mask was built from
+        self._mask: tuple[Tensor | None, bool] | None = None
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
@@ -36,14 +47,53 @@ class KVCache:
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         if self.k is None or self.static:
             self.k, self.v = k, v
-        else:
-            self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+            self._kbuf = self._vbuf = None
+            self.finite = _all_finite(k, v)
+            return k, v
+        self.finite = self.finite and _all_finite(k, v)
+        L, t = self.k.shape[2], k.shape[2]
+        if not self._owns_buffers() or L + t > self._kbuf.shape[2]:
+            self._grow(L + t)
+        self._kbuf[:, :, L:L + t] = k
+        self._vbuf[:, :, L:L + t] = v
+        self.k, self.v = self._kbuf[:, :, :L + t], self._vbuf[:, :, :L + t]
         return self.k, self.v
 
-    def reorder(self, index: Tensor) -> "KVCache":
-        """Keep the batch rows named by `index` (beam search); returns self."""
+    def _owns_buffers(self) -> bool:
+        # k/v may have been assigned from outside (they are public): then the buffers are stale.
+        return (self._kbuf is not None and self.k is not None and self.k.data_ptr() == self._kbuf.data_ptr()
+                and self.k.shape[:2] == self._kbuf.shape[:2] and self.k.dtype == self._kbuf.dtype)
+
+    def _grow(self, needed: int) -> None:
+        B, H, L, Dh = self.k.shape
+        cap = max(16, needed, 2 * L)
+        kbuf = self.k.new_empty((B, H, cap, Dh))
+        vbuf = self.v.new_empty((B, H, cap, Dh))
+        kbuf[:, :, :L] = self.k
+        vbuf[:, :, :L] = self.v
+        self._kbuf, self._vbuf = kbuf, vbuf
+        self.k, self.v = kbuf[:, :, :L], vbuf[:, :, :L]
+
+    def key_mask(self, valid_lens, num_queries: int, device) -> tuple[Tensor | None, bool]:
+        """(visible (B, 1, 1|Lq, Lk) bool mask or None, whether some query sees no key) for these
+        source lengths; built once per static cache and source batch instead of every step."""
+        if self._mask is None or self._mask_for is not valid_lens:
+            visible = build_mask(self.k.shape[0], num_queries, self.k.shape[2], valid_lens, device=device)
+            lens = torch.as_tensor(valid_lens)
+            self._mask = (visible, lens.dim() == 2 or bool((lens == 0).any()))
+            self._mask_for = valid_lens
+        return self._mask
+
+    def reorder(self, index: Tensor) -> KVCache:
+        """Keep the batch rows named by `index` (beam search, finished sentences leaving); returns self."""
         if self.k is not None:
-            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+            if self._owns_buffers():
+                L = self.k.shape[2]
+                self._kbuf, self._vbuf = self._kbuf.index_select(0, index), self._vbuf.index_select(0, index)
+                self.k, self.v = self._kbuf[:, :, :L], self._vbuf[:, :, :L]
+            else:
+                self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+            self._mask = self._mask_for = None
         return self
 
 
@@ -113,15 +163,30 @@ class MultiHeadAttention(Recordable, nn.Module):
         if queries is keys and keys is values and all(type(m) is nn.Linear for m in (self.W_q, self.W_k, self.W_v)):
             # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (plain
             # float Linears only: a quantized or otherwise swapped projection runs as itself).
-            W = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
-            b = None if self.W_q.bias is None else torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias])
-            q, k, v = F.linear(queries, W, b).chunk(3, dim=-1)
+            q, k, v = F.linear(queries, *self._qkv_weight()).chunk(3, dim=-1)
         else:
             q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
         q, k, v = self._split(q), self._split(k), self._split(v)
         if cache is not None:
             k, v = cache.update(k, v)
         return q, k, v
+
+    def _qkv_weight(self) -> tuple[Tensor, Tensor | None]:
+        """W_q, W_k, W_v (and biases) concatenated: (3*H*Dh, D), (3*H*Dh,). Without autograd (decoding)
+        the concatenation is kept until a weight changes (version counter) or moves, not redone per step."""
+        ws = [self.W_q.weight, self.W_k.weight, self.W_v.weight]
+        bs = None if self.W_q.bias is None else [self.W_q.bias, self.W_k.bias, self.W_v.bias]
+        if torch.is_grad_enabled():  # training: the concatenation is part of the graph
+            return torch.cat(ws), None if bs is None else torch.cat(bs)
+        params = ws + (bs or [])
+        versions = [t._version for t in params]
+        cached = self.__dict__.get("_qkv_cached")  # (params, versions, W, b); holding the params keeps
+        # their identity meaningful (a freed tensor's address could be reused by a new one)
+        if (cached is None or len(cached[0]) != len(params) or any(x is not y for x, y in zip(cached[0], params))
+                or cached[1] != versions):
+            cached = (params, versions, torch.cat(ws), None if bs is None else torch.cat(bs))
+            self.__dict__["_qkv_cached"] = cached
+        return cached[2], cached[3]
 
     def forward(self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens=None, mask=None,
                 causal: bool | None = None, cache: KVCache | None = None, head_mask=None) -> Tensor:
@@ -137,8 +202,9 @@ class MultiHeadAttention(Recordable, nn.Module):
         q, k, v = self._project_qkv(queries, keys, values, cache)
         if self.num_heads == 0:  # only W_o's bias remains
             out = q
-        elif _all_finite(q, k, v):
-            out = self._attend(q, k, v, valid_lens, mask, causal)
+        elif (_all_finite(q) and cache.finite) if cache is not None else _all_finite(q, k, v):
+            # With a cache only the new query is checked: the cache knows whether its keys/values are.
+            out = self._attend(q, k, v, valid_lens, mask, causal, cache)
         else:
             out = self._attend_nonfinite(q, k, v, valid_lens, mask, causal)
         if gate is not None:
@@ -154,7 +220,7 @@ class MultiHeadAttention(Recordable, nn.Module):
             return head_mask if ctx is None else head_mask * ctx
         return ctx
 
-    def _attend(self, q, k, v, valid_lens, mask, causal) -> Tensor:
+    def _attend(self, q, k, v, valid_lens, mask, causal, cache: KVCache | None = None) -> Tensor:
         """Pick the path: math (recording), blockwise local, or fused SDPA. Returns (B, H, Lq, Dh)."""
         Lq, Lk = q.shape[2], k.shape[2]
         if self.recording:
@@ -163,7 +229,7 @@ class MultiHeadAttention(Recordable, nn.Module):
             return out
         if self._use_blockwise(Lq, Lk, valid_lens, mask):
             return self._local_blockwise(q, k, v, valid_lens, causal)
-        return self._fused(q, k, v, valid_lens, mask, causal)
+        return self._fused(q, k, v, valid_lens, mask, causal, cache)
 
     def _attend_nonfinite(self, q, k, v, valid_lens, mask, causal) -> Tensor:
         """Attention when some query/key/value is NaN or inf, with the semantics of the class docstring.
@@ -207,10 +273,20 @@ class MultiHeadAttention(Recordable, nn.Module):
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(Dh)
         return attend(scores, v, visible, self.dropout)
 
-    def _fused(self, q, k, v, valid_lens, mask, causal) -> Tensor:
+    def _fused(self, q, k, v, valid_lens, mask, causal, cache: KVCache | None = None) -> Tensor:
         B, _, Lq, _ = q.shape
         Lk = k.shape[2]
         p = self.dropout.p if self.training else 0.0
+        if causal and Lq == 1 and self.window is None and valid_lens is None and mask is None:
+            # One query at the last position (a decoding step; causal masks align bottom-right) sees
+            # every key: no mask to build.
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        if (cache is not None and cache.static and not causal and self.window is None and mask is None
+                and isinstance(valid_lens, Tensor) and valid_lens.dim() == 1):
+            # Cross-attention while decoding: the key mask is the same every step, built once per cache.
+            visible, maybe_empty = cache.key_mask(valid_lens, Lq, q.device)
+            if not maybe_empty:
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=p)
         if causal and self.window is None and valid_lens is None and mask is None and Lq == Lk:
             # SDPA's own causal flag aligns top-left, which equals ours only when Lq == Lk.
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
@@ -261,8 +337,11 @@ class MultiHeadAttention(Recordable, nn.Module):
 
 
 def _all_finite(*tensors: Tensor) -> bool:
-    # One reduction per tensor: the exact (slower) non-finite path runs only when it is needed.
-    return all(bool(torch.isfinite(t).all()) for t in tensors)
+    # One sum per tensor (a NaN or inf anywhere makes it non-finite; isfinite().all() costs four ops):
+    # the exact non-finite path runs only when needed. A finite tensor whose sum overflows also takes
+    # that path, which gives the same result for finite inputs, only slower.
+    return all(math.isfinite(t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32))
+               for t in tensors if t.numel())
 
 
 def _slice_linear(layer: nn.Linear, index: Tensor, dim: int) -> nn.Linear:

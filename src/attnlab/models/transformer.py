@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
 from torch import Tensor, nn
 
 from attnlab.attention import KVCache, MultiHeadAttention, PositionalEncoding
@@ -205,12 +206,18 @@ class TransformerDecoder(nn.Module):
         self.dense = nn.Linear(num_hiddens, vocab_size)
 
     def forward(self, X: Tensor, memory: Tensor, src_valid_lens: Tensor | None = None,
-                caches: list[tuple[KVCache, KVCache]] | None = None, offset: int = 0) -> Tensor:
+                caches: list[tuple[KVCache, KVCache]] | None = None, offset: int = 0,
+                targets_mask: Tensor | None = None) -> Tensor:
         X = self.pos_encoding(self.embedding(X) * self.embed_scale, offset=offset)
         for i, block in enumerate(self.blocks):
             self_cache, cross_cache = caches[i] if caches is not None else (None, None)
             X = block(X, memory, src_valid_lens, self_cache, cross_cache)
-        return self.dense(self.final_norm(X))
+        X = self.final_norm(X)
+        if targets_mask is not None:
+            # Training: the (D x V) output layer, the largest matmul of a small model, and the loss's
+            # log-softmax run on the N real positions only, not on the padding.
+            X = X[targets_mask]  # (N, D)
+        return self.dense(X)
 
 
 @dataclass
@@ -295,10 +302,16 @@ class Transformer(nn.Module):
                 "decoder_self": [b.self_attention for b in self.decoder.blocks],
                 "cross": [b.cross_attention for b in self.decoder.blocks]}
 
-    def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None,
+                targets_mask: Tensor | None = None) -> Tensor:
+        """Logits (B, T, V); with `targets_mask` (B, T) bool, only the N rows where it is True, (N, V)
+        in row-major order (the Trainer passes the real target positions: `attnlab.loss.target_mask`)."""
         _check_tokens(src, tgt_in, src_valid_lens)
+        if targets_mask is not None and (targets_mask.dtype != torch.bool or targets_mask.shape != tgt_in.shape):
+            raise ValueError(f"targets_mask must be a bool tensor shaped like tgt_in {tuple(tgt_in.shape)}, "
+                             f"got {targets_mask.dtype} {tuple(targets_mask.shape)}")
         memory = self.encoder(src, src_valid_lens)
-        return self.decoder(tgt_in, memory, src_valid_lens)
+        return self.decoder(tgt_in, memory, src_valid_lens, targets_mask=targets_mask)
 
     # -- decoding protocol -------------------------------------------------------------------------
     def start_decoding(self, src: Tensor, src_valid_lens: Tensor | None = None) -> TransformerState:
