@@ -66,3 +66,14 @@ def test_model_panel_of_an_imported_model(imported_client, marian_dir):
     assert m["parameters"] == sum(p.numel() for p in tr.model.parameters())
     assert m["heads"]["encoder_self"] == [4, 4]
     assert m["model"]["activation"] == "swish"  # the options Marian needed are shown
+
+
+def test_notebook_views_merge_subwords(imported_client):
+    from attnlab.explain import explain
+    from attnlab.notebook import head_view, model_view
+
+    _, tr = imported_client
+    exp = explain(tr, TEXT)
+    merged = head_view(exp, merge_subwords=True)
+    assert merged.data["axes"]["cross"][1][:2] == ["The", "cat"]
+    assert model_view(exp).data["axes"]["cross"][1] == exp.src_tokens
