@@ -124,10 +124,14 @@ def head_masks_for(model, heads_off: Mapping[str, Sequence] | None) -> dict[str,
     names = {id(m): name for name, m in model.named_modules()}
     masks: dict[str, Tensor] = {}
     for kind, pairs in heads_off.items():
+        if not pairs:  # an empty list asks for nothing, even of a kind the model lacks
+            continue
         if kind not in kinds:
             raise InputError(f"heads_off: unknown attention kind {kind!r}; this model has {sorted(kinds)}")
         modules = kinds[kind]
-        for pair in pairs or []:
+        if isinstance(pairs, str) or not isinstance(pairs, Sequence):
+            raise InputError(f"heads_off.{kind} must be a list of [layer, head] pairs, got {pairs!r}")
+        for pair in pairs:
             if (not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2
                     or any(isinstance(x, bool) or not isinstance(x, int) for x in pair)):
                 raise InputError(f"heads_off.{kind}: each entry must be [layer, head] (two integers), got {pair!r}")

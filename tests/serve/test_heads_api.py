@@ -142,3 +142,8 @@ def test_origin_of_an_imported_model():
 
     assert "imported from Hugging Face marian" in model_origin(
         {"data": {"source": "hf", "hf_model_type": "marian", "hf_source": "/m/opus-mt-en-fr"}})
+
+
+def test_empty_mask_lists_are_fine_even_for_kinds_a_model_lacks(translator):
+    assert head_masks_for(translator.model, {"encoder_self": [], "cross": []}) == {}
+    assert head_masks_for(translator.model, None) == {}
