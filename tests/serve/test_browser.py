@@ -182,9 +182,11 @@ def test_heads_switches_and_beam_search_view(driver, server, translator):
     assert "confidence" in driver.find_element(By.ID, "importance-source").text
 
     text = driver.find_element(By.ID, "text").get_attribute("value")
+    # A masked head's own map stays (its output is dropped after the softmax); what reads the encoder's
+    # output changes, so the encoder–decoder map is the one to watch.
     weights = lambda: [c.get_attribute("data-weight")
-                       for c in driver.find_elements(By.CSS_SELECTOR, "#enc-heatmap rect.cell")]
-    before, drawn = weights(), driver.find_element(By.CSS_SELECTOR, "#enc-heatmap rect.cell")
+                       for c in driver.find_elements(By.CSS_SELECTOR, "#cross-heatmap rect.cell")]
+    before, drawn = weights(), driver.find_element(By.CSS_SELECTOR, "#cross-heatmap rect.cell")
     driver.find_element(By.CSS_SELECTOR, '#heads-grid button.head[data-kind="encoder_self"][data-layer="0"]'
                                          '[data-head="0"]').click()
     wait.until(EC.staleness_of(drawn))
@@ -196,7 +198,7 @@ def test_heads_switches_and_beam_search_view(driver, server, translator):
     assert "1 head off" in driver.find_element(By.ID, "importance-source").text
 
     # All heads back on, then beam 3: the search is drawn, with one marked path ending the winner.
-    drawn = driver.find_element(By.CSS_SELECTOR, "#enc-heatmap rect.cell")
+    drawn = driver.find_element(By.CSS_SELECTOR, "#cross-heatmap rect.cell")
     driver.find_element(By.ID, "heads-reset").click()
     wait.until(EC.staleness_of(drawn))
     assert weights() == before
