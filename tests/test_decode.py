@@ -219,3 +219,28 @@ def test_beam_search_finds_the_same_hypotheses_as_the_old_search(make, beam, alp
         assert [h.score for h in new] == pytest.approx(old_scores, abs=1e-5)
         lengths.update(len(h.tokens) for h in new)
     assert len(lengths) >= 2  # sentences really did finish at different steps
+
+
+@pytest.mark.parametrize("make", [transformer, bahdanau])
+@pytest.mark.parametrize("beam,alpha,max_len", [(3, 1.0, 12), (4, 0.6, 4)])
+def test_beam_trace_is_consistent_with_the_result(make, beam, alpha, max_len):
+    """The trace changes nothing, and following parents back from its winner rebuilds each returned hypothesis:
+    its tokens, per-token log-probabilities and normalised score; every step keeps `beam` live slots."""
+    model = make()
+    src, lens = sources(B=3)
+    plain = decode.beam_search(model, src, lens, BOS, EOS, beam=beam, length_penalty=alpha, max_len=max_len)
+    trace: list = []
+    traced = decode.beam_search(model, src, lens, BOS, EOS, beam=beam, length_penalty=alpha, max_len=max_len,
+                                trace=trace)
+    assert [(h.tokens, h.score, h.finished) for h in traced] == [(h.tokens, h.score, h.finished) for h in plain]
+    for b, hyp in enumerate(traced):
+        steps = {r["step"]: r for r in trace if r.get("sentence") == b and "step" in r}
+        for r in steps.values():
+            slots = sorted(c["slot"] for c in r["candidates"] if c["status"] in ("live", "cut"))
+            assert slots == list(range(beam))
+        path = decode.trace_path(trace, b)
+        cands = [steps[s]["candidates"][i] for s, i in path]
+        assert [c["token"] for c in cands] == hyp.tokens + ([EOS] if hyp.finished else [])
+        assert [c["logprob"] for c in cands] == pytest.approx(hyp.positional_scores, abs=1e-6)
+        assert cands[-1]["norm_score"] == pytest.approx(hyp.score, abs=1e-6)
+        assert cands[-1]["status"] == ("finished" if hyp.finished else "cut")

@@ -26,7 +26,9 @@ def fake_explanation(layers=3, heads=4, ls=5, lt=6, bahdanau=False) -> Explanati
     n_self = 0 if bahdanau else layers
     return Explanation(text=" ".join(src[:-1]), translation=" ".join(tgt[:-1]), src_tokens=src, tgt_tokens=tgt,
                        tgt_input_tokens=["<bos>"] + tgt[:-1], beam=1, finished=True,
-                       encoder_self=w(n_self, ls, ls), decoder_self=w(n_self, lt, lt), cross=w(layers, lt, ls))
+                       model_type="bahdanau" if bahdanau else "transformer",
+                       maps={"encoder_self": w(n_self, ls, ls), "decoder_self": w(n_self, lt, lt),
+                             "cross": w(layers, lt, ls)})
 
 
 def test_views_embed_weights_and_drawing_code_without_network(tmp_path):

@@ -9,6 +9,7 @@ of every produced token, so callers never have to guess back what decoding knew.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["Hypothesis", "attention_maps", "beam_search", "greedy"]
+__all__ = ["Hypothesis", "attention_maps", "beam_search", "greedy", "trace_path"]
 
 
 @dataclass
@@ -154,7 +155,7 @@ def _greedy_cached(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None,
 
 def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int, beam: int = 4,
                 length_penalty: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 50,
-                max_len: int | None = None) -> list[Hypothesis]:
+                max_len: int | None = None, trace: list | None = None) -> list[Hypothesis]:
     """Beam search with length-normalised finished hypotheses (GNMT/fairseq: score / len ** alpha).
 
     Each step expands every live hypothesis of a sentence and keeps the 2*beam best continuations:
@@ -171,6 +172,13 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
     Args:
         length_penalty: alpha; 0 ranks by total log-probability (favours short outputs), 1 by per-token
             average. The length counts the <eos> token when there is one.
+        trace: a list to append the search itself to (opt-in; None costs nothing). One record per step
+            and sentence: {"step", "sentence", "candidates": [...]}; each of the (up to) 2*beam candidates
+            considered is {"parent": index of its hypothesis among the previous step's live ones,
+            "token", "logprob" (of this token), "score" (total log-probability), "norm_score"
+            (score / (step + 1) ** length_penalty), "status": "live" | "finished" | "pruned"}; live
+            candidates keep their order, so the next step's parents index them. A hypothesis cut at the
+            length limit gets status "cut". Then one {"sentence", "winner": [step, candidate index]}.
     Returns:
         B best hypotheses.
     """
@@ -183,6 +191,7 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
     # Per sentence: (normalised score, tokens, positional scores, ended with <eos>), in finishing order.
     finished: list[list[tuple[float, list[int], list[float], bool]]] = [[] for _ in range(B)]
     active = list(range(B))  # original index of each sentence still in the batch
+    finished_at: dict[int, list[list[int]]] = {}  # trace only: sentence -> [step, candidate] per finished entry
     neg_inf = float("-inf")
 
     with _inference(model):
@@ -216,6 +225,8 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
                         row = i * K + int(top_beam[i, r])
                         fin.append((float(top_scores[i, r]) / (step + 1) ** length_penalty, hist[row],
                                     hist_lp[row] + [float(top_lp[i, r])], True))
+                        if trace is not None:
+                            finished_at.setdefault(active[i], []).append([step, r])
 
             # The best K continuations that are not <eos> stay live (there are at least K of 2K).
             live_scores, pick = top_scores.masked_fill(is_eos, neg_inf).topk(K, dim=1)  # (n, K)
@@ -224,6 +235,9 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
             tokens = torch.cat([tokens.index_select(0, rows), new_tok[:, None]], dim=1)
             pos_lp = torch.cat([pos_lp.index_select(0, rows), top_lp.gather(1, pick).reshape(-1, 1)], dim=1)
             scores = live_scores
+            if trace is not None:
+                records = _trace_step(trace, step, active, top_scores, top_beam, top_tok, top_lp, pick, finished_at,
+                                      length_penalty)
 
             keep = []
             for i, b in enumerate(active):
@@ -235,6 +249,10 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
                         if len(finished[b]) < K and torch.isfinite(scores[i, k]):
                             finished[b].append((float(scores[i, k]) / (step + 1) ** length_penalty, hist[k],
                                                 hist_lp[k], False))
+                            if trace is not None:  # this live candidate ends here, cut at the limit
+                                r = int(pick[i, k])
+                                records[i]["candidates"][r]["status"] = "cut"
+                                finished_at.setdefault(b, []).append([step, r])
                     continue
                 keep.append(i)
             if not keep:
@@ -252,13 +270,59 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
             inp = new_tok[:, None]
 
     out = []
-    for fin in finished:
+    for b, fin in enumerate(finished):
         if not fin:
             out.append(Hypothesis([], neg_inf, False, []))
             continue
-        s, toks, lps, ended = max(fin, key=lambda x: x[0])
+        best = max(range(len(fin)), key=lambda j: fin[j][0])
+        s, toks, lps, ended = fin[best]
+        if trace is not None:
+            trace.append({"sentence": b, "winner": finished_at[b][best] if b in finished_at else None})
         out.append(Hypothesis(toks, s, ended, lps))
     return out
+
+
+def _trace_step(trace: list, step: int, active: list[int], top_scores: Tensor, top_beam: Tensor, top_tok: Tensor,
+                top_lp: Tensor, pick: Tensor, finished_at: dict, length_penalty: float) -> list[dict]:
+    """Append one record per active sentence for this step (see `beam_search`'s trace); returns them."""
+    sc, par, tok, lp, live = (top_scores.tolist(), top_beam.tolist(), top_tok.tolist(), top_lp.tolist(),
+                              pick.tolist())
+    norm = (step + 1) ** length_penalty
+    records = []
+    for i, b in enumerate(active):
+        done = {r for s_, r in finished_at.get(b, []) if s_ == step}
+        slot = {r: k for k, r in enumerate(live[i])}
+        cands = []
+        for r in range(len(sc[i])):
+            if not math.isfinite(sc[i][r]):  # fewer than 2*beam real continuations (tiny vocabularies)
+                cands.append({"parent": par[i][r], "token": tok[i][r], "logprob": None, "score": None,
+                              "norm_score": None, "status": "impossible", "slot": None})
+                continue
+            status = "finished" if r in done else "live" if r in slot else "pruned"
+            cands.append({"parent": par[i][r], "token": tok[i][r], "logprob": lp[i][r], "score": sc[i][r],
+                          "norm_score": sc[i][r] / norm, "status": status, "slot": slot.get(r)})
+        rec = {"step": step, "sentence": b, "candidates": cands}
+        trace.append(rec)
+        records.append(rec)
+    return records
+
+
+def trace_path(trace: list, sentence: int = 0) -> list[tuple[int, int]]:
+    """The (step, candidate index) of every token of `sentence`'s winning hypothesis in a beam trace,
+    first step first (follows the parents back from the winner). Empty when nothing finished."""
+    steps = {r["step"]: r for r in trace if r.get("sentence") == sentence and "step" in r}
+    win = next((r["winner"] for r in trace if r.get("sentence") == sentence and "winner" in r), None)
+    if win is None:
+        return []
+    path, (step, idx) = [], win
+    while True:
+        path.append((step, idx))
+        if step == 0:
+            break
+        parent = steps[step]["candidates"][idx]["parent"]
+        idx = next(j for j, c in enumerate(steps[step - 1]["candidates"]) if c["slot"] == parent)
+        step -= 1
+    return path[::-1]
 
 
 def attention_maps(rec) -> dict[str, Tensor]:

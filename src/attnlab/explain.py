@@ -15,12 +15,13 @@ encoder_self, decoder_self and cross; the Bahdanau model only cross), not from m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
-from attnlab.attention import record_attention
+from attnlab.attention import mask_heads, record_attention
 from attnlab.decode import attention_maps
 from attnlab.translator import InputError, TextTooLong, encode_source
 
@@ -39,6 +40,10 @@ class Explanation:
         encoder_self (N, H, Ls, Ls), decoder_self (N, H, Lt, Lt), cross (N, H, Lt, Ls).
     model_type: "transformer", "bahdanau", ...
     finished: decoding ended with <eos> (from the Hypothesis), not at the length limit.
+    heads_off: kind -> [[layer, head], ...] masked while decoding and recording (empty: none).
+    beam_trace: with beam > 1 and trace=True, the search itself (`attnlab.decode.beam_search`'s trace,
+        tokens as strings, and "path": the (step, candidate) of each token of the winner); else None.
+    subwords: the tokens are SentencePiece pieces ("▁" starts a word); `merge_subwords` joins them.
     """
 
     text: str
@@ -50,6 +55,10 @@ class Explanation:
     finished: bool
     model_type: str
     maps: dict[str, Tensor] = field(default_factory=dict)
+    heads_off: dict[str, list[list[int]]] = field(default_factory=dict)
+    beam_trace: dict | None = None
+    subwords: bool = False
+    merged: bool = False
 
     # The three kinds by name; a kind the model lacks is an empty tensor (N = 0 layers).
     @property
@@ -70,7 +79,8 @@ class Explanation:
         return {
             "text": self.text, "translation": self.translation, "src_tokens": self.src_tokens,
             "tgt_tokens": self.tgt_tokens, "tgt_input_tokens": self.tgt_input_tokens, "beam": self.beam,
-            "finished": self.finished, "model_type": self.model_type,
+            "finished": self.finished, "model_type": self.model_type, "heads_off": self.heads_off,
+            "beam_trace": self.beam_trace, "subwords": self.subwords, "merged": self.merged,
             "attention": {kind: _rounded(self.maps[kind], decimals) if kind in self.maps else []
                           for kind in KINDS},
         }
@@ -100,19 +110,100 @@ def group_maps(model, rec) -> dict[str, Tensor]:
     return out
 
 
-def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS,
-            truncate: bool = False) -> Explanation:
+def head_masks_for(model, heads_off: Mapping[str, Sequence] | None) -> dict[str, Tensor]:
+    """{kind: [[layer, head], ...]} -> {module name: (H,) 0/1 mask} for `attnlab.attention.mask_heads`.
+
+    Kinds are the model's own (`model.attention_kinds()`: encoder_self, decoder_self, cross); layers and
+    heads count from 0. Raises InputError (a ValueError) naming the bad kind, pair, layer or head.
+    """
+    if not heads_off:
+        return {}
+    if not isinstance(heads_off, Mapping):
+        raise InputError(f"heads_off must map an attention kind to [[layer, head], ...], got {heads_off!r}")
+    kinds = model.attention_kinds()
+    names = {id(m): name for name, m in model.named_modules()}
+    masks: dict[str, Tensor] = {}
+    for kind, pairs in heads_off.items():
+        if not pairs:  # an empty list asks for nothing, even of a kind the model lacks
+            continue
+        if kind not in kinds:
+            raise InputError(f"heads_off: unknown attention kind {kind!r}; this model has {sorted(kinds)}")
+        modules = kinds[kind]
+        if isinstance(pairs, str) or not isinstance(pairs, Sequence):
+            raise InputError(f"heads_off.{kind} must be a list of [layer, head] pairs, got {pairs!r}")
+        for pair in pairs:
+            if (not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2
+                    or any(isinstance(x, bool) or not isinstance(x, int) for x in pair)):
+                raise InputError(f"heads_off.{kind}: each entry must be [layer, head] (two integers), got {pair!r}")
+            layer, head = pair
+            if not 0 <= layer < len(modules):
+                raise InputError(f"heads_off.{kind}: layer {layer} out of range; this model has layers "
+                                 f"0..{len(modules) - 1}")
+            m = modules[layer]
+            H = getattr(m, "num_heads", None)
+            if H is None:
+                raise InputError(f"heads_off.{kind}: this model's {kind} attention has no heads to switch off "
+                                 f"({type(m).__name__}); head masks need a Transformer")
+            if not 0 <= head < H:
+                raise InputError(f"heads_off.{kind}: head {head} out of range; layer {layer} has heads 0..{H - 1}")
+            mask = masks.setdefault(names[id(m)], torch.ones(H))
+            mask[head] = 0.0
+    return masks
+
+
+def _canonical_heads_off(heads_off: Mapping[str, Sequence] | None) -> dict[str, list[list[int]]]:
+    return {k: [list(p) for p in sorted({(int(a), int(b)) for a, b in v})] for k, v in (heads_off or {}).items() if v}
+
+
+def _decode(translator, ids: list[int], beam: int, trace: list | None):
+    """translator.decode for one sentence; with a trace list, the same beam search called directly
+    (Translator.decode has no trace argument), with the same start token and length limit."""
+    if trace is None or beam == 1:
+        (hyp,) = translator.decode([ids], beam=beam)
+        return hyp
+    from attnlab.decode import beam_search
+
+    src_ids = ids + [translator.src_vocab.eos]
+    src = torch.tensor([src_ids], dtype=torch.long, device=translator.device)
+    lens = torch.tensor([len(src_ids)], device=translator.device)
+    start = getattr(getattr(translator.model, "config", None), "decoder_start_token", None)
+    bos = translator.tgt_vocab.bos if start is None else start
+    (hyp,) = beam_search(translator.model, src, lens, bos, translator.tgt_vocab.eos, beam=beam,
+                         max_len=translator.output_limit(len(src_ids)), trace=trace)
+    return hyp
+
+
+def _readable_trace(trace: list, vocab) -> dict:
+    """beam_search's trace (one sentence) with token strings and the winner's path."""
+    from attnlab.decode import trace_path
+
+    steps = [r for r in trace if "step" in r]
+    for r in steps:
+        for c in r["candidates"]:
+            c["text"] = vocab.to_tokens([c["token"]])[0]
+    winner = next((r["winner"] for r in trace if "winner" in r), None)
+    return {"steps": steps, "winner": winner, "path": [list(p) for p in trace_path(trace, 0)]}
+
+
+def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS, truncate: bool = False,
+            heads_off: Mapping[str, Sequence] | None = None, trace: bool = False) -> Explanation:
     """Translate `text` (greedy for beam=1, else beam search) and record every attention map.
 
-    Raises InputError (a ValueError) for text that is empty, too long or untokenizable, and for a
-    beam below 1 (the HTTP API caps it at 8).
+    heads_off: {kind: [[layer, head], ...]} heads masked (output gated to 0 before W_o) while decoding
+        and recording, in this thread only (`mask_heads`); see `head_masks_for`.
+    trace: with beam > 1, also return the beam search step by step (`Explanation.beam_trace`).
+
+    Raises InputError (a ValueError) for text that is empty, too long or untokenizable, for a beam
+    below 1 (the HTTP API caps it at 8) and for a bad head mask.
     """
     if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
         raise InputError(f"beam must be a positive integer, got {beam!r}")
     ids = check_text(translator, text, max_chars, truncate)
     src_vocab, tgt_vocab, model, device = translator.src_vocab, translator.tgt_vocab, translator.model, translator.device
-    with torch.inference_mode():
-        (hyp,) = translator.decode([ids], beam=beam)
+    masks = head_masks_for(model, heads_off)
+    steps: list | None = [] if trace and beam > 1 else None
+    with torch.inference_mode(), mask_heads(model, masks):
+        hyp = _decode(translator, ids, beam, steps)
         out = hyp.tokens
         # A decode cut at the length limit has no query that produced <eos>: its last token is
         # not fed back, so the forward takes one input fewer and no <eos> row is shown.
@@ -133,7 +224,99 @@ def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS,
         text=text, translation=tgt_vocab.decode(out), src_tokens=src_vocab.to_tokens(ids) + ["<eos>"],
         tgt_tokens=tgt_vocab.to_tokens(out) + (["<eos>"] if hyp.finished else []),
         tgt_input_tokens=tgt_vocab.to_tokens(dec_in), beam=beam, finished=hyp.finished, model_type=model_type,
-        maps=maps)
+        maps=maps, heads_off=_canonical_heads_off(heads_off),
+        beam_trace=_readable_trace(steps, tgt_vocab) if steps is not None else None,
+        subwords=getattr(tgt_vocab, "kind", None) == "spm" or getattr(src_vocab, "kind", None) == "spm")
 
 
-__all__ = ["KINDS", "MAX_CHARS", "Explanation", "InputError", "TextTooLong", "check_text", "explain", "group_maps"]
+# --------------------------------------------------------------------------- subwords -> words
+WORD_START = "▁"  # SentencePiece's mark of a piece that begins a word
+
+
+def word_groups(tokens: Sequence[str]) -> list[list[int]]:
+    """Indices of the pieces of each word: a word starts at a piece beginning with "▁", at a special
+    token (<eos>, </s>, <unk>, ...) and right after one; other pieces continue the word before."""
+    groups: list[list[int]] = []
+    prev_special = True
+    for i, t in enumerate(tokens):
+        special = t.startswith("<") and t.endswith(">")
+        if special or prev_special or t.startswith(WORD_START) or not groups:
+            groups.append([i])
+        else:
+            groups[-1].append(i)
+        prev_special = special
+    return groups
+
+
+def _word(tokens: Sequence[str], group: list[int]) -> str:
+    return "".join(tokens[i] for i in group).replace(WORD_START, "") or tokens[group[0]]
+
+
+def _pool(groups: list[list[int]], n: int, average: bool) -> Tensor:
+    """(words, n) matrix that sums (average=False) or averages a token axis over each word's pieces."""
+    G = torch.zeros(len(groups), n)
+    for w, idx in enumerate(groups):
+        G[w, idx] = 1.0 / len(idx) if average else 1.0
+    return G
+
+
+def merge_maps(W: Tensor, q_groups: list[list[int]], k_groups: list[list[int]]) -> Tensor:
+    """Merge one kind's maps (..., Lq, Lk) into words: (..., Wq, Wk).
+
+    Keys are summed over a word's pieces (the attention the word received), queries averaged (each
+    piece's distribution counts equally), so rows that summed to 1 still do.
+    """
+    Gq = _pool(q_groups, W.shape[-2], average=True).to(W.dtype)
+    Gk = _pool(k_groups, W.shape[-1], average=False).to(W.dtype)
+    return Gq @ W @ Gk.T
+
+
+def merge_subwords(exp: Explanation) -> Explanation:
+    """The same explanation over words instead of SentencePiece pieces (`merge_maps` on every kind).
+    An explanation of word-level tokens (`exp.subwords` False) comes back unchanged."""
+    if not exp.subwords or exp.merged:
+        return exp
+    src, tgt, tin = (word_groups(t) for t in (exp.src_tokens, exp.tgt_tokens, exp.tgt_input_tokens))
+    axes = {"encoder_self": (src, src), "decoder_self": (tgt, tin), "cross": (tgt, src)}
+    maps = {kind: merge_maps(W, *axes[kind]) for kind, W in exp.maps.items()}
+    return replace(exp, maps=maps, merged=True,
+                   src_tokens=[_word(exp.src_tokens, g) for g in src],
+                   tgt_tokens=[_word(exp.tgt_tokens, g) for g in tgt],
+                   tgt_input_tokens=[_word(exp.tgt_input_tokens, g) for g in tin])
+
+
+# --------------------------------------------------------------------------- head importance
+def head_confidence(exp: Explanation) -> dict[str, list[list[float]]]:
+    """This translation's per-head confidence (Voita et al. 2019): the mean over queries of the largest
+    weight. {kind: [layer][head]}; a cheap stand-in for importance when no head analysis exists."""
+    return {kind: W.max(dim=-1).values.mean(dim=-1).tolist() for kind, W in exp.maps.items() if W.dim() == 4}
+
+
+def load_head_importance(path, model, key: str = "gradient_importance") -> dict[str, list[list[float]]]:
+    """Per-head importance from `attnlab heads`' heads.json, as {kind: [layer][head]} with this model's
+    kinds (encoder_self, decoder_self, cross). Raises ValueError if the file does not fit the model."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        values = report[key]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a heads.json with {key!r} (written by `attnlab heads`): {exc}") from exc
+    names = {id(m): name for name, m in model.named_modules()}
+    out = {}
+    for kind, modules in model.attention_kinds().items():
+        rows = []
+        for m in modules:
+            name = names[id(m)]
+            if name not in values or len(values[name]) != getattr(m, "num_heads", -1):
+                raise ValueError(f"{path} does not describe this model: no {getattr(m, 'num_heads', '?')} values "
+                                 f"for {name}; run `attnlab heads` on this checkpoint again")
+            rows.append([float(v) for v in values[name]])
+        out[kind] = rows
+    return out
+
+
+__all__ = ["KINDS", "MAX_CHARS", "Explanation", "InputError", "TextTooLong", "check_text", "explain", "group_maps",
+           "head_confidence", "head_masks_for", "load_head_importance", "merge_maps", "merge_subwords", "word_groups"]

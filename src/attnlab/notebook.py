@@ -100,7 +100,11 @@ def _drawing_js() -> str:
 class AttentionView:
     """An interactive attention view: shown inline by Jupyter, or written out with `save_html`."""
 
-    def __init__(self, view: str, explanation, kind: str = "cross", layer: int = 0):
+    def __init__(self, view: str, explanation, kind: str = "cross", layer: int = 0, merge_subwords: bool = False):
+        if merge_subwords:  # SentencePiece pieces -> words (attnlab.explain.merge_subwords; the explorer's switch)
+            from attnlab.explain import merge_subwords as merge
+
+            explanation = merge(explanation)
         if view not in ("head", "model"):
             raise ValueError(f"view must be 'head' or 'model', got {view!r}")
         if kind not in KINDS:
@@ -157,12 +161,14 @@ class AttentionView:
                              xticklabels=getattr(self.explanation, k), yticklabels=getattr(self.explanation, q))
 
 
-def head_view(explanation, kind: str = "cross", layer: int = 0) -> AttentionView:
+def head_view(explanation, kind: str = "cross", layer: int = 0, merge_subwords: bool = False) -> AttentionView:
     """bertviz-style head view: lines from query to key tokens, one colour per head (click a head to hide
-    it), one layer at a time (a selector switches layer and attention kind)."""
-    return AttentionView("head", explanation, kind, layer)
+    it), one layer at a time (a selector switches layer and attention kind). merge_subwords: show words
+    instead of SentencePiece pieces (keys summed over a word's pieces, queries averaged)."""
+    return AttentionView("head", explanation, kind, layer, merge_subwords)
 
 
-def model_view(explanation, kind: str = "cross") -> AttentionView:
-    """Every layer x head of one attention kind as small heatmaps (a selector switches the kind)."""
-    return AttentionView("model", explanation, kind)
+def model_view(explanation, kind: str = "cross", merge_subwords: bool = False) -> AttentionView:
+    """Every layer x head of one attention kind as small heatmaps (a selector switches the kind);
+    merge_subwords as in `head_view`."""
+    return AttentionView("model", explanation, kind, merge_subwords=merge_subwords)

@@ -29,15 +29,23 @@ def test_demo_writes_a_report_linking_every_figure(demo_run, capsys):
     for name in ("predictions", "attention_parametric", "pe_heatmap", "scaling", "bahdanau_loss",
                  "transformer_encoder_self_attention", "encoder_decoder_attention", "bahdanau_decoder_attention"):
         assert any(name in s for s in srcs), name
-    for text in ("four sentences", "BLEU", "CC-BY"):
+    for text in ("four sentences", "BLEU", "CC-BY", "Which heads matter", "heads can go before BLEU falls"):
         assert text in html
+    assert any("head_importance" in s for s in srcs) and any("pruning" in s for s in srcs)
     assert not list(out.glob(".*.tmp"))  # no half-written report or run left behind
 
 
 def test_demo_saves_the_transformer_where_translate_finds_it(demo_run, capsys):
     _, out = demo_run
-    for name in ("config.json", "model.safetensors", "src_vocab.json", "tgt_vocab.json"):
+    for name in ("config.json", "model.safetensors", "src_vocab.json", "tgt_vocab.json", "heads/heads.json"):
         assert (out / "transformer" / name).is_file()
+    # The head analysis fits the saved model: `attnlab serve` shows it as the importance strip.
+    from attnlab.checkpoint import load_translator
+    from attnlab.commands.serve import load_importance
+
+    tr = load_translator(out / "transformer")
+    imp = load_importance(None, out / "transformer", tr.model)
+    assert "heads.json" in imp["source"] and set(imp["values"]) == {"encoder_self", "decoder_self", "cross"}
     assert main(["translate", "--checkpoint", str(out / "transformer"), "go ."]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1  # one translation line (a tiny model may say little)
 

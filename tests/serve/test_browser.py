@@ -45,6 +45,7 @@ def driver(tmp_path_factory):
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
                  "--hide-scrollbars", f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
         opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console messages, for the no-errors check
     d = webdriver.Chrome(service=Service(str(DRIVER)), options=opts)
     yield d
     d.quit()
@@ -154,3 +155,58 @@ def test_page_end_to_end(driver, server, translator, tmp_path):
     if os.environ.get("ATTNLAB_UPDATE_SCREENSHOT") == "1":
         DOCS_PNG.parent.mkdir(exist_ok=True)
         shutil.copy(shot, DOCS_PNG)
+
+
+def _console_errors(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+
+
+def test_heads_switches_and_beam_search_view(driver, server, translator):
+    """Switching a head off sends the mask and redraws the maps (= the library's mask_heads result);
+    beam > 1 draws the search with the winner's path; the page logs no console errors."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from attnlab.attention import mask_heads
+    from attnlab.explain import head_masks_for
+
+    wait = WebDriverWait(driver, 60)
+    _viewport(driver, 1280, 1440)
+    driver.get(server + "/")
+    driver.get_log("browser")  # drop messages of earlier pages
+    wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#cross-heatmap rect.cell")))
+    N, H = translator.model.config.num_layers, translator.model.config.num_heads
+    heads = driver.find_elements(By.CSS_SELECTOR, "#heads-grid button.head")
+    assert len(heads) == 3 * N * H  # encoder self, decoder self, cross
+    assert "confidence" in driver.find_element(By.ID, "importance-source").text
+
+    text = driver.find_element(By.ID, "text").get_attribute("value")
+    # A masked head's own map stays (its output is dropped after the softmax); what reads the encoder's
+    # output changes, so the encoder–decoder map is the one to watch.
+    weights = lambda: [c.get_attribute("data-weight")
+                       for c in driver.find_elements(By.CSS_SELECTOR, "#cross-heatmap rect.cell")]
+    before, drawn = weights(), driver.find_element(By.CSS_SELECTOR, "#cross-heatmap rect.cell")
+    driver.find_element(By.CSS_SELECTOR, '#heads-grid button.head[data-kind="encoder_self"][data-layer="0"]'
+                                         '[data-head="0"]').click()
+    wait.until(EC.staleness_of(drawn))
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '#heads-grid button.head.off[data-kind="encoder_self"]'))
+    assert weights() != before
+    with mask_heads(translator.model, head_masks_for(translator.model, {"encoder_self": [[0, 0]]})):
+        expected = translator.translate([text])[0]
+    assert driver.find_element(By.ID, "translation").text == expected
+    assert "1 head off" in driver.find_element(By.ID, "importance-source").text
+
+    # All heads back on, then beam 3: the search is drawn, with one marked path ending the winner.
+    drawn = driver.find_element(By.CSS_SELECTOR, "#cross-heatmap rect.cell")
+    driver.find_element(By.ID, "heads-reset").click()
+    wait.until(EC.staleness_of(drawn))
+    assert weights() == before
+    Select(driver.find_element(By.ID, "beam")).select_by_value("3")
+    driver.find_element(By.ID, "translate").click()
+    wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#beam-steps .cand.win")))
+    path = driver.find_elements(By.CSS_SELECTOR, "#beam-steps .cand.win .cand-tok")
+    exp = translator.translate_tokens([text], beam=3)[0]
+    assert [p.text for p in path][: len(exp.tgt_tokens)] == exp.tgt_tokens
+    _no_overflow(driver, "1280 px, beam view")
+    assert _console_errors(driver) == []

@@ -53,6 +53,9 @@ def add_parser(subparsers) -> None:
                         f"(default: {d.max_response_bytes})")
     g.add_argument("--max-texts", type=int, default=d.max_texts,
                    help=f"most texts in one POST /api/translations (default: {d.max_texts})")
+    p.add_argument("--heads", metavar="FILE",
+                   help="heads.json from `attnlab heads` for the page's head-importance strip (default: "
+                        "CHECKPOINT/heads/heads.json if present, else each translation's own head confidence)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, ...")
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "int8"], default="auto",
                    help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer")
@@ -76,6 +79,20 @@ def load_checkpoint(checkpoint: str | None, device: str = "cpu", precision: str 
         raise ValueError(f"cannot serve {run_dir}: {exc}") from exc
     except Exception as exc:  # corrupt weights (safetensors), unreadable files, ...: a reason, not a traceback
         raise ValueError(f"cannot serve {run_dir}: the checkpoint is broken ({type(exc).__name__}: {exc})") from exc
+
+
+def load_importance(heads: str | None, run_dir: Path, model) -> dict | None:
+    """The strip's {"source", "values"} from --heads, else RUN/heads/heads.json, else None."""
+    from attnlab.explain import load_head_importance
+
+    path = Path(heads) if heads else run_dir / "heads" / "heads.json"
+    if not path.is_file():
+        if heads:
+            raise FileNotFoundError(f"--heads {path}: no such file; write one with `attnlab heads --checkpoint "
+                                    f"{run_dir} --out DIR` (DIR/heads.json)")
+        return None
+    return {"source": f"{path} (Michel et al. 2019: |d loss / d head gate| on validation data)",
+            "values": load_head_importance(path, model)}
 
 
 def run(args) -> int:
@@ -110,7 +127,8 @@ def run(args) -> int:
     translator = load_checkpoint(args.checkpoint, args.device, args.precision)
     app = create_app(translator, workers=args.workers, max_pending=args.max_pending, limits=limits,
                      max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, batch_workers=args.batch_workers,
-                     max_batch_pending=args.max_batch_pending)
+                     max_batch_pending=args.max_batch_pending,
+                     importance=load_importance(args.heads, Path(args.checkpoint or DEFAULT_RUN), translator.model))
     where = "this machine only" if args.host in ("127.0.0.1", "localhost", "::1") else "reachable from the network"
     print(f"attnlab explorer: http://{args.host}:{args.port}/ ({where}; {args.checkpoint or DEFAULT_RUN}, "
           f"{args.workers} worker(s)); Ctrl-C to stop", flush=True)

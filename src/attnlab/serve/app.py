@@ -29,7 +29,16 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab.data import ATTRIBUTION
-from attnlab.explain import MAX_CHARS, InputError, TextTooLong, check_text, explain
+from attnlab.explain import (
+    MAX_CHARS,
+    InputError,
+    TextTooLong,
+    check_text,
+    explain,
+    head_confidence,
+    head_masks_for,
+    merge_subwords,
+)
 
 from .batcher import MicroBatcher
 from .guard import GuardMiddleware, Limits, safe_text
@@ -49,18 +58,36 @@ STATIC_DIR = Path(str(resources.files("attnlab.serve") / "static"))
 log = logging.getLogger("attnlab.serve")
 
 
-def _explain_timed(translator, text: str, beam: int) -> dict:
+CONFIDENCE_SOURCE = ("this translation's confidence (Voita et al. 2019: mean of each head's largest weight); "
+                     "no heads.json found, run `attnlab heads` for measured importance")
+
+
+def _explain_timed(translator, text: str, beam: int, heads_off: dict | None = None, trace: bool = True,
+                   merge: bool = False, importance: dict | None = None) -> dict:
     t0 = time.perf_counter()
-    out = explain(translator, text, beam).to_dict()
+    exp = explain(translator, text, beam, heads_off=heads_off, trace=trace)
+    # Confidence on the model's own tokens (before any merge): it describes the heads, not the words.
+    imp = importance or {"source": CONFIDENCE_SOURCE, "values": head_confidence(exp)}
+    out = (merge_subwords(exp) if merge else exp).to_dict()
+    out["importance"] = imp
     out["elapsed_ms"] = round((time.perf_counter() - t0) * 1000, 1)
     return out
 
 
-def explain_bytes_bound(translator, src_len: int) -> int:
+def model_origin(config: dict) -> str:
+    """Where a run's model came from, as its config says (import_hf writes data.source = "hf")."""
+    data = config.get("data") or {}
+    if data.get("source") == "hf":
+        return f"imported from Hugging Face {data.get('hf_model_type', '')} ({data.get('hf_source', '?')})"
+    return "trained with attnlab" + (f" on {Path(str(data['path'])).name}" if data.get("path") else "")
+
+
+def explain_bytes_bound(translator, src_len: int, beam: int = 1) -> int:
     """Most bytes the JSON of one explanation can take for a source of `src_len` tokens (<eos> included).
 
     Every weight is printed with 4 decimals ("0.1234," = 7 bytes; 8 counted for brackets); the output
     may run to the decoder's limit, + its <eos> row. Shape: N layers x H heads x (Ls² + Lt² + Lt·Ls).
+    With beam > 1 the trace adds 2 x beam candidates of ~300 bytes per step.
     """
     m = translator.config.get("model", {})
     Ls, Lt = src_len, translator.output_limit(src_len) + 1
@@ -68,7 +95,8 @@ def explain_bytes_bound(translator, src_len: int) -> int:
         numbers = int(m.get("num_layers", 1)) * int(m.get("num_heads", 1)) * (Ls * Ls + Lt * Lt + Lt * Ls)
     else:  # one additive attention (Bahdanau): cross only
         numbers = Lt * Ls
-    return 8 * numbers + 64 * (Ls + 2 * Lt) + 1024
+    trace = Lt * 2 * beam * 300 if beam > 1 else 0
+    return 8 * numbers + 64 * (Ls + 2 * Lt) + 1024 + trace
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -96,11 +124,13 @@ def _busy(request: Request, exc: Busy) -> JSONResponse:
 # --------------------------------------------------------------------------- app
 def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Limits | None = None,
                max_batch: int = 32, max_wait_ms: float = 5.0, batch_workers: int = 1,
-               max_batch_pending: int = 1024) -> FastAPI:
+               max_batch_pending: int = 1024, importance: dict | None = None) -> FastAPI:
     """The explorer and the batching API for one loaded `Translator` (see `attnlab.checkpoint.load_translator`).
 
     workers/max_pending: the explorer's threads and queue bound; max_batch/max_wait_ms/batch_workers/
     max_batch_pending: the micro-batcher's (see batcher.py); limits: see guard.Limits.
+    importance: {"source": str, "values": {kind: [layer][head]}} for the head-importance strip (e.g.
+    from `attnlab.explain.load_head_importance`); None: each translation's own confidence.
     """
     limits = limits or Limits()
     pool = TranslatorPool(translator, workers, max_pending)
@@ -140,7 +170,8 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
         what = {400: "the body could not be read", 408: f"the body took over {limits.body_timeout_s:g} s to arrive",
                 413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, or "
                      "attention maps over the response limit",
-                422: "empty text, too many tokens, wrong types, beam out of range",
+                422: "empty text, too many tokens, wrong types, beam out of range, a head mask naming a "
+                     "kind, layer or head the model lacks",
                 431: f"request head over {limits.max_header_bytes} bytes",
                 500: "a bug in the server (the detail carries only a request id)",
                 503: "too many requests waiting; retry after Retry-After seconds"}
@@ -152,12 +183,15 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
     async def translate(req: TranslateRequest, request: Request):
         try:
             ids = check_text(translator, req.text)
-            size = explain_bytes_bound(translator, len(ids) + 1)
+            heads_off = req.heads_off.model_dump() if req.heads_off is not None else None
+            head_masks_for(translator.model, heads_off)  # a bad mask is a 422 before any queueing
+            size = explain_bytes_bound(translator, len(ids) + 1, req.beam if req.trace else 1)
             if size > limits.max_response_bytes:
                 return _error(413, f"this sentence's attention maps could take {size} bytes, over the "
                                    f"explorer's limit of {limits.max_response_bytes} (--max-response-bytes); "
                                    "shorten it, or use POST /api/translations (no maps)", request)
-            return await pool.run(_explain_timed, req.text, req.beam)
+            return await pool.run(_explain_timed, req.text, req.beam, heads_off, req.trace, req.merge_subwords,
+                                  importance)
         except Busy as exc:
             return _busy(request, exc)
         except TextTooLong as exc:
@@ -188,8 +222,12 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
     @app.get("/api/model", response_model=ModelInfo, responses=doc(431, 500))
     async def model_info():
         cfg = translator.config
-        return ModelInfo(model_type=cfg.get("model_type", type(translator.model).__name__.lower()),
-                         model=cfg.get("model", {}), src_vocab_size=len(translator.src_vocab),
+        model = translator.model
+        return ModelInfo(model_type=cfg.get("model_type", type(model).__name__.lower()),
+                         model=cfg.get("model", {}), origin=model_origin(cfg),
+                         parameters=sum(p.numel() for p in model.parameters()),
+                         heads={k: [getattr(m, "num_heads", 1) for m in ms] for k, ms in model.attention_kinds().items()},
+                         importance_source=importance["source"] if importance else CONFIDENCE_SOURCE, src_vocab_size=len(translator.src_vocab),
                          tgt_vocab_size=len(translator.tgt_vocab), max_source_tokens=translator.max_len,
                          max_output_tokens=translator.max_output_len, max_chars=MAX_CHARS, max_beam=MAX_BEAM,
                          max_texts=limits.max_texts, max_body_bytes=limits.max_body_bytes,
@@ -226,4 +264,5 @@ __all__ = [
     "TranslatorPool",
     "create_app",
     "explain_bytes_bound",
+    "model_origin",
 ]

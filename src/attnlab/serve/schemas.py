@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from attnlab.explain import MAX_CHARS
 
 MAX_BEAM = 8
+MAX_HEADS_OFF = 512  # most [layer, head] pairs per attention kind in one request
 
 
 def _utf8(text: str) -> str:
@@ -19,12 +22,29 @@ def _utf8(text: str) -> str:
     return text
 
 
+Pair = Annotated[list[int], Field(min_length=2, max_length=2, description="[layer, head], both from 0")]
+
+
+class HeadsOff(BaseModel):
+    """Heads to switch off (their output gated to 0 before W_o), per attention kind."""
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    encoder_self: list[Pair] = Field([], max_length=MAX_HEADS_OFF)
+    decoder_self: list[Pair] = Field([], max_length=MAX_HEADS_OFF)
+    cross: list[Pair] = Field([], max_length=MAX_HEADS_OFF)
+
+
 class TranslateRequest(BaseModel):
     # strict: a number for text or a string for beam is a client bug worth reporting, not coercing.
     model_config = ConfigDict(strict=True, extra="forbid")
 
     text: str = Field(description=f"an English sentence, 1 to {MAX_CHARS} characters", examples=["i'm home ."])
     beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy decoding")
+    heads_off: HeadsOff | None = Field(None, description="heads masked while translating; a kind, layer or head "
+                                       "the model lacks gets 422 (GET /api/model gives layers and heads)")
+    trace: bool = Field(True, description="with beam > 1, return the search step by step (beam_trace)")
+    merge_subwords: bool = Field(False, description="SentencePiece models: join pieces into words (attention "
+                                 "summed over a word's pieces as keys, averaged over them as queries)")
 
     _check_text = field_validator("text")(_utf8)
 
@@ -56,6 +76,34 @@ class AttentionMaps(BaseModel):
     cross: list[list[list[list[float]]]] = Field(description="[layer][head][Lt][Ls] encoder–decoder attention")
 
 
+class BeamCandidate(BaseModel):
+    parent: int = Field(description="slot of the previous step's live hypothesis it extends")
+    token: int
+    text: str = Field(description="the token")
+    logprob: float | None = Field(description="log-probability of this token")
+    score: float | None = Field(description="total log-probability of the hypothesis")
+    norm_score: float | None = Field(description="score / length ** length_penalty (what ranks finished ones)")
+    status: str = Field(description="live | finished | pruned | cut (live at the length limit) | impossible")
+    slot: int | None = Field(description="its index among this step's live hypotheses (live only)")
+
+
+class BeamStep(BaseModel):
+    step: int
+    sentence: int
+    candidates: list[BeamCandidate] = Field(description="the 2 x beam best continuations, best first")
+
+
+class BeamTrace(BaseModel):
+    steps: list[BeamStep]
+    winner: list[int] | None = Field(description="[step, candidate index] of the returned hypothesis")
+    path: list[list[int]] = Field(description="[step, candidate index] of each token of the winner")
+
+
+class HeadImportance(BaseModel):
+    source: str = Field(description="where the values come from (a heads.json, or this translation's confidence)")
+    values: dict[str, list[list[float]]] = Field(description="kind -> [layer][head]")
+
+
 class TranslateResponse(BaseModel):
     text: str
     translation: str = Field(description="the detokenized translation")
@@ -65,12 +113,21 @@ class TranslateResponse(BaseModel):
     beam: int
     finished: bool = Field(description="False if decoding stopped at the length limit without <eos>")
     attention: AttentionMaps
+    heads_off: dict[str, list[list[int]]] = Field(description="the heads that were masked, per kind")
+    beam_trace: BeamTrace | None = Field(description="the beam search step by step (beam > 1 and trace)")
+    subwords: bool = Field(description="tokens are SentencePiece pieces")
+    merged: bool = Field(description="pieces were merged into words")
+    importance: HeadImportance
     elapsed_ms: float = Field(description="server time for decoding and recording")
 
 
 class ModelInfo(BaseModel):
     model_type: str
     model: dict
+    origin: str = Field(description="trained here, or imported (from where)")
+    parameters: int = Field(description="number of weights")
+    heads: dict[str, list[int]] = Field(description="kind -> heads per layer (what heads_off may name)")
+    importance_source: str = Field(description="what the head-importance strip shows")
     src_vocab_size: int
     tgt_vocab_size: int
     max_source_tokens: int | None = Field(description="longest source accepted, <eos> included")
@@ -93,5 +150,18 @@ class Health(BaseModel):
     status: str
 
 
-__all__ = ["MAX_BEAM", "AttentionMaps", "ErrorResponse", "Health", "ModelInfo", "TranslateRequest",
-           "TranslateResponse", "TranslationsRequest", "TranslationsResponse"]
+__all__ = [
+    "MAX_BEAM",
+    "MAX_HEADS_OFF",
+    "AttentionMaps",
+    "BeamTrace",
+    "ErrorResponse",
+    "HeadImportance",
+    "HeadsOff",
+    "Health",
+    "ModelInfo",
+    "TranslateRequest",
+    "TranslateResponse",
+    "TranslationsRequest",
+    "TranslationsResponse",
+]

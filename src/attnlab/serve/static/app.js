@@ -1,30 +1,12 @@
 // attnlab attention explorer: no framework, no build step, no network beyond this server.
-// Heatmaps and line views are hand-drawn SVG; the Nadaraya–Watson heatmap is a canvas.
+// Heatmaps and line views are SVG drawn by heatmap.js (window.AttnDraw); the Nadaraya–Watson heatmap is a canvas.
 "use strict";
 
-const SVG_NS = "http://www.w3.org/2000/svg";
+const { el, color, inkFor, short } = window.AttnDraw;  // heatmap.js: the drawing shared with the notebook views
 const $ = (id) => document.getElementById(id);
 const EXAMPLES = ["i'm home .", "go .", "i lost .", "he's calm .", "we are friends .", "i like apples ."];
 
 // ───────────────────────── helpers ─────────────────────────
-function el(tag, attrs = {}, parent = null, text = null) {
-  const node = tag.startsWith("svg:") ? document.createElementNS(SVG_NS, tag.slice(4)) : document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  if (text !== null) node.textContent = text;
-  if (parent) parent.appendChild(node);
-  return node;
-}
-
-// Sequential blue scale (light = 0, dark = 1), interpolated between a few stops.
-const STOPS = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
-function color(w) {
-  const t = Math.max(0, Math.min(1, w)) * (STOPS.length - 1);
-  const i = Math.min(STOPS.length - 2, Math.floor(t)), f = t - i;
-  const c = STOPS[i].map((a, k) => Math.round(a + (STOPS[i + 1][k] - a) * f));
-  return `rgb(${c[0]},${c[1]},${c[2]})`;
-}
-const inkFor = (w) => (w > 0.55 ? "#ffffff" : "#1b2233");
-const short = (s, n = 12) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
 const isSpecial = (t) => /^<.*>$/.test(t);
 const fmt = (w) => w.toFixed(4);
 
@@ -53,7 +35,7 @@ document.querySelectorAll(".tab").forEach((tab) => tab.addEventListener("click",
 }));
 
 // ───────────────────────── translator state ─────────────────────────
-const S = { data: null, layer: 0, head: "mean", step: 0 };
+const S = { data: null, layer: 0, head: "mean", step: 0, off: {} };  // off: kind -> Set of "layer,head"
 
 for (let b = 1; b <= 8; b++) el("option", { value: b }, $("beam"), b === 1 ? "1 (greedy)" : String(b));
 EXAMPLES.forEach((ex) => {
@@ -64,8 +46,12 @@ EXAMPLES.forEach((ex) => {
 fetch("/api/model").then((r) => r.json()).then((m) => {
   const c = m.model || {};
   const shape = c.num_layers ? `${c.num_layers} layers × ${c.num_heads} heads, d=${c.num_hiddens}` : "";
-  $("model-info").textContent = `model: ${m.model_type} ${shape}, vocabularies ${m.src_vocab_size} / ${m.tgt_vocab_size}` +
-    (m.max_source_tokens ? `, up to ${m.max_source_tokens - 1} source words` : "");
+  $("model-info").textContent = `model: ${m.model_type} ${shape}, ${m.parameters.toLocaleString("en")} parameters, ` +
+    `vocabularies ${m.src_vocab_size} / ${m.tgt_vocab_size}` +
+    (m.max_source_tokens ? `, up to ${m.max_source_tokens - 1} source tokens` : "") + ` · ${m.origin}`;
+  const opts = $("model-options");
+  opts.innerHTML = "";
+  for (const [k, v] of Object.entries(c)) el("span", { class: "opt" }, opts, `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`);
   $("text").maxLength = m.max_chars;
 }).catch(() => { $("model-info").textContent = "model info unavailable"; });
 
@@ -83,7 +69,8 @@ async function translate() {
   try {
     const resp = await fetch("/api/translate", {
       method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ text: $("text").value, beam: Number($("beam").value) }),
+      body: JSON.stringify({ text: $("text").value, beam: Number($("beam").value), heads_off: headsOff(),
+        merge_subwords: $("merge").checked }),
     });
     const body = await resp.json().catch(() => ({ detail: `HTTP ${resp.status}` }));
     if (!resp.ok) throw new Error(typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail));
@@ -114,7 +101,10 @@ function show(data) {
   step.max = Math.max(0, data.tgt_tokens.length - 1);
   S.step = 0;
   step.value = 0;
+  $("merge-label").hidden = !data.subwords;
   $("result").hidden = false;
+  renderHeads();
+  renderBeam();
   renderMaps();
 }
 
@@ -156,36 +146,17 @@ function renderMaps() {
   renderStep();
 }
 
-// ───────────────────────── heatmap (SVG) ─────────────────────────
+// ───────────────────────── heatmap (AttnDraw.heatmap + the page's tooltip and stepping) ─────────────────────────
 // One <rect class="cell" data-row=q data-col=k data-weight=w> per (query, key) pair.
 function heatmap(box, M, rowLabels, colLabels, names, stepRows) {
   box.innerHTML = "";
-  const rows = M.length, cols = rows ? M[0].length : colLabels.length;
-  const cell = Math.max(18, Math.min(40, Math.floor(400 / Math.max(rows, cols, 1))));
-  const numbers = cell >= 30;  // print the weights inside cells when they fit
-  const cw = 7.3;  // approximate glyph width of the 12px monospace labels
-  const rowText = Math.max(...rowLabels.map((l) => short(l).length), 1) * cw;
-  const colText = Math.max(...colLabels.map((l) => short(l).length), 1) * cw;
-  const sin = Math.sin(Math.PI * 55 / 180), cos = Math.cos(Math.PI * 55 / 180);
-  const left = rowText + 12, top = colText * sin + 14;
-  const W = Math.ceil(left + cols * cell + Math.max(8, colText * cos - cell / 2)), H = Math.ceil(top + rows * cell + 4);
-  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
-    "aria-label": `${names[0]} × ${names[1]} attention, ${rows} by ${cols}` }, box);
-  rowLabels.forEach((t, i) => el("svg:text", { x: left - 6, y: top + i * cell + cell / 2 + 4, "text-anchor": "end",
-    "data-row": i, class: "rlabel" }, svg, short(t)));
-  colLabels.forEach((t, j) => el("svg:text", { transform: `translate(${left + j * cell + cell / 2 + 4},${top - 6}) rotate(-55)`,
-    "data-col": j, class: "clabel" }, svg, short(t)));
-  const g = el("svg:g", {}, svg);
-  M.forEach((row, i) => row.forEach((w, j) => {
-    el("svg:rect", { x: left + j * cell, y: top + i * cell, width: cell, height: cell, fill: color(w),
-      class: "cell", "data-row": i, "data-col": j, "data-weight": fmt(w) }, g);
-    if (numbers && w >= 0.005) {
-      el("svg:text", { x: left + j * cell + cell / 2, y: top + i * cell + cell / 2 + 3.5, "text-anchor": "middle",
-        class: "num", style: `fill:${inkFor(w)}` }, g, w.toFixed(2).replace(/^0/, ""));
-    }
-  }));
-  if (stepRows && rows) {
-    el("svg:rect", { x: left - 1, y: top + S.step * cell - 1, width: cols * cell + 2, height: cell + 2, class: "row-outline" }, svg);
+  const svg = window.AttnDraw.heatmap(box, M, rowLabels, colLabels);
+  svg.setAttribute("aria-label", `${names[0]} × ${names[1]} attention, ${M.length} by ${M.length ? M[0].length : 0}`);
+  svg.querySelectorAll("rect.cell > title").forEach((t) => t.remove());  // the page's tooltip replaces them
+  const first = svg.querySelector("rect.cell");
+  if (stepRows && first) {
+    const x = Number(first.getAttribute("x")), y0 = Number(first.getAttribute("y")), cell = Number(first.getAttribute("height"));
+    el("svg:rect", { x: x - 1, y: y0 + S.step * cell - 1, width: M[0].length * cell + 2, height: cell + 2, class: "row-outline" }, svg);
   }
   const label = (sel, idx) => svg.querySelector(`${sel}[data-${sel === ".rlabel" ? "row" : "col"}="${idx}"]`);
   let lit = [];
@@ -208,7 +179,7 @@ function heatmap(box, M, rowLabels, colLabels, names, stepRows) {
   });
 }
 
-// ───────────────────────── lines view (bertviz-like head view) ─────────────────────────
+// ───────────────────────── lines view (AttnDraw.lines, bertviz-like head view) ─────────────────────────
 function renderLines() {
   const d = S.data;
   if (!d) return;
@@ -216,33 +187,90 @@ function renderLines() {
   const box = $("lines");
   box.innerHTML = "";
   if (!A[kind] || !A[kind].length) { box.textContent = "this model has no such attention"; return; }
-  const M = pick(A[kind]);
   const [qs, ks] = kind === "cross" ? [d.tgt_tokens, d.src_tokens]
     : kind === "encoder_self" ? [d.src_tokens, d.src_tokens] : [d.tgt_tokens, d.tgt_input_tokens];
-  const rowH = 26, colW = Math.max(...qs.concat(ks).map((t) => short(t).length), 3) * 7.3 + 8, gap = 200;
-  const W = Math.ceil(colW * 2 + gap + 8), H = Math.max(qs.length, ks.length) * rowH + 26;
-  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "attention lines" }, box);
-  el("svg:text", { x: colW, y: 12, "text-anchor": "end", class: "muted" }, svg, kind === "encoder_self" ? "source" : "output");
-  el("svg:text", { x: colW + gap, y: 12, class: "muted" }, svg, kind === "decoder_self" ? "decoder input" : "source");
-  const y = (i) => 26 + i * rowH + rowH / 2;
-  const linesG = el("svg:g", {}, svg);
   const focus = kind === "encoder_self" ? null : S.step;
-  M.forEach((row, i) => row.forEach((w, j) => {
-    if (w < 0.005) return;
-    const hot = focus === null || i === focus;
-    el("svg:line", { x1: colW + 4, y1: y(i), x2: colW + gap - 4, y2: y(j), stroke: hot ? "#1f5fd6" : "#8a94a8",
-      "stroke-width": hot ? 2.5 : 1.5, "stroke-opacity": (hot ? 1 : 0.25) * w, "data-row": i, "data-col": j }, linesG);
-  }));
-  const qText = qs.map((t, i) => el("svg:text", { x: colW, y: y(i) + 4, "text-anchor": "end", "data-row": i,
-    class: i === focus ? "on" : "" }, svg, short(t)));
-  ks.forEach((t, j) => el("svg:text", { x: colW + gap, y: y(j) + 4, "data-col": j }, svg, short(t)));
-  // Hovering a query shows only its lines, like bertviz.
-  qText.forEach((node, i) => {
-    node.addEventListener("mouseenter", () => linesG.querySelectorAll("line").forEach((l) => {
-      l.style.display = Number(l.dataset.row) === i ? "" : "none";
-    }));
-    node.addEventListener("mouseleave", () => linesG.querySelectorAll("line").forEach((l) => { l.style.display = ""; }));
-    if (kind !== "encoder_self") node.addEventListener("click", () => setStep(i));
+  window.AttnDraw.lines(box, [{ M: pick(A[kind]), color: "#1f5fd6", head: S.head }], qs, ks, {
+    gap: 200, focus,
+    headers: [kind === "encoder_self" ? "source" : "output", kind === "decoder_self" ? "decoder input" : "source"],
+    onQuery: kind === "encoder_self" ? null : (i) => setStep(i),
+  });
+}
+
+// ───────────────────────── heads: importance strip and on/off switches ─────────────────────────
+const KIND_NAMES = { encoder_self: "encoder self", decoder_self: "decoder self", cross: "encoder–decoder" };
+
+function headsOff() {
+  const out = {};
+  for (const [kind, set] of Object.entries(S.off)) if (set.size) out[kind] = [...set].map((k) => k.split(",").map(Number));
+  return Object.keys(out).length ? out : null;
+}
+
+// One small grid per attention kind: rows = layers, columns = heads; colour = importance (scaled within
+// the kind), a crossed-out head is switched off. Clicking a head toggles it and translates again.
+function renderHeads() {
+  const d = S.data, box = $("heads-grid");
+  box.innerHTML = "";
+  const imp = d.importance || { values: {}, source: "" };
+  for (const kind of ["encoder_self", "decoder_self", "cross"]) {
+    const maps = d.attention[kind];
+    if (!maps || !maps.length) continue;
+    const vals = imp.values[kind] || [];
+    const flat = vals.flat().filter((v) => Number.isFinite(v));
+    const lo = Math.min(...flat, 0), hi = Math.max(...flat, 1e-12);
+    const group = el("div", { class: "head-kind" }, box);
+    el("div", { class: "head-kind-name" }, group, KIND_NAMES[kind]);
+    const table = el("div", { class: "head-table", role: "group", "aria-label": `${KIND_NAMES[kind]} heads` }, group);
+    const off = S.off[kind] || new Set();
+    maps.forEach((perHead, layer) => {
+      const row = el("div", { class: "head-row" }, table);
+      el("span", { class: "head-layer muted" }, row, `L${layer + 1}`);
+      perHead.forEach((_, h) => {
+        const v = vals[layer] ? vals[layer][h] : null, key = `${layer},${h}`;
+        const t = v === null || v === undefined ? 0 : (v - lo) / (hi - lo || 1);
+        const isOff = off.has(key);
+        const b = el("button", { type: "button", class: "head" + (isOff ? " off" : ""), "data-kind": kind,
+          "data-layer": layer, "data-head": h, "aria-pressed": String(!isOff),
+          title: `${KIND_NAMES[kind]}, layer ${layer + 1}, head ${h + 1}: importance ${v === null || v === undefined ? "?" : v.toPrecision(3)}` +
+            (isOff ? " (off: click to switch on)" : " (click to switch off)"),
+          style: `background:${color(t)};color:${inkFor(t)}` }, row, String(h + 1));
+        b.addEventListener("click", () => {
+          const set = S.off[kind] || (S.off[kind] = new Set());
+          if (set.has(key)) set.delete(key); else set.add(key);
+          translate();
+        });
+      });
+    });
+  }
+  const n = Object.values(S.off).reduce((a, s) => a + s.size, 0);
+  $("heads-reset").hidden = !n;
+  $("importance-source").textContent = `importance: ${imp.source}` + (n ? ` · ${n} head${n > 1 ? "s" : ""} off` : "");
+}
+
+$("heads-reset").addEventListener("click", () => { S.off = {}; translate(); });
+$("merge").addEventListener("change", () => translate());
+
+// ───────────────────────── beam search, step by step ─────────────────────────
+// One column per decoding step: the 2 × beam best continuations, best first; the winner's path is marked.
+function renderBeam() {
+  const d = S.data, card = $("beam-card"), box = $("beam-steps");
+  const tr = d.beam_trace;
+  card.hidden = !tr;
+  box.innerHTML = "";
+  if (!tr) return;
+  const onPath = new Set(tr.path.map(([s, i]) => `${s},${i}`));
+  tr.steps.forEach((st) => {
+    const col = el("div", { class: "beam-step" }, box);
+    el("div", { class: "beam-step-name muted" }, col, `step ${st.step + 1}`);
+    st.candidates.forEach((c, i) => {
+      if (c.status === "impossible") return;
+      const win = onPath.has(`${st.step},${i}`);
+      const node = el("div", { class: `cand ${c.status}` + (win ? " win" : ""), "data-step": st.step, "data-index": i,
+        title: `${c.status}${c.slot !== null ? ` (beam slot ${c.slot + 1})` : ""}; extends slot ${c.parent + 1}; ` +
+          `log p(token) = ${c.logprob.toFixed(3)}, total ${c.score.toFixed(3)}` }, col);
+      el("span", { class: "cand-tok" }, node, c.text);
+      el("span", { class: "cand-score" }, node, c.norm_score.toFixed(2));
+    });
   });
 }
 

@@ -1,6 +1,6 @@
 // attnlab attention drawing: SVG heatmaps and bertviz-style line views, with no dependency on any page.
-// Shared by the notebook views (attnlab.notebook, which inlines this file) and meant for the explorer
-// (app.js) too. Defines window.AttnDraw once, however many times the file is included.
+// Shared by the notebook views (attnlab.notebook, which inlines this file) and the explorer (app.js,
+// loaded after this file by index.html). Defines window.AttnDraw once, however many times the file is included.
 "use strict";
 window.AttnDraw = window.AttnDraw || (function () {
   const SVG_NS = "http://www.w3.org/2000/svg";
@@ -82,30 +82,40 @@ window.AttnDraw = window.AttnDraw || (function () {
 
   // Lines from queries (left) to keys (right), opacity = weight; hovering a query keeps only its lines.
   // layers: [{M, color}] drawn on top of each other (bertviz's head view: one colour per head).
+  // opts: title, gap (px), headers ([left, right] column names), focus (a query row drawn strong, the
+  // others faint), onQuery(i) (a click on query label i).
   function lines(box, layers, queries, keys, opts = {}) {
     const rowH = 22, colW = Math.max(...queries.concat(keys).map((t) => short(t).length), 3) * 7.3 + 8;
     const gap = opts.gap || 160, n = Math.max(queries.length, keys.length);
+    const focus = opts.focus === undefined ? null : opts.focus;
     const W = Math.ceil(colW * 2 + gap + 8), H = n * rowH + 26;
     const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
       "aria-label": opts.title || "attention lines", class: "attn-lines" }, box);
     if (opts.title) el("svg:text", { x: 2, y: 12, class: "attn-title" }, svg, opts.title);
+    if (opts.headers) {
+      el("svg:text", { x: colW, y: 12, "text-anchor": "end", class: "muted" }, svg, opts.headers[0]);
+      el("svg:text", { x: colW + gap, y: 12, class: "muted" }, svg, opts.headers[1]);
+    }
     const y = (i) => 26 + i * rowH + rowH / 2;
     const g = el("svg:g", {}, svg);
     layers.forEach(({ M, color: stroke, head }) => {
       const hg = el("svg:g", { "data-head": head }, g);
       M.forEach((row, i) => row.forEach((w, j) => {
         if (w < 0.01) return;
-        el("svg:line", { x1: colW + 4, y1: y(i), x2: colW + gap - 4, y2: y(j), stroke, "stroke-width": 2,
-          "stroke-opacity": w, "data-row": i, "data-col": j }, hg);
+        const hot = focus === null || i === focus;
+        el("svg:line", { x1: colW + 4, y1: y(i), x2: colW + gap - 4, y2: y(j), stroke: hot ? stroke : "#8a94a8",
+          "stroke-width": hot ? 2 : 1.5, "stroke-opacity": (hot ? 1 : 0.25) * w, "data-row": i, "data-col": j }, hg);
       }));
     });
-    const q = queries.map((t, i) => el("svg:text", { x: colW, y: y(i) + 4, "text-anchor": "end", "data-row": i, class: "rlabel" }, svg, short(t)));
+    const q = queries.map((t, i) => el("svg:text", { x: colW, y: y(i) + 4, "text-anchor": "end", "data-row": i,
+      class: "rlabel" + (i === focus ? " on" : "") }, svg, short(t)));
     keys.forEach((t, j) => el("svg:text", { x: colW + gap, y: y(j) + 4, "data-col": j, class: "clabel" }, svg, short(t)));
     q.forEach((node, i) => {
       node.addEventListener("mouseenter", () => g.querySelectorAll("line").forEach((l) => {
         l.style.display = Number(l.dataset.row) === i ? "" : "none";
       }));
       node.addEventListener("mouseleave", () => g.querySelectorAll("line").forEach((l) => { l.style.display = ""; }));
+      if (opts.onQuery) node.addEventListener("click", () => opts.onQuery(i));
     });
     return svg;
   }
