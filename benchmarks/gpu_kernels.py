@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table  # noqa: E402
+from common import table
 
-from attnlab.attention import MultiHeadAttention  # noqa: E402
+from attnlab.attention import MultiHeadAttention
 
 
 def timeit(fn, device, repeats, warmup=3) -> float:

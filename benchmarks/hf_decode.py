@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-WORDS = ("the cat dog house river green small old walks sleeps sees eats quickly never always "
-         "tree bird runs sings under over near my your their little big red blue").split()
+WORDS = ["the", "cat", "dog", "house", "river", "green", "small", "old", "walks", "sleeps", "sees", "eats", "quickly", "never", "always", "tree", "bird", "runs", "sings", "under", "over", "near", "my", "your", "their", "little", "big", "red", "blue"]
 
 
 def sentences(n, seed=0):

@@ -27,20 +27,19 @@ import math
 import os
 import sys
 import time
-from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table  # noqa: E402
+from common import table
 
-from attnlab.data import iterate_batches  # noqa: E402
-from attnlab.metrics import corpus_bleu, group_by_source, reference_text  # noqa: E402
-from attnlab.models import build_model  # noqa: E402
-from attnlab.precision import cpu_features, native_bf16  # noqa: E402
-from attnlab.presets import get_preset  # noqa: E402
+from attnlab.data import iterate_batches
+from attnlab.metrics import corpus_bleu, group_by_source, reference_text
+from attnlab.models import build_model
+from attnlab.precision import cpu_features, native_bf16
+from attnlab.presets import get_preset
 
 
 # --------------------------------------------------------------------------- the plain recipe
@@ -311,9 +310,8 @@ def main(argv=None) -> int:
     if args.json:
         from attnlab._io import atomic_path
 
-        with atomic_path(args.json) as tmp:
-            with open(tmp, "w") as f:
-                json.dump(results, f, indent=1)
+        with atomic_path(args.json) as tmp, open(tmp, "w") as f:
+            json.dump(results, f, indent=1)
     if args.figure:
         figure(results, args.figure)
     return 0

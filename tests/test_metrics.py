@@ -42,7 +42,7 @@ def test_bleu_hand_computed(pred, label, k, expected):
 
 def test_bleu_matches_book_code_when_prediction_is_long_enough():
     rng = random.Random(0)
-    words = "a b c d e".split()
+    words = ["a", "b", "c", "d", "e"]
     for _ in range(300):
         k = rng.randint(1, 4)
         pred = " ".join(rng.choice(words) for _ in range(rng.randint(k, 8)))

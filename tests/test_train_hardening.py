@@ -113,8 +113,9 @@ def test_bahdanau_without_preset_uses_its_default(tmp_path, capsys):
 # --------------------------------------------------------------------------- item 2 (the trainer's half)
 @needs_data
 def test_a_failing_final_evaluation_never_costs_the_weights(tmp_path, monkeypatch):
-    from attnlab.train import Trainer
     from train_helpers import tiny_run
+
+    from attnlab.train import Trainer
 
     def broken(self, examples=None):
         raise RuntimeError("decoding blew up")

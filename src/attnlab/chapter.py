@@ -64,8 +64,7 @@ def kernel_regression(seed: int = 0, bandwidth: float = 1.0, epochs: int = 5, lr
     The learned model's initial width is drawn from U(0, 1) as in the book, but with a private
     generator seeded by `seed`, so the global RNG is untouched and the run is reproducible.
     """
-    from attnlab.models.kernel_regression import (NadarayaWatson, NWKernelRegression,
-                                                  average_pooling, fit, make_data)
+    from attnlab.models.kernel_regression import NadarayaWatson, NWKernelRegression, average_pooling, fit, make_data
 
     x_train, y_train, x_test, y_truth = make_data(seed=seed, n_train=n_train)
     preds = {"average pooling": average_pooling(x_test, x_train, y_train)}

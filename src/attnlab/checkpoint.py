@@ -23,13 +23,14 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
-
-from attnlab._io import atomic_path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
+
+from attnlab._io import atomic_path
 
 if TYPE_CHECKING:
     from attnlab.translator import Translator
@@ -356,7 +357,7 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
 
 # --------------------------------------------------------------------------- loading a translator
 def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torch.device = "cpu",
-                    weights: str | os.PathLike | None = None, precision: str = "fp32") -> "Translator":
+                    weights: str | os.PathLike | None = None, precision: str = "fp32") -> Translator:
     """Rebuild the model of a run folder and load its final weights (or `weights`: a checkpoint
     folder or an averaged .safetensors file), prepared to decode in `precision` ('auto', 'fp32',
     'bf16', 'int8'; see attnlab.precision); `translator.precision` says what runs and why.

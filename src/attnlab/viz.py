@@ -11,11 +11,11 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from attnlab._io import atomic_path
-
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
+
+from attnlab._io import atomic_path
 
 __all__ = [
     "show_heatmaps",

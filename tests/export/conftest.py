@@ -12,8 +12,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
-WORDS = ("the cat dog house river green small old walks sleeps sees eats quickly never always "
-         "tree bird runs sings under over near my your their little big red blue").split()
+WORDS = ["the", "cat", "dog", "house", "river", "green", "small", "old", "walks", "sleeps", "sees", "eats", "quickly", "never", "always", "tree", "bird", "runs", "sings", "under", "over", "near", "my", "your", "their", "little", "big", "red", "blue"]
 
 
 def sentences(n: int = 300, seed: int = 0) -> list[str]:

@@ -104,8 +104,8 @@ def test_bad_beam(translator):
 
 def test_bahdanau_has_only_cross_attention(translator):
     """An RNN decoder records one call per step; explain stitches them into one (1, 1, Lt, Ls) map."""
-    from attnlab.translator import Translator
     from attnlab.models import build_model
+    from attnlab.translator import Translator
 
     torch.manual_seed(0)
     model = build_model("bahdanau", {"src_vocab_size": len(translator.src_vocab), "embed_size": 8,

@@ -40,7 +40,7 @@ class KVCache:
             self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
         return self.k, self.v
 
-    def reorder(self, index: Tensor) -> "KVCache":
+    def reorder(self, index: Tensor) -> KVCache:
         """Keep the batch rows named by `index` (beam search); returns self."""
         if self.k is not None:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)

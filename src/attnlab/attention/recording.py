@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 # The recordings open in this context, innermost last. A tuple (immutable), so a context that copies
 # it can never see another context's later changes.
-_ACTIVE: ContextVar[tuple["AttentionRecording", ...]] = ContextVar("attnlab_recordings", default=())
+_ACTIVE: ContextVar[tuple[AttentionRecording, ...]] = ContextVar("attnlab_recordings", default=())
 
 
 @dataclass

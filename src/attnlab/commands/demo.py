@@ -134,8 +134,8 @@ def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
 
 def run(args) -> int:
     from attnlab import chapter, chapter_extra
-    from attnlab.flags import check_seed
     from attnlab.data import ATTRIBUTION
+    from attnlab.flags import check_seed
     from attnlab.report import Section, format_table, prepare_output_dir, write_report
     from attnlab.viz import plot_loss_curve, save_figure
 

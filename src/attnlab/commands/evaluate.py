@@ -30,8 +30,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from attnlab.metrics import (book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text,
-                                 scores_by_length)
+    from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text, scores_by_length
     from attnlab.train import load_data
 
     check_range("--beam", args.beam, 1, MAX_BEAM)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -44,11 +44,11 @@ class Batch:
     def __len__(self) -> int:
         return self.src.shape[0]
 
-    def to(self, device, non_blocking: bool = False) -> "Batch":
+    def to(self, device, non_blocking: bool = False) -> Batch:
         return Batch(**{f.name: None if getattr(self, f.name) is None
                         else getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         return Batch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).pin_memory()
                         for f in fields(self)})
 

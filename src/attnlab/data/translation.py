@@ -17,14 +17,15 @@ import gc
 import io
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 
 from attnlab._io import atomic_write_bytes
+
 from .corpus import cache_dir, file_sha256, parse_pairs, read_text, resolve_data_path
 from .text import preprocess
 from .vocab import SubwordVocab, Vocab

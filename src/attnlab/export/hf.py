@@ -234,9 +234,9 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     Everything is checked and built in memory, then written into a temp folder renamed into place,
     so a failure never leaves a half-written run.
     """
+    from attnlab.attention.positional import sinusoidal_encoding
     from attnlab.checkpoint import read_json, save_weights, write_run_config
     from attnlab.models import Transformer, TransformerConfig
-    from attnlab.attention.positional import sinusoidal_encoding
 
     source, out = Path(source), Path(out)
     if not (source / "config.json").is_file():

@@ -14,11 +14,26 @@ from torch import nn
 
 from attnlab.models.config import ConfigMixin
 from attnlab.models.kernel_regression import NadarayaWatson, NWKernelRegression
-from attnlab.models.seq2seq import (BahdanauConfig, EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder,
-                                    Seq2SeqState, build_bahdanau)
-from attnlab.models.transformer import (AddNorm, PositionWiseFFN, Sublayer, Transformer, TransformerConfig,
-                                        TransformerDecoder, TransformerDecoderBlock, TransformerEncoder,
-                                        TransformerEncoderBlock, TransformerState)
+from attnlab.models.seq2seq import (
+    BahdanauConfig,
+    EncoderDecoder,
+    Seq2SeqAttentionDecoder,
+    Seq2SeqEncoder,
+    Seq2SeqState,
+    build_bahdanau,
+)
+from attnlab.models.transformer import (
+    AddNorm,
+    PositionWiseFFN,
+    Sublayer,
+    Transformer,
+    TransformerConfig,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    TransformerEncoder,
+    TransformerEncoderBlock,
+    TransformerState,
+)
 
 CONFIGS: dict[str, type[ConfigMixin]] = {"transformer": TransformerConfig, "bahdanau": BahdanauConfig}
 

@@ -20,8 +20,8 @@ Recorded attention (`record_attention(model)`) is named `encoder.blocks.{i}.atte
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from torch import Tensor, nn
 
