@@ -336,7 +336,7 @@ def attention_param_table(num_hiddens: int = 512, num_heads: int = 8):
             n = count_parameters(MultiHeadAttention(num_hiddens, h, bias=False))
             rows.append(AttentionParams(f"{'single' if h == 1 else 'multi'}-head", h, num_hiddens // h, n,
                                         4 * num_hiddens**2))
-    return ["attention (d=%d, no bias)" % num_hiddens, "heads", "head dim", "parameters",
+    return [f"attention (d={num_hiddens}, no bias)", "heads", "head dim", "parameters",
             "4·d²"], rows
 
 

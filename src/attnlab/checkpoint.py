@@ -117,7 +117,7 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], di
         raise FileNotFoundError(f"{path} is missing: the weights file {path.name} was not found in {path.parent}")
     try:
         with safe_open(str(path), framework="pt") as f:
-            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (not a dict)
             return shapes, dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError) as exc:
         raise ValueError(f"{path} is not a readable safetensors file ({exc}); the file is damaged or not "

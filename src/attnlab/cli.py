@@ -7,6 +7,7 @@ import argparse
 import importlib
 import json
 import sys
+from typing import ClassVar
 
 # Module names under attnlab.commands, in the order `attnlab --help` lists them.
 COMMANDS = [
@@ -33,7 +34,7 @@ class OneLineParser(argparse.ArgumentParser):
     block plus the error: the same shape as every other user error of attnlab. Subcommand parsers
     inherit this class, so `attnlab train --scale x` answers in one line too."""
 
-    command_names: list[str] = []  # the subcommands, for the "a command is required" message
+    command_names: ClassVar[list[str]] = []  # the subcommands, for the "a command is required" message
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")

@@ -110,7 +110,8 @@ def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS,
     if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
         raise InputError(f"beam must be a positive integer, got {beam!r}")
     ids = check_text(translator, text, max_chars, truncate)
-    src_vocab, tgt_vocab, model, device = translator.src_vocab, translator.tgt_vocab, translator.model, translator.device
+    src_vocab, tgt_vocab = translator.src_vocab, translator.tgt_vocab
+    model, device = translator.model, translator.device
     with torch.inference_mode():
         (hyp,) = translator.decode([ids], beam=beam)
         out = hyp.tokens

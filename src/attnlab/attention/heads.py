@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from types import MappingProxyType
 
 import torch
 from torch import Tensor, nn
 
 # id(module) -> (H,) gate, for the masks open in this context (merged: inner masks multiply outer ones).
-_ACTIVE: ContextVar[Mapping[int, Tensor]] = ContextVar("attnlab_head_masks", default={})
+# A read-only view as the default, so no context can mutate the value every other context starts from.
+_ACTIVE: ContextVar[Mapping[int, Tensor]] = ContextVar("attnlab_head_masks", default=MappingProxyType({}))
 
 
 def check_head_mask(head_mask, num_heads: int, where: str = "head_mask") -> Tensor:
@@ -145,5 +147,5 @@ def merge_pruned(previous: Mapping[str, Sequence[int]] | None, heads: Mapping[st
     return out
 
 
-__all__ = ["merge_pruned", "active_head_mask", "attention_modules", "check_head_mask", "head_masks_from_indices", "mask_heads",
-           "prune_heads"]
+__all__ = ["merge_pruned", "active_head_mask", "attention_modules", "check_head_mask", "head_masks_from_indices",
+           "mask_heads", "prune_heads"]

@@ -98,7 +98,7 @@ def print_table(report: dict) -> None:
           + (f", BLEU {base['bleu']:.2f}" if base["bleu"] is not None else ""))
     print(f"{'module':<34} {'head':>4} {'conf':>5} {'entr':>5} {'same':>5} {'prev':>5} {'next':>5} {'eos':>5} "
           f"{'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}")
-    for kind, names in report["kinds"].items():
+    for names in report["kinds"].values():
         for name in names:
             s = report["statistics"][name]
             for h, g in enumerate(report["gradient_importance"][name]):

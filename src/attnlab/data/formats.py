@@ -45,8 +45,8 @@ class FileReport:
     def summary(self) -> str:
         if not self.counts:
             return f"{self.path}: {self.lines} lines, all usable"
-        parts = [f"{n} {kind} (line(s) {', '.join(map(str, self.first_lines[kind]))}{', ...' if n > FIRST_LINES else ''})"
-                 for kind, n in sorted(self.counts.items())]
+        parts = [f"{n} {kind} (line(s) {', '.join(map(str, self.first_lines[kind]))}"
+                 f"{', ...' if n > FIRST_LINES else ''})" for kind, n in sorted(self.counts.items())]
         return f"{self.path}: {self.lines} lines; skipped " + "; ".join(parts)
 
     def to_dict(self) -> dict:

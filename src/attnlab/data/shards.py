@@ -63,8 +63,10 @@ def resolve_tokenizer(tokenizer: str, src_lang: str, tgt_lang: str) -> str:
 def _check_settings(src_lang, tgt_lang, tokenizer, normalization, vocab_size, min_freq, max_len, num_examples,
                     valid_fraction, test_fraction, shard_size):
     for name, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
-        if not isinstance(lang, str) or not lang.isascii() or not (2 <= len(lang) <= 12) or not lang.replace("-", "").isalnum():
-            raise ValueError(f"{name} must be a language code such as 'en' or 'de' (--src-lang/--tgt-lang), got {lang!r}")
+        if (not isinstance(lang, str) or not lang.isascii() or not (2 <= len(lang) <= 12)
+                or not lang.replace("-", "").isalnum()):
+            raise ValueError(f"{name} must be a language code such as 'en' or 'de' (--src-lang/--tgt-lang), "
+                             f"got {lang!r}")
     resolve_tokenizer(tokenizer, src_lang, tgt_lang)
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
@@ -388,8 +390,9 @@ class ShardedExamples(Sequence):
         lens = np.asarray(self.lengths(k), np.int64)
         offs = np.zeros((len(lens) + 1, 2), np.int64)
         np.cumsum(lens, axis=0, out=offs[1:])
-        src = np.memmap(self.root / f"{name}.src", dtype=self.dtype, mode="r") if offs[-1, 0] else np.zeros(0, self.dtype)
-        tgt = np.memmap(self.root / f"{name}.tgt", dtype=self.dtype, mode="r") if offs[-1, 1] else np.zeros(0, self.dtype)
+        # np.memmap refuses an empty file: an empty side reads as an empty array.
+        src, tgt = (np.memmap(self.root / f"{name}.{side}", dtype=self.dtype, mode="r") if offs[-1, j]
+                    else np.zeros(0, self.dtype) for j, side in enumerate(("src", "tgt")))
         self._open[k] = (src, tgt, offs)
         while len(self._open) > self.max_open:
             self._open.popitem(last=False)  # dropping the last reference unmaps it

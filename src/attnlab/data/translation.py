@@ -136,8 +136,8 @@ def _load_tokenized(path: Path) -> _Tokenized | None:
         table = bytes(obj["table"].numpy()).decode("utf-8").split("\n") if obj["table"].numel() else []
         return _Tokenized(table, obj["src_flat"].numpy(), obj["src_off"].numpy(),
                           obj["tgt_flat"].numpy(), obj["tgt_off"].numpy())
-    except Exception as exc:  # a damaged cache is disposable: rebuild it rather than fail
-        warnings.warn(f"ignoring unreadable tokenized cache {path} ({exc}); rebuilding it")
+    except Exception as exc:  # noqa: BLE001 (a damaged cache, however it fails, is disposable: rebuild it)
+        warnings.warn(f"ignoring unreadable tokenized cache {path} ({exc}); rebuilding it", stacklevel=2)
         return None
 
 
@@ -155,7 +155,7 @@ def _tokenized_corpus(data_path: Path, pairs, num_examples: int | None, use_cach
     try:
         _save_tokenized(tok, path)
     except OSError as exc:  # a read-only home must not stop training
-        warnings.warn(f"could not write tokenized cache {path}: {exc}")
+        warnings.warn(f"could not write tokenized cache {path}: {exc}", stacklevel=2)
     return tok, False
 
 

@@ -11,9 +11,9 @@
 
 What the export sets so that CTranslate2 decodes exactly as attnlab does:
 - post-norm (`pre_norm=False`, no final norms) or pre-norm (`norm_first`: final norms from `final_norm`);
-- the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's sinusoids interleave sin/cos (column 2j = sin,
-  2j+1 = cos, the book's layout) where CTranslate2's built-in table puts all sines first; learned
-  position tables are passed the same way;
+- the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's
+  sinusoids interleave sin/cos (column 2j = sin, 2j+1 = cos, the book's layout) where CTranslate2's built-in
+  table puts all sines first; learned position tables are passed the same way;
 - embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab);
 - separate or shared embeddings (shared ones are written to each place they are used);
 - vocabularies in attnlab's index order; `<unk>`, `<bos>` and `<eos>` as attnlab names them; the

@@ -272,7 +272,8 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
                                  f"{tuple(tensor.shape)} from config.json; the folder's files disagree")
             tensor.copy_(value.float())
         bias = weights.get("final_logits_bias")
-        model.decoder.dense.bias.copy_(bias.reshape(-1).float() if bias is not None else torch.zeros(cfg.tgt_vocab_size))
+        zeros = torch.zeros(cfg.tgt_vocab_size)
+        model.decoder.dense.bias.copy_(bias.reshape(-1).float() if bias is not None else zeros)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
