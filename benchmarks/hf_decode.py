@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-WORDS = ["the", "cat", "dog", "house", "river", "green", "small", "old", "walks", "sleeps", "sees", "eats", "quickly", "never", "always", "tree", "bird", "runs", "sings", "under", "over", "near", "my", "your", "their", "little", "big", "red", "blue"]
+WORDS = ("the cat dog house river green small old walks sleeps sees eats quickly never always "
+         "tree bird runs sings under over near my your their little big red blue").split()
 
 
 def sentences(n, seed=0):
@@ -74,7 +75,7 @@ def main():
     from attnlab.export.hf import import_hf
 
     torch.set_num_threads(2)
-    flags = open("/proc/cpuinfo").read()
+    flags = Path("/proc/cpuinfo").read_text()
     print("cpu features:", " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags))
     print("uptime:", os.popen("uptime").read().strip())
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,8 +89,8 @@ def main():
         enc = tok(texts, padding=True, return_tensors="pt")
         limit = tr.output_limit(enc["input_ids"].shape[1])
         for beam in (1, 4) if "--imports-only" not in sys.argv else ():
-            ours = lambda: tr.decode_ids(src_ids, beam=beam)  # noqa: E731
-            theirs = lambda: hf.generate(**enc, num_beams=beam, do_sample=False, max_new_tokens=limit,  # noqa: E731
+            ours = lambda: tr.decode_ids(src_ids, beam=beam)
+            theirs = lambda: hf.generate(**enc, num_beams=beam, do_sample=False, max_new_tokens=limit,
                                          length_penalty=1.0, early_stopping=True)
             with torch.no_grad():
                 ours(), theirs()  # warm-up

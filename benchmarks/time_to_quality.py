@@ -27,6 +27,7 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -236,7 +237,8 @@ def parse_args(argv=None):
     ap.add_argument("--num-examples", type=int, help="first N corpus pairs only (smoke runs)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=JSON",
                     help="override a field of the laptop preset (model/train/data)")
-    ap.add_argument("--save", metavar="DIR", help="save the final laptop model as a run folder (for `attnlab evaluate`)")
+    ap.add_argument("--save", metavar="DIR",
+                    help="save the final laptop model as a run folder (for `attnlab evaluate`)")
     ap.add_argument("--json", help="write the curves here")
     ap.add_argument("--figure", help="write the picture here (PNG)")
     ap.add_argument("--label", help="name this run's laptop curve (e.g. a candidate's settings)")
@@ -271,7 +273,7 @@ def main(argv=None) -> int:
     if args.plot:
         if not args.figure:
             raise SystemExit("--plot needs --figure PATH")
-        results = [r for path in args.plot.split(",") for r in json.load(open(path))]
+        results = [r for path in args.plot.split(",") for r in json.loads(Path(path).read_text())]
         figure(results, args.figure)
         return 0
     torch.set_num_threads(args.threads)

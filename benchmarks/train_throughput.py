@@ -75,7 +75,8 @@ class TorchTransformer(nn.Module):
 
     def forward(self, src, tgt_in, src_valid_lens):
         S, T = src.shape[1], tgt_in.shape[1]
-        padding = torch.arange(S, device=src.device)[None, :] >= src_valid_lens[:, None]  # True = ignore (torch's sense)
+        # True = ignore (torch's sense)
+        padding = torch.arange(S, device=src.device)[None, :] >= src_valid_lens[:, None]
         causal = torch.ones(T, T, dtype=torch.bool, device=src.device).triu(1)
         x = self.drop(self.src_emb(src) * math.sqrt(self.d) + self.P[:S])
         y = self.drop(self.tgt_emb(tgt_in) * math.sqrt(self.d) + self.P[:T])

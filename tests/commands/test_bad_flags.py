@@ -264,7 +264,7 @@ FAILING_ELSEWHERE: dict[str, str] = {
 
 
 def _rows():
-    for rows, owner in ((NUMBERS, None), (TRAIN_ROWS, TRAIN), (INFER_ROWS, INFER), (SERVER_ROWS, SERVER)):
+    for rows in (NUMBERS, TRAIN_ROWS, INFER_ROWS, SERVER_ROWS):
         for row_id, template in rows:
             reason = FAILING_ELSEWHERE.get(row_id)
             marks = [xfail(reason)] if reason else []

@@ -32,7 +32,7 @@ def test_preprocess_equals_book_on_random_strings():
 
 
 def test_book_line_gives_book_tokens():
-    src, tgt = ["Go.", "Va !"]
+    src, tgt = "Go.\tVa !".split("\t")
     assert tokenize(src) == ["go", "."] and tokenize(tgt) == ["va", "!"]
     assert tokenize("Hi  there.") == ["hi", "there", "."]  # doubled space: no empty token
 

@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
-WORDS = ["the", "cat", "dog", "house", "river", "green", "small", "old", "walks", "sleeps", "sees", "eats", "quickly", "never", "always", "tree", "bird", "runs", "sings", "under", "over", "near", "my", "your", "their", "little", "big", "red", "blue"]
+WORDS = ("the cat dog house river green small old walks sleeps sees eats quickly never always "
+         "tree bird runs sings under over near my your their little big red blue").split()
 
 
 def sentences(n: int = 300, seed: int = 0) -> list[str]:

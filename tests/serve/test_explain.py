@@ -19,7 +19,10 @@ def _check_shapes_and_rows(exp, cfg):
     assert exp.decoder_self.shape == (N, H, Lt, Lt)
     assert exp.cross.shape == (N, H, Lt, Ls)
     assert len(exp.tgt_input_tokens) == Lt and exp.tgt_input_tokens[0] == "<bos>"
-    ones = lambda *shape: torch.ones(shape)
+
+    def ones(*shape):
+        return torch.ones(shape)
+
     torch.testing.assert_close(exp.encoder_self.sum(-1), ones(N, H, Ls))
     torch.testing.assert_close(exp.cross.sum(-1), ones(N, H, Lt))
     torch.testing.assert_close(exp.decoder_self.sum(-1), ones(N, H, Lt))
@@ -59,7 +62,8 @@ def test_equals_cached_step_by_step_decoding(translator):
     for i in range(translator.config["model"]["num_layers"]):
         torch.testing.assert_close(maps[f"encoder.blocks.{i}.attention"][0], exp.encoder_self[i], atol=1e-5, rtol=0)
         torch.testing.assert_close(maps[f"decoder.blocks.{i}.cross_attention"][0], exp.cross[i], atol=1e-5, rtol=0)
-        torch.testing.assert_close(maps[f"decoder.blocks.{i}.self_attention"][0], exp.decoder_self[i], atol=1e-5, rtol=0)
+        torch.testing.assert_close(maps[f"decoder.blocks.{i}.self_attention"][0], exp.decoder_self[i],
+                                   atol=1e-5, rtol=0)
 
 
 def test_beam_output_matches_translator(translator):
