@@ -34,7 +34,7 @@ class KVCache:
         return 0 if self.k is None else self.k.shape[2]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.k is None or self.static:
+        if self.k is None or self.v is None or self.static:
             self.k, self.v = k, v
         else:
             self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
@@ -42,7 +42,7 @@ class KVCache:
 
     def reorder(self, index: Tensor) -> KVCache:
         """Keep the batch rows named by `index` (beam search); returns self."""
-        if self.k is not None:
+        if self.k is not None and self.v is not None:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
         return self
 
@@ -240,6 +240,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         """
         B, H, L, _ = q.shape
         w, bs = self.window, self.block_size
+        assert w is not None  # only called when _use_blockwise saw a window
         p = self.dropout.p if self.training else 0.0
         key_ok = None if valid_lens is None else lengths_to_mask(torch.as_tensor(valid_lens, device=q.device), L, L)
         outs = []

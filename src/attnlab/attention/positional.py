@@ -57,6 +57,7 @@ class PositionalEncoding(nn.Module):
         else:
             # Not persistent: it is a function of the config, so checkpoints need not carry it.
             P = sinusoidal_encoding(torch.arange(max_len), num_hiddens, layout)[None]
+            self.P: Tensor
             self.register_buffer("P", P, persistent=False)
 
     def encoding(self, length: int, offset: int = 0, device=None) -> Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -45,12 +45,14 @@ class Batch:
         return self.src.shape[0]
 
     def to(self, device, non_blocking: bool = False) -> Batch:
-        return Batch(**{f.name: None if getattr(self, f.name) is None
-                        else getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Batch:
-        return Batch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).pin_memory()
-                        for f in fields(self)})
+        return self._map(lambda t: t.pin_memory())
+
+    def _map(self, fn) -> Batch:
+        """A copy with `fn` applied to every tensor field (None fields stay None)."""
+        return replace(self, **{f.name: fn(v) for f in fields(self) if (v := getattr(self, f.name)) is not None})
 
 
 def _lengths(examples: Sequence, num_steps: int | None) -> np.ndarray:

@@ -89,7 +89,7 @@ def split_spec(spec: str | os.PathLike) -> list[Path]:
 def _open_bytes(path: Path) -> IO[bytes]:
     """The file's bytes: `.gz` decompressed, the book's zip -> its fra.txt member."""
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+        return gzip.open(path, "rb")  # type: ignore[return-value]  # a GzipFile is a binary IO
     if path.suffix == ".zip":
         from .corpus import read_text
 

@@ -34,6 +34,7 @@ import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -108,7 +109,7 @@ def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: i
     specials = [UNK, *DEFAULT_RESERVED]
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token=UNK))
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_freq, show_progress=False,
+        trainer: trainers.BpeTrainer | trainers.UnigramTrainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_freq, show_progress=False,
                                       special_tokens=specials)
     else:
         tok = Tokenizer(models.Unigram())
@@ -128,14 +129,16 @@ class _ShardWriter:
     def __init__(self, root: Path, split: str, shard_size: int, dtype):
         self.root, self.split, self.shard_size, self.dtype = root, split, shard_size, dtype
         self.shards: list[dict] = []
-        self._files = None
+        self._files: tuple[IO[bytes], IO[bytes]] | None = None
         self._lens: list[tuple[int, int]] = []
 
-    def _open(self) -> None:
+    def _open(self) -> tuple[IO[bytes], IO[bytes]]:
         name = f"{self.split}-{len(self.shards):05d}"
         self._name = name
-        self._files = (open(self.root / f"{name}.src", "wb"), open(self.root / f"{name}.tgt", "wb"))  # noqa: SIM115 (closed in _close)
+        # Not `with`: the shard stays open across add() calls; _close() closes it.
+        self._files = (open(self.root / f"{name}.src", "wb"), open(self.root / f"{name}.tgt", "wb"))  # noqa: SIM115
         self._lens = []
+        return self._files
 
     def _close(self) -> None:
         if self._files is None:
@@ -149,10 +152,9 @@ class _ShardWriter:
         self._files = None
 
     def add(self, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> None:
-        if self._files is None:
-            self._open()
-        self._files[0].write(np.asarray(src_ids, self.dtype).tobytes())
-        self._files[1].write(np.asarray(tgt_ids, self.dtype).tobytes())
+        files = self._files if self._files is not None else self._open()
+        files[0].write(np.asarray(src_ids, self.dtype).tobytes())
+        files[1].write(np.asarray(tgt_ids, self.dtype).tobytes())
         self._lens.append((len(src_ids), len(tgt_ids)))
         if len(self._lens) >= self.shard_size:
             self._close()
@@ -223,8 +225,11 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
                 break
 
     # Pass 1: the vocabulary from the training side only.
+    src_vocab: Vocab | SubwordVocab
+    tgt_vocab: Vocab | SubwordVocab
     if kind == "word":
-        counts = (collections.Counter(), collections.Counter())
+        counts: tuple[collections.Counter[str], collections.Counter[str]] = (collections.Counter(),
+                                                                             collections.Counter())
         for _, s, t in train_pairs():
             st, tt = tokenize(s), tokenize(t)
             if max_len is None or (len(st) <= max_len and len(tt) <= max_len):
@@ -258,7 +263,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
             return [vocab.encode(x) for x in xs] if kind == "word" else vocab.encode_batch(xs)
 
         def write(split_of, pairs, report: CorpusReport, name: str):
-            chunk: list[tuple[int, str, str]] = []
+            chunk: list[tuple] = []  # (line number, source, target[, known split])
 
             def flush():
                 src_ids, tgt_ids = encode(src_vocab, [p[1] for p in chunk]), encode(tgt_vocab, [p[2] for p in chunk])
@@ -310,6 +315,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
                     yield item
             write(lambda s: "train", first_n(), rep, "data")
             for split, spec in (("valid", valid), ("test", test)):
+                assert spec is not None  # checked above: valid and test come together
                 r = CorpusReport(files=[])
                 write(lambda s, split=split: split, iter_pairs(spec, r), r, split)
         for f in texts_out.values():
@@ -507,7 +513,7 @@ def is_prepared(path: str | os.PathLike) -> bool:
 
 def _read_texts(path: Path) -> list[tuple[str, str]]:
     with open(path, encoding="utf-8") as f:
-        return [tuple(line.rstrip("\n").split("\t", 1)) for line in f]
+        return [(src, tgt) for src, tgt in (line.rstrip("\n").split("\t", 1) for line in f)]
 
 
 def open_prepared(path: str | os.PathLike, **ignored):
@@ -526,7 +532,7 @@ def open_prepared(path: str | os.PathLike, **ignored):
         raise ValueError(f"{root / META}: format {meta.get('format')!r} v{meta.get('version')}, expected "
                          f"{FORMAT!r} v{VERSION}; prepare the corpus again with this attnlab")
     src_vocab, tgt_vocab = load_vocab(root / "src_vocab.json"), load_vocab(root / "tgt_vocab.json")
-    splits = {}
+    splits: dict[str, Sequence[Example]] = {}
     for split in SPLITS:
         shards = meta["splits"][split]["shards"]
         lazy = ShardedExamples(root, shards, meta["dtype"], src_vocab, tgt_vocab)

@@ -59,9 +59,9 @@ class TranslationData:
 
     src_vocab: Vocab | SubwordVocab
     tgt_vocab: Vocab | SubwordVocab
-    train: list[Example]
-    valid: list[Example]
-    test: list[Example]
+    train: Sequence[Example]  # a list, or a lazy ShardedExamples for a prepared corpus
+    valid: Sequence[Example]
+    test: Sequence[Example]
     stats: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
     batching: dict = field(default_factory=dict)
@@ -173,7 +173,9 @@ def _split_indices(keys: Sequence, seed: int, valid_fraction: float, test_fracti
     order = np.random.default_rng(seed).permutation(len(members))
     n = len(keys)
     n_test, n_valid = round(test_fraction * n), round(valid_fraction * n)
-    test, valid, train = [], [], []
+    test: list[int] = []
+    valid: list[int] = []
+    train: list[int] = []
     for g in order:
         if len(test) < n_test:
             test.extend(members[g])
@@ -263,6 +265,7 @@ def load_translation_data(path: str | os.PathLike | None = None, *, num_examples
     if len(idx) == 0:
         raise ValueError(f"no pair has at most max_len={max_len} tokens on both sides; raise max_len")
 
+    keys: Sequence[object]  # what groups pairs into one split: the source ids, or each pair alone
     if holdout_duplicates:
         src_list, off = tok.src_flat.tolist(), tok.src_off.tolist()
         keys = [tuple(src_list[off[i]:off[i + 1]]) for i in idx.tolist()]
@@ -275,6 +278,8 @@ def load_translation_data(path: str | os.PathLike | None = None, *, num_examples
     def texts(split):
         return [pairs[i] for i in split.tolist()]
 
+    src_vocab: Vocab | SubwordVocab
+    tgt_vocab: Vocab | SubwordVocab
     if tokenizer == "word":
         src_vocab, src_lut = _word_vocab(tok, "src", tr, min_freq, "en")
         tgt_vocab, tgt_lut = _word_vocab(tok, "tgt", tr, min_freq, "fr")

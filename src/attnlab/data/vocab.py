@@ -35,6 +35,9 @@ def _as_list(ids) -> list[int]:
 class _SpecialsMixin:
     """`.pad .bos .eos .unk` as indices, with an error that says which token is missing."""
 
+    def _special_index(self, token: str) -> int | None:
+        raise NotImplementedError  # each vocabulary knows where its specials are
+
     def _special(self, token: str) -> int:
         idx = self._special_index(token)
         if idx is None:
