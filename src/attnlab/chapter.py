@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from matplotlib.figure import Figure
@@ -68,7 +68,7 @@ def kernel_regression(seed: int = 0, bandwidth: float = 1.0, epochs: int = 5, lr
 
     x_train, y_train, x_test, y_truth = make_data(seed=seed, n_train=n_train)
     preds = {"average pooling": average_pooling(x_test, x_train, y_train)}
-    rows = [["average pooling", "constant", "-", _mse(preds["average pooling"], y_truth)]]
+    rows: list[list[Any]] = [["average pooling", "constant", "-", _mse(preds["average pooling"], y_truth)]]
     weights = []
     for k in kernels:
         pred, w = NadarayaWatson(bandwidth, k)(x_test, x_train, y_train, return_weights=True)
@@ -342,7 +342,7 @@ def attention_param_table(num_hiddens: int = 512, num_heads: int = 8):
 
 # The paper's Table 3 settings; both share one 37,000-token BPE vocabulary between source, target
 # and the pre-softmax projection. `paper` is the count the paper reports, for comparison only.
-TRANSFORMER_SETTINGS = {
+TRANSFORMER_SETTINGS: dict[str, dict[str, Any]] = {
     "base": dict(num_hiddens=512, num_heads=8, num_layers=6, ffn_num_hiddens=2048,
                  vocab_size=37000, paper="65M"),
     "big": dict(num_hiddens=1024, num_heads=16, num_layers=6, ffn_num_hiddens=4096,

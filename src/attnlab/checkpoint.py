@@ -95,7 +95,9 @@ def save_weights(model: nn.Module, path: str | os.PathLike) -> None:
     from safetensors.torch import save_model
 
     config = getattr(model, "config", None)
-    metadata = {CONFIG_METADATA: json.dumps(config.to_dict(), sort_keys=True)} if hasattr(config, "to_dict") else None
+    metadata = None
+    if config is not None and hasattr(config, "to_dict"):
+        metadata = {CONFIG_METADATA: json.dumps(config.to_dict(), sort_keys=True)}
     _atomic_write(Path(path), lambda tmp: save_model(model, tmp, metadata=metadata))
 
 
@@ -321,6 +323,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]
                 raise ValueError(f"{p}: tensor {k!r} has shape {tuple(v.shape)}, {paths[0]} has "
                                  f"{tuple(total[k].shape)}")
             total[k] += v.double()
+    assert total is not None  # paths is not empty
     return {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
 
 
@@ -408,7 +411,7 @@ def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torc
     from attnlab.precision import prepare_for_inference, resolve_precision
 
     choice = resolve_precision(precision, device)
-    model = prepare_for_inference(model.to(device), choice, device)
-    translator = Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))
+    prepared = prepare_for_inference(model.to(device), choice, device)
+    translator = Translator(prepared, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))
     translator.precision = choice
     return translator

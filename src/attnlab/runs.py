@@ -93,6 +93,7 @@ def train_run(model_type: str, model_config: Mapping[str, Any], train_config: Tr
     model = build_model(model_type, model_config)
     if run_dir is not None and rank == 0:
         check_out_dir(run_dir)  # again: loading took a while, and the folder is ours only if still empty
+        assert model.config is not None  # build_model always gives the model its config
         ckpt.write_run_config(run_dir, model_type, model.config.to_dict(), train_config.to_dict(),
                               data_config, data.src_vocab, data.tgt_vocab)
     return Trainer(model, data, train_config, run_dir, progress=progress).fit()

@@ -118,6 +118,7 @@ def show_heatmaps(
                 ax.set_xticks(range(lk), labels=list(xticklabels), rotation=90)
             if yticklabels is not None:
                 ax.set_yticks(range(lq), labels=list(yticklabels))
+    assert image is not None  # subplots() refuses an empty grid, so the loop drew at least one cell
     fig.colorbar(image, ax=axes, shrink=0.6)
     return fig
 

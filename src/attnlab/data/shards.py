@@ -107,9 +107,10 @@ def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: i
     from .vocab import DEFAULT_RESERVED, UNK
 
     specials = [UNK, *DEFAULT_RESERVED]
+    trainer: trainers.BpeTrainer | trainers.UnigramTrainer
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token=UNK))
-        trainer: trainers.BpeTrainer | trainers.UnigramTrainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_freq, show_progress=False,
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_freq, show_progress=False,
                                       special_tokens=specials)
     else:
         tok = Tokenizer(models.Unigram())

@@ -29,9 +29,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from attnlab.models import Transformer
 
 __all__ = ["import_hf", "export_hf", "marian_to_config", "config_to_marian"]
 
@@ -195,7 +199,7 @@ def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
 
     def table(path: Path, size: int) -> list[str]:
         enc = json.loads(path.read_text(encoding="utf-8"))
-        tokens = [None] * size
+        tokens: list[str | None] = [None] * size
         for tok, i in enc.items():
             if 0 <= i < size:
                 tokens[i] = tok
@@ -203,7 +207,7 @@ def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
         if holes:
             raise ValueError(f"{path} numbers no token for ids {holes[:5]} of the model's {size}; "
                              f"the tokenizer and the model do not match")
-        return tokens
+        return [t for t in tokens if t is not None]  # all of them: no holes
 
     src_tokens = table(source / "vocab.json", hf["vocab_size"])
     tgt_file = source / (tok_cfg.get("target_vocab_file") or "vocab.json") if tok_cfg.get("separate_vocabs") \
@@ -322,9 +326,10 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
         raise ValueError(f"{out_dir} exists, is not empty and holds no config.json; pass a new --out folder")
     tr = load_translator(run_dir, weights=weights)
-    model, cfg = tr.model, tr.model.config
-    if getattr(model, "MODEL_TYPE", None) != "transformer":
-        raise ValueError(f"only Transformer runs can be exported to Marian, {run_dir} holds a {model.MODEL_TYPE}")
+    if getattr(tr.model, "MODEL_TYPE", None) != "transformer":
+        raise ValueError(f"only Transformer runs can be exported to Marian, {run_dir} holds a {tr.model.MODEL_TYPE}")
+    model = cast("Transformer", tr.model)
+    cfg = model.config
     pad, eos = tr.tgt_vocab.pad, tr.tgt_vocab.eos
     if tr.src_vocab.pad != pad or tr.src_vocab.eos != eos:
         raise ValueError("Marian needs one pad and one eos id for both sides; this run's vocabularies differ")
