@@ -22,7 +22,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from attnlab._io import atomic_path
+from attnlab._io import atomic_dir, atomic_path
 
 if TYPE_CHECKING:
     from attnlab.translator import Translator
@@ -194,26 +193,13 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module, tra
     """Write checkpoints/step_NNNNNNN/ as a whole: filled under a temp name, the manifest last, then
     renamed into place."""
     final = checkpoint_dir(run_dir, step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
-    try:
+    # The same step may be saved again (the end of a run that was just checkpointed): atomic_dir swaps.
+    with atomic_dir(final) as tmp:
         save_weights(model, tmp / WEIGHTS_FILE)
         torch.save(trainer_state, tmp / STATE_FILE)
         write_json(tmp / META_FILE, _json_safe(meta))
         write_json(tmp / MANIFEST_FILE, {"files": {f: _file_digest(tmp / f)
                                                    for f in (WEIGHTS_FILE, STATE_FILE, META_FILE)}})
-        if final.exists():
-            # Same step saved again (the end of a run that was just checkpointed): swap, then delete.
-            old = final.with_name(f".{final.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 

@@ -27,8 +27,6 @@ import collections
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 import unicodedata
 import warnings
@@ -37,6 +35,8 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
+
+from attnlab._io import atomic_dir
 
 from .formats import CorpusReport, iter_pairs, split_spec
 from .text import tokenize
@@ -253,9 +253,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
         f"({time.perf_counter() - t0:.1f} s)")
     dtype = np.uint16 if max(len(src_vocab), len(tgt_vocab)) <= np.iinfo(np.uint16).max else np.int32
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:  # `out` is absent or empty (checked above)
         writers = {s: _ShardWriter(tmp, s, shard_size, dtype) for s in SPLITS}
         texts_out = {s: open(tmp / f"{s}.tsv", "w", encoding="utf-8") for s in ("valid", "test")}  # noqa: SIM115
         reports = {}
@@ -337,12 +335,6 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
                 "splits": {s: {"pairs": sum(x["pairs"] for x in shards[s]), "shards": shards[s]} for s in SPLITS},
                 "reports": reports, "seconds": round(seconds, 3)}
         (tmp / META).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log(f"prepared {meta['splits']['train']['pairs']} train / {meta['splits']['valid']['pairs']} valid / "
         f"{meta['splits']['test']['pairs']} test pairs into {out} in {seconds:.1f} s")
     return meta

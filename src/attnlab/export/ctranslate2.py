@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
+
+from attnlab._io import atomic_dir
 
 if TYPE_CHECKING:
     from attnlab.models import Transformer, TransformerDecoderBlock, TransformerEncoderBlock
@@ -189,9 +189,7 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, quantization:
     spec = build_spec(translator.model, translator.src_vocab, translator.tgt_vocab)
     spec.validate()
     spec.optimize(quantization=quantization)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with atomic_dir(out) as tmp:
         spec.save(str(tmp))
         note = {"format": "ctranslate2", "source_run": str(Path(run_dir).resolve()),
                 "weights": None if weights is None else str(weights), "quantization": quantization,
@@ -199,17 +197,6 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, quantization:
                 "input": "source tokens as attnlab tokenizes them (attnlab.export.ctranslate2.source_tokens); "
                          "<eos> is appended by the model"}
         (tmp / MARKER).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

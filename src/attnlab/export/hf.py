@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
+
+from attnlab._io import atomic_dir
 
 if TYPE_CHECKING:
     from attnlab.models import Transformer
@@ -279,19 +279,11 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         zeros = torch.zeros(cfg.tgt_vocab_size)
         model.decoder.dense.bias.copy_(bias.reshape(-1).float() if bias is not None else zeros)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with atomic_dir(out) as tmp:
         data = {"source": "hf", "hf_source": str(source.resolve()), "hf_model_type": "marian",
                 "generation": {k: gen[k] for k in ("num_beams", "max_length", "length_penalty") if k in gen}}
         write_run_config(tmp, "transformer", cfg.to_dict(), {}, data, src_vocab, tgt_vocab)
         save_weights(model, tmp / "model.safetensors")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -358,17 +350,9 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
     if cfg.suppress_tokens:
         hf_model.generation_config.bad_words_ids = [[t] for t in cfg.suppress_tokens]
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    try:
+    with atomic_dir(out_dir) as tmp:
         hf_model.save_pretrained(tmp)
         _save_tokenizer(tr.src_vocab, tr.tgt_vocab, tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

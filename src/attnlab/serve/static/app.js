@@ -2,29 +2,12 @@
 // Heatmaps and line views are hand-drawn SVG; the Nadaraya–Watson heatmap is a canvas.
 "use strict";
 
-const SVG_NS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 const EXAMPLES = ["i'm home .", "go .", "i lost .", "he's calm .", "we are friends .", "i like apples ."];
 
 // ───────────────────────── helpers ─────────────────────────
-function el(tag, attrs = {}, parent = null, text = null) {
-  const node = tag.startsWith("svg:") ? document.createElementNS(SVG_NS, tag.slice(4)) : document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  if (text !== null) node.textContent = text;
-  if (parent) parent.appendChild(node);
-  return node;
-}
-
-// Sequential blue scale (light = 0, dark = 1), interpolated between a few stops.
-const STOPS = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
-function color(w) {
-  const t = Math.max(0, Math.min(1, w)) * (STOPS.length - 1);
-  const i = Math.min(STOPS.length - 2, Math.floor(t)), f = t - i;
-  const c = STOPS[i].map((a, k) => Math.round(a + (STOPS[i + 1][k] - a) * f));
-  return `rgb(${c[0]},${c[1]},${c[2]})`;
-}
-const inkFor = (w) => (w > 0.55 ? "#ffffff" : "#1b2233");
-const short = (s, n = 12) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
+// Element builder and color scale shared with the notebook views: heatmap.js (loaded first by index.html).
+const { el, color, inkFor, short } = window.AttnDraw;
 const isSpecial = (t) => /^<.*>$/.test(t);
 const fmt = (w) => w.toFixed(4);
 
