@@ -99,6 +99,22 @@ def train_run(model_type: str, model_config: Mapping[str, Any], train_config: Tr
     return Trainer(model, data, train_config, run_dir, progress=progress).fit()
 
 
+def load_run_data(translator, run_dir: str | os.PathLike, data_path: str | None = None):
+    """The `TranslationData` a run was trained on, rebuilt from its config.json (from `data_path` when
+    given: the same corpus elsewhere). Raises ValueError when the rebuilt vocabularies are not the run's
+    (another corpus, or other settings), since every id would then mean another word."""
+    from attnlab.data import load_data
+
+    data_cfg = dict(translator.config.get("data", {}))
+    if data_path:
+        data_cfg["path"] = data_path
+    data = load_data(data_cfg)
+    if data.src_vocab != translator.src_vocab or data.tgt_vocab != translator.tgt_vocab:
+        raise ValueError(f"the data rebuilt from {run_dir}/config.json does not give the run's vocabularies; "
+                         f"pass the corpus the run was trained on with --data")
+    return data
+
+
 def newest_intact_checkpoint(run_dir: Path, say: Say = _stderr) -> Path:
     """The newest checkpoint whose files match its manifest; each damaged one is reported and skipped."""
     ckpts = ckpt.list_checkpoints(run_dir)
