@@ -96,8 +96,12 @@ def main():
                 ours(), theirs()  # warm-up
                 t_ours, t_theirs = [], []
                 for _ in range(3):  # interleaved rounds
-                    t0 = time.perf_counter(); out = ours(); t_ours.append(time.perf_counter() - t0)  # noqa: E702
-                    t0 = time.perf_counter(); ref = theirs(); t_theirs.append(time.perf_counter() - t0)  # noqa: E702
+                    t0 = time.perf_counter()
+                    out = ours()
+                    t_ours.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    ref = theirs()
+                    t_theirs.append(time.perf_counter() - t0)
             eos, pad = tr.tgt_vocab.eos, tr.tgt_vocab.pad
             ref_rows = [[t for t in (r[:r.index(eos)] if eos in r else r) if t != pad] for r in ref[:, 1:].tolist()]
             a, b = statistics.median(t_ours), statistics.median(t_theirs)
