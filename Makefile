@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # The CPU wheel of torch lies on this machine's disk; pinning it avoids a multi-GB CUDA download.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test bench docs install clean
+.PHONY: demo test lint bench docs install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# Lint, format check and types, as CI runs them before the tests (settings in pyproject.toml).
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests benchmarks tools
+	$(VENV)/bin/ruff format --check src tests benchmarks tools
+	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run_all.py

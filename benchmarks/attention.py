@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from baselines.d2l_attention import MultiHeadAttention as BookMHA  # noqa: E402
-from common import median_time, table  # noqa: E402
+from baselines.d2l_attention import MultiHeadAttention as BookMHA
+from common import median_time, table
 
-from attnlab.attention import MultiHeadAttention  # noqa: E402
+from attnlab.attention import MultiHeadAttention
 
 
 class SDPAReference(nn.Module):
@@ -102,7 +102,7 @@ def bench_memory(lengths, B=1, H=4, Dh=64, window=128, band_max=8192):
     for L in lengths:
         full = _peak_child("full", L, B, H, Dh, window)
         local = _peak_child("local", L, B, H, Dh, window)
-        band = f"{_peak_child('band', L, B, H, Dh, window):.0f}" if L <= band_max else "(skipped: quadratic)"
+        band = f"{_peak_child('band', L, B, H, Dh, window):.0f}" if band_max >= L else "(skipped: quadratic)"
         rows.append([L, f"{full:.0f}", f"{local:.0f}", band, f"{local / L * 1024:.1f}"])
     return table(["L", "full (fused SDPA) MB", f"local w={window} blockwise MB", "same window as dense mask MB",
                   "local MB per 1k positions"], rows)

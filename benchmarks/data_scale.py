@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def cpu_features() -> str:
     try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next(line for line in lines if line.startswith("flags")).split()
     except (OSError, StopIteration):
         return "unknown"
     wanted = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
@@ -51,7 +52,8 @@ def make_corpus(folder: Path, n: int, seed: int, name: str) -> str:
     letters = np.array(list("abcdefghijklmnopqrstuvwxyzäöüéè"))
     src_words = ["".join(vocab_rng.choice(letters, vocab_rng.integers(2, 9))) for _ in range(4000)]
     tgt_words = [w[::-1] + "x" for w in src_words]
-    with open(folder / f"{name}.xx", "w", encoding="utf-8") as fs, open(folder / f"{name}.yy", "w", encoding="utf-8") as ft:
+    with open(folder / f"{name}.xx", "w", encoding="utf-8") as fs, \
+            open(folder / f"{name}.yy", "w", encoding="utf-8") as ft:
         for start in range(0, n, 100_000):
             m = min(100_000, n - start)
             lens = rng.integers(20, 31, m)

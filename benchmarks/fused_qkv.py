@@ -15,6 +15,7 @@ import argparse
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -25,7 +26,7 @@ from attnlab.models import Transformer, TransformerConfig
 
 def cpu_features() -> str:
     try:
-        flags = open("/proc/cpuinfo").read().split("flags", 1)[1].split("\n", 1)[0].split()
+        flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[1].split("\n", 1)[0].split()
     except (OSError, IndexError):
         return "unknown"
     return " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))

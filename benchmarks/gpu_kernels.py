@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table  # noqa: E402
+from common import table
 
-from attnlab.attention import MultiHeadAttention  # noqa: E402
+from attnlab.attention import MultiHeadAttention
 
 
 def timeit(fn, device, repeats, warmup=3) -> float:
@@ -67,42 +67,47 @@ def flash_only(device):
 
 @torch.no_grad()
 def attention_rows(lengths, tokens, H, Dh, dtype, device, repeats, peak):
-    D = H * Dh
     rows, rates = [], {}
     for L in lengths:
-        B = max(1, tokens // L)
-        torch.manual_seed(0)
-        q, k, v = (torch.randn(B, H, L, Dh, device=device, dtype=dtype) for _ in range(3))
-        x = torch.randn(B, L, D, device=device, dtype=dtype)
-        lens = torch.full((B,), L, device=device)
-        lens[0] = L // 2
-        mha = MultiHeadAttention(D, H).to(device).eval()
-        attn = 4 * B * H * L * L * Dh
-        proj = 4 * 2 * B * L * D * D
-        autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
-
-        def raw():
-            with flash_only(device):
-                return F.scaled_dot_product_attention(q, k, v)
-
-        def fused():
-            return mha._fused(q, k, v, None, None, False)
-
-        def module(valid_lens=None):
-            with autocast:
-                return mha(x, x, x, valid_lens=valid_lens)
-
-        cases = [("raw SDPA (flash)", raw, attn), ("attnlab MHA._fused", fused, attn),
-                 ("attnlab MHA forward", module, attn + proj),
-                 ("attnlab MHA forward + valid_lens", lambda: module(lens), attn + proj)]
-        for name, fn, flops in cases:
-            t = timeit(fn, device, repeats)
-            rates[L, name] = rate = flops / t / 1e12
-            rows.append([L, B, name, f"{rate:.3g}", f"{100 * rate / peak:.0f}%"])
-        del q, k, v, x, mha
+        # One function call per length: its tensors are freed on return, before the next length allocates.
+        _length_rows(L, tokens, H, Dh, dtype, device, repeats, peak, rows, rates)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows, rates
+
+
+def _length_rows(L, tokens, H, Dh, dtype, device, repeats, peak, rows, rates):
+    """Time every case at sequence length L; append to `rows` and `rates`."""
+    D = H * Dh
+    B = max(1, tokens // L)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, Dh, device=device, dtype=dtype) for _ in range(3))
+    x = torch.randn(B, L, D, device=device, dtype=dtype)
+    lens = torch.full((B,), L, device=device)
+    lens[0] = L // 2
+    mha = MultiHeadAttention(D, H).to(device).eval()
+    attn = 4 * B * H * L * L * Dh
+    proj = 4 * 2 * B * L * D * D
+    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
+
+    def raw():
+        with flash_only(device):
+            return F.scaled_dot_product_attention(q, k, v)
+
+    def fused():
+        return mha._fused(q, k, v, None, None, False)
+
+    def module(valid_lens=None):
+        with autocast:
+            return mha(x, x, x, valid_lens=valid_lens)
+
+    cases = [("raw SDPA (flash)", raw, attn), ("attnlab MHA._fused", fused, attn),
+             ("attnlab MHA forward", module, attn + proj),
+             ("attnlab MHA forward + valid_lens", lambda: module(lens), attn + proj)]
+    for name, fn, flops in cases:
+        t = timeit(fn, device, repeats)
+        rates[L, name] = rate = flops / t / 1e12
+        rows.append([L, B, name, f"{rate:.3g}", f"{100 * rate / peak:.0f}%"])
 
 
 def main(argv=None) -> int:

@@ -75,7 +75,7 @@ def main():
     from attnlab.export.hf import import_hf
 
     torch.set_num_threads(2)
-    flags = open("/proc/cpuinfo").read()
+    flags = Path("/proc/cpuinfo").read_text()
     print("cpu features:", " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags))
     print("uptime:", os.popen("uptime").read().strip())
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,15 +89,19 @@ def main():
         enc = tok(texts, padding=True, return_tensors="pt")
         limit = tr.output_limit(enc["input_ids"].shape[1])
         for beam in (1, 4) if "--imports-only" not in sys.argv else ():
-            ours = lambda: tr.decode_ids(src_ids, beam=beam)  # noqa: E731
-            theirs = lambda: hf.generate(**enc, num_beams=beam, do_sample=False, max_new_tokens=limit,  # noqa: E731
+            ours = lambda: tr.decode_ids(src_ids, beam=beam)
+            theirs = lambda: hf.generate(**enc, num_beams=beam, do_sample=False, max_new_tokens=limit,
                                          length_penalty=1.0, early_stopping=True)
             with torch.no_grad():
                 ours(), theirs()  # warm-up
                 t_ours, t_theirs = [], []
                 for _ in range(3):  # interleaved rounds
-                    t0 = time.perf_counter(); out = ours(); t_ours.append(time.perf_counter() - t0)  # noqa: E702
-                    t0 = time.perf_counter(); ref = theirs(); t_theirs.append(time.perf_counter() - t0)  # noqa: E702
+                    t0 = time.perf_counter()
+                    out = ours()
+                    t_ours.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    ref = theirs()
+                    t_theirs.append(time.perf_counter() - t0)
             eos, pad = tr.tgt_vocab.eos, tr.tgt_vocab.pad
             ref_rows = [[t for t in (r[:r.index(eos)] if eos in r else r) if t != pad] for r in ref[:, 1:].tolist()]
             a, b = statistics.median(t_ours), statistics.median(t_theirs)

@@ -27,20 +27,20 @@ import math
 import os
 import sys
 import time
-from collections import defaultdict
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table  # noqa: E402
+from common import table
 
-from attnlab.data import iterate_batches  # noqa: E402
-from attnlab.metrics import corpus_bleu, group_by_source, reference_text  # noqa: E402
-from attnlab.models import build_model  # noqa: E402
-from attnlab.precision import cpu_features, native_bf16  # noqa: E402
-from attnlab.presets import get_preset  # noqa: E402
+from attnlab.data import iterate_batches
+from attnlab.metrics import corpus_bleu, group_by_source, reference_text
+from attnlab.models import build_model
+from attnlab.precision import cpu_features, native_bf16
+from attnlab.presets import get_preset
 
 
 # --------------------------------------------------------------------------- the plain recipe
@@ -260,7 +260,8 @@ def parse_args(argv=None):
     ap.add_argument("--num-examples", type=int, help="first N corpus pairs only (smoke runs)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=JSON",
                     help="override a field of the laptop preset (model/train/data)")
-    ap.add_argument("--save", metavar="DIR", help="save the final laptop model as a run folder (for `attnlab evaluate`)")
+    ap.add_argument("--save", metavar="DIR",
+                    help="save the final laptop model as a run folder (for `attnlab evaluate`)")
     ap.add_argument("--json", help="write the curves here")
     ap.add_argument("--figure", help="write the picture here (PNG)")
     ap.add_argument("--label", help="name this run's laptop curve (e.g. a candidate's settings)")
@@ -300,7 +301,7 @@ def main(argv=None) -> int:
     if args.plot:
         if not args.figure:
             raise SystemExit("--plot needs --figure PATH")
-        results = [r for path in args.plot.split(",") for r in json.load(open(path))]
+        results = [r for path in args.plot.split(",") for r in json.loads(Path(path).read_text())]
         figure(results, args.figure)
         return 0
     torch.set_num_threads(args.threads)
@@ -339,9 +340,8 @@ def main(argv=None) -> int:
     if args.json:
         from attnlab._io import atomic_path
 
-        with atomic_path(args.json) as tmp:
-            with open(tmp, "w") as f:
-                json.dump(results, f, indent=1)
+        with atomic_path(args.json) as tmp, open(tmp, "w") as f:
+            json.dump(results, f, indent=1)
     if args.figure:
         figure(results, args.figure)
     return 0

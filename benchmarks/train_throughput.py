@@ -40,12 +40,12 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from baselines.d2l_transformer import from_attnlab_config  # noqa: E402
-from common import table  # noqa: E402
+from baselines.d2l_transformer import from_attnlab_config
+from common import table
 
-from attnlab import precision as prec  # noqa: E402
-from attnlab.attention.positional import sinusoidal_encoding  # noqa: E402
-from attnlab.models import Transformer, TransformerConfig  # noqa: E402
+from attnlab import precision as prec
+from attnlab.attention.positional import sinusoidal_encoding
+from attnlab.models import Transformer, TransformerConfig
 
 PAD = 0
 
@@ -75,7 +75,8 @@ class TorchTransformer(nn.Module):
 
     def forward(self, src, tgt_in, src_valid_lens):
         S, T = src.shape[1], tgt_in.shape[1]
-        padding = torch.arange(S, device=src.device)[None, :] >= src_valid_lens[:, None]  # True = ignore (torch's sense)
+        # True = ignore (torch's sense)
+        padding = torch.arange(S, device=src.device)[None, :] >= src_valid_lens[:, None]
         causal = torch.ones(T, T, dtype=torch.bool, device=src.device).triu(1)
         x = self.drop(self.src_emb(src) * math.sqrt(self.d) + self.P[:S])
         y = self.drop(self.tgt_emb(tgt_in) * math.sqrt(self.d) + self.P[:T])
@@ -192,7 +193,8 @@ def report(times, tokens, base="attnlab"):
 
 def profile(args, name, steps=3):
     """Top operators by self time for a few steps of one model (after one warm-up step)."""
-    from torch.profiler import ProfilerActivity, profile as prof
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
 
     device = torch.device(args.device)
     _, models = build_models(args, [name])
@@ -235,7 +237,7 @@ def quality(steps: int, precisions: list[str]) -> str:
     for p in precisions[1:]:
         lines.append(f"  {p} vs fp32: {100 * (losses[p] / losses['fp32'] - 1):+.2f}% validation loss "
                      f"(target: within 2%)")
-    return f"\n## quality: cpu-small recipe at D=64, seed 0, same batches\n" + "\n".join(lines)
+    return "\n## quality: cpu-small recipe at D=64, seed 0, same batches\n" + "\n".join(lines)
 
 
 def compile_child(args) -> int:

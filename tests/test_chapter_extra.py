@@ -28,5 +28,5 @@ def test_norm_comparison_refuses_shapes_it_cannot_compare(bad):
 
 
 def test_attention_cues_refuses_empty():
-    with pytest.raises(ValueError, match="1..1000"):
+    with pytest.raises(ValueError, match=r"1..1000"):
         attention_cues(0)

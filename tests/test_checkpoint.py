@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 import torch
+from train_helpers import needs_data, tiny_run
 
 from attnlab import checkpoint as ckpt
-from train_helpers import needs_data, tiny_run
 
 pytestmark = [needs_data, pytest.mark.usefixtures("one_thread")]
 

@@ -101,7 +101,8 @@ def test_multi_reference_bleu_credits_any_reference():
     single = corpus_bleu(hyps, ["il est tranquille .", "je suis chez moi ."])
     multi = corpus_bleu(hyps, [["il est tranquille .", "il est calme ."], ["je suis chez moi ."]])
     assert multi == pytest.approx(100.0) and single < 80
-    assert corpus_chrf(hyps, [["il est tranquille .", "il est calme ."], ["je suis chez moi ."]]) == pytest.approx(100.0)
+    refs = [["il est tranquille .", "il est calme ."], ["je suis chez moi ."]]
+    assert corpus_chrf(hyps, refs) == pytest.approx(100.0)
     # one reference each, as strings or one-element lists, gives the same score
     assert corpus_bleu(hyps, ["il est tranquille .", "je suis chez moi ."]) == \
         corpus_bleu(hyps, [["il est tranquille ."], ["je suis chez moi ."]])

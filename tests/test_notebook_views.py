@@ -45,7 +45,7 @@ def test_views_refuse_what_the_model_lacks():
     ex = fake_explanation(bahdanau=True)
     with pytest.raises(ValueError, match="no encoder_self attention; choose kind from cross"):
         model_view(ex, kind="encoder_self")
-    with pytest.raises(ValueError, match="layer must be in 0..2"):
+    with pytest.raises(ValueError, match=r"layer must be in 0..2"):
         head_view(fake_explanation(), layer=3)
     with pytest.raises(ValueError, match="kind must be one of"):
         head_view(ex, kind="self")
@@ -82,7 +82,8 @@ def test_model_view_draws_every_layer_and_head(driver, tmp_path):
 
     path = model_view(fake_explanation(layers=3, heads=4)).save_html(tmp_path / "model.html")
     driver.get(path.as_uri())
-    sizes = "return [...document.querySelectorAll('canvas.attn-canvas')].map(c => c.dataset.rows + 'x' + c.dataset.cols)"
+    sizes = ("return [...document.querySelectorAll('canvas.attn-canvas')]"
+             ".map(c => c.dataset.rows + 'x' + c.dataset.cols)")
     assert driver.execute_script(sizes) == ["6x5"] * 12  # 3 layers x 4 heads of cross-attention
     # A drawn canvas, not a blank one: the pixel of the strongest weight is dark blue.
     dark = """const c = document.querySelector('canvas.attn-canvas'), x = c.getContext('2d');

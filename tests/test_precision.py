@@ -49,7 +49,7 @@ def test_explicit_precisions_are_kept_and_bad_names_rejected():
     assert prec.resolve_precision("fp32").picked == "fp32"
     assert prec.resolve_precision("bf16", training=True).picked == "bf16"
     assert prec.resolve_precision("int8").picked == "int8"
-    with pytest.raises(ValueError, match="unknown precision 'fp16'.*auto, fp32, bf16, int8"):
+    with pytest.raises(ValueError, match=r"unknown precision 'fp16'.*auto, fp32, bf16, int8"):
         prec.resolve_precision("fp16")
     with pytest.raises(ValueError, match="for training"):
         prec.resolve_precision("int8", training=True)
@@ -111,7 +111,7 @@ def test_int8_with_a_custom_keep_list_and_tied_embeddings():
 def test_int8_refuses_unsupported_models_and_devices():
     bahdanau = build_model("bahdanau", {"src_vocab_size": 20, "tgt_vocab_size": 20, "embed_size": 8,
                                         "num_hiddens": 8, "num_layers": 1, "dropout": 0.0})
-    with pytest.raises(ValueError, match="Transformer only.*bahdanau"):
+    with pytest.raises(ValueError, match=r"Transformer only.*bahdanau"):
         prec.prepare_for_inference(bahdanau, "int8")
     with pytest.raises(ValueError, match="CPU only"):
         prec.prepare_for_inference(tiny_transformer(), "int8", device="cuda")

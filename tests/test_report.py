@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 import pytest
 
 from attnlab import viz
-from attnlab.report import (ATTRIBUTION, Section, format_table, prepare_output_dir, write_report)
+from attnlab.report import ATTRIBUTION, Section, format_table, prepare_output_dir, write_report
 
 
 class _Collect(HTMLParser):

@@ -12,9 +12,9 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from train_helpers import DATA, SUBPROCESS_ENV, needs_data, tiny_run
 
 from attnlab.train import TrainConfig, learning_rate, masked_cross_entropy, sequence_loss
-from train_helpers import DATA, SUBPROCESS_ENV, needs_data, tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

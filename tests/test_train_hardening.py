@@ -90,9 +90,9 @@ def test_config_json_with_bad_values_is_refused_by_the_library():
     from attnlab.models import build_model
     from attnlab.train import TrainConfig
 
-    with pytest.raises(ValueError, match="TransformerConfig.dropout must be a number, got 'x'"):
+    with pytest.raises(ValueError, match=r"TransformerConfig.dropout must be a number, got 'x'"):
         build_model("transformer", {"src_vocab_size": 5, "tgt_vocab_size": 5, "dropout": "x"})
-    with pytest.raises(ValueError, match="TrainConfig.max_steps must be an integer or null"):
+    with pytest.raises(ValueError, match=r"TrainConfig.max_steps must be an integer or null"):
         TrainConfig.from_dict({"max_steps": "10"})
     with pytest.raises(ValueError, match="patience"):
         TrainConfig(patience=0)
@@ -113,8 +113,9 @@ def test_bahdanau_without_preset_uses_its_default(tmp_path, capsys):
 # --------------------------------------------------------------------------- item 2 (the trainer's half)
 @needs_data
 def test_a_failing_final_evaluation_never_costs_the_weights(tmp_path, monkeypatch):
-    from attnlab.train import Trainer
     from train_helpers import tiny_run
+
+    from attnlab.train import Trainer
 
     def broken(self, examples=None):
         raise RuntimeError("decoding blew up")

@@ -89,7 +89,8 @@ def notebook_page(source: Path) -> str:
     def flush():
         body = "\n".join(lines).strip("\n")
         if kind == "markdown":
-            parts.append("\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines()))
+            text = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines())
+            parts.append(text)
         elif kind == "code" and body:
             parts.append(f"```python\n{body}\n```")
 

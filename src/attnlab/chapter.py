@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from matplotlib.figure import Figure
@@ -64,12 +64,11 @@ def kernel_regression(seed: int = 0, bandwidth: float = 1.0, epochs: int = 5, lr
     The learned model's initial width is drawn from U(0, 1) as in the book, but with a private
     generator seeded by `seed`, so the global RNG is untouched and the run is reproducible.
     """
-    from attnlab.models.kernel_regression import (NadarayaWatson, NWKernelRegression,
-                                                  average_pooling, fit, make_data)
+    from attnlab.models.kernel_regression import NadarayaWatson, NWKernelRegression, average_pooling, fit, make_data
 
     x_train, y_train, x_test, y_truth = make_data(seed=seed, n_train=n_train)
     preds = {"average pooling": average_pooling(x_test, x_train, y_train)}
-    rows = [["average pooling", "constant", "-", _mse(preds["average pooling"], y_truth)]]
+    rows: list[list[Any]] = [["average pooling", "constant", "-", _mse(preds["average pooling"], y_truth)]]
     weights = []
     for k in kernels:
         pred, w = NadarayaWatson(bandwidth, k)(x_test, x_train, y_train, return_weights=True)
@@ -337,13 +336,13 @@ def attention_param_table(num_hiddens: int = 512, num_heads: int = 8):
             n = count_parameters(MultiHeadAttention(num_hiddens, h, bias=False))
             rows.append(AttentionParams(f"{'single' if h == 1 else 'multi'}-head", h, num_hiddens // h, n,
                                         4 * num_hiddens**2))
-    return ["attention (d=%d, no bias)" % num_hiddens, "heads", "head dim", "parameters",
+    return [f"attention (d={num_hiddens}, no bias)", "heads", "head dim", "parameters",
             "4·d²"], rows
 
 
 # The paper's Table 3 settings; both share one 37,000-token BPE vocabulary between source, target
 # and the pre-softmax projection. `paper` is the count the paper reports, for comparison only.
-TRANSFORMER_SETTINGS = {
+TRANSFORMER_SETTINGS: dict[str, dict[str, Any]] = {
     "base": dict(num_hiddens=512, num_heads=8, num_layers=6, ffn_num_hiddens=2048,
                  vocab_size=37000, paper="65M"),
     "big": dict(num_hiddens=1024, num_heads=16, num_layers=6, ffn_num_hiddens=4096,

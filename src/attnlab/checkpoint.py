@@ -22,14 +22,14 @@ import json
 import math
 import os
 import shutil
-import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
-
-from attnlab._io import atomic_path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
+
+from attnlab._io import atomic_dir, atomic_path
 
 if TYPE_CHECKING:
     from attnlab.translator import Translator
@@ -94,7 +94,9 @@ def save_weights(model: nn.Module, path: str | os.PathLike) -> None:
     from safetensors.torch import save_model
 
     config = getattr(model, "config", None)
-    metadata = {CONFIG_METADATA: json.dumps(config.to_dict(), sort_keys=True)} if hasattr(config, "to_dict") else None
+    metadata = None
+    if config is not None and hasattr(config, "to_dict"):
+        metadata = {CONFIG_METADATA: json.dumps(config.to_dict(), sort_keys=True)}
     _atomic_write(Path(path), lambda tmp: save_model(model, tmp, metadata=metadata))
 
 
@@ -116,7 +118,7 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], di
         raise FileNotFoundError(f"{path} is missing: the weights file {path.name} was not found in {path.parent}")
     try:
         with safe_open(str(path), framework="pt") as f:
-            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (not a dict)
             return shapes, dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError) as exc:
         raise ValueError(f"{path} is not a readable safetensors file ({exc}); the file is damaged or not "
@@ -191,26 +193,13 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module, tra
     """Write checkpoints/step_NNNNNNN/ as a whole: filled under a temp name, the manifest last, then
     renamed into place."""
     final = checkpoint_dir(run_dir, step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
-    try:
+    # The same step may be saved again (the end of a run that was just checkpointed): atomic_dir swaps.
+    with atomic_dir(final) as tmp:
         save_weights(model, tmp / WEIGHTS_FILE)
         torch.save(trainer_state, tmp / STATE_FILE)
         write_json(tmp / META_FILE, _json_safe(meta))
         write_json(tmp / MANIFEST_FILE, {"files": {f: _file_digest(tmp / f)
                                                    for f in (WEIGHTS_FILE, STATE_FILE, META_FILE)}})
-        if final.exists():
-            # Same step saved again (the end of a run that was just checkpointed): swap, then delete.
-            old = final.with_name(f".{final.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 
@@ -320,6 +309,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]
                 raise ValueError(f"{p}: tensor {k!r} has shape {tuple(v.shape)}, {paths[0]} has "
                                  f"{tuple(total[k].shape)}")
             total[k] += v.double()
+    assert total is not None  # paths is not empty
     return {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
 
 
@@ -356,7 +346,7 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
 
 # --------------------------------------------------------------------------- loading a translator
 def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torch.device = "cpu",
-                    weights: str | os.PathLike | None = None, precision: str = "fp32") -> "Translator":
+                    weights: str | os.PathLike | None = None, precision: str = "fp32") -> Translator:
     """Rebuild the model of a run folder and load its final weights (or `weights`: a checkpoint
     folder or an averaged .safetensors file), prepared to decode in `precision` ('auto', 'fp32',
     'bf16', 'int8'; see attnlab.precision); `translator.precision` says what runs and why.
@@ -407,7 +397,7 @@ def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torc
     from attnlab.precision import prepare_for_inference, resolve_precision
 
     choice = resolve_precision(precision, device)
-    model = prepare_for_inference(model.to(device), choice, device)
-    translator = Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))
+    prepared = prepare_for_inference(model.to(device), choice, device)
+    translator = Translator(prepared, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))
     translator.precision = choice
     return translator

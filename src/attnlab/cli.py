@@ -33,9 +33,9 @@ class OneLineParser(argparse.ArgumentParser):
     block plus the error: the same shape as every other user error of attnlab. Subcommand parsers
     inherit this class, so `attnlab train --scale x` answers in one line too."""
 
-    command_names: list[str] = []  # the subcommands, for the "a command is required" message
+    command_names: tuple[str, ...] = ()  # the subcommands, for the "a command is required" message
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
@@ -77,7 +77,7 @@ def build_parser() -> OneLineParser:
                 continue
             raise
         module.add_parser(sub)
-    parser.command_names = list(sub.choices)
+    parser.command_names = tuple(sub.choices)
     return parser
 
 

@@ -67,7 +67,7 @@ def check_range(owner: str, name: str, value, lo=None, hi=None, *, none_ok: bool
         return
     bad = value is None or isinstance(value, bool) or not isinstance(value, (int, float))
     if not bad:
-        bad = (isinstance(value, float) and not math.isfinite(value)
+        bad = ((isinstance(value, float) and not math.isfinite(value))
                or (lo is not None and (value <= lo if lo_open else value < lo))
                or (hi is not None and (value >= hi if hi_open else value > hi)))
     if bad:

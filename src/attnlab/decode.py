@@ -260,7 +260,8 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
             if len(keep) < n:  # done sentences leave the batch: every part of the state shrinks
                 kept = torch.tensor(keep, device=device)
                 sel = (kept[:, None] * K + torch.arange(K, device=device)).reshape(-1)
-                rows, tokens, pos_lp = rows.index_select(0, sel), tokens.index_select(0, sel), pos_lp.index_select(0, sel)
+                rows, tokens = rows.index_select(0, sel), tokens.index_select(0, sel)
+                pos_lp = pos_lp.index_select(0, sel)
                 new_tok, scores = new_tok.index_select(0, sel), scores.index_select(0, kept)
                 active = [active[i] for i in keep]
             if step == 0:  # expand once: memory and cross-attention keys/values go to (n*K) rows

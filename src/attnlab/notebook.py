@@ -35,7 +35,8 @@ _STYLE = """
 .attnlab-view .grid{display:grid;gap:6px;align-items:start}
 .attnlab-view svg text{font:11px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;fill:#1b2233}
 .attnlab-view .attn-title{font-weight:600}
-.attnlab-view .heads span{display:inline-block;padding:0 6px;margin-right:4px;border-radius:3px;color:#fff;cursor:pointer}
+.attnlab-view .heads span{display:inline-block;padding:0 6px;margin-right:4px;border-radius:3px;color:#fff;
+  cursor:pointer}
 .attnlab-view .heads span.off{opacity:.3}
 """
 
@@ -80,7 +81,8 @@ _VIEW_JS = """
                               .filter((l) => on.has(l.head));
       A.lines(out, layers, qs, ks, {title: "layer " + (layer + 1)});
     } else {
-      const grid = A.el("div", {class: "grid", style: "grid-template-columns:repeat(" + nHeads() + ",max-content)"}, out);
+      const grid = A.el("div", {class: "grid",
+                                style: "grid-template-columns:repeat(" + nHeads() + ",max-content)"}, out);
       const cell = Math.max(4, Math.min(14, Math.floor(160 / Math.max(qs.length, ks.length, 1))));
       M4.forEach((layer, l) => layer.forEach((M, h) => {
         const box = A.el("div", {"data-layer": l, "data-head": h}, grid);

@@ -37,8 +37,8 @@ class Section:
 
     title: str
     paragraph: str = ""
-    figures: list[str | os.PathLike] = field(default_factory=list)  # image files (png/svg/...)
-    tables: list[Table] = field(default_factory=list)
+    figures: Sequence[str | os.PathLike] = field(default_factory=list)  # image files (png/svg/...)
+    tables: Sequence[Table] = field(default_factory=list)
     pre: str = ""  # preformatted text (e.g. the binary-counting listing)
 
 

@@ -93,9 +93,26 @@ def train_run(model_type: str, model_config: Mapping[str, Any], train_config: Tr
     model = build_model(model_type, model_config)
     if run_dir is not None and rank == 0:
         check_out_dir(run_dir)  # again: loading took a while, and the folder is ours only if still empty
+        assert model.config is not None  # build_model always gives the model its config
         ckpt.write_run_config(run_dir, model_type, model.config.to_dict(), train_config.to_dict(),
                               data_config, data.src_vocab, data.tgt_vocab)
     return Trainer(model, data, train_config, run_dir, progress=progress).fit()
+
+
+def load_run_data(translator, run_dir: str | os.PathLike, data_path: str | None = None):
+    """The `TranslationData` a run was trained on, rebuilt from its config.json (from `data_path` when
+    given: the same corpus elsewhere). Raises ValueError when the rebuilt vocabularies are not the run's
+    (another corpus, or other settings), since every id would then mean another word."""
+    from attnlab.data import load_data
+
+    data_cfg = dict(translator.config.get("data", {}))
+    if data_path:
+        data_cfg["path"] = data_path
+    data = load_data(data_cfg)
+    if data.src_vocab != translator.src_vocab or data.tgt_vocab != translator.tgt_vocab:
+        raise ValueError(f"the data rebuilt from {run_dir}/config.json does not give the run's vocabularies; "
+                         f"pass the corpus the run was trained on with --data")
+    return data
 
 
 def newest_intact_checkpoint(run_dir: Path, say: Say = _stderr) -> Path:

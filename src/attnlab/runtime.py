@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import sys
+from typing import cast
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ def seed_everything(seed: int) -> None:
 def rng_state() -> dict:
     """Generator states as tensors / plain values (loadable with torch.load(weights_only=True))."""
     py = random.getstate()
-    np_state = np.random.get_state()
+    np_state = cast(tuple, np.random.get_state())  # the legacy tuple form (legacy=True, the default)
     state = {"python": [py[0], list(py[1]), py[2]],
              "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
              "torch": torch.get_rng_state()}

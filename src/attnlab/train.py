@@ -28,12 +28,15 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from attnlab import checkpoint as ckpt
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 from attnlab import precision as prec
 from attnlab.config_types import check_field_types, check_range
 from attnlab.loss import masked_cross_entropy, sequence_loss, target_mask
@@ -81,7 +84,7 @@ class TrainConfig:
 
     def __post_init__(self):
         check_field_types(self)
-        self.betas = tuple(self.betas)  # JSON has no tuples
+        self.betas = tuple(self.betas)  # type: ignore[assignment]  # JSON has no tuples; each beta is checked below
         if self.schedule not in ("inverse_sqrt", "constant"):
             raise ValueError(f"schedule must be 'inverse_sqrt' or 'constant', got {self.schedule!r}")
         if self.optimizer not in ("adam", "adamw"):
@@ -257,7 +260,8 @@ class Trainer:
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
             sync = i == len(batches) - 1 or self.world_size == 1
-            ctx = self.ddp_model.no_sync() if not sync else contextlib.nullcontext()
+            # Not syncing implies world_size > 1, where ddp_model is the DistributedDataParallel wrapper.
+            ctx = cast("DistributedDataParallel", self.ddp_model).no_sync() if not sync else contextlib.nullcontext()
             with ctx:
                 with self._autocast():
                     if self._real_rows:  # logits of the real target positions only, (N, V)

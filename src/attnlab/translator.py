@@ -12,11 +12,15 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from attnlab.decode import Hypothesis
+
+if TYPE_CHECKING:
+    from attnlab.precision import PrecisionChoice
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_LEN",
@@ -136,6 +140,7 @@ class Translator:
         self.device = torch.device(device)
         self.max_len = max_len
         self.max_output_len = max_output_len or DEFAULT_MAX_OUTPUT_LEN
+        self.precision: PrecisionChoice | None = None  # what decodes and why (set by load_translator)
 
     def output_limit(self, src_len: int) -> int:
         """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,

@@ -11,11 +11,11 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from attnlab._io import atomic_path
-
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
+
+from attnlab._io import atomic_path
 
 __all__ = [
     "show_heatmaps",
@@ -118,6 +118,7 @@ def show_heatmaps(
                 ax.set_xticks(range(lk), labels=list(xticklabels), rotation=90)
             if yticklabels is not None:
                 ax.set_yticks(range(lq), labels=list(yticklabels))
+    assert image is not None  # subplots() refuses an empty grid, so the loop drew at least one cell
     fig.colorbar(image, ax=axes, shrink=0.6)
     return fig
 

@@ -5,15 +5,21 @@ import json
 import pytest
 import torch
 
-from attnlab.analysis import (attention_kinds, evaluate_with_masks, gradient_importance, head_statistics,
-                              pruning_curve, save_pruned_run)
+from attnlab.analysis import (
+    attention_kinds,
+    evaluate_with_masks,
+    gradient_importance,
+    head_statistics,
+    pruning_curve,
+    save_pruned_run,
+)
 from attnlab.analysis.heads import validation_batches
 from attnlab.attention import mask_heads
 from attnlab.checkpoint import load_translator, save_weights, write_run_config
-from attnlab.translator import Translator
 from attnlab.cli import main
-from attnlab.data import load_translation_data, sample_data_path
+from attnlab.data import sample_data_path
 from attnlab.models import Transformer, TransformerConfig
+from attnlab.translator import Translator
 
 DATA = {"loader": "translation", "path": str(sample_data_path()), "min_freq": 1, "valid_fraction": 0.2,
         "test_fraction": 0.1, "use_cache": False}

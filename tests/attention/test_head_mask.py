@@ -75,9 +75,9 @@ def test_bad_head_mask_is_one_clear_error(bad, msg):
 
 def test_mask_heads_bad_module_name():
     m = torch.nn.ModuleDict({"a": make()})
-    with pytest.raises(ValueError, match="no multi-head attention module named 'b'"):
-        with mask_heads(m, {"b": [1, 1, 1, 1]}):
-            pass
+    with (pytest.raises(ValueError, match="no multi-head attention module named 'b'"),
+          mask_heads(m, {"b": [1, 1, 1, 1]})):
+        pass
 
 
 @pytest.mark.parametrize("heads", [[1], [0, 3], [0, 1, 2, 3]])
@@ -99,7 +99,7 @@ def test_pruned_equals_masked(heads):
 
 def test_prune_bad_index():
     model = torch.nn.ModuleDict({"att": make()})
-    with pytest.raises(ValueError, match="heads 0..3, got head index 4"):
+    with pytest.raises(ValueError, match=r"heads 0..3, got head index 4"):
         prune_heads(model, {"att": [4]})
 
 

@@ -141,6 +141,5 @@ def test_recording_names_nested_modules_and_stops_afterwards():
         model["dec"](x, x, x)
     assert set(rec.weights) == {"enc", "dec"} and len(rec.weights["dec"]) == 2
     assert not any(m.recording for m in model.values())
-    with pytest.raises(ValueError, match="no attnlab attention module"):
-        with record_attention(nn.Linear(2, 2)):
-            pass
+    with pytest.raises(ValueError, match="no attnlab attention module"), record_attention(nn.Linear(2, 2)):
+        pass

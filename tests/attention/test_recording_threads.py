@@ -30,7 +30,7 @@ def test_two_threads_record_one_model_at_once():
                     model(x, x, x)
                 barrier.wait(timeout=10)
             got[i] = rec.weights["MultiHeadAttention"]
-        except Exception as exc:  # surfaced below: a thread's exception would otherwise vanish
+        except Exception as exc:  # noqa: BLE001 (surfaced below: a thread's exception would otherwise vanish)
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]

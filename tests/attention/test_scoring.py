@@ -5,8 +5,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab.attention import (AdditiveAttention, DotProductAttention, MultiHeadAttention,
-                               MultiplicativeAttention, record_attention)
+from attnlab.attention import (
+    AdditiveAttention,
+    DotProductAttention,
+    MultiHeadAttention,
+    MultiplicativeAttention,
+    record_attention,
+)
 
 D = 8
 

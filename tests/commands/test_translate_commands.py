@@ -11,7 +11,7 @@ import pytest
 from attnlab.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for train_helpers
-from train_helpers import DATA, needs_data  # noqa: E402
+from train_helpers import DATA, needs_data
 
 pytestmark = [needs_data, pytest.mark.usefixtures("one_thread")]
 

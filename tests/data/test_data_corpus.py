@@ -64,7 +64,7 @@ def test_zip_without_fra_txt(tmp_path):
     path = tmp_path / "other.zip"
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("readme.txt", "x")
-    with pytest.raises(ValueError, match="no fra.txt"):
+    with pytest.raises(ValueError, match=r"no fra.txt"):
         read_fra_eng(path)
 
 

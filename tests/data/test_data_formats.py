@@ -54,7 +54,7 @@ def test_missing_file_damaged_gz_and_bad_spec(tmp_path):
     bad = tmp_path / "x.de.gz"
     bad.write_bytes(b"not gzip at all")
     (tmp_path / "x.en").write_text("a\n")
-    with pytest.raises(ValueError, match="damaged .gz|not gzip"):
+    with pytest.raises(ValueError, match=r"damaged .gz|not gzip"):
         list(iter_pairs(f"{bad},{tmp_path / 'x.en'}"))
     with pytest.raises(ValueError, match="two aligned files"):
         list(iter_pairs("a,b,c"))

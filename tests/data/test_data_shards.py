@@ -143,7 +143,7 @@ def test_prepare_train_evaluate_end_to_end(tmp_path, capsys):
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(run), "--beam", "1", "--limit", "5"]) == 0
     out = capsys.readouterr().out
-    assert "test split, 5 sentences" in out and "BLEU" in out and "book's sentences" not in out
+    assert "test split, 5 distinct sources" in out and "BLEU" in out and "book's sentences" not in out
     assert main(["train", "--data", "nope.de,nope.en", "--src-lang", "de", "--tgt-lang", "en",
                  "--out", str(tmp_path / "r2")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -58,7 +58,7 @@ def test_without_holdout_pairs_still_disjoint(corpus_path):
 
 def test_d2l_preset_shapes(corpus_path):
     d = load_d2l_data(corpus_path)
-    assert len(d.train) == 600 and d.valid == [] and [e.src_text for e in d.test][0] == "go ."
+    assert len(d.train) == 600 and d.valid == [] and d.test[0].src_text == "go ."
     batches = list(d.batches())
     assert sum(len(b) for b in batches) == 600
     assert all(b.src.shape == (64, 10) == b.tgt_in.shape == b.tgt_out.shape for b in batches if len(b) == 64)

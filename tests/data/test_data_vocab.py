@@ -29,7 +29,7 @@ def test_encode_decode():
 def test_missing_special_is_a_clear_error():
     v = Vocab(["a", "a"], reserved=())
     with pytest.raises(ValueError, match="<pad>"):
-        v.pad
+        _ = v.pad
 
 
 def test_save_load_round_trip(tmp_path):

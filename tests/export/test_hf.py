@@ -220,7 +220,7 @@ def test_spm_vocab_round_trip(imported, tmp_path):
     ids = w.encode("The old dog.")
     assert w.decode(ids + [w.eos, 5, 6]) == "The old dog."
     with pytest.raises(ValueError, match="no bos"):
-        type(v)(v.model_proto, v.idx_to_token, {"unk": "<unk>"}).bos
+        _ = type(v)(v.model_proto, v.idx_to_token, {"unk": "<unk>"}).bos
 
 
 def test_core_does_not_import_transformers():

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from attnlab.models import NadarayaWatson, NWKernelRegression
-from attnlab.models.kernel_regression import (KERNELS, average_pooling, fit, leave_one_out,
-                                              make_data, target_function)
+from attnlab.models.kernel_regression import KERNELS, average_pooling, fit, leave_one_out, make_data, target_function
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ import torch.nn.functional as F
 
 from attnlab import decode
 from attnlab.attention import record_attention
-from attnlab.models import (BahdanauConfig, EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder,
-                            build_model)
+from attnlab.models import BahdanauConfig, EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder, build_model
 
 PAD, BOS, EOS = 0, 1, 2
 

@@ -32,7 +32,7 @@ def test_translate_shapes_and_rows(client, translator, beam):
     for kind in A.values():
         for layer in kind:
             for head in layer:
-                for q, row in enumerate(head):
+                for row in head:
                     assert abs(sum(row) - 1) < 1e-3 and min(row) >= 0
     for layer in A["decoder_self"]:  # causal: nothing above the diagonal
         for head in layer:
@@ -83,7 +83,8 @@ def test_unexpected_error_is_generic_500_with_request_id(translator, caplog):
     assert r.status_code == 500
     body = r.json()
     assert "exploded" not in r.text and "/secret" not in r.text and "RuntimeError" not in r.text
-    assert body["request_id"] and body["request_id"] == r.headers["x-request-id"] and body["request_id"] in body["detail"]
+    rid = body["request_id"]
+    assert rid and rid == r.headers["x-request-id"] and rid in body["detail"]
     # The traceback stays in the server's log, findable by the id.
     assert any(body["request_id"] in rec.getMessage() and rec.exc_info for rec in caplog.records)
 

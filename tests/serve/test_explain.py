@@ -19,7 +19,10 @@ def _check_shapes_and_rows(exp, cfg):
     assert exp.decoder_self.shape == (N, H, Lt, Lt)
     assert exp.cross.shape == (N, H, Lt, Ls)
     assert len(exp.tgt_input_tokens) == Lt and exp.tgt_input_tokens[0] == "<bos>"
-    ones = lambda *shape: torch.ones(shape)
+
+    def ones(*shape):
+        return torch.ones(shape)
+
     torch.testing.assert_close(exp.encoder_self.sum(-1), ones(N, H, Ls))
     torch.testing.assert_close(exp.cross.sum(-1), ones(N, H, Lt))
     torch.testing.assert_close(exp.decoder_self.sum(-1), ones(N, H, Lt))
@@ -59,7 +62,8 @@ def test_equals_cached_step_by_step_decoding(translator):
     for i in range(translator.config["model"]["num_layers"]):
         torch.testing.assert_close(maps[f"encoder.blocks.{i}.attention"][0], exp.encoder_self[i], atol=1e-5, rtol=0)
         torch.testing.assert_close(maps[f"decoder.blocks.{i}.cross_attention"][0], exp.cross[i], atol=1e-5, rtol=0)
-        torch.testing.assert_close(maps[f"decoder.blocks.{i}.self_attention"][0], exp.decoder_self[i], atol=1e-5, rtol=0)
+        torch.testing.assert_close(maps[f"decoder.blocks.{i}.self_attention"][0], exp.decoder_self[i],
+                                   atol=1e-5, rtol=0)
 
 
 def test_beam_output_matches_translator(translator):
@@ -104,8 +108,8 @@ def test_bad_beam(translator):
 
 def test_bahdanau_has_only_cross_attention(translator):
     """An RNN decoder records one call per step; explain stitches them into one (1, 1, Lt, Ls) map."""
-    from attnlab.translator import Translator
     from attnlab.models import build_model
+    from attnlab.translator import Translator
 
     torch.manual_seed(0)
     model = build_model("bahdanau", {"src_vocab_size": len(translator.src_vocab), "embed_size": 8,

@@ -1,7 +1,15 @@
 """Analyses of trained models: which attention heads do what, and which matter (`heads`)."""
 
-from .heads import (analyze_heads, attention_kinds, evaluate_with_masks, gradient_importance, head_statistics,
-                    masked_head_scores, pruning_curve, save_pruned_run)
+from .heads import (
+    analyze_heads,
+    attention_kinds,
+    evaluate_with_masks,
+    gradient_importance,
+    head_statistics,
+    masked_head_scores,
+    pruning_curve,
+    save_pruned_run,
+)
 
 __all__ = ["analyze_heads", "attention_kinds", "evaluate_with_masks", "gradient_importance", "head_statistics",
            "masked_head_scores", "pruning_curve", "save_pruned_run"]

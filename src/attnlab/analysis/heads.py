@@ -17,9 +17,13 @@ import os
 import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from attnlab.models import Transformer
 
 from attnlab.attention import attention_modules, mask_heads, record_attention
 
@@ -172,7 +176,7 @@ def _masks(model: nn.Module, off: Mapping[str, Sequence[int]]) -> dict[str, Tens
 @torch.no_grad()
 def evaluate_with_masks(translator, examples: Sequence, batches: Sequence,
                         off: Mapping[str, Sequence[int]] | None = None, bleu: bool = True,
-                        beam: int = 1) -> dict[str, float]:
+                        beam: int = 1) -> dict[str, float | None]:
     """Validation loss per token (teacher forcing) and corpus BLEU (greedy or beam decoding) with the
     heads in `off` ({module: head indices}) masked. Returns {"loss": ..., "bleu": ... or None}."""
     from attnlab.metrics import corpus_bleu
@@ -200,7 +204,7 @@ def _reference_text(text: str, vocab) -> str:
 
 
 def masked_head_scores(translator, examples: Sequence, batches: Sequence, bleu: bool = True,
-                       beam: int = 1) -> dict[str, list[dict[str, float]]]:
+                       beam: int = 1) -> dict[str, list[dict[str, float | None]]]:
     """The validation loss/BLEU with each head alone masked: {module: [{"loss", "bleu"} per head]}."""
     return {name: [evaluate_with_masks(translator, examples, batches, {name: [h]}, bleu, beam) for h in range(H)]
             for name, H in num_heads(translator.model).items()}
@@ -219,7 +223,8 @@ def pruning_curve(translator, examples: Sequence, batches: Sequence, importance:
     order = sorted(((importance[name][h], name, h) for name in kinds[kind] for h in range(len(importance[name]))),
                    key=lambda t: (t[0], t[1], t[2]))
     off: dict[str, list[int]] = {}
-    curve = [{"removed": 0, "head": None, **evaluate_with_masks(translator, examples, batches, off, bleu, beam)}]
+    curve: list[dict[str, Any]] = [
+        {"removed": 0, "head": None, **evaluate_with_masks(translator, examples, batches, off, bleu, beam)}]
     for n, (_, name, h) in enumerate(order, start=1):
         off.setdefault(name, []).append(h)
         curve.append({"removed": n, "head": [name, h],
@@ -258,10 +263,10 @@ def save_pruned_run(run_dir: str | os.PathLike, heads: Mapping[str, Sequence[int
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"{out_dir} is not empty; pass a new folder for the pruned model")
     translator = ckpt.load_translator(run_dir)
-    model = translator.model
-    if not hasattr(model, "prune_heads"):
-        raise ValueError(f"{type(model).__name__} cannot be pruned; only Transformers have heads to remove")
-    model.prune_heads(dict(heads))
+    if not hasattr(translator.model, "prune_heads"):
+        raise ValueError(f"{type(translator.model).__name__} cannot be pruned; only Transformers have heads to remove")
+    model = cast("Transformer", translator.model)
+    model.prune_heads({name: list(idx) for name, idx in heads.items()})
     cfg = dict(translator.config)
     cfg["model"] = model.config.to_dict()
     out_dir.mkdir(parents=True, exist_ok=True)

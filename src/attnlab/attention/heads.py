@@ -15,12 +15,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
+if TYPE_CHECKING:
+    from .multihead import MultiHeadAttention
+
 # id(module) -> (H,) gate, for the masks open in this context (merged: inner masks multiply outer ones).
-_ACTIVE: ContextVar[Mapping[int, Tensor]] = ContextVar("attnlab_head_masks", default={})
+# A read-only view as the default, so no context can mutate the value every other context starts from.
+_ACTIVE: ContextVar[Mapping[int, Tensor]] = ContextVar("attnlab_head_masks", default=MappingProxyType({}))
 
 
 def check_head_mask(head_mask, num_heads: int, where: str = "head_mask") -> Tensor:
@@ -49,14 +55,14 @@ def active_head_mask(module: nn.Module) -> Tensor | None:
     return masks.get(id(module)) if masks else None
 
 
-def attention_modules(model: nn.Module) -> dict[str, nn.Module]:
+def attention_modules(model: nn.Module) -> dict[str, MultiHeadAttention]:
     """Qualified name -> every multi-head attention module of `model` (those with `num_heads`)."""
     from .multihead import MultiHeadAttention
 
     return {name or type(m).__name__: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
 
 
-def _resolve(model: nn.Module, names: Sequence[str]) -> dict[str, nn.Module]:
+def _resolve(model: nn.Module, names: Sequence[str]) -> dict[str, MultiHeadAttention]:
     modules = attention_modules(model)
     unknown = [n for n in names if n not in modules]
     if unknown:
@@ -145,5 +151,5 @@ def merge_pruned(previous: Mapping[str, Sequence[int]] | None, heads: Mapping[st
     return out
 
 
-__all__ = ["merge_pruned", "active_head_mask", "attention_modules", "check_head_mask", "head_masks_from_indices", "mask_heads",
-           "prune_heads"]
+__all__ = ["merge_pruned", "active_head_mask", "attention_modules", "check_head_mask", "head_masks_from_indices",
+           "mask_heads", "prune_heads"]

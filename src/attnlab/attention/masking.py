@@ -38,9 +38,9 @@ def lengths_to_mask(valid_lens: Tensor, num_queries: int, num_keys: int) -> Tens
     """
     if not isinstance(valid_lens, Tensor):
         valid_lens = torch.as_tensor(valid_lens)
-    if valid_lens.dtype.is_floating_point or valid_lens.dtype == torch.bool:
-        if valid_lens.dtype == torch.bool or not torch.equal(valid_lens, valid_lens.round()):
-            raise ValueError(f"valid_lens must hold whole numbers of keys, got dtype {valid_lens.dtype}")
+    if valid_lens.dtype == torch.bool or (
+            valid_lens.dtype.is_floating_point and not torch.equal(valid_lens, valid_lens.round())):
+        raise ValueError(f"valid_lens must hold whole numbers of keys, got dtype {valid_lens.dtype}")
     if valid_lens.dim() not in (1, 2):
         raise ValueError(f"valid_lens must have shape (B,) or (B, Lq), got {tuple(valid_lens.shape)}")
     if valid_lens.dim() == 2 and valid_lens.shape[1] != num_queries:

@@ -45,7 +45,7 @@ class KVCache:
         return 0 if self.k is None else self.k.shape[2]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.k is None or self.static:
+        if self.k is None or self.v is None or self.static:
             self.k, self.v = k, v
             self._kbuf = self._vbuf = None
             self.finite = _all_finite(k, v)
@@ -316,6 +316,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         """
         B, H, L, _ = q.shape
         w, bs = self.window, self.block_size
+        assert w is not None  # only called when _use_blockwise saw a window
         p = self.dropout.p if self.training else 0.0
         key_ok = None if valid_lens is None else lengths_to_mask(torch.as_tensor(valid_lens, device=q.device), L, L)
         outs = []

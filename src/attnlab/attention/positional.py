@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-
 LAYOUTS = ("interleaved", "split")
 
 
@@ -57,7 +56,9 @@ class PositionalEncoding(nn.Module):
             self.embedding = nn.Embedding(max_len, num_hiddens)
         else:
             # Not persistent: it is a function of the config, so checkpoints need not carry it.
-            self.register_buffer("P", sinusoidal_encoding(torch.arange(max_len), num_hiddens, layout)[None], persistent=False)
+            P = sinusoidal_encoding(torch.arange(max_len), num_hiddens, layout)[None]
+            self.P: Tensor
+            self.register_buffer("P", P, persistent=False)
 
     def encoding(self, length: int, offset: int = 0, device=None) -> Tensor:
         """(L, D) encodings of positions offset .. offset + L - 1."""

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 # The recordings open in this context, innermost last. A tuple (immutable), so a context that copies
 # it can never see another context's later changes.
-_ACTIVE: ContextVar[tuple["AttentionRecording", ...]] = ContextVar("attnlab_recordings", default=())
+_ACTIVE: ContextVar[tuple[AttentionRecording, ...]] = ContextVar("attnlab_recordings", default=())
 
 
 @dataclass
@@ -36,7 +36,7 @@ class AttentionRecording:
     # id(module) -> qualified name, for the modules of the recorded model. The modules themselves are
     # kept in `_modules` so their ids cannot be reused by other objects while the recording lives.
     names: dict[int, str] = field(default_factory=dict, repr=False)
-    _modules: list[nn.Module] = field(default_factory=list, repr=False)
+    _modules: list[Recordable] = field(default_factory=list, repr=False)
 
     def add(self, name: str, weights: Tensor) -> None:
         if weights.dim() == 3:  # single-head scoring modules: (B, Lq, Lk) -> (B, 1, Lq, Lk)

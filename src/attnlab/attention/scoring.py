@@ -27,10 +27,12 @@ def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, same_size: bool = F
             raise ValueError(f"{name} must have shape (B, L, D), got {tuple(t.shape)}")
     if not (queries.shape[0] == keys.shape[0] == values.shape[0]):
         raise ValueError(
-            f"batch sizes differ: queries {tuple(queries.shape)}, keys {tuple(keys.shape)}, values {tuple(values.shape)}"
+            f"batch sizes differ: queries {tuple(queries.shape)}, keys {tuple(keys.shape)}, "
+            f"values {tuple(values.shape)}"
         )
     if keys.shape[1] != values.shape[1]:
-        raise ValueError(f"keys and values must have the same length, got {tuple(keys.shape)} and {tuple(values.shape)}")
+        raise ValueError(f"keys and values must have the same length, got {tuple(keys.shape)} and "
+                         f"{tuple(values.shape)}")
     if same_size and queries.shape[-1] != keys.shape[-1]:
         raise ValueError(
             f"dot-product attention needs queries and keys of the same size, got {queries.shape[-1]} and "
@@ -101,14 +103,19 @@ class AdditiveAttention(_ScoringAttention):
         super().__init__(dropout)
         if num_hiddens <= 0:
             raise ValueError(f"num_hiddens must be positive, got {num_hiddens}")
-        self.W_q = nn.Linear(query_size, num_hiddens, bias=False) if query_size else nn.LazyLinear(num_hiddens, bias=False)
-        self.W_k = nn.Linear(key_size, num_hiddens, bias=False) if key_size else nn.LazyLinear(num_hiddens, bias=False)
+        self.W_q = _linear(query_size, num_hiddens)
+        self.W_k = _linear(key_size, num_hiddens)
         self.w_v = nn.Linear(num_hiddens, 1, bias=False)
 
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         # (B, Lq, 1, h) + (B, 1, Lk, h): every query-key pair gets its own hidden vector.
         features = torch.tanh(self.W_q(queries).unsqueeze(2) + self.W_k(keys).unsqueeze(1))
         return self.w_v(features).squeeze(-1)  # (B, Lq, Lk)
+
+
+def _linear(in_features: int | None, out_features: int) -> nn.Module:
+    """A bias-free projection; `in_features=None` infers the input size on first use (the book's LazyLinear)."""
+    return nn.Linear(in_features, out_features, bias=False) if in_features else nn.LazyLinear(out_features, bias=False)
 
 
 class MultiplicativeAttention(_ScoringAttention):

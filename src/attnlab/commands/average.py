@@ -1,7 +1,8 @@
 """`attnlab average`: average the weights of a run's last K checkpoints (as fairseq / OpenNMT do).
 
     attnlab average --checkpoint runs/demo/transformer --last 5
-    attnlab translate --checkpoint runs/demo/transformer --weights runs/demo/transformer/averaged_last5.safetensors "go ."
+    attnlab translate --checkpoint runs/demo/transformer \
+        --weights runs/demo/transformer/averaged_last5.safetensors "go ."
 """
 
 from __future__ import annotations

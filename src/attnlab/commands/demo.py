@@ -14,11 +14,16 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnlab.train import TrainResult
 
 # What each scale trains: (run name, model type, preset, overrides of train settings, of data settings).
-SCALES = {
+SCALES: dict[str, list[tuple[str, str, str, dict, dict]]] = {  # name, model type, preset, overrides
     "full": [
         ("bahdanau", "bahdanau", "d2l", {}, {}),
         ("transformer-d2l", "transformer", "d2l", {}, {}),
@@ -49,7 +54,7 @@ class TrainedModel:
     model_type: str
     preset: str
     run_dir: Path
-    result: object
+    result: TrainResult
     seconds: float
     rows: list = field(default_factory=list)  # the four sentences: [source, translation, reference, BLEU]
 
@@ -185,8 +190,8 @@ def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
 
 def run(args) -> int:
     from attnlab import chapter, chapter_extra
-    from attnlab.flags import check_seed
     from attnlab.data import ATTRIBUTION
+    from attnlab.flags import check_seed
     from attnlab.report import Section, format_table, prepare_output_dir, write_report
     from attnlab.viz import plot_loss_curve, save_figure
 
@@ -200,7 +205,7 @@ def run(args) -> int:
     sections: list[Section] = []
 
     # 1. The chapter's demonstrations: numbers, tables, figures.
-    demos = [
+    demos: list[tuple[Callable[..., Any], dict[str, Any]]] = [
         (chapter_extra.attention_cues, {}),
         (chapter.kernel_regression, {"seed": args.seed}),
         (chapter.positional_encoding, {}),

@@ -30,20 +30,13 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from attnlab.metrics import (book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text,
-                                 scores_by_length)
-    from attnlab.train import load_data
+    from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text, scores_by_length
+    from attnlab.runs import load_run_data
 
     check_range("--beam", args.beam, 1, MAX_BEAM)
     check_range("--limit", args.limit, 1)
     translator = open_translator(args)
-    data_cfg = dict(translator.config.get("data", {}))
-    if args.data:
-        data_cfg["path"] = args.data
-    data = load_data(data_cfg)
-    if data.src_vocab != translator.src_vocab or data.tgt_vocab != translator.tgt_vocab:
-        raise ValueError(f"the data rebuilt from {args.checkpoint}/config.json does not give the run's vocabularies; "
-                         f"pass the corpus the run was trained on with --data")
+    data = load_run_data(translator, args.checkpoint, args.data)
     examples = getattr(data, args.split)
     sources, references = group_by_source(examples)
     if args.limit is not None:

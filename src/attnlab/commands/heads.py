@@ -54,7 +54,7 @@ def run(args) -> int:
     from attnlab.analysis.figures import plot_importance, plot_pruning_curves
     from attnlab.analysis.heads import attention_kinds, head_masks_check
     from attnlab.checkpoint import write_json
-    from attnlab.train import load_data
+    from attnlab.runs import load_run_data
     from attnlab.viz import save_figure
 
     if args.limit is not None and args.limit < 1:
@@ -68,13 +68,7 @@ def run(args) -> int:
     translator = open_translator(args)
     attention_kinds(translator.model)  # a Bahdanau model fails here, before any work
     head_masks_check(translator.model, prune)  # bad module names / head indices, before any work
-    data_cfg = dict(translator.config.get("data", {}))
-    if args.data:
-        data_cfg["path"] = args.data
-    data = load_data(data_cfg)
-    if data.src_vocab != translator.src_vocab or data.tgt_vocab != translator.tgt_vocab:
-        raise ValueError(f"the data rebuilt from {args.checkpoint}/config.json does not give the run's vocabularies; "
-                         f"pass the corpus the run was trained on with --data")
+    data = load_run_data(translator, args.checkpoint, args.data)
     examples = getattr(data, args.split)[: args.limit]
     report = analyze_heads(translator, examples, bleu=not args.no_bleu, beam=args.beam, curve=not args.no_curve)
 
@@ -98,7 +92,7 @@ def print_table(report: dict) -> None:
           + (f", BLEU {base['bleu']:.2f}" if base["bleu"] is not None else ""))
     print(f"{'module':<34} {'head':>4} {'conf':>5} {'entr':>5} {'same':>5} {'prev':>5} {'next':>5} {'eos':>5} "
           f"{'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}")
-    for kind, names in report["kinds"].items():
+    for names in report["kinds"].values():
         for name in names:
             s = report["statistics"][name]
             for h, g in enumerate(report["gradient_importance"][name]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from attnlab.report import format_table, prepare_output_dir
 
@@ -56,5 +57,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nleave-one-out MSE per epoch: {', '.join(f'{x:.4f}' for x in losses)}")
     section = result.save(out)
     print(f"\n{result.paragraph}\n")
-    print(f"figures (PNG + SVG) in {out}: {', '.join(p.stem for p in section.figures)}")
+    print(f"figures (PNG + SVG) in {out}: {', '.join(Path(p).stem for p in section.figures)}")
     return 0

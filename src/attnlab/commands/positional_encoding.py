@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from attnlab.report import format_table, prepare_output_dir
 
@@ -44,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
           f"({'OK' if err <= TOLERANCE else 'FAILED'}, tolerance {TOLERANCE:g})")
     section = result.save(out)
     print(f"\n{result.paragraph}\n")
-    print(f"figures (PNG + SVG) in {out}: {', '.join(p.stem for p in section.figures)}")
+    print(f"figures (PNG + SVG) in {out}: {', '.join(Path(p).stem for p in section.figures)}")
     return 0 if err <= TOLERANCE else 1

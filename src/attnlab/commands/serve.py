@@ -134,7 +134,8 @@ def run(args) -> int:
           f"{args.workers} worker(s)); Ctrl-C to stop", flush=True)
     # uvicorn's production knobs (its "Settings" page): bounded connections, head size, idle time; the
     # header deadline is guard.guarded_h11's (uvicorn has none for a connection's first request).
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=guarded_h11(limits.header_timeout_s),
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                http=guarded_h11(limits.header_timeout_s),
                 limit_concurrency=limits.max_connections, timeout_keep_alive=limits.keep_alive_s,
                 h11_max_incomplete_event_size=limits.max_header_bytes, server_header=False)
     return 0

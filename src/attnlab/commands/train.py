@@ -38,7 +38,8 @@ def add_parser(subparsers) -> None:
                                      "d2l for Bahdanau)")
     p.add_argument("--out", help="run folder (default: runs/<model>-<preset>)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
-    p.add_argument("--data", metavar="PATH", help="fra-eng.zip, a TSV, SRC,TGT aligned files (.gz ok) or an `attnlab prepare` folder "
+    p.add_argument("--data", metavar="PATH",
+                   help="fra-eng.zip, a TSV, SRC,TGT aligned files (.gz ok) or an `attnlab prepare` folder "
                    "(default: $ATTNLAB_DATA, then the cache)")
     p.add_argument("--seed", type=int)
     p.add_argument("--epochs", type=int)
@@ -127,8 +128,8 @@ def _check_nproc(nproc: int) -> None:
 
     most = torch.cuda.device_count() if torch.cuda.is_available() else (os.cpu_count() or 1)
     if not 1 <= nproc <= most:
-        raise ValueError(f"--nproc must be between 1 and {most} (the {'GPUs' if torch.cuda.is_available() else 'CPU cores'} "
-                         f"of this machine), got {nproc}")
+        units = "GPUs" if torch.cuda.is_available() else "CPU cores"
+        raise ValueError(f"--nproc must be between 1 and {most} (the {units} of this machine), got {nproc}")
 
 
 def _configs(args, over: dict[str, dict]):
@@ -208,7 +209,8 @@ def _report(result, run_dir) -> int:
         from attnlab.checkpoint import list_checkpoints
 
         kept = list_checkpoints(run_dir)
-        where = f"the newest checkpoint, {kept[-1]}, holds the last finite weights" if kept else "no checkpoint was saved"
+        where = (f"the newest checkpoint, {kept[-1]}, holds the last finite weights" if kept
+                 else "no checkpoint was saved")
         print(f"attnlab train: error: the training loss became non-finite (NaN/inf) after step {result.step}; "
               f"stopped without saving these weights ({where}). Lower --lr and train again", file=sys.stderr)
     else:

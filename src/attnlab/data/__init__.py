@@ -1,6 +1,8 @@
 """English–French data: reading (with download and cache), the book's preprocessing, vocabularies
 (word and BPE), seeded splits and token-budgeted batches. Data: Tatoeba via manythings.org, CC-BY 2.0 FR."""
 
+from collections.abc import Callable
+
 from .batching import Batch, collate, iterate_batches, plan_batches
 from .corpus import ReadStats, cache_dir, download_fra_eng, read_fra_eng, resolve_data_path, sample_data_path
 from .formats import CorpusReport, FileReport, iter_pairs
@@ -34,7 +36,7 @@ def _loader(data_config):
     if loader == "parallel" or (loader == "translation" and wants_parallel(opts)):
         # Aligned files, .gz, other languages, prepared shards: that loader checks its own keys.
         return (lambda **o: load_parallel_data(o)), opts
-    loaders = {"d2l": load_d2l_data, "translation": load_translation_data}
+    loaders: dict[str, Callable[..., TranslationData]] = {"d2l": load_d2l_data, "translation": load_translation_data}
     if loader not in loaders:
         raise ValueError(f"unknown data loader {loader!r}; expected one of {sorted(loaders)}")
     accepted = list(inspect.signature(loaders[loader]).parameters)

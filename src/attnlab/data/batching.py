@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from dataclasses import dataclass, fields
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -44,13 +44,15 @@ class Batch:
     def __len__(self) -> int:
         return self.src.shape[0]
 
-    def to(self, device, non_blocking: bool = False) -> "Batch":
-        return Batch(**{f.name: None if getattr(self, f.name) is None
-                        else getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+    def to(self, device, non_blocking: bool = False) -> Batch:
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
-    def pin_memory(self) -> "Batch":
-        return Batch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).pin_memory()
-                        for f in fields(self)})
+    def pin_memory(self) -> Batch:
+        return self._map(lambda t: t.pin_memory())
+
+    def _map(self, fn) -> Batch:
+        """A copy with `fn` applied to every tensor field (None fields stay None)."""
+        return replace(self, **{f.name: fn(v) for f in fields(self) if (v := getattr(self, f.name)) is not None})
 
 
 def _lengths(examples: Sequence, num_steps: int | None) -> np.ndarray:

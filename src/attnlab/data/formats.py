@@ -45,8 +45,8 @@ class FileReport:
     def summary(self) -> str:
         if not self.counts:
             return f"{self.path}: {self.lines} lines, all usable"
-        parts = [f"{n} {kind} (line(s) {', '.join(map(str, self.first_lines[kind]))}{', ...' if n > FIRST_LINES else ''})"
-                 for kind, n in sorted(self.counts.items())]
+        parts = [f"{n} {kind} (line(s) {', '.join(map(str, self.first_lines[kind]))}"
+                 f"{', ...' if n > FIRST_LINES else ''})" for kind, n in sorted(self.counts.items())]
         return f"{self.path}: {self.lines} lines; skipped " + "; ".join(parts)
 
     def to_dict(self) -> dict:
@@ -89,7 +89,7 @@ def split_spec(spec: str | os.PathLike) -> list[Path]:
 def _open_bytes(path: Path) -> IO[bytes]:
     """The file's bytes: `.gz` decompressed, the book's zip -> its fra.txt member."""
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+        return gzip.open(path, "rb")  # type: ignore[return-value]  # a GzipFile is a binary IO
     if path.suffix == ".zip":
         from .corpus import read_text
 

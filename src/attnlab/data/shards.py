@@ -27,15 +27,16 @@ import collections
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 import numpy as np
+
+from attnlab._io import atomic_dir
 
 from .formats import CorpusReport, iter_pairs, split_spec
 from .text import tokenize
@@ -63,8 +64,10 @@ def resolve_tokenizer(tokenizer: str, src_lang: str, tgt_lang: str) -> str:
 def _check_settings(src_lang, tgt_lang, tokenizer, normalization, vocab_size, min_freq, max_len, num_examples,
                     valid_fraction, test_fraction, shard_size):
     for name, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
-        if not isinstance(lang, str) or not lang.isascii() or not (2 <= len(lang) <= 12) or not lang.replace("-", "").isalnum():
-            raise ValueError(f"{name} must be a language code such as 'en' or 'de' (--src-lang/--tgt-lang), got {lang!r}")
+        if (not isinstance(lang, str) or not lang.isascii() or not (2 <= len(lang) <= 12)
+                or not lang.replace("-", "").isalnum()):
+            raise ValueError(f"{name} must be a language code such as 'en' or 'de' (--src-lang/--tgt-lang), "
+                             f"got {lang!r}")
     resolve_tokenizer(tokenizer, src_lang, tgt_lang)
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
@@ -104,6 +107,7 @@ def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: i
     from .vocab import DEFAULT_RESERVED, UNK
 
     specials = [UNK, *DEFAULT_RESERVED]
+    trainer: trainers.BpeTrainer | trainers.UnigramTrainer
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token=UNK))
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_freq, show_progress=False,
@@ -126,14 +130,16 @@ class _ShardWriter:
     def __init__(self, root: Path, split: str, shard_size: int, dtype):
         self.root, self.split, self.shard_size, self.dtype = root, split, shard_size, dtype
         self.shards: list[dict] = []
-        self._files = None
+        self._files: tuple[IO[bytes], IO[bytes]] | None = None
         self._lens: list[tuple[int, int]] = []
 
-    def _open(self) -> None:
+    def _open(self) -> tuple[IO[bytes], IO[bytes]]:
         name = f"{self.split}-{len(self.shards):05d}"
         self._name = name
-        self._files = (open(self.root / f"{name}.src", "wb"), open(self.root / f"{name}.tgt", "wb"))  # noqa: SIM115 (closed in _close)
+        # Not `with`: the shard stays open across add() calls; _close() closes it.
+        self._files = (open(self.root / f"{name}.src", "wb"), open(self.root / f"{name}.tgt", "wb"))  # noqa: SIM115
         self._lens = []
+        return self._files
 
     def _close(self) -> None:
         if self._files is None:
@@ -147,10 +153,9 @@ class _ShardWriter:
         self._files = None
 
     def add(self, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> None:
-        if self._files is None:
-            self._open()
-        self._files[0].write(np.asarray(src_ids, self.dtype).tobytes())
-        self._files[1].write(np.asarray(tgt_ids, self.dtype).tobytes())
+        files = self._files if self._files is not None else self._open()
+        files[0].write(np.asarray(src_ids, self.dtype).tobytes())
+        files[1].write(np.asarray(tgt_ids, self.dtype).tobytes())
         self._lens.append((len(src_ids), len(tgt_ids)))
         if len(self._lens) >= self.shard_size:
             self._close()
@@ -221,8 +226,11 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
                 break
 
     # Pass 1: the vocabulary from the training side only.
+    src_vocab: Vocab | SubwordVocab
+    tgt_vocab: Vocab | SubwordVocab
     if kind == "word":
-        counts = (collections.Counter(), collections.Counter())
+        counts: tuple[collections.Counter[str], collections.Counter[str]] = (collections.Counter(),
+                                                                             collections.Counter())
         for _, s, t in train_pairs():
             st, tt = tokenize(s), tokenize(t)
             if max_len is None or (len(st) <= max_len and len(tt) <= max_len):
@@ -245,9 +253,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
         f"({time.perf_counter() - t0:.1f} s)")
     dtype = np.uint16 if max(len(src_vocab), len(tgt_vocab)) <= np.iinfo(np.uint16).max else np.int32
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:  # `out` is absent or empty (checked above)
         writers = {s: _ShardWriter(tmp, s, shard_size, dtype) for s in SPLITS}
         texts_out = {s: open(tmp / f"{s}.tsv", "w", encoding="utf-8") for s in ("valid", "test")}  # noqa: SIM115
         reports = {}
@@ -256,7 +262,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
             return [vocab.encode(x) for x in xs] if kind == "word" else vocab.encode_batch(xs)
 
         def write(split_of, pairs, report: CorpusReport, name: str):
-            chunk: list[tuple[int, str, str]] = []
+            chunk: list[tuple] = []  # (line number, source, target[, known split])
 
             def flush():
                 src_ids, tgt_ids = encode(src_vocab, [p[1] for p in chunk]), encode(tgt_vocab, [p[2] for p in chunk])
@@ -308,6 +314,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
                     yield item
             write(lambda s: "train", first_n(), rep, "data")
             for split, spec in (("valid", valid), ("test", test)):
+                assert spec is not None  # checked above: valid and test come together
                 r = CorpusReport(files=[])
                 write(lambda s, split=split: split, iter_pairs(spec, r), r, split)
         for f in texts_out.values():
@@ -328,12 +335,6 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
                 "splits": {s: {"pairs": sum(x["pairs"] for x in shards[s]), "shards": shards[s]} for s in SPLITS},
                 "reports": reports, "seconds": round(seconds, 3)}
         (tmp / META).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log(f"prepared {meta['splits']['train']['pairs']} train / {meta['splits']['valid']['pairs']} valid / "
         f"{meta['splits']['test']['pairs']} test pairs into {out} in {seconds:.1f} s")
     return meta
@@ -388,8 +389,9 @@ class ShardedExamples(Sequence):
         lens = np.asarray(self.lengths(k), np.int64)
         offs = np.zeros((len(lens) + 1, 2), np.int64)
         np.cumsum(lens, axis=0, out=offs[1:])
-        src = np.memmap(self.root / f"{name}.src", dtype=self.dtype, mode="r") if offs[-1, 0] else np.zeros(0, self.dtype)
-        tgt = np.memmap(self.root / f"{name}.tgt", dtype=self.dtype, mode="r") if offs[-1, 1] else np.zeros(0, self.dtype)
+        # np.memmap refuses an empty file: an empty side reads as an empty array.
+        src, tgt = (np.memmap(self.root / f"{name}.{side}", dtype=self.dtype, mode="r") if offs[-1, j]
+                    else np.zeros(0, self.dtype) for j, side in enumerate(("src", "tgt")))
         self._open[k] = (src, tgt, offs)
         while len(self._open) > self.max_open:
             self._open.popitem(last=False)  # dropping the last reference unmaps it
@@ -504,7 +506,7 @@ def is_prepared(path: str | os.PathLike) -> bool:
 
 def _read_texts(path: Path) -> list[tuple[str, str]]:
     with open(path, encoding="utf-8") as f:
-        return [tuple(line.rstrip("\n").split("\t", 1)) for line in f]
+        return [(src, tgt) for src, tgt in (line.rstrip("\n").split("\t", 1) for line in f)]
 
 
 def open_prepared(path: str | os.PathLike, **ignored):
@@ -523,7 +525,7 @@ def open_prepared(path: str | os.PathLike, **ignored):
         raise ValueError(f"{root / META}: format {meta.get('format')!r} v{meta.get('version')}, expected "
                          f"{FORMAT!r} v{VERSION}; prepare the corpus again with this attnlab")
     src_vocab, tgt_vocab = load_vocab(root / "src_vocab.json"), load_vocab(root / "tgt_vocab.json")
-    splits = {}
+    splits: dict[str, Sequence[Example]] = {}
     for split in SPLITS:
         shards = meta["splits"][split]["shards"]
         lazy = ShardedExamples(root, shards, meta["dtype"], src_vocab, tgt_vocab)

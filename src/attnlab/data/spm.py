@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from attnlab._io import atomic_write_text
 
@@ -80,7 +80,7 @@ class SentencePieceVocab:
 
     @classmethod
     def from_file(cls, spm_path: str | os.PathLike, tokens: Sequence[str] | None = None,
-                  specials: Mapping[str, str] | None = None, *, lang: str | None = None) -> "SentencePieceVocab":
+                  specials: Mapping[str, str] | None = None, *, lang: str | None = None) -> SentencePieceVocab:
         path = os.fspath(spm_path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"SentencePiece model {path} does not exist")
@@ -158,13 +158,13 @@ class SentencePieceVocab:
         atomic_write_text(path, json.dumps(self.to_dict(), ensure_ascii=False))
 
     @classmethod
-    def from_dict(cls, obj: dict, source: str = "<dict>") -> "SentencePieceVocab":
+    def from_dict(cls, obj: dict, source: str = "<dict>") -> SentencePieceVocab:
         if obj.get("format") != FORMAT or "model" not in obj:
             raise ValueError(f"{source}: not an attnlab SentencePiece vocabulary (expected format {FORMAT!r})")
         return cls(base64.b64decode(obj["model"]), obj.get("idx_to_token"), obj.get("specials"), lang=obj.get("lang"))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "SentencePieceVocab":
+    def load(cls, path: str | os.PathLike) -> SentencePieceVocab:
         from .vocab import _read_json
 
         return cls.from_dict(_read_json(path), source=str(path))

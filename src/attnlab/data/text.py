@@ -9,7 +9,7 @@ and scored by sacreBLEU against references in the corpus' own format.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 _PUNCT = ",.!?"
 # French typography puts a space before `!` and `?` (the corpus writes "Va !"), never before `.` `,`.

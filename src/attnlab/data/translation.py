@@ -17,14 +17,15 @@ import gc
 import io
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 
 from attnlab._io import atomic_write_bytes
+
 from .corpus import cache_dir, file_sha256, parse_pairs, read_text, resolve_data_path
 from .text import preprocess
 from .vocab import SubwordVocab, Vocab
@@ -58,9 +59,9 @@ class TranslationData:
 
     src_vocab: Vocab | SubwordVocab
     tgt_vocab: Vocab | SubwordVocab
-    train: list[Example]
-    valid: list[Example]
-    test: list[Example]
+    train: Sequence[Example]  # a list, or a lazy ShardedExamples for a prepared corpus
+    valid: Sequence[Example]
+    test: Sequence[Example]
     stats: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
     batching: dict = field(default_factory=dict)
@@ -135,8 +136,8 @@ def _load_tokenized(path: Path) -> _Tokenized | None:
         table = bytes(obj["table"].numpy()).decode("utf-8").split("\n") if obj["table"].numel() else []
         return _Tokenized(table, obj["src_flat"].numpy(), obj["src_off"].numpy(),
                           obj["tgt_flat"].numpy(), obj["tgt_off"].numpy())
-    except Exception as exc:  # a damaged cache is disposable: rebuild it rather than fail
-        warnings.warn(f"ignoring unreadable tokenized cache {path} ({exc}); rebuilding it")
+    except Exception as exc:  # noqa: BLE001 (a damaged cache, however it fails, is disposable: rebuild it)
+        warnings.warn(f"ignoring unreadable tokenized cache {path} ({exc}); rebuilding it", stacklevel=2)
         return None
 
 
@@ -154,7 +155,7 @@ def _tokenized_corpus(data_path: Path, pairs, num_examples: int | None, use_cach
     try:
         _save_tokenized(tok, path)
     except OSError as exc:  # a read-only home must not stop training
-        warnings.warn(f"could not write tokenized cache {path}: {exc}")
+        warnings.warn(f"could not write tokenized cache {path}: {exc}", stacklevel=2)
     return tok, False
 
 
@@ -172,7 +173,9 @@ def _split_indices(keys: Sequence, seed: int, valid_fraction: float, test_fracti
     order = np.random.default_rng(seed).permutation(len(members))
     n = len(keys)
     n_test, n_valid = round(test_fraction * n), round(valid_fraction * n)
-    test, valid, train = [], [], []
+    test: list[int] = []
+    valid: list[int] = []
+    train: list[int] = []
     for g in order:
         if len(test) < n_test:
             test.extend(members[g])
@@ -262,6 +265,7 @@ def load_translation_data(path: str | os.PathLike | None = None, *, num_examples
     if len(idx) == 0:
         raise ValueError(f"no pair has at most max_len={max_len} tokens on both sides; raise max_len")
 
+    keys: Sequence[object]  # what groups pairs into one split: the source ids, or each pair alone
     if holdout_duplicates:
         src_list, off = tok.src_flat.tolist(), tok.src_off.tolist()
         keys = [tuple(src_list[off[i]:off[i + 1]]) for i in idx.tolist()]
@@ -274,6 +278,8 @@ def load_translation_data(path: str | os.PathLike | None = None, *, num_examples
     def texts(split):
         return [pairs[i] for i in split.tolist()]
 
+    src_vocab: Vocab | SubwordVocab
+    tgt_vocab: Vocab | SubwordVocab
     if tokenizer == "word":
         src_vocab, src_lut = _word_vocab(tok, "src", tr, min_freq, "en")
         tgt_vocab, tgt_lut = _word_vocab(tok, "tgt", tr, min_freq, "fr")

@@ -11,10 +11,11 @@ from __future__ import annotations
 import collections
 import json
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from attnlab._io import atomic_write_text
+
 from .text import detokenize, preprocess, tokenize
 
 UNK = "<unk>"
@@ -33,6 +34,9 @@ def _as_list(ids) -> list[int]:
 
 class _SpecialsMixin:
     """`.pad .bos .eos .unk` as indices, with an error that says which token is missing."""
+
+    def _special_index(self, token: str) -> int | None:
+        raise NotImplementedError  # each vocabulary knows where its specials are
 
     def _special(self, token: str) -> int:
         idx = self._special_index(token)
@@ -94,7 +98,7 @@ class Vocab(_SpecialsMixin):
 
     @classmethod
     def from_counts(cls, counts: Mapping[str, int], min_freq: int = 2,
-                    reserved: Sequence[str] = DEFAULT_RESERVED, *, lang: str | None = None) -> "Vocab":
+                    reserved: Sequence[str] = DEFAULT_RESERVED, *, lang: str | None = None) -> Vocab:
         """Build from precomputed token counts (what the corpus loader does: counting is its fast part)."""
         vocab = cls.__new__(cls)
         vocab._init_from_counts(counts, min_freq, reserved, lang)
@@ -171,7 +175,7 @@ class Vocab(_SpecialsMixin):
         atomic_write_text(path, json.dumps(self.to_dict(), ensure_ascii=False))
 
     @classmethod
-    def from_dict(cls, obj: dict, source: str = "<dict>") -> "Vocab":
+    def from_dict(cls, obj: dict, source: str = "<dict>") -> Vocab:
         if obj.get("format") != _FORMAT or "idx_to_token" not in obj:
             raise ValueError(f"{source}: not an attnlab word vocabulary (expected format {_FORMAT!r})")
         vocab = cls.__new__(cls)
@@ -183,7 +187,7 @@ class Vocab(_SpecialsMixin):
         return vocab
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Vocab":
+    def load(cls, path: str | os.PathLike) -> Vocab:
         return cls.from_dict(_read_json(path), source=str(path))
 
 
@@ -213,7 +217,7 @@ class SubwordVocab(_SpecialsMixin):
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_freq: int = 2,
-              lang: str | None = None) -> "SubwordVocab":
+              lang: str | None = None) -> SubwordVocab:
         """Learn merges from raw `texts` (pass the training split only, source and target together)."""
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -228,7 +232,7 @@ class SubwordVocab(_SpecialsMixin):
     def _special_index(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
 
-    def with_lang(self, lang: str | None) -> "SubwordVocab":
+    def with_lang(self, lang: str | None) -> SubwordVocab:
         """The same vocabulary, decoding with another language's spacing rules (shared src/tgt)."""
         return SubwordVocab(self.tokenizer, lang=lang, style=self.style)
 
@@ -288,7 +292,7 @@ class SubwordVocab(_SpecialsMixin):
         atomic_write_text(path, json.dumps(obj, ensure_ascii=False))
 
     @classmethod
-    def from_dict(cls, obj: dict, source: str = "<dict>") -> "SubwordVocab":
+    def from_dict(cls, obj: dict, source: str = "<dict>") -> SubwordVocab:
         from tokenizers import Tokenizer
 
         obj = dict(obj)
@@ -306,7 +310,7 @@ class SubwordVocab(_SpecialsMixin):
         return cls(tokenizer, lang=meta.get("lang"), style=meta.get("style", "book"))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "SubwordVocab":
+    def load(cls, path: str | os.PathLike) -> SubwordVocab:
         return cls.from_dict(_read_json(path), source=str(path))
 
 
@@ -328,7 +332,8 @@ def load_vocab(path: str | os.PathLike):
     obj = _read_json(path)
     if obj.get("format") == _FORMAT:
         return Vocab.from_dict(obj, source=str(path))
-    from .spm import FORMAT as SPM_FORMAT, SentencePieceVocab
+    from .spm import FORMAT as SPM_FORMAT
+    from .spm import SentencePieceVocab
 
     if obj.get("format") == SPM_FORMAT:
         return SentencePieceVocab.from_dict(obj, source=str(path))

@@ -11,9 +11,9 @@
 
 What the export sets so that CTranslate2 decodes exactly as attnlab does:
 - post-norm (`pre_norm=False`, no final norms) or pre-norm (`norm_first`: final norms from `final_norm`);
-- the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's sinusoids interleave sin/cos (column 2j = sin,
-  2j+1 = cos, the book's layout) where CTranslate2's built-in table puts all sines first; learned
-  position tables are passed the same way;
+- the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's
+  sinusoids interleave sin/cos (column 2j = sin, 2j+1 = cos, the book's layout) where CTranslate2's built-in
+  table puts all sines first; learned position tables are passed the same way;
 - embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab);
 - separate or shared embeddings (shared ones are written to each place they are used);
 - vocabularies in attnlab's index order; `<unk>`, `<bos>` and `<eos>` as attnlab names them; the
@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
+
+from attnlab._io import atomic_dir
+
+if TYPE_CHECKING:
+    from attnlab.models import Transformer, TransformerDecoderBlock, TransformerEncoderBlock
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32")
 SINUSOID_ROWS = 1024  # positions exported for sinusoidal models (whatever their max_len)
@@ -107,8 +111,9 @@ def check_exportable(model: nn.Module) -> None:
     if model_type != "transformer":
         raise ValueError(f"CTranslate2 export supports the Transformer only, got a {model_type} model "
                          f"(CTranslate2 has no Bahdanau RNN decoder); decode it with attnlab instead")
-    if model.config.window is not None:
-        raise ValueError(f"this Transformer uses local attention (window={model.config.window}), which "
+    window = cast("Transformer", model).config.window
+    if window is not None:
+        raise ValueError(f"this Transformer uses local attention (window={window}), which "
                          f"CTranslate2's encoder lacks; export a model trained without --set model.window")
 
 
@@ -116,22 +121,26 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
     """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights and vocabularies (fp32)."""
     transformer_spec = _require_ctranslate2()
     check_exportable(model)
+    model = cast("Transformer", model)  # check_exportable accepts Transformers only
     c = model.config
     spec = transformer_spec.TransformerSpec.from_config((c.num_layers, c.num_layers), c.num_heads,
                                                         pre_norm=c.norm_first)
     enc, dec = model.encoder, model.decoder
     _inputs(spec.encoder, enc)
-    for layer, block in zip(spec.encoder.layer, enc.blocks):
+    # nn.ModuleList yields plain Modules to a type checker: name what the stacks hold.
+    enc_blocks = cast("list[TransformerEncoderBlock]", list(enc.blocks))
+    dec_blocks = cast("list[TransformerDecoderBlock]", list(dec.blocks))
+    for layer, block in zip(spec.encoder.layer, enc_blocks):
         _attention(layer.self_attention, block.attention, block.addnorm1.ln, self_attention=True)
         _ffn(layer.ffn, block.ffn, block.addnorm2.ln)
     _inputs(spec.decoder, dec)
-    for layer, block in zip(spec.decoder.layer, dec.blocks):
-        _attention(layer.self_attention, block.self_attention, block.addnorm1.ln, self_attention=True)
-        _attention(layer.attention, block.cross_attention, block.addnorm2.ln, self_attention=False)
-        _ffn(layer.ffn, block.ffn, block.addnorm3.ln)
+    for layer, dblock in zip(spec.decoder.layer, dec_blocks):
+        _attention(layer.self_attention, dblock.self_attention, dblock.addnorm1.ln, self_attention=True)
+        _attention(layer.attention, dblock.cross_attention, dblock.addnorm2.ln, self_attention=False)
+        _ffn(layer.ffn, dblock.ffn, dblock.addnorm3.ln)
     if c.norm_first:  # pre-norm stacks end with a LayerNorm; post-norm ones have none (pre_norm=False)
-        _norm(spec.encoder.layer_norm, enc.final_norm)
-        _norm(spec.decoder.layer_norm, dec.final_norm)
+        _norm(spec.encoder.layer_norm, cast(nn.LayerNorm, enc.final_norm))
+        _norm(spec.decoder.layer_norm, cast(nn.LayerNorm, dec.final_norm))
     _linear(spec.decoder.projection, dec.dense)
 
     eps = {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}
@@ -180,9 +189,7 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, quantization:
     spec = build_spec(translator.model, translator.src_vocab, translator.tgt_vocab)
     spec.validate()
     spec.optimize(quantization=quantization)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with atomic_dir(out) as tmp:
         spec.save(str(tmp))
         note = {"format": "ctranslate2", "source_run": str(Path(run_dir).resolve()),
                 "weights": None if weights is None else str(weights), "quantization": quantization,
@@ -190,17 +197,6 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, quantization:
                 "input": "source tokens as attnlab tokenizes them (attnlab.export.ctranslate2.source_tokens); "
                          "<eos> is appended by the model"}
         (tmp / MARKER).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

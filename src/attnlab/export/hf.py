@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
+
+from attnlab._io import atomic_dir
+
+if TYPE_CHECKING:
+    from attnlab.models import Transformer
 
 __all__ = ["import_hf", "export_hf", "marian_to_config", "config_to_marian"]
 
@@ -195,7 +199,7 @@ def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
 
     def table(path: Path, size: int) -> list[str]:
         enc = json.loads(path.read_text(encoding="utf-8"))
-        tokens = [None] * size
+        tokens: list[str | None] = [None] * size
         for tok, i in enc.items():
             if 0 <= i < size:
                 tokens[i] = tok
@@ -203,7 +207,7 @@ def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
         if holes:
             raise ValueError(f"{path} numbers no token for ids {holes[:5]} of the model's {size}; "
                              f"the tokenizer and the model do not match")
-        return tokens
+        return [t for t in tokens if t is not None]  # all of them: no holes
 
     src_tokens = table(source / "vocab.json", hf["vocab_size"])
     tgt_file = source / (tok_cfg.get("target_vocab_file") or "vocab.json") if tok_cfg.get("separate_vocabs") \
@@ -234,9 +238,9 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     Everything is checked and built in memory, then written into a temp folder renamed into place,
     so a failure never leaves a half-written run.
     """
+    from attnlab.attention.positional import sinusoidal_encoding
     from attnlab.checkpoint import read_json, save_weights, write_run_config
     from attnlab.models import Transformer, TransformerConfig
-    from attnlab.attention.positional import sinusoidal_encoding
 
     source, out = Path(source), Path(out)
     if not (source / "config.json").is_file():
@@ -272,21 +276,14 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
                                  f"{tuple(tensor.shape)} from config.json; the folder's files disagree")
             tensor.copy_(value.float())
         bias = weights.get("final_logits_bias")
-        model.decoder.dense.bias.copy_(bias.reshape(-1).float() if bias is not None else torch.zeros(cfg.tgt_vocab_size))
+        zeros = torch.zeros(cfg.tgt_vocab_size)
+        model.decoder.dense.bias.copy_(bias.reshape(-1).float() if bias is not None else zeros)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with atomic_dir(out) as tmp:
         data = {"source": "hf", "hf_source": str(source.resolve()), "hf_model_type": "marian",
                 "generation": {k: gen[k] for k in ("num_beams", "max_length", "length_penalty") if k in gen}}
         write_run_config(tmp, "transformer", cfg.to_dict(), {}, data, src_vocab, tgt_vocab)
         save_weights(model, tmp / "model.safetensors")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -321,9 +318,10 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
         raise ValueError(f"{out_dir} exists, is not empty and holds no config.json; pass a new --out folder")
     tr = load_translator(run_dir, weights=weights)
-    model, cfg = tr.model, tr.model.config
-    if getattr(model, "MODEL_TYPE", None) != "transformer":
-        raise ValueError(f"only Transformer runs can be exported to Marian, {run_dir} holds a {model.MODEL_TYPE}")
+    if getattr(tr.model, "MODEL_TYPE", None) != "transformer":
+        raise ValueError(f"only Transformer runs can be exported to Marian, {run_dir} holds a {tr.model.MODEL_TYPE}")
+    model = cast("Transformer", tr.model)
+    cfg = model.config
     pad, eos = tr.tgt_vocab.pad, tr.tgt_vocab.eos
     if tr.src_vocab.pad != pad or tr.src_vocab.eos != eos:
         raise ValueError("Marian needs one pad and one eos id for both sides; this run's vocabularies differ")
@@ -352,17 +350,9 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
     if cfg.suppress_tokens:
         hf_model.generation_config.bad_words_ids = [[t] for t in cfg.suppress_tokens]
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    try:
+    with atomic_dir(out_dir) as tmp:
         hf_model.save_pretrained(tmp)
         _save_tokenizer(tr.src_vocab, tr.tgt_vocab, tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

@@ -10,20 +10,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from torch import nn
-
 from attnlab.models.config import ConfigMixin
 from attnlab.models.kernel_regression import NadarayaWatson, NWKernelRegression
-from attnlab.models.seq2seq import (BahdanauConfig, EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder,
-                                    Seq2SeqState, build_bahdanau)
-from attnlab.models.transformer import (AddNorm, PositionWiseFFN, Sublayer, Transformer, TransformerConfig,
-                                        TransformerDecoder, TransformerDecoderBlock, TransformerEncoder,
-                                        TransformerEncoderBlock, TransformerState)
+from attnlab.models.seq2seq import (
+    BahdanauConfig,
+    EncoderDecoder,
+    Seq2SeqAttentionDecoder,
+    Seq2SeqEncoder,
+    Seq2SeqState,
+    build_bahdanau,
+)
+from attnlab.models.transformer import (
+    AddNorm,
+    PositionWiseFFN,
+    Sublayer,
+    Transformer,
+    TransformerConfig,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    TransformerEncoder,
+    TransformerEncoderBlock,
+    TransformerState,
+)
 
 CONFIGS: dict[str, type[ConfigMixin]] = {"transformer": TransformerConfig, "bahdanau": BahdanauConfig}
 
 
-def build_model(model_type: str, config_dict: Mapping[str, Any]) -> nn.Module:
+def build_model(model_type: str, config_dict: Mapping[str, Any]) -> Transformer | EncoderDecoder:
     """Construct a translator from its type name and JSON config (e.g. a run folder's config.json)."""
     if model_type not in CONFIGS:
         raise ValueError(f"unknown model type {model_type!r}; expected one of {sorted(CONFIGS)}")

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-
 # FFN nonlinearities by config name (Marian's "swish" is SiLU).
 ACTIVATIONS = ("relu", "swish", "silu", "gelu")
 

@@ -214,6 +214,6 @@ def fit(model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor,
         # for what is one subtraction per parameter here.
         with torch.no_grad():
             for p, g in zip(params, grads):
-                p -= lr * g
+                p.sub_(lr * g)
         history.append(float(err.detach().mean()))
     return history

@@ -137,7 +137,7 @@ class EncoderDecoder(nn.Module):
         self.encoder, self.decoder, self.config = encoder, decoder, config
 
     @classmethod
-    def from_config(cls, config: BahdanauConfig) -> "EncoderDecoder":
+    def from_config(cls, config: BahdanauConfig) -> EncoderDecoder:
         if not isinstance(config, BahdanauConfig):
             raise ValueError(f"EncoderDecoder.from_config expects a BahdanauConfig, got {type(config).__name__}")
         c = config

@@ -20,8 +20,9 @@ Recorded attention (`record_attention(model)`) is named `encoder.blocks.{i}.atte
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -267,8 +268,9 @@ class Transformer(nn.Module):
                              f"use TransformerConfig.from_dict(d) for a dict")
         self.config = c = config
         shared = _embedding(c.src_vocab_size, c.num_hiddens) if c.share_embeddings else None
-        common = dict(bias=c.bias, norm_first=c.norm_first, max_len=c.max_len, learned_positions=c.learned_positions,
-                      embedding=shared, embed_scale=c.embedding_scale, pos_layout=c.pos_layout)
+        common: dict[str, Any] = dict(
+            bias=c.bias, norm_first=c.norm_first, max_len=c.max_len, learned_positions=c.learned_positions,
+            embedding=shared, embed_scale=c.embedding_scale, pos_layout=c.pos_layout)
         self.encoder = TransformerEncoder(c.src_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
                                           c.num_layers, c.dropout, window=c.window, **common)
         self.decoder = TransformerDecoder(c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
@@ -298,9 +300,9 @@ class Transformer(nn.Module):
     def attention_kinds(self) -> dict[str, list[nn.Module]]:
         """kind -> attention modules of that kind, in layer order: encoder_self (Ls x Ls), decoder_self
         (Lt x Lt, causal) and cross (Lt x Ls, decoder queries over the source)."""
-        return {"encoder_self": [b.attention for b in self.encoder.blocks],
-                "decoder_self": [b.self_attention for b in self.decoder.blocks],
-                "cross": [b.cross_attention for b in self.decoder.blocks]}
+        return {"encoder_self": [b.get_submodule("attention") for b in self.encoder.blocks],
+                "decoder_self": [b.get_submodule("self_attention") for b in self.decoder.blocks],
+                "cross": [b.get_submodule("cross_attention") for b in self.decoder.blocks]}
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None,
                 targets_mask: Tensor | None = None) -> Tensor:

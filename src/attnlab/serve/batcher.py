@@ -50,8 +50,9 @@ class MicroBatcher:
         self.batches = 0          # decode calls made (for tests and the load benchmark)
         self.sentences = 0        # sentences decoded
         self._queue: deque[_Item] = deque()
-        self._arrived: asyncio.Event | None = None
-        self._slots: asyncio.Semaphore | None = None
+        # Created by _start() inside the running event loop (before anything uses them).
+        self._arrived: asyncio.Event
+        self._slots: asyncio.Semaphore
         self._task: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
         self._executor: ThreadPoolExecutor | None = None  # made on first use, again after a shutdown
@@ -99,7 +100,8 @@ class MicroBatcher:
     def _take(self) -> list[_Item]:
         """Up to max_batch waiting sentences with the oldest one's beam, in arrival order (no starvation)."""
         beam = self._queue[0].beam
-        batch, rest = [], deque()
+        batch: list[_Item] = []
+        rest: deque[_Item] = deque()
         while self._queue and len(batch) < self.max_batch:
             it = self._queue.popleft()
             if it.future.done():          # its request was cancelled (client gone)

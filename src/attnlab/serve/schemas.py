@@ -72,7 +72,8 @@ class TranslationsResponse(BaseModel):
 
 class AttentionMaps(BaseModel):
     encoder_self: list[list[list[list[float]]]] = Field(description="[layer][head][Ls][Ls] source self-attention")
-    decoder_self: list[list[list[list[float]]]] = Field(description="[layer][head][Lt][Lt] causal target self-attention")
+    decoder_self: list[list[list[list[float]]]] = Field(
+        description="[layer][head][Lt][Lt] causal target self-attention")
     cross: list[list[list[list[float]]]] = Field(description="[layer][head][Lt][Ls] encoder–decoder attention")
 
 
