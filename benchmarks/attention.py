@@ -37,8 +37,9 @@ class SDPAReference(nn.Module):
     def forward(self, x, key_padding=None):
         B, L, D = x.shape
         split = lambda t: t.view(B, L, self.h, D // self.h).transpose(1, 2)
-        o = F.scaled_dot_product_attention(split(self.W_q(x)), split(self.W_k(x)), split(self.W_v(x)),
-                                           attn_mask=key_padding)
+        o = F.scaled_dot_product_attention(
+            split(self.W_q(x)), split(self.W_k(x)), split(self.W_v(x)), attn_mask=key_padding
+        )
         return self.W_o(o.transpose(1, 2).reshape(B, L, D))
 
 
@@ -58,8 +59,11 @@ def bench_speed(lengths, B=4, H=8, Dh=64, repeats=3):
         def step(fn):
             return lambda: fn().sum().backward()
 
-        fns = {"ours": step(lambda: ours(x, x, x, valid_lens=lens)), "ref": step(lambda: ref(x, mask)),
-               "book": step(lambda: book(x, x, x, lens))}
+        fns = {
+            "ours": step(lambda: ours(x, x, x, valid_lens=lens)),
+            "ref": step(lambda: ref(x, mask)),
+            "book": step(lambda: book(x, x, x, lens)),
+        }
         for fn in fns.values():  # warm up every path once
             fn()
         # Interleaved rounds, median of per-round ratios: a burst of load hits all three paths alike.
@@ -104,8 +108,16 @@ def bench_memory(lengths, B=1, H=4, Dh=64, window=128, band_max=8192):
         local = _peak_child("local", L, B, H, Dh, window)
         band = f"{_peak_child('band', L, B, H, Dh, window):.0f}" if band_max >= L else "(skipped: quadratic)"
         rows.append([L, f"{full:.0f}", f"{local:.0f}", band, f"{local / L * 1024:.1f}"])
-    return table(["L", "full (fused SDPA) MB", f"local w={window} blockwise MB", "same window as dense mask MB",
-                  "local MB per 1k positions"], rows)
+    return table(
+        [
+            "L",
+            "full (fused SDPA) MB",
+            f"local w={window} blockwise MB",
+            "same window as dense mask MB",
+            "local MB per 1k positions",
+        ],
+        rows,
+    )
 
 
 def main():

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     # attnlab caps each batch of 128 (sorted by length) by its longest source; CTranslate2 takes one cap
     # per call, so it is given per batch the same way.
     order = sorted(range(len(src_ids)), key=lambda i: -len(src_ids[i]))
-    batches = [order[i:i + 128] for i in range(0, len(order), 128)]
+    batches = [order[i : i + 128] for i in range(0, len(order), 128)]
 
     tmp = tempfile.mkdtemp(prefix="attnlab-ct2-")
     out = export(args.checkpoint, os.path.join(tmp, "model"))
@@ -68,8 +68,12 @@ def main(argv=None) -> int:
         t.model = prec.prepare_for_inference(base.model, name)
         engines[f"attnlab {name}"] = ("attnlab", t)
     for ct in ("float32", "int8"):
-        engines[f"CTranslate2 {ct}"] = ("ct2", ctranslate2.Translator(str(out), device="cpu", compute_type=ct,
-                                                                      inter_threads=1, intra_threads=args.threads))
+        engines[f"CTranslate2 {ct}"] = (
+            "ct2",
+            ctranslate2.Translator(
+                str(out), device="cpu", compute_type=ct, inter_threads=1, intra_threads=args.threads
+            ),
+        )
 
     def run(kind, engine):
         if kind == "attnlab":
@@ -77,8 +81,9 @@ def main(argv=None) -> int:
         res = [None] * len(toks)
         for b in batches:
             limit = base.output_limit(len(src_ids[b[0]]) + 1)
-            outs = engine.translate_batch([toks[i] for i in b], beam_size=1, max_decoding_length=limit,
-                                          max_batch_size=128)
+            outs = engine.translate_batch(
+                [toks[i] for i in b], beam_size=1, max_decoding_length=limit, max_batch_size=128
+            )
             for i, o in zip(b, outs):
                 res[i] = o.hypotheses[0]
         return res
@@ -87,13 +92,15 @@ def main(argv=None) -> int:
     outputs = {n: run(*engines[n]) for n in names}  # warm-up pass
     times = {n: [] for n in names}
     for r in range(args.rounds):
-        for n in names[r % len(names):] + names[: r % len(names)]:
+        for n in names[r % len(names) :] + names[: r % len(names)]:
             t0 = time.perf_counter()
             run(*engines[n])
             times[n].append(time.perf_counter() - t0)
     anchor = "CTranslate2 float32"
-    print(f"\n## {args.checkpoint}: {len(src_ids)} sentences of the {args.split} split, greedy, batch 128, "
-          f"{args.threads} threads each, {args.rounds} interleaved rounds\n")
+    print(
+        f"\n## {args.checkpoint}: {len(src_ids)} sentences of the {args.split} split, greedy, batch 128, "
+        f"{args.threads} threads each, {args.rounds} interleaved rounds\n"
+    )
     rows = []
     for n in names:
         sps = statistics.median(len(src_ids) / t for t in times[n])

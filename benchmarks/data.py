@@ -26,8 +26,15 @@ def one_run(batch_tokens: int) -> dict:
     t1 = time.perf_counter()
     num_batches = sum(1 for _ in data.batches(batch_tokens=batch_tokens, epoch=0))
     t2 = time.perf_counter()
-    return {"load_s": t1 - t0, "batches_s": t2 - t1, "total_s": t2 - t0, "pairs": data.stats["pairs_read"],
-            "train": len(data.train), "batches": num_batches, "cache_hit": data.stats["tokenized_cache_hit"]}
+    return {
+        "load_s": t1 - t0,
+        "batches_s": t2 - t1,
+        "total_s": t2 - t0,
+        "pairs": data.stats["pairs_read"],
+        "train": len(data.train),
+        "batches": num_batches,
+        "cache_hit": data.stats["tokenized_cache_hit"],
+    }
 
 
 def main() -> int:
@@ -45,13 +52,20 @@ def main() -> int:
         env = {**os.environ, "XDG_CACHE_HOME": cache}
         results = {}
         for label in ("cold", "warm"):
-            out = subprocess.run([sys.executable, __file__, "--one", "--batch-tokens", str(args.batch_tokens)],
-                                 env=env, check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", "--batch-tokens", str(args.batch_tokens)],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             results[label] = json.loads(out.strip().splitlines()[-1])
     cold, warm = results["cold"], results["warm"]
     assert not cold["cache_hit"] and warm["cache_hit"], results
-    print(f"pairs={cold['pairs']} train={cold['train']} first-epoch batches={cold['batches']} "
-          f"(batch_tokens={args.batch_tokens}); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"pairs={cold['pairs']} train={cold['train']} first-epoch batches={cold['batches']} "
+        f"(batch_tokens={args.batch_tokens}); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     for label, r in results.items():
         print(f"{label}: load+vocab {r['load_s']:.2f} s + first epoch {r['batches_s']:.2f} s = {r['total_s']:.2f} s")
     print(f"warm/cold = {warm['total_s'] / cold['total_s']:.2f}")

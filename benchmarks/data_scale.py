@@ -52,8 +52,10 @@ def make_corpus(folder: Path, n: int, seed: int, name: str) -> str:
     letters = np.array(list("abcdefghijklmnopqrstuvwxyzäöüéè"))
     src_words = ["".join(vocab_rng.choice(letters, vocab_rng.integers(2, 9))) for _ in range(4000)]
     tgt_words = [w[::-1] + "x" for w in src_words]
-    with open(folder / f"{name}.xx", "w", encoding="utf-8") as fs, \
-            open(folder / f"{name}.yy", "w", encoding="utf-8") as ft:
+    with (
+        open(folder / f"{name}.xx", "w", encoding="utf-8") as fs,
+        open(folder / f"{name}.yy", "w", encoding="utf-8") as ft,
+    ):
         for start in range(0, n, 100_000):
             m = min(100_000, n - start)
             lens = rng.integers(20, 31, m)
@@ -150,9 +152,11 @@ def main() -> None:
             r = child(PREPARE.format(data=spec, out=str(out), valid=dev, test=test))
             raw = sum(Path(p).stat().st_size for p in spec.split(","))
             prepared[n] = out
-            print(f"{n:>9,} pairs: generated in {gen_s:.0f} s ({raw / 1e6:.0f} MB of text); prepare "
-                  f"{r['seconds']:.0f} s = {r['pairs'] / r['seconds']:,.0f} pairs/s, peak RSS {r['rss_mb']:.0f} MB, "
-                  f"on disk {du(out) / 1e6:.0f} MB ({du(out) / raw:.2f}x the text); load {load()}")
+            print(
+                f"{n:>9,} pairs: generated in {gen_s:.0f} s ({raw / 1e6:.0f} MB of text); prepare "
+                f"{r['seconds']:.0f} s = {r['pairs'] / r['seconds']:,.0f} pairs/s, peak RSS {r['rss_mb']:.0f} MB, "
+                f"on disk {du(out) / 1e6:.0f} MB ({du(out) / raw:.2f}x the text); load {load()}"
+            )
             for p in spec.split(","):
                 os.remove(p)  # the text is not needed any more; keeps the disk use down
         results: dict = {n: {"loader": [], "train": []} for n in sizes}
@@ -160,20 +164,25 @@ def main() -> None:
             for n in sizes:
                 results[n]["loader"].append(child(LOADER.format(out=str(prepared[n]), batches=args.loader_batches)))
                 run = work / f"run{n}-{rnd}"
-                results[n]["train"].append(child(TRAIN.format(out=str(prepared[n]), run=str(run),
-                                                              steps=args.train_steps)))
+                results[n]["train"].append(
+                    child(TRAIN.format(out=str(prepared[n]), run=str(run), steps=args.train_steps))
+                )
                 shutil.rmtree(run, ignore_errors=True)
         print(f"\nload after the rounds: {load()}")
-        print("| pairs | loader tokens/s (median) | plan of epoch 0 | model consumes tokens/s | loader / model | "
-              "peak RSS loader | peak RSS training |")
+        print(
+            "| pairs | loader tokens/s (median) | plan of epoch 0 | model consumes tokens/s | loader / model | "
+            "peak RSS loader | peak RSS training |"
+        )
         print("|---|---|---|---|---|---|---|")
         med = lambda xs: float(np.median(xs))
         for n in sizes:
             lo, tr = results[n]["loader"], results[n]["train"]
             lt, mt = med([x["tokens_per_s"] for x in lo]), med([x["tokens_per_s"] for x in tr])
-            print(f"| {n:,} | {lt:,.0f} | {med([x['plan_s'] for x in lo]):.1f} s, {lo[0]['epoch_batches']:,} batches | "
-                  f"{mt:,.0f} | {lt / mt:.1f}x | {max(x['rss_mb'] for x in lo):.0f} MB | "
-                  f"{max(x['rss_mb'] for x in tr):.0f} MB |")
+            print(
+                f"| {n:,} | {lt:,.0f} | {med([x['plan_s'] for x in lo]):.1f} s, {lo[0]['epoch_batches']:,} batches | "
+                f"{mt:,.0f} | {lt / mt:.1f}x | {max(x['rss_mb'] for x in lo):.0f} MB | "
+                f"{max(x['rss_mb'] for x in tr):.0f} MB |"
+            )
         base = sizes[0]
         for n in sizes[1:]:
             ratio = max(x["rss_mb"] for x in results[n]["train"]) / max(x["rss_mb"] for x in results[base]["train"])

@@ -65,8 +65,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = TransformerConfig(1000, 1000, num_hiddens=256, num_heads=4, num_layers=3, ffn_num_hiddens=1024,
-                            dropout=0.1)
+    cfg = TransformerConfig(1000, 1000, num_hiddens=256, num_heads=4, num_layers=3, ffn_num_hiddens=1024, dropout=0.1)
     model = Transformer(cfg)
     src = torch.randint(3, 1000, (args.sentences, args.src_len))
     lens = torch.full((args.sentences,), args.src_len)
@@ -75,16 +74,17 @@ def main(argv=None):
     methods = {
         "greedy, cached": lambda: [h.tokens for h in decode.greedy(model, src, lens, bos, eos, T)],
         "greedy, book (encode once, re-run prefix)": lambda: book_greedy(model, src, lens, bos, T),
-        "greedy, uncached": lambda: [h.tokens for h in decode.greedy(model, src, lens, bos, eos, T,
-                                                                      use_cache=False)],
-        "beam 4, cached": lambda: [h.tokens for h in decode.beam_search(model, src, lens, bos, eos, beam=4,
-                                                                          max_len=T)],
+        "greedy, uncached": lambda: [h.tokens for h in decode.greedy(model, src, lens, bos, eos, T, use_cache=False)],
+        "beam 4, cached": lambda: [h.tokens for h in decode.beam_search(model, src, lens, bos, eos, beam=4, max_len=T)],
     }
     if args.skip_uncached:
         del methods["greedy, uncached"]
     outs = {name: fn() for name, fn in methods.items()}  # warm-up, and the outputs to check
-    assert outs["greedy, cached"] == outs.get("greedy, uncached", outs["greedy, cached"]) == \
-        outs["greedy, book (encode once, re-run prefix)"], "greedy methods disagree"
+    assert (
+        outs["greedy, cached"]
+        == outs.get("greedy, uncached", outs["greedy, cached"])
+        == outs["greedy, book (encode once, re-run prefix)"]
+    ), "greedy methods disagree"
     assert all(len(h) == T for h in outs["beam 4, cached"])
     times = {name: [] for name in methods}
     for _ in range(args.rounds):
@@ -96,10 +96,14 @@ def main(argv=None):
     base = med["greedy, cached"]
     n_tok = args.sentences * T
     rows = [(name, f"{t:.3f}", f"{n_tok / t:,.0f}", f"{t / base:.2f}") for name, t in med.items()]
-    print(f"{args.sentences} sentences x {T} tokens, D=256, 3+3 layers, torch threads={torch.get_num_threads()}, "
-          f"{args.rounds} interleaved rounds")
-    print(f"cpu: {cpu_features()}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
-          f"{os.getloadavg()[2]:.2f}")
+    print(
+        f"{args.sentences} sentences x {T} tokens, D=256, 3+3 layers, torch threads={torch.get_num_threads()}, "
+        f"{args.rounds} interleaved rounds"
+    )
+    print(
+        f"cpu: {cpu_features()}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+        f"{os.getloadavg()[2]:.2f}"
+    )
     print(table(["method", "seconds (median)", "output tokens/s", "time / cached greedy"], rows))
     print(f"cache speed-up over the book's decoder: {med['greedy, book (encode once, re-run prefix)'] / base:.2f}x")
     print(f"beam 4 cost (beam / greedy, both cached): {med['beam 4, cached'] / base:.2f}x")

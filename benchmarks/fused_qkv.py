@@ -57,21 +57,21 @@ def bench_qkv(D, H, B, L, rounds):
         m(x, x.view_as(x), x.view_as(x), valid_lens=lens).sum().backward()
 
     t = interleaved({"three matmuls": separate, "fused QKV": fused}, rounds)
-    print(f"self-attention D={D} H={H} B={B} L={L}, forward+backward: three matmuls "
-          f"{t['three matmuls'] * 1e3:.2f} ms, fused {t['fused QKV'] * 1e3:.2f} ms, "
-          f"speedup {t['three matmuls'] / t['fused QKV']:.2f}x")
+    print(
+        f"self-attention D={D} H={H} B={B} L={L}, forward+backward: three matmuls "
+        f"{t['three matmuls'] * 1e3:.2f} ms, fused {t['fused QKV'] * 1e3:.2f} ms, "
+        f"speedup {t['three matmuls'] / t['fused QKV']:.2f}x"
+    )
 
 
 @torch.no_grad()
 def bench_pruned(rounds):
     torch.manual_seed(0)
-    cfg = TransformerConfig(4000, 4000, num_hiddens=256, num_heads=8, num_layers=3, ffn_num_hiddens=1024,
-                            dropout=0.0)
+    cfg = TransformerConfig(4000, 4000, num_hiddens=256, num_heads=8, num_layers=3, ffn_num_hiddens=1024, dropout=0.0)
     full = Transformer(cfg).eval()
     pruned = Transformer(TransformerConfig.from_dict(cfg.to_dict())).eval()
     pruned.load_state_dict(full.state_dict())
-    pruned.prune_heads({name: [0, 2, 4, 6] for name, m in pruned.named_modules()
-                        if isinstance(m, MultiHeadAttention)})
+    pruned.prune_heads({name: [0, 2, 4, 6] for name, m in pruned.named_modules() if isinstance(m, MultiHeadAttention)})
     src, tgt = torch.randint(3, 4000, (64, 20)), torch.randint(3, 4000, (64, 20))
     lens = torch.full((64,), 20)
     fns = {}
@@ -81,8 +81,10 @@ def bench_pruned(rounds):
     t = interleaved(fns, rounds)
     for what in ("forward", "greedy"):
         a, b = t[f"full (8 heads) {what}"], t[f"pruned (4 heads) {what}"]
-        print(f"Transformer D=256 N=3 batch 64x20, {what}: full {a * 1e3:.1f} ms, half the heads pruned "
-              f"{b * 1e3:.1f} ms, speedup {a / b:.2f}x")
+        print(
+            f"Transformer D=256 N=3 batch 64x20, {what}: full {a * 1e3:.1f} ms, half the heads pruned "
+            f"{b * 1e3:.1f} ms, speedup {a / b:.2f}x"
+        )
 
 
 def main():

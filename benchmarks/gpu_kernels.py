@@ -54,7 +54,7 @@ def timeit(fn, device, repeats, warmup=3) -> float:
 def matmul_rate(n, dtype, device, repeats) -> float:
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     t = timeit(lambda: a @ b, device, repeats)
-    return 2 * n ** 3 / t / 1e12
+    return 2 * n**3 / t / 1e12
 
 
 def flash_only(device):
@@ -101,9 +101,12 @@ def _length_rows(L, tokens, H, Dh, dtype, device, repeats, peak, rows, rates):
         with autocast:
             return mha(x, x, x, valid_lens=valid_lens)
 
-    cases = [("raw SDPA (flash)", raw, attn), ("attnlab MHA._fused", fused, attn),
-             ("attnlab MHA forward", module, attn + proj),
-             ("attnlab MHA forward + valid_lens", lambda: module(lens), attn + proj)]
+    cases = [
+        ("raw SDPA (flash)", raw, attn),
+        ("attnlab MHA._fused", fused, attn),
+        ("attnlab MHA forward", module, attn + proj),
+        ("attnlab MHA forward + valid_lens", lambda: module(lens), attn + proj),
+    ]
     for name, fn, flops in cases:
         t = timeit(fn, device, repeats)
         rates[L, name] = rate = flops / t / 1e12
@@ -124,22 +127,35 @@ def main(argv=None) -> int:
     if args.smoke:
         dtype, n, lengths, tokens, H, Dh, repeats = torch.float32, 256, [64, 128], 256, 2, 16, 3
     else:
-        dtype, n, lengths, tokens, H, Dh, repeats = torch.bfloat16, 8192, [1024, 4096, 16384], 32768, \
-            args.heads, args.head_dim, 10
+        dtype, n, lengths, tokens, H, Dh, repeats = (
+            torch.bfloat16,
+            8192,
+            [1024, 4096, 16384],
+            32768,
+            args.heads,
+            args.head_dim,
+            10,
+        )
     print(f"command: python benchmarks/gpu_kernels.py {shlex.join(argv)}".rstrip())
-    print(f"torch {torch.__version__}, device {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
+    print(
+        f"torch {torch.__version__}, device {device}"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+    )
     peak = matmul_rate(n, dtype, device, repeats)
-    print(f"\ndense {str(dtype).removeprefix('torch.')} matmul {n}x{n}x{n}: {peak:.3g} TFLOP/s "
-          f"(measured here; the 100% below)\n")
+    print(
+        f"\ndense {str(dtype).removeprefix('torch.')} matmul {n}x{n}x{n}: {peak:.3g} TFLOP/s "
+        f"(measured here; the 100% below)\n"
+    )
     print(f"## Attention forward, H={H}, head dim {Dh}, B*L={tokens}, {str(dtype).removeprefix('torch.')}\n")
     rows, rates = attention_rows(lengths, tokens, H, Dh, dtype, device, repeats, peak)
     print(table(["L", "B", "path", "TFLOP/s", "% of matmul"], rows))
     print()
     for L in lengths:
         raw, ours = rates[L, "raw SDPA (flash)"], rates[L, "attnlab MHA._fused"]
-        print(f"ratio: L={L}: attnlab fused / raw SDPA flash = {ours / raw:.2f}; "
-              f"attnlab fused = {100 * ours / peak:.0f}% of the matmul rate")
+        print(
+            f"ratio: L={L}: attnlab fused / raw SDPA flash = {ours / raw:.2f}; "
+            f"attnlab fused = {100 * ours / peak:.0f}% of the matmul rate"
+        )
     return 0
 
 

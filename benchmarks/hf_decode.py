@@ -23,8 +23,10 @@ from pathlib import Path
 
 import torch
 
-WORDS = ("the cat dog house river green small old walks sleeps sees eats quickly never always "
-         "tree bird runs sings under over near my your their little big red blue").split()
+WORDS = (
+    "the cat dog house river green small old walks sleeps sees eats quickly never always "
+    "tree bird runs sings under over near my your their little big red blue"
+).split()
 
 
 def sentences(n, seed=0):
@@ -37,8 +39,9 @@ def build(d: Path):
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     buf = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences(300)), model_writer=buf, vocab_size=80,
-                                   minloglevel=2, num_threads=1)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences(300)), model_writer=buf, vocab_size=80, minloglevel=2, num_threads=1
+    )
     for name in ("source.spm", "target.spm"):
         (d / name).write_bytes(buf.getvalue())
     sp = spm.SentencePieceProcessor()
@@ -48,11 +51,24 @@ def build(d: Path):
     (d / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
     MarianTokenizer(str(d / "source.spm"), str(d / "target.spm"), str(d / "vocab.json")).save_pretrained(d)
     V = len(tokens)
-    cfg = MarianConfig(vocab_size=V, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                       decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256,
-                       activation_function="swish", scale_embedding=True, max_position_embeddings=256,
-                       pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1, forced_eos_token_id=None,
-                       init_std=0.15)
+    cfg = MarianConfig(
+        vocab_size=V,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=256,
+        decoder_ffn_dim=256,
+        activation_function="swish",
+        scale_embedding=True,
+        max_position_embeddings=256,
+        pad_token_id=V - 1,
+        eos_token_id=0,
+        decoder_start_token_id=V - 1,
+        forced_eos_token_id=None,
+        init_std=0.15,
+    )
     torch.manual_seed(0)
     model = MarianMTModel(cfg).eval()
     model.generation_config.bad_words_ids = [[V - 1]]
@@ -90,8 +106,9 @@ def main():
         limit = tr.output_limit(enc["input_ids"].shape[1])
         for beam in (1, 4) if "--imports-only" not in sys.argv else ():
             ours = lambda: tr.decode_ids(src_ids, beam=beam)
-            theirs = lambda: hf.generate(**enc, num_beams=beam, do_sample=False, max_new_tokens=limit,
-                                         length_penalty=1.0, early_stopping=True)
+            theirs = lambda: hf.generate(
+                **enc, num_beams=beam, do_sample=False, max_new_tokens=limit, length_penalty=1.0, early_stopping=True
+            )
             with torch.no_grad():
                 ours(), theirs()  # warm-up
                 t_ours, t_theirs = [], []
@@ -103,17 +120,23 @@ def main():
                     ref = theirs()
                     t_theirs.append(time.perf_counter() - t0)
             eos, pad = tr.tgt_vocab.eos, tr.tgt_vocab.pad
-            ref_rows = [[t for t in (r[:r.index(eos)] if eos in r else r) if t != pad] for r in ref[:, 1:].tolist()]
+            ref_rows = [[t for t in (r[: r.index(eos)] if eos in r else r) if t != pad] for r in ref[:, 1:].tolist()]
             a, b = statistics.median(t_ours), statistics.median(t_theirs)
-            print(f"beam {beam}: 32 sentences, attnlab {a * 1e3:.0f} ms, transformers.generate {b * 1e3:.0f} ms, "
-                  f"attnlab/generate time ratio {a / b:.2f}, outputs identical: {out == ref_rows}, "
-                  f"mean output length {sum(map(len, out)) / len(out):.1f}")
+            print(
+                f"beam {beam}: 32 sentences, attnlab {a * 1e3:.0f} ms, transformers.generate {b * 1e3:.0f} ms, "
+                f"attnlab/generate time ratio {a / b:.2f}, outputs identical: {out == ref_rows}, "
+                f"mean output length {sum(map(len, out)) / len(out):.1f}"
+            )
     core = import_time("import attnlab, attnlab.cli; attnlab.cli.build_parser()")
-    extra = import_time("import attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.hf; "
-                        "from transformers import MarianMTModel; import sentencepiece")
+    extra = import_time(
+        "import attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.hf; "
+        "from transformers import MarianMTModel; import sentencepiece"
+    )
     base = import_time("import torch")
-    print(f"import time (median of 5 subprocesses): attnlab core {core:.2f} s, with the [hf] extra loaded "
-          f"{extra:.2f} s ({extra / core:.2f}x); python + torch alone {base:.2f} s")
+    print(
+        f"import time (median of 5 subprocesses): attnlab core {core:.2f} s, with the [hf] extra loaded "
+        f"{extra:.2f} s ({extra / core:.2f}x); python + torch alone {base:.2f} s"
+    )
     print("uptime:", os.popen("uptime").read().strip())
 
 

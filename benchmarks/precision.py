@@ -34,8 +34,10 @@ def header(argv) -> None:
     shown = sorted(f for f in feats if f.startswith(("avx", "amx", "fma", "sse4_2", "f16c")))
     ok, why = prec.native_bf16("cpu")
     print(f"command: python benchmarks/{os.path.basename(sys.argv[0])} {shlex.join(argv)}".rstrip())
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, uptime load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, uptime load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
+    )
     print(f"CPU features: {' '.join(shown)}")
     print(f"native bf16: {ok} ({why}); `auto` picks {prec.resolve_precision('auto', 'cpu').picked}")
 
@@ -74,14 +76,16 @@ def main(argv=None) -> int:
     refs = [reference_text(ex.tgt_text, base.tgt_vocab) for ex in examples]
     names = args.precisions.split(",")
     models = variants(base, names)
-    print(f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, greedy, batch 128, "
-          f"{args.rounds} interleaved rounds\n")
+    print(
+        f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, greedy, batch 128, "
+        f"{args.rounds} interleaved rounds\n"
+    )
     times = {n: [] for n in names}
     hyps = {}
     for n in names:  # warm-up pass (also gives the outputs: decoding is deterministic)
         hyps[n] = models[n].translate_ids(src)
     for r in range(args.rounds):
-        for n in names[r % len(names):] + names[: r % len(names)]:
+        for n in names[r % len(names) :] + names[: r % len(names)]:
             t0 = time.perf_counter()
             models[n].translate_ids(src)
             times[n].append(time.perf_counter() - t0)
@@ -92,8 +96,7 @@ def main(argv=None) -> int:
         ratio = statistics.median(b / t for b, t in zip(times["fp32"], times[n]))
         bleu = corpus_bleu(hyps[n], refs)
         same = sum(a == b for a, b in zip(hyps[n], hyps["fp32"]))
-        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{bleu:.2f}", f"{bleu - base_bleu:+.2f}",
-                     f"{same}/{len(src)}"])
+        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{bleu:.2f}", f"{bleu - base_bleu:+.2f}", f"{same}/{len(src)}"])
     print(table(["precision", "sentences/s", "vs fp32 greedy", "BLEU", "BLEU - fp32", "same output as fp32"], rows))
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

@@ -25,14 +25,14 @@ RESULTS = HERE / "results" / "latest.txt"
 
 # script -> arguments sized for the 10-minute budget (the full runs are in each script's docstring).
 PLAN: dict[str, list[str]] = {
-    "attention.py": [],                                      # ~4 min: L to 4096, memory to L = 16,384
+    "attention.py": [],  # ~4 min: L to 4096, memory to L = 16,384
     "train_throughput.py": ["--steps", "5", "--warmup", "1"],  # full model sizes, fewer rounds
     "decode.py": ["--repeats", "2"],
     "data.py": [],
     "serve_load.py": ["--clients", "32", "--requests", "10"],  # the load: 32 clients x 10 requests
 }
-SKIP = {"run_all.py", "common.py", "gpu_kernels.py"}   # helpers, and GPU-only scripts (see gpu.sh)
-BUDGET_S = 570.0       # leaves a margin under 10 minutes for interpreter start-up and the tee
+SKIP = {"run_all.py", "common.py", "gpu_kernels.py"}  # helpers, and GPU-only scripts (see gpu.sh)
+BUDGET_S = 570.0  # leaves a margin under 10 minutes for interpreter start-up and the tee
 PER_SCRIPT_MAX_S = 330.0
 
 
@@ -43,8 +43,9 @@ def discover() -> list[tuple[str, list[str]]]:
     jobs = [(name, args) for name, args in PLAN.items() if name in present]
     for name in present:
         if name not in PLAN:
-            help_text = subprocess.run([sys.executable, str(HERE / name), "--help"], capture_output=True,
-                                       text=True, timeout=60).stdout
+            help_text = subprocess.run(
+                [sys.executable, str(HERE / name), "--help"], capture_output=True, text=True, timeout=60
+            ).stdout
             jobs.append((name, ["--quick"] if "--quick" in help_text else []))
     return jobs
 
@@ -81,13 +82,16 @@ def main(argv=None) -> int:
     start = time.monotonic()
     failures = []
     with open(RESULTS, "w") as log:
+
         def emit(text: str) -> None:
             sys.stdout.write(text)
             sys.stdout.flush()
             log.write(text)
 
-        emit(f"# make bench: {time.strftime('%Y-%m-%d %H:%M:%S')}, {os.cpu_count()} CPUs, "
-             f"load average {os.getloadavg()[0]:.1f}\n")
+        emit(
+            f"# make bench: {time.strftime('%Y-%m-%d %H:%M:%S')}, {os.cpu_count()} CPUs, "
+            f"load average {os.getloadavg()[0]:.1f}\n"
+        )
         for name, script_args in jobs:
             left = args.budget - (time.monotonic() - start)
             command = " ".join(["python", f"benchmarks/{name}", *script_args])
@@ -98,8 +102,14 @@ def main(argv=None) -> int:
             timeout = min(left, PER_SCRIPT_MAX_S)
             emit(f"\n## {command}\n\n")
             t0 = time.monotonic()
-            proc = subprocess.Popen([sys.executable, str(HERE / name), *script_args], cwd=ROOT, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, str(HERE / name), *script_args],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             # A watchdog, not a read timeout: a script that hangs silently must be stopped too.
             watchdog = threading.Timer(timeout, proc.kill)
             watchdog.start()
@@ -109,15 +119,21 @@ def main(argv=None) -> int:
             watchdog.cancel()
             seconds = time.monotonic() - t0
             if proc.returncode != 0:
-                why = f"killed after {seconds:.0f} s (limit {timeout:.0f} s)" if proc.returncode < 0 \
+                why = (
+                    f"killed after {seconds:.0f} s (limit {timeout:.0f} s)"
+                    if proc.returncode < 0
                     else f"exit code {proc.returncode}"
+                )
                 emit(f"\n{name}: FAILED ({why})\n")
                 failures.append(name)
             else:
                 emit(f"\n({name}: {seconds:.0f} s)\n")
         total = time.monotonic() - start
-        emit(f"\n# {len(jobs) - len(failures)}/{len(jobs)} benchmarks finished in {total:.0f} s"
-             + (f"; failed or skipped: {', '.join(failures)}" if failures else "") + "\n")
+        emit(
+            f"\n# {len(jobs) - len(failures)}/{len(jobs)} benchmarks finished in {total:.0f} s"
+            + (f"; failed or skipped: {', '.join(failures)}" if failures else "")
+            + "\n"
+        )
     print(f"(written to {RESULTS.relative_to(ROOT)})")
     return 1 if failures else 0
 

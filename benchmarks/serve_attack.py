@@ -39,8 +39,21 @@ def start(checkpoint: Path, src: str | None) -> tuple[subprocess.Popen, int]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "serve", "--checkpoint", str(checkpoint),
-                             "--port", str(port), "--log-level", "critical"], env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "serve",
+            "--checkpoint",
+            str(checkpoint),
+            "--port",
+            str(port),
+            "--log-level",
+            "critical",
+        ],
+        env=env,
+    )
     for _ in range(600):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
@@ -72,8 +85,9 @@ def _get(port: int, path: str) -> socket.socket:
 
 def big_body(port: int, mb: int, chunked: bool) -> str:
     s = socket.create_connection(("127.0.0.1", port))
-    head = (b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-            (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {mb << 20}\r\n\r\n".encode()))
+    head = b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + (
+        b"Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {mb << 20}\r\n\r\n".encode()
+    )
     s.sendall(head)
     block = b" " * (1 << 20)
     sent = 0
@@ -95,7 +109,7 @@ def slow(port: int, body: bool, seconds: float) -> str:
     try:
         if body:
             s.sendall(head)
-        for byte in (b"{" * 100 if body else head):
+        for byte in b"{" * 100 if body else head:
             s.sendall(bytes([byte]))
             s.settimeout(0.5)
             try:
@@ -116,8 +130,11 @@ def no_read(port: int, text: str, holders: list) -> str:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     body = json.dumps({"text": text, "beam": 8}).encode()
     for _ in range(20):  # pipelined: 20 requests, never read
-        s.sendall(b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        s.sendall(
+            b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
     holders.append(s)
     return "sent 20, reads nothing"
 
@@ -175,8 +192,11 @@ def main() -> None:
             res = attack(name, n, fn, *fargs)
             if name == "no-read":
                 time.sleep(args.hold_seconds)  # let the server decode and buffer what it can
-            print(f"{name:9s} {n} x: {summary(res)} | {time.monotonic() - t0:.0f} s | RSS now "
-                  f"{rss_mb(proc.pid):.0f} MB, peak {rss_mb(proc.pid, 'VmHWM'):.0f} MB", flush=True)
+            print(
+                f"{name:9s} {n} x: {summary(res)} | {time.monotonic() - t0:.0f} s | RSS now "
+                f"{rss_mb(proc.pid):.0f} MB, peak {rss_mb(proc.pid, 'VmHWM'):.0f} MB",
+                flush=True,
+            )
         for s in holders:
             s.close()
         time.sleep(2)
@@ -184,8 +204,10 @@ def main() -> None:
             alive = first_line(_get(port, "/healthz"), 10).startswith("HTTP/1.1 200")
         except OSError:
             alive = False
-        print(f"after: RSS {rss_mb(proc.pid):.0f} MB, peak {rss_mb(proc.pid, 'VmHWM'):.0f} MB; server "
-              f"{'still answers /healthz' if alive else 'does NOT answer /healthz'}")
+        print(
+            f"after: RSS {rss_mb(proc.pid):.0f} MB, peak {rss_mb(proc.pid, 'VmHWM'):.0f} MB; server "
+            f"{'still answers /healthz' if alive else 'does NOT answer /healthz'}"
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -28,11 +28,21 @@ import threading
 import time
 from pathlib import Path
 
-SENTENCES = ["i'm home .", "go .", "i lost .", "he's calm .", "we are friends .", "i'm cold .",
-             "he is tall .", "i like tea ."]
-PATHS = {"explain": ("/api/translate", lambda t: {"text": t}),
-         "single": ("/api/translations", lambda t: {"texts": [t]}),
-         "batched": ("/api/translations", lambda t: {"texts": [t]})}
+SENTENCES = [
+    "i'm home .",
+    "go .",
+    "i lost .",
+    "he's calm .",
+    "we are friends .",
+    "i'm cold .",
+    "he is tall .",
+    "i like tea .",
+]
+PATHS = {
+    "explain": ("/api/translate", lambda t: {"text": t}),
+    "single": ("/api/translations", lambda t: {"texts": [t]}),
+    "batched": ("/api/translations", lambda t: {"texts": [t]}),
+}
 
 
 def train_tiny(run_dir: Path) -> Path:
@@ -42,10 +52,17 @@ def train_tiny(run_dir: Path) -> Path:
     from attnlab.train import TrainConfig, train_run
 
     preset = get_preset("transformer", "tiny")
-    cfg = TrainConfig.from_dict({**preset["train"], "max_steps": 20, "epochs": 100, "schedule": "constant",
-                                 "lr": 1e-2, "eval_limit": 4})
-    train_run("transformer", {**preset["model"], "num_layers": 2}, cfg,
-              {**preset["data"], "path": str(sample_data_path())}, run_dir, progress=False)
+    cfg = TrainConfig.from_dict(
+        {**preset["train"], "max_steps": 20, "epochs": 100, "schedule": "constant", "lr": 1e-2, "eval_limit": 4}
+    )
+    train_run(
+        "transformer",
+        {**preset["model"], "num_layers": 2},
+        cfg,
+        {**preset["data"], "path": str(sample_data_path())},
+        run_dir,
+        progress=False,
+    )
     return run_dir
 
 
@@ -62,8 +79,21 @@ def start(checkpoint: Path, extra: list[str]) -> tuple[subprocess.Popen, int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "serve", "--checkpoint", str(checkpoint),
-                             "--port", str(port), "--log-level", "warning", *extra])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "serve",
+            "--checkpoint",
+            str(checkpoint),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            *extra,
+        ]
+    )
     for _ in range(600):
         if proc.poll() is not None:
             raise SystemExit(f"attnlab serve exited with {proc.returncode}")
@@ -136,8 +166,10 @@ def main() -> None:
             tmp = tempfile.TemporaryDirectory()
             print("no runs/demo/transformer: training a tiny model on the sample pairs ...", flush=True)
             ckpt = train_tiny(Path(tmp.name) / "tiny")
-    servers = {"main": start(ckpt, ["--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)]),
-               "single": start(ckpt, ["--workers", str(args.workers), "--max-batch", "1"])}
+    servers = {
+        "main": start(ckpt, ["--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)]),
+        "single": start(ckpt, ["--workers", str(args.workers), "--max-batch", "1"]),
+    }
     port_of = {"explain": servers["main"][1], "single": servers["single"][1], "batched": servers["main"][1]}
     stats: dict[str, dict] = {m: {"rates": [], "lat": [], "fails": 0} for m in PATHS}
     try:
@@ -157,17 +189,23 @@ def main() -> None:
         if tmp is not None:
             tmp.cleanup()
 
-    print(f"checkpoint {ckpt if tmp is None else 'tiny (trained now: 2 layers, d=32)'}; {os.cpu_count()} CPUs; "
-          f"CPU features: {cpu_features()}; torch threads per server default")
-    print(f"{args.clients} clients x {args.requests} requests x {args.rounds} interleaved rounds; one sentence "
-          f"per request; explorer workers {args.workers}; batcher --max-wait-ms {args.max_wait_ms:g}")
+    print(
+        f"checkpoint {ckpt if tmp is None else 'tiny (trained now: 2 layers, d=32)'}; {os.cpu_count()} CPUs; "
+        f"CPU features: {cpu_features()}; torch threads per server default"
+    )
+    print(
+        f"{args.clients} clients x {args.requests} requests x {args.rounds} interleaved rounds; one sentence "
+        f"per request; explorer workers {args.workers}; batcher --max-wait-ms {args.max_wait_ms:g}"
+    )
     base = statistics.median(stats["explain"]["rates"])
     print("| path | sentences/s (median of rounds) | vs explain | p50 ms | p95 ms | p99 ms | errors |")
     print("|---|---|---|---|---|---|---|")
     for mode, st in stats.items():
         rate = statistics.median(st["rates"])
-        print(f"| {mode} | {rate:.1f} | {rate / base:.2f}x | {pct(st['lat'], .5) * 1e3:.0f} | "
-              f"{pct(st['lat'], .95) * 1e3:.0f} | {pct(st['lat'], .99) * 1e3:.0f} | {st['fails']} |")
+        print(
+            f"| {mode} | {rate:.1f} | {rate / base:.2f}x | {pct(st['lat'], 0.5) * 1e3:.0f} | "
+            f"{pct(st['lat'], 0.95) * 1e3:.0f} | {pct(st['lat'], 0.99) * 1e3:.0f} | {st['fails']} |"
+        )
     print("load average (1, 5, 15 min):", " ".join(f"{x:.2f}" for x in os.getloadavg()))
     bad = sum(st["fails"] for st in stats.values())
     assert bad == 0, f"{bad} requests failed"

@@ -50,8 +50,17 @@ class TutorialTransformer(nn.Module):
     Shape: src (B, S), tgt_in (B, T), src_valid_lens (B,) -> logits (B, T, V).
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, d: int = 512, heads: int = 8, layers: int = 3,
-                 ffn: int = 512, dropout: float = 0.1, max_len: int = 256):
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d: int = 512,
+        heads: int = 8,
+        layers: int = 3,
+        ffn: int = 512,
+        dropout: float = 0.1,
+        max_len: int = 256,
+    ):
         super().__init__()
         from attnlab.attention.positional import sinusoidal_encoding
 
@@ -118,8 +127,15 @@ def laptop_recipe(data, overrides):
     def save(run_dir, data_cfg):
         from attnlab import checkpoint as ckpt
 
-        ckpt.write_run_config(run_dir, "transformer", model.config.to_dict(), train_cfg.to_dict(), data_cfg,
-                              data.src_vocab, data.tgt_vocab)
+        ckpt.write_run_config(
+            run_dir,
+            "transformer",
+            model.config.to_dict(),
+            train_cfg.to_dict(),
+            data_cfg,
+            data.src_vocab,
+            data.tgt_vocab,
+        )
         ckpt.save_weights(model, os.path.join(run_dir, ckpt.WEIGHTS_FILE))
 
     step.save = save
@@ -156,15 +172,18 @@ def held_out_sources(examples, vocab, limit: int, min_words: int = 3, max_words:
     """Distinct sources of `min_words`..`max_words` words, each with all of its references, first `limit`:
     [(source text, source ids, [reference texts as hypotheses are written])]."""
     sources, refs = group_by_source(examples)
-    keep = [(ex.src_text, ex.src_ids, [reference_text(t, vocab) for t in rs])
-            for ex, rs in zip(sources, refs) if min_words <= len(ex.src_text.split()) <= max_words]
+    keep = [
+        (ex.src_text, ex.src_ids, [reference_text(t, vocab) for t in rs])
+        for ex, rs in zip(sources, refs)
+        if min_words <= len(ex.src_text.split()) <= max_words
+    ]
     return keep[:limit]
 
 
 def score(decode, sources, data, batch: int = 64) -> float:
     hyps = []
     for i in range(0, len(sources), batch):
-        chunk = sources[i:i + batch]
+        chunk = sources[i : i + batch]
         seqs = [list(ids) + [data.src_vocab.eos] for _, ids, _ in chunk]
         S = max(len(s) for s in seqs)
         src = torch.tensor([s + [data.src_vocab.pad] * (S - len(s)) for s in seqs])
@@ -180,8 +199,9 @@ def run_recipe(name, data, args, overrides, log=print) -> dict:
     curve, clock, steps, epoch = [], 0.0, 0, 0
     load = os.getloadavg()[0]
     while points:
-        for batch in iterate_batches(data.train, data.src_vocab, data.tgt_vocab, shuffle=True, seed=0,
-                                     epoch=epoch, **batching):
+        for batch in iterate_batches(
+            data.train, data.src_vocab, data.tgt_vocab, shuffle=True, seed=0, epoch=epoch, **batching
+        ):
             t0 = time.perf_counter()
             loss = step(batch)
             clock += time.perf_counter() - t0
@@ -190,8 +210,16 @@ def run_recipe(name, data, args, overrides, log=print) -> dict:
                 raise RuntimeError(f"{name}: non-finite loss at step {steps}")
             if clock >= points[0]:
                 bleu = score(decode, sources, data)
-                curve.append({"seconds": round(clock, 1), "steps": steps, "epoch": epoch, "loss": loss,
-                              "valid_bleu": bleu, "load": round(os.getloadavg()[0], 2)})
+                curve.append(
+                    {
+                        "seconds": round(clock, 1),
+                        "steps": steps,
+                        "epoch": epoch,
+                        "loss": loss,
+                        "valid_bleu": bleu,
+                        "load": round(os.getloadavg()[0], 2),
+                    }
+                )
                 log(f"  {name}: {clock:6.0f} s  step {steps:5d}  loss {loss:.3f}  valid BLEU {bleu:5.2f}")
                 points.pop(0)
                 if not points:
@@ -200,8 +228,13 @@ def run_recipe(name, data, args, overrides, log=print) -> dict:
     if args.save and hasattr(step, "save"):
         step.save(args.save, args.data_cfg)
         log(f"  {name}: saved the final model as a run folder: {args.save}")
-    return {"recipe": name, "settings": settings, "curve": curve, "valid_sources": len(sources),
-            "load_at_start": round(load, 2)}
+    return {
+        "recipe": name,
+        "settings": settings,
+        "curve": curve,
+        "valid_sources": len(sources),
+        "load_at_start": round(load, 2),
+    }
 
 
 def evaluate_test(run_dir, beams=(1, 4)) -> None:
@@ -222,8 +255,10 @@ def evaluate_test(run_dir, beams=(1, 4)) -> None:
         print(f"  beam {beam}: BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}")
         book = book_bleu(translator, beam=beam)
         right = sum(score == 1.0 for _, _, score in book)
-        print(f"  beam {beam}: the book's four sentences at BLEU 1.000: {right}/4 "
-              + "; ".join(f"{src} => {out}" for src, out, _ in book))
+        print(
+            f"  beam {beam}: the book's four sentences at BLEU 1.000: {right}/4 "
+            + "; ".join(f"{src} => {out}" for src, out, _ in book)
+        )
 
 
 def figure(results, path):
@@ -258,10 +293,16 @@ def parse_args(argv=None):
     ap.add_argument("--points", default=None, help="comma-separated seconds at which to score (default: 6 points)")
     ap.add_argument("--valid-limit", type=int, default=500, help="distinct validation sources scored")
     ap.add_argument("--num-examples", type=int, help="first N corpus pairs only (smoke runs)")
-    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=JSON",
-                    help="override a field of the laptop preset (model/train/data)")
-    ap.add_argument("--save", metavar="DIR",
-                    help="save the final laptop model as a run folder (for `attnlab evaluate`)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=JSON",
+        help="override a field of the laptop preset (model/train/data)",
+    )
+    ap.add_argument(
+        "--save", metavar="DIR", help="save the final laptop model as a run folder (for `attnlab evaluate`)"
+    )
     ap.add_argument("--json", help="write the curves here")
     ap.add_argument("--figure", help="write the picture here (PNG)")
     ap.add_argument("--label", help="name this run's laptop curve (e.g. a candidate's settings)")
@@ -308,8 +349,10 @@ def main(argv=None) -> int:
     from attnlab.data import load_translation_data
 
     feats = cpu_features()
-    print(f"CPU features: {' '.join(sorted(f for f in feats if f.startswith(('avx', 'amx', 'fma', 'sse4'))))}; "
-          f"native bf16: {native_bf16('cpu')[1]}; torch {torch.__version__}, {args.threads} threads")
+    print(
+        f"CPU features: {' '.join(sorted(f for f in feats if f.startswith(('avx', 'amx', 'fma', 'sse4'))))}; "
+        f"native bf16: {native_bf16('cpu')[1]}; torch {torch.__version__}, {args.threads} threads"
+    )
     data_cfg = dict(get_preset("transformer", "laptop")["data"])
     data_cfg.pop("loader", None)
     for section, key, value in args.overrides:
@@ -320,8 +363,10 @@ def main(argv=None) -> int:
     data = load_translation_data(**data_cfg)
     args.data_cfg = {"loader": "translation", **data.settings, "path": data.settings.get("data_path")}
     args.data_cfg.pop("data_path", None)
-    print(f"data: {len(data.train)} training pairs, {len(data.valid)} validation pairs, "
-          f"vocab {len(data.src_vocab)} / {len(data.tgt_vocab)} ({data_cfg})")
+    print(
+        f"data: {len(data.train)} training pairs, {len(data.valid)} validation pairs, "
+        f"vocab {len(data.src_vocab)} / {len(data.tgt_vocab)} ({data_cfg})"
+    )
     results = []
     for name in args.recipes:
         print(f"{name}: training {args.budget:.0f} s (load average {os.getloadavg()[0]:.2f})")
@@ -330,8 +375,10 @@ def main(argv=None) -> int:
             result["recipe"] = args.label
         results.append(result)
     for r in results:
-        rows = [(p["seconds"], p["steps"], p["epoch"], f"{p['loss']:.3f}", f"{p['valid_bleu']:.2f}", p["load"])
-                for p in r["curve"]]
+        rows = [
+            (p["seconds"], p["steps"], p["epoch"], f"{p['loss']:.3f}", f"{p['valid_bleu']:.2f}", p["load"])
+            for p in r["curve"]
+        ]
         print(f"\n{r['recipe']} ({r['valid_sources']} validation sources, load at start {r['load_at_start']})")
         print(table(["train s", "steps", "epoch", "loss", "valid BLEU", "load"], rows))
     if len(results) == 2 and results[1]["curve"][-1]["valid_bleu"] > 0:

@@ -65,8 +65,9 @@ class TorchTransformer(nn.Module):
         self.drop = nn.Dropout(c.dropout)
         with warnings.catch_warnings():  # "enable_nested_tensor ..." concerns inference only
             warnings.simplefilter("ignore")
-            self.core = nn.Transformer(c.num_hiddens, c.num_heads, c.num_layers, c.num_layers, c.ffn_num_hiddens,
-                                       c.dropout, batch_first=True)
+            self.core = nn.Transformer(
+                c.num_hiddens, c.num_heads, c.num_layers, c.num_layers, c.ffn_num_hiddens, c.dropout, batch_first=True
+            )
         # nn.Transformer always ends each stack with a LayerNorm; post-norm blocks (ours, the paper's)
         # have none, so drop them: both models then compute the same function.
         self.core.encoder.norm = None
@@ -80,8 +81,9 @@ class TorchTransformer(nn.Module):
         causal = torch.ones(T, T, dtype=torch.bool, device=src.device).triu(1)
         x = self.drop(self.src_emb(src) * math.sqrt(self.d) + self.P[:S])
         y = self.drop(self.tgt_emb(tgt_in) * math.sqrt(self.d) + self.P[:T])
-        h = self.core(x, y, tgt_mask=causal, src_key_padding_mask=padding, memory_key_padding_mask=padding,
-                      tgt_is_causal=True)
+        h = self.core(
+            x, y, tgt_mask=causal, src_key_padding_mask=padding, memory_key_padding_mask=padding, tgt_is_causal=True
+        )
         return self.out(h)
 
 
@@ -118,11 +120,20 @@ def real_rows(name: str) -> bool:
 
 def build_models(args, names):
     torch.manual_seed(0)
-    config = TransformerConfig(src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, num_hiddens=args.d,
-                               num_heads=args.heads, num_layers=args.layers, ffn_num_hiddens=args.ffn,
-                               dropout=args.dropout)
-    factories = {"attnlab": lambda: Transformer(config), "nn.Transformer": lambda: TorchTransformer(config),
-                 "book (d2l)": lambda: from_attnlab_config(config)}
+    config = TransformerConfig(
+        src_vocab_size=args.vocab,
+        tgt_vocab_size=args.vocab,
+        num_hiddens=args.d,
+        num_heads=args.heads,
+        num_layers=args.layers,
+        ffn_num_hiddens=args.ffn,
+        dropout=args.dropout,
+    )
+    factories = {
+        "attnlab": lambda: Transformer(config),
+        "nn.Transformer": lambda: TorchTransformer(config),
+        "book (d2l)": lambda: from_attnlab_config(config),
+    }
     models = {}
     for name in names:
         base = name.removesuffix(" + compile").removesuffix(" bf16").removesuffix(" before")
@@ -156,15 +167,16 @@ def measure(args, names, log=print):
     """Round-robin timing. Returns ({name: [seconds per step]}, tokens per step, first-step seconds)."""
     device = torch.device(args.device)
     config, models = build_models(args, names)
-    batches = [tuple(t.to(device) for t in b)
-               for b in make_batches(args.num_batches, args.batch_size, args.min_len, args.max_len,
-                                     args.vocab, args.vocab)]
+    batches = [
+        tuple(t.to(device) for t in b)
+        for b in make_batches(args.num_batches, args.batch_size, args.min_len, args.max_len, args.vocab, args.vocab)
+    ]
     times = {n: [] for n in names}
     first = {}
     tokens = []
     for r in range(args.warmup + args.steps):
         batch = batches[r % len(batches)]
-        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
         for name in order:
             fwd, _, opt = models[name]
             sync(device)
@@ -186,8 +198,14 @@ def report(times, tokens, base="attnlab"):
     for name, ts in times.items():
         tok_s = statistics.median(n / t for n, t in zip(tokens, ts))
         ratio = statistics.median(t / o for t, o in zip(ts, times[base]))  # >1: ours is faster
-        rows.append([name, f"{tok_s:,.0f}", f"{statistics.median(ts) * 1e3:.0f} ms",
-                     "(ours)" if name == base else f"{ratio:.2f}x"])
+        rows.append(
+            [
+                name,
+                f"{tok_s:,.0f}",
+                f"{statistics.median(ts) * 1e3:.0f} ms",
+                "(ours)" if name == base else f"{ratio:.2f}x",
+            ]
+        )
     return table(["model", "target tokens/s (noise)", "median step (noise)", "attnlab speed-up vs this"], rows)
 
 
@@ -199,8 +217,9 @@ def profile(args, name, steps=3):
     device = torch.device(args.device)
     _, models = build_models(args, [name])
     fwd, _, opt = models[name]
-    batch = tuple(t.to(device) for t in make_batches(1, args.batch_size, args.min_len, args.max_len,
-                                                     args.vocab, args.vocab)[0])
+    batch = tuple(
+        t.to(device) for t in make_batches(1, args.batch_size, args.min_len, args.max_len, args.vocab, args.vocab)[0]
+    )
     train_step(fwd, opt, batch, device, args.amp, real_rows(name))
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with prof(activities=acts) as p:
@@ -219,24 +238,41 @@ def quality(steps: int, precisions: list[str]) -> str:
 
     preset = get_preset("transformer", "cpu-small")
     data = load_data({**preset["data"], "seed": 0})
-    model_cfg = {**preset["model"], "num_hiddens": 64, "ffn_num_hiddens": 128,
-                 "src_vocab_size": len(data.src_vocab), "tgt_vocab_size": len(data.tgt_vocab)}
+    model_cfg = {
+        **preset["model"],
+        "num_hiddens": 64,
+        "ffn_num_hiddens": 128,
+        "src_vocab_size": len(data.src_vocab),
+        "tgt_vocab_size": len(data.tgt_vocab),
+    }
     losses, lines = {}, []
     for p in precisions:
         seed_everything(0)
         model = build_model("transformer", model_cfg)
-        cfg = TrainConfig.from_dict({**preset["train"], "time_budget": None, "max_steps": steps, "precision": p,
-                                     "eval_limit": 1, "checkpoint_every": 0, "device": "cpu"})
+        cfg = TrainConfig.from_dict(
+            {
+                **preset["train"],
+                "time_budget": None,
+                "max_steps": steps,
+                "precision": p,
+                "eval_limit": 1,
+                "checkpoint_every": 0,
+                "device": "cpu",
+            }
+        )
         trainer = Trainer(model, data, cfg, None, progress=False)
         t0 = time.perf_counter()
         trainer.fit()
         seconds = time.perf_counter() - t0
         losses[p] = trainer.evaluate()["valid_loss"]  # teacher-forced, under the same autocast as training
-        lines.append(f"  {p}: validation loss {losses[p]:.4f} after {steps} steps ({seconds:.0f} s, "
-                     f"{len(data.valid)} validation sentences)")
+        lines.append(
+            f"  {p}: validation loss {losses[p]:.4f} after {steps} steps ({seconds:.0f} s, "
+            f"{len(data.valid)} validation sentences)"
+        )
     for p in precisions[1:]:
-        lines.append(f"  {p} vs fp32: {100 * (losses[p] / losses['fp32'] - 1):+.2f}% validation loss "
-                     f"(target: within 2%)")
+        lines.append(
+            f"  {p} vs fp32: {100 * (losses[p] / losses['fp32'] - 1):+.2f}% validation loss (target: within 2%)"
+        )
     return "\n## quality: cpu-small recipe at D=64, seed 0, same batches\n" + "\n".join(lines)
 
 
@@ -246,8 +282,16 @@ def compile_child(args) -> int:
     t0 = time.perf_counter()
     times, tokens, first = measure(args, names)
     ratio = statistics.median(e / c for e, c in zip(times["attnlab"], times["attnlab + compile"]))
-    print(json.dumps({"ratio": ratio, "first_step_s": first["attnlab + compile"],
-                      "eager_first_step_s": first["attnlab"], "total_s": time.perf_counter() - t0}))
+    print(
+        json.dumps(
+            {
+                "ratio": ratio,
+                "first_step_s": first["attnlab + compile"],
+                "eager_first_step_s": first["attnlab"],
+                "total_s": time.perf_counter() - t0,
+            }
+        )
+    )
     return 0
 
 
@@ -261,9 +305,11 @@ def run_compile(args, argv) -> str:
         err = (out.stderr.strip().splitlines() or ["?"])[-1]
         return f"torch.compile: unavailable here ({err})"
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    return (f"torch.compile(attnlab) / eager attnlab: {r['ratio']:.2f}x tokens/s "
-            f"(first compiled step {r['first_step_s']:.1f} s vs eager {r['eager_first_step_s']:.2f} s; "
-            f"child total {r['total_s']:.0f} s)")
+    return (
+        f"torch.compile(attnlab) / eager attnlab: {r['ratio']:.2f}x tokens/s "
+        f"(first compiled step {r['first_step_s']:.1f} s vs eager {r['eager_first_step_s']:.2f} s; "
+        f"child total {r['total_s']:.0f} s)"
+    )
 
 
 def parse_args(argv=None):
@@ -285,8 +331,11 @@ def parse_args(argv=None):
     ap.add_argument("--num-batches", type=int, default=4, help="distinct batches cycled through")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own choice)")
     ap.add_argument("--no-book", action="store_true", help="skip the book's baseline (slow on big sizes)")
-    ap.add_argument("--before", action="store_true",
-                    help="also time 'attnlab before': logits at padded positions too and torch's default Adam")
+    ap.add_argument(
+        "--before",
+        action="store_true",
+        help="also time 'attnlab before': logits at padded positions too and torch's default Adam",
+    )
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(attnlab) in a child process")
     ap.add_argument("--compile-timeout", type=float, default=300.0, help="cap on the compile child, seconds")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler tables for attnlab and nn.Transformer")
@@ -315,17 +364,26 @@ def main(argv=None) -> int:
     if args.compile_child:
         return compile_child(args)
     ours = ["attnlab"] + [f"attnlab {p}" for p in args.precision.split(",") if p and p != "fp32"]
-    names = ours + (["attnlab before"] if args.before else []) + ["nn.Transformer"] + ([] if args.no_book else ["book (d2l)"])
+    names = (
+        ours
+        + (["attnlab before"] if args.before else [])
+        + ["nn.Transformer"]
+        + ([] if args.no_book else ["book (d2l)"])
+    )
     print(f"command: python benchmarks/train_throughput.py {shlex.join(argv)}".rstrip())
-    print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(
+        f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
+    )
     feats = sorted(f for f in prec.cpu_features() if f.startswith(("avx", "amx", "fma")))
     auto = prec.resolve_precision("auto", args.device, training=True)
     print(f"CPU features: {' '.join(feats)}; training precision auto -> {auto.picked} ({auto.reason})")
-    print(f"\n## Transformer training step (forward + backward + Adam), B={args.batch_size}, "
-          f"S,T in [{args.min_len}, {args.max_len}] padded, D={args.d}, H={args.heads}, layers={args.layers}, "
-          f"FFN={args.ffn}, V={args.vocab}, dropout={args.dropout}, {'bf16 autocast' if args.amp else 'float32'}, "
-          f"median of {args.steps} interleaved rounds after {args.warmup} warm-up\n")
+    print(
+        f"\n## Transformer training step (forward + backward + Adam), B={args.batch_size}, "
+        f"S,T in [{args.min_len}, {args.max_len}] padded, D={args.d}, H={args.heads}, layers={args.layers}, "
+        f"FFN={args.ffn}, V={args.vocab}, dropout={args.dropout}, {'bf16 autocast' if args.amp else 'float32'}, "
+        f"median of {args.steps} interleaved rounds after {args.warmup} warm-up\n"
+    )
     times, tokens, _ = measure(args, names)
     print(report(times, tokens))
     print()

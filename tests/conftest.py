@@ -21,8 +21,10 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         reason = reason.removeprefix("Skipped: ")
         report.outcome = "failed"
-        report.longrepr = (f"skipped under CI=true, which runs everything: {reason}. "
-                           "Install what is missing (.ci/run installs Chromium; set ATTNLAB_DATA to fra-eng.zip).")
+        report.longrepr = (
+            f"skipped under CI=true, which runs everything: {reason}. "
+            "Install what is missing (.ci/run installs Chromium; set ATTNLAB_DATA to fra-eng.zip)."
+        )
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,9 @@ from attnlab.models import Transformer, TransformerConfig  # noqa: E402
 @pytest.fixture
 def ours():
     torch.manual_seed(0)
-    config = TransformerConfig(src_vocab_size=50, tgt_vocab_size=40, num_hiddens=32, num_heads=4, num_layers=2,
-                               ffn_num_hiddens=64, dropout=0.0)
+    config = TransformerConfig(
+        src_vocab_size=50, tgt_vocab_size=40, num_hiddens=32, num_heads=4, num_layers=2, ffn_num_hiddens=64, dropout=0.0
+    )
     return Transformer(config).train()
 
 
@@ -80,5 +81,14 @@ def test_nn_transformer_wrapper_matches_attnlab(ours):
 
 def test_book_baseline_rejects_configs_it_cannot_express(ours):
     with pytest.raises(ValueError, match="post-norm"):
-        from_attnlab_config(TransformerConfig(src_vocab_size=5, tgt_vocab_size=5, num_hiddens=8, num_heads=2,
-                                              num_layers=1, ffn_num_hiddens=8, norm_first=True))
+        from_attnlab_config(
+            TransformerConfig(
+                src_vocab_size=5,
+                tgt_vocab_size=5,
+                num_hiddens=8,
+                num_heads=2,
+                num_layers=1,
+                ffn_num_hiddens=8,
+                norm_first=True,
+            )
+        )

@@ -21,9 +21,27 @@ def run_dir(tmp_path_factory, one_thread):
 
 def _bench(script, run_dir, *extra):
     env = {**SUBPROCESS_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, f"benchmarks/{script}", "--checkpoint", str(run_dir), "--limit", "8",
-                          "--rounds", "1", "--threads", "1", *extra], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300, env=env, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            f"benchmarks/{script}",
+            "--checkpoint",
+            str(run_dir),
+            "--limit",
+            "8",
+            "--rounds",
+            "1",
+            "--threads",
+            "1",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 

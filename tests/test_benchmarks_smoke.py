@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(cmd, env=None, timeout=180):
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                         env={**os.environ, **(env or {})})
+    out = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
     assert out.returncode == 0, f"{cmd} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out.stdout
 
@@ -26,8 +27,13 @@ def test_train_throughput_quick_prints_ratios():
 
 
 def test_train_throughput_rejects_bad_lengths():
-    out = subprocess.run([sys.executable, "benchmarks/train_throughput.py", "--min-len", "9", "--max-len", "3"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "benchmarks/train_throughput.py", "--min-len", "9", "--max-len", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode != 0 and "--min-len" in out.stderr
 
 
@@ -45,9 +51,10 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
     if not Path(data).exists():
         pytest.skip("the fra-eng corpus is absent (set ATTNLAB_DATA)")
     out_dir = tmp_path / "out"
-    out = _run(["bash", "benchmarks/gpu.sh", "--smoke"],
-               env={"ATTNLAB_DATA": data, "OUT": str(out_dir), "RUN_DIR": str(tmp_path / "run"),
-                    "GPU_TRAIN_SECONDS": "10"})
+    out = _run(
+        ["bash", "benchmarks/gpu.sh", "--smoke"],
+        env={"ATTNLAB_DATA": data, "OUT": str(out_dir), "RUN_DIR": str(tmp_path / "run"), "GPU_TRAIN_SECONDS": "10"},
+    )
     assert re.search(r"^ratio: L=\d+: attnlab fused / raw SDPA flash = \d+\.\d\d", out, re.M), out
     assert re.search(r"^ratio: attnlab / nn\.Transformer = \d+\.\d\dx", out, re.M), out
     assert re.search(r"^BLEU \d+\.\d\d ", out, re.M), out
@@ -58,8 +65,13 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
 
 
 def test_gpu_script_explains_missing_data(tmp_path):
-    out = subprocess.run(["bash", "benchmarks/gpu.sh", "--smoke"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "ATTNLAB_DATA": str(tmp_path / "missing.zip")})
+    out = subprocess.run(
+        ["bash", "benchmarks/gpu.sh", "--smoke"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ATTNLAB_DATA": str(tmp_path / "missing.zip")},
+    )
     assert out.returncode == 2
     assert "ATTNLAB_DATA" in out.stderr and "not found" in out.stderr

@@ -123,8 +123,12 @@ def test_prune_keeps_last_and_best(tmp_path):
     for step, bleu in [(1, 5.0), (2, 9.0), (3, None), (4, 7.0), (5, 1.0), (6, None)]:
         ckpt.save_checkpoint(tmp_path, step, model, {"step": step}, {"step": step, "valid_bleu": bleu})
     removed = ckpt.prune_checkpoints(tmp_path, keep_last=2, keep_best=2)
-    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_0000002", "step_0000004",
-                                                                 "step_0000005", "step_0000006"]
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == [
+        "step_0000002",
+        "step_0000004",
+        "step_0000005",
+        "step_0000006",
+    ]
     assert len(removed) == 2
 
 

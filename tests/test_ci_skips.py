@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parent
 
 def _run(tmp_path, ci: str) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text(encoding="utf-8"), encoding="utf-8")
-    (tmp_path / "test_probe.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_probe.py").write_text(
+        textwrap.dedent("""
         import pytest
 
         @pytest.mark.skipif(True, reason="needs /usr/bin/chromium")
@@ -21,10 +22,19 @@ def _run(tmp_path, ci: str) -> subprocess.CompletedProcess:
 
         @pytest.mark.xfail(strict=False, reason="fixed elsewhere")
         def test_known(): assert False
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     env = {"PATH": "/usr/bin:/bin", "CI": ci}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
-                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_skips_fail_under_ci(tmp_path):

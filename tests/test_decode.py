@@ -61,7 +61,7 @@ def test_greedy_stops_at_eos_and_restores_mode():
     cut = decode.greedy(model, src, lens, BOS, eos=eos, max_len=10)
     assert model.training
     for f, c in zip(full, cut):
-        assert c.tokens == (f[:f.index(eos)] if eos in f else f)
+        assert c.tokens == (f[: f.index(eos)] if eos in f else f)
         assert c.finished == (eos in f)
         # one log-probability per produced token, + the <eos> when it finished
         assert len(c.positional_scores) == len(c.tokens) + c.finished
@@ -94,7 +94,7 @@ def _exhaustive(model, src, lens, V, max_len, alpha):
                 for seq in itertools.product([t for t in range(V) if t != EOS], repeat=n):
                     ended = n < max_len
                     y = list(seq) + ([EOS] if ended else [])
-                    logits = model(src[b:b + 1], torch.tensor([[BOS] + y[:-1]]), lens[b:b + 1])
+                    logits = model(src[b : b + 1], torch.tensor([[BOS] + y[:-1]]), lens[b : b + 1])
                     lp = F.log_softmax(logits[0], -1).gather(1, torch.tensor(y)[:, None]).sum()
                     cands.append((float(lp) / len(y) ** alpha, list(seq)))
             best.append(max(cands, key=lambda c: c[0]))
@@ -113,7 +113,7 @@ def test_wide_beam_equals_exhaustive_search(make, alpha):
     for h in hyps:  # the score is what the positional scores add up to
         n = len(h.positional_scores)
         assert n == len(h.tokens) + h.finished
-        assert h.score == pytest.approx(sum(h.positional_scores) / n ** alpha, abs=1e-4)
+        assert h.score == pytest.approx(sum(h.positional_scores) / n**alpha, abs=1e-4)
 
 
 def test_beam_search_batched_with_length_limits():
@@ -193,7 +193,7 @@ def _old_beam_search(model, src, src_valid_lens, bos, eos, beam=4, length_penalt
                 if len(finished[b]) >= K:
                     done[b] = True
                 elif step + 1 >= limits[b]:
-                    hist = tokens[b * K:(b + 1) * K].tolist()
+                    hist = tokens[b * K : (b + 1) * K].tolist()
                     for k in range(K):
                         if len(finished[b]) < K and torch.isfinite(scores[b, k]):
                             finished[b].append((float(scores[b, k]) / (step + 1) ** length_penalty, hist[k]))
@@ -230,8 +230,9 @@ def test_beam_trace_is_consistent_with_the_result(make, beam, alpha, max_len):
     src, lens = sources(B=3)
     plain = decode.beam_search(model, src, lens, BOS, EOS, beam=beam, length_penalty=alpha, max_len=max_len)
     trace: list = []
-    traced = decode.beam_search(model, src, lens, BOS, EOS, beam=beam, length_penalty=alpha, max_len=max_len,
-                                trace=trace)
+    traced = decode.beam_search(
+        model, src, lens, BOS, EOS, beam=beam, length_penalty=alpha, max_len=max_len, trace=trace
+    )
     assert [(h.tokens, h.score, h.finished) for h in traced] == [(h.tokens, h.score, h.finished) for h in plain]
     for b, hyp in enumerate(traced):
         steps = {r["step"]: r for r in trace if r.get("sentence") == b and "step" in r}

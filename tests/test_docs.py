@@ -19,10 +19,21 @@ CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-           "NO_MKDOCS_2_WARNING": "1", "MPLBACKEND": "Agg"}
-    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
-                          "-d", str(out)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300, check=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        "NO_MKDOCS_2_WARNING": "1",
+        "MPLBACKEND": "Agg",
+    }
+    res = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     return out
 
@@ -30,8 +41,15 @@ def site(tmp_path_factory) -> Path:
 def test_site_has_every_part(site):
     from attnlab.cli import COMMANDS
 
-    for page in ("index.html", "tour.html", "cli.html", "benchmarks.html", "robustness.html",
-                 "api/attention.html", "notebooks/07_transformer.html"):
+    for page in (
+        "index.html",
+        "tour.html",
+        "cli.html",
+        "benchmarks.html",
+        "robustness.html",
+        "api/attention.html",
+        "notebooks/07_transformer.html",
+    ):
         assert (site / page).is_file(), page
     cli = (site / "cli.html").read_text(encoding="utf-8")
     for name in COMMANDS:
@@ -55,11 +73,18 @@ def test_strict_build_fails_on_a_broken_link(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "index.md").write_text("# x\n\n[gone](missing.md)\n", encoding="utf-8")
-    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump({"site_name": "t", "strict": ours["strict"],
-                                                         "validation": ours["validation"]}), encoding="utf-8")
-    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-f", str(tmp_path / "mkdocs.yml")],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
-                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    (tmp_path / "mkdocs.yml").write_text(
+        yaml.safe_dump({"site_name": "t", "strict": ours["strict"], "validation": ours["validation"]}), encoding="utf-8"
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "-f", str(tmp_path / "mkdocs.yml")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert res.returncode != 0 and "missing.md" in res.stdout + res.stderr
 
 
@@ -72,8 +97,15 @@ def test_home_and_api_pages_render(site, tmp_path):
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(str(DRIVER)), options=opts)

@@ -8,8 +8,14 @@ import importlib
 
 import pytest
 
-MODULES = ["attnlab.attention.multihead", "attnlab.attention.masking", "attnlab.attention.recording",
-           "attnlab.models.transformer", "attnlab.translator", "attnlab.metrics"]
+MODULES = [
+    "attnlab.attention.multihead",
+    "attnlab.attention.masking",
+    "attnlab.attention.recording",
+    "attnlab.models.transformer",
+    "attnlab.translator",
+    "attnlab.metrics",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -47,8 +47,9 @@ def _train(model: Transformer, vocab: Vocab, pairs, steps: int = 160) -> None:
         X = torch.tensor([s + [vocab.pad] * (S - len(s)) for s in src])
         Y_in = torch.tensor([[vocab.bos] + t + [vocab.pad] * (T - 1 - len(t)) for t in tgt])
         Y_out = torch.tensor([t + [vocab.eos] + [vocab.pad] * (T - 1 - len(t)) for t in tgt])
-        loss = masked_cross_entropy(model(X, Y_in, torch.tensor([len(s) for s in src])), Y_out,
-                                    torch.tensor([len(t) + 1 for t in tgt]))
+        loss = masked_cross_entropy(
+            model(X, Y_in, torch.tensor([len(s) for s in src])), Y_out, torch.tensor([len(t) + 1 for t in tgt])
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -69,8 +70,17 @@ def exported(request, tmp_path_factory, one_thread):
     rng = random.Random(0)
     pairs = _task(rng, 400)
     vocab = Vocab([w for s, t in pairs for w in (s + " " + t).split()], min_freq=1)
-    cfg = TransformerConfig(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), num_hiddens=32, num_heads=4,
-                            num_layers=2, ffn_num_hiddens=64, dropout=0.0, max_len=32, **VARIANTS[request.param])
+    cfg = TransformerConfig(
+        src_vocab_size=len(vocab),
+        tgt_vocab_size=len(vocab),
+        num_hiddens=32,
+        num_heads=4,
+        num_layers=2,
+        ffn_num_hiddens=64,
+        dropout=0.0,
+        max_len=32,
+        **VARIANTS[request.param],
+    )
     model = Transformer(cfg)
     _train(model, vocab, pairs)
     run = tmp_path_factory.mktemp(request.param) / "run"
@@ -86,8 +96,9 @@ def _both(translator, ct2, sample, beam):
     ids = [translator.src_vocab.encode(s) for s in sample]
     limit = translator.output_limit(max(map(len, ids)) + 1)  # attnlab's length cap for this one batch
     ours = [translator.tgt_vocab.to_tokens(h) for h in translator.decode_ids(ids, beam=beam)]
-    res = ct2.translate_batch([source_tokens(translator.src_vocab, s) for s in sample], beam_size=beam,
-                              max_decoding_length=limit)
+    res = ct2.translate_batch(
+        [source_tokens(translator.src_vocab, s) for s in sample], beam_size=beam, max_decoding_length=limit
+    )
     return ours, [r.hypotheses[0] for r in res]
 
 
@@ -117,10 +128,12 @@ def test_export_settings_and_int8(exported, tmp_path):
     assert json.loads(vocab_file.read_text()) == translator.src_vocab.idx_to_token
     run = json.loads((out / "attnlab_export.json").read_text())["source_run"]
     q = tmp_path / "int8"
-    assert main(["export", "--checkpoint", run, "--format", "ctranslate2", "--out", str(q),
-                 "--quantization", "int8"]) == 0
+    assert (
+        main(["export", "--checkpoint", run, "--format", "ctranslate2", "--out", str(q), "--quantization", "int8"]) == 0
+    )
     res = ctranslate2.Translator(str(q), compute_type="int8").translate_batch(
-        [source_tokens(translator.src_vocab, s) for s in sample[:5]])
+        [source_tokens(translator.src_vocab, s) for s in sample[:5]]
+    )
     assert all(r.hypotheses[0] for r in res)
 
 
@@ -138,8 +151,14 @@ def test_export_errors_are_one_line(exported, tmp_path, capsys):
     assert (other / "notes.txt").read_text() == "keep me"
     # A Bahdanau run is refused with one line.
     vocab = translator.src_vocab
-    bcfg = {"src_vocab_size": len(vocab), "tgt_vocab_size": len(vocab), "embed_size": 8, "num_hiddens": 8,
-            "num_layers": 1, "dropout": 0.0}
+    bcfg = {
+        "src_vocab_size": len(vocab),
+        "tgt_vocab_size": len(vocab),
+        "embed_size": 8,
+        "num_hiddens": 8,
+        "num_layers": 1,
+        "dropout": 0.0,
+    }
     brun = tmp_path / "bahdanau"
     ckpt.write_run_config(brun, "bahdanau", bcfg, {}, {}, vocab, vocab)
     ckpt.save_weights(build_model("bahdanau", bcfg), brun / ckpt.WEIGHTS_FILE)

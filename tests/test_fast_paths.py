@@ -52,9 +52,11 @@ def test_greedy_dropping_finished_sentences_equals_recomputation(kw):
     model = tiny(**kw)
     src, lens = sources()
     free = decode.greedy(model, src, lens, BOS, eos=-1, max_len=12)
+
     # An <eos> the sentences first reach at different steps, so the batch shrinks several times.
     def first_steps(tok):
         return {h.tokens.index(tok) for h in free if tok in h.tokens}
+
     eos = max(range(3, 11), key=lambda tok: len(first_steps(tok)))
     assert len(first_steps(eos)) > 1, "this tiny model emits no token at different steps; change the seed"
     shrunk = decode.greedy(model, src, lens, BOS, eos=eos, max_len=12)
@@ -99,7 +101,7 @@ def test_nan_that_entered_the_cache_earlier_still_poisons_later_steps():
     x[0, 1, 0] = float("nan")
     cache = KVCache()
     with torch.no_grad():
-        steps = [mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache) for t in range(4)]
+        steps = [mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache) for t in range(4)]
         full = mha(x, x, x)
     assert not cache.finite
     out = torch.cat(steps, 1)
@@ -171,5 +173,6 @@ def test_optimizer_is_fused_where_torch_can_and_falls_back_to_foreach(monkeypatc
     monkeypatch.setattr(torch.optim, "Adam", no_fused)
     opt = build_optimizer(model, TrainConfig())
     assert opt.defaults["foreach"] is True and not opt.defaults.get("fused")
-    assert [len(g["params"]) for g in opt.param_groups] == [len(g["params"]) for g in
-                                                           build_optimizer(model, TrainConfig()).param_groups]
+    assert [len(g["params"]) for g in opt.param_groups] == [
+        len(g["params"]) for g in build_optimizer(model, TrainConfig()).param_groups
+    ]

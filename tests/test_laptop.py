@@ -31,8 +31,24 @@ def test_laptop_preset_is_a_joint_bpe_model_with_tied_embeddings():
 
 def test_laptop_preset_trains_a_few_steps(tmp_path, corpus, capsys):
     out = tmp_path / "laptop"
-    rc = main(["train", "--preset", "laptop", "--data", corpus, "--num-examples", "3000", "--max-steps", "3",
-               "--set", "train.eval_limit=20", "--no-progress", "--out", str(out)])
+    rc = main(
+        [
+            "train",
+            "--preset",
+            "laptop",
+            "--data",
+            corpus,
+            "--num-examples",
+            "3000",
+            "--max-steps",
+            "3",
+            "--set",
+            "train.eval_limit=20",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["model"]["num_hiddens"] == 192 and cfg["model"]["share_embeddings"] is True
@@ -42,11 +58,27 @@ def test_laptop_preset_trains_a_few_steps(tmp_path, corpus, capsys):
 
 def test_time_to_quality_smoke(tmp_path, corpus):
     curves, run = tmp_path / "curves.json", tmp_path / "run"
-    cmd = [sys.executable, "benchmarks/time_to_quality.py", "--budget", "4", "--points", "2,4",
-           "--num-examples", "3000", "--valid-limit", "20", "--json", str(curves), "--save", str(run),
-           "--figure", str(tmp_path / "ttq.png")]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "ATTNLAB_DATA": corpus})
+    cmd = [
+        sys.executable,
+        "benchmarks/time_to_quality.py",
+        "--budget",
+        "4",
+        "--points",
+        "2,4",
+        "--num-examples",
+        "3000",
+        "--valid-limit",
+        "20",
+        "--json",
+        str(curves),
+        "--save",
+        str(run),
+        "--figure",
+        str(tmp_path / "ttq.png"),
+    ]
+    done = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "ATTNLAB_DATA": corpus}
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "CPU features:" in done.stdout
     results = json.loads(curves.read_text())
@@ -55,7 +87,13 @@ def test_time_to_quality_smoke(tmp_path, corpus):
         assert [p["seconds"] >= t for p, t in zip(r["curve"], (2, 4))] == [True, True]
         assert all(0 <= p["valid_bleu"] <= 100 for p in r["curve"])
     assert (tmp_path / "ttq.png").stat().st_size > 1000
-    test = subprocess.run([sys.executable, "benchmarks/time_to_quality.py", "--test-run", str(run)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "ATTNLAB_DATA": corpus})
+    test = subprocess.run(
+        [sys.executable, "benchmarks/time_to_quality.py", "--test-run", str(run)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ATTNLAB_DATA": corpus},
+    )
     assert test.returncode == 0, test.stderr[-3000:]
     assert "distinct sources of 3-10 words" in test.stdout and "beam 4: BLEU" in test.stdout

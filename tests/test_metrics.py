@@ -11,31 +11,34 @@ from attnlab.metrics import bleu, corpus_bleu, corpus_chrf
 
 def book_bleu(pred_seq, label_seq, k):
     """Verbatim from *Dive into Deep Learning* (section 10.7 / 9.7), for parity."""
-    pred_tokens, label_tokens = pred_seq.split(' '), label_seq.split(' ')
+    pred_tokens, label_tokens = pred_seq.split(" "), label_seq.split(" ")
     len_pred, len_label = len(pred_tokens), len(label_tokens)
     score = math.exp(min(0, 1 - len_label / len_pred))
     for n in range(1, k + 1):
         num_matches, label_subs = 0, collections.defaultdict(int)
         for i in range(len_label - n + 1):
-            label_subs[' '.join(label_tokens[i: i + n])] += 1
+            label_subs[" ".join(label_tokens[i : i + n])] += 1
         for i in range(len_pred - n + 1):
-            if label_subs[' '.join(pred_tokens[i: i + n])] > 0:
+            if label_subs[" ".join(pred_tokens[i : i + n])] > 0:
                 num_matches += 1
-                label_subs[' '.join(pred_tokens[i: i + n])] -= 1
+                label_subs[" ".join(pred_tokens[i : i + n])] -= 1
         score *= math.pow(num_matches / (len_pred - n + 1), math.pow(0.5, n))
     return score
 
 
-@pytest.mark.parametrize("pred, label, k, expected", [
-    ("il est calme .", "il est calme .", 2, 1.0),
-    ("va !", "va !", 2, 1.0),
-    # The book's printed example: 3/4 unigrams, 1/3 bigrams -> 0.75**0.5 * (1/3)**0.25 = 0.658
-    ("il est riche .", "il est calme .", 2, 0.75 ** 0.5 * (1 / 3) ** 0.25),
-    # Short prediction: brevity penalty exp(1 - 5/3), unigrams 3/3, bigrams 1/2.
-    ("je suis .", "je suis chez moi .", 2, math.exp(1 - 5 / 3) * 0.5 ** 0.25),
-    # Clipping: "the" counts once, as often as the label has it.
-    ("the the the", "the cat", 1, (1 / 3) ** 0.5),
-])
+@pytest.mark.parametrize(
+    "pred, label, k, expected",
+    [
+        ("il est calme .", "il est calme .", 2, 1.0),
+        ("va !", "va !", 2, 1.0),
+        # The book's printed example: 3/4 unigrams, 1/3 bigrams -> 0.75**0.5 * (1/3)**0.25 = 0.658
+        ("il est riche .", "il est calme .", 2, 0.75**0.5 * (1 / 3) ** 0.25),
+        # Short prediction: brevity penalty exp(1 - 5/3), unigrams 3/3, bigrams 1/2.
+        ("je suis .", "je suis chez moi .", 2, math.exp(1 - 5 / 3) * 0.5**0.25),
+        # Clipping: "the" counts once, as often as the label has it.
+        ("the the the", "the cat", 1, (1 / 3) ** 0.5),
+    ],
+)
 def test_bleu_hand_computed(pred, label, k, expected):
     assert bleu(pred, label, k) == pytest.approx(expected, abs=1e-12)
 
@@ -87,8 +90,12 @@ def test_group_by_source_keeps_every_reference():
 
     from attnlab.metrics import group_by_source
 
-    exs = [Ex(src_text="go .", tgt_text="va !"), Ex(src_text="hi .", tgt_text="salut ."),
-           Ex(src_text="go .", tgt_text="marche ."), Ex(src_text="go .", tgt_text="va !")]
+    exs = [
+        Ex(src_text="go .", tgt_text="va !"),
+        Ex(src_text="hi .", tgt_text="salut ."),
+        Ex(src_text="go .", tgt_text="marche ."),
+        Ex(src_text="go .", tgt_text="va !"),
+    ]
     sources, refs = group_by_source(exs)
     assert [e.src_text for e in sources] == ["go .", "hi ."]
     assert refs == [["va !", "marche ."], ["salut ."]]
@@ -104,8 +111,9 @@ def test_multi_reference_bleu_credits_any_reference():
     refs = [["il est tranquille .", "il est calme ."], ["je suis chez moi ."]]
     assert corpus_chrf(hyps, refs) == pytest.approx(100.0)
     # one reference each, as strings or one-element lists, gives the same score
-    assert corpus_bleu(hyps, ["il est tranquille .", "je suis chez moi ."]) == \
-        corpus_bleu(hyps, [["il est tranquille ."], ["je suis chez moi ."]])
+    assert corpus_bleu(hyps, ["il est tranquille .", "je suis chez moi ."]) == corpus_bleu(
+        hyps, [["il est tranquille ."], ["je suis chez moi ."]]
+    )
     with pytest.raises(ValueError, match="no reference"):
         corpus_bleu(hyps, [[], ["x"]])
 

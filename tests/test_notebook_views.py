@@ -24,11 +24,17 @@ def fake_explanation(layers=3, heads=4, ls=5, lt=6, bahdanau=False) -> Explanati
     src = [f"s{i}" for i in range(ls - 1)] + ["<eos>"]
     tgt = [f"t{i}" for i in range(lt - 1)] + ["<eos>"]
     n_self = 0 if bahdanau else layers
-    return Explanation(text=" ".join(src[:-1]), translation=" ".join(tgt[:-1]), src_tokens=src, tgt_tokens=tgt,
-                       tgt_input_tokens=["<bos>"] + tgt[:-1], beam=1, finished=True,
-                       model_type="bahdanau" if bahdanau else "transformer",
-                       maps={"encoder_self": w(n_self, ls, ls), "decoder_self": w(n_self, lt, lt),
-                             "cross": w(layers, lt, ls)})
+    return Explanation(
+        text=" ".join(src[:-1]),
+        translation=" ".join(tgt[:-1]),
+        src_tokens=src,
+        tgt_tokens=tgt,
+        tgt_input_tokens=["<bos>"] + tgt[:-1],
+        beam=1,
+        finished=True,
+        model_type="bahdanau" if bahdanau else "transformer",
+        maps={"encoder_self": w(n_self, ls, ls), "decoder_self": w(n_self, lt, lt), "cross": w(layers, lt, ls)},
+    )
 
 
 def test_views_embed_weights_and_drawing_code_without_network(tmp_path):
@@ -65,9 +71,16 @@ def driver(tmp_path_factory):
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--window-size=1000,800",
-                 f"--user-data-dir={tmp_path_factory.mktemp('profile')}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--window-size=1000,800",
+        f"--user-data-dir={tmp_path_factory.mktemp('profile')}",
+    ):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     d = webdriver.Chrome(service=Service(str(DRIVER)), options=opts)
@@ -82,8 +95,9 @@ def test_model_view_draws_every_layer_and_head(driver, tmp_path):
 
     path = model_view(fake_explanation(layers=3, heads=4)).save_html(tmp_path / "model.html")
     driver.get(path.as_uri())
-    sizes = ("return [...document.querySelectorAll('canvas.attn-canvas')]"
-             ".map(c => c.dataset.rows + 'x' + c.dataset.cols)")
+    sizes = (
+        "return [...document.querySelectorAll('canvas.attn-canvas')].map(c => c.dataset.rows + 'x' + c.dataset.cols)"
+    )
     assert driver.execute_script(sizes) == ["6x5"] * 12  # 3 layers x 4 heads of cross-attention
     # A drawn canvas, not a blank one: the pixel of the strongest weight is dark blue.
     dark = """const c = document.querySelector('canvas.attn-canvas'), x = c.getContext('2d');

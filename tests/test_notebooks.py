@@ -13,8 +13,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-SECTIONS = ["attention_cues", "nadaraya_watson", "scoring_functions", "bahdanau", "multihead_attention",
-            "self_attention_positional_encoding", "transformer"]
+SECTIONS = [
+    "attention_cues",
+    "nadaraya_watson",
+    "scoring_functions",
+    "bahdanau",
+    "multihead_attention",
+    "self_attention_positional_encoding",
+    "transformer",
+]
 
 
 def test_one_notebook_per_section_of_the_chapter():
@@ -22,8 +29,13 @@ def test_one_notebook_per_section_of_the_chapter():
 
 
 def test_notebooks_match_their_sources_and_hold_no_outputs():
-    res = subprocess.run([sys.executable, str(ROOT / "notebooks" / "build.py"), "--check"],
-                         capture_output=True, text=True, timeout=60, check=False)
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "notebooks" / "build.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     for path in NOTEBOOKS:
         nb = json.loads(path.read_text(encoding="utf-8"))
@@ -52,13 +64,20 @@ def test_every_notebook_runs(tmp_path, monkeypatch):
             combined.cells.append(cell)
             owner.append(path.name)
     # Bounded: a cell that hangs fails the test instead of the CI job; an error stops at its cell.
-    client = NotebookClient(combined, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(
+        combined, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     try:
         client.execute()
     except CellExecutionError as exc:  # say which notebook failed
-        failed = next((owner[i] for i, c in enumerate(combined.cells)
-                       if any(o.get("output_type") == "error" for o in c.get("outputs", []))), "?")
+        failed = next(
+            (
+                owner[i]
+                for i, c in enumerate(combined.cells)
+                if any(o.get("output_type") == "error" for o in c.get("outputs", []))
+            ),
+            "?",
+        )
         pytest.fail(f"{failed} failed under ATTNLAB_SMALL=1:\n{exc}")
     ran = sum(1 for c in combined.cells if c.cell_type == "code" and c.get("execution_count"))
     assert ran == sum(1 for c in combined.cells if c.cell_type == "code")

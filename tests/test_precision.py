@@ -18,8 +18,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def tiny_transformer(seed: int = 0, **over) -> Transformer:
     torch.manual_seed(seed)
-    cfg = dict(src_vocab_size=20, tgt_vocab_size=20, num_hiddens=32, num_heads=2, num_layers=1,
-               ffn_num_hiddens=64, dropout=0.0)
+    cfg = dict(
+        src_vocab_size=20, tgt_vocab_size=20, num_hiddens=32, num_heads=2, num_layers=1, ffn_num_hiddens=64, dropout=0.0
+    )
     return Transformer(TransformerConfig(**{**cfg, **over})).eval()
 
 
@@ -36,8 +37,10 @@ def test_cpu_features_reads_proc_cpuinfo_flags():
         assert feats == set(line.split(":", 1)[1].lower().split())
 
 
-@pytest.mark.parametrize("flags, picked", [({"avx2"}, "fp32"), ({"avx2", "avx512_bf16"}, "bf16"),
-                                           ({"amx_bf16", "amx_tile"}, "bf16"), (set(), "fp32")])
+@pytest.mark.parametrize(
+    "flags, picked",
+    [({"avx2"}, "fp32"), ({"avx2", "avx512_bf16"}, "bf16"), ({"amx_bf16", "amx_tile"}, "bf16"), (set(), "fp32")],
+)
 def test_auto_picks_bf16_only_with_native_support(monkeypatch, flags, picked):
     monkeypatch.setattr(prec, "cpu_features", lambda: flags)
     choice = prec.resolve_precision("auto", "cpu", training=True)
@@ -109,8 +112,17 @@ def test_int8_with_a_custom_keep_list_and_tied_embeddings():
 
 
 def test_int8_refuses_unsupported_models_and_devices():
-    bahdanau = build_model("bahdanau", {"src_vocab_size": 20, "tgt_vocab_size": 20, "embed_size": 8,
-                                        "num_hiddens": 8, "num_layers": 1, "dropout": 0.0})
+    bahdanau = build_model(
+        "bahdanau",
+        {
+            "src_vocab_size": 20,
+            "tgt_vocab_size": 20,
+            "embed_size": 8,
+            "num_hiddens": 8,
+            "num_layers": 1,
+            "dropout": 0.0,
+        },
+    )
     with pytest.raises(ValueError, match=r"Transformer only.*bahdanau"):
         prec.prepare_for_inference(bahdanau, "int8")
     with pytest.raises(ValueError, match="CPU only"):

@@ -99,9 +99,27 @@ def test_same_seed_same_losses(tmp_path):
 
 
 def _train_args(out, *extra):
-    return ["train", "--model", "transformer", "--preset", "tiny", "--out", str(out), "--data", DATA,
-            "--seed", "7", "--max-steps", "8", "--checkpoint-every", "3", "--set", "model.dropout=0.1",
-            "--no-progress", *extra]
+    return [
+        "train",
+        "--model",
+        "transformer",
+        "--preset",
+        "tiny",
+        "--out",
+        str(out),
+        "--data",
+        DATA,
+        "--seed",
+        "7",
+        "--max-steps",
+        "8",
+        "--checkpoint-every",
+        "3",
+        "--set",
+        "model.dropout=0.1",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def _weights(path):
@@ -117,8 +135,12 @@ def test_killed_and_resumed_run_ends_with_identical_weights(tmp_path, capsys):
     # Dropout on, so the restored torch RNG state matters too.
     assert main(_train_args(tmp_path / "full")) == 0
     # Only the run to be killed needs its own process (one torch thread, like this one).
-    killed = subprocess.run([sys.executable, "-m", "attnlab", *_train_args(tmp_path / "killed")],
-                            env={**SUBPROCESS_ENV, "ATTNLAB_TEST_KILL_AT_STEP": "5"}, capture_output=True, text=True)
+    killed = subprocess.run(
+        [sys.executable, "-m", "attnlab", *_train_args(tmp_path / "killed")],
+        env={**SUBPROCESS_ENV, "ATTNLAB_TEST_KILL_AT_STEP": "5"},
+        capture_output=True,
+        text=True,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (tmp_path / "killed" / "model.safetensors").exists()
     steps = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
@@ -145,8 +167,17 @@ def test_killed_and_resumed_run_ends_with_identical_weights(tmp_path, capsys):
 def test_early_stopping_and_keep_best(tmp_path):
     from attnlab.checkpoint import list_checkpoints, read_json
 
-    result = tiny_run(tmp_path / "run", max_steps=40, eval_every=2, checkpoint_every=2, patience=2,
-                      keep_last=1, keep_best=2, lr=0.0, warmup_steps=1)  # lr 0: BLEU never improves
+    result = tiny_run(
+        tmp_path / "run",
+        max_steps=40,
+        eval_every=2,
+        checkpoint_every=2,
+        patience=2,
+        keep_last=1,
+        keep_best=2,
+        lr=0.0,
+        warmup_steps=1,
+    )  # lr 0: BLEU never improves
     assert result.stop_reason == "early_stopping"
     assert result.step == 6  # evals at 2 (best), 4, 6 -> two without improvement
     kept = list_checkpoints(tmp_path / "run")
@@ -176,8 +207,14 @@ def test_d2l_transformer_preset_translates_the_books_four_sentences(tmp_path):
 
     preset = get_preset("transformer", "d2l")
     start = time.perf_counter()
-    train_run("transformer", preset["model"], TrainConfig.from_dict(preset["train"]),
-              {**preset["data"], "path": DATA}, tmp_path / "d2l", progress=False)
+    train_run(
+        "transformer",
+        preset["model"],
+        TrainConfig.from_dict(preset["train"]),
+        {**preset["data"], "path": DATA},
+        tmp_path / "d2l",
+        progress=False,
+    )
     seconds = time.perf_counter() - start
     scores = book_bleu(load_translator(tmp_path / "d2l"))
     print(f"d2l transformer preset: {seconds:.1f} s; " + "; ".join(f"{s} => {o} ({b:.3f})" for s, o, b in scores))
@@ -191,21 +228,39 @@ def test_ddp_two_processes_equal_one_process_over_the_combined_batches(tmp_path)
     steps see the batches 3 single-process steps with --grad-accum 2 see; the weights must agree."""
     from attnlab.cli import main
 
-    common = ["--model", "transformer", "--preset", "tiny", "--data", DATA, "--seed", "5", "--max-steps", "3",
-              "--batch-tokens", "128",  # ~10 batches: 3 steps stay within epoch 0 on both sides
-              "--no-progress"]
+    common = [
+        "--model",
+        "transformer",
+        "--preset",
+        "tiny",
+        "--data",
+        DATA,
+        "--seed",
+        "5",
+        "--max-steps",
+        "3",
+        "--batch-tokens",
+        "128",  # ~10 batches: 3 steps stay within epoch 0 on both sides
+        "--no-progress",
+    ]
     assert main(["train", *common, "--grad-accum", "2", "--out", str(tmp_path / "single")]) == 0
-    ddp = subprocess.run([sys.executable, "-m", "attnlab", "train", *common, "--nproc", "2",
-                          "--out", str(tmp_path / "ddp")], env=SUBPROCESS_ENV, capture_output=True, text=True)
+    ddp = subprocess.run(
+        [sys.executable, "-m", "attnlab", "train", *common, "--nproc", "2", "--out", str(tmp_path / "ddp")],
+        env=SUBPROCESS_ENV,
+        capture_output=True,
+        text=True,
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     assert ddp.stdout.count("final training loss") == 1  # only rank 0 reports
     a, b = _weights(tmp_path / "single" / "model.safetensors"), _weights(tmp_path / "ddp" / "model.safetensors")
     for k in a:
         torch.testing.assert_close(b[k], a[k], atol=1e-5, rtol=0, msg=k)
+
     # Same batches at every step: the logged per-step losses agree too.
     def losses(run):
         lines = (tmp_path / run / "log.jsonl").read_text().splitlines()
         return [e["loss"] for e in map(json.loads, lines) if e["event"] == "train"]
+
     assert len(losses("ddp")) == 3
     assert losses("ddp") == pytest.approx(losses("single"), abs=1e-6)
 
@@ -240,9 +295,9 @@ def test_ranks_get_their_own_reproducible_dropout_streams():
         Trainer._reseed_rank(SimpleNamespace(world_size=world_size, rank=rank, step=step, cfg=SimpleNamespace(seed=3)))
         return torch.rand(4)
 
-    assert torch.equal(draw(1, 10), draw(1, 10))       # a resumed rank continues its own stream
-    assert not torch.equal(draw(0, 10), draw(1, 10))   # ranks differ (their dropout masks must)
-    assert not torch.equal(draw(1, 10), draw(1, 20))   # and move on at each checkpoint
+    assert torch.equal(draw(1, 10), draw(1, 10))  # a resumed rank continues its own stream
+    assert not torch.equal(draw(0, 10), draw(1, 10))  # ranks differ (their dropout masks must)
+    assert not torch.equal(draw(1, 10), draw(1, 20))  # and move on at each checkpoint
     torch.manual_seed(5)
     expected = torch.rand(4)
     torch.manual_seed(5)

@@ -24,13 +24,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tiny(out, *extra):
-    return ["train", "--preset", "tiny", "--out", str(out), "--data", DATA or "missing.zip", "--no-progress",
-            *extra]
+    return ["train", "--preset", "tiny", "--out", str(out), "--data", DATA or "missing.zip", "--no-progress", *extra]
 
 
 def _strict_json(line: str):
     def bad(const):
         raise ValueError(f"bare {const} in log.jsonl")
+
     return json.loads(line, parse_constant=bad)
 
 
@@ -78,8 +78,11 @@ def test_bad_train_flags_are_one_line_and_write_nothing(tmp_path, capsys, flags,
 def test_out_that_is_a_file_or_under_a_file_or_unwritable(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("keep me")
-    for out, message in ((f, "is a file"), (f / "sub", "which is a file"),
-                         ("/proc/attnlab-cannot-write-here", "cannot write in /proc")):
+    for out, message in (
+        (f, "is a file"),
+        (f / "sub", "which is a file"),
+        ("/proc/attnlab-cannot-write-here", "cannot write in /proc"),
+    ):
         assert main(_tiny(out)) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1
@@ -105,8 +108,10 @@ def test_bahdanau_without_preset_uses_its_default(tmp_path, capsys):
 
     assert get_preset("bahdanau") == get_preset("bahdanau", DEFAULT_PRESET["bahdanau"])
     out = tmp_path / "b"
-    assert main(["train", "--model", "bahdanau", "--out", str(out), "--data", DATA, "--max-steps", "1",
-                 "--no-progress"]) == 0
+    assert (
+        main(["train", "--model", "bahdanau", "--out", str(out), "--data", DATA, "--max-steps", "1", "--no-progress"])
+        == 0
+    )
     assert json.loads((out / "config.json").read_text())["model_type"] == "bahdanau"
 
 
@@ -133,9 +138,19 @@ def test_weight_decay_only_on_matrices_not_biases_norms_or_positions():
     from attnlab.models import build_model
     from attnlab.train import TrainConfig, build_optimizer
 
-    model = build_model("transformer", {"src_vocab_size": 11, "tgt_vocab_size": 13, "num_hiddens": 8,
-                                        "num_heads": 2, "num_layers": 1, "ffn_num_hiddens": 16,
-                                        "learned_positions": True, "max_len": 16})
+    model = build_model(
+        "transformer",
+        {
+            "src_vocab_size": 11,
+            "tgt_vocab_size": 13,
+            "num_hiddens": 8,
+            "num_heads": 2,
+            "num_layers": 1,
+            "ffn_num_hiddens": 16,
+            "learned_positions": True,
+            "max_len": 16,
+        },
+    )
     opt = build_optimizer(model, TrainConfig(optimizer="adamw", weight_decay=0.1, device="cpu"))
     decay = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
     names = {id(p): n for n, p in model.named_parameters()}
@@ -143,9 +158,9 @@ def test_weight_decay_only_on_matrices_not_biases_norms_or_positions():
     assert positions and not positions & decay
     for p in model.parameters():
         if p.dim() < 2:
-            assert id(p) not in decay, names[id(p)]    # biases, LayerNorm gains
+            assert id(p) not in decay, names[id(p)]  # biases, LayerNorm gains
         elif id(p) not in positions:
-            assert id(p) in decay, names[id(p)]        # projections, token embeddings, output layer
+            assert id(p) in decay, names[id(p)]  # projections, token embeddings, output layer
     assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
 
 
@@ -178,8 +193,13 @@ def test_diverging_run_stops_non_zero_and_never_saves_non_finite_weights(tmp_pat
 def test_interrupted_run_saves_a_checkpoint_and_resumes(tmp_path, signum):
     out = tmp_path / "sig"
     # The tiny preset checkpoints only at the end (checkpoint_every=0): before, Ctrl-C saved nothing.
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab", *_tiny(out, "--epochs", "100000")],
-                            env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnlab", *_tiny(out, "--epochs", "100000")],
+        env=SUBPROCESS_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log = out / "log.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -207,7 +227,7 @@ def test_resume_skips_a_damaged_newest_checkpoint(tmp_path, capsys, victim):
     newest = ckpt.list_checkpoints(out)[-1]
     path = newest / victim
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a copy cut short
-    leftover = out / "checkpoints" / ".step_0000009.abc123"          # a save killed half-way
+    leftover = out / "checkpoints" / ".step_0000009.abc123"  # a save killed half-way
     leftover.mkdir()
     capsys.readouterr()
     assert main(["train", "--resume", str(out), "--max-steps", "5", "--no-progress"]) == 0
@@ -255,8 +275,9 @@ def test_stop_policy_owns_every_reason():
     from attnlab.train import TrainConfig
 
     now = [0.0]
-    policy = StopPolicy(TrainConfig(max_steps=10, epochs=3, time_budget=5.0, patience=2, device="cpu"),
-                        clock=lambda: now[0])
+    policy = StopPolicy(
+        TrainConfig(max_steps=10, epochs=3, time_budget=5.0, patience=2, device="cpu"), clock=lambda: now[0]
+    )
     assert policy.after_step(1, 0) is None
     assert policy.after_step(10, 0) == "max_steps"
     assert policy.after_epoch(4, 3) == "epochs"

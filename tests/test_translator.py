@@ -25,8 +25,18 @@ FR = [["je", "suis", "chez", "moi", "."], ["va", "!"], ["il", "est", "calme", ".
 def tiny(learned_positions=False, max_len=64, **kw):
     src, tgt = Vocab(EN, min_freq=1), Vocab(FR, min_freq=1)
     torch.manual_seed(0)
-    cfg = TransformerConfig(len(src), len(tgt), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=16,
-                            dropout=0.0, max_len=max_len, learned_positions=learned_positions, **kw)
+    cfg = TransformerConfig(
+        len(src),
+        len(tgt),
+        num_hiddens=8,
+        num_heads=2,
+        num_layers=1,
+        ffn_num_hiddens=16,
+        dropout=0.0,
+        max_len=max_len,
+        learned_positions=learned_positions,
+        **kw,
+    )
     return Transformer(cfg), src, tgt
 
 

@@ -15,8 +15,7 @@ def _images(fig):
 
 def test_show_heatmaps_grid_and_shared_colorbar():
     m = torch.rand(2, 3, 4, 5)
-    fig = show_heatmaps(m, "keys", "queries", titles=["h1", "h2", "h3"],
-                        row_labels=["layer 1", "layer 2"])
+    fig = show_heatmaps(m, "keys", "queries", titles=["h1", "h2", "h3"], row_labels=["layer 1", "layer 2"])
     assert isinstance(fig, Figure)
     images = _images(fig)
     assert len(images) == 6  # rows * cols image axes
@@ -38,8 +37,9 @@ def test_masked_cells_are_nan_not_zero():
 
 
 def test_token_labels_and_numpy_input():
-    fig = show_heatmaps(np.eye(3)[None, None], "keys", "queries",
-                        xticklabels=["a", "b", "c"], yticklabels=["x", "y", "z"])
+    fig = show_heatmaps(
+        np.eye(3)[None, None], "keys", "queries", xticklabels=["a", "b", "c"], yticklabels=["x", "y", "z"]
+    )
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "c"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "y", "z"]

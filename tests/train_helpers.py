@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 DATA = os.environ.get("ATTNLAB_DATA")
-needs_data = pytest.mark.skipif(not DATA or not Path(DATA).is_file(),
-                                reason="set ATTNLAB_DATA to the fra-eng.zip corpus to run training tests")
+needs_data = pytest.mark.skipif(
+    not DATA or not Path(DATA).is_file(), reason="set ATTNLAB_DATA to the fra-eng.zip corpus to run training tests"
+)
 
 
 # Subprocesses (`python -m attnlab train ...`) get the same through the environment.
@@ -23,5 +24,4 @@ def tiny_run(run_dir, model_type: str = "transformer", progress: bool = False, *
 
     preset = get_preset(model_type, "tiny")
     cfg = TrainConfig.from_dict({**preset["train"], "max_steps": 4, **train_overrides})
-    return train_run(model_type, preset["model"], cfg, {**preset["data"], "path": DATA}, run_dir,
-                     progress=progress)
+    return train_run(model_type, preset["model"], cfg, {**preset["data"], "path": DATA}, run_dir, progress=progress)

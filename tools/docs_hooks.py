@@ -40,15 +40,17 @@ LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 def _fix_links(text: str) -> str:
     """docs/x.png -> x.png; BENCHMARKS.md -> benchmarks.md; other relative links -> plain text."""
+
     def sub(m: re.Match) -> str:
         bang, label, target = m.groups()
         if re.match(r"[a-z]+://|#|mailto:", target):
             return m.group(0)
         if target.startswith("docs/"):
-            return f"{bang}[{label}]({target[len('docs/'):]})"
+            return f"{bang}[{label}]({target[len('docs/') :]})"
         if target == "BENCHMARKS.md":
             return f"[{label}](benchmarks.md)"
         return label if not bang else f"`{target}`"
+
     return LINK.sub(sub, text)
 
 
@@ -74,9 +76,19 @@ def cli_page() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal width; fix it so builds are stable
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    out = ["# Command-line reference", "",
-           ("Generated from the argument parser: this is what `attnlab COMMAND --help` prints. Every user error "
-            "is one line on stderr and exit status 2."), "", "```text", parser.format_help().rstrip(), "```", ""]
+    out = [
+        "# Command-line reference",
+        "",
+        (
+            "Generated from the argument parser: this is what `attnlab COMMAND --help` prints. Every user error "
+            "is one line on stderr and exit status 2."
+        ),
+        "",
+        "```text",
+        parser.format_help().rstrip(),
+        "```",
+        "",
+    ]
     for name, sp in sub.choices.items():
         out += [f"## attnlab {name}", "", "```text", sp.format_help().rstrip(), "```", ""]
     return "\n".join(out)

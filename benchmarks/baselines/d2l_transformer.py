@@ -30,7 +30,8 @@ class PositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.P = torch.zeros((1, max_len, num_hiddens))
         X = torch.arange(max_len, dtype=torch.float32).reshape(-1, 1) / torch.pow(
-            10000, torch.arange(0, num_hiddens, 2, dtype=torch.float32) / num_hiddens)
+            10000, torch.arange(0, num_hiddens, 2, dtype=torch.float32) / num_hiddens
+        )
         self.P[:, :, 0::2] = torch.sin(X)
         self.P[:, :, 1::2] = torch.cos(X)
 
@@ -81,8 +82,9 @@ class TransformerEncoder(nn.Module):
         self.pos_encoding = PositionalEncoding(num_hiddens, dropout)
         self.blks = nn.Sequential()
         for i in range(num_blks):
-            self.blks.add_module("block" + str(i), TransformerEncoderBlock(
-                num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias))
+            self.blks.add_module(
+                "block" + str(i), TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias)
+            )
 
     def forward(self, X, valid_lens):
         # Embedding values are multiplied by sqrt(D) before the positional encoding is added (the book).
@@ -134,8 +136,9 @@ class TransformerDecoder(nn.Module):
         self.pos_encoding = PositionalEncoding(num_hiddens, dropout)
         self.blks = nn.Sequential()
         for i in range(num_blks):
-            self.blks.add_module("block" + str(i), TransformerDecoderBlock(
-                num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias))
+            self.blks.add_module(
+                "block" + str(i), TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias)
+            )
         self.dense = nn.Linear(num_hiddens, vocab_size)
 
     def init_state(self, enc_outputs, enc_valid_lens):
@@ -151,8 +154,9 @@ class TransformerDecoder(nn.Module):
 class Transformer(nn.Module):
     """The book's EncoderDecoder around its Transformer encoder and decoder (teacher forcing)."""
 
-    def __init__(self, src_vocab_size, tgt_vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks,
-                 dropout, use_bias=False):
+    def __init__(
+        self, src_vocab_size, tgt_vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, use_bias=False
+    ):
         super().__init__()
         args = (num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, use_bias)
         self.encoder = TransformerEncoder(src_vocab_size, *args)
@@ -167,11 +171,20 @@ class Transformer(nn.Module):
 def from_attnlab_config(config, dropout=None):
     """The book's model with the shapes of an `attnlab.models.TransformerConfig` (post-norm only)."""
     if config.norm_first or config.share_embeddings or config.window is not None or config.learned_positions:
-        raise ValueError("the book's Transformer is post-norm with separate embeddings, full attention and "
-                         "sinusoidal positions; got a config that asks for something else")
-    return Transformer(config.src_vocab_size, config.tgt_vocab_size, config.num_hiddens, config.ffn_num_hiddens,
-                       config.num_heads, config.num_layers, config.dropout if dropout is None else dropout,
-                       use_bias=config.bias)
+        raise ValueError(
+            "the book's Transformer is post-norm with separate embeddings, full attention and "
+            "sinusoidal positions; got a config that asks for something else"
+        )
+    return Transformer(
+        config.src_vocab_size,
+        config.tgt_vocab_size,
+        config.num_hiddens,
+        config.ffn_num_hiddens,
+        config.num_heads,
+        config.num_layers,
+        config.dropout if dropout is None else dropout,
+        use_bias=config.bias,
+    )
 
 
 def load_attnlab_weights(book: Transformer, ours: nn.Module) -> None:

@@ -26,10 +26,21 @@ from attnlab import viz
 from attnlab.report import Section
 
 __all__ = [
-    "ChapterResult", "kernel_regression", "positional_encoding", "rotation_matrix",
-    "sinusoid_reference", "scaling", "scaling_stats", "softmax_jacobian_norm",
-    "attention_param_table", "ffn_param_table", "transformer_param_table", "complexity_table",
-    "params", "TRANSFORMER_SETTINGS", "count_parameters",
+    "ChapterResult",
+    "kernel_regression",
+    "positional_encoding",
+    "rotation_matrix",
+    "sinusoid_reference",
+    "scaling",
+    "scaling_stats",
+    "softmax_jacobian_norm",
+    "attention_param_table",
+    "ffn_param_table",
+    "transformer_param_table",
+    "complexity_table",
+    "params",
+    "TRANSFORMER_SETTINGS",
+    "count_parameters",
 ]
 
 
@@ -46,8 +57,7 @@ class ChapterResult:
 
     def save(self, out_dir: str | os.PathLike, formats: Sequence[str] = ("png", "svg")) -> Section:
         """Save every figure as out_dir/<name>.<fmt>; return a report Section linking the first format."""
-        paths = [viz.save_figure(fig, Path(out_dir) / name, formats)[0]
-                 for name, fig in self.figures.items()]
+        paths = [viz.save_figure(fig, Path(out_dir) / name, formats)[0] for name, fig in self.figures.items()]
         return Section(self.title, self.paragraph, figures=paths, tables=self.tables, pre=self.pre)
 
 
@@ -56,9 +66,14 @@ def _mse(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # --------------------------------------------------------------------------- kernel regression
-def kernel_regression(seed: int = 0, bandwidth: float = 1.0, epochs: int = 5, lr: float = 0.5,
-                      n_train: int = 50,
-                      kernels: Sequence[str] = ("gaussian", "boxcar", "epanechnikov")) -> ChapterResult:
+def kernel_regression(
+    seed: int = 0,
+    bandwidth: float = 1.0,
+    epochs: int = 5,
+    lr: float = 0.5,
+    n_train: int = 50,
+    kernels: Sequence[str] = ("gaussian", "boxcar", "epanechnikov"),
+) -> ChapterResult:
     """Nadaraya–Watson on the book's data: test MSE against the noise-free truth for every method.
 
     The learned model's initial width is drawn from U(0, 1) as in the book, but with a private
@@ -87,38 +102,44 @@ def kernel_regression(seed: int = 0, bandwidth: float = 1.0, epochs: int = 5, lr
 
     figs = {
         "predictions": viz.plot_kernel_regression(
-            x_test, y_truth, preds, x_train, y_train, title=f"nonparametric, bandwidth {bandwidth:g}"),
+            x_test, y_truth, preds, x_train, y_train, title=f"nonparametric, bandwidth {bandwidth:g}"
+        ),
         "predictions_learned": viz.plot_kernel_regression(
-            x_test, y_truth, {f"learned (w={w:.3g})": learned}, x_train, y_train,
-            title="parametric (learned width)"),
+            x_test, y_truth, {f"learned (w={w:.3g})": learned}, x_train, y_train, title="parametric (learned width)"
+        ),
         "attention_nonparametric": viz.show_heatmaps(
-            torch.stack(weights)[None], xlabel="sorted training inputs",
-            ylabel="sorted test inputs", titles=list(kernels)),
+            torch.stack(weights)[None],
+            xlabel="sorted training inputs",
+            ylabel="sorted test inputs",
+            titles=list(kernels),
+        ),
         "attention_parametric": viz.show_heatmaps(
-            learned_w[None, None], xlabel="sorted training inputs", ylabel="sorted test inputs",
-            titles=[f"learned w={w:.3g}"]),
+            learned_w[None, None],
+            xlabel="sorted training inputs",
+            ylabel="sorted test inputs",
+            titles=[f"learned w={w:.3g}"],
+        ),
     }
     if losses:
-        figs["loss"] = viz.plot_loss_curve(losses, ylabel="leave-one-out MSE",
-                                           title="training the kernel width")
+        figs["loss"] = viz.plot_loss_curve(losses, ylabel="leave-one-out MSE", title="training the kernel width")
     best = min(rows[1:-1], key=lambda r: r[3]) if len(rows) > 2 else None
     paragraph = (
         f"Attention pooling as kernel regression: each test input (query) averages the noisy "
         f"training targets (values), weighted by a kernel of its distance to the training inputs "
         f"(keys). Average pooling ignores the query and scores test MSE {rows[0][3]:.3f} against "
         f"the noise-free function"
-        + (f"; the best fixed kernel at bandwidth {bandwidth:g} ({best[1]}) scores {best[3]:.3f}"
-           if best else "")
+        + (f"; the best fixed kernel at bandwidth {bandwidth:g} ({best[1]}) scores {best[3]:.3f}" if best else "")
         + f". Learning the Gaussian's width by {epochs} epochs of SGD on leave-one-out error gives "
         f"w = {w:.3g} (bandwidth {1 / abs(w) if w else float('inf'):.3g}) and test MSE "
         f"{learned_mse:.3f}; the heatmaps show how a narrower kernel concentrates each query's "
         f"attention on nearby keys."
     )
     return ChapterResult(
-        "Nadaraya–Watson kernel regression", paragraph,
-        tables=[(["method", "kernel", "bandwidth", "test MSE"], rows)], figures=figs,
-        data={"mse": {r[1] if r[0] == "nonparametric" else r[0]: r[3] for r in rows},
-              "losses": losses, "w": w},
+        "Nadaraya–Watson kernel regression",
+        paragraph,
+        tables=[(["method", "kernel", "bandwidth", "test MSE"], rows)],
+        figures=figs,
+        data={"mse": {r[1] if r[0] == "nonparametric" else r[0]: r[3] for r in rows}, "losses": losses, "w": w},
     )
 
 
@@ -170,8 +191,9 @@ def positional_encoding(num_hiddens: int = 32, num_steps: int = 60) -> ChapterRe
     P64 = P.double()
     formula_err = float((P64 - sinusoid_reference(num_steps, num_hiddens)).abs().max())
     # Every shift k and every position pos with pos + k < L: compare PE(pos+k) with M_k PE(pos).
-    rot_err = max(float((P64[k:] - P64[:-k] @ rotation_matrix(k, num_hiddens).T).abs().max())
-                  for k in range(1, num_steps))
+    rot_err = max(
+        float((P64[k:] - P64[:-k] @ rotation_matrix(k, num_hiddens).T).abs().max()) for k in range(1, num_steps)
+    )
 
     columns = list(range(6, 10)) if num_hiddens >= 10 else list(range(min(4, num_hiddens)))
     # Binary analogy: bit b flips every 2^b numbers, like sin columns of falling frequency.
@@ -189,12 +211,13 @@ def positional_encoding(num_hiddens: int = 32, num_steps: int = 60) -> ChapterRe
         f"{rot_err:.1e}, which is why attention can learn to use relative positions."
     )
     return ChapterResult(
-        "Positional encoding", paragraph,
-        tables=[(["pos", "binary"] + [f"col {c}" for c in cols], table_rows),
-                (["check", "max abs error"],
-                 [["PE == formula", formula_err], ["PE(pos+k) == M_k PE(pos)", rot_err]])],
-        figures={"pe_columns": viz.plot_positional_encoding(P, columns),
-                 "pe_heatmap": viz.plot_positional_heatmap(P)},
+        "Positional encoding",
+        paragraph,
+        tables=[
+            (["pos", "binary"] + [f"col {c}" for c in cols], table_rows),
+            (["check", "max abs error"], [["PE == formula", formula_err], ["PE(pos+k) == M_k PE(pos)", rot_err]]),
+        ],
+        figures={"pe_columns": viz.plot_positional_encoding(P, columns), "pe_heatmap": viz.plot_positional_heatmap(P)},
         pre=pre,
         data={"P": P, "formula_max_error": formula_err, "rotation_max_error": rot_err},
     )
@@ -210,8 +233,13 @@ def softmax_jacobian_norm(p: torch.Tensor) -> torch.Tensor:
     return (s2 - 2 * (p**3).sum(-1) + s2**2).clamp_min(0).sqrt()
 
 
-def scaling_stats(dims: Sequence[int] = (8, 32, 64, 128, 512), samples: int = 1000,
-                  num_keys: int = 64, seed: int = 0, chunk: int = 256) -> dict[str, list[float]]:
+def scaling_stats(
+    dims: Sequence[int] = (8, 32, 64, 128, 512),
+    samples: int = 1000,
+    num_keys: int = 64,
+    seed: int = 0,
+    chunk: int = 256,
+) -> dict[str, list[float]]:
     """Monte-Carlo statistics of q.k for q, k ~ N(0, I_{d_k}), unscaled vs divided by sqrt(d_k).
 
     For each d_k: `samples` queries, each against `num_keys` keys. Returns lists (one per d_k):
@@ -219,11 +247,14 @@ def scaling_stats(dims: Sequence[int] = (8, 32, 64, 128, 512), samples: int = 10
     jac_unscaled, jac_scaled (mean Frobenius norm of the softmax Jacobian).
     """
     if samples < 1 or num_keys < 2 or any(d < 1 for d in dims):
-        raise ValueError(f"need samples >= 1, num_keys >= 2 and positive dims; got samples={samples},"
-                         f" num_keys={num_keys}, dims={list(dims)}")
+        raise ValueError(
+            f"need samples >= 1, num_keys >= 2 and positive dims; got samples={samples},"
+            f" num_keys={num_keys}, dims={list(dims)}"
+        )
     g = torch.Generator().manual_seed(seed)
-    out: dict[str, list[float]] = {k: [] for k in (
-        "var_unscaled", "var_scaled", "maxw_unscaled", "maxw_scaled", "jac_unscaled", "jac_scaled")}
+    out: dict[str, list[float]] = {
+        k: [] for k in ("var_unscaled", "var_scaled", "maxw_unscaled", "maxw_scaled", "jac_unscaled", "jac_scaled")
+    }
     for d in dims:
         scores, maxw, jac = [], {True: 0.0, False: 0.0}, {True: 0.0, False: 0.0}
         for start in range(0, samples, chunk):  # chunks bound memory at d_k = 512
@@ -245,15 +276,24 @@ def scaling_stats(dims: Sequence[int] = (8, 32, 64, 128, 512), samples: int = 10
     return out
 
 
-def scaling(dims: Sequence[int] = (8, 32, 64, 128, 512), samples: int = 1000, num_keys: int = 64,
-            seed: int = 0) -> ChapterResult:
+def scaling(
+    dims: Sequence[int] = (8, 32, 64, 128, 512), samples: int = 1000, num_keys: int = 64, seed: int = 0
+) -> ChapterResult:
     """Table, figure and explanation of the 1/sqrt(d_k) in scaled dot-product attention."""
     st = scaling_stats(dims, samples, num_keys, seed)
-    rows = [[d, st["var_unscaled"][i], st["var_scaled"][i], st["maxw_unscaled"][i],
-             st["maxw_scaled"][i], st["jac_unscaled"][i], st["jac_scaled"][i]]
-            for i, d in enumerate(dims)]
-    headers = ["d_k", "Var(q.k)", "Var(q.k/sqrt d_k)", "max weight", "max weight (scaled)",
-               "|J|_F", "|J|_F (scaled)"]
+    rows = [
+        [
+            d,
+            st["var_unscaled"][i],
+            st["var_scaled"][i],
+            st["maxw_unscaled"][i],
+            st["maxw_scaled"][i],
+            st["jac_unscaled"][i],
+            st["jac_scaled"][i],
+        ]
+        for i, d in enumerate(dims)
+    ]
+    headers = ["d_k", "Var(q.k)", "Var(q.k/sqrt d_k)", "max weight", "max weight (scaled)", "|J|_F", "|J|_F (scaled)"]
     i = len(dims) - 1
     paragraph = (
         f"With q and k drawn from N(0, 1), q.k is a sum of d_k unit-variance products, so its "
@@ -268,14 +308,22 @@ def scaling(dims: Sequence[int] = (8, 32, 64, 128, 512), samples: int = 1000, nu
         f"{min(st['jac_scaled']):.3f} and {max(st['jac_scaled']):.3f} over all d_k here): the "
         f"softmax stays in its sensitive range and gradients stay alive."
     )
-    fig = viz.plot_scaling(dims, {
-        "variance of scores": {"q.k": st["var_unscaled"], "q.k / sqrt(d_k)": st["var_scaled"]},
-        "mean largest softmax weight": {"unscaled": st["maxw_unscaled"], "scaled": st["maxw_scaled"]},
-        "mean softmax Jacobian norm": {"unscaled": st["jac_unscaled"], "scaled": st["jac_scaled"]},
-    })
+    fig = viz.plot_scaling(
+        dims,
+        {
+            "variance of scores": {"q.k": st["var_unscaled"], "q.k / sqrt(d_k)": st["var_scaled"]},
+            "mean largest softmax weight": {"unscaled": st["maxw_unscaled"], "scaled": st["maxw_scaled"]},
+            "mean softmax Jacobian norm": {"unscaled": st["jac_unscaled"], "scaled": st["jac_scaled"]},
+        },
+    )
     fig.axes[0].set_yscale("log")
-    return ChapterResult("Why scale by 1/sqrt(d_k)", paragraph, tables=[(headers, rows)],
-                         figures={"scaling": fig}, data={"dims": list(dims), **st})
+    return ChapterResult(
+        "Why scale by 1/sqrt(d_k)",
+        paragraph,
+        tables=[(headers, rows)],
+        figures={"scaling": fig},
+        data={"dims": list(dims), **st},
+    )
 
 
 # --------------------------------------------------------------------------- parameters
@@ -319,10 +367,10 @@ class TransformerParams(NamedTuple):
     layers: int
     ffn: int
     vocab: int
-    tied: str        # "yes" / "no": shared source/target embeddings and output projection
+    tied: str  # "yes" / "no": shared source/target embeddings and output projection
     parameters: int
-    approx: str      # e.g. "63.1M"
-    paper: str       # the count the paper reports, for comparison ("-" for untied rows)
+    approx: str  # e.g. "63.1M"
+    paper: str  # the count the paper reports, for comparison ("-" for untied rows)
 
 
 def attention_param_table(num_hiddens: int = 512, num_heads: int = 8):
@@ -334,19 +382,17 @@ def attention_param_table(num_hiddens: int = 512, num_heads: int = 8):
     with torch.device("meta"):  # shapes only: no memory, no init cost
         for h in (1, num_heads):
             n = count_parameters(MultiHeadAttention(num_hiddens, h, bias=False))
-            rows.append(AttentionParams(f"{'single' if h == 1 else 'multi'}-head", h, num_hiddens // h, n,
-                                        4 * num_hiddens**2))
-    return [f"attention (d={num_hiddens}, no bias)", "heads", "head dim", "parameters",
-            "4·d²"], rows
+            rows.append(
+                AttentionParams(f"{'single' if h == 1 else 'multi'}-head", h, num_hiddens // h, n, 4 * num_hiddens**2)
+            )
+    return [f"attention (d={num_hiddens}, no bias)", "heads", "head dim", "parameters", "4·d²"], rows
 
 
 # The paper's Table 3 settings; both share one 37,000-token BPE vocabulary between source, target
 # and the pre-softmax projection. `paper` is the count the paper reports, for comparison only.
 TRANSFORMER_SETTINGS: dict[str, dict[str, Any]] = {
-    "base": dict(num_hiddens=512, num_heads=8, num_layers=6, ffn_num_hiddens=2048,
-                 vocab_size=37000, paper="65M"),
-    "big": dict(num_hiddens=1024, num_heads=16, num_layers=6, ffn_num_hiddens=4096,
-                vocab_size=37000, paper="213M"),
+    "base": dict(num_hiddens=512, num_heads=8, num_layers=6, ffn_num_hiddens=2048, vocab_size=37000, paper="65M"),
+    "big": dict(num_hiddens=1024, num_heads=16, num_layers=6, ffn_num_hiddens=4096, vocab_size=37000, paper="213M"),
 }
 
 
@@ -357,9 +403,19 @@ def ffn_param_table(num_hiddens: int = 512, ffn_num_hiddens: int = 2048):
 
     with torch.device("meta"):
         n = count_parameters(PositionWiseFFN(num_hiddens, ffn_num_hiddens))
-    return (["FFN", "d", "hidden", "expansion", "parameters", "2·d·f + d + f"],
-            [FFNParams("position-wise FFN", num_hiddens, ffn_num_hiddens, ffn_num_hiddens / num_hiddens, n,
-                       2 * num_hiddens * ffn_num_hiddens + num_hiddens + ffn_num_hiddens)])
+    return (
+        ["FFN", "d", "hidden", "expansion", "parameters", "2·d·f + d + f"],
+        [
+            FFNParams(
+                "position-wise FFN",
+                num_hiddens,
+                ffn_num_hiddens,
+                ffn_num_hiddens / num_hiddens,
+                n,
+                2 * num_hiddens * ffn_num_hiddens + num_hiddens + ffn_num_hiddens,
+            )
+        ],
+    )
 
 
 def transformer_param_table(share_embeddings_variants: Sequence[bool] = (True, False)):
@@ -374,17 +430,32 @@ def transformer_param_table(share_embeddings_variants: Sequence[bool] = (True, F
     rows = []
     for share in share_embeddings_variants:
         for name, s in TRANSFORMER_SETTINGS.items():
-            cfg = TransformerConfig(src_vocab_size=s["vocab_size"], tgt_vocab_size=s["vocab_size"],
-                                    num_hiddens=s["num_hiddens"], num_heads=s["num_heads"],
-                                    num_layers=s["num_layers"], ffn_num_hiddens=s["ffn_num_hiddens"],
-                                    share_embeddings=share)
+            cfg = TransformerConfig(
+                src_vocab_size=s["vocab_size"],
+                tgt_vocab_size=s["vocab_size"],
+                num_hiddens=s["num_hiddens"],
+                num_heads=s["num_heads"],
+                num_layers=s["num_layers"],
+                ffn_num_hiddens=s["ffn_num_hiddens"],
+                share_embeddings=share,
+            )
             with torch.device("meta"):
                 n = count_parameters(Transformer(cfg))
-            rows.append(TransformerParams(name, cfg.num_hiddens, cfg.num_heads, cfg.num_layers,
-                                          cfg.ffn_num_hiddens, s["vocab_size"], "yes" if share else "no", n,
-                                          f"{n / 1e6:.1f}M", s["paper"] if share else "-"))
-    return (["Transformer", "d", "heads", "layers", "ffn", "vocab", "tied emb.", "parameters", "≈",
-             "paper"], rows)
+            rows.append(
+                TransformerParams(
+                    name,
+                    cfg.num_hiddens,
+                    cfg.num_heads,
+                    cfg.num_layers,
+                    cfg.ffn_num_hiddens,
+                    s["vocab_size"],
+                    "yes" if share else "no",
+                    n,
+                    f"{n / 1e6:.1f}M",
+                    s["paper"] if share else "-",
+                )
+            )
+    return (["Transformer", "d", "heads", "layers", "ffn", "vocab", "tied emb.", "parameters", "≈", "paper"], rows)
 
 
 def complexity_table():
@@ -393,11 +464,14 @@ def complexity_table():
     n sequence length, d representation size, k convolution kernel size. These are asymptotic
     facts about the layer types, not measurements.
     """
-    return (["layer", "cost per layer", "sequential ops", "max path length"], [
-        ["CNN (kernel k)", "O(k·n·d²)", "O(1)", "O(n/k), O(log_k n) dilated"],
-        ["RNN", "O(n·d²)", "O(n)", "O(n)"],
-        ["self-attention", "O(n²·d)", "O(1)", "O(1)"],
-    ])
+    return (
+        ["layer", "cost per layer", "sequential ops", "max path length"],
+        [
+            ["CNN (kernel k)", "O(k·n·d²)", "O(1)", "O(n/k), O(log_k n) dilated"],
+            ["RNN", "O(n·d²)", "O(n)", "O(n)"],
+            ["self-attention", "O(n²·d)", "O(1)", "O(1)"],
+        ],
+    )
 
 
 def params(num_hiddens: int = 512, num_heads: int = 8, ffn_num_hiddens: int = 2048) -> ChapterResult:
@@ -420,7 +494,9 @@ def params(num_hiddens: int = 512, num_heads: int = 8, ffn_num_hiddens: int = 20
         f"({untied['base'] / 1e6:.1f}M untied). Self-attention connects any two positions in one step "
         f"(path length O(1)) and runs in parallel, at a cost quadratic in sequence length."
     )
-    return ChapterResult("Parameters and complexity", paragraph,
-                         tables=[att, ffn, tr, complexity_table()],
-                         data={"single_head": single, "multi_head": multi,
-                               "transformer": tied, "transformer_untied": untied})
+    return ChapterResult(
+        "Parameters and complexity",
+        paragraph,
+        tables=[att, ffn, tr, complexity_table()],
+        data={"single_head": single, "multi_head": multi, "transformer": tied, "transformer_untied": untied},
+    )

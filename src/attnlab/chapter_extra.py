@@ -34,12 +34,13 @@ def attention_cues(num_queries: int = 10) -> ChapterResult:
         raise ValueError(f"num_queries must be in 1..1000, got {num_queries}")
     weights = torch.eye(num_queries).reshape(1, 1, num_queries, num_queries)  # (rows, cols, Lq, Lk)
     fig = viz.show_heatmaps(weights, xlabel="Keys", ylabel="Queries")
-    paragraph = (f"Attention weights of {num_queries} queries over {num_queries} keys where each query "
-                 "attends only to the key at its own position: the identity matrix. Every row is a "
-                 "probability distribution (it sums to 1); attention pooling with these weights returns "
-                 "each value unchanged. Learned attention replaces these one-hot rows with soft ones.")
-    return ChapterResult("Attention cues", paragraph, figures={"attention_cues": fig},
-                         data={"weights": weights})
+    paragraph = (
+        f"Attention weights of {num_queries} queries over {num_queries} keys where each query "
+        "attends only to the key at its own position: the identity matrix. Every row is a "
+        "probability distribution (it sums to 1); attention pooling with these weights returns "
+        "each value unchanged. Learned attention replaces these one-hot rows with soft ones."
+    )
+    return ChapterResult("Attention cues", paragraph, figures={"attention_cues": fig}, data={"weights": weights})
 
 
 def norm_comparison(X: torch.Tensor | None = None) -> ChapterResult:
@@ -49,8 +50,10 @@ def norm_comparison(X: torch.Tensor | None = None) -> ChapterResult:
     """
     X = torch.tensor([[1.0, 2.0], [2.0, 3.0]]) if X is None else torch.as_tensor(X, dtype=torch.float32)
     if X.dim() != 2 or X.shape[0] < 2 or X.shape[1] < 2:
-        raise ValueError(f"X must be (B, D) with B >= 2 and D >= 2 (batch norm needs a batch, layer norm "
-                         f"features), got shape {tuple(X.shape)}")
+        raise ValueError(
+            f"X must be (B, D) with B >= 2 and D >= 2 (batch norm needs a batch, layer norm "
+            f"features), got shape {tuple(X.shape)}"
+        )
     ln, bn = nn.LayerNorm(X.shape[1]), nn.BatchNorm1d(X.shape[1])
     bn.train()  # batch statistics, as during training; eval mode would use running averages instead
     with torch.no_grad():
@@ -61,9 +64,15 @@ def norm_comparison(X: torch.Tensor | None = None) -> ChapterResult:
 
     headers = ["input row", "X", "layer norm (per example)", "batch norm (per feature)"]
     table = [[i, rows(X)[i], rows(lnX)[i], rows(bnX)[i]] for i in range(X.shape[0])]
-    paragraph = ("Layer norm standardizes each example across its features (each row of its output has mean "
-                 "0); batch norm standardizes each feature across the batch (each column has mean 0). "
-                 "Layer norm gives the same output for an example whatever else is in the batch, and works "
-                 "with batches of one and sequences of varying length, which is why the Transformer uses it.")
-    return ChapterResult("Layer norm vs batch norm", paragraph, tables=[(headers, table)],
-                         data={"X": rows(X), "layer_norm": rows(lnX), "batch_norm": rows(bnX)})
+    paragraph = (
+        "Layer norm standardizes each example across its features (each row of its output has mean "
+        "0); batch norm standardizes each feature across the batch (each column has mean 0). "
+        "Layer norm gives the same output for an example whatever else is in the batch, and works "
+        "with batches of one and sequences of varying length, which is why the Transformer uses it."
+    )
+    return ChapterResult(
+        "Layer norm vs batch norm",
+        paragraph,
+        tables=[(headers, table)],
+        data={"X": rows(X), "layer_norm": rows(lnX), "batch_norm": rows(bnX)},
+    )

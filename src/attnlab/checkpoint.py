@@ -121,12 +121,14 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], di
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (not a dict)
             return shapes, dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError) as exc:
-        raise ValueError(f"{path} is not a readable safetensors file ({exc}); the file is damaged or not "
-                         f"attnlab weights") from exc
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({exc}); the file is damaged or not attnlab weights"
+        ) from exc
 
 
-def check_weights(model: nn.Module, path: str | os.PathLike, what: str = "the config",
-                  config: dict | None = None) -> None:
+def check_weights(
+    model: nn.Module, path: str | os.PathLike, what: str = "the config", config: dict | None = None
+) -> None:
     """Compare the tensor names and shapes `model` expects with the header of the weights file, and the
     config the weights were saved with (metadata) with `config`, before any tensor is read.
 
@@ -137,7 +139,8 @@ def check_weights(model: nn.Module, path: str | os.PathLike, what: str = "the co
     shapes, metadata = read_header(path)
     groups: dict[int, tuple[list[str], tuple[int, ...]]] = {}  # one entry per distinct tensor
     for name, t in list(model.named_parameters(remove_duplicate=False)) + [
-            (n, b) for n, b in model.state_dict(keep_vars=True).items() if not isinstance(b, nn.Parameter)]:
+        (n, b) for n, b in model.state_dict(keep_vars=True).items() if not isinstance(b, nn.Parameter)
+    ]:
         groups.setdefault(id(t), ([], tuple(t.shape)))[0].append(name)
     known = {n for names, _ in groups.values() for n in names}
     missing, wrong = [], []
@@ -149,12 +152,16 @@ def check_weights(model: nn.Module, path: str | os.PathLike, what: str = "the co
             wrong.append(f"{present[0]} has shape {shapes[present[0]]} but the model expects {shape}")
     unexpected = [k for k in shapes if k not in known]
     if missing or wrong or unexpected:
-        parts = ([f"shape mismatch: {'; '.join(wrong[:3])}"] if wrong else []) + \
-                ([f"missing tensors: {', '.join(missing[:5])}"] if missing else []) + \
-                ([f"unexpected tensors: {', '.join(unexpected[:5])}"] if unexpected else [])
-        raise ValueError(f"{path} does not match the model built from {what} ({'; '.join(parts)}); the "
-                         f"weights and the config/vocabularies come from different runs — load them from the "
-                         f"same run folder")
+        parts = (
+            ([f"shape mismatch: {'; '.join(wrong[:3])}"] if wrong else [])
+            + ([f"missing tensors: {', '.join(missing[:5])}"] if missing else [])
+            + ([f"unexpected tensors: {', '.join(unexpected[:5])}"] if unexpected else [])
+        )
+        raise ValueError(
+            f"{path} does not match the model built from {what} ({'; '.join(parts)}); the "
+            f"weights and the config/vocabularies come from different runs — load them from the "
+            f"same run folder"
+        )
     if config is not None and CONFIG_METADATA in metadata:
         try:
             saved = json.loads(metadata[CONFIG_METADATA])
@@ -164,13 +171,16 @@ def check_weights(model: nn.Module, path: str | os.PathLike, what: str = "the co
         differ = [k for k in sorted(set(saved) & set(config)) if k != "dropout" and saved[k] != config[k]]
         if differ:
             k = differ[0]
-            raise ValueError(f"{what} says {k}={config[k]!r} but {path} was saved with {k}={saved[k]!r}"
-                             f"{' (and ' + ', '.join(differ[1:]) + ')' if differ[1:] else ''}; the weights "
-                             f"only compute what they were trained for: restore the run's config.json")
+            raise ValueError(
+                f"{what} says {k}={config[k]!r} but {path} was saved with {k}={saved[k]!r}"
+                f"{' (and ' + ', '.join(differ[1:]) + ')' if differ[1:] else ''}; the weights "
+                f"only compute what they were trained for: restore the run's config.json"
+            )
 
 
-def load_weights(model: nn.Module, path: str | os.PathLike, what: str = "the config",
-                 config: dict | None = None) -> None:
+def load_weights(
+    model: nn.Module, path: str | os.PathLike, what: str = "the config", config: dict | None = None
+) -> None:
     """Load safetensors weights into `model`, checking names and shapes (and, given `config`, the
     config saved with the weights) first, so a mismatch is one error naming the first differing
     tensors rather than a bare RuntimeError deep in load_state_dict."""
@@ -179,8 +189,10 @@ def load_weights(model: nn.Module, path: str | os.PathLike, what: str = "the con
     check_weights(model, path, what, config)
     missing, unexpected = load_model(model, path, strict=False)
     if missing or unexpected:  # check_weights saw the same names: this is a safety net
-        raise ValueError(f"{path} does not match the model built from {what}: missing tensors "
-                         f"{sorted(missing)[:5]}, unexpected tensors {sorted(unexpected)[:5]}")
+        raise ValueError(
+            f"{path} does not match the model built from {what}: missing tensors "
+            f"{sorted(missing)[:5]}, unexpected tensors {sorted(unexpected)[:5]}"
+        )
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -188,8 +200,7 @@ def checkpoint_dir(run_dir: str | os.PathLike, step: int) -> Path:
     return Path(run_dir) / CHECKPOINTS / f"step_{step:07d}"
 
 
-def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module, trainer_state: dict,
-                    meta: dict) -> Path:
+def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module, trainer_state: dict, meta: dict) -> Path:
     """Write checkpoints/step_NNNNNNN/ as a whole: filled under a temp name, the manifest last, then
     renamed into place."""
     final = checkpoint_dir(run_dir, step)
@@ -198,8 +209,9 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module, tra
         save_weights(model, tmp / WEIGHTS_FILE)
         torch.save(trainer_state, tmp / STATE_FILE)
         write_json(tmp / META_FILE, _json_safe(meta))
-        write_json(tmp / MANIFEST_FILE, {"files": {f: _file_digest(tmp / f)
-                                                   for f in (WEIGHTS_FILE, STATE_FILE, META_FILE)}})
+        write_json(
+            tmp / MANIFEST_FILE, {"files": {f: _file_digest(tmp / f) for f in (WEIGHTS_FILE, STATE_FILE, META_FILE)}}
+        )
     return final
 
 
@@ -263,15 +275,17 @@ def load_trainer_state(ckpt: str | os.PathLike) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise ValueError(f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:120]}); the checkpoint "
-                         f"is damaged — resume from an earlier one") from exc
+        raise ValueError(
+            f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:120]}); the checkpoint "
+            f"is damaged — resume from an earlier one"
+        ) from exc
 
 
 def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int, keep_best: int) -> list[Path]:
     """Delete checkpoints that are neither among the newest `keep_last` nor the `keep_best` best by
     validation BLEU (meta.json). The newest is always kept (it is what --resume continues from)."""
     ckpts = list_checkpoints(run_dir)
-    keep = set(ckpts[-max(keep_last, 1):])
+    keep = set(ckpts[-max(keep_last, 1) :])
     scored = []
     for p in ckpts:
         try:
@@ -302,12 +316,14 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]
             dtypes = {k: v.dtype for k, v in weights.items()}
             continue
         if set(weights) != set(total):
-            raise ValueError(f"{p} holds different tensors than {paths[0]}: cannot average checkpoints "
-                             f"of different models")
+            raise ValueError(
+                f"{p} holds different tensors than {paths[0]}: cannot average checkpoints of different models"
+            )
         for k, v in weights.items():
             if v.shape != total[k].shape:
-                raise ValueError(f"{p}: tensor {k!r} has shape {tuple(v.shape)}, {paths[0]} has "
-                                 f"{tuple(total[k].shape)}")
+                raise ValueError(
+                    f"{p}: tensor {k!r} has shape {tuple(v.shape)}, {paths[0]} has {tuple(total[k].shape)}"
+                )
             total[k] += v.double()
     assert total is not None  # paths is not empty
     return {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
@@ -316,21 +332,37 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]
 def save_tensors(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dict | None = None) -> None:
     from safetensors.torch import save_file
 
-    _atomic_write(Path(path), lambda tmp: save_file({k: v.contiguous() for k, v in tensors.items()}, tmp,
-                                                    metadata=metadata))
+    _atomic_write(
+        Path(path), lambda tmp: save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+    )
 
 
 # --------------------------------------------------------------------------- run config
-def write_run_config(run_dir: str | os.PathLike, model_type: str, model_config: dict, train_config: dict,
-                     data_config: dict, src_vocab, tgt_vocab) -> None:
+def write_run_config(
+    run_dir: str | os.PathLike,
+    model_type: str,
+    model_config: dict,
+    train_config: dict,
+    data_config: dict,
+    src_vocab,
+    tgt_vocab,
+) -> None:
     from attnlab import __version__
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     src_vocab.save(run_dir / SRC_VOCAB_FILE)
     tgt_vocab.save(run_dir / TGT_VOCAB_FILE)
-    write_json(run_dir / CONFIG_FILE, {"model_type": model_type, "model": model_config, "train": train_config,
-                                       "data": data_config, "attnlab_version": __version__})
+    write_json(
+        run_dir / CONFIG_FILE,
+        {
+            "model_type": model_type,
+            "model": model_config,
+            "train": train_config,
+            "data": data_config,
+            "attnlab_version": __version__,
+        },
+    )
 
 
 def read_run_config(run_dir: str | os.PathLike) -> dict:
@@ -345,8 +377,12 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
 
 
 # --------------------------------------------------------------------------- loading a translator
-def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torch.device = "cpu",
-                    weights: str | os.PathLike | None = None, precision: str = "fp32") -> Translator:
+def load_translator(
+    run_dir: str | os.PathLike = DEFAULT_RUN,
+    device: str | torch.device = "cpu",
+    weights: str | os.PathLike | None = None,
+    precision: str = "fp32",
+) -> Translator:
     """Rebuild the model of a run folder and load its final weights (or `weights`: a checkpoint
     folder or an averaged .safetensors file), prepared to decode in `precision` ('auto', 'fp32',
     'bf16', 'int8'; see attnlab.precision); `translator.precision` says what runs and why.
@@ -372,8 +408,10 @@ def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torc
     for side, vocab, fname in (("src", src_vocab, SRC_VOCAB_FILE), ("tgt", tgt_vocab, TGT_VOCAB_FILE)):
         size = model_cfg.get(f"{side}_vocab_size")
         if size is not None and size != len(vocab):
-            raise ValueError(f"{run_dir / CONFIG_FILE} says {side}_vocab_size={size} but {run_dir / fname} holds "
-                             f"{len(vocab)} tokens; the files come from different runs")
+            raise ValueError(
+                f"{run_dir / CONFIG_FILE} says {side}_vocab_size={size} but {run_dir / fname} holds "
+                f"{len(vocab)} tokens; the files come from different runs"
+            )
     # Built on the meta device first: a config that asks for gigabytes (a hand-edited ffn_num_hiddens)
     # is compared with the weights' header before a single parameter is allocated.
     with torch.device("meta"):
@@ -382,10 +420,17 @@ def load_translator(run_dir: str | os.PathLike = DEFAULT_RUN, device: str | torc
         weights_path = run_dir / WEIGHTS_FILE
         if not weights_path.is_file():
             ckpts = list_checkpoints(run_dir)
-            hint = (f"; the run has checkpoints (latest {ckpts[-1].name}): resume it with "
-                    f"`attnlab train --resume {run_dir}` or pass that checkpoint") if ckpts else ""
-            raise FileNotFoundError(f"{weights_path} is missing: the run folder has no final weights "
-                                    f"{WEIGHTS_FILE}{hint}")
+            hint = (
+                (
+                    f"; the run has checkpoints (latest {ckpts[-1].name}): resume it with "
+                    f"`attnlab train --resume {run_dir}` or pass that checkpoint"
+                )
+                if ckpts
+                else ""
+            )
+            raise FileNotFoundError(
+                f"{weights_path} is missing: the run folder has no final weights {WEIGHTS_FILE}{hint}"
+            )
     else:
         weights_path = Path(weights)
         if weights_path.is_dir():

@@ -45,19 +45,29 @@ class OneLineParser(argparse.ArgumentParser):
 # IsADirectoryError, NotADirectoryError, PermissionError and FileExistsError come from paths the user
 # named (a folder given as --out file, an --out below a file); other OSErrors (disk full, I/O errors)
 # are not listed and keep their traceback, which names the failing call.
-USER_ERRORS = (ValueError, json.JSONDecodeError, UnicodeDecodeError, FileNotFoundError, FileExistsError,
-               IsADirectoryError, NotADirectoryError, PermissionError)
+USER_ERRORS = (
+    ValueError,
+    json.JSONDecodeError,
+    UnicodeDecodeError,
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
 
 
 def describe(exc: BaseException) -> str:
     """One line for a user error: OSErrors carry their path, decoding errors say what was expected."""
     if isinstance(exc, UnicodeDecodeError):
-        return (f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 and try again")
+        return f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 and try again"
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
-        hint = {IsADirectoryError: "expected a file, got a folder",
-                NotADirectoryError: "expected a folder, but a part of the path is a file",
-                PermissionError: "choose a path you may write to",
-                FileExistsError: "choose a new path or remove it"}.get(type(exc), "check the path")
+        hint = {
+            IsADirectoryError: "expected a file, got a folder",
+            NotADirectoryError: "expected a folder, but a part of the path is a file",
+            PermissionError: "choose a path you may write to",
+            FileExistsError: "choose a new path or remove it",
+        }.get(type(exc), "check the path")
         return f"{exc.strerror}: {exc.filename} ({hint})"
     return " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the message held
 

@@ -22,8 +22,11 @@ def _accepts(hint, value) -> bool:
         return any(_accepts(h, value) for h in typing.get_args(hint))
     if origin is tuple:
         args = typing.get_args(hint)
-        return (isinstance(value, (tuple, list)) and len(value) == len(args)
-                and all(_accepts(h, v) for h, v in zip(args, value)))
+        return (
+            isinstance(value, (tuple, list))
+            and len(value) == len(args)
+            and all(_accepts(h, v) for h, v in zip(args, value))
+        )
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
@@ -60,16 +63,27 @@ def check_field_types(obj, values: Mapping[str, Any] | None = None) -> None:
             raise ValueError(f"{cls.__name__}.{name} must be {_describe(hints[name])}, got {value!r}")
 
 
-def check_range(owner: str, name: str, value, lo=None, hi=None, *, none_ok: bool = False,
-                hi_open: bool = False, lo_open: bool = False) -> None:
+def check_range(
+    owner: str,
+    name: str,
+    value,
+    lo=None,
+    hi=None,
+    *,
+    none_ok: bool = False,
+    hi_open: bool = False,
+    lo_open: bool = False,
+) -> None:
     """Raise ValueError unless lo <= value <= hi (bounds optional, open where asked), saying the range."""
     if value is None and none_ok:
         return
     bad = value is None or isinstance(value, bool) or not isinstance(value, (int, float))
     if not bad:
-        bad = ((isinstance(value, float) and not math.isfinite(value))
-               or (lo is not None and (value <= lo if lo_open else value < lo))
-               or (hi is not None and (value >= hi if hi_open else value > hi)))
+        bad = (
+            (isinstance(value, float) and not math.isfinite(value))
+            or (lo is not None and (value <= lo if lo_open else value < lo))
+            or (hi is not None and (value >= hi if hi_open else value > hi))
+        )
     if bad:
         left = "" if lo is None else f"{'>' if lo_open else '>='} {lo}"
         right = "" if hi is None else f"{'<' if hi_open else '<='} {hi}"

@@ -57,8 +57,15 @@ def _check(src: Tensor, src_valid_lens: Tensor | None, max_len: int | None) -> N
         raise ValueError(f"max_len must be at least 1, got {max_len}")
 
 
-def greedy(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int, max_len: int,
-           use_cache: bool = True) -> list[Hypothesis]:
+def greedy(
+    model: nn.Module,
+    src: Tensor,
+    src_valid_lens: Tensor | None,
+    bos: int,
+    eos: int,
+    max_len: int,
+    use_cache: bool = True,
+) -> list[Hypothesis]:
     """Pick the most likely token at every step until <eos> or `max_len` tokens.
 
     Args:
@@ -104,8 +111,9 @@ def _hypotheses(rows, lps, lengths, ended) -> list[Hypothesis]:
     return hyps
 
 
-def _greedy_cached(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int,
-                   max_len: int) -> list[Hypothesis]:
+def _greedy_cached(
+    model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int, max_len: int
+) -> list[Hypothesis]:
     """Greedy against the model's cache, with the batch shrinking as sentences end.
 
     Per step only the n sentences still running are decoded: a sentence that produced <eos> leaves the
@@ -116,12 +124,12 @@ def _greedy_cached(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None,
     B, device = src.shape[0], src.device
     shrink = hasattr(model, "reorder_state")
     with _inference(model), torch.inference_mode():
-        tokens = torch.zeros((B, max_len), dtype=torch.long, device=device)   # (B, max_len)
-        lps = torch.zeros((B, max_len), dtype=torch.float, device=device)     # (B, max_len)
+        tokens = torch.zeros((B, max_len), dtype=torch.long, device=device)  # (B, max_len)
+        lps = torch.zeros((B, max_len), dtype=torch.float, device=device)  # (B, max_len)
         lengths = torch.full((B,), max_len, dtype=torch.long, device=device)  # tokens kept per sentence
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         alive = torch.arange(B, device=device)  # original row of each running sentence, (n,)
-        inp = torch.full((B, 1), bos, dtype=torch.long, device=device)       # (n, 1)
+        inp = torch.full((B, 1), bos, dtype=torch.long, device=device)  # (n, 1)
         state = model.start_decoding(src, src_valid_lens)
         steps = 0
         for step in range(max_len):
@@ -153,9 +161,19 @@ def _greedy_cached(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None,
     return out
 
 
-def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int, beam: int = 4,
-                length_penalty: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 50,
-                max_len: int | None = None, trace: list | None = None) -> list[Hypothesis]:
+def beam_search(
+    model: nn.Module,
+    src: Tensor,
+    src_valid_lens: Tensor | None,
+    bos: int,
+    eos: int,
+    beam: int = 4,
+    length_penalty: float = 1.0,
+    max_len_a: float = 0.0,
+    max_len_b: int = 50,
+    max_len: int | None = None,
+    trace: list | None = None,
+) -> list[Hypothesis]:
     """Beam search with length-normalised finished hypotheses (GNMT/fairseq: score / len ** alpha).
 
     Each step expands every live hypothesis of a sentence and keeps the 2*beam best continuations:
@@ -199,9 +217,9 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
         # All K copies start identical: only the first may expand, or the beam fills with duplicates.
         scores = torch.full((B, K), neg_inf, device=device)
         scores[:, 0] = 0.0
-        tokens = torch.empty((B * K, 0), dtype=torch.long, device=device)    # history, without <bos>
-        pos_lp = torch.empty((B * K, 0), dtype=torch.float, device=device)   # log-prob of each token
-        inp = torch.full((B, 1), bos, dtype=torch.long, device=device)       # step 0: one row per source
+        tokens = torch.empty((B * K, 0), dtype=torch.long, device=device)  # history, without <bos>
+        pos_lp = torch.empty((B * K, 0), dtype=torch.float, device=device)  # log-prob of each token
+        inp = torch.full((B, 1), bos, dtype=torch.long, device=device)  # step 0: one row per source
         for step in range(max(limits)):
             n = len(active)
             logits, state = model.decode_step(inp, state)
@@ -212,7 +230,7 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
             cand = (scores.reshape(n * K, 1) + logprobs).reshape(n, K * V)
             top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # (n, 2K), sorted best first
             top_beam, top_tok = top_idx // V, top_idx % V
-            top_lp = logprobs.reshape(n, K * V).gather(1, top_idx)     # (n, 2K) this token's log-prob
+            top_lp = logprobs.reshape(n, K * V).gather(1, top_idx)  # (n, 2K) this token's log-prob
 
             # Hypotheses ending in <eos> among the top K finish (their length counts the <eos>).
             is_eos = top_tok == eos
@@ -223,8 +241,14 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
                     fin = finished[active[i]]
                     if len(fin) < K:
                         row = i * K + int(top_beam[i, r])
-                        fin.append((float(top_scores[i, r]) / (step + 1) ** length_penalty, hist[row],
-                                    hist_lp[row] + [float(top_lp[i, r])], True))
+                        fin.append(
+                            (
+                                float(top_scores[i, r]) / (step + 1) ** length_penalty,
+                                hist[row],
+                                hist_lp[row] + [float(top_lp[i, r])],
+                                True,
+                            )
+                        )
                         if trace is not None:
                             finished_at.setdefault(active[i], []).append([step, r])
 
@@ -236,19 +260,21 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
             pos_lp = torch.cat([pos_lp.index_select(0, rows), top_lp.gather(1, pick).reshape(-1, 1)], dim=1)
             scores = live_scores
             if trace is not None:
-                records = _trace_step(trace, step, active, top_scores, top_beam, top_tok, top_lp, pick, finished_at,
-                                      length_penalty)
+                records = _trace_step(
+                    trace, step, active, top_scores, top_beam, top_tok, top_lp, pick, finished_at, length_penalty
+                )
 
             keep = []
             for i, b in enumerate(active):
                 if len(finished[b]) >= K:
                     continue
                 if step + 1 >= limits[b]:  # length limit: the live hypotheses finish as they are
-                    hist, hist_lp = tokens[i * K:(i + 1) * K].tolist(), pos_lp[i * K:(i + 1) * K].tolist()
+                    hist, hist_lp = tokens[i * K : (i + 1) * K].tolist(), pos_lp[i * K : (i + 1) * K].tolist()
                     for k in range(K):
                         if len(finished[b]) < K and torch.isfinite(scores[i, k]):
-                            finished[b].append((float(scores[i, k]) / (step + 1) ** length_penalty, hist[k],
-                                                hist_lp[k], False))
+                            finished[b].append(
+                                (float(scores[i, k]) / (step + 1) ** length_penalty, hist[k], hist_lp[k], False)
+                            )
                             if trace is not None:  # this live candidate ends here, cut at the limit
                                 r = int(pick[i, k])
                                 records[i]["candidates"][r]["status"] = "cut"
@@ -283,11 +309,20 @@ def beam_search(model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bo
     return out
 
 
-def _trace_step(trace: list, step: int, active: list[int], top_scores: Tensor, top_beam: Tensor, top_tok: Tensor,
-                top_lp: Tensor, pick: Tensor, finished_at: dict, length_penalty: float) -> list[dict]:
+def _trace_step(
+    trace: list,
+    step: int,
+    active: list[int],
+    top_scores: Tensor,
+    top_beam: Tensor,
+    top_tok: Tensor,
+    top_lp: Tensor,
+    pick: Tensor,
+    finished_at: dict,
+    length_penalty: float,
+) -> list[dict]:
     """Append one record per active sentence for this step (see `beam_search`'s trace); returns them."""
-    sc, par, tok, lp, live = (top_scores.tolist(), top_beam.tolist(), top_tok.tolist(), top_lp.tolist(),
-                              pick.tolist())
+    sc, par, tok, lp, live = (top_scores.tolist(), top_beam.tolist(), top_tok.tolist(), top_lp.tolist(), pick.tolist())
     norm = (step + 1) ** length_penalty
     records = []
     for i, b in enumerate(active):
@@ -296,12 +331,30 @@ def _trace_step(trace: list, step: int, active: list[int], top_scores: Tensor, t
         cands = []
         for r in range(len(sc[i])):
             if not math.isfinite(sc[i][r]):  # fewer than 2*beam real continuations (tiny vocabularies)
-                cands.append({"parent": par[i][r], "token": tok[i][r], "logprob": None, "score": None,
-                              "norm_score": None, "status": "impossible", "slot": None})
+                cands.append(
+                    {
+                        "parent": par[i][r],
+                        "token": tok[i][r],
+                        "logprob": None,
+                        "score": None,
+                        "norm_score": None,
+                        "status": "impossible",
+                        "slot": None,
+                    }
+                )
                 continue
             status = "finished" if r in done else "live" if r in slot else "pruned"
-            cands.append({"parent": par[i][r], "token": tok[i][r], "logprob": lp[i][r], "score": sc[i][r],
-                          "norm_score": sc[i][r] / norm, "status": status, "slot": slot.get(r)})
+            cands.append(
+                {
+                    "parent": par[i][r],
+                    "token": tok[i][r],
+                    "logprob": lp[i][r],
+                    "score": sc[i][r],
+                    "norm_score": sc[i][r] / norm,
+                    "status": status,
+                    "slot": slot.get(r),
+                }
+            )
         rec = {"step": step, "sentence": b, "candidates": cands}
         trace.append(rec)
         records.append(rec)

@@ -77,18 +77,25 @@ class Explanation:
         """JSON-ready dict; weights as nested lists rounded to `decimals` to keep payloads small. Every
         kind is present (an empty list for one the model lacks), so the API's schema stays fixed."""
         return {
-            "text": self.text, "translation": self.translation, "src_tokens": self.src_tokens,
-            "tgt_tokens": self.tgt_tokens, "tgt_input_tokens": self.tgt_input_tokens, "beam": self.beam,
-            "finished": self.finished, "model_type": self.model_type, "heads_off": self.heads_off,
-            "beam_trace": self.beam_trace, "subwords": self.subwords, "merged": self.merged,
-            "attention": {kind: _rounded(self.maps[kind], decimals) if kind in self.maps else []
-                          for kind in KINDS},
+            "text": self.text,
+            "translation": self.translation,
+            "src_tokens": self.src_tokens,
+            "tgt_tokens": self.tgt_tokens,
+            "tgt_input_tokens": self.tgt_input_tokens,
+            "beam": self.beam,
+            "finished": self.finished,
+            "model_type": self.model_type,
+            "heads_off": self.heads_off,
+            "beam_trace": self.beam_trace,
+            "subwords": self.subwords,
+            "merged": self.merged,
+            "attention": {kind: _rounded(self.maps[kind], decimals) if kind in self.maps else [] for kind in KINDS},
         }
 
 
 def _rounded(w: Tensor, decimals: int) -> list:
     # float64 before rounding: a rounded float32 printed as a double would carry ~8 junk digits.
-    scale = 10.0 ** decimals
+    scale = 10.0**decimals
     return (w.double() * scale).round().div(scale).tolist()
 
 
@@ -132,18 +139,25 @@ def head_masks_for(model, heads_off: Mapping[str, Sequence] | None) -> dict[str,
         if isinstance(pairs, str) or not isinstance(pairs, Sequence):
             raise InputError(f"heads_off.{kind} must be a list of [layer, head] pairs, got {pairs!r}")
         for pair in pairs:
-            if (not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2
-                    or any(isinstance(x, bool) or not isinstance(x, int) for x in pair)):
+            if (
+                not isinstance(pair, Sequence)
+                or isinstance(pair, str)
+                or len(pair) != 2
+                or any(isinstance(x, bool) or not isinstance(x, int) for x in pair)
+            ):
                 raise InputError(f"heads_off.{kind}: each entry must be [layer, head] (two integers), got {pair!r}")
             layer, head = pair
             if not 0 <= layer < len(modules):
-                raise InputError(f"heads_off.{kind}: layer {layer} out of range; this model has layers "
-                                 f"0..{len(modules) - 1}")
+                raise InputError(
+                    f"heads_off.{kind}: layer {layer} out of range; this model has layers 0..{len(modules) - 1}"
+                )
             m = modules[layer]
             H = getattr(m, "num_heads", None)
             if H is None:
-                raise InputError(f"heads_off.{kind}: this model's {kind} attention has no heads to switch off "
-                                 f"({type(m).__name__}); head masks need a Transformer")
+                raise InputError(
+                    f"heads_off.{kind}: this model's {kind} attention has no heads to switch off "
+                    f"({type(m).__name__}); head masks need a Transformer"
+                )
             if not 0 <= head < H:
                 raise InputError(f"heads_off.{kind}: head {head} out of range; layer {layer} has heads 0..{H - 1}")
             mask = masks.setdefault(names[id(m)], torch.ones(H))
@@ -168,8 +182,16 @@ def _decode(translator, ids: list[int], beam: int, trace: list | None):
     lens = torch.tensor([len(src_ids)], device=translator.device)
     start = getattr(getattr(translator.model, "config", None), "decoder_start_token", None)
     bos = translator.tgt_vocab.bos if start is None else start
-    (hyp,) = beam_search(translator.model, src, lens, bos, translator.tgt_vocab.eos, beam=beam,
-                         max_len=translator.output_limit(len(src_ids)), trace=trace)
+    (hyp,) = beam_search(
+        translator.model,
+        src,
+        lens,
+        bos,
+        translator.tgt_vocab.eos,
+        beam=beam,
+        max_len=translator.output_limit(len(src_ids)),
+        trace=trace,
+    )
     return hyp
 
 
@@ -185,8 +207,15 @@ def _readable_trace(trace: list, vocab) -> dict:
     return {"steps": steps, "winner": winner, "path": [list(p) for p in trace_path(trace, 0)]}
 
 
-def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS, truncate: bool = False,
-            heads_off: Mapping[str, Sequence] | None = None, trace: bool = False) -> Explanation:
+def explain(
+    translator,
+    text: str,
+    beam: int = 1,
+    max_chars: int = MAX_CHARS,
+    truncate: bool = False,
+    heads_off: Mapping[str, Sequence] | None = None,
+    trace: bool = False,
+) -> Explanation:
     """Translate `text` (greedy for beam=1, else beam search) and record every attention map.
 
     heads_off: {kind: [[layer, head], ...]} heads masked (output gated to 0 before W_o) while decoding
@@ -199,7 +228,12 @@ def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS, tr
     if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
         raise InputError(f"beam must be a positive integer, got {beam!r}")
     ids = check_text(translator, text, max_chars, truncate)
-    src_vocab, tgt_vocab, model, device = translator.src_vocab, translator.tgt_vocab, translator.model, translator.device
+    src_vocab, tgt_vocab, model, device = (
+        translator.src_vocab,
+        translator.tgt_vocab,
+        translator.model,
+        translator.device,
+    )
     masks = head_masks_for(model, heads_off)
     steps: list | None = [] if trace and beam > 1 else None
     with torch.inference_mode(), mask_heads(model, masks):
@@ -208,8 +242,8 @@ def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS, tr
         # A decode cut at the length limit has no query that produced <eos>: its last token is
         # not fed back, so the forward takes one input fewer and no <eos> row is shown.
         dec_in = [tgt_vocab.bos] + (out if hyp.finished else out[:-1])
-        src = torch.tensor([ids + [src_vocab.eos]], dtype=torch.long, device=device)      # (1, Ls)
-        tgt = torch.tensor([dec_in], dtype=torch.long, device=device)                     # (1, Lt)
+        src = torch.tensor([ids + [src_vocab.eos]], dtype=torch.long, device=device)  # (1, Ls)
+        tgt = torch.tensor([dec_in], dtype=torch.long, device=device)  # (1, Lt)
         lens = torch.tensor([src.shape[1]], device=device)
         was_training = model.training
         model.eval()
@@ -221,12 +255,19 @@ def explain(translator, text: str, beam: int = 1, max_chars: int = MAX_CHARS, tr
         maps = {k: v.cpu() for k, v in group_maps(model, rec).items()}
     model_type = getattr(model, "MODEL_TYPE", None) or translator.config.get("model_type", type(model).__name__.lower())
     return Explanation(
-        text=text, translation=tgt_vocab.decode(out), src_tokens=src_vocab.to_tokens(ids) + ["<eos>"],
+        text=text,
+        translation=tgt_vocab.decode(out),
+        src_tokens=src_vocab.to_tokens(ids) + ["<eos>"],
         tgt_tokens=tgt_vocab.to_tokens(out) + (["<eos>"] if hyp.finished else []),
-        tgt_input_tokens=tgt_vocab.to_tokens(dec_in), beam=beam, finished=hyp.finished, model_type=model_type,
-        maps=maps, heads_off=_canonical_heads_off(heads_off),
+        tgt_input_tokens=tgt_vocab.to_tokens(dec_in),
+        beam=beam,
+        finished=hyp.finished,
+        model_type=model_type,
+        maps=maps,
+        heads_off=_canonical_heads_off(heads_off),
         beam_trace=_readable_trace(steps, tgt_vocab) if steps is not None else None,
-        subwords=getattr(tgt_vocab, "kind", None) == "spm" or getattr(src_vocab, "kind", None) == "spm")
+        subwords=getattr(tgt_vocab, "kind", None) == "spm" or getattr(src_vocab, "kind", None) == "spm",
+    )
 
 
 # --------------------------------------------------------------------------- subwords -> words
@@ -279,10 +320,14 @@ def merge_subwords(exp: Explanation) -> Explanation:
     src, tgt, tin = (word_groups(t) for t in (exp.src_tokens, exp.tgt_tokens, exp.tgt_input_tokens))
     axes = {"encoder_self": (src, src), "decoder_self": (tgt, tin), "cross": (tgt, src)}
     maps = {kind: merge_maps(W, *axes[kind]) for kind, W in exp.maps.items()}
-    return replace(exp, maps=maps, merged=True,
-                   src_tokens=[_word(exp.src_tokens, g) for g in src],
-                   tgt_tokens=[_word(exp.tgt_tokens, g) for g in tgt],
-                   tgt_input_tokens=[_word(exp.tgt_input_tokens, g) for g in tin])
+    return replace(
+        exp,
+        maps=maps,
+        merged=True,
+        src_tokens=[_word(exp.src_tokens, g) for g in src],
+        tgt_tokens=[_word(exp.tgt_tokens, g) for g in tgt],
+        tgt_input_tokens=[_word(exp.tgt_input_tokens, g) for g in tin],
+    )
 
 
 # --------------------------------------------------------------------------- head importance
@@ -311,12 +356,28 @@ def load_head_importance(path, model, key: str = "gradient_importance") -> dict[
         for m in modules:
             name = names[id(m)]
             if name not in values or len(values[name]) != getattr(m, "num_heads", -1):
-                raise ValueError(f"{path} does not describe this model: no {getattr(m, 'num_heads', '?')} values "
-                                 f"for {name}; run `attnlab heads` on this checkpoint again")
+                raise ValueError(
+                    f"{path} does not describe this model: no {getattr(m, 'num_heads', '?')} values "
+                    f"for {name}; run `attnlab heads` on this checkpoint again"
+                )
             rows.append([float(v) for v in values[name]])
         out[kind] = rows
     return out
 
 
-__all__ = ["KINDS", "MAX_CHARS", "Explanation", "InputError", "TextTooLong", "check_text", "explain", "group_maps",
-           "head_confidence", "head_masks_for", "load_head_importance", "merge_maps", "merge_subwords", "word_groups"]
+__all__ = [
+    "KINDS",
+    "MAX_CHARS",
+    "Explanation",
+    "InputError",
+    "TextTooLong",
+    "check_text",
+    "explain",
+    "group_maps",
+    "head_confidence",
+    "head_masks_for",
+    "load_head_importance",
+    "merge_maps",
+    "merge_subwords",
+    "word_groups",
+]

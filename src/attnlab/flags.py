@@ -21,8 +21,9 @@ def check_int(flag: str, value: int, low: int, high: int | None = None, why: str
     return value
 
 
-def check_float(flag: str, value: float, low: float | None = None, high: float | None = None,
-                low_open: bool = False) -> float:
+def check_float(
+    flag: str, value: float, low: float | None = None, high: float | None = None, low_open: bool = False
+) -> float:
     """A finite float within the bounds (`low_open`: strictly above `low`)."""
     ok = math.isfinite(value)
     if ok and low is not None:

@@ -12,8 +12,9 @@ def target_mask(valid_lens: Tensor, num_steps: int) -> Tensor:
     return torch.arange(num_steps, device=valid_lens.device)[None, :] < valid_lens[:, None]
 
 
-def sequence_loss(logits: Tensor, targets: Tensor, valid_lens: Tensor,
-                  label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+def sequence_loss(
+    logits: Tensor, targets: Tensor, valid_lens: Tensor, label_smoothing: float = 0.0
+) -> tuple[Tensor, Tensor]:
     """Cross-entropy summed over real target tokens, and how many there are.
 
     Divide the sum by the count for the per-token mean. Unlike the book's `MaskedSoftmaxCELoss`
@@ -33,14 +34,15 @@ def sequence_loss(logits: Tensor, targets: Tensor, valid_lens: Tensor,
         # they can change neither the value nor the gradient.
         logits = logits[real]
     elif logits.dim() != 2 or logits.shape[0] != int(real.sum()):
-        raise ValueError(f"logits must be (B, T, V) or (N, V) with N = {int(real.sum())} real target positions, "
-                         f"got {tuple(logits.shape)}")
+        raise ValueError(
+            f"logits must be (B, T, V) or (N, V) with N = {int(real.sum())} real target positions, "
+            f"got {tuple(logits.shape)}"
+        )
     loss = F.cross_entropy(logits.float(), targets[real], reduction="sum", label_smoothing=label_smoothing)
     return loss, real.sum()
 
 
-def masked_cross_entropy(logits: Tensor, targets: Tensor, valid_lens: Tensor,
-                         label_smoothing: float = 0.0) -> Tensor:
+def masked_cross_entropy(logits: Tensor, targets: Tensor, valid_lens: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy per real target token (see `sequence_loss`)."""
     total, count = sequence_loss(logits, targets, valid_lens, label_smoothing)
     return total / count.clamp(min=1)

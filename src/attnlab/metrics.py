@@ -42,8 +42,8 @@ def bleu(pred: str, label: str, k: int) -> float:
         return 0.0
     score = math.exp(min(0.0, 1.0 - len_label / len_pred))
     for n in range(1, min(k, len_pred) + 1):
-        label_counts = Counter(tuple(label_tokens[i:i + n]) for i in range(len_label - n + 1))
-        pred_counts = Counter(tuple(pred_tokens[i:i + n]) for i in range(len_pred - n + 1))
+        label_counts = Counter(tuple(label_tokens[i : i + n]) for i in range(len_label - n + 1))
+        pred_counts = Counter(tuple(pred_tokens[i : i + n]) for i in range(len_pred - n + 1))
         # Clipped matches: an n-gram counts at most as often as it occurs in the label (the book's
         # decrement-a-dict loop computes exactly this).
         matches = sum(min(c, label_counts[g]) for g, c in pred_counts.items())
@@ -133,19 +133,25 @@ def bucket_name(lo: int, hi: int | None) -> str:
     return f"{lo}-{hi}" if hi is not None else f"{lo}+"
 
 
-def scores_by_length(sources: Sequence[str], hyps: Sequence[str], refs: Refs,
-                     buckets=LENGTH_BUCKETS) -> list[dict]:
+def scores_by_length(sources: Sequence[str], hyps: Sequence[str], refs: Refs, buckets=LENGTH_BUCKETS) -> list[dict]:
     """Corpus BLEU and chrF per bucket of source length in words (1-4, 5-7, 8-10, 11+ by default):
     [{"bucket", "sentences", "bleu", "chrf"}], empty buckets included with None scores."""
     if not (len(sources) == len(hyps) == len(refs)):
-        raise ValueError(f"scores_by_length: {len(sources)} sources, {len(hyps)} hypotheses and {len(refs)} "
-                         f"references must pair up")
+        raise ValueError(
+            f"scores_by_length: {len(sources)} sources, {len(hyps)} hypotheses and {len(refs)} references must pair up"
+        )
     rows = []
     for lo, hi in buckets:
         idx = [i for i, s in enumerate(sources) if lo <= len(s.split()) and (hi is None or len(s.split()) <= hi)]
         h, r = [hyps[i] for i in idx], [refs[i] for i in idx]
-        rows.append({"bucket": bucket_name(lo, hi), "sentences": len(idx),
-                     "bleu": corpus_bleu(h, r) if idx else None, "chrf": corpus_chrf(h, r) if idx else None})
+        rows.append(
+            {
+                "bucket": bucket_name(lo, hi),
+                "sentences": len(idx),
+                "bleu": corpus_bleu(h, r) if idx else None,
+                "chrf": corpus_chrf(h, r) if idx else None,
+            }
+        )
     return rows
 
 
@@ -156,8 +162,10 @@ def book_bleu(translator, beam: int = 1) -> list[tuple[str, str, float]]:
     from attnlab.data import BOOK_EVAL_PAIRS, tokenize
 
     outs = translator.translate([src for src, _ in BOOK_EVAL_PAIRS], beam=beam)
-    return [(src, out, bleu(" ".join(tokenize(out)), " ".join(tokenize(ref)), k=2))
-            for (src, ref), out in zip(BOOK_EVAL_PAIRS, outs)]
+    return [
+        (src, out, bleu(" ".join(tokenize(out)), " ".join(tokenize(ref)), k=2))
+        for (src, ref), out in zip(BOOK_EVAL_PAIRS, outs)
+    ]
 
 
 __all__ = [

@@ -23,10 +23,29 @@ from pathlib import Path
 
 KINDS = ("cross", "encoder_self", "decoder_self")
 # Query and key tokens of each attention kind, as Explanation fields.
-AXES = {"cross": ("tgt_tokens", "src_tokens"), "encoder_self": ("src_tokens", "src_tokens"),
-        "decoder_self": ("tgt_tokens", "tgt_input_tokens")}
-HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
+AXES = {
+    "cross": ("tgt_tokens", "src_tokens"),
+    "encoder_self": ("src_tokens", "src_tokens"),
+    "decoder_self": ("tgt_tokens", "tgt_input_tokens"),
+}
+HEAD_COLORS = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+]
 _ids = itertools.count()
 
 _STYLE = """
@@ -120,8 +139,12 @@ class AttentionView:
         self.view, self.kind, self.layer, self.explanation = view, kind, layer, explanation
         # (N, H, Lq, Lk) -> nested lists rounded to 3 decimals: the page stays small at 6 x 8 x 40 x 40.
         self.data = {
-            "view": view, "kind": kind, "layer": layer, "colors": HEAD_COLORS,
-            "text": explanation.text, "translation": explanation.translation,
+            "view": view,
+            "kind": kind,
+            "layer": layer,
+            "colors": HEAD_COLORS,
+            "text": explanation.text,
+            "translation": explanation.translation,
             "attention": {k: (weights[k].float() * 1000).round().div(1000).tolist() for k in KINDS},
             "axes": {k: [getattr(explanation, q), getattr(explanation, kk)] for k, (q, kk) in AXES.items()},
         }
@@ -131,9 +154,11 @@ class AttentionView:
         data = json.dumps(self.data, ensure_ascii=False).replace("</", "<\\/")  # no early </script>
         script = _drawing_js() + _VIEW_JS % {"id": json.dumps(view_id), "data": data}
         caption = html.escape(f"{self.explanation.text} → {self.explanation.translation}")
-        return (f'<div class="attnlab-view" id="{view_id}" data-view="{self.view}"><style>{_STYLE}</style>'
-                f'<div class="caption">{caption}</div><div class="controls"></div><div class="out"></div>'
-                f"<script>{script}</script></div>")
+        return (
+            f'<div class="attnlab-view" id="{view_id}" data-view="{self.view}"><style>{_STYLE}</style>'
+            f'<div class="caption">{caption}</div><div class="controls"></div><div class="out"></div>'
+            f"<script>{script}</script></div>"
+        )
 
     def _repr_html_(self) -> str:
         return self._fragment()
@@ -145,8 +170,10 @@ class AttentionView:
         path = Path(path)
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory", str(path))
-        page = (f'<!doctype html><html><head><meta charset="utf-8"><title>attnlab {self.view} view</title></head>'
-                f"<body>{self._fragment()}</body></html>\n")
+        page = (
+            f'<!doctype html><html><head><meta charset="utf-8"><title>attnlab {self.view} view</title></head>'
+            f"<body>{self._fragment()}</body></html>\n"
+        )
         with atomic_path(path) as tmp:
             Path(tmp).write_text(page, encoding="utf-8")
         return path
@@ -158,9 +185,15 @@ class AttentionView:
         W = getattr(self.explanation, self.kind)
         q, k = AXES[self.kind]
         if self.view == "head":
-            W = W[self.layer:self.layer + 1]
-        return show_heatmaps(W, xlabel="keys", ylabel="queries", titles=[f"head {h + 1}" for h in range(W.shape[1])],
-                             xticklabels=getattr(self.explanation, k), yticklabels=getattr(self.explanation, q))
+            W = W[self.layer : self.layer + 1]
+        return show_heatmaps(
+            W,
+            xlabel="keys",
+            ylabel="queries",
+            titles=[f"head {h + 1}" for h in range(W.shape[1])],
+            xticklabels=getattr(self.explanation, k),
+            yticklabels=getattr(self.explanation, q),
+        )
 
 
 def head_view(explanation, kind: str = "cross", layer: int = 0, merge_subwords: bool = False) -> AttentionView:

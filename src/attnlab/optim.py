@@ -4,7 +4,7 @@ Transformer paper's warmup + inverse-square-root schedule (or a constant rate, a
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -45,7 +45,7 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     state dict is the same either way, so checkpoints move between them.
     """
     opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    kwargs = {"lr": learning_rate(1, cfg), "betas": cfg.betas, "eps": cfg.eps}
+    kwargs: dict[str, Any] = {"lr": learning_rate(1, cfg), "betas": cfg.betas, "eps": cfg.eps}
     params = [p for g in param_groups(model, cfg.weight_decay) for p in g["params"]]
     if params and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params):
         try:  # (fresh groups each try: the constructor writes its settings into the group dicts)

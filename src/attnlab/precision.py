@@ -42,9 +42,9 @@ INT8_KEEP_FP32 = ("decoder.dense",)
 class PrecisionChoice:
     """What was asked, what runs, and why (saved in config.json and log.jsonl)."""
 
-    asked: str    # 'auto', 'fp32', 'bf16' or 'int8'
-    picked: str   # 'fp32', 'bf16' or 'int8'
-    reason: str   # one line, e.g. "auto: this CPU has no native bf16 (avx512_bf16/amx_bf16 absent) -> fp32"
+    asked: str  # 'auto', 'fp32', 'bf16' or 'int8'
+    picked: str  # 'fp32', 'bf16' or 'int8'
+    reason: str  # one line, e.g. "auto: this CPU has no native bf16 (avx512_bf16/amx_bf16 absent) -> fp32"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,8 +96,10 @@ def resolve_precision(name: str, device: torch.device | str = "cpu", *, training
         ok, why = native_bf16(device)
         return PrecisionChoice("auto", "bf16" if ok else "fp32", f"auto: {why} -> {'bf16' if ok else 'fp32'}")
     if name == "int8" and device.type != "cpu":
-        raise ValueError(f"int8 decoding runs on the CPU only (PyTorch dynamic quantization), got device "
-                         f"{device}; use --device cpu or --precision bf16")
+        raise ValueError(
+            f"int8 decoding runs on the CPU only (PyTorch dynamic quantization), got device "
+            f"{device}; use --device cpu or --precision bf16"
+        )
     if name == "bf16":
         ok, why = native_bf16(device)
         return PrecisionChoice(name, name, f"asked for bf16 ({why})")
@@ -117,12 +119,20 @@ def autocast(choice: PrecisionChoice, device: torch.device | str):
 
 def int8_layers(model: nn.Module, keep_fp32: tuple[str, ...] = INT8_KEEP_FP32) -> list[str]:
     """Qualified names of the nn.Linear layers `prepare_for_inference(model, 'int8')` quantizes."""
-    return [name for name, m in model.named_modules()
-            if type(m) is nn.Linear and not any(name == k or name.endswith("." + k) for k in keep_fp32)]
+    return [
+        name
+        for name, m in model.named_modules()
+        if type(m) is nn.Linear and not any(name == k or name.endswith("." + k) for k in keep_fp32)
+    ]
 
 
-def prepare_for_inference(model: nn.Module, precision: str | PrecisionChoice, device: torch.device | str = "cpu",
-                          *, keep_fp32: tuple[str, ...] = INT8_KEEP_FP32) -> nn.Module:
+def prepare_for_inference(
+    model: nn.Module,
+    precision: str | PrecisionChoice,
+    device: torch.device | str = "cpu",
+    *,
+    keep_fp32: tuple[str, ...] = INT8_KEEP_FP32,
+) -> nn.Module:
     """A model ready to decode in `precision` (the model itself for fp32, else a converted copy, so the
     caller's fp32 weights are never changed). `keep_fp32` overrides which Linear layers int8 skips.
 
@@ -136,8 +146,10 @@ def prepare_for_inference(model: nn.Module, precision: str | PrecisionChoice, de
     # int8
     model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
     if model_type != "transformer":
-        raise ValueError(f"int8 decoding supports the Transformer only (its per-layer choice is measured), "
-                         f"got a {model_type} model; use --precision fp32 or bf16")
+        raise ValueError(
+            f"int8 decoding supports the Transformer only (its per-layer choice is measured), "
+            f"got a {model_type} model; use --precision fp32 or bf16"
+        )
     if torch.device(device).type != "cpu":
         raise ValueError(f"int8 decoding runs on the CPU only, got device {device}; use --device cpu")
     names = int8_layers(model, keep_fp32)

@@ -21,8 +21,7 @@ class Progress:
         every_s: seconds between plain lines.
     """
 
-    def __init__(self, total: int, initial: int = 0, stream=None, every_s: float = PLAIN_EVERY_S,
-                 clock=time.monotonic):
+    def __init__(self, total: int, initial: int = 0, stream=None, every_s: float = PLAIN_EVERY_S, clock=time.monotonic):
         self.total, self.stream, self.every_s, self.clock = total, stream or sys.stderr, every_s, clock
         self.bar = None
         self.last_line = clock()
@@ -31,8 +30,14 @@ class Progress:
         if interactive(self.stream):
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=min(initial, total), desc="train", unit="step",
-                            dynamic_ncols=True, file=self.stream)
+            self.bar = tqdm(
+                total=total,
+                initial=min(initial, total),
+                desc="train",
+                unit="step",
+                dynamic_ncols=True,
+                file=self.stream,
+            )
 
     def update(self, step: int, **postfix) -> None:
         self.step, self.postfix = step, postfix
@@ -59,7 +64,7 @@ class LossWindow:
 
     def __init__(self):
         self.loss_sum, self.tokens = 0.0, 0
-        self.last: float | None = None   # the latest completed window's mean
+        self.last: float | None = None  # the latest completed window's mean
 
     def add(self, loss: float, tokens: int) -> None:
         self.loss_sum += loss * tokens

@@ -40,14 +40,18 @@ def check_out_dir(run_dir: str | os.PathLike) -> Path:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as exc:
-        raise ValueError(f"--out {run_dir}: cannot write in {existing} ({exc.strerror}); "
-                         f"choose a folder you can write to") from exc
+        raise ValueError(
+            f"--out {run_dir}: cannot write in {existing} ({exc.strerror}); choose a folder you can write to"
+        ) from exc
     if run_dir.is_dir() and any(run_dir.iterdir()):
         if (run_dir / ckpt.CONFIG_FILE).is_file() and _is_run(run_dir):
-            raise ValueError(f"{run_dir} already holds a run; continue it with --resume {run_dir} "
-                             f"or choose another --out")
-        raise ValueError(f"{run_dir} is not empty and is not an attnlab run; refusing to write into it. "
-                         f"Choose a new folder for --out (or --resume a run folder)")
+            raise ValueError(
+                f"{run_dir} already holds a run; continue it with --resume {run_dir} or choose another --out"
+            )
+        raise ValueError(
+            f"{run_dir} is not empty and is not an attnlab run; refusing to write into it. "
+            f"Choose a new folder for --out (or --resume a run folder)"
+        )
     return run_dir
 
 
@@ -68,9 +72,15 @@ def check_model_config(model_type: str, model_config: Mapping[str, Any]) -> None
     CONFIGS[model_type].from_dict({"src_vocab_size": 1, "tgt_vocab_size": 1, **model_config})
 
 
-def train_run(model_type: str, model_config: Mapping[str, Any], train_config: TrainConfig,
-              data_config: Mapping[str, Any], run_dir: str | os.PathLike | None, *,
-              progress: bool = True) -> TrainResult:
+def train_run(
+    model_type: str,
+    model_config: Mapping[str, Any],
+    train_config: TrainConfig,
+    data_config: Mapping[str, Any],
+    run_dir: str | os.PathLike | None,
+    *,
+    progress: bool = True,
+) -> TrainResult:
     """Check everything, load data, build the model (vocabulary sizes from the data), write the run's
     config and vocabularies, and train. The one seed is set before the model is initialised."""
     from attnlab.data import check_data_config, load_data
@@ -94,8 +104,15 @@ def train_run(model_type: str, model_config: Mapping[str, Any], train_config: Tr
     if run_dir is not None and rank == 0:
         check_out_dir(run_dir)  # again: loading took a while, and the folder is ours only if still empty
         assert model.config is not None  # build_model always gives the model its config
-        ckpt.write_run_config(run_dir, model_type, model.config.to_dict(), train_config.to_dict(),
-                              data_config, data.src_vocab, data.tgt_vocab)
+        ckpt.write_run_config(
+            run_dir,
+            model_type,
+            model.config.to_dict(),
+            train_config.to_dict(),
+            data_config,
+            data.src_vocab,
+            data.tgt_vocab,
+        )
     return Trainer(model, data, train_config, run_dir, progress=progress).fit()
 
 
@@ -110,8 +127,10 @@ def load_run_data(translator, run_dir: str | os.PathLike, data_path: str | None 
         data_cfg["path"] = data_path
     data = load_data(data_cfg)
     if data.src_vocab != translator.src_vocab or data.tgt_vocab != translator.tgt_vocab:
-        raise ValueError(f"the data rebuilt from {run_dir}/config.json does not give the run's vocabularies; "
-                         f"pass the corpus the run was trained on with --data")
+        raise ValueError(
+            f"the data rebuilt from {run_dir}/config.json does not give the run's vocabularies; "
+            f"pass the corpus the run was trained on with --data"
+        )
     return data
 
 
@@ -119,19 +138,24 @@ def newest_intact_checkpoint(run_dir: Path, say: Say = _stderr) -> Path:
     """The newest checkpoint whose files match its manifest; each damaged one is reported and skipped."""
     ckpts = ckpt.list_checkpoints(run_dir)
     if not ckpts:
-        raise FileNotFoundError(f"{run_dir / ckpt.CHECKPOINTS} holds no checkpoint to resume from; "
-                                f"the run stopped before its first one — start it again")
+        raise FileNotFoundError(
+            f"{run_dir / ckpt.CHECKPOINTS} holds no checkpoint to resume from; "
+            f"the run stopped before its first one — start it again"
+        )
     for path in reversed(ckpts):
         why = ckpt.verify_checkpoint(path)
         if why is None:
             return path
         say(f"attnlab: skipping damaged checkpoint {path}: {why}")
-    raise ValueError(f"every checkpoint in {run_dir / ckpt.CHECKPOINTS} is damaged (see above); "
-                     f"nothing to resume from — start the run again in a new folder")
+    raise ValueError(
+        f"every checkpoint in {run_dir / ckpt.CHECKPOINTS} is damaged (see above); "
+        f"nothing to resume from — start the run again in a new folder"
+    )
 
 
-def resume_run(run_dir: str | os.PathLike, overrides: Mapping[str, Any] | None = None, *,
-               progress: bool = True, say: Say = _stderr) -> TrainResult | str:
+def resume_run(
+    run_dir: str | os.PathLike, overrides: Mapping[str, Any] | None = None, *, progress: bool = True, say: Say = _stderr
+) -> TrainResult | str:
     """Continue a run from its newest intact checkpoint. Returns the TrainResult, or the reason (a
     string) when the run had already finished under its (possibly overridden) limits."""
     from attnlab.data import load_data, load_vocab
@@ -147,8 +171,10 @@ def resume_run(run_dir: str | os.PathLike, overrides: Mapping[str, Any] | None =
     data = load_data(cfg["data"])
     for side, fname in (("src", ckpt.SRC_VOCAB_FILE), ("tgt", ckpt.TGT_VOCAB_FILE)):
         if load_vocab(run_dir / fname) != getattr(data, f"{side}_vocab"):
-            raise ValueError(f"the data rebuilt from {run_dir / ckpt.CONFIG_FILE} gives a different {side} "
-                             f"vocabulary than {run_dir / fname}; was the data file changed?")
+            raise ValueError(
+                f"the data rebuilt from {run_dir / ckpt.CONFIG_FILE} gives a different {side} "
+                f"vocabulary than {run_dir / fname}; was the data file changed?"
+            )
     model = build_model(cfg["model_type"], cfg["model"])
     ckpt.load_weights(model, last / ckpt.WEIGHTS_FILE, what=str(run_dir / ckpt.CONFIG_FILE))
     trainer = Trainer(model, data, train_config, run_dir, progress=progress)

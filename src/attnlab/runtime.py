@@ -24,9 +24,11 @@ def rng_state() -> dict:
     """Generator states as tensors / plain values (loadable with torch.load(weights_only=True))."""
     py = random.getstate()
     np_state = cast(tuple, np.random.get_state())  # the legacy tuple form (legacy=True, the default)
-    state = {"python": [py[0], list(py[1]), py[2]],
-             "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
-             "torch": torch.get_rng_state()}
+    state = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -69,8 +71,10 @@ def resolve_device(name: str) -> torch.device:
         if not torch.cuda.is_available():
             raise ValueError(f"device {name!r} asked for, but CUDA is not available here; use --device cpu")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {name!r} asked for, but this machine has {torch.cuda.device_count()} "
-                             f"CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})")
+            raise ValueError(
+                f"device {name!r} asked for, but this machine has {torch.cuda.device_count()} "
+                f"CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})"
+            )
     return device
 
 

@@ -45,14 +45,13 @@ class StopPolicy:
         self.clock = clock
         self.start = clock()
         self.reason: str | None = None
-        self.signum: int | None = None       # the signal that asked us to stop, if any
+        self.signum: int | None = None  # the signal that asked us to stop, if any
         self.best_bleu: float | None = None  # best validation BLEU so far (patience)
         self.evals_since_best = 0
 
     # -- state that a checkpoint carries ----------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"best_bleu": self.best_bleu, "evals_since_best": self.evals_since_best,
-                "stop_reason": self.reason}
+        return {"best_bleu": self.best_bleu, "evals_since_best": self.evals_since_best, "stop_reason": self.reason}
 
     def load_state_dict(self, state: dict) -> None:
         self.best_bleu = state["best_bleu"]

@@ -53,34 +53,34 @@ KILL_ENV = "ATTNLAB_TEST_KILL_AT_STEP"
 class TrainConfig:
     """How to train; saved in the run's config.json (`train`) and restored by `--resume`."""
 
-    seed: int = 0                        # one seed for python, numpy, torch (init, dropout) and batch order
-    epochs: int = 10                     # passes over the training split (stop at whichever limit comes first)
-    max_steps: int | None = None         # optimizer updates; None = no step limit
-    time_budget: float | None = None     # seconds of training per invocation; None = no limit
-    batch_tokens: int | None = 4096      # target tokens per batch (token-count batching); None = use batch_size
-    batch_size: int | None = None        # sentences per batch (the book's fixed-size batches)
-    num_steps: int | None = None         # pad/truncate every sequence to this length (the book's shapes)
-    grad_accum: int = 1                  # batches whose gradients add up to one optimizer update
-    optimizer: str = "adam"              # 'adam' or 'adamw'
-    lr: float = 1e-3                     # peak learning rate (after warmup) or the constant rate
-    schedule: str = "inverse_sqrt"       # 'inverse_sqrt' (linear warmup, then lr*sqrt(warmup/step)) or 'constant'
-    warmup_steps: int = 400              # linear warmup length for 'inverse_sqrt'
+    seed: int = 0  # one seed for python, numpy, torch (init, dropout) and batch order
+    epochs: int = 10  # passes over the training split (stop at whichever limit comes first)
+    max_steps: int | None = None  # optimizer updates; None = no step limit
+    time_budget: float | None = None  # seconds of training per invocation; None = no limit
+    batch_tokens: int | None = 4096  # target tokens per batch (token-count batching); None = use batch_size
+    batch_size: int | None = None  # sentences per batch (the book's fixed-size batches)
+    num_steps: int | None = None  # pad/truncate every sequence to this length (the book's shapes)
+    grad_accum: int = 1  # batches whose gradients add up to one optimizer update
+    optimizer: str = "adam"  # 'adam' or 'adamw'
+    lr: float = 1e-3  # peak learning rate (after warmup) or the constant rate
+    schedule: str = "inverse_sqrt"  # 'inverse_sqrt' (linear warmup, then lr*sqrt(warmup/step)) or 'constant'
+    warmup_steps: int = 400  # linear warmup length for 'inverse_sqrt'
     betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the Transformer paper's 0.98)
-    eps: float = 1e-9                    # Adam epsilon (the paper's)
-    weight_decay: float = 0.0            # decoupled for adamw, L2 for adam
-    label_smoothing: float = 0.0         # mass spread uniformly over the vocabulary (paper: 0.1)
-    grad_clip: float | None = 1.0        # max global gradient norm; None = no clipping
-    eval_every: int = 0                  # steps between validation loss + BLEU; 0 = only at the end
-    eval_limit: int | None = 500         # validation sentences decoded for BLEU (None = all)
-    eval_beam: int = 1                   # beam for validation BLEU (1 = greedy)
-    checkpoint_every: int = 0            # steps between checkpoints; 0 = only at the end
-    keep_last: int = 5                   # newest checkpoints kept (for `attnlab average --last K`)
-    keep_best: int = 1                   # checkpoints kept for the best validation BLEU
-    patience: int | None = None          # stop after this many evaluations without a better BLEU
-    amp: bool = True                     # False forces fp32 whatever `precision` says (older configs)
-    precision: str = "auto"              # 'auto' (bf16 where native: AVX512-BF16/AMX CPUs, bf16 GPUs), 'fp32', 'bf16'
-    log_every: int = 10                  # steps between 'train' events in log.jsonl
-    device: str = "auto"                 # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...
+    eps: float = 1e-9  # Adam epsilon (the paper's)
+    weight_decay: float = 0.0  # decoupled for adamw, L2 for adam
+    label_smoothing: float = 0.0  # mass spread uniformly over the vocabulary (paper: 0.1)
+    grad_clip: float | None = 1.0  # max global gradient norm; None = no clipping
+    eval_every: int = 0  # steps between validation loss + BLEU; 0 = only at the end
+    eval_limit: int | None = 500  # validation sentences decoded for BLEU (None = all)
+    eval_beam: int = 1  # beam for validation BLEU (1 = greedy)
+    checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
+    keep_last: int = 5  # newest checkpoints kept (for `attnlab average --last K`)
+    keep_best: int = 1  # checkpoints kept for the best validation BLEU
+    patience: int | None = None  # stop after this many evaluations without a better BLEU
+    amp: bool = True  # False forces fp32 whatever `precision` says (older configs)
+    precision: str = "auto"  # 'auto' (bf16 where native: AVX512-BF16/AMX CPUs, bf16 GPUs), 'fp32', 'bf16'
+    log_every: int = 10  # steps between 'train' events in log.jsonl
+    device: str = "auto"  # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...
 
     def __post_init__(self):
         check_field_types(self)
@@ -93,12 +93,25 @@ class TrainConfig:
             raise ValueError("set batch_tokens (tokens per batch) or batch_size (sentences per batch)")
         # (field, lowest, highest, None allowed): every number has a meaningful range.
         for name, lo, hi, none_ok in (
-                ("seed", 0, 2**63 - 1, False), ("epochs", 1, None, False), ("max_steps", 1, None, True),
-                ("batch_tokens", 1, None, True), ("batch_size", 1, None, True), ("num_steps", 2, None, True),
-                ("grad_accum", 1, None, False), ("warmup_steps", 0, None, False), ("eval_every", 0, None, False),
-                ("eval_limit", 1, None, True), ("eval_beam", 1, 64, False), ("checkpoint_every", 0, None, False),
-                ("keep_last", 1, None, False), ("keep_best", 0, None, False), ("patience", 1, None, True),
-                ("log_every", 1, None, False), ("lr", 0.0, None, False), ("weight_decay", 0.0, None, False)):
+            ("seed", 0, 2**63 - 1, False),
+            ("epochs", 1, None, False),
+            ("max_steps", 1, None, True),
+            ("batch_tokens", 1, None, True),
+            ("batch_size", 1, None, True),
+            ("num_steps", 2, None, True),
+            ("grad_accum", 1, None, False),
+            ("warmup_steps", 0, None, False),
+            ("eval_every", 0, None, False),
+            ("eval_limit", 1, None, True),
+            ("eval_beam", 1, 64, False),
+            ("checkpoint_every", 0, None, False),
+            ("keep_last", 1, None, False),
+            ("keep_best", 0, None, False),
+            ("patience", 1, None, True),
+            ("log_every", 1, None, False),
+            ("lr", 0.0, None, False),
+            ("weight_decay", 0.0, None, False),
+        ):
             check_range("TrainConfig", name, getattr(self, name), lo, hi, none_ok=none_ok)
         check_range("TrainConfig", "grad_clip", self.grad_clip, 0.0, None, none_ok=True, lo_open=True)
         check_range("TrainConfig", "time_budget", self.time_budget, 0.0, None, none_ok=True, lo_open=True)
@@ -128,17 +141,17 @@ class TrainConfig:
 class TrainResult:
     """What `Trainer.fit` reports."""
 
-    run_dir: Path | None               # None when trained without a run folder
+    run_dir: Path | None  # None when trained without a run folder
     step: int
     epoch: int
-    train_loss: float | None           # mean per-token loss of the last log window
+    train_loss: float | None  # mean per-token loss of the last log window
     stop_reason: str
     best_bleu: float | None
     losses: list[float] = field(default_factory=list)  # per-step training loss of this invocation
     seconds: float = 0.0
     tokens_per_second: float = 0.0
-    checkpoint: Path | None = None     # the newest checkpoint written (where --resume continues)
-    exit_code: int = 0                 # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
+    checkpoint: Path | None = None  # the newest checkpoint written (where --resume continues)
+    exit_code: int = 0  # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
 
 
 class Trainer:
@@ -153,8 +166,17 @@ class Trainer:
         progress: show progress on rank 0 (a bar on a terminal, plain lines otherwise).
     """
 
-    def __init__(self, model: nn.Module, data, config: TrainConfig, run_dir: str | os.PathLike | None,
-                 *, rank: int | None = None, world_size: int | None = None, progress: bool = True):
+    def __init__(
+        self,
+        model: nn.Module,
+        data,
+        config: TrainConfig,
+        run_dir: str | os.PathLike | None,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        progress: bool = True,
+    ):
         self.cfg = config
         self.data = data
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -179,7 +201,7 @@ class Trainer:
         # Progress through training; all of it is saved in trainer_state.pt.
         self.step = 0
         self.epoch = 0
-        self.batch_in_epoch = 0         # batches of the current epoch already consumed (on this rank)
+        self.batch_in_epoch = 0  # batches of the current epoch already consumed (on this rank)
         self._scores: tuple[int, dict] = (-1, {})  # (step, scores) of the latest evaluation
         self.tokens_seen = 0
         self.last_checkpoint: Path | None = None
@@ -191,10 +213,16 @@ class Trainer:
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                "optimizer": self.optimizer.state_dict(), "rng": rng_state(), **self.stop.state_dict(),
-                "tokens_seen": self.tokens_seen,
-                "schedule": {"name": self.cfg.schedule, "last_lr": self.optimizer.param_groups[0]["lr"]}}
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "optimizer": self.optimizer.state_dict(),
+            "rng": rng_state(),
+            **self.stop.state_dict(),
+            "tokens_seen": self.tokens_seen,
+            "schedule": {"name": self.cfg.schedule, "last_lr": self.optimizer.param_groups[0]["lr"]},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
@@ -202,7 +230,7 @@ class Trainer:
         self.stop.load_state_dict(state)
         self.tokens_seen = state["tokens_seen"]
         set_rng_state(state["rng"])  # rank 0's generators...
-        self._reseed_rank()           # ...then each rank's own stream, exactly as the interrupted run had it
+        self._reseed_rank()  # ...then each rank's own stream, exactly as the interrupted run had it
 
     def _reseed_rank(self) -> None:
         """Ranks start from one seed, so their initial weights agree; their dropout must not. Each rank
@@ -225,8 +253,15 @@ class Trainer:
         """This rank's batches (example indices) for `epoch`: a pure function of (seed, epoch)."""
         from attnlab.data import plan_batches
 
-        return plan_batches(self.data.train, shuffle=True, seed=self.cfg.seed, epoch=epoch, rank=self.rank,
-                            world_size=self.world_size, **self._batching())
+        return plan_batches(
+            self.data.train,
+            shuffle=True,
+            seed=self.cfg.seed,
+            epoch=epoch,
+            rank=self.rank,
+            world_size=self.world_size,
+            **self._batching(),
+        )
 
     def _epoch_batches(self, epoch: int, start: int = 0) -> Iterator:
         """Batches of `epoch` from its `start`-th on (a resumed run skips without collating)."""
@@ -293,8 +328,9 @@ class Trainer:
         from attnlab.validation import validation_scores
 
         examples = self.data.valid if examples is None else examples
-        return validation_scores(self.model, self.data, examples, self.cfg, self.device, self._autocast,
-                                 self._batching())
+        return validation_scores(
+            self.model, self.data, examples, self.cfg, self.device, self._autocast, self._batching()
+        )
 
     def _evaluate_and_log(self) -> None:
         """Rank 0 evaluates, feeds patience and logs; the StopPolicy decides what it means."""
@@ -331,8 +367,12 @@ class Trainer:
                     if self.step % cfg.log_every == 0:
                         self._log_train(window.take(), tokens_this_run, time.monotonic() - start)
                     if bar is not None:
-                        bar.update(self.step, loss=f"{loss:.3f}", epoch=self.epoch,
-                                   tok_s=f"{tokens_this_run / max(time.monotonic() - start, 1e-9):.0f}")
+                        bar.update(
+                            self.step,
+                            loss=f"{loss:.3f}",
+                            epoch=self.epoch,
+                            tok_s=f"{tokens_this_run / max(time.monotonic() - start, 1e-9):.0f}",
+                        )
                     if cfg.eval_every and self.step % cfg.eval_every == 0:
                         self._evaluate_and_log()
                     reason = stop.after_step(self.step, self.epoch)
@@ -366,16 +406,35 @@ class Trainer:
             except Exception as exc:  # noqa: BLE001 — saved first, raised below: never lose the weights
                 failure = exc
         last = window.take()
-        self._log({"event": "end", "step": self.step, "epoch": self.epoch, "stop_reason": reason,
-                   "loss": last, "elapsed_s": elapsed})
+        self._log(
+            {
+                "event": "end",
+                "step": self.step,
+                "epoch": self.epoch,
+                "stop_reason": reason,
+                "loss": last,
+                "elapsed_s": elapsed,
+            }
+        )
         if reason == "signal":
             self.save_checkpoint()
         elif reason != "non_finite_loss":
             self.save_final()
         if failure is not None:
             raise failure
-        return TrainResult(self.run_dir, self.step, self.epoch, last, reason, self.best_bleu, losses, elapsed,
-                           tokens / max(elapsed, 1e-9), self.last_checkpoint, exit_code)
+        return TrainResult(
+            self.run_dir,
+            self.step,
+            self.epoch,
+            last,
+            reason,
+            self.best_bleu,
+            losses,
+            elapsed,
+            tokens / max(elapsed, 1e-9),
+            self.last_checkpoint,
+            exit_code,
+        )
 
     def _progress(self) -> Progress:
         total = self._steps_per_epoch() * self.cfg.epochs
@@ -389,9 +448,17 @@ class Trainer:
             ckpt.append_jsonl(self.run_dir / "log.jsonl", {"time": time.time(), **event})
 
     def _log_train(self, loss: float | None, tokens: int, elapsed: float) -> None:
-        self._log({"event": "train", "step": self.step, "epoch": self.epoch, "loss": loss,
-                   "lr": self.optimizer.param_groups[0]["lr"], "tokens_per_s": tokens / max(elapsed, 1e-9),
-                   "elapsed_s": elapsed})
+        self._log(
+            {
+                "event": "train",
+                "step": self.step,
+                "epoch": self.epoch,
+                "loss": loss,
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "tokens_per_s": tokens / max(elapsed, 1e-9),
+                "elapsed_s": elapsed,
+            }
+        )
 
     def _weights_finite(self) -> bool:
         return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
@@ -406,8 +473,13 @@ class Trainer:
         if not self._weights_finite():  # the loop stops at the next step (its loss is NaN)
             self._log({"event": "skipped_checkpoint", "step": self.step, "why": "non-finite weights"})
             return
-        meta = {"step": self.step, "epoch": self.epoch, "stop_reason": self.stop.reason,
-                "valid_bleu": scores.get("valid_bleu"), "valid_loss": scores.get("valid_loss")}
+        meta = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "stop_reason": self.stop.reason,
+            "valid_bleu": scores.get("valid_bleu"),
+            "valid_loss": scores.get("valid_loss"),
+        }
         self.last_checkpoint = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.state_dict(), meta)
         ckpt.prune_checkpoints(self.run_dir, self.cfg.keep_last, self.cfg.keep_best)
 
@@ -438,10 +510,24 @@ def __getattr__(name: str):
     if name in ("train_run", "resume_run", "load_data"):
         import attnlab.data
         import attnlab.runs
+
         return getattr(attnlab.runs if name != "load_data" else attnlab.data, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["TrainConfig", "Trainer", "TrainResult", "sequence_loss", "masked_cross_entropy", "learning_rate",
-           "param_groups", "build_optimizer", "seed_everything", "rng_state", "set_rng_state",
-           "distributed_info", "resolve_device", "KILL_ENV"]
+__all__ = [
+    "TrainConfig",
+    "Trainer",
+    "TrainResult",
+    "sequence_loss",
+    "masked_cross_entropy",
+    "learning_rate",
+    "param_groups",
+    "build_optimizer",
+    "seed_everything",
+    "rng_state",
+    "set_rng_state",
+    "distributed_info",
+    "resolve_device",
+    "KILL_ENV",
+]

@@ -43,8 +43,9 @@ class TextTooLong(InputError):
     """The text exceeds a character limit (HTTP 413 in the explorer)."""
 
 
-def encode_source(src_vocab, text, max_len: int | None = None, truncate: bool = False,
-                  max_chars: int | None = None) -> list[int]:
+def encode_source(
+    src_vocab, text, max_len: int | None = None, truncate: bool = False, max_chars: int | None = None
+) -> list[int]:
     """Source ids of one sentence (without <eos>), or InputError saying what is wrong with it.
 
     Args:
@@ -65,7 +66,7 @@ def encode_source(src_vocab, text, max_len: int | None = None, truncate: bool = 
     if not isinstance(text, str):
         raise InputError(f"a sentence must be a string, got {type(text).__name__}")
     if not text.strip():
-        raise InputError("the text is empty; pass an English sentence such as \"i'm home .\"")
+        raise InputError('the text is empty; pass an English sentence such as "i\'m home ."')
     if max_chars is not None and len(text) > max_chars:
         raise TextTooLong(f"the text has {len(text)} characters; at most {max_chars} are accepted")
     ids = src_vocab.encode(text)
@@ -76,7 +77,8 @@ def encode_source(src_vocab, text, max_len: int | None = None, truncate: bool = 
     if not truncate:
         raise InputError(
             f"the sentence {text[:60]!r} has {len(ids)} tokens (+1 <eos>) but this model takes at most "
-            f"{max_len} (its max_len); shorten it, or pass truncate=True (--truncate) to cut it")
+            f"{max_len} (its max_len); shorten it, or pass truncate=True (--truncate) to cut it"
+        )
     warnings.warn(f"truncating a {len(ids)}-token sentence to the model's max_len {max_len}", stacklevel=3)
     return ids[: max_len - 1]
 
@@ -86,10 +88,10 @@ class Translation:
     """One translated sentence, with the tokens the model actually saw and produced (for the explorer)."""
 
     source: str
-    src_tokens: list[str]     # source tokens after the vocabulary (unknown words -> <unk>), + <eos>
-    tgt_tokens: list[str]     # produced target tokens, without <bos>/<eos>
-    text: str                 # detokenized translation
-    finished: bool = True     # False: decoding stopped at the length limit, not at <eos>
+    src_tokens: list[str]  # source tokens after the vocabulary (unknown words -> <unk>), + <eos>
+    tgt_tokens: list[str]  # produced target tokens, without <bos>/<eos>
+    text: str  # detokenized translation
+    finished: bool = True  # False: decoding stopped at the length limit, not at <eos>
 
 
 def model_max_len(cfg: dict) -> int | None:
@@ -132,8 +134,16 @@ class Translator:
         (True, 16)
     """
 
-    def __init__(self, model: nn.Module, src_vocab, tgt_vocab, config: dict | None = None, device="cpu",
-                 max_len: int | None = None, max_output_len: int | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        src_vocab,
+        tgt_vocab,
+        config: dict | None = None,
+        device="cpu",
+        max_len: int | None = None,
+        max_output_len: int | None = None,
+    ):
         self.model = model.to(device).eval()
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
         self.config = config or {}
@@ -167,8 +177,8 @@ class Translator:
         order = sorted(range(len(src_ids)), key=lambda i: -len(src_ids[i]))
         results: list[Hypothesis | None] = [None] * len(src_ids)
         for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            seqs = [list(src_ids[i]) + [eos] for i in idx]   # the source ends with <eos>, as in training
+            idx = order[start : start + batch_size]
+            seqs = [list(src_ids[i]) + [eos] for i in idx]  # the source ends with <eos>, as in training
             S = max(len(s) for s in seqs)
             src = torch.tensor([s + [pad] * (S - len(s)) for s in seqs], dtype=torch.long, device=self.device)
             lens = torch.tensor([len(s) for s in seqs], device=self.device)
@@ -199,6 +209,13 @@ class Translator:
         """Like `translate`, also returning the source and target tokens (axis labels for attention maps)."""
         src_ids = self.encode(sentences, truncate)
         hyps = self.decode(src_ids, beam)
-        return [Translation(s, self.src_vocab.to_tokens(ids) + ["<eos>"], self.tgt_vocab.to_tokens(h.tokens),
-                            self.tgt_vocab.decode(h.tokens), h.finished)
-                for s, ids, h in zip(sentences, src_ids, hyps)]
+        return [
+            Translation(
+                s,
+                self.src_vocab.to_tokens(ids) + ["<eos>"],
+                self.tgt_vocab.to_tokens(h.tokens),
+                self.tgt_vocab.decode(h.tokens),
+                h.finished,
+            )
+            for s, ids, h in zip(sentences, src_ids, hyps)
+        ]

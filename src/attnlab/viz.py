@@ -80,9 +80,7 @@ def show_heatmaps(
         try:
             m = np.broadcast_to(m, data.shape)
         except ValueError:
-            raise ValueError(
-                f"mask of shape {m.shape} does not broadcast to matrices of shape {data.shape}"
-            ) from None
+            raise ValueError(f"mask of shape {m.shape} does not broadcast to matrices of shape {data.shape}") from None
         data = np.where(m, data, np.nan)
     for name, labels, n in (("xticklabels", xticklabels, lk), ("yticklabels", yticklabels, lq)):
         if labels is not None and len(labels) != n:
@@ -105,8 +103,7 @@ def show_heatmaps(
     for i in range(rows):
         for j in range(cols):
             ax = axes[i, j]
-            image = ax.imshow(data[i, j], cmap=colormap, vmin=vmin, vmax=vmax,
-                              aspect="auto", interpolation="nearest")
+            image = ax.imshow(data[i, j], cmap=colormap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
             if i == rows - 1:
                 ax.set_xlabel(xlabel)
             if j == 0:
@@ -124,8 +121,14 @@ def show_heatmaps(
 
 
 def plot_kernel_regression(
-    x_test, y_truth, predictions: Mapping[str, object], x_train=None, y_train=None,
-    *, title: str | None = None, figsize: tuple[float, float] = (5.0, 3.0),
+    x_test,
+    y_truth,
+    predictions: Mapping[str, object],
+    x_train=None,
+    y_train=None,
+    *,
+    title: str | None = None,
+    figsize: tuple[float, float] = (5.0, 3.0),
 ) -> Figure:
     """Truth, one line per prediction, and the noisy training points (the book's `plot_kernel_reg`).
 
@@ -147,8 +150,14 @@ def plot_kernel_regression(
     return fig
 
 
-def plot_loss_curve(losses: Sequence[float], *, xlabel: str = "epoch", ylabel: str = "loss",
-                    title: str | None = None, figsize: tuple[float, float] = (4.0, 2.5)) -> Figure:
+def plot_loss_curve(
+    losses: Sequence[float],
+    *,
+    xlabel: str = "epoch",
+    ylabel: str = "loss",
+    title: str | None = None,
+    figsize: tuple[float, float] = (4.0, 2.5),
+) -> Figure:
     """One loss value per epoch (1-based x axis)."""
     fig = Figure(figsize=figsize, layout="constrained")
     ax = fig.subplots()
@@ -162,8 +171,9 @@ def plot_loss_curve(losses: Sequence[float], *, xlabel: str = "epoch", ylabel: s
     return fig
 
 
-def plot_positional_encoding(P, columns: Sequence[int] = (6, 7, 8, 9), *,
-                             figsize: tuple[float, float] = (6.0, 2.5)) -> Figure:
+def plot_positional_encoding(
+    P, columns: Sequence[int] = (6, 7, 8, 9), *, figsize: tuple[float, float] = (6.0, 2.5)
+) -> Figure:
     """Selected encoding columns as curves over positions. P: (L, D) encoding table."""
     P = _to_numpy(P)
     fig = Figure(figsize=figsize, layout="constrained")
@@ -178,12 +188,17 @@ def plot_positional_encoding(P, columns: Sequence[int] = (6, 7, 8, 9), *,
 def plot_positional_heatmap(P, *, figsize: tuple[float, float] = (3.5, 4.0)) -> Figure:
     """The whole (L, D) encoding as one heatmap: rows are positions, columns dimensions."""
     P = _to_numpy(P)
-    return show_heatmaps(P[None, None], xlabel="column (encoding dimension)",
-                         ylabel="row (position)", figsize=figsize, cmap="Blues")
+    return show_heatmaps(
+        P[None, None], xlabel="column (encoding dimension)", ylabel="row (position)", figsize=figsize, cmap="Blues"
+    )
 
 
-def plot_scaling(dims: Sequence[int], series: Mapping[str, Mapping[str, Sequence[float]]], *,
-                 figsize: tuple[float, float] = (10.0, 3.0)) -> Figure:
+def plot_scaling(
+    dims: Sequence[int],
+    series: Mapping[str, Mapping[str, Sequence[float]]],
+    *,
+    figsize: tuple[float, float] = (10.0, 3.0),
+) -> Figure:
     """One panel per statistic, unscaled vs scaled curves over d_k (log x axis).
 
     series: {panel title: {curve label: values (one per d_k)}}.
@@ -201,8 +216,9 @@ def plot_scaling(dims: Sequence[int], series: Mapping[str, Mapping[str, Sequence
     return fig
 
 
-def save_figure(fig: Figure, path: str | os.PathLike, formats: Sequence[str] = ("png", "svg"),
-                *, dpi: int = 120) -> list[Path]:
+def save_figure(
+    fig: Figure, path: str | os.PathLike, formats: Sequence[str] = ("png", "svg"), *, dpi: int = 120
+) -> list[Path]:
     """Write `fig` atomically (temp file + rename) and return the written paths.
 
     `path` with a known extension (.png/.svg/.pdf) writes just that file; without one, writes
@@ -239,19 +255,34 @@ def attention_figures(exp) -> list[tuple[str, Figure]]:
     model declares, each a layer x head grid with tokens on the axes (rows of decoder maps are
     labelled with the token each step produced). A model whose only attention is its decoder's over
     the source (Bahdanau) gets the book's figure, named decoder_attention, one plain heatmap per head."""
-    axes = {"encoder_self": (exp.src_tokens, exp.src_tokens),
-            "decoder_self": (exp.tgt_input_tokens, exp.tgt_tokens),
-            "cross": (exp.src_tokens, exp.tgt_tokens)}
+    axes = {
+        "encoder_self": (exp.src_tokens, exp.src_tokens),
+        "decoder_self": (exp.tgt_input_tokens, exp.tgt_tokens),
+        "cross": (exp.src_tokens, exp.tgt_tokens),
+    }
     figures = []
     for kind, w in exp.maps.items():
         name, xl, yl = _KIND_PANELS[kind]
         xt, yt = axes[kind]
         L, H = w.shape[:2]
         if set(exp.maps) == {"cross"} and L * H == 1:  # the book's Bahdanau figure: one map, no grid
-            figures.append(("decoder_attention", show_heatmaps(w, xl, yl, figsize=(4, 4), xticklabels=xt,
-                                                               yticklabels=yt)))
+            figures.append(
+                ("decoder_attention", show_heatmaps(w, xl, yl, figsize=(4, 4), xticklabels=xt, yticklabels=yt))
+            )
             continue
-        figures.append((name, show_heatmaps(w, xl, yl, titles=[f"head {h + 1}" for h in range(H)],
-                                            figsize=(2.8, 2.8), xticklabels=xt, yticklabels=yt,
-                                            row_labels=[f"layer {i + 1}" for i in range(L)])))
+        figures.append(
+            (
+                name,
+                show_heatmaps(
+                    w,
+                    xl,
+                    yl,
+                    titles=[f"head {h + 1}" for h in range(H)],
+                    figsize=(2.8, 2.8),
+                    xticklabels=xt,
+                    yticklabels=yt,
+                    row_labels=[f"layer {i + 1}" for i in range(L)],
+                ),
+            )
+        )
     return figures

@@ -21,8 +21,14 @@ from attnlab.data import sample_data_path
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.translator import Translator
 
-DATA = {"loader": "translation", "path": str(sample_data_path()), "min_freq": 1, "valid_fraction": 0.2,
-        "test_fraction": 0.1, "use_cache": False}
+DATA = {
+    "loader": "translation",
+    "path": str(sample_data_path()),
+    "min_freq": 1,
+    "valid_fraction": 0.2,
+    "test_fraction": 0.1,
+    "use_cache": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +37,16 @@ def setup(one_thread):
 
     data = load_data(DATA)
     torch.manual_seed(0)
-    cfg = TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), num_hiddens=16, num_heads=4, num_layers=2,
-                            ffn_num_hiddens=32, dropout=0.0, max_len=64)
+    cfg = TransformerConfig(
+        len(data.src_vocab),
+        len(data.tgt_vocab),
+        num_hiddens=16,
+        num_heads=4,
+        num_layers=2,
+        ffn_num_hiddens=32,
+        dropout=0.0,
+        max_len=64,
+    )
     model = Transformer(cfg).eval()
     return data, model, Translator(model, data.src_vocab, data.tgt_vocab, {"data": DATA}, max_len=64)
 
@@ -40,9 +54,11 @@ def setup(one_thread):
 def test_kinds_and_statistics(setup):
     data, model, _ = setup
     kinds = attention_kinds(model)
-    assert kinds == {"encoder self": ["encoder.blocks.0.attention", "encoder.blocks.1.attention"],
-                     "decoder self": ["decoder.blocks.0.self_attention", "decoder.blocks.1.self_attention"],
-                     "cross": ["decoder.blocks.0.cross_attention", "decoder.blocks.1.cross_attention"]}
+    assert kinds == {
+        "encoder self": ["encoder.blocks.0.attention", "encoder.blocks.1.attention"],
+        "decoder self": ["decoder.blocks.0.self_attention", "decoder.blocks.1.self_attention"],
+        "cross": ["decoder.blocks.0.cross_attention", "decoder.blocks.1.cross_attention"],
+    }
     batches = validation_batches(data.valid, data.src_vocab, data.tgt_vocab, batch_size=4)
     stats = head_statistics(model, batches, data.src_vocab, data.tgt_vocab)
     for name, s in stats.items():
@@ -89,8 +105,11 @@ def test_pruned_model_equals_masked_and_saves_loads(setup, tmp_path):
     run = tmp_path / "run"
     write_run_config(run, "transformer", model.config.to_dict(), {}, DATA, data.src_vocab, data.tgt_vocab)
     save_weights(model, run / "model.safetensors")
-    heads = {"encoder.blocks.0.attention": [1, 2], "decoder.blocks.1.cross_attention": [0],
-             "decoder.blocks.0.self_attention": [0, 1, 2, 3]}
+    heads = {
+        "encoder.blocks.0.attention": [1, 2],
+        "decoder.blocks.1.cross_attention": [0],
+        "decoder.blocks.0.self_attention": [0, 1, 2, 3],
+    }
     batch = validation_batches(data.valid, data.src_vocab, data.tgt_vocab, batch_size=8)[0]
     masks = {}
     for name, idx in heads.items():
@@ -134,17 +153,33 @@ def test_heads_command_end_to_end_and_bad_input(setup, tmp_path, capsys):
     write_run_config(run, "transformer", model.config.to_dict(), {}, DATA, data.src_vocab, data.tgt_vocab)
     save_weights(model, run / "model.safetensors")
     out = tmp_path / "out"
-    assert main(["heads", "--checkpoint", str(run), "--out", str(out), "--limit", "4",
-                 "--prune", "encoder.blocks.0.attention:0,1"]) == 0
+    assert (
+        main(
+            [
+                "heads",
+                "--checkpoint",
+                str(run),
+                "--out",
+                str(out),
+                "--limit",
+                "4",
+                "--prune",
+                "encoder.blocks.0.attention:0,1",
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "heads.json").read_text())
     assert set(report["masked"]) == set(report["statistics"]) and len(report["pruning_curves"]) == 3
     assert (out / "importance.png").is_file() and (out / "pruning.png").is_file()
     assert (out / "pruned" / "model.safetensors").is_file()
     assert "encoder.blocks.0.attention" in capsys.readouterr().out
-    for bad, msg in ((["--prune", "encoder.blocks.0.attention:7"], "heads 0..3, got head index 7"),
-                     (["--prune", "nope:1"], "no multi-head attention module named 'nope'"),
-                     (["--prune", "encoder.blocks.0.attention"], "MODULE:H"),
-                     (["--limit", "0"], "--limit")):
+    for bad, msg in (
+        (["--prune", "encoder.blocks.0.attention:7"], "heads 0..3, got head index 7"),
+        (["--prune", "nope:1"], "no multi-head attention module named 'nope'"),
+        (["--prune", "encoder.blocks.0.attention"], "MODULE:H"),
+        (["--limit", "0"], "--limit"),
+    ):
         assert main(["heads", "--checkpoint", str(run), "--out", str(tmp_path / "o2"), *bad]) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err

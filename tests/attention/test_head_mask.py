@@ -62,10 +62,15 @@ def test_context_mask_equals_explicit_mask_and_stays_in_its_thread():
     torch.testing.assert_close(m(x, x, x), full)
 
 
-@pytest.mark.parametrize("bad, msg", [
-    ([1, 0, 1], r"shape \(4,\)"), (torch.ones(2, 4), r"shape \(4,\)"), ([1, float("nan"), 1, 1], "finite"),
-    ("abc", "4 numbers"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ([1, 0, 1], r"shape \(4,\)"),
+        (torch.ones(2, 4), r"shape \(4,\)"),
+        ([1, float("nan"), 1, 1], "finite"),
+        ("abc", "4 numbers"),
+    ],
+)
 def test_bad_head_mask_is_one_clear_error(bad, msg):
     m = make()
     x = torch.randn(1, 2, 16)
@@ -75,8 +80,10 @@ def test_bad_head_mask_is_one_clear_error(bad, msg):
 
 def test_mask_heads_bad_module_name():
     m = torch.nn.ModuleDict({"a": make()})
-    with (pytest.raises(ValueError, match="no multi-head attention module named 'b'"),
-          mask_heads(m, {"b": [1, 1, 1, 1]})):
+    with (
+        pytest.raises(ValueError, match="no multi-head attention module named 'b'"),
+        mask_heads(m, {"b": [1, 1, 1, 1]}),
+    ):
         pass
 
 

@@ -46,8 +46,14 @@ def test_parity_with_causal_attn_mask():
 
 
 @settings(max_examples=20, deadline=None)
-@given(B=st.integers(1, 3), L=st.integers(1, 8), H=st.sampled_from([1, 2, 4]), causal=st.booleans(),
-       window=st.one_of(st.none(), st.integers(0, 4)), data=st.data())
+@given(
+    B=st.integers(1, 3),
+    L=st.integers(1, 8),
+    H=st.sampled_from([1, 2, 4]),
+    causal=st.booleans(),
+    window=st.one_of(st.none(), st.integers(0, 4)),
+    data=st.data(),
+)
 def test_fused_equals_math_path(B, L, H, causal, window, data):
     torch.manual_seed(0)
     m = MultiHeadAttention(8, H, bias=True, window=window).eval()

@@ -47,8 +47,16 @@ def fake_run(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("bad-flags") / "run"
     src = Vocab(["i", "am", "home", ".", "go", "now"], min_freq=1)
     tgt = Vocab(["je", "suis", "chez", "moi", ".", "va"], min_freq=1)
-    model_cfg = {"num_hiddens": 8, "num_layers": 1, "num_heads": 2, "ffn_num_hiddens": 16, "dropout": 0.0,
-                 "max_len": 16, "src_vocab_size": len(src), "tgt_vocab_size": len(tgt)}
+    model_cfg = {
+        "num_hiddens": 8,
+        "num_layers": 1,
+        "num_heads": 2,
+        "ffn_num_hiddens": 16,
+        "dropout": 0.0,
+        "max_len": 16,
+        "src_vocab_size": len(src),
+        "tgt_vocab_size": len(tgt),
+    }
     torch.manual_seed(0)
     model = build_model("transformer", model_cfg)
     # A corpus that exists, so `evaluate` rows reach their own flag checks (loading it is a tripwire there).
@@ -94,6 +102,7 @@ def places(tmp_path, fake_run) -> dict[str, str]:
 def tripwires(monkeypatch):
     """Work that no bad flag may reach: the first write into a run folder (validate before writing, issue 12
     item 1), beam search (a huge --beam allocates gigabytes), the server loop, the chapter's computations."""
+
     def trip(*args, **kwargs):
         raise ReachedWork("a bad flag reached real work; validate it first")
 
@@ -178,7 +187,7 @@ TRAIN_ROWS = [
     ("tr-set-bad-json", "train --preset tiny --set train.lr={{oops --out {out} --data {sample}"),
     ("tr-set-no-equals", "train --preset tiny --set train.lr --out {out} --data {sample}"),
     ("tr-set-bad-section", "train --preset tiny --set nope.lr=1 --out {out} --data {sample}"),
-    ("tr-set-dropout-text", "train --preset tiny --set model.dropout=\"x\" --out {out} --data {sample}"),
+    ("tr-set-dropout-text", 'train --preset tiny --set model.dropout="x" --out {out} --data {sample}'),
     ("tr-device-bogus", "train --preset tiny --device bogus --out {out} --data {sample}"),
     ("tr-device-cuda-absent", "train --preset tiny --device cuda:7 --out {out} --data {sample}"),
     ("tr-out-file", "train --preset tiny --out {file} --data {sample}"),
@@ -259,8 +268,7 @@ SERVER_ROWS = [
 
 # Rows that already pass on main are left unmarked even in other branches' commands, so a regression
 # there shows at once; only rows failing on this branch carry the xfail of the branch fixing them.
-FAILING_ELSEWHERE: dict[str, str] = {
-}
+FAILING_ELSEWHERE: dict[str, str] = {}
 
 
 def _rows():
@@ -329,13 +337,18 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
         main(["params"])
 
 
-@pytest.mark.parametrize("exc, expected", [
-    (IsADirectoryError(21, "Is a directory", "/some/dir"), "Is a directory: /some/dir (expected a file, got a folder)"),
-    (PermissionError(13, "Permission denied", "/root/x"), "Permission denied: /root/x (choose a path"),
-    (UnicodeDecodeError("utf-8", b"\xe9", 0, 1, "invalid continuation byte"),
-     "not UTF-8 text"),
-    (ValueError("first line\nsecond line"), "first line second line"),
-])
+@pytest.mark.parametrize(
+    "exc, expected",
+    [
+        (
+            IsADirectoryError(21, "Is a directory", "/some/dir"),
+            "Is a directory: /some/dir (expected a file, got a folder)",
+        ),
+        (PermissionError(13, "Permission denied", "/root/x"), "Permission denied: /root/x (choose a path"),
+        (UnicodeDecodeError("utf-8", b"\xe9", 0, 1, "invalid continuation byte"), "not UTF-8 text"),
+        (ValueError("first line\nsecond line"), "first line second line"),
+    ],
+)
 def test_user_errors_print_one_line(monkeypatch, capsys, exc, expected):
     from attnlab import chapter
 

@@ -27,8 +27,7 @@ def test_kernel_regression_command(tmp_path, capsys):
 
 def test_positional_encoding_command(tmp_path, capsys):
     out = tmp_path / "pe"
-    assert main(["positional-encoding", "--out", str(out), "--num-hiddens", "12",
-                 "--num-steps", "20"]) == 0
+    assert main(["positional-encoding", "--out", str(out), "--num-hiddens", "12", "--num-steps", "20"]) == 0
     text = capsys.readouterr().out
     assert "111" in text and "OK" in text
     assert _pngs(out) == {"pe_columns", "pe_heatmap"}
@@ -49,14 +48,17 @@ def test_params_command(capsys):
     assert "O(n²·d)" in text and "base" in text and "big" in text
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["kernel-regression", "--kernels", "cosine"], "--kernels"),
-    (["kernel-regression", "--bandwidth", "-1"], "--bandwidth"),
-    (["kernel-regression", "--n-train", "1"], "--n-train"),
-    (["positional-encoding", "--num-hiddens", "7"], "--num-hiddens"),
-    (["scaling", "--samples", "0"], "--samples"),
-    (["params", "--num-heads", "3"], "--num-heads"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["kernel-regression", "--kernels", "cosine"], "--kernels"),
+        (["kernel-regression", "--bandwidth", "-1"], "--bandwidth"),
+        (["kernel-regression", "--n-train", "1"], "--n-train"),
+        (["positional-encoding", "--num-hiddens", "7"], "--num-hiddens"),
+        (["scaling", "--samples", "0"], "--samples"),
+        (["params", "--num-heads", "3"], "--num-heads"),
+    ],
+)
 def test_bad_flags_name_the_flag(tmp_path, capsys, argv, flag):
     assert main(argv + ([] if argv[0] == "params" else ["--out", str(tmp_path / "o")])) == 2
     assert flag in capsys.readouterr().err

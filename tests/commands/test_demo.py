@@ -26,8 +26,16 @@ def test_demo_writes_a_report_linking_every_figure(demo_run, capsys):
     for src in srcs:
         f = out / src
         assert f.is_file() and f.stat().st_size > 0, src
-    for name in ("predictions", "attention_parametric", "pe_heatmap", "scaling", "bahdanau_loss",
-                 "transformer_encoder_self_attention", "encoder_decoder_attention", "bahdanau_decoder_attention"):
+    for name in (
+        "predictions",
+        "attention_parametric",
+        "pe_heatmap",
+        "scaling",
+        "bahdanau_loss",
+        "transformer_encoder_self_attention",
+        "encoder_decoder_attention",
+        "bahdanau_decoder_attention",
+    ):
         assert any(name in s for s in srcs), name
     for text in ("four sentences", "BLEU", "CC-BY", "Which heads matter", "heads can go before BLEU falls"):
         assert text in html

@@ -19,8 +19,24 @@ pytestmark = [needs_data, pytest.mark.usefixtures("one_thread")]
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, one_thread):
     out = tmp_path_factory.mktemp("cmd") / "run"
-    code = main(["train", "--model", "transformer", "--preset", "tiny", "--out", str(out), "--data", DATA,
-                 "--max-steps", "6", "--checkpoint-every", "2", "--no-progress"])
+    code = main(
+        [
+            "train",
+            "--model",
+            "transformer",
+            "--preset",
+            "tiny",
+            "--out",
+            str(out),
+            "--data",
+            DATA,
+            "--max-steps",
+            "6",
+            "--checkpoint-every",
+            "2",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     return out
 
@@ -28,14 +44,16 @@ def run_dir(tmp_path_factory, one_thread):
 def test_train_prints_loss_and_location(run_dir, capsys):
     # The module fixture trained already; train again into a fresh folder to see the output.
     out = run_dir.parent / "again"
-    assert main(["train", "--preset", "tiny", "--out", str(out), "--data", DATA, "--max-steps", "2",
-                 "--no-progress"]) == 0
+    assert (
+        main(["train", "--preset", "tiny", "--out", str(out), "--data", DATA, "--max-steps", "2", "--no-progress"]) == 0
+    )
     text = capsys.readouterr().out
     assert "final training loss" in text and "after 2 steps" in text
     assert f"saved the model to {out / 'model.safetensors'}" in text
     # Training into a folder that holds a run is refused, with the way out.
-    assert main(["train", "--preset", "tiny", "--out", str(out), "--data", DATA, "--max-steps", "2",
-                 "--no-progress"]) == 2
+    assert (
+        main(["train", "--preset", "tiny", "--out", str(out), "--data", DATA, "--max-steps", "2", "--no-progress"]) == 2
+    )
     assert "--resume" in capsys.readouterr().err
 
 
@@ -70,14 +88,17 @@ def test_evaluate_prints_bleu_chrf_and_speed(run_dir, capsys):
     assert "tokens/s" in text
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["translate", "--beam", "100000", "go ."], "--beam must be 1..16, got 100000"),
-    (["translate", "--beam", "0", "go ."], "--beam must be 1..16, got 0"),
-    (["evaluate", "--beam", "17"], "--beam must be 1..16, got 17"),
-    (["evaluate", "--limit", "-1"], "--limit must be >= 1, got -1"),
-    (["evaluate", "--limit", "0"], "--limit must be >= 1, got 0"),
-    (["average", "--last", "0"], "--last must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["translate", "--beam", "100000", "go ."], "--beam must be 1..16, got 100000"),
+        (["translate", "--beam", "0", "go ."], "--beam must be 1..16, got 0"),
+        (["evaluate", "--beam", "17"], "--beam must be 1..16, got 17"),
+        (["evaluate", "--limit", "-1"], "--limit must be >= 1, got -1"),
+        (["evaluate", "--limit", "0"], "--limit must be >= 1, got 0"),
+        (["average", "--last", "0"], "--last must be >= 1, got 0"),
+    ],
+)
 def test_unbounded_flags_are_refused_with_the_range(argv, message, run_dir, capsys):
     """Issue 12 item 9: each out-of-range value is one line naming the allowed range, exit 2."""
     assert main([*argv, "--checkpoint", str(run_dir)]) == 2
@@ -101,8 +122,25 @@ def test_attention_command_saves_heatmaps(model_type, run_dir, tmp_path, capsys)
         expected = {"encoder_self_attention.png", "decoder_self_attention.png", "encoder_decoder_attention.png"}
     else:
         src = tmp_path / "bahdanau"
-        assert main(["train", "--model", "bahdanau", "--preset", "tiny", "--out", str(src), "--data", DATA,
-                     "--max-steps", "2", "--no-progress"]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--model",
+                    "bahdanau",
+                    "--preset",
+                    "tiny",
+                    "--out",
+                    str(src),
+                    "--data",
+                    DATA,
+                    "--max-steps",
+                    "2",
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
         expected = {"decoder_attention.png"}
     out = tmp_path / "maps"
     assert main(["attention", "--checkpoint", str(src), "i'm home .", "--out", str(out), "--format", "png"]) == 0

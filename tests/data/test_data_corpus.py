@@ -126,6 +126,10 @@ def test_download_checksum_mismatch_leaves_nothing(no_data, file_server, monkeyp
 def test_sample_data_has_the_books_sentences():
     pairs, stats = read_fra_eng(sample_data_path(), return_stats=True)
     assert stats.malformed == 0 and len(pairs) >= 60
-    for pair in [("Go.", "Va !"), ("I lost.", "J'ai perdu."), ("He's calm.", "Il est calme."),
-                 ("I'm home.", "Je suis chez moi.")]:
+    for pair in [
+        ("Go.", "Va !"),
+        ("I lost.", "J'ai perdu."),
+        ("He's calm.", "Il est calme."),
+        ("I'm home.", "Je suis chez moi."),
+    ]:
         assert pair in pairs

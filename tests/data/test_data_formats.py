@@ -15,18 +15,25 @@ def _read(spec, **kw):
 
 def test_tsv_extra_columns_ignored_and_bad_lines_reported(tmp_path):
     p = tmp_path / "c.tsv"
-    p.write_bytes(b"Hallo\tHello\tCC-BY attribution\n"   # 1 ok, third column ignored
-                  b"\tempty source\n"                       # 2 empty
-                  b"no tab here\n"                          # 3 no tab
-                  b"\xff\xfe broken\tbytes\n"               # 4 undecodable
-                  + b"x" * 50 + b"\ty\n"                    # 5 over-long (max_chars=40)
-                  + b"Tsch\xc3\xbcss\tBye\r\n")              # 6 ok (CRLF)
+    p.write_bytes(
+        b"Hallo\tHello\tCC-BY attribution\n"  # 1 ok, third column ignored
+        b"\tempty source\n"  # 2 empty
+        b"no tab here\n"  # 3 no tab
+        b"\xff\xfe broken\tbytes\n"  # 4 undecodable
+        + b"x" * 50
+        + b"\ty\n"  # 5 over-long (max_chars=40)
+        + b"Tsch\xc3\xbcss\tBye\r\n"
+    )  # 6 ok (CRLF)
     pairs, report = _read(p, max_chars=40)
     assert pairs == [(1, "Hallo", "Hello"), (6, "Tschüss", "Bye")]
     f = report.files[0]
     assert f.lines == 6 and report.pairs == 2
-    assert f.first_lines == {"empty": [2], "without a tab (need src<TAB>tgt)": [3],
-                             "undecodable (not UTF-8)": [4], "over-long (> 40 characters)": [5]}
+    assert f.first_lines == {
+        "empty": [2],
+        "without a tab (need src<TAB>tgt)": [3],
+        "undecodable (not UTF-8)": [4],
+        "over-long (> 40 characters)": [5],
+    }
     assert "line(s) 4" in f.summary() and str(p) in f.summary()
 
 
@@ -37,8 +44,8 @@ def test_aligned_gz_files_and_per_file_reports(tmp_path):
         f.write("one\ntwo\n\nfour\n")
     pairs, report = _read(f"{src},{tgt}")
     assert pairs == [(1, "eins", "one"), (4, "vier", "four")]
-    assert report.files[0].first_lines == {"empty": [2]}   # the source file's own problem
-    assert report.files[1].first_lines == {"empty": [3]}   # the target file's
+    assert report.files[0].first_lines == {"empty": [2]}  # the source file's own problem
+    assert report.files[1].first_lines == {"empty": [3]}  # the target file's
 
 
 def test_misaligned_files_are_one_clear_error(tmp_path):

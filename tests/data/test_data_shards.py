@@ -10,8 +10,18 @@ import pytest
 from attnlab.data import collate, open_prepared, plan_batches, prepare
 from attnlab.data.parallel import load_parallel_data
 
-_DE_EN = {"haus": "house", "katze": "cat", "hund": "dog", "baum": "tree", "straße": "street", "grün": "green",
-          "groß": "big", "klein": "small", "müde": "tired", "ﬁsch": "fish"}  # 'ﬁ' ligature: NFKC -> 'fi'
+_DE_EN = {
+    "haus": "house",
+    "katze": "cat",
+    "hund": "dog",
+    "baum": "tree",
+    "straße": "street",
+    "grün": "green",
+    "groß": "big",
+    "klein": "small",
+    "müde": "tired",
+    "ﬁsch": "fish",
+}  # 'ﬁ' ligature: NFKC -> 'fi'
 
 
 def write_corpus(folder, n=300, seed=0, name="train"):
@@ -33,8 +43,9 @@ def prepared(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")
     spec, de, en = write_corpus(folder, n=300)
     out = folder / "prep"
-    meta = prepare(spec, out, src_lang="de", tgt_lang="en", vocab_size=120, shard_size=64,
-                   valid_fraction=0.1, test_fraction=0.1)
+    meta = prepare(
+        spec, out, src_lang="de", tgt_lang="en", vocab_size=120, shard_size=64, valid_fraction=0.1, test_fraction=0.1
+    )
     return out, meta, de, en
 
 
@@ -107,8 +118,17 @@ def test_prepare_refuses_existing_folder_and_leaves_nothing_on_error(tmp_path):
 
 def test_over_long_pairs_are_reported_by_token_count(tmp_path):
     spec, _, _ = write_corpus(tmp_path, n=50)
-    meta = prepare(spec, tmp_path / "p", src_lang="de", tgt_lang="en", max_len=5, vocab_size=120,
-                   valid_fraction=0.0, test_fraction=0.0, log=lambda line: None)
+    meta = prepare(
+        spec,
+        tmp_path / "p",
+        src_lang="de",
+        tgt_lang="en",
+        max_len=5,
+        vocab_size=120,
+        valid_fraction=0.0,
+        test_fraction=0.0,
+        log=lambda line: None,
+    )
     files = meta["reports"]["data"]["files"]
     skipped = sum(f["counts"].get("over-long (> 5 tokens)", 0) for f in files)
     assert skipped > 0 and meta["splits"]["train"]["pairs"] < 50
@@ -119,8 +139,14 @@ def test_en_fr_files_keep_the_book_rules_and_raw_corpora_are_cached(tmp_path, mo
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     (tmp_path / "a.en").write_text("Go.\nI lost.\nHe's calm.\nGo.\n", encoding="utf-8")
     (tmp_path / "a.fr").write_text("Va !\nJ'ai perdu.\nIl est calme.\nBouge !\n", encoding="utf-8")
-    opts = {"path": f"{tmp_path / 'a.en'},{tmp_path / 'a.fr'}", "src_lang": "en", "tgt_lang": "fr", "min_freq": 1,
-            "valid_fraction": 0.0, "test_fraction": 0.0}
+    opts = {
+        "path": f"{tmp_path / 'a.en'},{tmp_path / 'a.fr'}",
+        "src_lang": "en",
+        "tgt_lang": "fr",
+        "min_freq": 1,
+        "valid_fraction": 0.0,
+        "test_fraction": 0.0,
+    }
     data = load_parallel_data(opts)
     assert data.src_vocab.kind == "word" and "calm" in data.src_vocab and "!" in data.tgt_vocab
     again = load_parallel_data(opts)
@@ -133,17 +159,67 @@ def test_prepare_train_evaluate_end_to_end(tmp_path, capsys):
     spec, _, _ = write_corpus(tmp_path, n=200)
     vspec, _, _ = write_corpus(tmp_path, n=20, seed=1, name="dev")
     tspec, _, _ = write_corpus(tmp_path, n=20, seed=2, name="test")
-    assert main(["prepare", "--data", spec, "--valid", vspec, "--test", tspec, "--src-lang", "de",
-                 "--tgt-lang", "en", "--vocab-size", "100", "--shard-size", "50", "--out",
-                 str(tmp_path / "prep")]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "--data",
+                spec,
+                "--valid",
+                vspec,
+                "--test",
+                tspec,
+                "--src-lang",
+                "de",
+                "--tgt-lang",
+                "en",
+                "--vocab-size",
+                "100",
+                "--shard-size",
+                "50",
+                "--out",
+                str(tmp_path / "prep"),
+            ]
+        )
+        == 0
+    )
     run = tmp_path / "run"
-    assert main(["train", "--preset", "tiny", "--data", str(tmp_path / "prep"), "--out", str(run),
-                 "--max-steps", "4", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--data",
+                str(tmp_path / "prep"),
+                "--out",
+                str(run),
+                "--max-steps",
+                "4",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert json.loads((run / "config.json").read_text())["data"]["path"] == str(tmp_path / "prep")
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(run), "--beam", "1", "--limit", "5"]) == 0
     out = capsys.readouterr().out
     assert "test split, 5 distinct sources" in out and "BLEU" in out and "book's sentences" not in out
-    assert main(["train", "--data", "nope.de,nope.en", "--src-lang", "de", "--tgt-lang", "en",
-                 "--out", str(tmp_path / "r2")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                "nope.de,nope.en",
+                "--src-lang",
+                "de",
+                "--tgt-lang",
+                "en",
+                "--out",
+                str(tmp_path / "r2"),
+            ]
+        )
+        == 2
+    )
     assert "does not exist" in capsys.readouterr().err

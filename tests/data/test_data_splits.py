@@ -69,8 +69,9 @@ def test_d2l_preset_shapes(corpus_path):
 
 
 def test_bpe_on_the_sample():
-    d = load_translation_data(sample_data_path(), tokenizer="bpe", bpe_vocab_size=150, min_freq=1,
-                              valid_fraction=0.1, test_fraction=0.1)
+    d = load_translation_data(
+        sample_data_path(), tokenizer="bpe", bpe_vocab_size=150, min_freq=1, valid_fraction=0.1, test_fraction=0.1
+    )
     assert d.src_vocab.tokenizer is d.tgt_vocab.tokenizer  # one shared vocabulary
     e = d.train[0]
     assert d.tgt_vocab.decode(e.tgt_ids) == " ".join(tokenize(e.tgt_text)).replace(" .", ".")

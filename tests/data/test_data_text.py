@@ -7,18 +7,29 @@ from attnlab.data import detokenize, preprocess, tokenize
 
 def book_preprocess_nmt(text):
     """Verbatim from d2l's `preprocess_nmt`, the reference our fast version must equal."""
+
     def no_space(char, prev_char):
         return char in set(",.!?") and prev_char != " "
+
     text = text.replace("\u202f", " ").replace("\xa0", " ").lower()
     out = [" " + char if i > 0 and no_space(char, text[i - 1]) else char for i, char in enumerate(text)]
     return "".join(out)
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("Go.", "go ."), ("Va !", "va !"), ("Cours\u202f!", "cours !"), ("Who?", "who ?"),
-    ("Qui\xa0?", "qui ?"), ("I lost.", "i lost ."), ("Wait...", "wait . . ."), ("Hello, Tom!", "hello , tom !"),
-    (".Go", ".go"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("Go.", "go ."),
+        ("Va !", "va !"),
+        ("Cours\u202f!", "cours !"),
+        ("Who?", "who ?"),
+        ("Qui\xa0?", "qui ?"),
+        ("I lost.", "i lost ."),
+        ("Wait...", "wait . . ."),
+        ("Hello, Tom!", "hello , tom !"),
+        (".Go", ".go"),
+    ],
+)
 def test_preprocess_book_examples(raw, expected):
     assert preprocess(raw) == expected == book_preprocess_nmt(raw)
 
@@ -37,10 +48,20 @@ def test_book_line_gives_book_tokens():
     assert tokenize("Hi  there.") == ["hi", "there", "."]  # doubled space: no empty token
 
 
-@pytest.mark.parametrize("text, lang", [
-    ("go.", "en"), ("hello, tom! are you there? yes.", "en"), ("wait...", "en"), ("it costs 3.50, ok?", "en"),
-    ("va !", "fr"), ("j'ai perdu.", "fr"), ("qui ?", "fr"), ("bonjour, tom ! ça va ?", "fr"), ("attends...", "fr"),
-])
+@pytest.mark.parametrize(
+    "text, lang",
+    [
+        ("go.", "en"),
+        ("hello, tom! are you there? yes.", "en"),
+        ("wait...", "en"),
+        ("it costs 3.50, ok?", "en"),
+        ("va !", "fr"),
+        ("j'ai perdu.", "fr"),
+        ("qui ?", "fr"),
+        ("bonjour, tom ! ça va ?", "fr"),
+        ("attends...", "fr"),
+    ],
+)
 def test_detokenize_inverts_tokenize(text, lang):
     assert detokenize(tokenize(text), lang=lang) == text
     assert detokenize(" ".join(tokenize(text)), lang=lang) == text  # a string works too

@@ -12,8 +12,10 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
-WORDS = ("the cat dog house river green small old walks sleeps sees eats quickly never always "
-         "tree bird runs sings under over near my your their little big red blue").split()
+WORDS = (
+    "the cat dog house river green small old walks sleeps sees eats quickly never always "
+    "tree bird runs sings under over near my your their little big red blue"
+).split()
 
 
 def sentences(n: int = 300, seed: int = 0) -> list[str]:
@@ -29,9 +31,15 @@ def train_spm(texts: list[str], vocab_size: int = 80) -> bytes:
     import sentencepiece as spm
 
     buf = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=buf, vocab_size=vocab_size,
-                                   model_type="unigram", character_coverage=1.0, minloglevel=2,
-                                   num_threads=1)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=buf,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=1,
+    )
     return buf.getvalue()
 
 
@@ -55,12 +63,25 @@ def marian_dir(tmp_path_factory):
     (d / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
     MarianTokenizer(str(d / "source.spm"), str(d / "target.spm"), str(d / "vocab.json")).save_pretrained(d)
     V = len(tokens)
-    cfg = MarianConfig(vocab_size=V, decoder_vocab_size=V, d_model=16, encoder_layers=2, decoder_layers=2,
-                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32,
-                       decoder_ffn_dim=32, activation_function="swish", scale_embedding=True,
-                       max_position_embeddings=128, pad_token_id=V - 1, eos_token_id=0,
-                       decoder_start_token_id=V - 1, forced_eos_token_id=None,
-                       init_std=0.3)  # the default 0.02 makes a tiny model ignore its source
+    cfg = MarianConfig(
+        vocab_size=V,
+        decoder_vocab_size=V,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        activation_function="swish",
+        scale_embedding=True,
+        max_position_embeddings=128,
+        pad_token_id=V - 1,
+        eos_token_id=0,
+        decoder_start_token_id=V - 1,
+        forced_eos_token_id=None,
+        init_std=0.3,
+    )  # the default 0.02 makes a tiny model ignore its source
     torch.manual_seed(0)
     model = MarianMTModel(cfg).eval()
     with torch.no_grad():

@@ -13,8 +13,12 @@ from .conftest import sentences
 
 pytest.importorskip("transformers")
 
-TEXTS = ["The cat sees the old tree.", "My dog never sleeps!", "Big red bird sings near their little house?",
-         "Your small river"]
+TEXTS = [
+    "The cat sees the old tree.",
+    "My dog never sleeps!",
+    "Big red bird sings near their little house?",
+    "Your small river",
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +68,7 @@ def test_logits_equal_transformers(imported, hf):
     # The cached step-by-step path gives the same logits (suppressed <pad> aside).
     with torch.no_grad():
         state = imported.model.start_decoding(src, lens)
-        steps = torch.cat([imported.model.decode_step(tgt[:, t:t + 1], state)[0] for t in range(tgt.shape[1])], 1)
+        steps = torch.cat([imported.model.decode_step(tgt[:, t : t + 1], state)[0] for t in range(tgt.shape[1])], 1)
     keep = [i for i in range(want.shape[-1]) if i not in imported.model.config.suppress_tokens]
     torch.testing.assert_close(steps[..., keep], want[..., keep], atol=1e-4, rtol=1e-4)
 
@@ -74,12 +78,20 @@ def _generate(tr, hf, texts, beam):
     enc = tok(texts, padding=True, return_tensors="pt")
     limit = tr.output_limit(enc["input_ids"].shape[1])
     with torch.no_grad():
-        out = model.generate(**enc, num_beams=beam, do_sample=False, max_new_tokens=limit, length_penalty=1.0,
-                             early_stopping=True, forced_eos_token_id=None, num_return_sequences=1)
+        out = model.generate(
+            **enc,
+            num_beams=beam,
+            do_sample=False,
+            max_new_tokens=limit,
+            length_penalty=1.0,
+            early_stopping=True,
+            forced_eos_token_id=None,
+            num_return_sequences=1,
+        )
     eos, pad = tr.tgt_vocab.eos, tr.tgt_vocab.pad
     rows = []
     for row in out[:, 1:].tolist():  # drop the decoder start token
-        row = row[:row.index(eos)] if eos in row else row
+        row = row[: row.index(eos)] if eos in row else row
         rows.append([t for t in row if t != pad])
     return rows
 
@@ -138,8 +150,17 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
 
     words = [s.lower().rstrip(".!?").split() for s in sentences(50)]
     vocab = Vocab(words, min_freq=1)
-    cfg = TransformerConfig(len(vocab), len(vocab), num_hiddens=12, num_heads=3, num_layers=2, ffn_num_hiddens=24,
-                            dropout=0.0, max_len=64, **options)
+    cfg = TransformerConfig(
+        len(vocab),
+        len(vocab),
+        num_hiddens=12,
+        num_heads=3,
+        num_layers=2,
+        ffn_num_hiddens=24,
+        dropout=0.0,
+        max_len=64,
+        **options,
+    )
     torch.manual_seed(0)
     model = Transformer(cfg).eval()
     with torch.no_grad():
@@ -169,8 +190,9 @@ def test_export_refuses_options_marian_lacks(tmp_path):
     from attnlab.models import Transformer, TransformerConfig
 
     vocab = Vocab(["a", "b"], min_freq=1)
-    cfg = TransformerConfig(len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8,
-                            norm_first=True)
+    cfg = TransformerConfig(
+        len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, norm_first=True
+    )
     write_run_config(tmp_path / "run", "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
     save_weights(Transformer(cfg), tmp_path / "run" / "model.safetensors")
     with pytest.raises(ValueError, match="norm_first"):
@@ -178,10 +200,15 @@ def test_export_refuses_options_marian_lacks(tmp_path):
     assert not (tmp_path / "hf").exists()
 
 
-@pytest.mark.parametrize("change, option", [({"model_type": "bart"}, "model_type"),
-                                            ({"activation_function": "tanh"}, "activation_function"),
-                                            ({"decoder_layers": 3}, "encoder_layers/decoder_layers"),
-                                            ({"normalize_before": True}, "normalize_before")])
+@pytest.mark.parametrize(
+    "change, option",
+    [
+        ({"model_type": "bart"}, "model_type"),
+        ({"activation_function": "tanh"}, "activation_function"),
+        ({"decoder_layers": 3}, "encoder_layers/decoder_layers"),
+        ({"normalize_before": True}, "normalize_before"),
+    ],
+)
 def test_import_refuses_what_attnlab_lacks(marian_dir, tmp_path, change, option):
     import shutil
 
@@ -224,6 +251,8 @@ def test_spm_vocab_round_trip(imported, tmp_path):
 
 
 def test_core_does_not_import_transformers():
-    code = ("import sys, attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.hf, attnlab.data.spm;"
-            "assert 'transformers' not in sys.modules, 'transformers imported'")
+    code = (
+        "import sys, attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.hf, attnlab.data.spm;"
+        "assert 'transformers' not in sys.modules, 'transformers imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

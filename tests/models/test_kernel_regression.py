@@ -41,7 +41,7 @@ def test_weights_sum_to_one(data, kernel):
 def test_gaussian_matches_the_books_formula(data):
     q, k = data.x_test, data.x_train
     h = 0.7
-    expected = torch.exp(-((q[:, None] - k[None]) / h) ** 2 / 2)
+    expected = torch.exp(-(((q[:, None] - k[None]) / h) ** 2) / 2)
     expected = expected / expected.sum(1, keepdim=True)
     torch.testing.assert_close(NadarayaWatson(h).weights(q, k), expected)
 
@@ -49,12 +49,13 @@ def test_gaussian_matches_the_books_formula(data):
 @pytest.mark.parametrize("kernel", ["gaussian", "epanechnikov", "triangular", "boxcar"])
 def test_wide_bandwidth_tends_to_the_mean(data, kernel):
     mean = data.y_train.mean()
-    errs = [float((NadarayaWatson(h, kernel)(data.x_test, data.x_train, data.y_train) - mean).abs().max())
-            for h in (1.0, 10.0, 1000.0)]
+    errs = [
+        float((NadarayaWatson(h, kernel)(data.x_test, data.x_train, data.y_train) - mean).abs().max())
+        for h in (1.0, 10.0, 1000.0)
+    ]
     assert errs[0] > errs[1] > errs[2] or errs[2] < 1e-6
     assert errs[2] < 1e-3
-    torch.testing.assert_close(average_pooling(data.x_test, data.x_train, data.y_train),
-                               mean.expand(50))
+    torch.testing.assert_close(average_pooling(data.x_test, data.x_train, data.y_train), mean.expand(50))
 
 
 def test_empty_support_gives_zero_row_not_nan():
@@ -95,8 +96,9 @@ def test_invalid_kernel_or_bandwidth_names_valid_values():
 
 def test_parametric_matches_nonparametric_at_w_equals_one_over_h(data):
     nw = NWKernelRegression(w=2.0)
-    torch.testing.assert_close(nw.weights(data.x_test, data.x_train),
-                               NadarayaWatson(0.5).weights(data.x_test, data.x_train))
+    torch.testing.assert_close(
+        nw.weights(data.x_test, data.x_train), NadarayaWatson(0.5).weights(data.x_test, data.x_train)
+    )
 
 
 def test_training_lowers_leave_one_out_loss(data):

@@ -27,7 +27,7 @@ def padded(seqs, S=None):
     S = S or max(len(s) for s in seqs)
     out = torch.full((len(seqs), S), PAD)
     for i, s in enumerate(seqs):
-        out[i, :len(s)] = torch.tensor(s)
+        out[i, : len(s)] = torch.tensor(s)
     return out, torch.tensor([len(s) for s in seqs])
 
 
@@ -73,8 +73,10 @@ def test_tiny_model_overfits_twenty_pairs_exactly():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(2, 6, (2, 20), generator=g)
-    pairs = [(torch.randint(3, 12, (int(a),), generator=g).tolist(),
-              torch.randint(3, 14, (int(b),), generator=g).tolist()) for a, b in lengths.T]
+    pairs = [
+        (torch.randint(3, 12, (int(a),), generator=g).tolist(), torch.randint(3, 14, (int(b),), generator=g).tolist())
+        for a, b in lengths.T
+    ]
     src, lens = padded([s for s, _ in pairs])
     tgt_in, _ = padded([[BOS] + t for _, t in pairs])
     tgt_out, _ = padded([t + [EOS] for _, t in pairs])

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def tiny(**kw) -> Transformer:
     torch.manual_seed(0)
-    cfg = dict(src_vocab_size=13, tgt_vocab_size=11, num_hiddens=16, num_heads=4, num_layers=2,
-               ffn_num_hiddens=32, dropout=0.0)
+    cfg = dict(
+        src_vocab_size=13, tgt_vocab_size=11, num_hiddens=16, num_heads=4, num_layers=2, ffn_num_hiddens=32, dropout=0.0
+    )
     cfg.update(kw)
     return Transformer(TransformerConfig(**cfg))
 
@@ -53,15 +54,23 @@ def reference(model: Transformer) -> nn.Transformer:
     """An nn.Transformer holding `model`'s weights. Post-norm: nn.Transformer would always add a final
     LayerNorm per stack, which the paper's post-norm model lacks, so the stacks are built with norm=None."""
     c = model.config
-    kw = dict(d_model=c.num_hiddens, nhead=c.num_heads, dim_feedforward=c.ffn_num_hiddens, dropout=0.0,
-              batch_first=True, norm_first=c.norm_first)
+    kw = dict(
+        d_model=c.num_hiddens,
+        nhead=c.num_heads,
+        dim_feedforward=c.ffn_num_hiddens,
+        dropout=0.0,
+        batch_first=True,
+        norm_first=c.norm_first,
+    )
     enc_norm = nn.LayerNorm(c.num_hiddens) if c.norm_first else None
     dec_norm = nn.LayerNorm(c.num_hiddens) if c.norm_first else None
     ref = nn.Transformer(
-        custom_encoder=nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), c.num_layers, norm=enc_norm,
-                                             enable_nested_tensor=False),
+        custom_encoder=nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(**kw), c.num_layers, norm=enc_norm, enable_nested_tensor=False
+        ),
         custom_decoder=nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), c.num_layers, norm=dec_norm),
-        **kw)
+        **kw,
+    )
     with torch.no_grad():
         for ours, theirs in zip(model.encoder.blocks, ref.encoder.layers):
             _copy_mha(ours.attention, theirs.self_attn)
@@ -89,10 +98,15 @@ def test_parity_with_torch_transformer(norm_first):
     src, tgt, lens = batch()
     T, D = tgt.shape[1], model.config.num_hiddens
     pad = torch.arange(src.shape[1])[None] >= lens[:, None]  # nn's key_padding_mask: True = ignore
-    src_e = model.encoder.pos_encoding(model.encoder.embedding(src) * D ** 0.5)
-    tgt_e = model.decoder.pos_encoding(model.decoder.embedding(tgt) * D ** 0.5)
-    out = ref(src_e, tgt_e, tgt_mask=nn.Transformer.generate_square_subsequent_mask(T),
-              src_key_padding_mask=pad, memory_key_padding_mask=pad)
+    src_e = model.encoder.pos_encoding(model.encoder.embedding(src) * D**0.5)
+    tgt_e = model.decoder.pos_encoding(model.decoder.embedding(tgt) * D**0.5)
+    out = ref(
+        src_e,
+        tgt_e,
+        tgt_mask=nn.Transformer.generate_square_subsequent_mask(T),
+        src_key_padding_mask=pad,
+        memory_key_padding_mask=pad,
+    )
     expected = model.decoder.dense(out)
     torch.testing.assert_close(model(src, tgt, lens), expected, atol=1e-5, rtol=1e-5)
 
@@ -119,7 +133,7 @@ def test_cached_decoding_equals_full_forward_at_every_step(kw):
     logits, state = model.decode_step(tgt[:, :2], state)  # a multi-token first chunk works too
     torch.testing.assert_close(logits, full[:, :2], atol=1e-5, rtol=1e-5)
     for t in range(2, tgt.shape[1]):
-        logits, state = model.decode_step(tgt[:, t:t + 1], state)
+        logits, state = model.decode_step(tgt[:, t : t + 1], state)
         assert state.offset == t + 1
         torch.testing.assert_close(logits[:, 0], full[:, t], atol=1e-5, rtol=1e-5)
 
@@ -143,13 +157,14 @@ def test_recorded_attention_names_and_shapes():
         model(src, tgt, lens)
     B, S, T = src.shape[0], src.shape[1], tgt.shape[1]
     assert set(rec.weights) == {f"encoder.blocks.{i}.attention" for i in range(2)} | {
-        f"decoder.blocks.{i}.{kind}" for i in range(2) for kind in ("self_attention", "cross_attention")}
+        f"decoder.blocks.{i}.{kind}" for i in range(2) for kind in ("self_attention", "cross_attention")
+    }
     assert rec.weights["encoder.blocks.0.attention"][0].shape == (B, 4, S, S)
     cross = rec.weights["decoder.blocks.1.cross_attention"][0]
     assert cross.shape == (B, 4, T, S)
     assert (cross[1, :, :, 4:] == 0).all()  # padded source positions get no weight
     self_w = rec.weights["decoder.blocks.0.self_attention"][0]
-    assert (self_w.triu(1) == 0).all()      # no step sees the future
+    assert (self_w.triu(1) == 0).all()  # no step sees the future
 
 
 # -- learning ----------------------------------------------------------------------------------------
@@ -163,17 +178,20 @@ def _task_batch(g, B, fn, V=10, lo=3, hi=7):
     tgt_out = torch.full((B, S + 1), PAD)
     for i, s in enumerate(seqs):
         y = fn(s)
-        src[i, :len(s)] = s
-        tgt_in[i, :len(y) + 1] = torch.cat([torch.tensor([BOS]), y])
-        tgt_out[i, :len(y) + 1] = torch.cat([y, torch.tensor([EOS])])
+        src[i, : len(s)] = s
+        tgt_in[i, : len(y) + 1] = torch.cat([torch.tensor([BOS]), y])
+        tgt_out[i, : len(y) + 1] = torch.cat([y, torch.tensor([EOS])])
     return src, lens, tgt_in, tgt_out, [fn(s).tolist() for s in seqs]
 
 
 @pytest.mark.parametrize("name,fn", [("copy", lambda s: s), ("reverse", lambda s: s.flip(0))])
 def test_tiny_transformer_learns_task_exactly(name, fn):
     torch.manual_seed(0)
-    model = Transformer(TransformerConfig(10, 10, num_hiddens=32, num_heads=4, num_layers=2, ffn_num_hiddens=64,
-                                          dropout=0.0, max_len=16))
+    model = Transformer(
+        TransformerConfig(
+            10, 10, num_hiddens=32, num_heads=4, num_layers=2, ffn_num_hiddens=64, dropout=0.0, max_len=16
+        )
+    )
     steps = 200
     opt = torch.optim.Adam(model.parameters(), lr=5e-3)
     # Linear decay to zero: without it the last steps' noise leaves a few repeated-symbol cases wrong.
@@ -192,10 +210,13 @@ def test_tiny_transformer_learns_task_exactly(name, fn):
 
 
 # -- sizes and configs -------------------------------------------------------------------------------
-@pytest.mark.parametrize("setting,low,high", [
-    (dict(), 63e6, 65e6),                                                                 # paper: 65M
-    (dict(num_hiddens=1024, num_heads=16, ffn_num_hiddens=4096, dropout=0.3), 210e6, 216e6),  # paper: 213M
-])
+@pytest.mark.parametrize(
+    "setting,low,high",
+    [
+        (dict(), 63e6, 65e6),  # paper: 65M
+        (dict(num_hiddens=1024, num_heads=16, ffn_num_hiddens=4096, dropout=0.3), 210e6, 216e6),  # paper: 213M
+    ],
+)
 def test_parameter_count_matches_the_paper(setting, low, high):
     cfg = TransformerConfig(37000, 37000, share_embeddings=True, **setting)
     with torch.device("meta"):

@@ -21,10 +21,17 @@ def train_tiny(run_dir: Path, steps: int = 20) -> Path:
     from attnlab.train import TrainConfig, train_run
 
     preset = get_preset("transformer", "tiny")
-    cfg = TrainConfig.from_dict({**preset["train"], "max_steps": steps, "epochs": 100, "schedule": "constant",
-                                 "lr": 1e-2, "eval_limit": 4})
-    train_run("transformer", {**preset["model"], "num_layers": 2}, cfg,
-              {**preset["data"], "path": str(sample_data_path())}, run_dir, progress=False)
+    cfg = TrainConfig.from_dict(
+        {**preset["train"], "max_steps": steps, "epochs": 100, "schedule": "constant", "lr": 1e-2, "eval_limit": 4}
+    )
+    train_run(
+        "transformer",
+        {**preset["model"], "num_layers": 2},
+        cfg,
+        {**preset["data"], "path": str(sample_data_path())},
+        run_dir,
+        progress=False,
+    )
     return run_dir
 
 
@@ -60,9 +67,25 @@ def start_server(checkpoint, workers: int = 2, timeout: float = 120.0):
     """`python -m attnlab serve` on a free port; returns (process, base URL) once /healthz answers."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "attnlab", "serve", "--checkpoint", str(checkpoint), "--port", str(port),
-         "--workers", str(workers), "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "serve",
+            "--checkpoint",
+            str(checkpoint),
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -36,7 +36,7 @@ def test_translate_shapes_and_rows(client, translator, beam):
                     assert abs(sum(row) - 1) < 1e-3 and min(row) >= 0
     for layer in A["decoder_self"]:  # causal: nothing above the diagonal
         for head in layer:
-            assert all(w == 0 for q, row in enumerate(head) for w in row[q + 1:])
+            assert all(w == 0 for q, row in enumerate(head) for w in row[q + 1 :])
 
 
 def test_unknown_word_shown_as_unk(client):
@@ -44,21 +44,24 @@ def test_unknown_word_shown_as_unk(client):
     assert d["src_tokens"][0] == "<unk>"
 
 
-@pytest.mark.parametrize("body, status, words", [
-    ({"text": ""}, 422, "empty"),
-    ({"text": "   \t "}, 422, "empty"),
-    ({"text": "a" * 501}, 413, "500"),
-    ({"text": "go " * 40}, 422, "tokens"),
-    ({"text": 42}, 422, "text"),
-    ({"text": ["go ."]}, 422, "text"),
-    ({"text": "go .", "beam": 0}, 422, "beam"),
-    ({"text": "go .", "beam": 9}, 422, "beam"),
-    ({"text": "go .", "beam": "2"}, 422, "beam"),
-    ({"text": "go .", "beam": 1.5}, 422, "beam"),
-    ({"beam": 1}, 422, "text"),
-    ({"text": "go .", "extra": 1}, 422, "extra"),
-    (["go ."], 422, ""),
-])
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        ({"text": ""}, 422, "empty"),
+        ({"text": "   \t "}, 422, "empty"),
+        ({"text": "a" * 501}, 413, "500"),
+        ({"text": "go " * 40}, 422, "tokens"),
+        ({"text": 42}, 422, "text"),
+        ({"text": ["go ."]}, 422, "text"),
+        ({"text": "go .", "beam": 0}, 422, "beam"),
+        ({"text": "go .", "beam": 9}, 422, "beam"),
+        ({"text": "go .", "beam": "2"}, 422, "beam"),
+        ({"text": "go .", "beam": 1.5}, 422, "beam"),
+        ({"beam": 1}, 422, "text"),
+        ({"text": "go .", "extra": 1}, 422, "extra"),
+        (["go ."], 422, ""),
+    ],
+)
 def test_bad_input_is_4xx_with_message(client, body, status, words):
     r = client.post("/api/translate", json=body)
     assert r.status_code == status, r.text
@@ -89,12 +92,15 @@ def test_unexpected_error_is_generic_500_with_request_id(translator, caplog):
     assert any(body["request_id"] in rec.getMessage() and rec.exc_info for rec in caplog.records)
 
 
-@pytest.mark.parametrize("path, raw", [
-    ("/api/translate", b'{"text": "\\ud800 ."}'),
-    ("/api/translate", b'{"text": "go .", "\\udfff": 1}'),
-    ("/api/translate", b'{"text": "go \\udbff\\udbff ."}'),
-    ("/api/translations", b'{"texts": ["go .", "\\ud800"]}'),
-])
+@pytest.mark.parametrize(
+    "path, raw",
+    [
+        ("/api/translate", b'{"text": "\\ud800 ."}'),
+        ("/api/translate", b'{"text": "go .", "\\udfff": 1}'),
+        ("/api/translate", b'{"text": "go \\udbff\\udbff ."}'),
+        ("/api/translations", b'{"texts": ["go .", "\\ud800"]}'),
+    ],
+)
 def test_lone_surrogates_are_4xx_not_500(client, path, raw):
     r = client.post(path, content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text

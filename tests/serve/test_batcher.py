@@ -68,8 +68,9 @@ def test_one_bad_sentence_fails_only_its_request():
     b = MicroBatcher(fake, max_batch=8, max_wait_ms=20)
 
     async def scenario():
-        return await asyncio.gather(b.translate(["ok ."]), b.translate(["bad ."]), b.translate(["fine ."]),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            b.translate(["ok ."]), b.translate(["bad ."]), b.translate(["fine ."]), return_exceptions=True
+        )
 
     good1, bad, good2 = asyncio.run(scenario())
     b.shutdown()
@@ -92,8 +93,9 @@ def test_full_queue_is_busy():
     b.shutdown()
 
 
-@pytest.mark.parametrize("kw", [{"max_batch": 0}, {"max_pending": -1}, {"workers": 0}, {"max_wait_ms": -1},
-                                {"max_wait_ms": float("nan")}])
+@pytest.mark.parametrize(
+    "kw", [{"max_batch": 0}, {"max_pending": -1}, {"workers": 0}, {"max_wait_ms": -1}, {"max_wait_ms": float("nan")}]
+)
 def test_bad_settings_refused(kw):
     with pytest.raises(ValueError, match=next(iter(kw))):
         MicroBatcher(FakeTranslator(), **kw)
@@ -119,15 +121,18 @@ def test_api_translations_concurrent_clients_are_batched(client, translator):
     assert batcher.sentences - before_sentences == 16 and batcher.batches - before_batches < 16
 
 
-@pytest.mark.parametrize("body, status, words", [
-    ({"texts": []}, 422, "texts"),
-    ({"texts": ["go .", ""]}, 422, "texts[1]"),
-    ({"texts": ["go .", "a" * 501]}, 413, "texts[1]"),
-    ({"texts": ["go " * 40]}, 422, "tokens"),
-    ({"texts": "go ."}, 422, "texts"),
-    ({"texts": ["go ."], "beam": 9}, 422, "beam"),
-    ({"text": "go ."}, 422, "texts"),
-])
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        ({"texts": []}, 422, "texts"),
+        ({"texts": ["go .", ""]}, 422, "texts[1]"),
+        ({"texts": ["go .", "a" * 501]}, 413, "texts[1]"),
+        ({"texts": ["go " * 40]}, 422, "tokens"),
+        ({"texts": "go ."}, 422, "texts"),
+        ({"texts": ["go ."], "beam": 9}, 422, "beam"),
+        ({"text": "go ."}, 422, "texts"),
+    ],
+)
 def test_api_translations_bad_input(client, body, status, words):
     r = client.post("/api/translations", json=body)
     assert r.status_code == status, r.text

@@ -17,9 +17,11 @@ DOCS_PNG = Path(__file__).resolve().parents[2] / "docs" / "explorer.png"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not (CHROMIUM.exists() and DRIVER.exists()),
-                       reason="needs /usr/bin/chromium and /usr/bin/chromedriver "
-                              "(apt-get install chromium chromium-driver; CI's .ci/run installs them)"),
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and DRIVER.exists()),
+        reason="needs /usr/bin/chromium and /usr/bin/chromedriver "
+        "(apt-get install chromium chromium-driver; CI's .ci/run installs them)",
+    ),
 ]
 
 # Elements that extend past the viewport's right edge (ignoring hidden ones): the overflow check.
@@ -41,9 +43,18 @@ def driver(tmp_path_factory):
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 "--hide-scrollbars", f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console messages, for the no-errors check
     d = webdriver.Chrome(service=Service(str(DRIVER)), options=opts)
@@ -52,8 +63,10 @@ def driver(tmp_path_factory):
 
 
 def _viewport(driver, width, height, mobile=False):
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+    )
 
 
 def _no_overflow(driver, where):
@@ -95,8 +108,9 @@ def test_page_end_to_end(driver, server, translator, tmp_path):
     Lt, Ls = len(exp_tokens.tgt_tokens) + 1, len(exp_tokens.src_tokens)  # + the <eos> row
     cells = driver.find_elements(By.CSS_SELECTOR, "#cross-heatmap rect.cell")
     assert len(cells) == Lt * Ls
-    assert {(c.get_attribute("data-row"), c.get_attribute("data-col")) for c in cells} == \
-        {(str(i), str(j)) for i in range(Lt) for j in range(Ls)}
+    assert {(c.get_attribute("data-row"), c.get_attribute("data-col")) for c in cells} == {
+        (str(i), str(j)) for i in range(Lt) for j in range(Ls)
+    }
     assert len(driver.find_elements(By.CSS_SELECTOR, "#enc-heatmap rect.cell")) == Ls * Ls
     assert len(driver.find_elements(By.CSS_SELECTOR, "#dec-heatmap rect.cell")) == Lt * Lt
     assert driver.find_elements(By.CSS_SELECTOR, "#lines line")
@@ -140,8 +154,9 @@ def test_page_end_to_end(driver, server, translator, tmp_path):
     assert len(driver.find_elements(By.CSS_SELECTOR, "#nw-plot circle")) >= 50
     readout = driver.find_element(By.ID, "nw-readout").text
     before = driver.find_element(By.ID, "nw-readout").text
-    driver.execute_script("const s = document.getElementById('bandwidth'); s.value = 0.1;"
-                          "s.dispatchEvent(new Event('input'));")
+    driver.execute_script(
+        "const s = document.getElementById('bandwidth'); s.value = 0.1;s.dispatchEvent(new Event('input'));"
+    )
     assert driver.find_element(By.ID, "nw-readout").text != before
     plot = driver.find_element(By.CSS_SELECTOR, "#nw-plot svg")
     ActionChains(driver).move_to_element_with_offset(plot, plot.size["width"] // 4, 0).click().perform()
@@ -182,13 +197,18 @@ def test_heads_switches_and_beam_search_view(driver, server, translator):
     assert "confidence" in driver.find_element(By.ID, "importance-source").text
 
     text = driver.find_element(By.ID, "text").get_attribute("value")
+
     # A masked head's own map stays (its output is dropped after the softmax); what reads the encoder's
     # output changes, so the encoder–decoder map is the one to watch.
-    weights = lambda: [c.get_attribute("data-weight")
-                       for c in driver.find_elements(By.CSS_SELECTOR, "#cross-heatmap rect.cell")]
+    def weights():
+        return [
+            c.get_attribute("data-weight") for c in driver.find_elements(By.CSS_SELECTOR, "#cross-heatmap rect.cell")
+        ]
+
     before, drawn = weights(), driver.find_element(By.CSS_SELECTOR, "#cross-heatmap rect.cell")
-    driver.find_element(By.CSS_SELECTOR, '#heads-grid button.head[data-kind="encoder_self"][data-layer="0"]'
-                                         '[data-head="0"]').click()
+    driver.find_element(
+        By.CSS_SELECTOR, '#heads-grid button.head[data-kind="encoder_self"][data-layer="0"][data-head="0"]'
+    ).click()
     wait.until(EC.staleness_of(drawn))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '#heads-grid button.head.off[data-kind="encoder_self"]'))
     assert weights() != before

@@ -47,23 +47,28 @@ def test_equals_cached_step_by_step_decoding(translator):
     model, sv, tv = translator.model, translator.src_vocab, translator.tgt_vocab
     src = torch.tensor([sv.encode(text) + [sv.eos]])
     with torch.no_grad(), record_attention(model) as rec:
-        (out,) = greedy(model, src, torch.tensor([src.shape[1]]), tv.bos, tv.eos,
-                       translator.output_limit(src.shape[1]))
+        (out,) = greedy(model, src, torch.tensor([src.shape[1]]), tv.bos, tv.eos, translator.output_limit(src.shape[1]))
     assert tv.to_tokens(out.tokens) + ["<eos>"] == exp.tgt_tokens and out.finished == exp.finished
     steps = len(rec.weights["decoder.blocks.0.cross_attention"])
     assert steps == len(exp.tgt_tokens) >= 2  # one recorded call per decoding step
     # Step 1 on its own: cached cross (1, H, 1, S) and self (1, H, 1, 2) weights == row 1 of the maps.
     for i in range(translator.config["model"]["num_layers"]):
-        torch.testing.assert_close(rec.weights[f"decoder.blocks.{i}.cross_attention"][1][0, :, 0],
-                                   exp.cross[i, :, 1], atol=1e-5, rtol=0)
-        torch.testing.assert_close(rec.weights[f"decoder.blocks.{i}.self_attention"][1][0, :, 0],
-                                   exp.decoder_self[i, :, 1, :2], atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            rec.weights[f"decoder.blocks.{i}.cross_attention"][1][0, :, 0], exp.cross[i, :, 1], atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(
+            rec.weights[f"decoder.blocks.{i}.self_attention"][1][0, :, 0],
+            exp.decoder_self[i, :, 1, :2],
+            atol=1e-5,
+            rtol=0,
+        )
     maps = attention_maps(rec)  # every step, stitched along the query axis
     for i in range(translator.config["model"]["num_layers"]):
         torch.testing.assert_close(maps[f"encoder.blocks.{i}.attention"][0], exp.encoder_self[i], atol=1e-5, rtol=0)
         torch.testing.assert_close(maps[f"decoder.blocks.{i}.cross_attention"][0], exp.cross[i], atol=1e-5, rtol=0)
-        torch.testing.assert_close(maps[f"decoder.blocks.{i}.self_attention"][0], exp.decoder_self[i],
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            maps[f"decoder.blocks.{i}.self_attention"][0], exp.decoder_self[i], atol=1e-5, rtol=0
+        )
 
 
 def test_beam_output_matches_translator(translator):
@@ -93,9 +98,16 @@ def test_to_dict_rounds(translator):
     assert set(d["attention"]) == {"encoder_self", "decoder_self", "cross"}
 
 
-@pytest.mark.parametrize("text, error", [
-    ("", InputError), ("   \n", InputError), ("a" * 501, TextTooLong), ("go " * 40, InputError), (None, InputError),
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("", InputError),
+        ("   \n", InputError),
+        ("a" * 501, TextTooLong),
+        ("go " * 40, InputError),
+        (None, InputError),
+    ],
+)
 def test_bad_text(translator, text, error):
     with pytest.raises(error):
         explain(translator, text)
@@ -112,10 +124,19 @@ def test_bahdanau_has_only_cross_attention(translator):
     from attnlab.translator import Translator
 
     torch.manual_seed(0)
-    model = build_model("bahdanau", {"src_vocab_size": len(translator.src_vocab), "embed_size": 8,
-                                     "tgt_vocab_size": len(translator.tgt_vocab), "num_hiddens": 8, "num_layers": 1})
-    rnn = Translator(model, translator.src_vocab, translator.tgt_vocab, {"model_type": "bahdanau"}, max_len=9,
-                     max_output_len=6)
+    model = build_model(
+        "bahdanau",
+        {
+            "src_vocab_size": len(translator.src_vocab),
+            "embed_size": 8,
+            "tgt_vocab_size": len(translator.tgt_vocab),
+            "num_hiddens": 8,
+            "num_layers": 1,
+        },
+    )
+    rnn = Translator(
+        model, translator.src_vocab, translator.tgt_vocab, {"model_type": "bahdanau"}, max_len=9, max_output_len=6
+    )
     exp = explain(rnn, "i'm home .")
     assert exp.encoder_self.numel() == 0 and exp.decoder_self.numel() == 0
     assert exp.cross.shape == (1, 1, len(exp.tgt_tokens), len(exp.src_tokens))

@@ -10,8 +10,13 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode, checks
 
-CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-          checks.response_schema_conformance, checks.negative_data_rejection]
+CHECKS = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+    checks.negative_data_rejection,
+]
 # positive_data_acceptance is left out on purpose: a schema-valid text may still be refused (no tokens
 # after preprocessing, longer than the model's max_len), which a JSON schema cannot express.
 
@@ -26,8 +31,12 @@ def api_schema(translator):
 
 def test_schema_lists_every_route(api_schema):
     ops = {(op.ok().method.upper(), op.ok().path) for op in api_schema.get_all_operations()}
-    assert {("POST", "/api/translate"), ("POST", "/api/translations"), ("GET", "/api/model"),
-            ("GET", "/healthz")} <= ops
+    assert {
+        ("POST", "/api/translate"),
+        ("POST", "/api/translations"),
+        ("GET", "/api/model"),
+        ("GET", "/healthz"),
+    } <= ops
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])

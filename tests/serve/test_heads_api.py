@@ -24,8 +24,11 @@ def test_masking_heads_changes_maps_and_equals_mask_heads(client, translator):
     model = translator.model
     names = {id(m): n for n, m in model.named_modules()}
     kinds = model.attention_kinds()
-    masks = {names[id(kinds["encoder_self"][0])]: [0, 1], names[id(kinds["encoder_self"][1])]: [1, 0],
-             names[id(kinds["cross"][0])]: [1, 0]}
+    masks = {
+        names[id(kinds["encoder_self"][0])]: [0, 1],
+        names[id(kinds["encoder_self"][1])]: [1, 0],
+        names[id(kinds["cross"][0])]: [1, 0],
+    }
     with mask_heads(model, masks):
         ref = explain(translator, TEXT)
         ref_translation = translator.translate([TEXT])[0]
@@ -44,17 +47,20 @@ def test_masking_every_cross_head_changes_the_translation(client, translator):
         assert out["translation"] == translator.translate([TEXT])[0]
 
 
-@pytest.mark.parametrize("heads_off,words", [
-    ({"cross": [[9, 0]]}, "layer 9 out of range"),
-    ({"cross": [[0, 99]]}, "head 99 out of range"),
-    ({"cross": [[0, -1]]}, "head -1 out of range"),
-    ({"cross": [[0]]}, "heads_off.cross"),
-    ({"cross": [["0", 1]]}, "heads_off.cross"),
-    ({"cross": [[0, True]]}, "heads_off.cross"),
-    ({"decoder": [[0, 0]]}, "decoder"),
-    ({"cross": "0,1"}, "heads_off.cross"),
-    ([[0, 1]], "heads_off"),
-])
+@pytest.mark.parametrize(
+    "heads_off,words",
+    [
+        ({"cross": [[9, 0]]}, "layer 9 out of range"),
+        ({"cross": [[0, 99]]}, "head 99 out of range"),
+        ({"cross": [[0, -1]]}, "head -1 out of range"),
+        ({"cross": [[0]]}, "heads_off.cross"),
+        ({"cross": [["0", 1]]}, "heads_off.cross"),
+        ({"cross": [[0, True]]}, "heads_off.cross"),
+        ({"decoder": [[0, 0]]}, "decoder"),
+        ({"cross": "0,1"}, "heads_off.cross"),
+        ([[0, 1]], "heads_off"),
+    ],
+)
 def test_bad_masks_are_422_with_a_clear_message(client, heads_off, words):
     r = post(client, heads_off=heads_off)
     assert r.status_code == 422, r.text
@@ -141,7 +147,8 @@ def test_origin_of_an_imported_model():
     from attnlab.serve.app import model_origin
 
     assert "imported from Hugging Face marian" in model_origin(
-        {"data": {"source": "hf", "hf_model_type": "marian", "hf_source": "/m/opus-mt-en-fr"}})
+        {"data": {"source": "hf", "hf_model_type": "marian", "hf_source": "/m/opus-mt-en-fr"}}
+    )
 
 
 def test_empty_mask_lists_are_fine_even_for_kinds_a_model_lacks(translator):

@@ -13,8 +13,9 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
-_spec = importlib.util.spec_from_file_location("_attnlab_marian_fixture",
-                                               Path(__file__).resolve().parents[1] / "export" / "conftest.py")
+_spec = importlib.util.spec_from_file_location(
+    "_attnlab_marian_fixture", Path(__file__).resolve().parents[1] / "export" / "conftest.py"
+)
 _marian = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_marian)
 marian_dir = _marian.marian_dir  # the fixture, re-exported for this module

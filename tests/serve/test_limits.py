@@ -25,6 +25,7 @@ def test_streamed_body_over_limit_is_413(client):
     def chunks():  # no Content-Length: chunked transfer, counted while it arrives
         for _ in range(100):
             yield b" " * 4096
+
     r = client.post("/api/translations", content=chunks(), headers={"content-type": "application/json"})
     assert r.status_code == 413 and "passed 65536 bytes" in r.json()["detail"]
 
@@ -65,8 +66,14 @@ def test_slow_body_is_408():
     assert time.monotonic() - t0 < 1.5 and not reached
     assert sent[0]["status"] == 408 and b"--body-timeout" in sent[1]["body"]
     # The same body, fast enough, reaches the app whole.
-    sent = _asgi_call(mw, [{"type": "http.request", "body": b"ab", "more_body": True},
-                           {"type": "http.request", "body": b"cd", "more_body": False}], 0.01)
+    sent = _asgi_call(
+        mw,
+        [
+            {"type": "http.request", "body": b"ab", "more_body": True},
+            {"type": "http.request", "body": b"cd", "more_body": False},
+        ],
+        0.01,
+    )
     assert reached == [{"type": "http.request", "body": b"abcd", "more_body": False}]
 
 
@@ -80,9 +87,16 @@ def _uvicorn_thread(limits: Limits):
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    config = uvicorn.Config(GuardMiddleware(app, limits), host="127.0.0.1", port=0, log_level="error",
-                            http=guarded_h11(limits.header_timeout_s), timeout_keep_alive=limits.keep_alive_s,
-                            h11_max_incomplete_event_size=limits.max_header_bytes, lifespan="off")
+    config = uvicorn.Config(
+        GuardMiddleware(app, limits),
+        host="127.0.0.1",
+        port=0,
+        log_level="error",
+        http=guarded_h11(limits.header_timeout_s),
+        timeout_keep_alive=limits.keep_alive_s,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        lifespan="off",
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -186,16 +200,19 @@ def test_texts_per_request_bounded(translator):
         assert c.post("/api/translations", json={"texts": ["go ."] * 3}).status_code == 200
 
 
-@pytest.mark.parametrize("flags, words", [
-    (["--max-body-bytes", "0"], "--max-body-bytes"),
-    (["--body-timeout", "nan"], "--body-timeout"),
-    (["--header-timeout", "-1"], "--header-timeout"),
-    (["--max-connections", "0"], "--max-connections"),
-    (["--max-response-bytes", "-5"], "--max-response-bytes"),
-    (["--max-texts", "0"], "--max-texts"),
-    (["--max-batch", "0"], "--max-batch"),
-    (["--max-wait-ms", "inf"], "--max-wait-ms"),
-])
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--max-body-bytes", "0"], "--max-body-bytes"),
+        (["--body-timeout", "nan"], "--body-timeout"),
+        (["--header-timeout", "-1"], "--header-timeout"),
+        (["--max-connections", "0"], "--max-connections"),
+        (["--max-response-bytes", "-5"], "--max-response-bytes"),
+        (["--max-texts", "0"], "--max-texts"),
+        (["--max-batch", "0"], "--max-batch"),
+        (["--max-wait-ms", "inf"], "--max-wait-ms"),
+    ],
+)
 def test_bad_limit_flags_are_one_line(tmp_path, capsys, flags, words):
     assert main(["serve", "--checkpoint", str(tmp_path / "nope"), *flags]) == 2
     err = capsys.readouterr().err

@@ -35,14 +35,20 @@ def test_refuses_broken_checkpoint(tiny_run, tmp_path, capsys):
 
 def test_broken_checkpoint_subprocess_has_no_traceback(tmp_path):
     (tmp_path / "config.json").write_text("{ not json")
-    r = subprocess.run([sys.executable, "-m", "attnlab", "serve", "--checkpoint", str(tmp_path)],
-                       check=False, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "attnlab", "serve", "--checkpoint", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "not valid JSON" in r.stderr and "Traceback" not in r.stderr
 
 
 def _post(url, body):
-    req = urllib.request.Request(f"{url}/api/translate", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/api/translate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, json.loads(r.read())
 

@@ -11,5 +11,13 @@ from .heads import (
     save_pruned_run,
 )
 
-__all__ = ["analyze_heads", "attention_kinds", "evaluate_with_masks", "gradient_importance", "head_statistics",
-           "masked_head_scores", "pruning_curve", "save_pruned_run"]
+__all__ = [
+    "analyze_heads",
+    "attention_kinds",
+    "evaluate_with_masks",
+    "gradient_importance",
+    "head_statistics",
+    "masked_head_scores",
+    "pruning_curve",
+    "save_pruned_run",
+]

@@ -39,8 +39,10 @@ def attention_kinds(model: nn.Module) -> dict[str, list[str]]:
     """
     modules = attention_modules(model)
     if not modules:
-        raise ValueError(f"head analysis needs a model with multi-head attention (a Transformer), got "
-                         f"{type(model).__name__}; train one with `attnlab train --model transformer`")
+        raise ValueError(
+            f"head analysis needs a model with multi-head attention (a Transformer), got "
+            f"{type(model).__name__}; train one with `attnlab train --model transformer`"
+        )
     kinds: dict[str, list[str]] = {k: [] for k in KINDS}
     for name in modules:
         if name.endswith("cross_attention"):
@@ -83,8 +85,11 @@ def _loss(model: nn.Module, batch) -> tuple[Tensor, Tensor]:
 def _special_ids(vocab) -> tuple[Tensor, Tensor]:
     """(eos id as a 0-d tensor, ids of punctuation-only tokens)."""
     tokens = vocab.to_tokens(list(range(len(vocab))))
-    punct = [i for i, t in enumerate(tokens) if t and not t.startswith("<") and all(c in _PUNCT for c in t.lstrip("▁"))
-             and t.lstrip("▁")]
+    punct = [
+        i
+        for i, t in enumerate(tokens)
+        if t and not t.startswith("<") and all(c in _PUNCT for c in t.lstrip("▁")) and t.lstrip("▁")
+    ]
     return torch.tensor(vocab.eos), torch.tensor(punct, dtype=torch.long)
 
 
@@ -110,20 +115,22 @@ def head_statistics(model: nn.Module, batches: Sequence, src_vocab, tgt_vocab) -
             model(batch.src, batch.tgt_in, batch.src_valid_lens)
         for kind, names in kinds.items():
             on_source = kind != "decoder self"
-            keys = batch.src if on_source else batch.tgt_in                        # (B, Lk) key tokens
+            keys = batch.src if on_source else batch.tgt_in  # (B, Lk) key tokens
             eos, punct = (src_eos, src_punct) if on_source else (tgt_eos, tgt_punct)
             q_lens = batch.src_valid_lens if kind == "encoder self" else batch.tgt_valid_lens
             for name in names:
-                W = rec.weights[name][0].double()                                   # (B, H, Lq, Lk)
+                W = rec.weights[name][0].double()  # (B, H, Lq, Lk)
                 B, H, Lq, Lk = W.shape
-                real = (torch.arange(Lq)[None, :] < q_lens[:, None]).double()      # (B, Lq)
+                real = (torch.arange(Lq)[None, :] < q_lens[:, None]).double()  # (B, Lq)
                 per_query = {
                     "confidence": W.max(dim=-1).values,
                     "entropy": -(W * torch.log(W.clamp_min(1e-30))).sum(-1),
-                    "same": _diagonal(W, 0), "previous": _diagonal(W, -1), "next": _diagonal(W, 1),
+                    "same": _diagonal(W, 0),
+                    "previous": _diagonal(W, -1),
+                    "next": _diagonal(W, 1),
                     "eos": (W * (keys == eos)[:, None, None, :]).sum(-1),
                     "punctuation": (W * torch.isin(keys, punct)[:, None, None, :]).sum(-1),
-                }                                                                   # each (B, H, Lq)
+                }  # each (B, H, Lq)
                 acc = sums.setdefault(name, {k: torch.zeros(H, dtype=torch.float64) for k in per_query})
                 for k, v in per_query.items():
                     acc[k] += (v * real[:, None, :]).sum(dim=(0, 2))
@@ -174,9 +181,14 @@ def _masks(model: nn.Module, off: Mapping[str, Sequence[int]]) -> dict[str, Tens
 
 
 @torch.no_grad()
-def evaluate_with_masks(translator, examples: Sequence, batches: Sequence,
-                        off: Mapping[str, Sequence[int]] | None = None, bleu: bool = True,
-                        beam: int = 1) -> dict[str, float | None]:
+def evaluate_with_masks(
+    translator,
+    examples: Sequence,
+    batches: Sequence,
+    off: Mapping[str, Sequence[int]] | None = None,
+    bleu: bool = True,
+    beam: int = 1,
+) -> dict[str, float | None]:
     """Validation loss per token (teacher forcing) and corpus BLEU (greedy or beam decoding) with the
     heads in `off` ({module: head indices}) masked. Returns {"loss": ..., "bleu": ... or None}."""
     from attnlab.metrics import corpus_bleu
@@ -203,15 +215,25 @@ def _reference_text(text: str, vocab) -> str:
     return reference_text(text, vocab)
 
 
-def masked_head_scores(translator, examples: Sequence, batches: Sequence, bleu: bool = True,
-                       beam: int = 1) -> dict[str, list[dict[str, float | None]]]:
+def masked_head_scores(
+    translator, examples: Sequence, batches: Sequence, bleu: bool = True, beam: int = 1
+) -> dict[str, list[dict[str, float | None]]]:
     """The validation loss/BLEU with each head alone masked: {module: [{"loss", "bleu"} per head]}."""
-    return {name: [evaluate_with_masks(translator, examples, batches, {name: [h]}, bleu, beam) for h in range(H)]
-            for name, H in num_heads(translator.model).items()}
+    return {
+        name: [evaluate_with_masks(translator, examples, batches, {name: [h]}, bleu, beam) for h in range(H)]
+        for name, H in num_heads(translator.model).items()
+    }
 
 
-def pruning_curve(translator, examples: Sequence, batches: Sequence, importance: Mapping[str, Sequence[float]],
-                  kind: str, bleu: bool = True, beam: int = 1) -> list[dict]:
+def pruning_curve(
+    translator,
+    examples: Sequence,
+    batches: Sequence,
+    importance: Mapping[str, Sequence[float]],
+    kind: str,
+    bleu: bool = True,
+    beam: int = 1,
+) -> list[dict]:
     """Greedy pruning of one attention kind: mask its heads one by one, least important first, and
     measure after each removal. Heads of the other kinds stay on.
 
@@ -220,35 +242,42 @@ def pruning_curve(translator, examples: Sequence, batches: Sequence, importance:
     kinds = attention_kinds(translator.model)
     if kind not in kinds:
         raise ValueError(f"unknown attention kind {kind!r}; this model has {sorted(kinds)}")
-    order = sorted(((importance[name][h], name, h) for name in kinds[kind] for h in range(len(importance[name]))),
-                   key=lambda t: (t[0], t[1], t[2]))
+    order = sorted(
+        ((importance[name][h], name, h) for name in kinds[kind] for h in range(len(importance[name]))),
+        key=lambda t: (t[0], t[1], t[2]),
+    )
     off: dict[str, list[int]] = {}
     curve: list[dict[str, Any]] = [
-        {"removed": 0, "head": None, **evaluate_with_masks(translator, examples, batches, off, bleu, beam)}]
+        {"removed": 0, "head": None, **evaluate_with_masks(translator, examples, batches, off, bleu, beam)}
+    ]
     for n, (_, name, h) in enumerate(order, start=1):
         off.setdefault(name, []).append(h)
-        curve.append({"removed": n, "head": [name, h],
-                      **evaluate_with_masks(translator, examples, batches, off, bleu, beam)})
+        curve.append(
+            {"removed": n, "head": [name, h], **evaluate_with_masks(translator, examples, batches, off, bleu, beam)}
+        )
     return curve
 
 
-def analyze_heads(translator, examples: Sequence, batch_size: int = 64, bleu: bool = True, beam: int = 1,
-                  curve: bool = True) -> dict:
+def analyze_heads(
+    translator, examples: Sequence, batch_size: int = 64, bleu: bool = True, beam: int = 1, curve: bool = True
+) -> dict:
     """Everything above for one model and one data split, as one JSON-ready dict."""
     model = translator.model
     batches = validation_batches(examples, translator.src_vocab, translator.tgt_vocab, batch_size)
     kinds = attention_kinds(model)
     grad = gradient_importance(model, batches)
     report = {
-        "sentences": len(examples), "beam": beam, "kinds": kinds, "num_heads": num_heads(model),
+        "sentences": len(examples),
+        "beam": beam,
+        "kinds": kinds,
+        "num_heads": num_heads(model),
         "baseline": evaluate_with_masks(translator, examples, batches, {}, bleu, beam),
         "statistics": head_statistics(model, batches, translator.src_vocab, translator.tgt_vocab),
         "gradient_importance": grad,
         "masked": masked_head_scores(translator, examples, batches, bleu, beam),
     }
     if curve:
-        report["pruning_curves"] = {k: pruning_curve(translator, examples, batches, grad, k, bleu, beam)
-                                    for k in kinds}
+        report["pruning_curves"] = {k: pruning_curve(translator, examples, batches, grad, k, bleu, beam) for k in kinds}
     return report
 
 

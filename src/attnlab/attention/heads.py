@@ -40,8 +40,10 @@ def check_head_mask(head_mask, num_heads: int, where: str = "head_mask") -> Tens
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ValueError(f"{where} must be {num_heads} numbers (one gate per head), got {head_mask!r}") from exc
     if head_mask.dim() != 1 or head_mask.shape[0] != num_heads:
-        raise ValueError(f"{where} must have shape ({num_heads},) (one gate per head), got shape "
-                         f"{tuple(head_mask.shape)}; use 1 to keep a head and 0 to mask it")
+        raise ValueError(
+            f"{where} must have shape ({num_heads},) (one gate per head), got shape "
+            f"{tuple(head_mask.shape)}; use 1 to keep a head and 0 to mask it"
+        )
     if head_mask.dtype == torch.bool or not head_mask.dtype.is_floating_point:
         head_mask = head_mask.float()
     if not bool(torch.isfinite(head_mask.detach()).all()):
@@ -66,8 +68,10 @@ def _resolve(model: nn.Module, names: Sequence[str]) -> dict[str, MultiHeadAtten
     modules = attention_modules(model)
     unknown = [n for n in names if n not in modules]
     if unknown:
-        raise ValueError(f"no multi-head attention module named {unknown[0]!r} in {type(model).__name__}; "
-                         f"valid names are {sorted(modules)}")
+        raise ValueError(
+            f"no multi-head attention module named {unknown[0]!r} in {type(model).__name__}; "
+            f"valid names are {sorted(modules)}"
+        )
     return {n: modules[n] for n in names}
 
 
@@ -134,8 +138,9 @@ def prune_heads(model: nn.Module, heads: Mapping[str, Sequence[int]]) -> dict[st
     return removed
 
 
-def merge_pruned(previous: Mapping[str, Sequence[int]] | None, heads: Mapping[str, Sequence[int]],
-                 num_heads: int) -> dict[str, list[int]]:
+def merge_pruned(
+    previous: Mapping[str, Sequence[int]] | None, heads: Mapping[str, Sequence[int]], num_heads: int
+) -> dict[str, list[int]]:
     """Record a pruning in terms of the *original* head indices (what a config stores).
 
     previous: {module name: original indices already removed}; heads: {module name: current indices to
@@ -151,5 +156,12 @@ def merge_pruned(previous: Mapping[str, Sequence[int]] | None, heads: Mapping[st
     return out
 
 
-__all__ = ["merge_pruned", "active_head_mask", "attention_modules", "check_head_mask", "head_masks_from_indices",
-           "mask_heads", "prune_heads"]
+__all__ = [
+    "merge_pruned",
+    "active_head_mask",
+    "attention_modules",
+    "check_head_mask",
+    "head_masks_from_indices",
+    "mask_heads",
+    "prune_heads",
+]

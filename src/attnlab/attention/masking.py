@@ -39,7 +39,8 @@ def lengths_to_mask(valid_lens: Tensor, num_queries: int, num_keys: int) -> Tens
     if not isinstance(valid_lens, Tensor):
         valid_lens = torch.as_tensor(valid_lens)
     if valid_lens.dtype == torch.bool or (
-            valid_lens.dtype.is_floating_point and not torch.equal(valid_lens, valid_lens.round())):
+        valid_lens.dtype.is_floating_point and not torch.equal(valid_lens, valid_lens.round())
+    ):
         raise ValueError(f"valid_lens must hold whole numbers of keys, got dtype {valid_lens.dtype}")
     if valid_lens.dim() not in (1, 2):
         raise ValueError(f"valid_lens must have shape (B,) or (B, Lq), got {tuple(valid_lens.shape)}")
@@ -90,9 +91,7 @@ def _as_4d(mask: Tensor, num_queries: int, num_keys: int) -> Tensor:
     elif mask.dim() == 3:
         mask = mask[:, None]
     elif mask.dim() != 4:
-        raise ValueError(
-            f"mask must have shape (Lq, Lk), (B, Lq, Lk) or (B, H, Lq, Lk), got {tuple(mask.shape)}"
-        )
+        raise ValueError(f"mask must have shape (Lq, Lk), (B, Lq, Lk) or (B, H, Lq, Lk), got {tuple(mask.shape)}")
     if mask.shape[-2] not in (1, num_queries) or mask.shape[-1] not in (1, num_keys):
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to (..., Lq={num_queries}, Lk={num_keys})"

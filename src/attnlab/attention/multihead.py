@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -33,11 +34,12 @@ class KVCache:
 
     def __init__(self, static: bool = False):
         self.static = static
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+        # Any: a Tensor once filled (None before); method calls between checks defeat mypy's narrowing.
+        self.k: Any = None
+        self.v: Any = None
         self.finite = True
-        self._kbuf: Tensor | None = None  # (B, H, capacity, Dh); k is kbuf[:, :, :len]
-        self._vbuf: Tensor | None = None
+        self._kbuf: Any = None  # (B, H, capacity, Dh); k is kbuf[:, :, :len]
+        self._vbuf: Any = None
         self._mask_for: Tensor | None = None  # the valid_lens the cached key mask was built from
         self._mask: tuple[Tensor | None, bool] | None = None
 
@@ -54,15 +56,20 @@ class KVCache:
         L, t = self.k.shape[2], k.shape[2]
         if not self._owns_buffers() or L + t > self._kbuf.shape[2]:
             self._grow(L + t)
-        self._kbuf[:, :, L:L + t] = k
-        self._vbuf[:, :, L:L + t] = v
-        self.k, self.v = self._kbuf[:, :, :L + t], self._vbuf[:, :, :L + t]
+        self._kbuf[:, :, L : L + t] = k
+        self._vbuf[:, :, L : L + t] = v
+        self.k, self.v = self._kbuf[:, :, : L + t], self._vbuf[:, :, : L + t]
         return self.k, self.v
 
     def _owns_buffers(self) -> bool:
         # k/v may have been assigned from outside (they are public): then the buffers are stale.
-        return (self._kbuf is not None and self.k is not None and self.k.data_ptr() == self._kbuf.data_ptr()
-                and self.k.shape[:2] == self._kbuf.shape[:2] and self.k.dtype == self._kbuf.dtype)
+        return (
+            self._kbuf is not None
+            and self.k is not None
+            and self.k.data_ptr() == self._kbuf.data_ptr()
+            and self.k.shape[:2] == self._kbuf.shape[:2]
+            and self.k.dtype == self._kbuf.dtype
+        )
 
     def _grow(self, needed: int) -> None:
         B, H, L, Dh = self.k.shape
@@ -133,8 +140,16 @@ class MultiHeadAttention(Recordable, nn.Module):
         torch.Size([2, 5, 8])
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
-                 window: int | None = None, causal: bool = False, block_size: int = 256):
+    def __init__(
+        self,
+        num_hiddens: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = False,
+        window: int | None = None,
+        causal: bool = False,
+        block_size: int = 256,
+    ):
         super().__init__()
         if num_hiddens <= 0 or num_heads <= 0 or num_hiddens % num_heads:
             raise ValueError(
@@ -174,22 +189,35 @@ class MultiHeadAttention(Recordable, nn.Module):
     def _qkv_weight(self) -> tuple[Tensor, Tensor | None]:
         """W_q, W_k, W_v (and biases) concatenated: (3*H*Dh, D), (3*H*Dh,). Without autograd (decoding)
         the concatenation is kept until a weight changes (version counter) or moves, not redone per step."""
-        ws = [self.W_q.weight, self.W_k.weight, self.W_v.weight]
-        bs = None if self.W_q.bias is None else [self.W_q.bias, self.W_k.bias, self.W_v.bias]
+        ws: list[Tensor] = [self.W_q.weight, self.W_k.weight, self.W_v.weight]
+        bs: list[Tensor] | None = None if self.W_q.bias is None else [self.W_q.bias, self.W_k.bias, self.W_v.bias]
         if torch.is_grad_enabled():  # training: the concatenation is part of the graph
             return torch.cat(ws), None if bs is None else torch.cat(bs)
         params = ws + (bs or [])
         versions = [t._version for t in params]
         cached = self.__dict__.get("_qkv_cached")  # (params, versions, W, b); holding the params keeps
         # their identity meaningful (a freed tensor's address could be reused by a new one)
-        if (cached is None or len(cached[0]) != len(params) or any(x is not y for x, y in zip(cached[0], params))
-                or cached[1] != versions):
+        if (
+            cached is None
+            or len(cached[0]) != len(params)
+            or any(x is not y for x, y in zip(cached[0], params))
+            or cached[1] != versions
+        ):
             cached = (params, versions, torch.cat(ws), None if bs is None else torch.cat(bs))
             self.__dict__["_qkv_cached"] = cached
         return cached[2], cached[3]
 
-    def forward(self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens=None, mask=None,
-                causal: bool | None = None, cache: KVCache | None = None, head_mask=None) -> Tensor:
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens=None,
+        mask=None,
+        causal: bool | None = None,
+        cache: KVCache | None = None,
+        head_mask=None,
+    ) -> Tensor:
         check_qkv(queries, keys, values)
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
             if t.shape[-1] != self.num_hiddens:
@@ -239,11 +267,11 @@ class MultiHeadAttention(Recordable, nn.Module):
         """
         B, H, Lq, _ = q.shape
         Lk = k.shape[2]
-        bad_q = ~torch.isfinite(q).all(dim=-1, keepdim=True)                       # (B, H, Lq, 1)
+        bad_q = ~torch.isfinite(q).all(dim=-1, keepdim=True)  # (B, H, Lq, 1)
         bad_kv = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, Lk)
         visible = build_mask(B, Lq, Lk, valid_lens, mask, causal, self.window, q.device)
         seen = bad_kv[:, :, None, :] if visible is None else (visible & bad_kv[:, :, None, :])
-        poisoned = bad_q | seen.any(dim=-1, keepdim=True)                          # (B, H, Lq, 1)
+        poisoned = bad_q | seen.any(dim=-1, keepdim=True)  # (B, H, Lq, 1)
         q, k, v = (torch.where(torch.isfinite(t), t, torch.zeros((), dtype=t.dtype)) for t in (q, k, v))
         if self.recording:
             out, weights = self._math(q, k, v, valid_lens, mask, causal)
@@ -281,8 +309,15 @@ class MultiHeadAttention(Recordable, nn.Module):
             # One query at the last position (a decoding step; causal masks align bottom-right) sees
             # every key: no mask to build.
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-        if (cache is not None and cache.static and not causal and self.window is None and mask is None
-                and isinstance(valid_lens, Tensor) and valid_lens.dim() == 1):
+        if (
+            cache is not None
+            and cache.static
+            and not causal
+            and self.window is None
+            and mask is None
+            and isinstance(valid_lens, Tensor)
+            and valid_lens.dim() == 1
+        ):
             # Cross-attention while decoding: the key mask is the same every step, built once per cache.
             visible, maybe_empty = cache.key_mask(valid_lens, Lq, q.device)
             if not maybe_empty:
@@ -305,8 +340,13 @@ class MultiHeadAttention(Recordable, nn.Module):
     def _use_blockwise(self, Lq, Lk, valid_lens, mask) -> bool:
         # Only self-attention over a long sequence with (B,) lengths at most; anything fancier falls
         # back to the dense mask, which is exact too, just quadratic in memory.
-        return (self.window is not None and mask is None and Lq == Lk and Lq > 2 * self.block_size
-                and (valid_lens is None or torch.as_tensor(valid_lens).dim() == 1))
+        return (
+            self.window is not None
+            and mask is None
+            and Lq == Lk
+            and Lq > 2 * self.block_size
+            and (valid_lens is None or torch.as_tensor(valid_lens).dim() == 1)
+        )
 
     def _local_blockwise(self, q, k, v, valid_lens, causal) -> Tensor:
         """Sliding-window attention one query block at a time.
@@ -331,8 +371,9 @@ class MultiHeadAttention(Recordable, nn.Module):
             if key_ok is not None:
                 visible = visible & key_ok[..., ks:ke]
             empty = ~visible.any(dim=-1, keepdim=True)
-            o = F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, ks:ke], v[:, :, ks:ke],
-                                               attn_mask=visible | empty, dropout_p=p)
+            o = F.scaled_dot_product_attention(
+                q[:, :, s:e], k[:, :, ks:ke], v[:, :, ks:ke], attn_mask=visible | empty, dropout_p=p
+            )
             outs.append(o.masked_fill(empty, 0.0))
         return torch.cat(outs, dim=2)
 
@@ -341,8 +382,11 @@ def _all_finite(*tensors: Tensor) -> bool:
     # One sum per tensor (a NaN or inf anywhere makes it non-finite; isfinite().all() costs four ops):
     # the exact non-finite path runs only when needed. A finite tensor whose sum overflows also takes
     # that path, which gives the same result for finite inputs, only slower.
-    return all(math.isfinite(t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32))
-               for t in tensors if t.numel())
+    return all(
+        math.isfinite(t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32))
+        for t in tensors
+        if t.numel()
+    )
 
 
 def _slice_linear(layer: nn.Linear, index: Tensor, dim: int) -> nn.Linear:

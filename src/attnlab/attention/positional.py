@@ -45,8 +45,14 @@ class PositionalEncoding(nn.Module):
     Shape: X (B, L, D) -> (B, L, D); `offset` is the absolute position of X[:, 0] (incremental decoding).
     """
 
-    def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000, learned: bool = False,
-                 layout: str = "interleaved"):
+    def __init__(
+        self,
+        num_hiddens: int,
+        dropout: float = 0.0,
+        max_len: int = 1000,
+        learned: bool = False,
+        layout: str = "interleaved",
+    ):
         super().__init__()
         if num_hiddens <= 0 or max_len <= 0:
             raise ValueError(f"num_hiddens and max_len must be positive, got {num_hiddens} and {max_len}")
@@ -72,8 +78,9 @@ class PositionalEncoding(nn.Module):
             return self.embedding.weight[offset:end]
         if end <= self.max_len:
             return self.P[0, offset:end]
-        return sinusoidal_encoding(torch.arange(offset, end, device=device or self.P.device), self.num_hiddens,
-                                   self.layout)
+        return sinusoidal_encoding(
+            torch.arange(offset, end, device=device or self.P.device), self.num_hiddens, self.layout
+        )
 
     def forward(self, X: Tensor, offset: int = 0) -> Tensor:
         if X.dim() != 3 or X.shape[-1] != self.num_hiddens:

@@ -84,9 +84,7 @@ def record_attention(model: nn.Module, detach: bool = True):
     """
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, Recordable)]
     if not modules:
-        raise ValueError(
-            f"record_attention: {type(model).__name__} contains no attnlab attention module to record"
-        )
+        raise ValueError(f"record_attention: {type(model).__name__} contains no attnlab attention module to record")
     rec = AttentionRecording(detach=detach)
     for name, m in modules:
         rec.names[id(m)] = name or type(m).__name__

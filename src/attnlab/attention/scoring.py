@@ -31,8 +31,9 @@ def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, same_size: bool = F
             f"values {tuple(values.shape)}"
         )
     if keys.shape[1] != values.shape[1]:
-        raise ValueError(f"keys and values must have the same length, got {tuple(keys.shape)} and "
-                         f"{tuple(values.shape)}")
+        raise ValueError(
+            f"keys and values must have the same length, got {tuple(keys.shape)} and {tuple(values.shape)}"
+        )
     if same_size and queries.shape[-1] != keys.shape[-1]:
         raise ValueError(
             f"dot-product attention needs queries and keys of the same size, got {queries.shape[-1]} and "
@@ -98,8 +99,9 @@ class AdditiveAttention(_ScoringAttention):
         query_size, key_size: input sizes; None infers them on first use (the book's LazyLinear).
     """
 
-    def __init__(self, num_hiddens: int, dropout: float = 0.0, query_size: int | None = None,
-                 key_size: int | None = None):
+    def __init__(
+        self, num_hiddens: int, dropout: float = 0.0, query_size: int | None = None, key_size: int | None = None
+    ):
         super().__init__(dropout)
         if num_hiddens <= 0:
             raise ValueError(f"num_hiddens must be positive, got {num_hiddens}")

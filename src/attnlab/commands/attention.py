@@ -16,9 +16,13 @@ from attnlab.commands.translate import add_checkpoint_args, open_translator
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("attention", help="save attention heatmaps of one translation",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("sentence", help="an English sentence, e.g. \"i'm home .\"")
+    p = subparsers.add_parser(
+        "attention",
+        help="save attention heatmaps of one translation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("sentence", help='an English sentence, e.g. "i\'m home ."')
     add_checkpoint_args(p)
     p.add_argument("--out", metavar="DIR", help="output folder (default: <checkpoint>/attention)")
     p.add_argument("--format", nargs="+", default=["png", "svg"], choices=["png", "svg", "pdf"])

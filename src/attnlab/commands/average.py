@@ -12,8 +12,12 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("average", help="average the last K checkpoints of a run",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "average",
+        help="average the last K checkpoints of a run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--checkpoint", metavar="DIR", required=True, help="run folder")
     p.add_argument("--last", type=int, default=5, metavar="K", help="how many of the newest checkpoints (default 5)")
     p.add_argument("--out", metavar="FILE", help="output .safetensors (default: DIR/averaged_lastK.safetensors)")
@@ -30,9 +34,11 @@ def run(args) -> int:
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
     ckpts = ckpt.list_checkpoints(run_dir)
     if len(ckpts) < args.last:
-        raise ValueError(f"{run_dir} has {len(ckpts)} checkpoint(s) but --last {args.last} asks for more; "
-                         f"train with a smaller --checkpoint-every or a larger --keep-last")
-    chosen = ckpts[-args.last:]
+        raise ValueError(
+            f"{run_dir} has {len(ckpts)} checkpoint(s) but --last {args.last} asks for more; "
+            f"train with a smaller --checkpoint-every or a larger --keep-last"
+        )
+    chosen = ckpts[-args.last :]
     out = Path(args.out) if args.out else run_dir / f"averaged_last{args.last}.safetensors"
     averaged = ckpt.average_checkpoints(chosen)
     ckpt.save_tensors(averaged, out, metadata={"averaged": ",".join(p.name for p in chosen)})

@@ -38,12 +38,20 @@ SCALES: dict[str, list[tuple[str, str, str, dict, dict]]] = {  # name, model typ
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("demo", help="run the whole chapter and write runs/demo/report.html",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "demo",
+        help="run the whole chapter and write runs/demo/report.html",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     p.add_argument("--data", metavar="PATH", help="fra-eng.zip / .txt / .tsv (default: $ATTNLAB_DATA, cache, download)")
-    p.add_argument("--scale", choices=sorted(SCALES), default="full",
-                   help="full (≤ 10 min on 2 cores, the default) or tiny (seconds, for tests)")
+    p.add_argument(
+        "--scale",
+        choices=sorted(SCALES),
+        default="full",
+        help="full (≤ 10 min on 2 cores, the default) or tiny (seconds, for tests)",
+    )
     p.add_argument("--seed", type=int, default=0, help="one seed for every generator (0..2**32-1)")
     p.set_defaults(func=run)
 
@@ -70,8 +78,10 @@ def find_data(path: str | None) -> tuple[Path, str]:
         if path is not None:  # an explicit --data that does not exist is an error, not a fallback
             raise
         sample = sample_data_path()
-        return sample, (f"NOTE: the English–French corpus is not available ({exc}).\n"
-                        f"The demo uses attnlab's own small sample {sample} instead: translations will be poor.")
+        return sample, (
+            f"NOTE: the English–French corpus is not available ({exc}).\n"
+            f"The demo uses attnlab's own small sample {sample} instead: translations will be poor."
+        )
 
 
 def train_model(name, model_type, preset, train_over, data_over, data_path, out: Path, seed: int) -> TrainedModel:
@@ -133,8 +143,15 @@ def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
     hyps = translator.translate_ids([ex.src_ids for ex in test])
     seconds = time.perf_counter() - t0
     refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]
-    return [[trained.name, len(test), round(corpus_bleu(hyps, refs), 1), round(corpus_chrf(hyps, refs), 1),
-             round(len(test) / seconds, 1)]]
+    return [
+        [
+            trained.name,
+            len(test),
+            round(corpus_bleu(hyps, refs), 1),
+            round(corpus_chrf(hyps, refs), 1),
+            round(len(test) / seconds, 1),
+        ]
+    ]
 
 
 def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
@@ -157,11 +174,18 @@ def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
     heads_dir = trained.run_dir / "heads"
     heads_dir.mkdir(exist_ok=True)
     write_json(heads_dir / "heads.json", {"checkpoint": str(trained.run_dir), "split": "valid", **report})
-    figures = [save_figure(plot_importance(report), fig_dir / f"{trained.name}_head_importance", ("png", "svg"))[0],
-               save_figure(plot_pruning_curves(report), fig_dir / f"{trained.name}_pruning", ("png", "svg"))[0]]
+    figures = [
+        save_figure(plot_importance(report), fig_dir / f"{trained.name}_head_importance", ("png", "svg"))[0],
+        save_figure(plot_pruning_curves(report), fig_dir / f"{trained.name}_pruning", ("png", "svg"))[0],
+    ]
     base = report["baseline"]["bleu"]
-    headers = ["attention", "heads", "most important (|dL/dg|)", "worst single-head mask (BLEU)",
-               "heads removable within 1 BLEU"]
+    headers = [
+        "attention",
+        "heads",
+        "most important (|dL/dg|)",
+        "worst single-head mask (BLEU)",
+        "heads removable within 1 BLEU",
+    ]
     rows = []
     for kind, names in report["kinds"].items():
         grad = [(v, n, h) for n in names for h, v in enumerate(report["gradient_importance"][n])]
@@ -170,9 +194,15 @@ def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
         worst = min(masked)
         curve = report["pruning_curves"][kind]
         ok = max(p["removed"] for p in curve if p["bleu"] >= base - 1.0)
-        rows.append([kind, len(grad), f"layer {names.index(top[1]) + 1} head {top[2] + 1} ({top[0]:.3g})",
-                     f"layer {names.index(worst[1]) + 1} head {worst[2] + 1}: {worst[0]:.1f} ({worst[0] - base:+.1f})",
-                     f"{ok} of {len(grad)}"])
+        rows.append(
+            [
+                kind,
+                len(grad),
+                f"layer {names.index(top[1]) + 1} head {top[2] + 1} ({top[0]:.3g})",
+                f"layer {names.index(worst[1]) + 1} head {worst[2] + 1}: {worst[0]:.1f} ({worst[0] - base:+.1f})",
+                f"{ok} of {len(grad)}",
+            ]
+        )
     free = {r[0]: r[-1] for r in rows}
     paragraph = (
         f"Head analysis after Voita et al. 2019 and Michel et al. 2019 on {len(examples)} validation sentences "
@@ -182,7 +212,8 @@ def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
         + "; ".join(f"{k}: {v} heads can go before BLEU falls more than 1 point" for k, v in free.items())
         + ". These are measurements of this small model on few sentences (BLEU on so few is noisy); they need "
         "not match the papers' findings on large WMT models. `attnlab serve` shows these importances beside "
-        "the heatmaps and lets you switch heads off.")
+        "the heatmaps and lets you switch heads off."
+    )
     print(f"\n== which heads matter ({trained.name}) ==")
     print(format_table(headers, rows))
     return Section("Which heads matter", paragraph, figures=figures, tables=[(headers, rows)])
@@ -232,12 +263,16 @@ def run(args) -> int:
     print("\n== the book's four sentences ==")
     print(format_table(headers, rows))
     perfect = {t.name: sum(r[-1] == 1.0 for r in t.rows) for t in trained}
-    sections.append(Section(
-        "Translating the book's four sentences",
-        "Each translator's greedy translation of the four sentences the book tests, scored with the book's "
-        "per-sentence BLEU (k=2) on tokens. Sentences at 1.000: "
-        + ", ".join(f"{name} {n}/4" for name, n in perfect.items()) + f". {data_note.splitlines()[0]}",
-        tables=[(headers, rows)]))
+    sections.append(
+        Section(
+            "Translating the book's four sentences",
+            "Each translator's greedy translation of the four sentences the book tests, scored with the book's "
+            "per-sentence BLEU (k=2) on tokens. Sentences at 1.000: "
+            + ", ".join(f"{name} {n}/4" for name, n in perfect.items())
+            + f". {data_note.splitlines()[0]}",
+            tables=[(headers, rows)],
+        )
+    )
 
     loss_figs, train_rows = [], []
     for t in trained:
@@ -245,25 +280,45 @@ def run(args) -> int:
         if r.losses:
             fig = plot_loss_curve(r.losses, xlabel="step", title=f"{t.name} training loss")
             loss_figs.append(save_figure(fig, fig_dir / f"{t.name}_loss", ("png", "svg"))[0])
-        train_rows.append([t.name, t.preset, r.step, r.epoch, round(r.train_loss, 4) if r.train_loss is not None
-                           else "n/a", round(t.seconds), round(r.tokens_per_second)])
+        train_rows.append(
+            [
+                t.name,
+                t.preset,
+                r.step,
+                r.epoch,
+                round(r.train_loss, 4) if r.train_loss is not None else "n/a",
+                round(t.seconds),
+                round(r.tokens_per_second),
+            ]
+        )
     train_headers = ["model", "preset", "steps", "epochs", "final loss", "seconds", "tokens/s"]
-    sections.append(Section(
-        "Training", "Per-token cross-entropy (padding excluded) during training of each translator, "
-        "with its preset, length and throughput on this machine.", figures=loss_figs,
-        tables=[(train_headers, train_rows)]))
+    sections.append(
+        Section(
+            "Training",
+            "Per-token cross-entropy (padding excluded) during training of each translator, "
+            "with its preset, length and throughput on this machine.",
+            figures=loss_figs,
+            tables=[(train_headers, train_rows)],
+        )
+    )
 
     sentence = "i'm home ."
     for t in trained:
         if t.name == "transformer-d2l":
             continue  # the demo's Transformer is drawn; the book's small one adds nothing new
-        what = ("the decoder's additive attention over the source at every output step"
-                if t.model_type == "bahdanau" else
-                "encoder self-attention, decoder self-attention and encoder–decoder attention, one row per "
-                "layer and one column per head (rows are queries, columns keys)")
-        sections.append(Section(f"Attention of {t.name} on “{sentence}”",
-                                f"Heatmaps of {what}. Grey cells are keys a query may not see.",
-                                figures=draw_attention(t, sentence, fig_dir)))
+        what = (
+            "the decoder's additive attention over the source at every output step"
+            if t.model_type == "bahdanau"
+            else "encoder self-attention, decoder self-attention and encoder–decoder attention, one row per "
+            "layer and one column per head (rows are queries, columns keys)"
+        )
+        sections.append(
+            Section(
+                f"Attention of {t.name} on “{sentence}”",
+                f"Heatmaps of {what}. Grey cells are keys a query may not see.",
+                figures=draw_attention(t, sentence, fig_dir),
+            )
+        )
 
     eval_rows = []
     for t in trained:
@@ -273,10 +328,15 @@ def run(args) -> int:
         eval_headers = ["model", "test sources", "BLEU (sacreBLEU, all refs)", "chrF", "sentences/s (greedy)"]
         print("\n== test split ==")
         print(format_table(eval_headers, eval_rows))
-        sections.append(Section(
-            "Test-set quality", "Corpus BLEU and chrF (sacreBLEU, detokenized text) of greedy translations of "
-            "the distinct held-out English sentences (none occurs in training), each scored against every "
-            "French reference it has in the split.", tables=[(eval_headers, eval_rows)]))
+        sections.append(
+            Section(
+                "Test-set quality",
+                "Corpus BLEU and chrF (sacreBLEU, detokenized text) of greedy translations of "
+                "the distinct held-out English sentences (none occurs in training), each scored against every "
+                "French reference it has in the split.",
+                tables=[(eval_headers, eval_rows)],
+            )
+        )
 
     for t in trained:
         if t.name == "transformer":
@@ -284,7 +344,8 @@ def run(args) -> int:
 
     report = write_report(out / "report.html", sections, title="attnlab: the attention chapter")
     print(f"\nreport: {report}  ({time.perf_counter() - started:.0f} s in all)")
-    print(f"the trained Transformer is in {out / 'transformer'}: try `attnlab translate \"i'm home .\"` "
-          f"or `attnlab serve`")
+    print(
+        f'the trained Transformer is in {out / "transformer"}: try `attnlab translate "i\'m home ."` or `attnlab serve`'
+    )
     print(f"data: {ATTRIBUTION}")
     return 0

@@ -19,8 +19,12 @@ from attnlab.commands.translate import MAX_BEAM, add_checkpoint_args, check_rang
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("evaluate", help="BLEU / chrF of a trained model on a data split",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "evaluate",
+        help="BLEU / chrF of a trained model on a data split",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_checkpoint_args(p)
     p.add_argument("--split", choices=["train", "valid", "test"], default="test")
     p.add_argument("--beam", type=int, default=4, help=f"beam size 1..{MAX_BEAM} (default 4; 1 = greedy)")
@@ -53,17 +57,21 @@ def run(args) -> int:
     pairs = sum(len(rs) for rs in references)
 
     print(f"{args.checkpoint}: {args.split} split, {len(sources)} distinct sources ({pairs} pairs), beam {args.beam}")
-    print(f"BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}  "
-          f"(sacreBLEU, detokenized, every reference of a source)")
+    print(
+        f"BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}  "
+        f"(sacreBLEU, detokenized, every reference of a source)"
+    )
     print("by source length (words):")
     for row in scores_by_length([ex.src_text for ex in sources], hyps, refs):
-        scores = (f"BLEU {row['bleu']:6.2f}  chrF {row['chrf']:6.2f}" if row["sentences"] else "-")
+        scores = f"BLEU {row['bleu']:6.2f}  chrF {row['chrf']:6.2f}" if row["sentences"] else "-"
         print(f"  {row['bucket']:>5}: {row['sentences']:5d} sources  {scores}")
     if (translator.src_vocab.lang, translator.tgt_vocab.lang) in (("en", "fr"), (None, None)):  # English-French runs
         print("the book's sentences, BLEU k=2:")
         for src, out, score in book_bleu(translator, beam=args.beam):
             print(f"  {src} => {out}, bleu {score:.3f}")
     picked = getattr(getattr(translator, "precision", None), "picked", "fp32")  # what --precision ran
-    print(f"decoding: {tokens / seconds:.0f} tokens/s, {len(sources) / seconds:.1f} sentences/s "
-          f"({translator.device}, {picked}, batch 128)")
+    print(
+        f"decoding: {tokens / seconds:.0f} tokens/s, {len(sources) / seconds:.1f} sentences/s "
+        f"({translator.device}, {picked}, batch 128)"
+    )
     return 0

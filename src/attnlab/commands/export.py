@@ -1,7 +1,7 @@
 """`attnlab export`: write a trained run in another engine's format.
 
-    attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2-model
-    attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2-int8 --quantization int8
+attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2-model
+attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2-int8 --quantization int8
 """
 
 from __future__ import annotations
@@ -15,15 +15,27 @@ def add_parser(subparsers) -> None:
     from attnlab.export import FORMATS
 
     formats = "; ".join(f"{name}: {desc}" for name, (_, desc) in sorted(FORMATS.items()))
-    p = subparsers.add_parser("export", help="export a trained model to another engine (CTranslate2)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", metavar="DIR", default=str(DEFAULT_RUN),
-                   help=f"run folder written by `attnlab train` or `attnlab demo` (default: {DEFAULT_RUN})")
+    p = subparsers.add_parser(
+        "export",
+        help="export a trained model to another engine (CTranslate2)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        default=str(DEFAULT_RUN),
+        help=f"run folder written by `attnlab train` or `attnlab demo` (default: {DEFAULT_RUN})",
+    )
     p.add_argument("--weights", metavar="FILE", help="other weights for that run (checkpoint folder or .safetensors)")
     p.add_argument("--format", required=True, choices=sorted(FORMATS), help=formats)
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must be new, or an earlier export)")
-    p.add_argument("--quantization", default="float32", choices=["float32", "int8", "int8_float32"],
-                   help="ctranslate2 weight type (default float32)")
+    p.add_argument(
+        "--quantization",
+        default="float32",
+        choices=["float32", "int8", "int8_float32"],
+        help="ctranslate2 weight type (default float32)",
+    )
     p.add_argument("--force", action="store_true", help="replace an earlier export in --out")
     p.set_defaults(func=run)
 

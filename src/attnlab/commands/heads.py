@@ -17,19 +17,33 @@ from attnlab.commands.translate import add_checkpoint_args, open_translator
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("heads", help="head analysis: behaviour, importance, pruning curves",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "heads",
+        help="head analysis: behaviour, importance, pruning curves",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_checkpoint_args(p)
     p.add_argument("--out", metavar="DIR", required=True, help="folder for heads.json and the figures")
     p.add_argument("--split", choices=["train", "valid", "test"], default="valid")
-    p.add_argument("--limit", type=int, metavar="N", default=200,
-                   help="analyse the first N sentences of the split (default 200; decoding is repeated per head)")
+    p.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        default=200,
+        help="analyse the first N sentences of the split (default 200; decoding is repeated per head)",
+    )
     p.add_argument("--beam", type=int, default=1, help="beam size for the BLEU measurements (default 1)")
     p.add_argument("--no-bleu", action="store_true", help="measure validation loss only (much faster)")
     p.add_argument("--no-curve", action="store_true", help="skip the pruning curves")
-    p.add_argument("--prune", metavar="MODULE:H[,H...]", action="append", default=[],
-                   help="also write OUT/pruned: the model without these heads (repeatable), e.g. "
-                        "--prune decoder.blocks.0.cross_attention:1,3")
+    p.add_argument(
+        "--prune",
+        metavar="MODULE:H[,H...]",
+        action="append",
+        default=[],
+        help="also write OUT/pruned: the model without these heads (repeatable), e.g. "
+        "--prune decoder.blocks.0.cross_attention:1,3",
+    )
     p.add_argument("--data", metavar="PATH", help="the corpus file, if it moved since training")
     p.set_defaults(func=run)
 
@@ -88,17 +102,23 @@ def run(args) -> int:
 def print_table(report: dict) -> None:
     base = report["baseline"]
     metric = "bleu" if base["bleu"] is not None else "loss"
-    print(f"{report['sentences']} sentences; full model: loss {base['loss']:.3f}"
-          + (f", BLEU {base['bleu']:.2f}" if base["bleu"] is not None else ""))
-    print(f"{'module':<34} {'head':>4} {'conf':>5} {'entr':>5} {'same':>5} {'prev':>5} {'next':>5} {'eos':>5} "
-          f"{'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}")
+    print(
+        f"{report['sentences']} sentences; full model: loss {base['loss']:.3f}"
+        + (f", BLEU {base['bleu']:.2f}" if base["bleu"] is not None else "")
+    )
+    print(
+        f"{'module':<34} {'head':>4} {'conf':>5} {'entr':>5} {'same':>5} {'prev':>5} {'next':>5} {'eos':>5} "
+        f"{'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}"
+    )
     for names in report["kinds"].values():
         for name in names:
             s = report["statistics"][name]
             for h, g in enumerate(report["gradient_importance"][name]):
                 masked = report["masked"][name][h][metric]
-                print(f"{name:<34} {h:>4} {s['confidence'][h]:5.2f} {s['entropy'][h]:5.2f} {s['same'][h]:5.2f} "
-                      f"{s['previous'][h]:5.2f} {s['next'][h]:5.2f} {s['eos'][h]:5.2f} {s['punctuation'][h]:5.2f} "
-                      f"{g:8.4f} {masked:12.3f}")
+                print(
+                    f"{name:<34} {h:>4} {s['confidence'][h]:5.2f} {s['entropy'][h]:5.2f} {s['same'][h]:5.2f} "
+                    f"{s['previous'][h]:5.2f} {s['next'][h]:5.2f} {s['eos'][h]:5.2f} {s['punctuation'][h]:5.2f} "
+                    f"{g:8.4f} {masked:12.3f}"
+                )
     for kind, curve in report.get("pruning_curves", {}).items():
         print(f"pruning {kind}: " + " ".join(f"{p[metric]:.2f}" for p in curve))

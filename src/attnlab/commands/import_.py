@@ -14,8 +14,12 @@ FORMATS = ("hf",)
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("import", help="import a Hugging Face Marian (OPUS-MT) model as a run folder",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "import",
+        help="import a Hugging Face Marian (OPUS-MT) model as a run folder",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("format", choices=FORMATS, help="hf: a folder saved by MarianMTModel.save_pretrained")
     p.add_argument("source", metavar="SOURCE", help="local folder with config.json, weights and tokenizer files")
     p.add_argument("--out", required=True, metavar="DIR", help="run folder to write (new, or an attnlab run)")
@@ -26,5 +30,5 @@ def run(args) -> int:
     from attnlab.export.hf import import_hf
 
     out = import_hf(args.source, args.out)
-    print(f"imported {args.source} -> {out}; try: attnlab translate --checkpoint {out} \"Hello.\"")
+    print(f'imported {args.source} -> {out}; try: attnlab translate --checkpoint {out} "Hello."')
     return 0

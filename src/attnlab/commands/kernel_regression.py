@@ -13,13 +13,16 @@ def add_parser(subparsers) -> None:
         "kernel-regression",
         help="Nadaraya-Watson kernel regression: MSE table, predictions and attention heatmaps",
         description="Fit the book's 1-D regression with average pooling, fixed kernels and a learned "
-                    "Gaussian width; print test MSE against the noise-free truth and save figures.",
+        "Gaussian width; print test MSE against the noise-free truth and save figures.",
     )
     p.add_argument("--seed", type=int, default=0, help="data and initial width (default 0)")
     p.add_argument("--out", default="runs/kernel-regression", help="folder for PNG+SVG figures")
     p.add_argument("--bandwidth", type=float, default=1.0, help="fixed kernels' bandwidth h > 0")
-    p.add_argument("--kernels", default="gaussian,boxcar,epanechnikov",
-                   help="comma-separated fixed kernels (gaussian, boxcar, epanechnikov, triangular)")
+    p.add_argument(
+        "--kernels",
+        default="gaussian,boxcar,epanechnikov",
+        help="comma-separated fixed kernels (gaussian, boxcar, epanechnikov, triangular)",
+    )
     p.add_argument("--epochs", type=int, default=5, help="SGD epochs for the learned width (1..10000)")
     p.add_argument("--lr", type=float, default=0.5, help="SGD learning rate (> 0)")
     p.add_argument("--n-train", type=int, default=50, help="training points (2..5000)")
@@ -49,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
 
     kernels = _validate(args)
     out = prepare_output_dir(args.out)  # fail before any work if we cannot write the figures
-    result = chapter.kernel_regression(seed=args.seed, bandwidth=args.bandwidth, epochs=args.epochs,
-                                       lr=args.lr, n_train=args.n_train, kernels=kernels)
+    result = chapter.kernel_regression(
+        seed=args.seed, bandwidth=args.bandwidth, epochs=args.epochs, lr=args.lr, n_train=args.n_train, kernels=kernels
+    )
     for headers, rows in result.tables:
         print(format_table(headers, rows))
     losses = result.data["losses"]

@@ -24,8 +24,11 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.flags import check_int
 
     # Counts come from meta tensors (no memory), but torch still refuses sizes whose byte count overflows.
-    for flag, v in (("--num-hiddens", args.num_hiddens), ("--num-heads", args.num_heads),
-                    ("--ffn-num-hiddens", args.ffn_num_hiddens)):
+    for flag, v in (
+        ("--num-hiddens", args.num_hiddens),
+        ("--num-heads", args.num_heads),
+        ("--ffn-num-hiddens", args.ffn_num_hiddens),
+    ):
         check_int(flag, v, 1, 1_000_000)
     if args.num_hiddens % args.num_heads:
         raise ValueError(f"--num-heads ({args.num_heads}) must divide --num-hiddens ({args.num_hiddens})")

@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
         "positional-encoding",
         help="sinusoidal positional encoding: plots, binary analogy, PE(pos+k) = M_k PE(pos) check",
         description="Plot the sinusoidal encoding and verify numerically that a shift by k positions "
-                    "is one fixed rotation M_k for every position.",
+        "is one fixed rotation M_k for every position.",
     )
     p.add_argument("--out", default="runs/positional-encoding", help="folder for PNG+SVG figures")
     p.add_argument("--num-hiddens", type=int, default=32, help="encoding size D (even, 2..1024)")
@@ -41,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_table(*checks))
     err = result.data["rotation_max_error"]
-    print(f"\nmax |PE(pos+k) - M_k PE(pos)| over all k, pos: {err:.2e} "
-          f"({'OK' if err <= TOLERANCE else 'FAILED'}, tolerance {TOLERANCE:g})")
+    print(
+        f"\nmax |PE(pos+k) - M_k PE(pos)| over all k, pos: {err:.2e} "
+        f"({'OK' if err <= TOLERANCE else 'FAILED'}, tolerance {TOLERANCE:g})"
+    )
     section = result.save(out)
     print(f"\n{result.paragraph}\n")
     print(f"figures (PNG + SVG) in {out}: {', '.join(Path(p).stem for p in section.figures)}")

@@ -13,17 +13,29 @@ import argparse
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("prepare", help="corpus -> token-id shards (any language pair, any size)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True, metavar="SPEC",
-                   help="a TSV (src<TAB>tgt), the book's zip, or aligned files SRC,TGT; .gz ok")
+    p = subparsers.add_parser(
+        "prepare",
+        help="corpus -> token-id shards (any language pair, any size)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="SPEC",
+        help="a TSV (src<TAB>tgt), the book's zip, or aligned files SRC,TGT; .gz ok",
+    )
     p.add_argument("--valid", metavar="SPEC", help="validation corpus (with --test) instead of a random split")
     p.add_argument("--test", metavar="SPEC", help="test corpus (with --valid)")
     p.add_argument("--src-lang", required=True, help="source language code, e.g. de")
     p.add_argument("--tgt-lang", required=True, help="target language code, e.g. en")
     p.add_argument("--out", required=True, metavar="DIR", help="new folder for the shards")
-    p.add_argument("--tokenizer", choices=["auto", "word", "bpe", "unigram"], default="auto",
-                   help="auto: the book's words for en-fr, BPE otherwise")
+    p.add_argument(
+        "--tokenizer",
+        choices=["auto", "word", "bpe", "unigram"],
+        default="auto",
+        help="auto: the book's words for en-fr, BPE otherwise",
+    )
     p.add_argument("--vocab-size", type=int, default=8000, help="subword vocabulary size (shared)")
     p.add_argument("--normalization", choices=["NFKC", "NFC"], default="NFKC")
     p.add_argument("--min-freq", type=int, default=2)
@@ -39,11 +51,25 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from attnlab.data.shards import prepare
 
-    meta = prepare(args.data, args.out, src_lang=args.src_lang, tgt_lang=args.tgt_lang, valid=args.valid,
-                   test=args.test, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-                   normalization=args.normalization, min_freq=args.min_freq, max_len=args.max_len,
-                   num_examples=args.num_examples, valid_fraction=args.valid_fraction,
-                   test_fraction=args.test_fraction, seed=args.seed, shard_size=args.shard_size, log=print)
+    meta = prepare(
+        args.data,
+        args.out,
+        src_lang=args.src_lang,
+        tgt_lang=args.tgt_lang,
+        valid=args.valid,
+        test=args.test,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        normalization=args.normalization,
+        min_freq=args.min_freq,
+        max_len=args.max_len,
+        num_examples=args.num_examples,
+        valid_fraction=args.valid_fraction,
+        test_fraction=args.test_fraction,
+        seed=args.seed,
+        shard_size=args.shard_size,
+        log=print,
+    )
     n = meta["splits"]["train"]["pairs"]
     print(f"{n / max(meta['seconds'], 1e-9):.0f} pairs/s; train with: attnlab train --data {args.out}")
     return 0

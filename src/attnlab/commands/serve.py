@@ -18,47 +18,101 @@ from attnlab.serve.guard import Limits
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("serve", help="web page + JSON API showing a translator's attention",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "serve",
+        help="web page + JSON API showing a translator's attention",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--checkpoint", metavar="DIR", help=f"run folder (default: {DEFAULT_RUN}, made by `attnlab demo`)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument("--workers", type=int, default=2, help="inference threads; more requests queue (default: 2)")
-    p.add_argument("--max-pending", type=int, default=128,
-                   help="requests allowed to wait or run at once; more get HTTP 503 (default: 128)")
+    p.add_argument(
+        "--max-pending",
+        type=int,
+        default=128,
+        help="requests allowed to wait or run at once; more get HTTP 503 (default: 128)",
+    )
     d = Limits()
     b = p.add_argument_group("batching (POST /api/translations)")
     b.add_argument("--max-batch", type=int, default=32, help="most sentences decoded in one batch (default: 32)")
-    b.add_argument("--max-wait-ms", type=float, default=5.0,
-                   help="longest a sentence waits for others to join its batch (default: 5)")
+    b.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        help="longest a sentence waits for others to join its batch (default: 5)",
+    )
     b.add_argument("--batch-workers", type=int, default=1, help="batches decoded at once (default: 1)")
-    b.add_argument("--max-batch-pending", type=int, default=1024,
-                   help="sentences allowed to wait or decode at once; more get HTTP 503 (default: 1024)")
+    b.add_argument(
+        "--max-batch-pending",
+        type=int,
+        default=1024,
+        help="sentences allowed to wait or decode at once; more get HTTP 503 (default: 1024)",
+    )
     g = p.add_argument_group("limits (slow, large or hostile clients)")
-    g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
-                   help=f"largest request body; larger gets 413 before it is read (default: {d.max_body_bytes})")
-    g.add_argument("--body-timeout", type=float, default=d.body_timeout_s,
-                   help=f"seconds to receive a request body, else 408 (default: {d.body_timeout_s:g})")
-    g.add_argument("--header-timeout", type=float, default=d.header_timeout_s,
-                   help=f"seconds to receive a request's headers, else the connection closes "
-                        f"(default: {d.header_timeout_s:g})")
-    g.add_argument("--keep-alive", type=int, default=d.keep_alive_s,
-                   help=f"seconds an idle connection stays open (default: {d.keep_alive_s})")
-    g.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes,
-                   help=f"largest request head (default: {d.max_header_bytes})")
-    g.add_argument("--max-connections", type=int, default=d.max_connections,
-                   help=f"open connections; more get 503 (default: {d.max_connections})")
-    g.add_argument("--max-response-bytes", type=int, default=d.max_response_bytes,
-                   help=f"the explorer refuses (413) sentences whose attention maps could exceed this "
-                        f"(default: {d.max_response_bytes})")
-    g.add_argument("--max-texts", type=int, default=d.max_texts,
-                   help=f"most texts in one POST /api/translations (default: {d.max_texts})")
-    p.add_argument("--heads", metavar="FILE",
-                   help="heads.json from `attnlab heads` for the page's head-importance strip (default: "
-                        "CHECKPOINT/heads/heads.json if present, else each translation's own head confidence)")
+    g.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=d.max_body_bytes,
+        help=f"largest request body; larger gets 413 before it is read (default: {d.max_body_bytes})",
+    )
+    g.add_argument(
+        "--body-timeout",
+        type=float,
+        default=d.body_timeout_s,
+        help=f"seconds to receive a request body, else 408 (default: {d.body_timeout_s:g})",
+    )
+    g.add_argument(
+        "--header-timeout",
+        type=float,
+        default=d.header_timeout_s,
+        help=f"seconds to receive a request's headers, else the connection closes (default: {d.header_timeout_s:g})",
+    )
+    g.add_argument(
+        "--keep-alive",
+        type=int,
+        default=d.keep_alive_s,
+        help=f"seconds an idle connection stays open (default: {d.keep_alive_s})",
+    )
+    g.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=d.max_header_bytes,
+        help=f"largest request head (default: {d.max_header_bytes})",
+    )
+    g.add_argument(
+        "--max-connections",
+        type=int,
+        default=d.max_connections,
+        help=f"open connections; more get 503 (default: {d.max_connections})",
+    )
+    g.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=d.max_response_bytes,
+        help=f"the explorer refuses (413) sentences whose attention maps could exceed this "
+        f"(default: {d.max_response_bytes})",
+    )
+    g.add_argument(
+        "--max-texts",
+        type=int,
+        default=d.max_texts,
+        help=f"most texts in one POST /api/translations (default: {d.max_texts})",
+    )
+    p.add_argument(
+        "--heads",
+        metavar="FILE",
+        help="heads.json from `attnlab heads` for the page's head-importance strip (default: "
+        "CHECKPOINT/heads/heads.json if present, else each translation's own head confidence)",
+    )
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, ...")
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "int8"], default="auto",
-                   help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer")
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16", "int8"],
+        default="auto",
+        help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer",
+    )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
@@ -72,7 +126,8 @@ def load_checkpoint(checkpoint: str | None, device: str = "cpu", precision: str 
         what = "no demo model" if checkpoint is None else "no run folder"
         raise FileNotFoundError(
             f"{what} at {run_dir}; make one with `make demo` (or `attnlab demo`), or train one with "
-            f"`attnlab train --model transformer --preset cpu-small --out DIR` and pass --checkpoint DIR")
+            f"`attnlab train --model transformer --preset cpu-small --out DIR` and pass --checkpoint DIR"
+        )
     try:
         return load_translator(run_dir, device=device, precision=precision)
     except (ValueError, FileNotFoundError) as exc:
@@ -88,11 +143,15 @@ def load_importance(heads: str | None, run_dir: Path, model) -> dict | None:
     path = Path(heads) if heads else run_dir / "heads" / "heads.json"
     if not path.is_file():
         if heads:
-            raise FileNotFoundError(f"--heads {path}: no such file; write one with `attnlab heads --checkpoint "
-                                    f"{run_dir} --out DIR` (DIR/heads.json)")
+            raise FileNotFoundError(
+                f"--heads {path}: no such file; write one with `attnlab heads --checkpoint "
+                f"{run_dir} --out DIR` (DIR/heads.json)"
+            )
         return None
-    return {"source": f"{path} (Michel et al. 2019: |d loss / d head gate| on validation data)",
-            "values": load_head_importance(path, model)}
+    return {
+        "source": f"{path} (Michel et al. 2019: |d loss / d head gate| on validation data)",
+        "values": load_head_importance(path, model),
+    }
 
 
 def run(args) -> int:
@@ -113,29 +172,55 @@ def run(args) -> int:
     if not 0 <= args.max_wait_ms <= 10_000:
         raise ValueError(f"--max-wait-ms must be in 0..10000 milliseconds, got {args.max_wait_ms}")
     try:
-        limits = Limits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout,
-                        header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive,
-                        max_header_bytes=args.max_header_bytes, max_connections=args.max_connections,
-                        max_response_bytes=args.max_response_bytes, max_texts=args.max_texts)
+        limits = Limits(
+            max_body_bytes=args.max_body_bytes,
+            body_timeout_s=args.body_timeout,
+            header_timeout_s=args.header_timeout,
+            keep_alive_s=args.keep_alive,
+            max_header_bytes=args.max_header_bytes,
+            max_connections=args.max_connections,
+            max_response_bytes=args.max_response_bytes,
+            max_texts=args.max_texts,
+        )
     except ValueError as exc:  # name the flag, not the field
         msg = str(exc)
-        for field, flag in (("body_timeout_s", "--body-timeout"), ("header_timeout_s", "--header-timeout"),
-                            ("keep_alive_s", "--keep-alive")):
+        for field, flag in (
+            ("body_timeout_s", "--body-timeout"),
+            ("header_timeout_s", "--header-timeout"),
+            ("keep_alive_s", "--keep-alive"),
+        ):
             msg = msg.replace(field, flag)
         name, _, rest = msg.partition(" ")
         raise ValueError(f"{name if name.startswith('--') else '--' + name.replace('_', '-')} {rest}") from None
     translator = load_checkpoint(args.checkpoint, args.device, args.precision)
-    app = create_app(translator, workers=args.workers, max_pending=args.max_pending, limits=limits,
-                     max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, batch_workers=args.batch_workers,
-                     max_batch_pending=args.max_batch_pending,
-                     importance=load_importance(args.heads, Path(args.checkpoint or DEFAULT_RUN), translator.model))
+    app = create_app(
+        translator,
+        workers=args.workers,
+        max_pending=args.max_pending,
+        limits=limits,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        batch_workers=args.batch_workers,
+        max_batch_pending=args.max_batch_pending,
+        importance=load_importance(args.heads, Path(args.checkpoint or DEFAULT_RUN), translator.model),
+    )
     where = "this machine only" if args.host in ("127.0.0.1", "localhost", "::1") else "reachable from the network"
-    print(f"attnlab explorer: http://{args.host}:{args.port}/ ({where}; {args.checkpoint or DEFAULT_RUN}, "
-          f"{args.workers} worker(s)); Ctrl-C to stop", flush=True)
+    print(
+        f"attnlab explorer: http://{args.host}:{args.port}/ ({where}; {args.checkpoint or DEFAULT_RUN}, "
+        f"{args.workers} worker(s)); Ctrl-C to stop",
+        flush=True,
+    )
     # uvicorn's production knobs (its "Settings" page): bounded connections, head size, idle time; the
     # header deadline is guard.guarded_h11's (uvicorn has none for a connection's first request).
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                http=guarded_h11(limits.header_timeout_s),
-                limit_concurrency=limits.max_connections, timeout_keep_alive=limits.keep_alive_s,
-                h11_max_incomplete_event_size=limits.max_header_bytes, server_header=False)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        http=guarded_h11(limits.header_timeout_s),
+        limit_concurrency=limits.max_connections,
+        timeout_keep_alive=limits.keep_alive_s,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        server_header=False,
+    )
     return 0

@@ -1,8 +1,8 @@
 """`attnlab train`: train a translator from a preset, overriding any field by flag.
 
-    attnlab train --model transformer --preset d2l --out runs/d2l
-    attnlab train --resume runs/d2l                 # continue from the newest checkpoint
-    attnlab train --preset cpu-small --nproc 2      # the same through torchrun (DDP, gloo on CPU)
+attnlab train --model transformer --preset d2l --out runs/d2l
+attnlab train --resume runs/d2l                 # continue from the newest checkpoint
+attnlab train --preset cpu-small --nproc 2      # the same through torchrun (DDP, gloo on CPU)
 """
 
 from __future__ import annotations
@@ -13,34 +13,68 @@ import os
 
 # flag -> (section, key): the common overrides get their own flags; `--set` reaches every field.
 _FLAGS = {
-    "seed": ("train", "seed"), "epochs": ("train", "epochs"), "max_steps": ("train", "max_steps"),
-    "time_budget": ("train", "time_budget"), "batch_tokens": ("train", "batch_tokens"),
-    "batch_size": ("train", "batch_size"), "grad_accum": ("train", "grad_accum"), "lr": ("train", "lr"),
-    "warmup_steps": ("train", "warmup_steps"), "label_smoothing": ("train", "label_smoothing"),
-    "eval_every": ("train", "eval_every"), "checkpoint_every": ("train", "checkpoint_every"),
-    "keep_best": ("train", "keep_best"), "keep_last": ("train", "keep_last"), "patience": ("train", "patience"),
-    "device": ("train", "device"), "log_every": ("train", "log_every"),
-    "data": ("data", "path"), "num_examples": ("data", "num_examples"), "max_len": ("data", "max_len"),
-    "tokenizer": ("data", "tokenizer"), "precision": ("train", "precision"),
-    "src_lang": ("data", "src_lang"), "tgt_lang": ("data", "tgt_lang"), "valid": ("data", "valid"),
+    "seed": ("train", "seed"),
+    "epochs": ("train", "epochs"),
+    "max_steps": ("train", "max_steps"),
+    "time_budget": ("train", "time_budget"),
+    "batch_tokens": ("train", "batch_tokens"),
+    "batch_size": ("train", "batch_size"),
+    "grad_accum": ("train", "grad_accum"),
+    "lr": ("train", "lr"),
+    "warmup_steps": ("train", "warmup_steps"),
+    "label_smoothing": ("train", "label_smoothing"),
+    "eval_every": ("train", "eval_every"),
+    "checkpoint_every": ("train", "checkpoint_every"),
+    "keep_best": ("train", "keep_best"),
+    "keep_last": ("train", "keep_last"),
+    "patience": ("train", "patience"),
+    "device": ("train", "device"),
+    "log_every": ("train", "log_every"),
+    "data": ("data", "path"),
+    "num_examples": ("data", "num_examples"),
+    "max_len": ("data", "max_len"),
+    "tokenizer": ("data", "tokenizer"),
+    "precision": ("train", "precision"),
+    "src_lang": ("data", "src_lang"),
+    "tgt_lang": ("data", "tgt_lang"),
+    "valid": ("data", "valid"),
     "test": ("data", "test"),
 }
 # Fields a resumed run may change (its limits); the rest must stay as the run was started.
-_RESUMABLE = {"epochs", "max_steps", "time_budget", "eval_every", "checkpoint_every", "keep_best",
-              "keep_last", "patience", "device", "log_every", "precision"}
+_RESUMABLE = {
+    "epochs",
+    "max_steps",
+    "time_budget",
+    "eval_every",
+    "checkpoint_every",
+    "keep_best",
+    "keep_last",
+    "patience",
+    "device",
+    "log_every",
+    "precision",
+}
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("train", help="train a Transformer or Bahdanau translator (checkpoints, resume, DDP)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "train",
+        help="train a Transformer or Bahdanau translator (checkpoints, resume, DDP)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--model", choices=["transformer", "bahdanau"], default="transformer")
-    p.add_argument("--preset", help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, "
-                                     "d2l for Bahdanau)")
+    p.add_argument(
+        "--preset", help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, d2l for Bahdanau)"
+    )
     p.add_argument("--out", help="run folder (default: runs/<model>-<preset>)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
-    p.add_argument("--data", metavar="PATH",
-                   help="fra-eng.zip, a TSV, SRC,TGT aligned files (.gz ok) or an `attnlab prepare` folder "
-                   "(default: $ATTNLAB_DATA, then the cache)")
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        help="fra-eng.zip, a TSV, SRC,TGT aligned files (.gz ok) or an `attnlab prepare` folder "
+        "(default: $ATTNLAB_DATA, then the cache)",
+    )
     p.add_argument("--seed", type=int)
     p.add_argument("--epochs", type=int)
     p.add_argument("--max-steps", type=int)
@@ -66,8 +100,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--tgt-lang", help="target language code of --data (e.g. en)")
     p.add_argument("--valid", metavar="SPEC", help="validation corpus (TSV or SRC,TGT files) instead of a random split")
     p.add_argument("--test", metavar="SPEC", help="test corpus (TSV or SRC,TGT files) instead of a random split")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override any preset field, e.g. --set model.num_layers=3 (VALUE is JSON)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override any preset field, e.g. --set model.num_layers=3 (VALUE is JSON)",
+    )
     p.add_argument("--nproc", type=int, default=1, help="processes (DDP through torchrun; gloo on CPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -159,8 +198,9 @@ def run(args) -> int:
     if args.resume:
         bad = sorted(k for k in over["train"] if k not in _RESUMABLE) + sorted(over["data"]) + sorted(over["model"])
         if bad:
-            raise ValueError(f"--resume continues a run as it was started; these cannot change: {bad}. "
-                             f"Allowed: {sorted(_RESUMABLE)}")
+            raise ValueError(
+                f"--resume continues a run as it was started; these cannot change: {bad}. Allowed: {sorted(_RESUMABLE)}"
+            )
         train.TrainConfig.from_dict({**runs.ckpt.read_run_config(args.resume).get("train", {}), **over["train"]})
     else:
         preset, train_config = _configs(args, over)
@@ -183,13 +223,16 @@ def run(args) -> int:
         result = runs.resume_run(args.resume, over["train"], progress=not args.no_progress)
         if isinstance(result, str):
             if rank == 0:
-                print(f"{args.resume}: training already finished ({result}); nothing to do. "
-                      f"Raise --max-steps or --epochs to train further.")
+                print(
+                    f"{args.resume}: training already finished ({result}); nothing to do. "
+                    f"Raise --max-steps or --epochs to train further."
+                )
             return 0
     else:
         train_config = train.TrainConfig.from_dict({**train_config.to_dict(), **over["train"]})
-        result = runs.train_run(args.model, preset["model"], train_config, preset["data"], out,
-                                progress=not args.no_progress)
+        result = runs.train_run(
+            args.model, preset["model"], train_config, preset["data"], out, progress=not args.no_progress
+        )
     return _report(result, args.resume or out) if rank == 0 else result.exit_code
 
 
@@ -199,20 +242,29 @@ def _report(result, run_dir) -> int:
 
     loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
     bleu = "" if result.best_bleu is None else f", best valid BLEU {result.best_bleu:.2f}"
-    print(f"final training loss {loss} after {result.step} steps ({result.epoch} epochs, "
-          f"stopped by {result.stop_reason}, {result.seconds:.1f} s, "
-          f"{result.tokens_per_second:.0f} tokens/s{bleu})")
+    print(
+        f"final training loss {loss} after {result.step} steps ({result.epoch} epochs, "
+        f"stopped by {result.stop_reason}, {result.seconds:.1f} s, "
+        f"{result.tokens_per_second:.0f} tokens/s{bleu})"
+    )
     if result.stop_reason == "signal":
-        print(f"attnlab train: interrupted at step {result.step}; saved {result.checkpoint}; continue with "
-              f"`attnlab train --resume {run_dir}`", file=sys.stderr)
+        print(
+            f"attnlab train: interrupted at step {result.step}; saved {result.checkpoint}; continue with "
+            f"`attnlab train --resume {run_dir}`",
+            file=sys.stderr,
+        )
     elif result.stop_reason == "non_finite_loss":
         from attnlab.checkpoint import list_checkpoints
 
         kept = list_checkpoints(run_dir)
-        where = (f"the newest checkpoint, {kept[-1]}, holds the last finite weights" if kept
-                 else "no checkpoint was saved")
-        print(f"attnlab train: error: the training loss became non-finite (NaN/inf) after step {result.step}; "
-              f"stopped without saving these weights ({where}). Lower --lr and train again", file=sys.stderr)
+        where = (
+            f"the newest checkpoint, {kept[-1]}, holds the last finite weights" if kept else "no checkpoint was saved"
+        )
+        print(
+            f"attnlab train: error: the training loss became non-finite (NaN/inf) after step {result.step}; "
+            f"stopped without saving these weights ({where}). Lower --lr and train again",
+            file=sys.stderr,
+        )
     else:
         print(f"saved the model to {result.run_dir / 'model.safetensors'}")
     return result.exit_code

@@ -1,7 +1,7 @@
 """`attnlab translate`: English sentences (arguments, or stdin one a line) -> French, one a line.
 
-    attnlab translate "i'm home ." "he's calm ."
-    echo "go ." | attnlab translate --checkpoint runs/d2l --beam 4
+attnlab translate "i'm home ." "he's calm ."
+echo "go ." | attnlab translate --checkpoint runs/d2l --beam 4
 """
 
 from __future__ import annotations
@@ -25,18 +25,27 @@ def check_range(flag: str, value, lo: int, hi: int | None = None) -> None:
 
 def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
     """--checkpoint / --weights / --device, shared by translate, evaluate and attention."""
-    p.add_argument("--checkpoint", metavar="DIR", default=str(default),
-                   help=f"run folder written by `attnlab train` or `attnlab demo` (default: {default})")
-    p.add_argument("--weights", metavar="FILE",
-                   help="other weights for that run: a checkpoint folder or an averaged .safetensors")
+    p.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        default=str(default),
+        help=f"run folder written by `attnlab train` or `attnlab demo` (default: {default})",
+    )
+    p.add_argument(
+        "--weights", metavar="FILE", help="other weights for that run: a checkpoint folder or an averaged .safetensors"
+    )
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
     add_precision_arg(p)
 
 
 def add_precision_arg(p) -> None:
     """--precision, shared by translate, evaluate, attention and serve (see attnlab.precision)."""
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "int8"], default="auto",
-                   help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer")
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16", "int8"],
+        default="auto",
+        help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer",
+    )
 
 
 def open_translator(args):
@@ -47,14 +56,20 @@ def open_translator(args):
     if not run_dir.exists():
         raise FileNotFoundError(
             f"no trained model at {run_dir}; make one with `attnlab demo` (writes {DEFAULT_RUN}) or "
-            f"`attnlab train --model transformer --preset d2l --out {run_dir}`")
-    return load_translator(run_dir, device=args.device, weights=args.weights,
-                           precision=getattr(args, "precision", "fp32"))
+            f"`attnlab train --model transformer --preset d2l --out {run_dir}`"
+        )
+    return load_translator(
+        run_dir, device=args.device, weights=args.weights, precision=getattr(args, "precision", "fp32")
+    )
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("translate", help="translate English sentences with a trained model",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "translate",
+        help="translate English sentences with a trained model",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
     add_checkpoint_args(p)
     p.add_argument("--beam", type=int, default=1, help=f"beam size 1..{MAX_BEAM} (1 = greedy, the default)")
@@ -74,8 +89,9 @@ def run(args) -> int:
     todo = [i for i, line in enumerate(lines) if line.strip()]
     out = [""] * len(lines)
     if todo:
-        for i, text in zip(todo, translator.translate([lines[i] for i in todo], beam=args.beam,
-                                                      truncate=args.truncate)):
+        for i, text in zip(
+            todo, translator.translate([lines[i] for i in todo], beam=args.beam, truncate=args.truncate)
+        ):
             out[i] = text
     for text in out:
         print(text)

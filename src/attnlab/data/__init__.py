@@ -13,13 +13,38 @@ from .translation import ATTRIBUTION, BOOK_EVAL_PAIRS, Example, TranslationData,
 from .vocab import SubwordVocab, Vocab, load_vocab
 
 __all__ = [
-    "read_fra_eng", "preprocess", "tokenize", "detokenize", "Vocab", "SubwordVocab", "Example", "Batch",
-    "TranslationData", "load_translation_data", "load_d2l_data", "iterate_batches", "plan_batches",
-    "sample_data_path", "load_vocab", "collate", "ReadStats", "cache_dir", "download_fra_eng",
-    "resolve_data_path", "BOOK_EVAL_PAIRS", "load_data", "check_data_config", "CorpusReport", "FileReport",
-    "iter_pairs", "load_parallel_data", "ShardedExamples", "open_prepared", "prepare", "ATTRIBUTION",
+    "read_fra_eng",
+    "preprocess",
+    "tokenize",
+    "detokenize",
+    "Vocab",
+    "SubwordVocab",
+    "Example",
+    "Batch",
+    "TranslationData",
+    "load_translation_data",
+    "load_d2l_data",
+    "iterate_batches",
+    "plan_batches",
+    "sample_data_path",
+    "load_vocab",
+    "collate",
+    "ReadStats",
+    "cache_dir",
+    "download_fra_eng",
+    "resolve_data_path",
+    "BOOK_EVAL_PAIRS",
+    "load_data",
+    "check_data_config",
+    "CorpusReport",
+    "FileReport",
+    "iter_pairs",
+    "load_parallel_data",
+    "ShardedExamples",
+    "open_prepared",
+    "prepare",
+    "ATTRIBUTION",
 ]
-
 
 
 def _loader(data_config):
@@ -43,8 +68,10 @@ def _loader(data_config):
     unknown = sorted(set(opts) - set(accepted))
     if unknown:
         hint = " (the book's d2l setting is fixed; use --preset tiny or cpu-small to change these)"
-        raise ValueError(f"the {loader!r} data loader does not take {unknown}; it takes {accepted}"
-                         + (hint if loader == "d2l" else ""))
+        raise ValueError(
+            f"the {loader!r} data loader does not take {unknown}; it takes {accepted}"
+            + (hint if loader == "d2l" else "")
+        )
     return loaders[loader], opts
 
 

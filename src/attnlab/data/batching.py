@@ -65,9 +65,18 @@ def _lengths(examples: Sequence, num_steps: int | None) -> np.ndarray:
     return np.maximum(src, tgt) + 1
 
 
-def plan_batches(examples: Sequence, *, batch_tokens: int | None = None, batch_size: int | None = None,
-                 num_steps: int | None = None, shuffle: bool = True, seed: int = 0, epoch: int = 0,
-                 rank: int = 0, world_size: int = 1) -> list[list[int]]:
+def plan_batches(
+    examples: Sequence,
+    *,
+    batch_tokens: int | None = None,
+    batch_size: int | None = None,
+    num_steps: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+) -> list[list[int]]:
     """The index lists of this rank's batches for one epoch.
 
     Examples are sorted by padded length (randomly within equal lengths when `shuffle`) and cut
@@ -87,22 +96,33 @@ def plan_batches(examples: Sequence, *, batch_tokens: int | None = None, batch_s
 
     if hasattr(examples, "plan_batches"):
         # A memory-mapped corpus plans shard by shard from its lengths index (never one list of all).
-        return examples.plan_batches(batch_tokens=batch_tokens, batch_size=batch_size, num_steps=num_steps,
-                                     shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size)
+        return examples.plan_batches(
+            batch_tokens=batch_tokens,
+            batch_size=batch_size,
+            num_steps=num_steps,
+            shuffle=shuffle,
+            seed=seed,
+            epoch=epoch,
+            rank=rank,
+            world_size=world_size,
+        )
     rng = np.random.default_rng([seed, epoch])
-    batches = plan_lengths(_lengths(examples, num_steps), batch_tokens=batch_tokens, batch_size=batch_size,
-                           shuffle=shuffle, rng=rng)
+    batches = plan_lengths(
+        _lengths(examples, num_steps), batch_tokens=batch_tokens, batch_size=batch_size, shuffle=shuffle, rng=rng
+    )
     if world_size > 1:
         per_rank = len(batches) // world_size
         if per_rank == 0 and batches:
-            raise ValueError(f"only {len(batches)} batch(es) for world_size={world_size}; "
-                             "use smaller batches or fewer processes")
-        batches = batches[rank:per_rank * world_size:world_size]
+            raise ValueError(
+                f"only {len(batches)} batch(es) for world_size={world_size}; use smaller batches or fewer processes"
+            )
+        batches = batches[rank : per_rank * world_size : world_size]
     return batches
 
 
-def plan_lengths(lengths: np.ndarray, *, batch_tokens: int | None, batch_size: int | None, shuffle: bool,
-                 rng: np.random.Generator) -> list[list[int]]:
+def plan_lengths(
+    lengths: np.ndarray, *, batch_tokens: int | None, batch_size: int | None, shuffle: bool, rng: np.random.Generator
+) -> list[list[int]]:
     """Batches (index lists into `lengths`, the padded length each example needs) cut greedily from
     the length-sorted order; with `shuffle`, ties are broken and batches ordered at random by `rng`."""
     if shuffle:
@@ -137,8 +157,9 @@ def _with_eos(seqs: list[list[int]], eos: int, pad: int, width: int | None) -> t
     lens = np.fromiter(map(len, seqs), np.int64, len(seqs))
     full = int(lens.max(initial=0)) + 1
     out = np.full((len(seqs), max(full, width or 0)), pad, np.int64)
-    out[np.arange(out.shape[1]) < lens[:, None]] = np.fromiter(itertools.chain.from_iterable(seqs), np.int64,
-                                                               int(lens.sum()))
+    out[np.arange(out.shape[1]) < lens[:, None]] = np.fromiter(
+        itertools.chain.from_iterable(seqs), np.int64, int(lens.sum())
+    )
     out[np.arange(len(seqs)), lens] = eos
     valid = lens + 1
     if width is not None:
@@ -146,8 +167,7 @@ def _with_eos(seqs: list[list[int]], eos: int, pad: int, width: int | None) -> t
     return torch.from_numpy(np.ascontiguousarray(out)), torch.from_numpy(valid)
 
 
-def collate(examples: Sequence, indices: Sequence[int], src_vocab, tgt_vocab,
-            num_steps: int | None = None) -> Batch:
+def collate(examples: Sequence, indices: Sequence[int], src_vocab, tgt_vocab, num_steps: int | None = None) -> Batch:
     """Pad one batch: src = x + <eos>, tgt_out = y + <eos>, tgt_in = <bos> + tgt_out[:-1] (the book's
     `dec_input`; so a row shorter than T shows its <eos> in tgt_in past its valid length, never inside).
 
@@ -160,11 +180,31 @@ def collate(examples: Sequence, indices: Sequence[int], src_vocab, tgt_vocab,
     return Batch(src, src_valid, tgt_in, tgt_out, tgt_valid, torch.tensor(list(indices), dtype=torch.long))
 
 
-def iterate_batches(examples: Sequence, src_vocab, tgt_vocab, *, batch_tokens: int | None = None,
-                    batch_size: int | None = None, num_steps: int | None = None, shuffle: bool = True,
-                    seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+def iterate_batches(
+    examples: Sequence,
+    src_vocab,
+    tgt_vocab,
+    *,
+    batch_tokens: int | None = None,
+    batch_size: int | None = None,
+    num_steps: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Iterator[Batch]:
     """Yield this rank's `Batch`es for one epoch (see `plan_batches` for the arguments)."""
-    plan = plan_batches(examples, batch_tokens=batch_tokens, batch_size=batch_size, num_steps=num_steps,
-                        shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size)
+    plan = plan_batches(
+        examples,
+        batch_tokens=batch_tokens,
+        batch_size=batch_size,
+        num_steps=num_steps,
+        shuffle=shuffle,
+        seed=seed,
+        epoch=epoch,
+        rank=rank,
+        world_size=world_size,
+    )
     for indices in plan:
         yield collate(examples, indices, src_vocab, tgt_vocab, num_steps)

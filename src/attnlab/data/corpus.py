@@ -35,8 +35,10 @@ KNOWN_CHECKSUMS = {
 ENV_VAR = "ATTNLAB_DATA"
 CACHE_FILE_NAME = "fra-eng.zip"
 DOWNLOAD_TIMEOUT_S = 30
-_FIXES = (f"fix: pass --data PATH (a fra-eng.zip or fra.txt), or set {ENV_VAR}=PATH; "
-          "the data is at http://www.manythings.org/anki/ (fra-eng.zip)")
+_FIXES = (
+    f"fix: pass --data PATH (a fra-eng.zip or fra.txt), or set {ENV_VAR}=PATH; "
+    "the data is at http://www.manythings.org/anki/ (fra-eng.zip)"
+)
 
 # Tests replace this to serve a local file; it is looked up at call time for that reason.
 urlopen = urllib.request.urlopen
@@ -61,8 +63,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def download_fra_eng(dest: str | os.PathLike | None = None, url: str | None = None,
-                     progress: bool = True) -> Path:
+def download_fra_eng(dest: str | os.PathLike | None = None, url: str | None = None, progress: bool = True) -> Path:
     """Download the corpus zip to `dest` (default: the user cache), verify it, write it atomically.
 
     The file is streamed into a temp file beside `dest` while both sha256 and sha1 are computed;
@@ -78,19 +79,20 @@ def download_fra_eng(dest: str | os.PathLike | None = None, url: str | None = No
     with atomic_path(dest, suffix=".part") as tmp:  # renamed into place only if the checksum matches
         with open(tmp, "wb") as out, urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:
             total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=f"downloading {dest.name}",
-                      disable=not progress) as bar:
+            with tqdm(
+                total=total, unit="B", unit_scale=True, desc=f"downloading {dest.name}", disable=not progress
+            ) as bar:
                 for chunk in iter(lambda: resp.read(1 << 16), b""):
                     out.write(chunk)
                     sha256.update(chunk)
                     sha1.update(chunk)
                     bar.update(len(chunk))
-        if (sha256.hexdigest() not in KNOWN_CHECKSUMS["sha256"]
-                and sha1.hexdigest() not in KNOWN_CHECKSUMS["sha1"]):
+        if sha256.hexdigest() not in KNOWN_CHECKSUMS["sha256"] and sha1.hexdigest() not in KNOWN_CHECKSUMS["sha1"]:
             raise ValueError(
                 f"checksum mismatch for {url}: got sha256 {sha256.hexdigest()} / sha1 {sha1.hexdigest()}, "
                 f"expected sha256 in {sorted(KNOWN_CHECKSUMS['sha256'])} or sha1 in "
-                f"{sorted(KNOWN_CHECKSUMS['sha1'])}; nothing was saved. Try again later, or {_FIXES}")
+                f"{sorted(KNOWN_CHECKSUMS['sha1'])}; nothing was saved. Try again later, or {_FIXES}"
+            )
     return dest
 
 
@@ -112,7 +114,8 @@ def resolve_data_path(path: str | os.PathLike | None = None, download: bool = Tr
     except (OSError, urllib.error.URLError) as exc:
         raise FileNotFoundError(
             f"English–French data not found; looked in: {'; '.join(looked)}; downloading {DATA_URL} "
-            f"failed ({exc}). {_FIXES}") from exc
+            f"failed ({exc}). {_FIXES}"
+        ) from exc
 
 
 def _existing(path: Path, what: str) -> Path:
@@ -144,12 +147,14 @@ def read_text(path: str | os.PathLike) -> str:
     if path.suffix.lower() != ".zip":
         return path.read_bytes().decode("utf-8")
     is_cache = path.resolve() == (cache_dir() / CACHE_FILE_NAME).resolve()
-    fix = (f"delete {path} and run again to re-download it" if is_cache
-           else f"replace {path} with a good copy (or delete it and let attnlab download one)")
+    fix = (
+        f"delete {path} and run again to re-download it"
+        if is_cache
+        else f"replace {path} with a good copy (or delete it and let attnlab download one)"
+    )
     try:
         with zipfile.ZipFile(path) as zf:
-            members = [n for n in zf.namelist()
-                       if not n.startswith("__MACOSX/") and n.rsplit("/", 1)[-1] == "fra.txt"]
+            members = [n for n in zf.namelist() if not n.startswith("__MACOSX/") and n.rsplit("/", 1)[-1] == "fra.txt"]
             if not members:
                 raise ValueError(f"{path} has no fra.txt member (found: {zf.namelist()[:10]}); {fix}")
             data = zf.read(members[0])
@@ -171,13 +176,11 @@ def parse_pairs(text: str, source: str = "<text>") -> tuple[list[tuple[str, str]
             bad.append(lineno)
             continue
         pairs.append((parts[0], parts[1]))
-    stats = ReadStats(path=source, num_lines=len(lines), num_pairs=len(pairs), malformed=len(bad),
-                      malformed_lines=bad)
+    stats = ReadStats(path=source, num_lines=len(lines), num_pairs=len(pairs), malformed=len(bad), malformed_lines=bad)
     return pairs, stats
 
 
-def read_fra_eng(path: str | os.PathLike | None = None, *, return_stats: bool = False,
-                 download: bool = True):
+def read_fra_eng(path: str | os.PathLike | None = None, *, return_stats: bool = False, download: bool = True):
     """Raw (english, french) pairs in file order.
 
     Args:
@@ -192,6 +195,9 @@ def read_fra_eng(path: str | os.PathLike | None = None, *, return_stats: bool = 
     resolved = resolve_data_path(path, download=download)
     pairs, stats = parse_pairs(read_text(resolved), source=str(resolved))
     if stats.malformed:
-        warnings.warn(f"{resolved}: skipped {stats.malformed} malformed line(s) (no tab or an empty side), "
-                      f"e.g. line(s) {stats.malformed_lines[:5]}", stacklevel=2)
+        warnings.warn(
+            f"{resolved}: skipped {stats.malformed} malformed line(s) (no tab or an empty side), "
+            f"e.g. line(s) {stats.malformed_lines[:5]}",
+            stacklevel=2,
+        )
     return (pairs, stats) if return_stats else pairs

@@ -45,13 +45,19 @@ class FileReport:
     def summary(self) -> str:
         if not self.counts:
             return f"{self.path}: {self.lines} lines, all usable"
-        parts = [f"{n} {kind} (line(s) {', '.join(map(str, self.first_lines[kind]))}"
-                 f"{', ...' if n > FIRST_LINES else ''})" for kind, n in sorted(self.counts.items())]
+        parts = [
+            f"{n} {kind} (line(s) {', '.join(map(str, self.first_lines[kind]))}{', ...' if n > FIRST_LINES else ''})"
+            for kind, n in sorted(self.counts.items())
+        ]
         return f"{self.path}: {self.lines} lines; skipped " + "; ".join(parts)
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "lines": self.lines, "counts": dict(self.counts),
-                "first_lines": {k: list(v) for k, v in self.first_lines.items()}}
+        return {
+            "path": self.path,
+            "lines": self.lines,
+            "counts": dict(self.counts),
+            "first_lines": {k: list(v) for k, v in self.first_lines.items()},
+        }
 
 
 @dataclass
@@ -77,8 +83,9 @@ def split_spec(spec: str | os.PathLike) -> list[Path]:
     """'a.en,a.de' -> [a.en, a.de]; 'corpus.tsv' -> [corpus.tsv]; each file must exist."""
     parts = [p.strip() for p in str(spec).split(",")]
     if len(parts) > 2 or any(not p for p in parts):
-        raise ValueError(f"expected a corpus file (TSV or the book's zip) or two aligned files 'SRC,TGT', "
-                         f"got {str(spec)!r}")
+        raise ValueError(
+            f"expected a corpus file (TSV or the book's zip) or two aligned files 'SRC,TGT', got {str(spec)!r}"
+        )
     paths = [Path(p) for p in parts]
     for p in paths:
         if not p.is_file():
@@ -140,8 +147,9 @@ def _check_side(text: str | None, report: FileReport, lineno: int, max_chars: in
     return text
 
 
-def iter_pairs(spec: str | os.PathLike, report: CorpusReport | None = None, *,
-               max_chars: int = MAX_LINE_CHARS) -> Iterator[tuple[int, str, str]]:
+def iter_pairs(
+    spec: str | os.PathLike, report: CorpusReport | None = None, *, max_chars: int = MAX_LINE_CHARS
+) -> Iterator[tuple[int, str, str]]:
     """Yield (line number, source, target) for every usable pair of `spec`, filling `report`.
 
     Raises ValueError when two aligned files have different line counts (nothing is yielded then).
@@ -153,8 +161,10 @@ def iter_pairs(spec: str | os.PathLike, report: CorpusReport | None = None, *,
     if len(paths) == 2:
         n_src, n_tgt = count_lines(paths[0]), count_lines(paths[1])
         if n_src != n_tgt:
-            raise ValueError(f"misaligned corpus: {paths[0]} has {n_src} lines but {paths[1]} has {n_tgt}; "
-                             f"aligned files need one sentence per line in the same order")
+            raise ValueError(
+                f"misaligned corpus: {paths[0]} has {n_src} lines but {paths[1]} has {n_tgt}; "
+                f"aligned files need one sentence per line in the same order"
+            )
         for (lineno, src), (_, tgt) in zip(_lines(paths[0], reports[0]), _lines(paths[1], reports[1])):
             src = _check_side(src, reports[0], lineno, max_chars)
             tgt = _check_side(tgt, reports[1], lineno, max_chars)

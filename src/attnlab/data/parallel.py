@@ -44,8 +44,10 @@ def load_parallel_data(opts: Mapping[str, Any]):
     if is_prepared(path):
         return open_prepared(path)
     if "," in str(path) and not (opts.get("src_lang") and opts.get("tgt_lang")):
-        raise ValueError(f"two aligned files ({path}) need --src-lang and --tgt-lang (e.g. --src-lang de "
-                         f"--tgt-lang en) to choose their preprocessing")
+        raise ValueError(
+            f"two aligned files ({path}) need --src-lang and --tgt-lang (e.g. --src-lang de "
+            f"--tgt-lang en) to choose their preprocessing"
+        )
     opts.setdefault("src_lang", "en")
     opts.setdefault("tgt_lang", "fr")
     for spec in (path, opts.get("valid"), opts.get("test")):
@@ -65,4 +67,3 @@ def load_parallel_data(opts: Mapping[str, Any]):
     data = open_prepared(folder)
     data.settings.update(data_path=str(path), cache=str(folder))
     return data
-

@@ -61,13 +61,29 @@ def resolve_tokenizer(tokenizer: str, src_lang: str, tgt_lang: str) -> str:
     return tokenizer
 
 
-def _check_settings(src_lang, tgt_lang, tokenizer, normalization, vocab_size, min_freq, max_len, num_examples,
-                    valid_fraction, test_fraction, shard_size):
+def _check_settings(
+    src_lang,
+    tgt_lang,
+    tokenizer,
+    normalization,
+    vocab_size,
+    min_freq,
+    max_len,
+    num_examples,
+    valid_fraction,
+    test_fraction,
+    shard_size,
+):
     for name, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
-        if (not isinstance(lang, str) or not lang.isascii() or not (2 <= len(lang) <= 12)
-                or not lang.replace("-", "").isalnum()):
-            raise ValueError(f"{name} must be a language code such as 'en' or 'de' (--src-lang/--tgt-lang), "
-                             f"got {lang!r}")
+        if (
+            not isinstance(lang, str)
+            or not lang.isascii()
+            or not (2 <= len(lang) <= 12)
+            or not lang.replace("-", "").isalnum()
+        ):
+            raise ValueError(
+                f"{name} must be a language code such as 'en' or 'de' (--src-lang/--tgt-lang), got {lang!r}"
+            )
     resolve_tokenizer(tokenizer, src_lang, tgt_lang)
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
@@ -79,8 +95,10 @@ def _check_settings(src_lang, tgt_lang, tokenizer, normalization, vocab_size, mi
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
     if not (0 <= valid_fraction < 1 and 0 <= test_fraction < 1 and valid_fraction + test_fraction < 1):
-        raise ValueError(f"valid_fraction and test_fraction must be in [0, 1) and sum below 1, "
-                         f"got {valid_fraction} and {test_fraction}")
+        raise ValueError(
+            f"valid_fraction and test_fraction must be in [0, 1) and sum below 1, "
+            f"got {valid_fraction} and {test_fraction}"
+        )
 
 
 def _split_of(src: str, seed: int, valid_fraction: float, test_fraction: float) -> str:
@@ -91,8 +109,7 @@ def _split_of(src: str, seed: int, valid_fraction: float, test_fraction: float) 
     return "test" if u < test_fraction else "valid" if u < test_fraction + valid_fraction else "train"
 
 
-def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: int,
-                   normalization: str) -> SubwordVocab:
+def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: int, normalization: str) -> SubwordVocab:
     """A shared BPE or unigram model with the Unicode normalizer inside the tokenizer itself, so
     training, `translate` and `serve` all normalize the same way; Metaspace keeps spaces exact."""
     from tokenizers import (
@@ -110,12 +127,14 @@ def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: i
     trainer: trainers.BpeTrainer | trainers.UnigramTrainer
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token=UNK))
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_freq, show_progress=False,
-                                      special_tokens=specials)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_freq, show_progress=False, special_tokens=specials
+        )
     else:
         tok = Tokenizer(models.Unigram())
-        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, show_progress=False, special_tokens=specials,
-                                          unk_token=UNK)
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, show_progress=False, special_tokens=specials, unk_token=UNK
+        )
     tok.normalizer = normalizers.NFKC() if normalization == "NFKC" else normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
@@ -148,8 +167,14 @@ class _ShardWriter:
             f.close()
         lens = np.asarray(self._lens, np.int32).reshape(-1, 2)
         np.save(self.root / f"{self._name}.len.npy", lens)
-        self.shards.append({"name": self._name, "pairs": len(lens), "src_tokens": int(lens[:, 0].sum()),
-                            "tgt_tokens": int(lens[:, 1].sum())})
+        self.shards.append(
+            {
+                "name": self._name,
+                "pairs": len(lens),
+                "src_tokens": int(lens[:, 0].sum()),
+                "tgt_tokens": int(lens[:, 1].sum()),
+            }
+        )
         self._files = None
 
     def add(self, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> None:
@@ -170,18 +195,33 @@ def _hash_specs(specs: Sequence[str | None]) -> str:
 
     h = hashlib.sha256()
     for spec in specs:
-        for p in (split_spec(spec) if spec else []):
+        for p in split_spec(spec) if spec else []:
             h.update(file_sha256(p).encode())
         h.update(b"|")
     return h.hexdigest()
 
 
-def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, tgt_lang: str,
-            valid: str | None = None, test: str | None = None, tokenizer: str = "auto", vocab_size: int = 8000,
-            normalization: str = "NFKC", min_freq: int = 2, max_len: int | None = None,
-            num_examples: int | None = None, valid_fraction: float = 0.01, test_fraction: float = 0.01,
-            seed: int = 0, shard_size: int = 250_000, tokenizer_sample: int = 1_000_000,
-            log=None) -> dict:
+def prepare(
+    data: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    src_lang: str,
+    tgt_lang: str,
+    valid: str | None = None,
+    test: str | None = None,
+    tokenizer: str = "auto",
+    vocab_size: int = 8000,
+    normalization: str = "NFKC",
+    min_freq: int = 2,
+    max_len: int | None = None,
+    num_examples: int | None = None,
+    valid_fraction: float = 0.01,
+    test_fraction: float = 0.01,
+    seed: int = 0,
+    shard_size: int = 250_000,
+    tokenizer_sample: int = 1_000_000,
+    log=None,
+) -> dict:
     """Turn a corpus into prepared shards in `out` (see the module docstring). Returns the meta dict.
 
     Args:
@@ -198,12 +238,22 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
             `input_sentence_size`), so preparing 5M pairs does not hold 5M sentences in the trainer.
         log: a callable taking a progress line (the CLI passes print).
     """
-    _check_settings(src_lang, tgt_lang, tokenizer, normalization, vocab_size, min_freq, max_len, num_examples,
-                    valid_fraction, test_fraction, shard_size)
+    _check_settings(
+        src_lang,
+        tgt_lang,
+        tokenizer,
+        normalization,
+        vocab_size,
+        min_freq,
+        max_len,
+        num_examples,
+        valid_fraction,
+        test_fraction,
+        shard_size,
+    )
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"--out {out} already exists and is not empty; choose a new folder (prepare never "
-                         f"overwrites)")
+        raise ValueError(f"--out {out} already exists and is not empty; choose a new folder (prepare never overwrites)")
     for spec in (data, valid, test):
         if spec is not None:
             split_spec(spec)  # every file exists, before any work
@@ -229,8 +279,10 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
     src_vocab: Vocab | SubwordVocab
     tgt_vocab: Vocab | SubwordVocab
     if kind == "word":
-        counts: tuple[collections.Counter[str], collections.Counter[str]] = (collections.Counter(),
-                                                                             collections.Counter())
+        counts: tuple[collections.Counter[str], collections.Counter[str]] = (
+            collections.Counter(),
+            collections.Counter(),
+        )
         for _, s, t in train_pairs():
             st, tt = tokenize(s), tokenize(t)
             if max_len is None or (len(st) <= max_len and len(tt) <= max_len):
@@ -239,18 +291,22 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
         src_vocab = Vocab.from_counts(counts[0], min_freq=min_freq, lang=src_lang)
         tgt_vocab = Vocab.from_counts(counts[1], min_freq=min_freq, lang=tgt_lang)
     else:
+
         def texts():
             for i, (_, s, t) in enumerate(train_pairs()):
                 if i >= tokenizer_sample:
                     return
                 yield s
                 yield t
+
         shared = _train_subword(texts(), kind, vocab_size, min_freq, normalization)
         src_vocab, tgt_vocab = shared.with_lang(src_lang), shared.with_lang(tgt_lang)
     if len(src_vocab) <= 4 or len(tgt_vocab) <= 4:
         raise ValueError(f"{data}: the training side gave an empty vocabulary; is the corpus empty or all held out?")
-    log(f"vocabulary ({kind}): {len(src_vocab)} source / {len(tgt_vocab)} target entries "
-        f"({time.perf_counter() - t0:.1f} s)")
+    log(
+        f"vocabulary ({kind}): {len(src_vocab)} source / {len(tgt_vocab)} target entries "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
     dtype = np.uint16 if max(len(src_vocab), len(tgt_vocab)) <= np.iinfo(np.uint16).max else np.int32
 
     with atomic_dir(out) as tmp:  # `out` is absent or empty (checked above)
@@ -296,6 +352,7 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
 
         rep = CorpusReport(files=[])
         if valid is None:
+
             def limited():
                 n = 0
                 for item in iter_pairs(data, rep):
@@ -305,13 +362,16 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
                         n += 1
                         if num_examples is not None and n >= num_examples:
                             return
+
             write(None, limited(), rep, "data")
         else:
+
             def first_n():
                 for i, item in enumerate(iter_pairs(data, rep)):
                     if num_examples is not None and i >= num_examples:
                         return
                     yield item
+
             write(lambda s: "train", first_n(), rep, "data")
             for split, spec in (("valid", valid), ("test", test)):
                 assert spec is not None  # checked above: valid and test come together
@@ -325,18 +385,37 @@ def prepare(data: str | os.PathLike, out: str | os.PathLike, *, src_lang: str, t
         src_vocab.save(tmp / "src_vocab.json")
         tgt_vocab.save(tmp / "tgt_vocab.json")
         seconds = time.perf_counter() - t0
-        meta = {"format": FORMAT, "version": VERSION, "src_lang": src_lang, "tgt_lang": tgt_lang,
-                "dtype": np.dtype(dtype).name,
-                "settings": {"data": str(data), "valid": valid, "test": test, "tokenizer": kind,
-                             "vocab_size": vocab_size, "normalization": normalization, "min_freq": min_freq,
-                             "max_len": max_len, "num_examples": num_examples, "valid_fraction": valid_fraction,
-                             "test_fraction": test_fraction, "seed": seed, "shard_size": shard_size,
-                             "tokenizer_sample": tokenizer_sample},
-                "splits": {s: {"pairs": sum(x["pairs"] for x in shards[s]), "shards": shards[s]} for s in SPLITS},
-                "reports": reports, "seconds": round(seconds, 3)}
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "src_lang": src_lang,
+            "tgt_lang": tgt_lang,
+            "dtype": np.dtype(dtype).name,
+            "settings": {
+                "data": str(data),
+                "valid": valid,
+                "test": test,
+                "tokenizer": kind,
+                "vocab_size": vocab_size,
+                "normalization": normalization,
+                "min_freq": min_freq,
+                "max_len": max_len,
+                "num_examples": num_examples,
+                "valid_fraction": valid_fraction,
+                "test_fraction": test_fraction,
+                "seed": seed,
+                "shard_size": shard_size,
+                "tokenizer_sample": tokenizer_sample,
+            },
+            "splits": {s: {"pairs": sum(x["pairs"] for x in shards[s]), "shards": shards[s]} for s in SPLITS},
+            "reports": reports,
+            "seconds": round(seconds, 3),
+        }
         (tmp / META).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
-    log(f"prepared {meta['splits']['train']['pairs']} train / {meta['splits']['valid']['pairs']} valid / "
-        f"{meta['splits']['test']['pairs']} test pairs into {out} in {seconds:.1f} s")
+    log(
+        f"prepared {meta['splits']['train']['pairs']} train / {meta['splits']['valid']['pairs']} valid / "
+        f"{meta['splits']['test']['pairs']} test pairs into {out} in {seconds:.1f} s"
+    )
     return meta
 
 
@@ -390,8 +469,12 @@ class ShardedExamples(Sequence):
         offs = np.zeros((len(lens) + 1, 2), np.int64)
         np.cumsum(lens, axis=0, out=offs[1:])
         # np.memmap refuses an empty file: an empty side reads as an empty array.
-        src, tgt = (np.memmap(self.root / f"{name}.{side}", dtype=self.dtype, mode="r") if offs[-1, j]
-                    else np.zeros(0, self.dtype) for j, side in enumerate(("src", "tgt")))
+        src, tgt = (
+            np.memmap(self.root / f"{name}.{side}", dtype=self.dtype, mode="r")
+            if offs[-1, j]
+            else np.zeros(0, self.dtype)
+            for j, side in enumerate(("src", "tgt"))
+        )
         self._open[k] = (src, tgt, offs)
         while len(self._open) > self.max_open:
             self._open.popitem(last=False)  # dropping the last reference unmaps it
@@ -408,8 +491,9 @@ class ShardedExamples(Sequence):
         k = bisect.bisect_right(self.starts, i) - 1
         src, tgt, offs = self._shard(k)
         j = i - int(self.starts[k])
-        return ShardExample(src[offs[j, 0]:offs[j + 1, 0]].tolist(), tgt[offs[j, 1]:offs[j + 1, 1]].tolist(),
-                            self.vocabs)
+        return ShardExample(
+            src[offs[j, 0] : offs[j + 1, 0]].tolist(), tgt[offs[j, 1] : offs[j + 1, 1]].tolist(), self.vocabs
+        )
 
     def _shard_plan(self, k: int, opts: dict, shuffle: bool, rng) -> list[list[int]]:
         from .batching import plan_lengths
@@ -420,8 +504,9 @@ class ShardedExamples(Sequence):
         else:
             padded = lens.max(axis=1) + 1
         start = int(self.starts[k])
-        plan = plan_lengths(padded, batch_tokens=opts["batch_tokens"], batch_size=opts["batch_size"],
-                            shuffle=shuffle, rng=rng)
+        plan = plan_lengths(
+            padded, batch_tokens=opts["batch_tokens"], batch_size=opts["batch_size"], shuffle=shuffle, rng=rng
+        )
         return [[start + i for i in b] for b in plan]
 
     def _count(self, k: int, opts: dict) -> int:
@@ -432,8 +517,15 @@ class ShardedExamples(Sequence):
         return self._counts[key]
 
     def plan_batches(self, *, batch_tokens, batch_size, num_steps, shuffle, seed, epoch, rank, world_size):
-        return EpochPlan(self, dict(batch_tokens=batch_tokens, batch_size=batch_size, num_steps=num_steps),
-                         shuffle, seed, epoch, rank, world_size)
+        return EpochPlan(
+            self,
+            dict(batch_tokens=batch_tokens, batch_size=batch_size, num_steps=num_steps),
+            shuffle,
+            seed,
+            epoch,
+            rank,
+            world_size,
+        )
 
 
 class EpochPlan:
@@ -445,8 +537,9 @@ class EpochPlan:
     takes batches r, r+W, ... (small corpora).
     """
 
-    def __init__(self, data: ShardedExamples, opts: dict, shuffle: bool, seed: int, epoch: int,
-                 rank: int, world_size: int):
+    def __init__(
+        self, data: ShardedExamples, opts: dict, shuffle: bool, seed: int, epoch: int, rank: int, world_size: int
+    ):
         self.data, self.opts, self.shuffle = data, opts, shuffle
         self.seed, self.epoch, self.rank, self.world = seed, epoch, rank, world_size
         n = len(data.shards)
@@ -459,8 +552,9 @@ class EpochPlan:
             total = sum(data._count(k, opts) for k in range(n))
             self._len = total // world_size
             if self._len == 0 and total:
-                raise ValueError(f"only {total} batch(es) for world_size={world_size}; "
-                                 "use smaller batches or fewer processes")
+                raise ValueError(
+                    f"only {total} batch(es) for world_size={world_size}; use smaller batches or fewer processes"
+                )
 
     def __len__(self) -> int:
         return self._len
@@ -472,7 +566,7 @@ class EpochPlan:
     def __iter__(self) -> Iterator[list[int]]:
         produced = 0
         if self.by_shard:
-            for k in self.order[self.rank::self.world]:
+            for k in self.order[self.rank :: self.world]:
                 for b in self._shard_batches(k):
                     if produced >= self._len:
                         return
@@ -518,12 +612,15 @@ def open_prepared(path: str | os.PathLike, **ignored):
 
     root = Path(path)
     if not is_prepared(root):
-        raise FileNotFoundError(f"{root} is not a prepared corpus (no {META}); create it with "
-                                f"`attnlab prepare --data ... --out {root}`")
+        raise FileNotFoundError(
+            f"{root} is not a prepared corpus (no {META}); create it with `attnlab prepare --data ... --out {root}`"
+        )
     meta = json.loads((root / META).read_text(encoding="utf-8"))
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise ValueError(f"{root / META}: format {meta.get('format')!r} v{meta.get('version')}, expected "
-                         f"{FORMAT!r} v{VERSION}; prepare the corpus again with this attnlab")
+        raise ValueError(
+            f"{root / META}: format {meta.get('format')!r} v{meta.get('version')}, expected "
+            f"{FORMAT!r} v{VERSION}; prepare the corpus again with this attnlab"
+        )
     src_vocab, tgt_vocab = load_vocab(root / "src_vocab.json"), load_vocab(root / "tgt_vocab.json")
     splits: dict[str, Sequence[Example]] = {}
     for split in SPLITS:
@@ -536,6 +633,11 @@ def open_prepared(path: str | os.PathLike, **ignored):
         splits[split] = [Example(ex.src_ids, ex.tgt_ids, s, t) for ex, (s, t) in zip(lazy, texts)]
     stats = {s: meta["splits"][s]["pairs"] for s in SPLITS}
     stats.update(src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), reports=meta["reports"])
-    settings = {"data_path": str(root), "prepared": True, **meta["settings"],
-                "src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"]}
+    settings = {
+        "data_path": str(root),
+        "prepared": True,
+        **meta["settings"],
+        "src_lang": meta["src_lang"],
+        "tgt_lang": meta["tgt_lang"],
+    }
     return TranslationData(src_vocab, tgt_vocab, splits["train"], splits["valid"], splits["test"], stats, settings)

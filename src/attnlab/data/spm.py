@@ -35,8 +35,9 @@ def _processor(model_proto: bytes):
     try:
         import sentencepiece as spm
     except ImportError as exc:  # the [hf] extra
-        raise ValueError("this vocabulary needs the sentencepiece package; install it with "
-                         "`pip install 'attnlab[hf]'`") from exc
+        raise ValueError(
+            "this vocabulary needs the sentencepiece package; install it with `pip install 'attnlab[hf]'`"
+        ) from exc
     sp = spm.SentencePieceProcessor()
     sp.LoadFromSerializedProto(model_proto)
     return sp
@@ -55,8 +56,14 @@ class SentencePieceVocab:
 
     kind = "spm"
 
-    def __init__(self, model_proto: bytes, tokens: Sequence[str] | None = None,
-                 specials: Mapping[str, str] | None = None, *, lang: str | None = None):
+    def __init__(
+        self,
+        model_proto: bytes,
+        tokens: Sequence[str] | None = None,
+        specials: Mapping[str, str] | None = None,
+        *,
+        lang: str | None = None,
+    ):
         self.model_proto = bytes(model_proto)
         self.sp = _processor(self.model_proto)
         if tokens is None:
@@ -79,8 +86,14 @@ class SentencePieceVocab:
         self.lang = lang
 
     @classmethod
-    def from_file(cls, spm_path: str | os.PathLike, tokens: Sequence[str] | None = None,
-                  specials: Mapping[str, str] | None = None, *, lang: str | None = None) -> SentencePieceVocab:
+    def from_file(
+        cls,
+        spm_path: str | os.PathLike,
+        tokens: Sequence[str] | None = None,
+        specials: Mapping[str, str] | None = None,
+        *,
+        lang: str | None = None,
+    ) -> SentencePieceVocab:
         path = os.fspath(spm_path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"SentencePiece model {path} does not exist")
@@ -107,8 +120,12 @@ class SentencePieceVocab:
         return token in self.token_to_idx
 
     def __eq__(self, other) -> bool:
-        return (isinstance(other, SentencePieceVocab) and self.model_proto == other.model_proto
-                and self.idx_to_token == other.idx_to_token and self.specials == other.specials)
+        return (
+            isinstance(other, SentencePieceVocab)
+            and self.model_proto == other.model_proto
+            and self.idx_to_token == other.idx_to_token
+            and self.specials == other.specials
+        )
 
     def __repr__(self) -> str:
         return f"SentencePieceVocab(size={len(self)}, lang={self.lang!r})"
@@ -149,9 +166,15 @@ class SentencePieceVocab:
 
     # -- files ----------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "version": 1, "kind": self.kind, "lang": self.lang, "specials": self.specials,
-                "idx_to_token": self.idx_to_token,
-                "model": base64.b64encode(self.model_proto).decode("ascii")}
+        return {
+            "format": FORMAT,
+            "version": 1,
+            "kind": self.kind,
+            "lang": self.lang,
+            "specials": self.specials,
+            "idx_to_token": self.idx_to_token,
+            "model": base64.b64encode(self.model_proto).decode("ascii"),
+        }
 
     def save(self, path: str | os.PathLike) -> None:
         """Write as one JSON file (the SentencePiece model inside, base64), atomically."""

@@ -35,11 +35,16 @@ TOKENIZED_CACHE_VERSION = 1
 # Below this many pairs, tokenizing directly is faster than building the whole-corpus cache.
 _DIRECT_TOKENIZE_LIMIT = 20_000
 # The book's four evaluation sentences (section "Sequence to Sequence Learning").
-BOOK_EVAL_PAIRS = [("go .", "va !"), ("i lost .", "j'ai perdu ."), ("he's calm .", "il est calme ."),
-                   ("i'm home .", "je suis chez moi .")]
+BOOK_EVAL_PAIRS = [
+    ("go .", "va !"),
+    ("i lost .", "j'ai perdu ."),
+    ("he's calm .", "il est calme ."),
+    ("i'm home .", "je suis chez moi ."),
+]
 # Credit for the corpus, shown by the report, the demo and the explorer (its licence asks for it).
-ATTRIBUTION = ("English–French sentence pairs from the Tatoeba project (tatoeba.org) via manythings.org/anki, "
-               "CC-BY 2.0 (France)")
+ATTRIBUTION = (
+    "English–French sentence pairs from the Tatoeba project (tatoeba.org) via manythings.org/anki, CC-BY 2.0 (France)"
+)
 
 
 @dataclass(slots=True)
@@ -82,8 +87,8 @@ class _Tokenized:
     """Both sides of N pairs as flat id arrays into one shared token table."""
 
     table: list[str]
-    src_flat: np.ndarray     # (sum of source lengths,) int32
-    src_off: np.ndarray      # (N + 1,) int64: pair i is src_flat[src_off[i]:src_off[i+1]]
+    src_flat: np.ndarray  # (sum of source lengths,) int32
+    src_off: np.ndarray  # (N + 1,) int64: pair i is src_flat[src_off[i]:src_off[i+1]]
     tgt_flat: np.ndarray
     tgt_off: np.ndarray
 
@@ -121,10 +126,14 @@ def _cache_path(data_path: Path) -> Path:
 
 
 def _save_tokenized(tok: _Tokenized, path: Path) -> None:
-    obj = {"version": TOKENIZED_CACHE_VERSION,
-           "table": torch.frombuffer(bytearray("\n".join(tok.table).encode("utf-8")), dtype=torch.uint8),
-           "src_flat": torch.from_numpy(tok.src_flat), "src_off": torch.from_numpy(tok.src_off),
-           "tgt_flat": torch.from_numpy(tok.tgt_flat), "tgt_off": torch.from_numpy(tok.tgt_off)}
+    obj = {
+        "version": TOKENIZED_CACHE_VERSION,
+        "table": torch.frombuffer(bytearray("\n".join(tok.table).encode("utf-8")), dtype=torch.uint8),
+        "src_flat": torch.from_numpy(tok.src_flat),
+        "src_off": torch.from_numpy(tok.src_off),
+        "tgt_flat": torch.from_numpy(tok.tgt_flat),
+        "tgt_off": torch.from_numpy(tok.tgt_off),
+    }
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(path, buf.getvalue())
@@ -134,8 +143,9 @@ def _load_tokenized(path: Path) -> _Tokenized | None:
     try:
         obj = torch.load(path, weights_only=True)
         table = bytes(obj["table"].numpy()).decode("utf-8").split("\n") if obj["table"].numel() else []
-        return _Tokenized(table, obj["src_flat"].numpy(), obj["src_off"].numpy(),
-                          obj["tgt_flat"].numpy(), obj["tgt_off"].numpy())
+        return _Tokenized(
+            table, obj["src_flat"].numpy(), obj["src_off"].numpy(), obj["tgt_flat"].numpy(), obj["tgt_off"].numpy()
+        )
     except Exception as exc:  # noqa: BLE001 (a damaged cache, however it fails, is disposable: rebuild it)
         warnings.warn(f"ignoring unreadable tokenized cache {path} ({exc}); rebuilding it", stacklevel=2)
         return None
@@ -183,12 +193,15 @@ def _split_indices(keys: Sequence, seed: int, valid_fraction: float, test_fracti
             valid.extend(members[g])
         else:
             train.extend(members[g])
-    return (np.sort(np.asarray(train, np.int64)), np.sort(np.asarray(valid, np.int64)),
-            np.sort(np.asarray(test, np.int64)))
+    return (
+        np.sort(np.asarray(train, np.int64)),
+        np.sort(np.asarray(valid, np.int64)),
+        np.sort(np.asarray(test, np.int64)),
+    )
 
 
 def _slices(flat_list: list[int], off_list: list[int], idx: np.ndarray) -> list[list[int]]:
-    return [flat_list[off_list[i]:off_list[i + 1]] for i in idx.tolist()]
+    return [flat_list[off_list[i] : off_list[i + 1]] for i in idx.tolist()]
 
 
 @contextlib.contextmanager
@@ -218,11 +231,20 @@ def _word_vocab(tok: _Tokenized, side: str, idx: np.ndarray, min_freq: int, lang
 
 
 @_gc_paused()
-def load_translation_data(path: str | os.PathLike | None = None, *, num_examples: int | None = None,
-                          max_len: int | None = None, min_freq: int = 2, seed: int = 0,
-                          valid_fraction: float = 0.05, test_fraction: float = 0.05,
-                          holdout_duplicates: bool = True, tokenizer: str = "word",
-                          bpe_vocab_size: int = 8000, use_cache: bool = True) -> TranslationData:
+def load_translation_data(
+    path: str | os.PathLike | None = None,
+    *,
+    num_examples: int | None = None,
+    max_len: int | None = None,
+    min_freq: int = 2,
+    seed: int = 0,
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    holdout_duplicates: bool = True,
+    tokenizer: str = "word",
+    bpe_vocab_size: int = 8000,
+    use_cache: bool = True,
+) -> TranslationData:
     """Load, split and encode the English–French corpus.
 
     Args:
@@ -241,8 +263,10 @@ def load_translation_data(path: str | os.PathLike | None = None, *, num_examples
     if tokenizer not in ("word", "bpe"):
         raise ValueError(f"tokenizer must be 'word' or 'bpe', got {tokenizer!r}")
     if not (0 <= valid_fraction < 1 and 0 <= test_fraction < 1 and valid_fraction + test_fraction < 1):
-        raise ValueError(f"valid_fraction and test_fraction must be in [0, 1) and sum below 1, "
-                         f"got {valid_fraction} and {test_fraction}")
+        raise ValueError(
+            f"valid_fraction and test_fraction must be in [0, 1) and sum below 1, "
+            f"got {valid_fraction} and {test_fraction}"
+        )
     if num_examples is not None and num_examples < 1:
         raise ValueError(f"num_examples must be a positive number of pairs or None, got {num_examples}")
     if max_len is not None and max_len < 1:
@@ -251,8 +275,11 @@ def load_translation_data(path: str | os.PathLike | None = None, *, num_examples
     data_path = resolve_data_path(path)
     pairs, read_stats = parse_pairs(read_text(data_path), source=str(data_path))
     if read_stats.malformed:
-        warnings.warn(f"{data_path}: skipped {read_stats.malformed} malformed line(s) (no tab or an empty "
-                      f"side), e.g. line(s) {read_stats.malformed_lines[:5]}", stacklevel=2)
+        warnings.warn(
+            f"{data_path}: skipped {read_stats.malformed} malformed line(s) (no tab or an empty "
+            f"side), e.g. line(s) {read_stats.malformed_lines[:5]}",
+            stacklevel=2,
+        )
     if not pairs:
         raise ValueError(f"{data_path} holds no tab-separated English–French pairs")
     tok, cache_hit = _tokenized_corpus(data_path, pairs, num_examples, use_cache)
@@ -268,7 +295,7 @@ def load_translation_data(path: str | os.PathLike | None = None, *, num_examples
     keys: Sequence[object]  # what groups pairs into one split: the source ids, or each pair alone
     if holdout_duplicates:
         src_list, off = tok.src_flat.tolist(), tok.src_off.tolist()
-        keys = [tuple(src_list[off[i]:off[i + 1]]) for i in idx.tolist()]
+        keys = [tuple(src_list[off[i] : off[i + 1]]) for i in idx.tolist()]
     else:
         keys = range(len(idx))
     tr, va, te = (idx[s] for s in _split_indices(keys, seed, valid_fraction, test_fraction))
@@ -287,12 +314,16 @@ def load_translation_data(path: str | os.PathLike | None = None, *, num_examples
         src_off, tgt_off = tok.src_off.tolist(), tok.tgt_off.tolist()
 
         def encode(split):
-            return [Example(s, t, e, f) for s, t, (e, f) in zip(_slices(src_mapped, src_off, split),
-                                                                 _slices(tgt_mapped, tgt_off, split),
-                                                                 texts(split))]
+            return [
+                Example(s, t, e, f)
+                for s, t, (e, f) in zip(
+                    _slices(src_mapped, src_off, split), _slices(tgt_mapped, tgt_off, split), texts(split)
+                )
+            ]
     else:
-        bpe = SubwordVocab.train([side for pair in texts(tr) for side in pair], vocab_size=bpe_vocab_size,
-                                 min_freq=min_freq)
+        bpe = SubwordVocab.train(
+            [side for pair in texts(tr) for side in pair], vocab_size=bpe_vocab_size, min_freq=min_freq
+        )
         src_vocab, tgt_vocab = bpe.with_lang("en"), bpe.with_lang("fr")
 
         def encode(split):
@@ -302,19 +333,41 @@ def load_translation_data(path: str | os.PathLike | None = None, *, num_examples
             return [Example(s, t, e, f) for s, t, (e, f) in zip(src_ids, tgt_ids, ps)]
 
     train, valid, test = encode(tr), encode(va), encode(te)
-    stats = {"pairs_read": len(pairs), "malformed": read_stats.malformed, "pairs_used": n,
-             "dropped_by_max_len": int(n - len(idx)), "train": len(train), "valid": len(valid),
-             "test": len(test), "distinct_sources": len(set(keys)) if holdout_duplicates else None,
-             "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab), "tokenized_cache_hit": cache_hit}
-    settings = {"data_path": str(data_path), "num_examples": num_examples, "max_len": max_len,
-                "min_freq": min_freq, "seed": seed, "valid_fraction": valid_fraction,
-                "test_fraction": test_fraction, "holdout_duplicates": holdout_duplicates,
-                "tokenizer": tokenizer, "bpe_vocab_size": bpe_vocab_size}
+    stats = {
+        "pairs_read": len(pairs),
+        "malformed": read_stats.malformed,
+        "pairs_used": n,
+        "dropped_by_max_len": int(n - len(idx)),
+        "train": len(train),
+        "valid": len(valid),
+        "test": len(test),
+        "distinct_sources": len(set(keys)) if holdout_duplicates else None,
+        "src_vocab": len(src_vocab),
+        "tgt_vocab": len(tgt_vocab),
+        "tokenized_cache_hit": cache_hit,
+    }
+    settings = {
+        "data_path": str(data_path),
+        "num_examples": num_examples,
+        "max_len": max_len,
+        "min_freq": min_freq,
+        "seed": seed,
+        "valid_fraction": valid_fraction,
+        "test_fraction": test_fraction,
+        "holdout_duplicates": holdout_duplicates,
+        "tokenizer": tokenizer,
+        "bpe_vocab_size": bpe_vocab_size,
+    }
     return TranslationData(src_vocab, tgt_vocab, train, valid, test, stats, settings)
 
 
-def load_d2l_data(path: str | os.PathLike | None = None, num_examples: int = 600, num_steps: int = 10,
-                  batch_size: int = 64, min_freq: int = 2) -> TranslationData:
+def load_d2l_data(
+    path: str | os.PathLike | None = None,
+    num_examples: int = 600,
+    num_steps: int = 10,
+    batch_size: int = 64,
+    min_freq: int = 2,
+) -> TranslationData:
     """The book's `load_data_nmt`: the first `num_examples` pairs, *all* used for training.
 
     Vocabularies come from all of them (min_freq=2). `data.batches()` yields the book's shapes:
@@ -324,8 +377,14 @@ def load_d2l_data(path: str | os.PathLike | None = None, num_examples: int = 600
     pairs ("go ." -> "va !", "i lost .", "he's calm .", "i'm home ."), which also occur in training,
     exactly as the book evaluates. (The book's loop reads 601 lines for num_examples=600; we take 600.)
     """
-    data = load_translation_data(path, num_examples=num_examples, min_freq=min_freq, valid_fraction=0.0,
-                                 test_fraction=0.0, holdout_duplicates=False)
+    data = load_translation_data(
+        path,
+        num_examples=num_examples,
+        min_freq=min_freq,
+        valid_fraction=0.0,
+        test_fraction=0.0,
+        holdout_duplicates=False,
+    )
     data.test = [Example(data.src_vocab.encode(e), data.tgt_vocab.encode(f), e, f) for e, f in BOOK_EVAL_PAIRS]
     data.stats["test"] = len(data.test)
     data.settings.update(preset="d2l", num_steps=num_steps, batch_size=batch_size)

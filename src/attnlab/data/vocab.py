@@ -88,8 +88,14 @@ class Vocab(_SpecialsMixin):
 
     kind = "word"
 
-    def __init__(self, tokens: Iterable | None = None, min_freq: int = 2,
-                 reserved: Sequence[str] = DEFAULT_RESERVED, *, lang: str | None = None):
+    def __init__(
+        self,
+        tokens: Iterable | None = None,
+        min_freq: int = 2,
+        reserved: Sequence[str] = DEFAULT_RESERVED,
+        *,
+        lang: str | None = None,
+    ):
         tokens = list(tokens or [])
         if tokens and isinstance(tokens[0], (list, tuple)):
             tokens = [tok for line in tokens for tok in line]
@@ -97,8 +103,14 @@ class Vocab(_SpecialsMixin):
         self._init_from_counts(counts, min_freq, reserved, lang)
 
     @classmethod
-    def from_counts(cls, counts: Mapping[str, int], min_freq: int = 2,
-                    reserved: Sequence[str] = DEFAULT_RESERVED, *, lang: str | None = None) -> Vocab:
+    def from_counts(
+        cls,
+        counts: Mapping[str, int],
+        min_freq: int = 2,
+        reserved: Sequence[str] = DEFAULT_RESERVED,
+        *,
+        lang: str | None = None,
+    ) -> Vocab:
         """Build from precomputed token counts (what the corpus loader does: counting is its fast part)."""
         vocab = cls.__new__(cls)
         vocab._init_from_counts(counts, min_freq, reserved, lang)
@@ -167,8 +179,15 @@ class Vocab(_SpecialsMixin):
         return detokenize(self.to_tokens(self._strip_specials(ids)), lang=self.lang)
 
     def to_dict(self) -> dict:
-        return {"format": _FORMAT, "version": 1, "kind": self.kind, "lang": self.lang,
-                "min_freq": self.min_freq, "reserved": list(self.reserved), "idx_to_token": self.idx_to_token}
+        return {
+            "format": _FORMAT,
+            "version": 1,
+            "kind": self.kind,
+            "lang": self.lang,
+            "min_freq": self.min_freq,
+            "reserved": list(self.reserved),
+            "idx_to_token": self.idx_to_token,
+        }
 
     def save(self, path: str | os.PathLike) -> None:
         """Write as JSON, atomically."""
@@ -216,16 +235,18 @@ class SubwordVocab(_SpecialsMixin):
                 raise ValueError(f"BPE tokenizer lacks the special token {tok}")
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_freq: int = 2,
-              lang: str | None = None) -> SubwordVocab:
+    def train(
+        cls, texts: Iterable[str], vocab_size: int = 8000, min_freq: int = 2, lang: str | None = None
+    ) -> SubwordVocab:
         """Learn merges from raw `texts` (pass the training split only, source and target together)."""
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
         tok = Tokenizer(models.BPE(unk_token=UNK))
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
         tok.decoder = decoders.Metaspace()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_freq, show_progress=False,
-                                      special_tokens=[UNK, *DEFAULT_RESERVED])
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_freq, show_progress=False, special_tokens=[UNK, *DEFAULT_RESERVED]
+        )
         tok.train_from_iterator((preprocess(t) for t in texts), trainer=trainer)
         return cls(tok, lang=lang)
 
@@ -240,8 +261,11 @@ class SubwordVocab(_SpecialsMixin):
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def __eq__(self, other) -> bool:
-        return (isinstance(other, SubwordVocab) and self.style == other.style
-                and self.tokenizer.to_str() == other.tokenizer.to_str())
+        return (
+            isinstance(other, SubwordVocab)
+            and self.style == other.style
+            and self.tokenizer.to_str() == other.tokenizer.to_str()
+        )
 
     def __repr__(self) -> str:
         return f"SubwordVocab(size={len(self)}, lang={self.lang!r})"
@@ -300,13 +324,17 @@ class SubwordVocab(_SpecialsMixin):
         if "model" not in obj:
             raise ValueError(f"{source}: not a Hugging Face tokenizer JSON (no 'model' key)")
         if not isinstance(meta, dict):
-            raise ValueError(f"{source}: its 'attnlab' entry must be an object, got {type(meta).__name__}; "
-                             f"re-save the vocabulary with SubwordVocab.save")
+            raise ValueError(
+                f"{source}: its 'attnlab' entry must be an object, got {type(meta).__name__}; "
+                f"re-save the vocabulary with SubwordVocab.save"
+            )
         try:
             tokenizer = Tokenizer.from_str(json.dumps(obj))
-        except Exception as exc:  # the Rust parser raises a bare Exception for any malformed field
-            raise ValueError(f"{source}: not a valid Hugging Face tokenizer JSON ({str(exc)[:120]}); "
-                             f"re-save the vocabulary or train the run again") from None
+        except Exception as exc:  # noqa: BLE001 -- the Rust parser raises a bare Exception for any malformed field
+            raise ValueError(
+                f"{source}: not a valid Hugging Face tokenizer JSON ({str(exc)[:120]}); "
+                f"re-save the vocabulary or train the run again"
+            ) from None
         return cls(tokenizer, lang=meta.get("lang"), style=meta.get("style", "book"))
 
     @classmethod
@@ -339,5 +367,7 @@ def load_vocab(path: str | os.PathLike):
         return SentencePieceVocab.from_dict(obj, source=str(path))
     if "model" in obj:
         return SubwordVocab.from_dict(obj, source=str(path))
-    raise ValueError(f"{path}: neither an attnlab Vocab JSON nor a tokenizers JSON; "
-                     "expected a file written by Vocab.save or SubwordVocab.save")
+    raise ValueError(
+        f"{path}: neither an attnlab Vocab JSON nor a tokenizers JSON; "
+        "expected a file written by Vocab.save or SubwordVocab.save"
+    )

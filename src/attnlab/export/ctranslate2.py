@@ -50,8 +50,10 @@ def _require_ctranslate2():
         import ctranslate2  # noqa: F401
         from ctranslate2.specs import transformer_spec
     except ImportError as exc:
-        raise ValueError("the ctranslate2 format needs the ctranslate2 package; install it with "
-                         "`pip install ctranslate2` (it is in attnlab's [dev] extra)") from exc
+        raise ValueError(
+            "the ctranslate2 format needs the ctranslate2 package; install it with "
+            "`pip install ctranslate2` (it is in attnlab's [dev] extra)"
+        ) from exc
     return transformer_spec
 
 
@@ -109,12 +111,16 @@ def check_exportable(model: nn.Module) -> None:
     """ValueError (one line) when `model` cannot be expressed as a CTranslate2 TransformerSpec."""
     model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
     if model_type != "transformer":
-        raise ValueError(f"CTranslate2 export supports the Transformer only, got a {model_type} model "
-                         f"(CTranslate2 has no Bahdanau RNN decoder); decode it with attnlab instead")
+        raise ValueError(
+            f"CTranslate2 export supports the Transformer only, got a {model_type} model "
+            f"(CTranslate2 has no Bahdanau RNN decoder); decode it with attnlab instead"
+        )
     window = cast("Transformer", model).config.window
     if window is not None:
-        raise ValueError(f"this Transformer uses local attention (window={window}), which "
-                         f"CTranslate2's encoder lacks; export a model trained without --set model.window")
+        raise ValueError(
+            f"this Transformer uses local attention (window={window}), which "
+            f"CTranslate2's encoder lacks; export a model trained without --set model.window"
+        )
 
 
 def build_spec(model: nn.Module, src_vocab, tgt_vocab):
@@ -123,8 +129,9 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
     check_exportable(model)
     model = cast("Transformer", model)  # check_exportable accepts Transformers only
     c = model.config
-    spec = transformer_spec.TransformerSpec.from_config((c.num_layers, c.num_layers), c.num_heads,
-                                                        pre_norm=c.norm_first)
+    spec = transformer_spec.TransformerSpec.from_config(
+        (c.num_layers, c.num_layers), c.num_heads, pre_norm=c.norm_first
+    )
     enc, dec = model.encoder, model.decoder
     _inputs(spec.encoder, enc)
     # nn.ModuleList yields plain Modules to a type checker: name what the stacks hold.
@@ -154,9 +161,11 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
     cfg.eos_token = tgt_tokens[tgt_vocab.eos]
     cfg.decoder_start_token = tgt_tokens[tgt_vocab.bos]
     if src_tokens[src_vocab.eos] != cfg.eos_token or src_tokens[src_vocab.unk] != cfg.unk_token:
-        raise ValueError("CTranslate2 names one <eos>/<unk> token for both sides, but the source and target "
-                         "vocabularies spell them differently")
-    cfg.add_source_eos = True   # attnlab's Translator ends every source with <eos>
+        raise ValueError(
+            "CTranslate2 names one <eos>/<unk> token for both sides, but the source and target "
+            "vocabularies spell them differently"
+        )
+    cfg.add_source_eos = True  # attnlab's Translator ends every source with <eos>
     cfg.add_source_bos = False
     spec.register_source_vocabulary(src_tokens)
     spec.register_target_vocabulary(tgt_tokens)
@@ -169,15 +178,21 @@ def source_tokens(src_vocab, sentence: str) -> list[str]:
     return list(src_vocab.to_tokens(src_vocab.encode(sentence)))
 
 
-def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, quantization: str = "float32",
-           weights: str | os.PathLike | None = None, force: bool = False) -> Path:
+def export(
+    run_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    quantization: str = "float32",
+    weights: str | os.PathLike | None = None,
+    force: bool = False,
+) -> Path:
     """Write a CTranslate2 model folder for the run folder `run_dir` to `out_dir` (atomically: built in a
     temp folder beside it, then renamed). `force` replaces an earlier export, never any other folder."""
     from attnlab.checkpoint import load_translator
 
     if quantization not in QUANTIZATIONS:
-        raise ValueError(f"unknown CTranslate2 quantization {quantization!r}; expected one of "
-                         f"{', '.join(QUANTIZATIONS)}")
+        raise ValueError(
+            f"unknown CTranslate2 quantization {quantization!r}; expected one of {', '.join(QUANTIZATIONS)}"
+        )
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not (out / MARKER).is_file():
@@ -191,11 +206,15 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, quantization:
     spec.optimize(quantization=quantization)
     with atomic_dir(out) as tmp:
         spec.save(str(tmp))
-        note = {"format": "ctranslate2", "source_run": str(Path(run_dir).resolve()),
-                "weights": None if weights is None else str(weights), "quantization": quantization,
-                "model": translator.config.get("model", {}),
-                "input": "source tokens as attnlab tokenizes them (attnlab.export.ctranslate2.source_tokens); "
-                         "<eos> is appended by the model"}
+        note = {
+            "format": "ctranslate2",
+            "source_run": str(Path(run_dir).resolve()),
+            "weights": None if weights is None else str(weights),
+            "quantization": quantization,
+            "model": translator.config.get("model", {}),
+            "input": "source tokens as attnlab tokenizes them (attnlab.export.ctranslate2.source_tokens); "
+            "<eos> is appended by the model",
+        }
         (tmp / MARKER).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
     return out
 

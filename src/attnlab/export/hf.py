@@ -40,14 +40,22 @@ if TYPE_CHECKING:
 __all__ = ["import_hf", "export_hf", "marian_to_config", "config_to_marian"]
 
 # Marian config keys that attnlab cannot follow when they take another value than this.
-_REQUIRED = {"model_type": "marian", "is_encoder_decoder": True, "encoder_layerdrop": None,
-             "normalize_before": False, "normalize_embedding": False, "add_final_layer_norm": False,
-             "static_position_embeddings": True}
+_REQUIRED = {
+    "model_type": "marian",
+    "is_encoder_decoder": True,
+    "encoder_layerdrop": None,
+    "normalize_before": False,
+    "normalize_embedding": False,
+    "add_final_layer_norm": False,
+    "static_position_embeddings": True,
+}
 
 
 def _fail(option: str, got, want: str) -> None:
-    raise ValueError(f"the model's {option}={got!r} is an option attnlab's Transformer lacks ({want}); "
-                     f"only Marian-shaped encoder-decoders (MarianMTModel) can be imported")
+    raise ValueError(
+        f"the model's {option}={got!r} is an option attnlab's Transformer lacks ({want}); "
+        f"only Marian-shaped encoder-decoders (MarianMTModel) can be imported"
+    )
 
 
 # --------------------------------------------------------------------------- config
@@ -62,8 +70,11 @@ def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
     for key, want in _REQUIRED.items():
         if key in hf and want is not None and hf[key] != want:
             _fail(key, hf[key], f"attnlab needs {want!r}")
-    for a, b in (("encoder_layers", "decoder_layers"), ("encoder_attention_heads", "decoder_attention_heads"),
-                 ("encoder_ffn_dim", "decoder_ffn_dim")):
+    for a, b in (
+        ("encoder_layers", "decoder_layers"),
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ):
         if hf.get(a) != hf.get(b):
             _fail(f"{a}/{b}", (hf.get(a), hf.get(b)), "the encoder and decoder must have the same shape")
     act = hf.get("activation_function", "gelu")
@@ -80,13 +91,24 @@ def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
     if any(len(b) != 1 for b in bad):
         _fail("bad_words_ids", bad, "only single forbidden tokens")
     cfg = TransformerConfig(
-        src_vocab_size=src_v, tgt_vocab_size=tgt_v, num_hiddens=hf["d_model"],
-        num_heads=hf["encoder_attention_heads"], num_layers=hf["encoder_layers"],
-        ffn_num_hiddens=hf["encoder_ffn_dim"], dropout=0.0, norm_first=False,
-        share_embeddings=bool(shared and tie), max_len=hf.get("max_position_embeddings", 512), bias=True,
-        activation=act, embed_scale=None if hf.get("scale_embedding", False) else 1.0, pos_layout="split",
-        tie_output=bool(tie), decoder_start_token=hf.get("decoder_start_token_id", pad),
-        suppress_tokens=sorted({b[0] for b in bad}))
+        src_vocab_size=src_v,
+        tgt_vocab_size=tgt_v,
+        num_hiddens=hf["d_model"],
+        num_heads=hf["encoder_attention_heads"],
+        num_layers=hf["encoder_layers"],
+        ffn_num_hiddens=hf["encoder_ffn_dim"],
+        dropout=0.0,
+        norm_first=False,
+        share_embeddings=bool(shared and tie),
+        max_len=hf.get("max_position_embeddings", 512),
+        bias=True,
+        activation=act,
+        embed_scale=None if hf.get("scale_embedding", False) else 1.0,
+        pos_layout="split",
+        tie_output=bool(tie),
+        decoder_start_token=hf.get("decoder_start_token_id", pad),
+        suppress_tokens=sorted({b[0] for b in bad}),
+    )
     if shared and not tie:
         _fail("tie_word_embeddings", tie, "shared encoder/decoder embeddings are also the output projection")
     return cfg.to_dict()
@@ -100,20 +122,35 @@ def config_to_marian(cfg, pad: int, eos: int) -> dict:
         _fail("window", cfg.window, "Marian attends globally")
     if cfg.learned_positions:
         _fail("learned_positions", True, "Marian uses fixed sinusoids")
-    if cfg.embed_scale is not None and cfg.embed_scale not in (1.0, cfg.num_hiddens ** 0.5):
+    if cfg.embed_scale is not None and cfg.embed_scale not in (1.0, cfg.num_hiddens**0.5):
         _fail("embed_scale", cfg.embed_scale, "Marian scales embeddings by sqrt(D) or not at all")
     tie = cfg.share_embeddings or cfg.tie_output
     start = cfg.decoder_start_token
     return dict(
-        model_type="marian", architectures=["MarianMTModel"], vocab_size=cfg.src_vocab_size,
-        decoder_vocab_size=cfg.tgt_vocab_size, d_model=cfg.num_hiddens, encoder_layers=cfg.num_layers,
-        decoder_layers=cfg.num_layers, encoder_attention_heads=cfg.num_heads, decoder_attention_heads=cfg.num_heads,
-        encoder_ffn_dim=cfg.ffn_num_hiddens, decoder_ffn_dim=cfg.ffn_num_hiddens, activation_function=cfg.activation,
-        max_position_embeddings=cfg.max_len, scale_embedding=cfg.embed_scale is None or cfg.embed_scale != 1.0,
-        share_encoder_decoder_embeddings=cfg.share_embeddings, tie_word_embeddings=tie,
-        pad_token_id=pad, eos_token_id=eos, forced_eos_token_id=None,
-        decoder_start_token_id=start if start is not None else None, dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0)
+        model_type="marian",
+        architectures=["MarianMTModel"],
+        vocab_size=cfg.src_vocab_size,
+        decoder_vocab_size=cfg.tgt_vocab_size,
+        d_model=cfg.num_hiddens,
+        encoder_layers=cfg.num_layers,
+        decoder_layers=cfg.num_layers,
+        encoder_attention_heads=cfg.num_heads,
+        decoder_attention_heads=cfg.num_heads,
+        encoder_ffn_dim=cfg.ffn_num_hiddens,
+        decoder_ffn_dim=cfg.ffn_num_hiddens,
+        activation_function=cfg.activation,
+        max_position_embeddings=cfg.max_len,
+        scale_embedding=cfg.embed_scale is None or cfg.embed_scale != 1.0,
+        share_encoder_decoder_embeddings=cfg.share_embeddings,
+        tie_word_embeddings=tie,
+        pad_token_id=pad,
+        eos_token_id=eos,
+        forced_eos_token_id=None,
+        decoder_start_token_id=start if start is not None else None,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
 
 
 # --------------------------------------------------------------------------- weights, module by module
@@ -173,8 +210,10 @@ def _read_hf_weights(source: Path) -> dict[str, Tensor]:
     if pt.is_file():
         # weights_only: a pickle that holds anything but tensors is refused, never executed.
         return torch.load(pt, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"{source} holds neither model.safetensors nor pytorch_model.bin; pass the folder "
-                            f"written by MarianMTModel.save_pretrained (or `huggingface-cli download`)")
+    raise FileNotFoundError(
+        f"{source} holds neither model.safetensors nor pytorch_model.bin; pass the folder "
+        f"written by MarianMTModel.save_pretrained (or `huggingface-cli download`)"
+    )
 
 
 def _get(weights: dict[str, Tensor], *keys: str) -> Tensor:
@@ -194,8 +233,10 @@ def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
         tok_cfg = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
     for name in ("source.spm", "target.spm", "vocab.json"):
         if not (source / name).is_file():
-            raise FileNotFoundError(f"{source / name} is missing: attnlab imports the MarianTokenizer files "
-                                    f"(source.spm, target.spm, vocab.json) saved beside the model")
+            raise FileNotFoundError(
+                f"{source / name} is missing: attnlab imports the MarianTokenizer files "
+                f"(source.spm, target.spm, vocab.json) saved beside the model"
+            )
 
     def table(path: Path, size: int) -> list[str]:
         enc = json.loads(path.read_text(encoding="utf-8"))
@@ -205,21 +246,30 @@ def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
                 tokens[i] = tok
         holes = [i for i, t in enumerate(tokens) if t is None]
         if holes:
-            raise ValueError(f"{path} numbers no token for ids {holes[:5]} of the model's {size}; "
-                             f"the tokenizer and the model do not match")
+            raise ValueError(
+                f"{path} numbers no token for ids {holes[:5]} of the model's {size}; "
+                f"the tokenizer and the model do not match"
+            )
         return [t for t in tokens if t is not None]  # all of them: no holes
 
     src_tokens = table(source / "vocab.json", hf["vocab_size"])
-    tgt_file = source / (tok_cfg.get("target_vocab_file") or "vocab.json") if tok_cfg.get("separate_vocabs") \
+    tgt_file = (
+        source / (tok_cfg.get("target_vocab_file") or "vocab.json")
+        if tok_cfg.get("separate_vocabs")
         else source / "vocab.json"
+    )
     tgt_tokens = table(tgt_file, hf.get("decoder_vocab_size") or hf["vocab_size"])
     pad = hf.get("pad_token_id")
     start = hf.get("decoder_start_token_id", pad)
 
     def specials(tokens):
         # Marian's decoder starts from decoder_start_token_id (its <pad>): that is attnlab's "bos" role.
-        return {"unk": tok_cfg.get("unk_token", "<unk>"), "pad": tokens[pad], "eos": tokens[hf["eos_token_id"]],
-                "bos": tokens[start]}
+        return {
+            "unk": tok_cfg.get("unk_token", "<unk>"),
+            "pad": tokens[pad],
+            "eos": tokens[hf["eos_token_id"]],
+            "bos": tokens[start],
+        }
 
     src = SentencePieceVocab.from_file(source / "source.spm", src_tokens, specials(src_tokens), lang=lang[0])
     tgt = SentencePieceVocab.from_file(source / "target.spm", tgt_tokens, specials(tgt_tokens), lang=lang[1])
@@ -244,8 +294,10 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
 
     source, out = Path(source), Path(out)
     if not (source / "config.json").is_file():
-        raise FileNotFoundError(f"{source / 'config.json'} is missing: SOURCE must be a local folder saved by "
-                                f"save_pretrained (see README: huggingface-cli download ... --local-dir)")
+        raise FileNotFoundError(
+            f"{source / 'config.json'} is missing: SOURCE must be a local folder saved by "
+            f"save_pretrained (see README: huggingface-cli download ... --local-dir)"
+        )
     _check_out(out)
     hf = read_json(source / "config.json")
     gen = read_json(source / "generation_config.json") if (source / "generation_config.json").is_file() else {}
@@ -266,22 +318,31 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
 
     model = Transformer(cfg)
     shared = ("model.shared.weight",)
-    sources = {"model.encoder.embed_tokens.weight": shared, "model.decoder.embed_tokens.weight": shared,
-               "lm_head.weight": ("model.decoder.embed_tokens.weight", "model.shared.weight")}
+    sources = {
+        "model.encoder.embed_tokens.weight": shared,
+        "model.decoder.embed_tokens.weight": shared,
+        "lm_head.weight": ("model.decoder.embed_tokens.weight", "model.shared.weight"),
+    }
     with torch.no_grad():
         for key, tensor, _ in _weight_map(model):
             value = _get(weights, key, *sources.get(key, ()))
             if tuple(value.shape) != tuple(tensor.shape):
-                raise ValueError(f"Marian tensor {key} has shape {tuple(value.shape)}, attnlab expects "
-                                 f"{tuple(tensor.shape)} from config.json; the folder's files disagree")
+                raise ValueError(
+                    f"Marian tensor {key} has shape {tuple(value.shape)}, attnlab expects "
+                    f"{tuple(tensor.shape)} from config.json; the folder's files disagree"
+                )
             tensor.copy_(value.float())
         bias = weights.get("final_logits_bias")
         zeros = torch.zeros(cfg.tgt_vocab_size)
         model.decoder.dense.bias.copy_(bias.reshape(-1).float() if bias is not None else zeros)
 
     with atomic_dir(out) as tmp:
-        data = {"source": "hf", "hf_source": str(source.resolve()), "hf_model_type": "marian",
-                "generation": {k: gen[k] for k in ("num_beams", "max_length", "length_penalty") if k in gen}}
+        data = {
+            "source": "hf",
+            "hf_source": str(source.resolve()),
+            "hf_model_type": "marian",
+            "generation": {k: gen[k] for k in ("num_beams", "max_length", "length_penalty") if k in gen},
+        }
         write_run_config(tmp, "transformer", cfg.to_dict(), {}, data, src_vocab, tgt_vocab)
         save_weights(model, tmp / "model.safetensors")
     return out
@@ -300,8 +361,10 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=None,
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; pass a folder")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise ValueError(f"{out} already exists and is not empty; pass --force to replace an earlier export "
-                         f"or choose a new --out folder")
+        raise ValueError(
+            f"{out} already exists and is not empty; pass --force to replace an earlier export "
+            f"or choose a new --out folder"
+        )
     return export_hf(run_dir, out_dir, weights=weights)
 
 
@@ -372,9 +435,15 @@ def _save_tokenizer(src_vocab, tgt_vocab, out: Path) -> None:
         if separate:
             (out / "target_vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tgt_vocab.idx_to_token)}))
             kwargs = dict(separate_vocabs=True, target_vocab_file=str(out / "target_vocab.json"))
-        tok = MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
-                              unk_token=src_vocab.specials["unk"], eos_token=src_vocab.specials["eos"],
-                              pad_token=src_vocab.specials["pad"], **kwargs)
+        tok = MarianTokenizer(
+            str(out / "source.spm"),
+            str(out / "target.spm"),
+            str(out / "vocab.json"),
+            unk_token=src_vocab.specials["unk"],
+            eos_token=src_vocab.specials["eos"],
+            pad_token=src_vocab.specials["pad"],
+            **kwargs,
+        )
         tok.save_pretrained(out)
         return
     from transformers import PreTrainedTokenizerFast
@@ -382,11 +451,13 @@ def _save_tokenizer(src_vocab, tgt_vocab, out: Path) -> None:
     if src_vocab.to_tokens(list(range(len(src_vocab)))) != tgt_vocab.to_tokens(list(range(len(tgt_vocab)))):
         # Marian's tokenizer classes number both sides with one table (vocab.json) unless SentencePiece.
         tokenizer = _tokenizers_object(tgt_vocab)
-        PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
-                                eos_token="<eos>").save_pretrained(out / "target_tokenizer")
+        PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
+        ).save_pretrained(out / "target_tokenizer")
     tokenizer = _tokenizers_object(src_vocab)
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
-                            eos_token="<eos>").save_pretrained(out)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
+    ).save_pretrained(out)
 
 
 def _tokenizers_object(vocab):

@@ -29,8 +29,11 @@ class ConfigMixin:
         unknown = sorted(set(d) - set(names))
         if unknown:
             raise ValueError(f"unknown {cls.__name__} keys {unknown}; valid keys are {names}")
-        missing = [f.name for f in fields(cls)  # type: ignore[arg-type]
-                   if f.default is MISSING and f.default_factory is MISSING and f.name not in d]
+        missing = [
+            f.name
+            for f in fields(cls)  # type: ignore[arg-type]
+            if f.default is MISSING and f.default_factory is MISSING and f.name not in d
+        ]
         if missing:
             raise ValueError(f"{cls.__name__} needs the keys {missing}, which the dict lacks")
         from attnlab.config_types import check_field_types
@@ -45,31 +48,38 @@ class TransformerConfig(ConfigMixin):
 
     MODEL_TYPE = "transformer"
 
-    src_vocab_size: int                # V_src, source vocabulary size
-    tgt_vocab_size: int                # V, target vocabulary size
-    num_hiddens: int = 512             # D, model width (d_model)
-    num_heads: int = 8                 # H, attention heads; must divide num_hiddens
-    num_layers: int = 6                # N, blocks in the encoder and in the decoder
-    ffn_num_hiddens: int = 2048        # inner width of the position-wise FFN (d_ff)
-    dropout: float = 0.1               # residual, embedding and attention-weight dropout
-    norm_first: bool = False           # pre-norm blocks + final LayerNorm per stack; False = post-norm (paper)
-    share_embeddings: bool = False     # one matrix for source/target embeddings and output projection
-    max_len: int = 1024                # positions precomputed (sinusoidal) or learned
-    bias: bool = True                  # attention projection biases (as nn.Transformer); the book uses False
-    window: int | None = None          # local attention in the encoder: each token sees +-window tokens
-    learned_positions: bool = False    # learned position table instead of the sinusoids
+    src_vocab_size: int  # V_src, source vocabulary size
+    tgt_vocab_size: int  # V, target vocabulary size
+    num_hiddens: int = 512  # D, model width (d_model)
+    num_heads: int = 8  # H, attention heads; must divide num_hiddens
+    num_layers: int = 6  # N, blocks in the encoder and in the decoder
+    ffn_num_hiddens: int = 2048  # inner width of the position-wise FFN (d_ff)
+    dropout: float = 0.1  # residual, embedding and attention-weight dropout
+    norm_first: bool = False  # pre-norm blocks + final LayerNorm per stack; False = post-norm (paper)
+    share_embeddings: bool = False  # one matrix for source/target embeddings and output projection
+    max_len: int = 1024  # positions precomputed (sinusoidal) or learned
+    bias: bool = True  # attention projection biases (as nn.Transformer); the book uses False
+    window: int | None = None  # local attention in the encoder: each token sees +-window tokens
+    learned_positions: bool = False  # learned position table instead of the sinusoids
     # Options of imported Marian (OPUS-MT) models; the defaults are the book's model.
-    activation: str = "relu"           # FFN nonlinearity: relu (paper), swish (= silu, Marian) or gelu
-    embed_scale: float | None = None   # embeddings are multiplied by this; None = sqrt(num_hiddens) (paper)
-    pos_layout: str = "interleaved"    # sinusoid columns: interleaved sin/cos (book) or split (sin half, cos half)
-    tie_output: bool = False           # output projection reuses the target embedding (share_embeddings implies it)
+    activation: str = "relu"  # FFN nonlinearity: relu (paper), swish (= silu, Marian) or gelu
+    embed_scale: float | None = None  # embeddings are multiplied by this; None = sqrt(num_hiddens) (paper)
+    pos_layout: str = "interleaved"  # sinusoid columns: interleaved sin/cos (book) or split (sin half, cos half)
+    tie_output: bool = False  # output projection reuses the target embedding (share_embeddings implies it)
     decoder_start_token: int | None = None  # first decoder input; None = the target vocabulary's <bos>
     suppress_tokens: list[int] = field(default_factory=list)  # ids decoding never emits (Marian: <pad>)
-    pruned_heads: dict | None = None   # {attention module name: original head indices removed} (pruning)
+    pruned_heads: dict | None = None  # {attention module name: original head indices removed} (pruning)
 
     def __post_init__(self):
-        for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "num_heads", "num_layers",
-                     "ffn_num_hiddens", "max_len"):
+        for name in (
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "num_hiddens",
+            "num_heads",
+            "num_layers",
+            "ffn_num_hiddens",
+            "max_len",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}")
@@ -95,14 +105,19 @@ class TransformerConfig(ConfigMixin):
         if self.embed_scale is not None and not self.embed_scale > 0:
             raise ValueError(f"TransformerConfig.embed_scale must be None or positive, got {self.embed_scale!r}")
         if self.pruned_heads is not None and not (
-                isinstance(self.pruned_heads, dict)
-                and all(isinstance(k, str) and isinstance(v, list) for k, v in self.pruned_heads.items())):
-            raise ValueError(f"TransformerConfig.pruned_heads must map attention module names to lists of head "
-                             f"indices, got {self.pruned_heads!r}")
+            isinstance(self.pruned_heads, dict)
+            and all(isinstance(k, str) and isinstance(v, list) for k, v in self.pruned_heads.items())
+        ):
+            raise ValueError(
+                f"TransformerConfig.pruned_heads must map attention module names to lists of head "
+                f"indices, got {self.pruned_heads!r}"
+            )
         for tok in [self.decoder_start_token, *self.suppress_tokens]:
             if tok is not None and not 0 <= tok < self.tgt_vocab_size:
-                raise ValueError(f"TransformerConfig: token id {tok} (decoder_start_token / suppress_tokens) is "
-                                 f"outside the target vocabulary of {self.tgt_vocab_size} tokens")
+                raise ValueError(
+                    f"TransformerConfig: token id {tok} (decoder_start_token / suppress_tokens) is "
+                    f"outside the target vocabulary of {self.tgt_vocab_size} tokens"
+                )
 
     @property
     def embedding_scale(self) -> float:

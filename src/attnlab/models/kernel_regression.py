@@ -17,12 +17,21 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-__all__ = ["KERNELS", "KernelData", "make_data", "target_function", "NadarayaWatson",
-           "NWKernelRegression", "average_pooling", "leave_one_out", "fit"]
+__all__ = [
+    "KERNELS",
+    "KernelData",
+    "make_data",
+    "target_function",
+    "NadarayaWatson",
+    "NWKernelRegression",
+    "average_pooling",
+    "leave_one_out",
+    "fit",
+]
 
 
 def _gaussian(u: torch.Tensor) -> torch.Tensor:
-    return torch.exp(-u**2 / 2)
+    return torch.exp(-(u**2) / 2)
 
 
 def _boxcar(u: torch.Tensor) -> torch.Tensor:
@@ -58,7 +67,7 @@ class KernelData(NamedTuple):
 
     x_train: torch.Tensor  # (K,) sorted inputs, uniform on [0, 5)
     y_train: torch.Tensor  # (K,) f(x_train) + N(0, noise^2)
-    x_test: torch.Tensor   # (Q,) 0, 0.1, ..., 4.9
+    x_test: torch.Tensor  # (Q,) 0, 0.1, ..., 4.9
     y_truth: torch.Tensor  # (Q,) noise-free f(x_test)
 
 
@@ -95,9 +104,7 @@ def _broadcast_keys(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     if values.dim() == 1:
         values = values.unsqueeze(0).expand(q, -1)
     if values.shape != keys.shape:
-        raise ValueError(
-            f"values must match keys: keys broadcast to {tuple(keys.shape)}, values {tuple(values.shape)}"
-        )
+        raise ValueError(f"values must match keys: keys broadcast to {tuple(keys.shape)}, values {tuple(values.shape)}")
     return keys, values
 
 
@@ -132,7 +139,7 @@ class NadarayaWatson(nn.Module):
         keys = _broadcast_keys(queries, keys)
         u = (queries.unsqueeze(1) - keys) / self.bandwidth  # (Q, K)
         if self.kernel == "gaussian":
-            return torch.softmax(-u**2 / 2, dim=1)
+            return torch.softmax(-(u**2) / 2, dim=1)
         k = KERNELS[self.kernel](u)
         total = k.sum(dim=1, keepdim=True)
         # Empty support: 0 / 1 = 0 instead of 0 / 0 = NaN.
@@ -192,8 +199,9 @@ def leave_one_out(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch
     return x.expand(n, n)[keep].reshape(n, n - 1), y.expand(n, n)[keep].reshape(n, n - 1)
 
 
-def fit(model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor,
-        lr: float = 0.5, epochs: int = 5) -> list[float]:
+def fit(
+    model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor, lr: float = 0.5, epochs: int = 5
+) -> list[float]:
     """Train `model` by full-batch SGD on the leave-one-out squared error, as the book does.
 
     The book minimizes the *sum* of squared errors with lr=0.5, so we keep that objective (lr is

@@ -23,8 +23,14 @@ from attnlab.attention import AdditiveAttention
 
 from .config import ConfigMixin
 
-__all__ = ["BahdanauConfig", "Seq2SeqEncoder", "Seq2SeqAttentionDecoder", "Seq2SeqState",
-           "EncoderDecoder", "build_bahdanau"]
+__all__ = [
+    "BahdanauConfig",
+    "Seq2SeqEncoder",
+    "Seq2SeqAttentionDecoder",
+    "Seq2SeqState",
+    "EncoderDecoder",
+    "build_bahdanau",
+]
 
 
 @dataclass
@@ -33,12 +39,12 @@ class BahdanauConfig(ConfigMixin):
 
     MODEL_TYPE = "bahdanau"
 
-    src_vocab_size: int        # source vocabulary size
-    tgt_vocab_size: int        # V, target vocabulary size
-    embed_size: int = 32       # token embedding width (encoder and decoder)
-    num_hiddens: int = 32      # h, GRU hidden size, also the additive attention's hidden size
-    num_layers: int = 2        # stacked GRU layers in encoder and decoder
-    dropout: float = 0.1       # between GRU layers and on the attention weights
+    src_vocab_size: int  # source vocabulary size
+    tgt_vocab_size: int  # V, target vocabulary size
+    embed_size: int = 32  # token embedding width (encoder and decoder)
+    num_hiddens: int = 32  # h, GRU hidden size, also the additive attention's hidden size
+    num_layers: int = 2  # stacked GRU layers in encoder and decoder
+    dropout: float = 0.1  # between GRU layers and on the attention weights
 
     def __post_init__(self):
         for name in ("src_vocab_size", "tgt_vocab_size", "embed_size", "num_hiddens", "num_layers"):
@@ -98,8 +104,9 @@ class Seq2SeqAttentionDecoder(nn.Module):
         super().__init__()
         self.attention = AdditiveAttention(num_hiddens, dropout, query_size=num_hiddens, key_size=num_hiddens)
         self.embedding = nn.Embedding(vocab_size, embed_size)
-        self.rnn = nn.GRU(embed_size + num_hiddens, num_hiddens, num_layers, dropout=_between(dropout, num_layers),
-                          batch_first=True)
+        self.rnn = nn.GRU(
+            embed_size + num_hiddens, num_hiddens, num_layers, dropout=_between(dropout, num_layers), batch_first=True
+        )
         self.dense = nn.Linear(num_hiddens, vocab_size)
 
     def init_state(self, enc_outputs: Tensor, enc_state: Tensor, src_valid_lens: Tensor | None) -> Seq2SeqState:
@@ -111,7 +118,7 @@ class Seq2SeqAttentionDecoder(nn.Module):
         for t in range(X.shape[1]):
             query = hidden[-1].unsqueeze(1)  # (B, 1, h): the top layer's previous state
             context = self.attention(query, state.enc_outputs, state.enc_outputs, state.src_valid_lens)  # (B, 1, h)
-            out, hidden = self.rnn(torch.cat([context, embs[:, t:t + 1]], dim=-1), hidden)
+            out, hidden = self.rnn(torch.cat([context, embs[:, t : t + 1]], dim=-1), hidden)
             outputs.append(out)
         logits = self.dense(torch.cat(outputs, dim=1))  # (B, T, V)
         return logits, Seq2SeqState(state.enc_outputs, hidden, state.src_valid_lens)
@@ -125,14 +132,13 @@ class EncoderDecoder(nn.Module):
 
     MODEL_TYPE = "bahdanau"
     ATTENTION_KINDS = ("cross",)  # the decoder's additive attention over the source; no self-attention
-    max_target_positions = None   # an RNN has no position table: any output length fits
+    max_target_positions = None  # an RNN has no position table: any output length fits
 
     def attention_kinds(self) -> dict[str, list[nn.Module]]:
         """kind -> attention modules, as `Transformer.attention_kinds`: only cross (Lt x Ls)."""
         return {"cross": [self.decoder.attention]}
 
-    def __init__(self, encoder: Seq2SeqEncoder, decoder: Seq2SeqAttentionDecoder,
-                 config: BahdanauConfig | None = None):
+    def __init__(self, encoder: Seq2SeqEncoder, decoder: Seq2SeqAttentionDecoder, config: BahdanauConfig | None = None):
         super().__init__()
         self.encoder, self.decoder, self.config = encoder, decoder, config
 

@@ -32,9 +32,19 @@ from attnlab.attention.heads import merge_pruned, prune_heads
 
 from .config import TransformerConfig
 
-__all__ = ["TransformerConfig", "make_activation", "PositionWiseFFN", "AddNorm", "Sublayer", "TransformerEncoderBlock",
-           "TransformerDecoderBlock", "TransformerEncoder", "TransformerDecoder", "Transformer",
-           "TransformerState"]
+__all__ = [
+    "TransformerConfig",
+    "make_activation",
+    "PositionWiseFFN",
+    "AddNorm",
+    "Sublayer",
+    "TransformerEncoderBlock",
+    "TransformerDecoderBlock",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "Transformer",
+    "TransformerState",
+]
 
 
 def make_activation(name: str) -> nn.Module:
@@ -105,8 +115,16 @@ class TransformerEncoderBlock(nn.Module):
     Shape: X (B, S, D), valid_lens (B,) -> (B, S, D). Padded keys (positions >= valid_lens) are hidden.
     """
 
-    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
-                 bias: bool = True, norm_first: bool = False, window: int | None = None):
+    def __init__(
+        self,
+        num_hiddens: int,
+        ffn_num_hiddens: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        norm_first: bool = False,
+        window: int | None = None,
+    ):
         super().__init__()
         self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, window=window)
         self.addnorm1 = Sublayer(num_hiddens, dropout, norm_first)
@@ -125,8 +143,15 @@ class TransformerDecoderBlock(nn.Module):
     With caches, X holds only the new steps; `self_cache` grows by t, `cross_cache` is filled once.
     """
 
-    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
-                 bias: bool = True, norm_first: bool = False):
+    def __init__(
+        self,
+        num_hiddens: int,
+        ffn_num_hiddens: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        norm_first: bool = False,
+    ):
         super().__init__()
         self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, causal=True)
         self.addnorm1 = Sublayer(num_hiddens, dropout, norm_first)
@@ -135,8 +160,14 @@ class TransformerDecoderBlock(nn.Module):
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens)
         self.addnorm3 = Sublayer(num_hiddens, dropout, norm_first)
 
-    def forward(self, X: Tensor, memory: Tensor, src_valid_lens: Tensor | None = None,
-                self_cache: KVCache | None = None, cross_cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self,
+        X: Tensor,
+        memory: Tensor,
+        src_valid_lens: Tensor | None = None,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+    ) -> Tensor:
         # Causal masking is bottom-right aligned in MultiHeadAttention, so with a cache the new queries
         # see every cached step plus the new ones up to themselves.
         X = self.addnorm1(X, lambda x: self.self_attention(x, x, x, cache=self_cache))
@@ -148,7 +179,7 @@ def _embedding(vocab_size: int, num_hiddens: int) -> nn.Embedding:
     # N(0, D^-1/2) as in fairseq/tensor2tensor: after the sqrt(D) scale the embeddings have unit variance,
     # comparable to the positional encodings, and a tied output projection starts with small logits.
     emb = nn.Embedding(vocab_size, num_hiddens)
-    nn.init.normal_(emb.weight, std=num_hiddens ** -0.5)
+    nn.init.normal_(emb.weight, std=num_hiddens**-0.5)
     return emb
 
 
@@ -158,20 +189,35 @@ class TransformerEncoder(nn.Module):
     Shape: X (B, S) token ids, valid_lens (B,) -> memory (B, S, D).
     """
 
-    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int,
-                 num_layers: int, dropout: float = 0.0, *, bias: bool = True, norm_first: bool = False,
-                 window: int | None = None, max_len: int = 1024, learned_positions: bool = False,
-                 embedding: nn.Embedding | None = None, embed_scale: float | None = None,
-                 pos_layout: str = "interleaved"):
+    def __init__(
+        self,
+        vocab_size: int,
+        num_hiddens: int,
+        ffn_num_hiddens: int,
+        num_heads: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        *,
+        bias: bool = True,
+        norm_first: bool = False,
+        window: int | None = None,
+        max_len: int = 1024,
+        learned_positions: bool = False,
+        embedding: nn.Embedding | None = None,
+        embed_scale: float | None = None,
+        pos_layout: str = "interleaved",
+    ):
         super().__init__()
         self.num_hiddens = num_hiddens
         self.embed_scale = math.sqrt(num_hiddens) if embed_scale is None else embed_scale
         self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
-        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len, learned=learned_positions,
-                                               layout=pos_layout)
+        self.pos_encoding = PositionalEncoding(
+            num_hiddens, dropout, max_len, learned=learned_positions, layout=pos_layout
+        )
         self.blocks = nn.ModuleList(
             TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first, window)
-            for _ in range(num_layers))
+            for _ in range(num_layers)
+        )
         # Pre-norm leaves the residual stream un-normalized: normalize once at the end.
         self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
 
@@ -190,25 +236,46 @@ class TransformerDecoder(nn.Module):
     absolute position of X[:, 0] (the number of cached steps).
     """
 
-    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int,
-                 num_layers: int, dropout: float = 0.0, *, bias: bool = True, norm_first: bool = False,
-                 max_len: int = 1024, learned_positions: bool = False, embedding: nn.Embedding | None = None,
-                 embed_scale: float | None = None, pos_layout: str = "interleaved"):
+    def __init__(
+        self,
+        vocab_size: int,
+        num_hiddens: int,
+        ffn_num_hiddens: int,
+        num_heads: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        *,
+        bias: bool = True,
+        norm_first: bool = False,
+        max_len: int = 1024,
+        learned_positions: bool = False,
+        embedding: nn.Embedding | None = None,
+        embed_scale: float | None = None,
+        pos_layout: str = "interleaved",
+    ):
         super().__init__()
         self.num_hiddens = num_hiddens
         self.embed_scale = math.sqrt(num_hiddens) if embed_scale is None else embed_scale
         self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
-        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len, learned=learned_positions,
-                                               layout=pos_layout)
+        self.pos_encoding = PositionalEncoding(
+            num_hiddens, dropout, max_len, learned=learned_positions, layout=pos_layout
+        )
         self.blocks = nn.ModuleList(
             TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first)
-            for _ in range(num_layers))
+            for _ in range(num_layers)
+        )
         self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
         self.dense = nn.Linear(num_hiddens, vocab_size)
 
-    def forward(self, X: Tensor, memory: Tensor, src_valid_lens: Tensor | None = None,
-                caches: list[tuple[KVCache, KVCache]] | None = None, offset: int = 0,
-                targets_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        X: Tensor,
+        memory: Tensor,
+        src_valid_lens: Tensor | None = None,
+        caches: list[tuple[KVCache, KVCache]] | None = None,
+        offset: int = 0,
+        targets_mask: Tensor | None = None,
+    ) -> Tensor:
         X = self.pos_encoding(self.embedding(X) * self.embed_scale, offset=offset)
         for i, block in enumerate(self.blocks):
             self_cache, cross_cache = caches[i] if caches is not None else (None, None)
@@ -264,17 +331,34 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         if not isinstance(config, TransformerConfig):
-            raise ValueError(f"Transformer expects a TransformerConfig, got {type(config).__name__}; "
-                             f"use TransformerConfig.from_dict(d) for a dict")
+            raise ValueError(
+                f"Transformer expects a TransformerConfig, got {type(config).__name__}; "
+                f"use TransformerConfig.from_dict(d) for a dict"
+            )
         self.config = c = config
         shared = _embedding(c.src_vocab_size, c.num_hiddens) if c.share_embeddings else None
         common: dict[str, Any] = dict(
-            bias=c.bias, norm_first=c.norm_first, max_len=c.max_len, learned_positions=c.learned_positions,
-            embedding=shared, embed_scale=c.embedding_scale, pos_layout=c.pos_layout)
-        self.encoder = TransformerEncoder(c.src_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
-                                          c.num_layers, c.dropout, window=c.window, **common)
-        self.decoder = TransformerDecoder(c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
-                                          c.num_layers, c.dropout, **common)
+            bias=c.bias,
+            norm_first=c.norm_first,
+            max_len=c.max_len,
+            learned_positions=c.learned_positions,
+            embedding=shared,
+            embed_scale=c.embedding_scale,
+            pos_layout=c.pos_layout,
+        )
+        self.encoder = TransformerEncoder(
+            c.src_vocab_size,
+            c.num_hiddens,
+            c.ffn_num_hiddens,
+            c.num_heads,
+            c.num_layers,
+            c.dropout,
+            window=c.window,
+            **common,
+        )
+        self.decoder = TransformerDecoder(
+            c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_layers, c.dropout, **common
+        )
         if shared is not None or c.tie_output:
             # Tying as in the paper (section 3.4): the output projection reuses the (target) embedding.
             self.decoder.dense.weight = self.decoder.embedding.weight
@@ -300,18 +384,23 @@ class Transformer(nn.Module):
     def attention_kinds(self) -> dict[str, list[nn.Module]]:
         """kind -> attention modules of that kind, in layer order: encoder_self (Ls x Ls), decoder_self
         (Lt x Lt, causal) and cross (Lt x Ls, decoder queries over the source)."""
-        return {"encoder_self": [b.get_submodule("attention") for b in self.encoder.blocks],
-                "decoder_self": [b.get_submodule("self_attention") for b in self.decoder.blocks],
-                "cross": [b.get_submodule("cross_attention") for b in self.decoder.blocks]}
+        return {
+            "encoder_self": [b.get_submodule("attention") for b in self.encoder.blocks],
+            "decoder_self": [b.get_submodule("self_attention") for b in self.decoder.blocks],
+            "cross": [b.get_submodule("cross_attention") for b in self.decoder.blocks],
+        }
 
-    def forward(self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None,
-                targets_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None, targets_mask: Tensor | None = None
+    ) -> Tensor:
         """Logits (B, T, V); with `targets_mask` (B, T) bool, only the N rows where it is True, (N, V)
         in row-major order (the Trainer passes the real target positions: `attnlab.loss.target_mask`)."""
         _check_tokens(src, tgt_in, src_valid_lens)
         if targets_mask is not None and (targets_mask.dtype != torch.bool or targets_mask.shape != tgt_in.shape):
-            raise ValueError(f"targets_mask must be a bool tensor shaped like tgt_in {tuple(tgt_in.shape)}, "
-                             f"got {targets_mask.dtype} {tuple(targets_mask.shape)}")
+            raise ValueError(
+                f"targets_mask must be a bool tensor shaped like tgt_in {tuple(tgt_in.shape)}, "
+                f"got {targets_mask.dtype} {tuple(targets_mask.shape)}"
+            )
         memory = self.encoder(src, src_valid_lens)
         return self.decoder(tgt_in, memory, src_valid_lens, targets_mask=targets_mask)
 

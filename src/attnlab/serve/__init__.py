@@ -8,9 +8,16 @@ serve flags) does not load FastAPI and torch.
 
 from importlib import import_module
 
-_WHERE = {"ATTRIBUTION": ".app", "create_app": ".app", "MicroBatcher": ".batcher", "Limits": ".guard",
-          "Explanation": "attnlab.explain", "InputError": "attnlab.explain", "TextTooLong": "attnlab.explain",
-          "explain": "attnlab.explain"}
+_WHERE = {
+    "ATTRIBUTION": ".app",
+    "create_app": ".app",
+    "MicroBatcher": ".batcher",
+    "Limits": ".guard",
+    "Explanation": "attnlab.explain",
+    "InputError": "attnlab.explain",
+    "TextTooLong": "attnlab.explain",
+    "explain": "attnlab.explain",
+}
 
 
 def __getattr__(name: str):
@@ -19,5 +26,4 @@ def __getattr__(name: str):
     return getattr(import_module(_WHERE[name], __name__), name)
 
 
-__all__ = ["ATTRIBUTION", "Explanation", "InputError", "Limits", "MicroBatcher", "TextTooLong", "create_app",
-           "explain"]
+__all__ = ["ATTRIBUTION", "Explanation", "InputError", "Limits", "MicroBatcher", "TextTooLong", "create_app", "explain"]

@@ -58,12 +58,21 @@ STATIC_DIR = Path(str(resources.files("attnlab.serve") / "static"))
 log = logging.getLogger("attnlab.serve")
 
 
-CONFIDENCE_SOURCE = ("this translation's confidence (Voita et al. 2019: mean of each head's largest weight); "
-                     "no heads.json found, run `attnlab heads` for measured importance")
+CONFIDENCE_SOURCE = (
+    "this translation's confidence (Voita et al. 2019: mean of each head's largest weight); "
+    "no heads.json found, run `attnlab heads` for measured importance"
+)
 
 
-def _explain_timed(translator, text: str, beam: int, heads_off: dict | None = None, trace: bool = True,
-                   merge: bool = False, importance: dict | None = None) -> dict:
+def _explain_timed(
+    translator,
+    text: str,
+    beam: int,
+    heads_off: dict | None = None,
+    trace: bool = True,
+    merge: bool = False,
+    importance: dict | None = None,
+) -> dict:
     t0 = time.perf_counter()
     exp = explain(translator, text, beam, heads_off=heads_off, trace=trace)
     # Confidence on the model's own tokens (before any merge): it describes the heads, not the words.
@@ -113,8 +122,7 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 def _error(status: int, detail: str, request: Request | None = None, headers: dict | None = None) -> JSONResponse:
     rid = getattr(request.state, "request_id", None) if request is not None else None
-    return JSONResponse(status_code=status, content={"detail": safe_text(detail), "request_id": rid},
-                        headers=headers)
+    return JSONResponse(status_code=status, content={"detail": safe_text(detail), "request_id": rid}, headers=headers)
 
 
 def _busy(request: Request, exc: Busy) -> JSONResponse:
@@ -122,9 +130,17 @@ def _busy(request: Request, exc: Busy) -> JSONResponse:
 
 
 # --------------------------------------------------------------------------- app
-def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Limits | None = None,
-               max_batch: int = 32, max_wait_ms: float = 5.0, batch_workers: int = 1,
-               max_batch_pending: int = 1024, importance: dict | None = None) -> FastAPI:
+def create_app(
+    translator,
+    workers: int = 1,
+    max_pending: int = 128,
+    limits: Limits | None = None,
+    max_batch: int = 32,
+    max_wait_ms: float = 5.0,
+    batch_workers: int = 1,
+    max_batch_pending: int = 1024,
+    importance: dict | None = None,
+) -> FastAPI:
     """The explorer and the batching API for one loaded `Translator` (see `attnlab.checkpoint.load_translator`).
 
     workers/max_pending: the explorer's threads and queue bound; max_batch/max_wait_ms/batch_workers/
@@ -134,8 +150,9 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
     """
     limits = limits or Limits()
     pool = TranslatorPool(translator, workers, max_pending)
-    batcher = MicroBatcher(translator, max_batch=max_batch, max_wait_ms=max_wait_ms, max_pending=max_batch_pending,
-                           workers=batch_workers)
+    batcher = MicroBatcher(
+        translator, max_batch=max_batch, max_wait_ms=max_wait_ms, max_pending=max_batch_pending, workers=batch_workers
+    )
 
     @asynccontextmanager
     async def lifespan(app):
@@ -143,8 +160,12 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
         pool.shutdown()
         batcher.shutdown()
 
-    app = FastAPI(title="attnlab attention explorer", version=_version(), lifespan=lifespan,
-                  description="Translate English to French and see every attention map the Transformer used.")
+    app = FastAPI(
+        title="attnlab attention explorer",
+        version=_version(),
+        lifespan=lifespan,
+        description="Translate English to French and see every attention map the Transformer used.",
+    )
     app.state.pool, app.state.batcher, app.state.limits = pool, batcher, limits
     app.add_middleware(GuardMiddleware, limits=limits)
 
@@ -162,19 +183,27 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
         # only the id. Exception text can hold paths, input or internals, so it never leaves the server.
         rid = getattr(request.state, "request_id", None)
         log.error("internal error in %s %s (request %s)", request.method, request.url.path, rid, exc_info=exc)
-        return JSONResponse(status_code=500, content={"detail": f"internal error (request id {rid}); the server's "
-                                                      "log has the details", "request_id": rid},
-                            headers={"X-Request-ID": str(rid)})
+        return JSONResponse(
+            status_code=500,
+            content={
+                "detail": f"internal error (request id {rid}); the server's log has the details",
+                "request_id": rid,
+            },
+            headers={"X-Request-ID": str(rid)},
+        )
 
     def doc(*codes: int) -> dict:
-        what = {400: "the body could not be read", 408: f"the body took over {limits.body_timeout_s:g} s to arrive",
-                413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, or "
-                     "attention maps over the response limit",
-                422: "empty text, too many tokens, wrong types, beam out of range, a head mask naming a "
-                     "kind, layer or head the model lacks",
-                431: f"request head over {limits.max_header_bytes} bytes",
-                500: "a bug in the server (the detail carries only a request id)",
-                503: "too many requests waiting; retry after Retry-After seconds"}
+        what = {
+            400: "the body could not be read",
+            408: f"the body took over {limits.body_timeout_s:g} s to arrive",
+            413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, or "
+            "attention maps over the response limit",
+            422: "empty text, too many tokens, wrong types, beam out of range, a head mask naming a "
+            "kind, layer or head the model lacks",
+            431: f"request head over {limits.max_header_bytes} bytes",
+            500: "a bug in the server (the detail carries only a request id)",
+            503: "too many requests waiting; retry after Retry-After seconds",
+        }
         return {c: {"model": ErrorResponse, "description": what[c]} for c in codes}
 
     post_errors = doc(400, 408, 413, 422, 431, 500, 503)
@@ -187,11 +216,16 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
             head_masks_for(translator.model, heads_off)  # a bad mask is a 422 before any queueing
             size = explain_bytes_bound(translator, len(ids) + 1, req.beam if req.trace else 1)
             if size > limits.max_response_bytes:
-                return _error(413, f"this sentence's attention maps could take {size} bytes, over the "
-                                   f"explorer's limit of {limits.max_response_bytes} (--max-response-bytes); "
-                                   "shorten it, or use POST /api/translations (no maps)", request)
-            return await pool.run(_explain_timed, req.text, req.beam, heads_off, req.trace, req.merge_subwords,
-                                  importance)
+                return _error(
+                    413,
+                    f"this sentence's attention maps could take {size} bytes, over the "
+                    f"explorer's limit of {limits.max_response_bytes} (--max-response-bytes); "
+                    "shorten it, or use POST /api/translations (no maps)",
+                    request,
+                )
+            return await pool.run(
+                _explain_timed, req.text, req.beam, heads_off, req.trace, req.merge_subwords, importance
+            )
         except Busy as exc:
             return _busy(request, exc)
         except TextTooLong as exc:
@@ -203,8 +237,12 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
     async def translations(req: TranslationsRequest, request: Request):
         t0 = time.perf_counter()
         if len(req.texts) > limits.max_texts:
-            return _error(413, f"{len(req.texts)} texts in one request; this server takes at most {limits.max_texts} "
-                               "(--max-texts); split them", request)
+            return _error(
+                413,
+                f"{len(req.texts)} texts in one request; this server takes at most {limits.max_texts} "
+                "(--max-texts); split them",
+                request,
+            )
         for i, text in enumerate(req.texts):
             try:
                 check_text(translator, text)
@@ -216,23 +254,33 @@ def create_app(translator, workers: int = 1, max_pending: int = 128, limits: Lim
             out = await batcher.translate(req.texts, req.beam)
         except Busy as exc:
             return _busy(request, exc)
-        return TranslationsResponse(translations=out, beam=req.beam,
-                                    elapsed_ms=round((time.perf_counter() - t0) * 1000, 1))
+        return TranslationsResponse(
+            translations=out, beam=req.beam, elapsed_ms=round((time.perf_counter() - t0) * 1000, 1)
+        )
 
     @app.get("/api/model", response_model=ModelInfo, responses=doc(431, 500))
     async def model_info():
         cfg = translator.config
         model = translator.model
-        return ModelInfo(model_type=cfg.get("model_type", type(model).__name__.lower()),
-                         model=cfg.get("model", {}), origin=model_origin(cfg),
-                         parameters=sum(p.numel() for p in model.parameters()),
-                         heads={k: [getattr(m, "num_heads", 1) for m in ms] for k, ms in model.attention_kinds().items()},
-                         importance_source=importance["source"] if importance else CONFIDENCE_SOURCE, src_vocab_size=len(translator.src_vocab),
-                         tgt_vocab_size=len(translator.tgt_vocab), max_source_tokens=translator.max_len,
-                         max_output_tokens=translator.max_output_len, max_chars=MAX_CHARS, max_beam=MAX_BEAM,
-                         max_texts=limits.max_texts, max_body_bytes=limits.max_body_bytes,
-                         max_response_bytes=limits.max_response_bytes, workers=pool.workers,
-                         data_attribution=ATTRIBUTION)
+        return ModelInfo(
+            model_type=cfg.get("model_type", type(model).__name__.lower()),
+            model=cfg.get("model", {}),
+            origin=model_origin(cfg),
+            parameters=sum(p.numel() for p in model.parameters()),
+            heads={k: [getattr(m, "num_heads", 1) for m in ms] for k, ms in model.attention_kinds().items()},
+            importance_source=importance["source"] if importance else CONFIDENCE_SOURCE,
+            src_vocab_size=len(translator.src_vocab),
+            tgt_vocab_size=len(translator.tgt_vocab),
+            max_source_tokens=translator.max_len,
+            max_output_tokens=translator.max_output_len,
+            max_chars=MAX_CHARS,
+            max_beam=MAX_BEAM,
+            max_texts=limits.max_texts,
+            max_body_bytes=limits.max_body_bytes,
+            max_response_bytes=limits.max_response_bytes,
+            workers=pool.workers,
+            data_attribution=ATTRIBUTION,
+        )
 
     @app.get("/healthz", response_model=Health, responses=doc(431))
     async def healthz():

@@ -29,26 +29,31 @@ class _Item:
 
 class MicroBatcher:
     """Args:
-        translator: an `attnlab.checkpoint.Translator`; only `translate(list[str], beam)` is used.
-        max_batch: most sentences in one decode call.
-        max_wait_ms: longest a sentence waits for company before its batch starts.
-        max_pending: most sentences waiting or decoding at once; more -> Busy.
-        workers: decode threads (batches decoded at the same time); 1 suits a small CPU.
+    translator: an `attnlab.checkpoint.Translator`; only `translate(list[str], beam)` is used.
+    max_batch: most sentences in one decode call.
+    max_wait_ms: longest a sentence waits for company before its batch starts.
+    max_pending: most sentences waiting or decoding at once; more -> Busy.
+    workers: decode threads (batches decoded at the same time); 1 suits a small CPU.
     """
 
-    def __init__(self, translator, max_batch: int = 32, max_wait_ms: float = 5.0, max_pending: int = 1024,
-                 workers: int = 1):
+    def __init__(
+        self, translator, max_batch: int = 32, max_wait_ms: float = 5.0, max_pending: int = 1024, workers: int = 1
+    ):
         for name, v in (("max_batch", max_batch), ("max_pending", max_pending), ("workers", workers)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if not isinstance(max_wait_ms, (int, float)) or not (0 <= max_wait_ms <= 10_000):
             raise ValueError(f"max_wait_ms must be a number of milliseconds in [0, 10000], got {max_wait_ms!r}")
         self.translator = translator
-        self.max_batch, self.max_wait_s, self.max_pending, self.workers = max_batch, max_wait_ms / 1000, \
-            max_pending, workers
-        self.pending = 0          # sentences queued or decoding; touched on the event loop's thread only
-        self.batches = 0          # decode calls made (for tests and the load benchmark)
-        self.sentences = 0        # sentences decoded
+        self.max_batch, self.max_wait_s, self.max_pending, self.workers = (
+            max_batch,
+            max_wait_ms / 1000,
+            max_pending,
+            workers,
+        )
+        self.pending = 0  # sentences queued or decoding; touched on the event loop's thread only
+        self.batches = 0  # decode calls made (for tests and the load benchmark)
+        self.sentences = 0  # sentences decoded
         self._queue: deque[_Item] = deque()
         # Created by _start() inside the running event loop (before anything uses them).
         self._arrived: asyncio.Event
@@ -60,8 +65,10 @@ class MicroBatcher:
     async def translate(self, texts: list[str], beam: int = 1) -> list[str]:
         """Translations of `texts` (already validated), decoded together with other requests' sentences."""
         if self.pending + len(texts) > self.max_pending:
-            raise Busy(f"the translation queue is full ({self.pending} sentences waiting, at most "
-                       f"{self.max_pending}); retry in a moment")
+            raise Busy(
+                f"the translation queue is full ({self.pending} sentences waiting, at most "
+                f"{self.max_pending}); retry in a moment"
+            )
         self._start()
         loop = asyncio.get_running_loop()
         items = [_Item(t, beam, loop.create_future()) for t in texts]
@@ -84,7 +91,7 @@ class MicroBatcher:
             while not self._queue:
                 self._arrived.clear()
                 await self._arrived.wait()
-            await self._slots.acquire()           # a decode thread is free
+            await self._slots.acquire()  # a decode thread is free
             deadline = loop.time() + self.max_wait_s
             while len(self._queue) < self.max_batch and (left := deadline - loop.time()) > 0:
                 self._arrived.clear()
@@ -104,7 +111,7 @@ class MicroBatcher:
         rest: deque[_Item] = deque()
         while self._queue and len(batch) < self.max_batch:
             it = self._queue.popleft()
-            if it.future.done():          # its request was cancelled (client gone)
+            if it.future.done():  # its request was cancelled (client gone)
                 continue
             (batch if it.beam == beam else rest).append(it)
         self._queue.extendleft(reversed(rest))
@@ -124,8 +131,9 @@ class MicroBatcher:
                 results = []
                 for t in texts:
                     try:
-                        results.append((await loop.run_in_executor(self.executor(), self.translator.translate,
-                                                                   [t], beam))[0])
+                        results.append(
+                            (await loop.run_in_executor(self.executor(), self.translator.translate, [t], beam))[0]
+                        )
                     except Exception as exc:  # noqa: BLE001 - handed to that sentence's request
                         results.append(exc)
             except Exception as exc:  # noqa: BLE001 - a bug: every request of the batch gets it (-> 500)

@@ -23,18 +23,24 @@ from dataclasses import dataclass
 class Limits:
     """Every bound the server enforces (the `attnlab serve` flags of the same names)."""
 
-    max_body_bytes: int = 64 * 1024        # request body (the API's JSON is a few KB at most)
-    body_timeout_s: float = 10.0           # time allowed to receive the whole body
-    header_timeout_s: float = 10.0         # time allowed to receive the request line + headers
-    keep_alive_s: int = 5                  # idle time between requests on one connection (uvicorn)
-    max_header_bytes: int = 16 * 1024      # request head size (h11's buffer bound)
-    max_connections: int = 100             # open connections; more get 503 from uvicorn
-    max_response_bytes: int = 2_000_000    # explorer: attention maps larger than this are refused (413)
-    max_texts: int = 64                    # texts in one POST /api/translations
+    max_body_bytes: int = 64 * 1024  # request body (the API's JSON is a few KB at most)
+    body_timeout_s: float = 10.0  # time allowed to receive the whole body
+    header_timeout_s: float = 10.0  # time allowed to receive the request line + headers
+    keep_alive_s: int = 5  # idle time between requests on one connection (uvicorn)
+    max_header_bytes: int = 16 * 1024  # request head size (h11's buffer bound)
+    max_connections: int = 100  # open connections; more get 503 from uvicorn
+    max_response_bytes: int = 2_000_000  # explorer: attention maps larger than this are refused (413)
+    max_texts: int = 64  # texts in one POST /api/translations
 
     def __post_init__(self):
-        for name in ("max_body_bytes", "max_header_bytes", "max_connections", "max_response_bytes", "max_texts",
-                     "keep_alive_s"):
+        for name in (
+            "max_body_bytes",
+            "max_header_bytes",
+            "max_connections",
+            "max_response_bytes",
+            "max_texts",
+            "keep_alive_s",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -94,11 +100,17 @@ class GuardMiddleware:
     async def _read_body(self, scope, receive) -> bytes:
         lim = self.limits
         # h11 bounds a head that arrives in pieces; one that arrives whole in a single read is checked here.
-        head = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b"")) + \
-            sum(len(k) + len(v) + 4 for k, v in scope.get("headers", ()))
+        head = (
+            len(scope.get("raw_path", b""))
+            + len(scope.get("query_string", b""))
+            + sum(len(k) + len(v) + 4 for k, v in scope.get("headers", ()))
+        )
         if head > lim.max_header_bytes:
-            raise _Reject(431, f"the request head has about {head} bytes; this server accepts at most "
-                               f"{lim.max_header_bytes} (--max-header-bytes)")
+            raise _Reject(
+                431,
+                f"the request head has about {head} bytes; this server accepts at most "
+                f"{lim.max_header_bytes} (--max-header-bytes)",
+            )
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
@@ -106,8 +118,11 @@ class GuardMiddleware:
                 except ValueError:
                     raise _Reject(400, "the Content-Length header is not an integer") from None
                 if declared > lim.max_body_bytes:
-                    raise _Reject(413, f"the request body has {declared} bytes; this server accepts at most "
-                                       f"{lim.max_body_bytes} (--max-body-bytes)")
+                    raise _Reject(
+                        413,
+                        f"the request body has {declared} bytes; this server accepts at most "
+                        f"{lim.max_body_bytes} (--max-body-bytes)",
+                    )
         chunks, size = [], 0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + lim.body_timeout_s
@@ -118,15 +133,21 @@ class GuardMiddleware:
                     raise asyncio.TimeoutError
                 message = await asyncio.wait_for(receive(), left)
             except asyncio.TimeoutError:
-                raise _Reject(408, f"the request body did not arrive within {lim.body_timeout_s:g} s "
-                                   "(--body-timeout); send it at once") from None
+                raise _Reject(
+                    408,
+                    f"the request body did not arrive within {lim.body_timeout_s:g} s "
+                    "(--body-timeout); send it at once",
+                ) from None
             if message["type"] == "http.disconnect":
                 raise _Reject(400, "the client disconnected before sending the whole body")
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > lim.max_body_bytes:
-                raise _Reject(413, f"the request body passed {lim.max_body_bytes} bytes, the most this server "
-                                   "accepts (--max-body-bytes)")
+                raise _Reject(
+                    413,
+                    f"the request body passed {lim.max_body_bytes} bytes, the most this server "
+                    "accepts (--max-body-bytes)",
+                )
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
@@ -135,9 +156,18 @@ class GuardMiddleware:
     async def _refuse(send, exc: _Reject, rid: str) -> None:
         body = json.dumps({"detail": exc.detail, "request_id": rid}).encode()
         # Connection: close, so uvicorn drops the rest of an unread body instead of parsing it.
-        await send({"type": "http.response.start", "status": exc.status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close"), (b"x-request-id", rid.encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": exc.status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                    (b"x-request-id", rid.encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -157,9 +187,9 @@ def guarded_h11(header_timeout_s: float) -> type:
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
             if self.cycle is not None and not self.cycle.response_complete:
-                self._disarm()          # a whole request head arrived: the app's own bounds take over
+                self._disarm()  # a whole request head arrived: the app's own bounds take over
             else:
-                self._arm()             # bytes of a next head are trickling in
+                self._arm()  # bytes of a next head are trickling in
 
         def connection_lost(self, exc):
             self._disarm()
@@ -177,7 +207,7 @@ def guarded_h11(header_timeout_s: float) -> type:
         def _head_timeout(self) -> None:
             self._head_timer = None
             if self.cycle is None or self.cycle.response_complete:
-                self.transport.close()   # nginx's client_header_timeout, without the 408 body
+                self.transport.close()  # nginx's client_header_timeout, without the 408 body
 
     GuardedH11Protocol.__name__ = GuardedH11Protocol.__qualname__ = "GuardedH11Protocol"
     return GuardedH11Protocol

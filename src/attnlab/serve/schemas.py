@@ -17,8 +17,9 @@ def _utf8(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"contains an unpaired UTF-16 surrogate at character {exc.start}; send valid Unicode "
-                         "text") from None
+        raise ValueError(
+            f"contains an unpaired UTF-16 surrogate at character {exc.start}; send valid Unicode text"
+        ) from None
     return text
 
 
@@ -27,6 +28,7 @@ Pair = Annotated[list[int], Field(min_length=2, max_length=2, description="[laye
 
 class HeadsOff(BaseModel):
     """Heads to switch off (their output gated to 0 before W_o), per attention kind."""
+
     model_config = ConfigDict(strict=True, extra="forbid")
 
     encoder_self: list[Pair] = Field([], max_length=MAX_HEADS_OFF)
@@ -40,11 +42,17 @@ class TranslateRequest(BaseModel):
 
     text: str = Field(description=f"an English sentence, 1 to {MAX_CHARS} characters", examples=["i'm home ."])
     beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy decoding")
-    heads_off: HeadsOff | None = Field(None, description="heads masked while translating; a kind, layer or head "
-                                       "the model lacks gets 422 (GET /api/model gives layers and heads)")
+    heads_off: HeadsOff | None = Field(
+        None,
+        description="heads masked while translating; a kind, layer or head "
+        "the model lacks gets 422 (GET /api/model gives layers and heads)",
+    )
     trace: bool = Field(True, description="with beam > 1, return the search step by step (beam_trace)")
-    merge_subwords: bool = Field(False, description="SentencePiece models: join pieces into words (attention "
-                                 "summed over a word's pieces as keys, averaged over them as queries)")
+    merge_subwords: bool = Field(
+        False,
+        description="SentencePiece models: join pieces into words (attention "
+        "summed over a word's pieces as keys, averaged over them as queries)",
+    )
 
     _check_text = field_validator("text")(_utf8)
 
@@ -52,8 +60,12 @@ class TranslateRequest(BaseModel):
 class TranslationsRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    texts: list[str] = Field(min_length=1, description=f"English sentences, each 1 to {MAX_CHARS} characters; "
-                             "at most the server's max_texts (GET /api/model)", examples=[["i'm home .", "go ."]])
+    texts: list[str] = Field(
+        min_length=1,
+        description=f"English sentences, each 1 to {MAX_CHARS} characters; "
+        "at most the server's max_texts (GET /api/model)",
+        examples=[["i'm home .", "go ."]],
+    )
     beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy decoding")
 
     @field_validator("texts")
@@ -73,7 +85,8 @@ class TranslationsResponse(BaseModel):
 class AttentionMaps(BaseModel):
     encoder_self: list[list[list[list[float]]]] = Field(description="[layer][head][Ls][Ls] source self-attention")
     decoder_self: list[list[list[list[float]]]] = Field(
-        description="[layer][head][Lt][Lt] causal target self-attention")
+        description="[layer][head][Lt][Lt] causal target self-attention"
+    )
     cross: list[list[list[list[float]]]] = Field(description="[layer][head][Lt][Ls] encoder–decoder attention")
 
 
