@@ -85,6 +85,11 @@ def import_time(code: str, rounds: int = 5) -> float:
 
 
 def main():
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--imports-only", action="store_true", help="only measure the import times")
+    ap.parse_args()
     from transformers import MarianMTModel, MarianTokenizer
 
     from attnlab.checkpoint import load_translator
