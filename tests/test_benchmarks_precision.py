@@ -1,4 +1,4 @@
-"""benchmarks/precision.py and benchmarks/ctranslate2.py run end to end on a tiny run and print their tables."""
+"""benchmarks/precision.py and benchmarks/ct2_speed.py run end to end on a tiny run and print their tables."""
 
 import os
 import subprocess
@@ -56,7 +56,7 @@ def test_precision_benchmark_prints_speed_and_bleu(run_dir):
 
 def test_ctranslate2_benchmark_compares_engines(run_dir):
     pytest.importorskip("ctranslate2")
-    out = _bench("ctranslate2.py", run_dir)
+    out = _bench("ct2_speed.py", run_dir)
     assert "| CTranslate2 float32 |" in out and "| attnlab fp32 " in out
     ct2_row = next(line for line in out.splitlines() if line.startswith("| CTranslate2 float32"))
     assert ct2_row.rstrip(" |").endswith("8/8")  # the export decodes like attnlab fp32

@@ -333,12 +333,12 @@ def merge_subwords(exp: Explanation) -> Explanation:
 # --------------------------------------------------------------------------- head importance
 def head_confidence(exp: Explanation) -> dict[str, list[list[float]]]:
     """This translation's per-head confidence (Voita et al. 2019): the mean over queries of the largest
-    weight. {kind: [layer][head]}; a cheap stand-in for importance when no head analysis exists."""
+    weight, as `{kind: [layer][head]}`; a cheap stand-in for importance when no head analysis exists."""
     return {kind: W.max(dim=-1).values.mean(dim=-1).tolist() for kind, W in exp.maps.items() if W.dim() == 4}
 
 
 def load_head_importance(path, model, key: str = "gradient_importance") -> dict[str, list[list[float]]]:
-    """Per-head importance from `attnlab heads`' heads.json, as {kind: [layer][head]} with this model's
+    """Per-head importance from `attnlab heads`' heads.json, as `{kind: [layer][head]}` with this model's
     kinds (encoder_self, decoder_self, cross). Raises ValueError if the file does not fit the model."""
     import json
     from pathlib import Path

@@ -7,7 +7,7 @@ interleaved (rotating order), model loading and conversion are not timed. senten
 rounds; ratios are medians of paired ratios against CTranslate2 float32. Token agreement with attnlab fp32
 is printed too.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/ctranslate2.py --checkpoint /tmp/speed-run --rounds 3
+    flock /tmp/attnlab-measure.lock python benchmarks/ct2_speed.py --checkpoint /tmp/speed-run --rounds 3
 """
 
 from __future__ import annotations
