@@ -119,7 +119,7 @@ def test_translate_and_explain_work_on_imported_model(imported):
 def test_export_round_trip_of_imported_model(imported, marian_dir, tmp_path, hf):
     from transformers import MarianMTModel, MarianTokenizer
 
-    from attnlab.export.hf import export_hf
+    from attnlab.export.hf_export import export_hf
 
     run = tmp_path / "run"
     from attnlab.export.hf import import_hf
@@ -145,7 +145,7 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
 
     from attnlab.checkpoint import save_weights, write_run_config
     from attnlab.data import Vocab
-    from attnlab.export.hf import export_hf
+    from attnlab.export.hf_export import export_hf
     from attnlab.models import Transformer, TransformerConfig
 
     words = [s.lower().rstrip(".!?").split() for s in sentences(50)]
@@ -186,7 +186,7 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
 def test_export_refuses_options_marian_lacks(tmp_path):
     from attnlab.checkpoint import save_weights, write_run_config
     from attnlab.data import Vocab
-    from attnlab.export.hf import export_hf
+    from attnlab.export.hf_export import export_hf
     from attnlab.models import Transformer, TransformerConfig
 
     vocab = Vocab(["a", "b"], min_freq=1)

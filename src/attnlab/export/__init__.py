@@ -15,7 +15,7 @@ from pathlib import Path
 # format name -> (module under attnlab.export, one-line description for --help)
 FORMATS: dict[str, tuple[str, str]] = {
     "ctranslate2": ("ctranslate2", "a CTranslate2 model folder (model.bin + vocabularies), for its C++ decoder"),
-    "hf": ("hf", "a Hugging Face MarianMTModel folder (config, weights, tokenizer) for transformers"),
+    "hf": ("hf_export", "a Hugging Face MarianMTModel folder (config, weights, tokenizer) for transformers"),
 }
 
 
