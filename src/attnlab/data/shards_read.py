@@ -1,0 +1,243 @@
+"""Reading prepared corpora (see `attnlab.data.shards` for the layout `prepare` writes): lazy
+memory-mapped examples, epoch plans drawn one shard at a time from the lengths index, `open_prepared`."""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .vocab import load_vocab
+
+FORMAT = "attnlab.prepared"
+VERSION = 1
+META = "meta.json"
+SPLITS = ("train", "valid", "test")
+
+
+class ShardExample:
+    """One training pair read from a shard; texts are decoded from the ids only if asked for."""
+
+    __slots__ = ("_vocabs", "src_ids", "tgt_ids")
+
+    def __init__(self, src_ids: list[int], tgt_ids: list[int], vocabs):
+        self.src_ids, self.tgt_ids, self._vocabs = src_ids, tgt_ids, vocabs
+
+    @property
+    def src_text(self) -> str:
+        return self._vocabs[0].decode(self.src_ids)
+
+    @property
+    def tgt_text(self) -> str:
+        return self._vocabs[1].decode(self.tgt_ids)
+
+
+class ShardedExamples(Sequence):
+    """The training split of a prepared corpus as a lazy sequence of examples.
+
+    Only the shards being read are mapped (at most `max_open`): moving to the next shard unmaps the
+    oldest, so resident memory does not grow with the corpus as an epoch goes by.
+    """
+
+    max_open = 2
+
+    def __init__(self, root: Path, shards: list[dict], dtype: str, src_vocab, tgt_vocab):
+        self.root, self.shards, self.dtype = Path(root), shards, np.dtype(dtype)
+        self.vocabs = (src_vocab, tgt_vocab)
+        self.starts = np.concatenate([[0], np.cumsum([s["pairs"] for s in shards])]).astype(np.int64)
+        self._open: collections.OrderedDict = collections.OrderedDict()
+        self._counts: dict = {}
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def lengths(self, k: int) -> np.ndarray:
+        """(N_k, 2) int32: source and target lengths of shard k (memory-mapped)."""
+        return np.load(self.root / f"{self.shards[k]['name']}.len.npy", mmap_mode="r")
+
+    def _shard(self, k: int):
+        if k in self._open:
+            self._open.move_to_end(k)
+            return self._open[k]
+        name = self.shards[k]["name"]
+        lens = np.asarray(self.lengths(k), np.int64)
+        offs = np.zeros((len(lens) + 1, 2), np.int64)
+        np.cumsum(lens, axis=0, out=offs[1:])
+        # np.memmap refuses an empty file: an empty side reads as an empty array.
+        src, tgt = (
+            np.memmap(self.root / f"{name}.{side}", dtype=self.dtype, mode="r")
+            if offs[-1, j]
+            else np.zeros(0, self.dtype)
+            for j, side in enumerate(("src", "tgt"))
+        )
+        self._open[k] = (src, tgt, offs)
+        while len(self._open) > self.max_open:
+            self._open.popitem(last=False)  # dropping the last reference unmaps it
+        return self._open[k]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"example {i} out of range for {len(self)} examples")
+        k = bisect.bisect_right(self.starts, i) - 1
+        src, tgt, offs = self._shard(k)
+        j = i - int(self.starts[k])
+        return ShardExample(
+            src[offs[j, 0] : offs[j + 1, 0]].tolist(), tgt[offs[j, 1] : offs[j + 1, 1]].tolist(), self.vocabs
+        )
+
+    def _shard_plan(self, k: int, opts: dict, shuffle: bool, rng) -> list[list[int]]:
+        from .batching import plan_lengths
+
+        lens = np.asarray(self.lengths(k), np.int64)
+        if opts["num_steps"] is not None:
+            padded = np.full(len(lens), opts["num_steps"], np.int64)
+        else:
+            padded = lens.max(axis=1) + 1
+        start = int(self.starts[k])
+        plan = plan_lengths(
+            padded, batch_tokens=opts["batch_tokens"], batch_size=opts["batch_size"], shuffle=shuffle, rng=rng
+        )
+        return [[start + i for i in b] for b in plan]
+
+    def _count(self, k: int, opts: dict) -> int:
+        """Batches in shard k: the greedy cut depends on the lengths only, so it is the same every epoch."""
+        key = (k, tuple(sorted(opts.items())))
+        if key not in self._counts:
+            self._counts[key] = len(self._shard_plan(k, opts, False, None))
+        return self._counts[key]
+
+    def plan_batches(self, *, batch_tokens, batch_size, num_steps, shuffle, seed, epoch, rank, world_size):
+        return EpochPlan(
+            self,
+            dict(batch_tokens=batch_tokens, batch_size=batch_size, num_steps=num_steps),
+            shuffle,
+            seed,
+            epoch,
+            rank,
+            world_size,
+        )
+
+
+class EpochPlan:
+    """One epoch's batches for one rank, produced shard by shard (a lazy `plan_batches` result).
+
+    Shards are visited in a (seed, epoch)-shuffled order, batches within a shard in a shuffled order.
+    With at least as many shards as ranks, rank r reads shards r, r+W, ... only, and every rank stops
+    after the smallest rank's number of batches; with fewer shards, every rank plans all of them and
+    takes batches r, r+W, ... (small corpora).
+    """
+
+    def __init__(
+        self, data: ShardedExamples, opts: dict, shuffle: bool, seed: int, epoch: int, rank: int, world_size: int
+    ):
+        self.data, self.opts, self.shuffle = data, opts, shuffle
+        self.seed, self.epoch, self.rank, self.world = seed, epoch, rank, world_size
+        n = len(data.shards)
+        self.order = (np.random.default_rng([seed, epoch, 1]).permutation(n) if shuffle else np.arange(n)).tolist()
+        self.by_shard = n >= world_size
+        if self.by_shard:
+            per_rank = [sum(data._count(k, opts) for k in self.order[r::world_size]) for r in range(world_size)]
+            self._len = min(per_rank)
+        else:
+            total = sum(data._count(k, opts) for k in range(n))
+            self._len = total // world_size
+            if self._len == 0 and total:
+                raise ValueError(
+                    f"only {total} batch(es) for world_size={world_size}; use smaller batches or fewer processes"
+                )
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _shard_batches(self, k: int) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch, 2, k]) if self.shuffle else None
+        return self.data._shard_plan(k, self.opts, self.shuffle, rng)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        produced = 0
+        if self.by_shard:
+            for k in self.order[self.rank :: self.world]:
+                for b in self._shard_batches(k):
+                    if produced >= self._len:
+                        return
+                    yield b
+                    produced += 1
+        else:
+            i = 0
+            for k in self.order:
+                for b in self._shard_batches(k):
+                    if produced >= self._len:
+                        return
+                    if i % self.world == self.rank:
+                        yield b
+                        produced += 1
+                    i += 1
+
+    def __getitem__(self, index):
+        import itertools
+
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._len)
+            return itertools.islice(iter(self), start, stop, step)
+        if not -self._len <= index < self._len:
+            raise IndexError(f"batch {index} out of range for {self._len}")
+        return next(itertools.islice(iter(self), index % self._len, None))
+
+
+def is_prepared(path: str | os.PathLike) -> bool:
+    return Path(path).is_dir() and (Path(path) / META).is_file()
+
+
+def _read_texts(path: Path) -> list[tuple[str, str]]:
+    with open(path, encoding="utf-8") as f:
+        return [(src, tgt) for src, tgt in (line.rstrip("\n").split("\t", 1) for line in f)]
+
+
+def open_prepared(path: str | os.PathLike, **ignored):
+    """A prepared folder -> `TranslationData` (train lazy and memory-mapped; valid/test in memory).
+
+    Keyword arguments a preset passes for raw corpora (num_examples, min_freq, ...) are ignored: the
+    folder fixed them when it was prepared (its meta.json says how)."""
+    from .translation import Example, TranslationData
+
+    root = Path(path)
+    if not is_prepared(root):
+        raise FileNotFoundError(
+            f"{root} is not a prepared corpus (no {META}); create it with `attnlab prepare --data ... --out {root}`"
+        )
+    meta = json.loads((root / META).read_text(encoding="utf-8"))
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise ValueError(
+            f"{root / META}: format {meta.get('format')!r} v{meta.get('version')}, expected "
+            f"{FORMAT!r} v{VERSION}; prepare the corpus again with this attnlab"
+        )
+    src_vocab, tgt_vocab = load_vocab(root / "src_vocab.json"), load_vocab(root / "tgt_vocab.json")
+    splits: dict[str, Sequence[Example]] = {}
+    for split in SPLITS:
+        shards = meta["splits"][split]["shards"]
+        lazy = ShardedExamples(root, shards, meta["dtype"], src_vocab, tgt_vocab)
+        if split == "train":
+            splits[split] = lazy
+            continue
+        texts = _read_texts(root / f"{split}.tsv")
+        splits[split] = [Example(ex.src_ids, ex.tgt_ids, s, t) for ex, (s, t) in zip(lazy, texts)]
+    stats = {s: meta["splits"][s]["pairs"] for s in SPLITS}
+    stats.update(src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), reports=meta["reports"])
+    settings = {
+        "data_path": str(root),
+        "prepared": True,
+        **meta["settings"],
+        "src_lang": meta["src_lang"],
+        "tgt_lang": meta["tgt_lang"],
+    }
+    return TranslationData(src_vocab, tgt_vocab, splits["train"], splits["valid"], splits["test"], stats, settings)
