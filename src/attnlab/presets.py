@@ -20,6 +20,31 @@ from __future__ import annotations
 
 import copy
 
+# The book's training loop for both of its seq2seq models (fixed (64, 10) batches, Adam at a constant
+# 0.005, clipping 1) and its data (the first 600 pairs); only the epochs differ. get_preset deep-copies.
+_D2L_TRAIN = {
+    "batch_size": 64,
+    "batch_tokens": None,
+    "num_steps": 10,
+    "lr": 0.005,
+    "schedule": "constant",
+    "betas": [0.9, 0.999],
+    "eps": 1e-8,
+    "grad_clip": 1.0,
+    "label_smoothing": 0.0,
+    "log_every": 10,
+}
+_D2L_DATA = {"loader": "d2l", "num_examples": 600, "min_freq": 2}
+# Seconds-long test runs: 300 pairs of up to 8 words, 10% each for validation and test.
+_TINY_DATA = {
+    "loader": "translation",
+    "num_examples": 300,
+    "max_len": 8,
+    "min_freq": 1,
+    "valid_fraction": 0.1,
+    "test_fraction": 0.1,
+}
+
 PRESETS: dict[str, dict[str, dict]] = {
     "transformer": {
         "d2l": {
@@ -32,20 +57,8 @@ PRESETS: dict[str, dict[str, dict]] = {
                 "dropout": 0.1,
                 "bias": False,
             },
-            "train": {
-                "epochs": 200,
-                "batch_size": 64,
-                "batch_tokens": None,
-                "num_steps": 10,
-                "lr": 0.005,
-                "schedule": "constant",
-                "betas": [0.9, 0.999],
-                "eps": 1e-8,
-                "grad_clip": 1.0,
-                "label_smoothing": 0.0,
-                "log_every": 10,
-            },
-            "data": {"loader": "d2l", "num_examples": 600, "min_freq": 2},
+            "train": {**_D2L_TRAIN, "epochs": 200},
+            "data": _D2L_DATA,
         },
         "cpu-small": {
             # Chosen by experiment (BENCHMARKS.md, "cpu-small preset: the experiment"): on 2 CPU cores the
@@ -130,33 +143,14 @@ PRESETS: dict[str, dict[str, dict]] = {
                 "eval_limit": 20,
                 "log_every": 1,
             },
-            "data": {
-                "loader": "translation",
-                "num_examples": 300,
-                "max_len": 8,
-                "min_freq": 1,
-                "valid_fraction": 0.1,
-                "test_fraction": 0.1,
-            },
+            "data": _TINY_DATA,
         },
     },
     "bahdanau": {
         "d2l": {
             "model": {"embed_size": 32, "num_hiddens": 32, "num_layers": 2, "dropout": 0.1},
-            "train": {
-                "epochs": 250,
-                "batch_size": 64,
-                "batch_tokens": None,
-                "num_steps": 10,
-                "lr": 0.005,
-                "schedule": "constant",
-                "betas": [0.9, 0.999],
-                "eps": 1e-8,
-                "grad_clip": 1.0,
-                "label_smoothing": 0.0,
-                "log_every": 10,
-            },
-            "data": {"loader": "d2l", "num_examples": 600, "min_freq": 2},
+            "train": {**_D2L_TRAIN, "epochs": 250},
+            "data": _D2L_DATA,
         },
         "tiny": {
             "model": {"embed_size": 16, "num_hiddens": 16, "num_layers": 1, "dropout": 0.0},
@@ -168,14 +162,7 @@ PRESETS: dict[str, dict[str, dict]] = {
                 "eval_limit": 20,
                 "log_every": 1,
             },
-            "data": {
-                "loader": "translation",
-                "num_examples": 300,
-                "max_len": 8,
-                "min_freq": 1,
-                "valid_fraction": 0.1,
-                "test_fraction": 0.1,
-            },
+            "data": _TINY_DATA,
         },
     },
 }

@@ -9,19 +9,14 @@ Rows (queries) of decoder maps are labelled with the token each step *produced*.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+from attnlab.commands._common import add_command
 from attnlab.commands.translate import add_checkpoint_args, open_translator
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "attention",
-        help="save attention heatmaps of one translation",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "attention", "save attention heatmaps of one translation", __doc__)
     p.add_argument("sentence", help='an English sentence, e.g. "i\'m home ."')
     add_checkpoint_args(p)
     p.add_argument("--out", metavar="DIR", help="output folder (default: <checkpoint>/attention)")

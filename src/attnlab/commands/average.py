@@ -7,17 +7,13 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+
+from attnlab.commands._common import add_command
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "average",
-        help="average the last K checkpoints of a run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "average", "average the last K checkpoints of a run", __doc__)
     p.add_argument("--checkpoint", metavar="DIR", required=True, help="run folder")
     p.add_argument("--last", type=int, default=5, metavar="K", help="how many of the newest checkpoints (default 5)")
     p.add_argument("--out", metavar="FILE", help="output .safetensors (default: DIR/averaged_lastK.safetensors)")

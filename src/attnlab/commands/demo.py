@@ -11,13 +11,14 @@ saved where `attnlab translate` and `attnlab serve` look by default.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from attnlab.commands._common import add_command
 
 if TYPE_CHECKING:
     from attnlab.train import TrainResult
@@ -38,12 +39,7 @@ SCALES: dict[str, list[tuple[str, str, str, dict, dict]]] = {  # name, model typ
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "demo",
-        help="run the whole chapter and write runs/demo/report.html",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "demo", "run the whole chapter and write runs/demo/report.html", __doc__)
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     p.add_argument("--data", metavar="PATH", help="fra-eng.zip / .txt / .tsv (default: $ATTNLAB_DATA, cache, download)")
     p.add_argument(

@@ -12,19 +12,14 @@ split (sacreBLEU's multi-reference BLEU).
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from attnlab.commands._common import add_command
 from attnlab.commands.translate import MAX_BEAM, add_checkpoint_args, check_range, open_translator
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "evaluate",
-        help="BLEU / chrF of a trained model on a data split",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "evaluate", "BLEU / chrF of a trained model on a data split", __doc__)
     add_checkpoint_args(p)
     p.add_argument("--split", choices=["train", "valid", "test"], default="test")
     p.add_argument("--beam", type=int, default=4, help=f"beam size 1..{MAX_BEAM} (default 4; 1 = greedy)")

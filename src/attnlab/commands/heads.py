@@ -10,19 +10,14 @@ writes a pruned copy of the model (a complete run folder) to OUT/pruned.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+from attnlab.commands._common import add_command
 from attnlab.commands.translate import add_checkpoint_args, open_translator
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "heads",
-        help="head analysis: behaviour, importance, pruning curves",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "heads", "head analysis: behaviour, importance, pruning curves", __doc__)
     add_checkpoint_args(p)
     p.add_argument("--out", metavar="DIR", required=True, help="folder for heads.json and the figures")
     p.add_argument("--split", choices=["train", "valid", "test"], default="valid")

@@ -8,18 +8,13 @@ run folder that translate, evaluate, attention and serve use as they are.
 
 from __future__ import annotations
 
-import argparse
+from attnlab.commands._common import add_command
 
 FORMATS = ("hf",)
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "import",
-        help="import a Hugging Face Marian (OPUS-MT) model as a run folder",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "import", "import a Hugging Face Marian (OPUS-MT) model as a run folder", __doc__)
     p.add_argument("format", choices=FORMATS, help="hf: a folder saved by MarianMTModel.save_pretrained")
     p.add_argument("source", metavar="SOURCE", help="local folder with config.json, weights and tokenizer files")
     p.add_argument("--out", required=True, metavar="DIR", help="run folder to write (new, or an attnlab run)")

@@ -1,22 +1,21 @@
-"""`attnlab kernel-regression`: Nadaraya–Watson attention pooling on the book's toy data."""
+"""`attnlab kernel-regression`: Nadaraya–Watson attention pooling on the book's toy data.
+
+Fit the book's 1-D regression with average pooling, fixed kernels and a learned Gaussian width;
+print test MSE against the noise-free truth and save figures.
+"""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from attnlab.commands._common import add_figures_command, save_figures
 from attnlab.report import format_table, prepare_output_dir
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "kernel-regression",
-        help="Nadaraya-Watson kernel regression: MSE table, predictions and attention heatmaps",
-        description="Fit the book's 1-D regression with average pooling, fixed kernels and a learned "
-        "Gaussian width; print test MSE against the noise-free truth and save figures.",
-    )
+    help = "Nadaraya-Watson kernel regression: MSE table, predictions and attention heatmaps"
+    p = add_figures_command(subparsers, "kernel-regression", help, __doc__)
     p.add_argument("--seed", type=int, default=0, help="data and initial width (default 0)")
-    p.add_argument("--out", default="runs/kernel-regression", help="folder for PNG+SVG figures")
     p.add_argument("--bandwidth", type=float, default=1.0, help="fixed kernels' bandwidth h > 0")
     p.add_argument(
         "--kernels",
@@ -59,7 +58,5 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(headers, rows))
     losses = result.data["losses"]
     print(f"\nleave-one-out MSE per epoch: {', '.join(f'{x:.4f}' for x in losses)}")
-    section = result.save(out)
-    print(f"\n{result.paragraph}\n")
-    print(f"figures (PNG + SVG) in {out}: {', '.join(Path(p).stem for p in section.figures)}")
+    save_figures(result, out)
     return 0

@@ -1,18 +1,19 @@
-"""`attnlab params`: parameter counts of attention, the FFN and the whole Transformer; complexity."""
+"""`attnlab params`: parameter counts of attention, the FFN and the whole Transformer; complexity.
+
+Counts come from instantiating the modules on the meta device (no memory).
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from attnlab.commands._common import add_command
 from attnlab.report import format_table
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "params",
-        help="parameter counts (single vs multi-head, FFN, base/big Transformer) and complexity table",
-        description="Counts come from instantiating the modules on the meta device (no memory).",
-    )
+    help = "parameter counts (single vs multi-head, FFN, base/big Transformer) and complexity table"
+    p = add_command(subparsers, "params", help, __doc__)
     p.add_argument("--num-hiddens", type=int, default=512, help="d for the attention/FFN tables")
     p.add_argument("--num-heads", type=int, default=8, help="heads (must divide --num-hiddens)")
     p.add_argument("--ffn-num-hiddens", type=int, default=2048, help="FFN hidden size")

@@ -1,10 +1,14 @@
-"""`attnlab positional-encoding`: plots, the binary-counting analogy and the rotation check."""
+"""`attnlab positional-encoding`: plots, the binary-counting analogy and the rotation check.
+
+Plot the sinusoidal encoding and verify numerically that a shift by k positions is one fixed
+rotation M_k for every position.
+"""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from attnlab.commands._common import add_figures_command, save_figures
 from attnlab.report import format_table, prepare_output_dir
 
 # The rotation identity is exact math; float32 encodings reproduce it to about 1e-6.
@@ -12,13 +16,8 @@ TOLERANCE = 1e-5
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "positional-encoding",
-        help="sinusoidal positional encoding: plots, binary analogy, PE(pos+k) = M_k PE(pos) check",
-        description="Plot the sinusoidal encoding and verify numerically that a shift by k positions "
-        "is one fixed rotation M_k for every position.",
-    )
-    p.add_argument("--out", default="runs/positional-encoding", help="folder for PNG+SVG figures")
+    help = "sinusoidal positional encoding: plots, binary analogy, PE(pos+k) = M_k PE(pos) check"
+    p = add_figures_command(subparsers, "positional-encoding", help, __doc__)
     p.add_argument("--num-hiddens", type=int, default=32, help="encoding size D (even, 2..1024)")
     p.add_argument("--num-steps", type=int, default=60, help="positions to encode (2..1000)")
     p.set_defaults(func=run)
@@ -45,7 +44,5 @@ def run(args: argparse.Namespace) -> int:
         f"\nmax |PE(pos+k) - M_k PE(pos)| over all k, pos: {err:.2e} "
         f"({'OK' if err <= TOLERANCE else 'FAILED'}, tolerance {TOLERANCE:g})"
     )
-    section = result.save(out)
-    print(f"\n{result.paragraph}\n")
-    print(f"figures (PNG + SVG) in {out}: {', '.join(Path(p).stem for p in section.figures)}")
+    save_figures(result, out)
     return 0 if err <= TOLERANCE else 1

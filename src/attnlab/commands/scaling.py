@@ -1,20 +1,19 @@
-"""`attnlab scaling`: why scaled dot-product attention divides by sqrt(d_k)."""
+"""`attnlab scaling`: why scaled dot-product attention divides by sqrt(d_k).
+
+Monte-Carlo over q, k ~ N(0, I) for d_k in 8, 32, 64, 128, 512.
+"""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from attnlab.commands._common import add_figures_command, save_figures
 from attnlab.report import format_table, prepare_output_dir
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "scaling",
-        help="variance, softmax saturation and gradient size of q.k with and without 1/sqrt(d_k)",
-        description="Monte-Carlo over q, k ~ N(0, I) for d_k in 8, 32, 64, 128, 512.",
-    )
-    p.add_argument("--out", default="runs/scaling", help="folder for PNG+SVG figures")
+    help = "variance, softmax saturation and gradient size of q.k with and without 1/sqrt(d_k)"
+    p = add_figures_command(subparsers, "scaling", help, __doc__)
     p.add_argument("--samples", type=int, default=1000, help="queries per d_k (1..100000)")
     p.add_argument("--num-keys", type=int, default=64, help="keys per query (2..4096)")
     p.add_argument("--seed", type=int, default=0, help="0..2**32-1 (default 0)")
@@ -33,7 +32,5 @@ def run(args: argparse.Namespace) -> int:
     result = chapter.scaling(samples=args.samples, num_keys=args.num_keys, seed=args.seed)
     for headers, rows in result.tables:
         print(format_table(headers, rows))
-    section = result.save(out)
-    print(f"\n{result.paragraph}\n")
-    print(f"figures (PNG + SVG) in {out}: {', '.join(Path(p).stem for p in section.figures)}")
+    save_figures(result, out)
     return 0

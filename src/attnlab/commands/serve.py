@@ -10,31 +10,34 @@ Every bound below has a default; the README lists them, and BENCHMARKS.md what t
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from attnlab.checkpoint import DEFAULT_RUN
+from attnlab.commands._common import add_command
 from attnlab.serve.guard import Limits
+
+_AT_ONCE = "{} allowed to wait or run at once; more get HTTP 503 (default: {})"
+
+# flag -> (Limits field, type, what it bounds): one place names each bound, its flag and its help.
+LIMIT_FLAGS = {
+    "--max-body-bytes": ("max_body_bytes", int, "largest request body; larger gets 413 before it is read"),
+    "--body-timeout": ("body_timeout_s", float, "seconds to receive a request body, else 408"),
+    "--header-timeout": ("header_timeout_s", float, "seconds to receive a request's headers, else it closes"),
+    "--keep-alive": ("keep_alive_s", int, "seconds an idle connection stays open"),
+    "--max-header-bytes": ("max_header_bytes", int, "largest request head"),
+    "--max-connections": ("max_connections", int, "open connections; more get 503"),
+    "--max-response-bytes": ("max_response_bytes", int, "the explorer refuses (413) maps that may be larger"),
+    "--max-texts": ("max_texts", int, "most texts in one POST /api/translations"),
+}
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "serve",
-        help="web page + JSON API showing a translator's attention",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "serve", "web page + JSON API showing a translator's attention", __doc__)
     p.add_argument("--checkpoint", metavar="DIR", help=f"run folder (default: {DEFAULT_RUN}, made by `attnlab demo`)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument("--workers", type=int, default=2, help="inference threads; more requests queue (default: 2)")
-    p.add_argument(
-        "--max-pending",
-        type=int,
-        default=128,
-        help="requests allowed to wait or run at once; more get HTTP 503 (default: 128)",
-    )
-    d = Limits()
+    p.add_argument("--max-pending", type=int, default=128, help=_AT_ONCE.format("requests", 128))
     b = p.add_argument_group("batching (POST /api/translations)")
     b.add_argument("--max-batch", type=int, default=32, help="most sentences decoded in one batch (default: 32)")
     b.add_argument(
@@ -44,62 +47,14 @@ def add_parser(subparsers) -> None:
         help="longest a sentence waits for others to join its batch (default: 5)",
     )
     b.add_argument("--batch-workers", type=int, default=1, help="batches decoded at once (default: 1)")
-    b.add_argument(
-        "--max-batch-pending",
-        type=int,
-        default=1024,
-        help="sentences allowed to wait or decode at once; more get HTTP 503 (default: 1024)",
-    )
+    b.add_argument("--max-batch-pending", type=int, default=1024, help=_AT_ONCE.format("sentences", 1024))
     g = p.add_argument_group("limits (slow, large or hostile clients)")
-    g.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=d.max_body_bytes,
-        help=f"largest request body; larger gets 413 before it is read (default: {d.max_body_bytes})",
-    )
-    g.add_argument(
-        "--body-timeout",
-        type=float,
-        default=d.body_timeout_s,
-        help=f"seconds to receive a request body, else 408 (default: {d.body_timeout_s:g})",
-    )
-    g.add_argument(
-        "--header-timeout",
-        type=float,
-        default=d.header_timeout_s,
-        help=f"seconds to receive a request's headers, else the connection closes (default: {d.header_timeout_s:g})",
-    )
-    g.add_argument(
-        "--keep-alive",
-        type=int,
-        default=d.keep_alive_s,
-        help=f"seconds an idle connection stays open (default: {d.keep_alive_s})",
-    )
-    g.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=d.max_header_bytes,
-        help=f"largest request head (default: {d.max_header_bytes})",
-    )
-    g.add_argument(
-        "--max-connections",
-        type=int,
-        default=d.max_connections,
-        help=f"open connections; more get 503 (default: {d.max_connections})",
-    )
-    g.add_argument(
-        "--max-response-bytes",
-        type=int,
-        default=d.max_response_bytes,
-        help=f"the explorer refuses (413) sentences whose attention maps could exceed this "
-        f"(default: {d.max_response_bytes})",
-    )
-    g.add_argument(
-        "--max-texts",
-        type=int,
-        default=d.max_texts,
-        help=f"most texts in one POST /api/translations (default: {d.max_texts})",
-    )
+    d = Limits()
+    for flag, (field, kind, what) in LIMIT_FLAGS.items():
+        default = getattr(d, field)
+        shown = f"{default:g}" if kind is float else default  # 10 seconds, not 10.0; 2000000, not 2e+06
+        metavar = flag[2:].upper().replace("-", "_")
+        g.add_argument(flag, dest=field, metavar=metavar, type=kind, default=default, help=f"{what} (default: {shown})")
     p.add_argument(
         "--heads",
         metavar="FILE",
@@ -157,41 +112,19 @@ def load_importance(heads: str | None, run_dir: Path, model) -> dict | None:
 def run(args) -> int:
     import uvicorn
 
+    from attnlab.flags import check_float, check_int
     from attnlab.serve import create_app
     from attnlab.serve.guard import guarded_h11
 
-    if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port must be in 0..65535, got {args.port}")
-    if args.workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {args.workers}")
-    if args.max_pending < 1:
-        raise ValueError(f"--max-pending must be at least 1, got {args.max_pending}")
-    for flag in ("max_batch", "batch_workers", "max_batch_pending"):
-        if getattr(args, flag) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
-    if not 0 <= args.max_wait_ms <= 10_000:
-        raise ValueError(f"--max-wait-ms must be in 0..10000 milliseconds, got {args.max_wait_ms}")
+    check_int("--port", args.port, 0, 65535)
+    for flag in ("--workers", "--max-pending", "--max-batch", "--batch-workers", "--max-batch-pending"):
+        check_int(flag, getattr(args, flag[2:].replace("-", "_")), 1)
+    check_float("--max-wait-ms", args.max_wait_ms, 0, 10_000)
     try:
-        limits = Limits(
-            max_body_bytes=args.max_body_bytes,
-            body_timeout_s=args.body_timeout,
-            header_timeout_s=args.header_timeout,
-            keep_alive_s=args.keep_alive,
-            max_header_bytes=args.max_header_bytes,
-            max_connections=args.max_connections,
-            max_response_bytes=args.max_response_bytes,
-            max_texts=args.max_texts,
-        )
+        limits = Limits(**{field: getattr(args, field) for field, _, _ in LIMIT_FLAGS.values()})
     except ValueError as exc:  # name the flag, not the field
-        msg = str(exc)
-        for field, flag in (
-            ("body_timeout_s", "--body-timeout"),
-            ("header_timeout_s", "--header-timeout"),
-            ("keep_alive_s", "--keep-alive"),
-        ):
-            msg = msg.replace(field, flag)
-        name, _, rest = msg.partition(" ")
-        raise ValueError(f"{name if name.startswith('--') else '--' + name.replace('_', '-')} {rest}") from None
+        field, _, rest = str(exc).partition(" ")
+        raise ValueError(" ".join([next(f for f, v in LIMIT_FLAGS.items() if v[0] == field), rest])) from None
     translator = load_checkpoint(args.checkpoint, args.device, args.precision)
     app = create_app(
         translator,

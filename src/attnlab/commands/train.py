@@ -7,9 +7,10 @@ attnlab train --preset cpu-small --nproc 2      # the same through torchrun (DDP
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+
+from attnlab.commands._common import add_command
 
 # flag -> (section, key): the common overrides get their own flags; `--set` reaches every field.
 _FLAGS = {
@@ -57,11 +58,8 @@ _RESUMABLE = {
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "train",
-        help="train a Transformer or Bahdanau translator (checkpoints, resume, DDP)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "train", "train a Transformer or Bahdanau translator (checkpoints, resume, DDP)", __doc__
     )
     p.add_argument("--model", choices=["transformer", "bahdanau"], default="transformer")
     p.add_argument(

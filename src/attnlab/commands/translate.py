@@ -6,11 +6,11 @@ echo "go ." | attnlab translate --checkpoint runs/d2l --beam 4
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from attnlab.checkpoint import DEFAULT_RUN
+from attnlab.commands._common import add_command
 
 MAX_BEAM = 16  # beams x output length is memory: 16 is far past where BLEU stops improving
 
@@ -64,12 +64,7 @@ def open_translator(args):
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "translate",
-        help="translate English sentences with a trained model",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "translate", "translate English sentences with a trained model", __doc__)
     p.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
     add_checkpoint_args(p)
     p.add_argument("--beam", type=int, default=1, help=f"beam size 1..{MAX_BEAM} (1 = greedy, the default)")

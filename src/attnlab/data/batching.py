@@ -11,6 +11,7 @@ import itertools
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -181,30 +182,9 @@ def collate(examples: Sequence, indices: Sequence[int], src_vocab, tgt_vocab, nu
 
 
 def iterate_batches(
-    examples: Sequence,
-    src_vocab,
-    tgt_vocab,
-    *,
-    batch_tokens: int | None = None,
-    batch_size: int | None = None,
-    num_steps: int | None = None,
-    shuffle: bool = True,
-    seed: int = 0,
-    epoch: int = 0,
-    rank: int = 0,
-    world_size: int = 1,
+    examples: Sequence, src_vocab, tgt_vocab, *, num_steps: int | None = None, **plan: Any
 ) -> Iterator[Batch]:
-    """Yield this rank's `Batch`es for one epoch (see `plan_batches` for the arguments)."""
-    plan = plan_batches(
-        examples,
-        batch_tokens=batch_tokens,
-        batch_size=batch_size,
-        num_steps=num_steps,
-        shuffle=shuffle,
-        seed=seed,
-        epoch=epoch,
-        rank=rank,
-        world_size=world_size,
-    )
-    for indices in plan:
+    """Yield this rank's `Batch`es for one epoch: `plan_batches(examples, num_steps=..., **plan)`,
+    each index list collated (see `plan_batches` for the arguments)."""
+    for indices in plan_batches(examples, num_steps=num_steps, **plan):
         yield collate(examples, indices, src_vocab, tgt_vocab, num_steps)

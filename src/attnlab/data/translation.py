@@ -26,7 +26,7 @@ import torch
 
 from attnlab._io import atomic_write_bytes
 
-from .corpus import cache_dir, file_sha256, parse_pairs, read_text, resolve_data_path
+from .corpus import cache_dir, file_sha256, read_fra_eng, resolve_data_path
 from .text import preprocess
 from .vocab import SubwordVocab, Vocab
 
@@ -273,13 +273,7 @@ def load_translation_data(
         raise ValueError(f"max_len must be a positive number of tokens or None, got {max_len}")
 
     data_path = resolve_data_path(path)
-    pairs, read_stats = parse_pairs(read_text(data_path), source=str(data_path))
-    if read_stats.malformed:
-        warnings.warn(
-            f"{data_path}: skipped {read_stats.malformed} malformed line(s) (no tab or an empty "
-            f"side), e.g. line(s) {read_stats.malformed_lines[:5]}",
-            stacklevel=2,
-        )
+    pairs, read_stats = read_fra_eng(data_path, return_stats=True)  # warns about malformed lines
     if not pairs:
         raise ValueError(f"{data_path} holds no tab-separated English–French pairs")
     tok, cache_hit = _tokenized_corpus(data_path, pairs, num_examples, use_cache)

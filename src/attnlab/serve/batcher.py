@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .pool import Busy
+from .pool import Busy, Threads
 
 
 @dataclass
@@ -60,7 +59,7 @@ class MicroBatcher:
         self._slots: asyncio.Semaphore
         self._task: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
-        self._executor: ThreadPoolExecutor | None = None  # made on first use, again after a shutdown
+        self.threads = Threads(self.workers, "attnlab-batch")
 
     async def translate(self, texts: list[str], beam: int = 1) -> list[str]:
         """Translations of `texts` (already validated), decoded together with other requests' sentences."""
@@ -124,7 +123,7 @@ class MicroBatcher:
                 return
             texts, beam = [it.text for it in batch], batch[0].beam
             try:
-                out = await loop.run_in_executor(self.executor(), self.translator.translate, texts, beam)
+                out = await loop.run_in_executor(self.threads.get(), self.translator.translate, texts, beam)
                 results: list = list(out)
             except ValueError:
                 # One sentence the checks let through must not fail the others: decode them one by one.
@@ -132,7 +131,7 @@ class MicroBatcher:
                 for t in texts:
                     try:
                         results.append(
-                            (await loop.run_in_executor(self.executor(), self.translator.translate, [t], beam))[0]
+                            (await loop.run_in_executor(self.threads.get(), self.translator.translate, [t], beam))[0]
                         )
                     except Exception as exc:  # noqa: BLE001 - handed to that sentence's request
                         results.append(exc)
@@ -150,11 +149,6 @@ class MicroBatcher:
         finally:
             self._slots.release()
 
-    def executor(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="attnlab-batch")
-        return self._executor
-
     def shutdown(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -163,9 +157,7 @@ class MicroBatcher:
             if not it.future.done():
                 it.future.cancel()
         self._queue.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        self.threads.shutdown()
 
 
 __all__ = ["MicroBatcher"]

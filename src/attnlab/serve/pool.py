@@ -14,6 +14,26 @@ class Busy(Exception):
     """More requests are waiting than the server accepts (HTTP 503 + Retry-After: the client should retry)."""
 
 
+class Threads:
+    """A named ThreadPoolExecutor made on first use, and again after `shutdown`: an app may be served
+    again after its lifespan ended (test clients run one lifespan per client)."""
+
+    def __init__(self, workers: int, name: str):
+        self.workers, self.name = workers, name
+        self._executor: ThreadPoolExecutor | None = None
+
+    def get(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.name)
+        return self._executor
+
+    def shutdown(self) -> None:
+        """Stop the threads; queued work is cancelled, running work finishes in the background."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
 class TranslatorPool:
     """`workers` threads running requests on one shared translator (see the module docstring).
 
@@ -28,7 +48,7 @@ class TranslatorPool:
             raise ValueError(f"max_pending must be a positive integer, got {max_pending!r}")
         self.base, self.workers, self.max_pending = translator, workers, max_pending
         self.pending = 0  # touched only on the event loop's thread, so no lock
-        self._executor: ThreadPoolExecutor | None = None  # made on first use, again after a shutdown
+        self.threads = Threads(workers, "attnlab-explain")
 
     async def run(self, fn, *args):
         if self.pending >= self.max_pending:
@@ -36,20 +56,12 @@ class TranslatorPool:
         self.pending += 1
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.executor(), lambda: fn(self.base, *args))
+            return await loop.run_in_executor(self.threads.get(), lambda: fn(self.base, *args))
         finally:
             self.pending -= 1
 
-    def executor(self) -> ThreadPoolExecutor:
-        # Lazily: an app may be served again after its lifespan ended (test clients run one per request).
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="attnlab-explain")
-        return self._executor
-
     def shutdown(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        self.threads.shutdown()
 
 
-__all__ = ["Busy", "TranslatorPool"]
+__all__ = ["Busy", "Threads", "TranslatorPool"]
