@@ -10,10 +10,7 @@ generated sentences) is saved, imported with `attnlab import hf`, and both decod
 
 from __future__ import annotations
 
-import io
-import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -23,56 +20,13 @@ from pathlib import Path
 
 import torch
 
-WORDS = (
-    "the cat dog house river green small old walks sleeps sees eats quickly never always "
-    "tree bird runs sings under over near my your their little big red blue"
-).split()
-
-
-def sentences(n, seed=0):
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))).capitalize() + "." for _ in range(n)]
+from attnlab.testing import sentences, tiny_marian
 
 
 def build(d: Path):
-    import sentencepiece as spm
-    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
-
-    buf = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences(300)), model_writer=buf, vocab_size=80, minloglevel=2, num_threads=1
-    )
-    for name in ("source.spm", "target.spm"):
-        (d / name).write_bytes(buf.getvalue())
-    sp = spm.SentencePieceProcessor()
-    sp.LoadFromSerializedProto(buf.getvalue())
-    pieces = [sp.IdToPiece(i) for i in range(sp.GetPieceSize()) if sp.IdToPiece(i) not in ("<unk>", "<s>", "</s>")]
-    tokens = ["</s>", "<unk>", *pieces, "<pad>"]
-    (d / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
-    MarianTokenizer(str(d / "source.spm"), str(d / "target.spm"), str(d / "vocab.json")).save_pretrained(d)
-    V = len(tokens)
-    cfg = MarianConfig(
-        vocab_size=V,
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=256,
-        decoder_ffn_dim=256,
-        activation_function="swish",
-        scale_embedding=True,
-        max_position_embeddings=256,
-        pad_token_id=V - 1,
-        eos_token_id=0,
-        decoder_start_token_id=V - 1,
-        forced_eos_token_id=None,
-        init_std=0.15,
-    )
-    torch.manual_seed(0)
-    model = MarianMTModel(cfg).eval()
-    model.generation_config.bad_words_ids = [[V - 1]]
-    model.save_pretrained(d)
+    # Larger than the tests' model; plain sentences, SentencePiece's default coverage, no perturbation.
+    size = dict(d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256, max_position_embeddings=256, init_std=0.15)
+    tiny_marian(d, lively=False, marks=".", spm_options={"character_coverage": 0.9995}, **size)
 
 
 def import_time(code: str, rounds: int = 5) -> float:
@@ -105,7 +59,7 @@ def main():
         build(d)
         tr = load_translator(import_hf(d, Path(tmp) / "run"))
         hf, tok = MarianMTModel.from_pretrained(d).eval(), MarianTokenizer.from_pretrained(d)
-        texts = sentences(32, seed=7)
+        texts = sentences(32, seed=7, marks=".")
         src_ids = [tr.src_vocab.encode(t) for t in texts]
         enc = tok(texts, padding=True, return_tensors="pt")
         limit = tr.output_limit(enc["input_ids"].shape[1])

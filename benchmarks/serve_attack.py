@@ -19,11 +19,11 @@ import argparse
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
+
+from attnlab.testing import start_server, stop_server
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
@@ -32,38 +32,6 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def start(checkpoint: Path, src: str | None) -> tuple[subprocess.Popen, int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "attnlab",
-            "serve",
-            "--checkpoint",
-            str(checkpoint),
-            "--port",
-            str(port),
-            "--log-level",
-            "critical",
-        ],
-        env=env,
-    )
-    for _ in range(600):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
-                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-                if c.recv(100).startswith(b"HTTP/1.1 200"):
-                    return proc, port
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("server did not start")
 
 
 def first_line(sock: socket.socket, timeout: float) -> str:
@@ -176,7 +144,9 @@ def main() -> None:
     ap.add_argument("--hold-seconds", type=float, default=10.0, help="how long no-read clients hold on")
     args = ap.parse_args()
 
-    proc, port = start(args.checkpoint, args.src)
+    proc, port = start_server(
+        args.checkpoint, "--log-level", "critical", env={"PYTHONPATH": args.src} if args.src else None
+    )
     holders: list[socket.socket] = []
     try:
         time.sleep(1)
@@ -209,8 +179,7 @@ def main() -> None:
             f"{'still answers /healthz' if alive else 'does NOT answer /healthz'}"
         )
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_server(proc)
     print("load average (1, 5, 15 min):", " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 

@@ -19,14 +19,13 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from attnlab.testing import start_server, stop_server, train_tiny
 
 SENTENCES = [
     "i'm home .",
@@ -45,27 +44,6 @@ PATHS = {
 }
 
 
-def train_tiny(run_dir: Path) -> Path:
-    """20 steps of a 2-layer tiny Transformer on attnlab's bundled sample pairs (seconds)."""
-    from attnlab.data import sample_data_path
-    from attnlab.presets import get_preset
-    from attnlab.train import TrainConfig, train_run
-
-    preset = get_preset("transformer", "tiny")
-    cfg = TrainConfig.from_dict(
-        {**preset["train"], "max_steps": 20, "epochs": 100, "schedule": "constant", "lr": 1e-2, "eval_limit": 4}
-    )
-    train_run(
-        "transformer",
-        {**preset["model"], "num_layers": 2},
-        cfg,
-        {**preset["data"], "path": str(sample_data_path())},
-        run_dir,
-        progress=False,
-    )
-    return run_dir
-
-
 def cpu_features() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -73,39 +51,6 @@ def cpu_features() -> str:
     except (OSError, StopIteration):
         return "unknown"
     return ", ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))
-
-
-def start(checkpoint: Path, extra: list[str]) -> tuple[subprocess.Popen, int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "attnlab",
-            "serve",
-            "--checkpoint",
-            str(checkpoint),
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            *extra,
-        ]
-    )
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise SystemExit(f"attnlab serve exited with {proc.returncode}")
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/healthz")
-            c.getresponse().read()
-            return proc, port
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("attnlab serve did not start within 120 s")
 
 
 def run_clients(port: int, path: str, body, clients: int, requests: int) -> tuple[float, list[float], int]:
@@ -167,8 +112,8 @@ def main() -> None:
             print("no runs/demo/transformer: training a tiny model on the sample pairs ...", flush=True)
             ckpt = train_tiny(Path(tmp.name) / "tiny")
     servers = {
-        "main": start(ckpt, ["--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)]),
-        "single": start(ckpt, ["--workers", str(args.workers), "--max-batch", "1"]),
+        "main": start_server(ckpt, "--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)),
+        "single": start_server(ckpt, "--workers", str(args.workers), "--max-batch", "1"),
     }
     port_of = {"explain": servers["main"][1], "single": servers["single"][1], "batched": servers["main"][1]}
     stats: dict[str, dict] = {m: {"rates": [], "lat": [], "fails": 0} for m in PATHS}
@@ -184,8 +129,7 @@ def main() -> None:
                 st["fails"] += fails
     finally:
         for proc, _ in servers.values():
-            proc.terminate()
-            proc.wait(timeout=30)
+            stop_server(proc)
         if tmp is not None:
             tmp.cleanup()
 

@@ -11,23 +11,23 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import nbformat
-
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
 
 
-def cells_of(text: str) -> list:
-    """Split a percent-format source into nbformat cells."""
-    cells, kind, lines = [], None, []
+def percent_cells(text: str) -> list[tuple[str, str]]:
+    """A percent-format source as ("markdown" | "code", body) pairs: markdown without its `# `
+    prefixes, empty code cells dropped. tools/docs_hooks.py renders the same cells as a docs page."""
+    cells: list[tuple[str, str]] = []
+    kind, lines = None, []
 
     def flush():
         body = "\n".join(lines).strip("\n")
         if kind == "markdown":
             body = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines())
-            cells.append(nbformat.v4.new_markdown_cell(body))
+            cells.append((kind, body))
         elif kind == "code" and body:
-            cells.append(nbformat.v4.new_code_cell(body))
+            cells.append((kind, body))
 
     for line in text.splitlines():
         if line.startswith("# %%"):
@@ -39,7 +39,17 @@ def cells_of(text: str) -> list:
     return cells
 
 
+def cells_of(text: str) -> list:
+    """Split a percent-format source into nbformat cells."""
+    import nbformat
+
+    new = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
+    return [new[kind](body) for kind, body in percent_cells(text)]
+
+
 def notebook_of(source: Path):
+    import nbformat  # here, not at the top: tools/docs_hooks.py loads this file for percent_cells only
+
     nb = nbformat.v4.new_notebook()
     nb.cells = cells_of(source.read_text(encoding="utf-8"))
     # Fixed ids keep rebuilt notebooks byte-identical (nbformat draws random ones).
@@ -51,6 +61,8 @@ def notebook_of(source: Path):
 
 
 def main(argv: list[str]) -> int:
+    import nbformat
+
     check = "--check" in argv
     stale = []
     for source in sorted(SOURCES.glob("*.py")):

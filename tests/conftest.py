@@ -1,4 +1,5 @@
-"""Suite-wide fixtures, and the CI rule: under CI=true nothing skips.
+"""Suite-wide fixtures (`one_thread`, the headless Chromium `driver`), and the CI rule: under CI=true
+nothing skips.
 
 Every skip in this suite is a missing resource (Chromium and chromedriver for the browser tests, the
 fra-eng corpus for training and data tests). On a developer's laptop skipping them is a convenience;
@@ -7,10 +8,12 @@ turned into a failure that names what was missing. xfail is not a skip and is le
 """
 
 import os
+from pathlib import Path
 
 import pytest
 
 CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -37,3 +40,37 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """One headless Chromium (selenium) per test module, keeping its console for the no-errors checks.
+    Skips where Debian's chromium + chromium-driver are missing (a failure under CI=true)."""
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.skip(
+            "needs /usr/bin/chromium and /usr/bin/chromedriver "
+            "(apt-get install chromium chromium-driver; CI's .ci/run installs them)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--window-size=1000,800",  # the notebook views' size; the explorer's tests set their own viewport
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console messages, for the no-errors checks
+    d = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    yield d
+    d.quit()

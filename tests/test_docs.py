@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 
 # Never build with -q: mkdocs counts warnings for --strict through its log handler, and -q silences them
@@ -89,36 +88,16 @@ def test_strict_build_fails_on_a_broken_link(tmp_path):
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not (CHROMIUM.exists() and DRIVER.exists()), reason="needs /usr/bin/chromium and chromedriver")
-def test_home_and_api_pages_render(site, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+def test_home_and_api_pages_render(driver, site, tmp_path):
     from selenium.webdriver.common.by import By
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        f"--user-data-dir={tmp_path / 'profile'}",
-    ):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(DRIVER)), options=opts)
-    try:
-        driver.get((site / "index.html").as_uri())
-        assert "attnlab" in driver.title
-        assert driver.find_element(By.CSS_SELECTOR, "article h2").text.startswith("Getting started")
-        driver.save_screenshot(str(tmp_path / "home.png"))
-        driver.get((site / "api" / "attention.html").as_uri())
-        names = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "article .doc-heading code")]
-        assert any("masked_softmax" in n for n in names), names[:10]
-        driver.save_screenshot(str(tmp_path / "api.png"))
-        severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-        assert not severe, severe
-    finally:
-        driver.quit()
+    driver.get((site / "index.html").as_uri())
+    assert "attnlab" in driver.title
+    assert driver.find_element(By.CSS_SELECTOR, "article h2").text.startswith("Getting started")
+    driver.save_screenshot(str(tmp_path / "home.png"))
+    driver.get((site / "api" / "attention.html").as_uri())
+    names = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "article .doc-heading code")]
+    assert any("masked_softmax" in n for n in names), names[:10]
+    driver.save_screenshot(str(tmp_path / "api.png"))
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe

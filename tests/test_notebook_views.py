@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
 from attnlab.explain import Explanation
 from attnlab.notebook import head_view, model_view
-
-CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 
 def fake_explanation(layers=3, heads=4, ls=5, lt=6, bahdanau=False) -> Explanation:
@@ -60,32 +57,6 @@ def test_views_refuse_what_the_model_lacks():
 def test_static_fallback_is_a_figure():
     fig = head_view(fake_explanation(), layer=1).figure()
     assert len([a for a in fig.axes if a.images]) == 4  # one panel per head of the chosen layer
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    if not (CHROMIUM.exists() and DRIVER.exists()):
-        pytest.skip("needs /usr/bin/chromium and /usr/bin/chromedriver")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--window-size=1000,800",
-        f"--user-data-dir={tmp_path_factory.mktemp('profile')}",
-    ):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(str(DRIVER)), options=opts)
-    yield d
-    d.quit()
 
 
 @pytest.mark.browser

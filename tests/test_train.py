@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
-from train_helpers import DATA, SUBPROCESS_ENV, needs_data, tiny_run
+from train_helpers import DATA, SUBPROCESS_ENV, needs_data, tiny_run, train_argv
 
 from attnlab.train import TrainConfig, learning_rate, masked_cross_entropy, sequence_loss
 
@@ -99,27 +99,7 @@ def test_same_seed_same_losses(tmp_path):
 
 
 def _train_args(out, *extra):
-    return [
-        "train",
-        "--model",
-        "transformer",
-        "--preset",
-        "tiny",
-        "--out",
-        str(out),
-        "--data",
-        DATA,
-        "--seed",
-        "7",
-        "--max-steps",
-        "8",
-        "--checkpoint-every",
-        "3",
-        "--set",
-        "model.dropout=0.1",
-        "--no-progress",
-        *extra,
-    ]
+    return train_argv(out, "--seed", "7", "--checkpoint-every", "3", "--set", "model.dropout=0.1", *extra, steps=8)
 
 
 def _weights(path):

@@ -25,3 +25,10 @@ def tiny_run(run_dir, model_type: str = "transformer", progress: bool = False, *
     preset = get_preset(model_type, "tiny")
     cfg = TrainConfig.from_dict({**preset["train"], "max_steps": 4, **train_overrides})
     return train_run(model_type, preset["model"], cfg, {**preset["data"], "path": DATA}, run_dir, progress=progress)
+
+
+def train_argv(out, *extra: str, model: str = "transformer", steps: int = 6) -> list[str]:
+    """`attnlab train` arguments: the tiny preset of `model` on DATA for `steps` updates into `out`,
+    no progress bar, then `extra`."""
+    flags = f"train --model {model} --preset tiny --max-steps {steps} --no-progress".split()
+    return [*flags, "--out", str(out), "--data", str(DATA), *extra]

@@ -94,25 +94,21 @@ def cli_page() -> str:
     return "\n".join(out)
 
 
+def _notebook_sources():
+    """notebooks/build.py as a module (not a package: it is run as a script), for its cell parser."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("attnlab_notebooks_build", ROOT / "notebooks" / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def notebook_page(source: Path) -> str:
     """A percent-format notebook source as markdown (the notebooks run in CI; outputs are not kept)."""
-    parts, kind, lines = [], None, []
-
-    def flush():
-        body = "\n".join(lines).strip("\n")
-        if kind == "markdown":
-            text = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines())
-            parts.append(text)
-        elif kind == "code" and body:
-            parts.append(f"```python\n{body}\n```")
-
-    for line in source.read_text(encoding="utf-8").splitlines():
-        if line.startswith("# %%"):
-            flush()
-            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
-        else:
-            lines.append(line)
-    flush()
+    cells = _notebook_sources().percent_cells(source.read_text(encoding="utf-8"))
+    parts = [body if kind == "markdown" else f"```python\n{body}\n```" for kind, body in cells]
     nb = f"notebooks/{source.stem}.ipynb"
     return "\n\n".join(parts) + f"\n\n---\nOpen `{nb}` in Jupyter to run it (`ATTNLAB_SMALL=1` runs it in seconds).\n"
 

@@ -33,8 +33,6 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
-from attnlab import checkpoint as ckpt
-
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 from attnlab import precision as prec
@@ -44,6 +42,7 @@ from attnlab.progress import LossWindow, Progress
 from attnlab.runtime import distributed_info, resolve_device, rng_state, seed_everything, set_rng_state
 from attnlab.stop import StopPolicy
 from attnlab.train_config import TrainConfig
+from attnlab.train_state import RunWriter, TrainerState, weights_finite
 
 # Test hook: SIGKILL this process right after finishing the given step (the kill-and-resume test).
 KILL_ENV = "ATTNLAB_TEST_KILL_AT_STEP"
@@ -67,7 +66,7 @@ class TrainResult:
     exit_code: int = 0  # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
 
 
-class Trainer:
+class Trainer(TrainerState):
     """Train `model` on `data` (an `attnlab.data.TranslationData`), writing a run folder at `run_dir`.
 
     Args:
@@ -117,40 +116,12 @@ class Trainer:
         self.batch_in_epoch = 0  # batches of the current epoch already consumed (on this rank)
         self._scores: tuple[int, dict] = (-1, {})  # (step, scores) of the latest evaluation
         self.tokens_seen = 0
-        self.last_checkpoint: Path | None = None
+        self.writer = RunWriter(self.run_dir if self.is_main else None, config.keep_last, config.keep_best)
         self._reseed_rank()
 
     @property
     def best_bleu(self) -> float | None:
         return self.stop.best_bleu
-
-    # -- state ------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_in_epoch": self.batch_in_epoch,
-            "optimizer": self.optimizer.state_dict(),
-            "rng": rng_state(),
-            **self.stop.state_dict(),
-            "tokens_seen": self.tokens_seen,
-            "schedule": {"name": self.cfg.schedule, "last_lr": self.optimizer.param_groups[0]["lr"]},
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.stop.load_state_dict(state)
-        self.tokens_seen = state["tokens_seen"]
-        set_rng_state(state["rng"])  # rank 0's generators...
-        self._reseed_rank()  # ...then each rank's own stream, exactly as the interrupted run had it
-
-    def _reseed_rank(self) -> None:
-        """Ranks start from one seed, so their initial weights agree; their dropout must not. Each rank
-        gets its own stream, derived from (seed, rank, step) at the start and at every checkpoint, so
-        a resumed multi-process run continues every rank's stream exactly."""
-        if self.world_size > 1:
-            seed_everything((self.cfg.seed * 1_000_003 + self.rank * 7_919 + self.step) % 2**63)
 
     def finished(self) -> str | None:
         """Why training is over under the current config (None if it should go on)."""
@@ -308,7 +279,7 @@ class Trainer:
         - a signal: no evaluation (the user is waiting); a checkpoint so `--resume` continues here.
         - a non-finite loss: nothing is saved; the newest checkpoint is the last finite state.
         """
-        if reason != "signal" and not self._weights_finite():
+        if reason != "signal" and not weights_finite(self.model):
             # A step with a finite loss can still blow the weights up (a huge lr): never save those.
             reason = self.stop.diverged()
         exit_code = {"signal": self.stop.exit_code, "non_finite_loss": 1}.get(reason, 0)
@@ -345,7 +316,7 @@ class Trainer:
             losses,
             elapsed,
             tokens / max(elapsed, 1e-9),
-            self.last_checkpoint,
+            self.writer.last_checkpoint,
             exit_code,
         )
 
@@ -354,55 +325,6 @@ class Trainer:
         if self.cfg.max_steps is not None:
             total = min(total, self.cfg.max_steps)
         return Progress(total, initial=self.step)
-
-    # -- writing the run folder (rank 0 only) -----------------------------------------------------
-    def _log(self, event: dict) -> None:
-        if self.is_main and self.run_dir is not None:
-            ckpt.append_jsonl(self.run_dir / "log.jsonl", {"time": time.time(), **event})
-
-    def _log_train(self, loss: float | None, tokens: int, elapsed: float) -> None:
-        self._log(
-            {
-                "event": "train",
-                "step": self.step,
-                "epoch": self.epoch,
-                "loss": loss,
-                "lr": self.optimizer.param_groups[0]["lr"],
-                "tokens_per_s": tokens / max(elapsed, 1e-9),
-                "elapsed_s": elapsed,
-            }
-        )
-
-    def _weights_finite(self) -> bool:
-        return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
-
-    def save_checkpoint(self) -> None:
-        self._reseed_rank()  # on every rank, before rank 0 saves its generator state
-        if not self.is_main or self.run_dir is None:
-            return
-        # Only a score measured at this very step may rank this checkpoint among the best.
-        scored_step, scores = self._scores
-        scores = scores if scored_step == self.step else {}
-        if not self._weights_finite():  # the loop stops at the next step (its loss is NaN)
-            self._log({"event": "skipped_checkpoint", "step": self.step, "why": "non-finite weights"})
-            return
-        meta = {
-            "step": self.step,
-            "epoch": self.epoch,
-            "stop_reason": self.stop.reason,
-            "valid_bleu": scores.get("valid_bleu"),
-            "valid_loss": scores.get("valid_loss"),
-        }
-        self.last_checkpoint = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.state_dict(), meta)
-        ckpt.prune_checkpoints(self.run_dir, self.cfg.keep_last, self.cfg.keep_best)
-
-    def save_final(self) -> None:
-        """Final weights at the run root, then a checkpoint that marks the run finished."""
-        if not self.is_main or self.run_dir is None:
-            self._reseed_rank()
-            return
-        ckpt.save_weights(self.model, self.run_dir / "model.safetensors")
-        self.save_checkpoint()
 
 
 def _chunks(iterable, size: int) -> Iterator[list]:

@@ -11,7 +11,7 @@ import pytest
 from attnlab.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for train_helpers
-from train_helpers import DATA, needs_data
+from train_helpers import needs_data, train_argv
 
 pytestmark = [needs_data, pytest.mark.usefixtures("one_thread")]
 
@@ -19,24 +19,7 @@ pytestmark = [needs_data, pytest.mark.usefixtures("one_thread")]
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, one_thread):
     out = tmp_path_factory.mktemp("cmd") / "run"
-    code = main(
-        [
-            "train",
-            "--model",
-            "transformer",
-            "--preset",
-            "tiny",
-            "--out",
-            str(out),
-            "--data",
-            DATA,
-            "--max-steps",
-            "6",
-            "--checkpoint-every",
-            "2",
-            "--no-progress",
-        ]
-    )
+    code = main(train_argv(out, "--checkpoint-every", "2"))
     assert code == 0
     return out
 
@@ -44,16 +27,12 @@ def run_dir(tmp_path_factory, one_thread):
 def test_train_prints_loss_and_location(run_dir, capsys):
     # The module fixture trained already; train again into a fresh folder to see the output.
     out = run_dir.parent / "again"
-    assert (
-        main(["train", "--preset", "tiny", "--out", str(out), "--data", DATA, "--max-steps", "2", "--no-progress"]) == 0
-    )
+    assert main(train_argv(out, steps=2)) == 0
     text = capsys.readouterr().out
     assert "final training loss" in text and "after 2 steps" in text
     assert f"saved the model to {out / 'model.safetensors'}" in text
     # Training into a folder that holds a run is refused, with the way out.
-    assert (
-        main(["train", "--preset", "tiny", "--out", str(out), "--data", DATA, "--max-steps", "2", "--no-progress"]) == 2
-    )
+    assert main(train_argv(out, steps=2)) == 2
     assert "--resume" in capsys.readouterr().err
 
 
@@ -122,25 +101,7 @@ def test_attention_command_saves_heatmaps(model_type, run_dir, tmp_path, capsys)
         expected = {"encoder_self_attention.png", "decoder_self_attention.png", "encoder_decoder_attention.png"}
     else:
         src = tmp_path / "bahdanau"
-        assert (
-            main(
-                [
-                    "train",
-                    "--model",
-                    "bahdanau",
-                    "--preset",
-                    "tiny",
-                    "--out",
-                    str(src),
-                    "--data",
-                    DATA,
-                    "--max-steps",
-                    "2",
-                    "--no-progress",
-                ]
-            )
-            == 0
-        )
+        assert main(train_argv(src, model="bahdanau", steps=2)) == 0
         expected = {"decoder_attention.png"}
     out = tmp_path / "maps"
     assert main(["attention", "--checkpoint", str(src), "i'm home .", "--out", str(out), "--format", "png"]) == 0

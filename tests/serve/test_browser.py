@@ -12,17 +12,9 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 DOCS_PNG = Path(__file__).resolve().parents[2] / "docs" / "explorer.png"
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not (CHROMIUM.exists() and DRIVER.exists()),
-        reason="needs /usr/bin/chromium and /usr/bin/chromedriver "
-        "(apt-get install chromium chromium-driver; CI's .ci/run installs them)",
-    ),
-]
+pytestmark = pytest.mark.browser  # the `driver` fixture (tests/conftest.py) skips where Chromium is missing
 
 # Elements that extend past the viewport's right edge (ignoring hidden ones): the overflow check.
 OVERFLOW_JS = """
@@ -34,32 +26,6 @@ for (const e of document.querySelectorAll('body *')) {
 }
 return {vw, scroll: document.documentElement.scrollWidth, out: out.slice(0, 10)};
 """
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--disable-dev-shm-usage",
-        "--hide-scrollbars",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console messages, for the no-errors check
-    d = webdriver.Chrome(service=Service(str(DRIVER)), options=opts)
-    yield d
-    d.quit()
 
 
 def _viewport(driver, width, height, mobile=False):
