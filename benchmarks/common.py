@@ -1,4 +1,4 @@
-"""Timing helpers shared by the benchmarks: medians of repeated runs, ratios in the same process."""
+"""Helpers shared by the benchmarks: medians of repeated runs, tables, the decoding benchmarks' flags."""
 
 import statistics
 import time
@@ -20,3 +20,12 @@ def table(headers, rows) -> str:
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def add_decoding_args(ap, checkpoint_help: str = "run folder") -> None:
+    """--checkpoint, --split, --limit, --rounds, --threads: what every decoding benchmark is run on."""
+    ap.add_argument("--checkpoint", required=True, help=checkpoint_help)
+    ap.add_argument("--split", default="test", choices=["valid", "test"])
+    ap.add_argument("--limit", type=int, help="first N sentences of the split")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)

@@ -29,7 +29,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 import ctranslate2
 
 sys.path.append(_HERE)
-from common import table
+from common import add_decoding_args, table
 from precision import header
 
 from attnlab import precision as prec
@@ -41,11 +41,7 @@ from attnlab.train import load_data
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--checkpoint", required=True, help="run folder (a Transformer)")
-    ap.add_argument("--split", default="test", choices=["valid", "test"])
-    ap.add_argument("--limit", type=int, help="first N sentences of the split")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    add_decoding_args(ap, "run folder (a Transformer)")
     ap.add_argument("--attnlab", default="fp32,int8", help="attnlab precisions to time")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

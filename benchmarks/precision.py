@@ -21,7 +21,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import add_decoding_args, table
 
 from attnlab import precision as prec
 from attnlab.checkpoint import load_translator
@@ -60,11 +60,7 @@ def variants(translator, names):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--checkpoint", required=True, help="run folder")
-    ap.add_argument("--split", default="test", choices=["valid", "test"])
-    ap.add_argument("--limit", type=int, help="first N sentences of the split")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    add_decoding_args(ap)
     ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (every Linear)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
