@@ -37,10 +37,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table
 
 from attnlab.data import iterate_batches
-from attnlab.metrics import corpus_bleu, group_by_source, reference_text
+from attnlab.metrics import corpus_bleu
 from attnlab.models import build_model
 from attnlab.precision import cpu_features, native_bf16
 from attnlab.presets import get_preset
+from attnlab.time_to_quality import held_out_sources
 
 
 # --------------------------------------------------------------------------- the plain recipe
@@ -168,18 +169,6 @@ RECIPES = {"laptop": laptop_recipe, "torch-tutorial": torch_recipe}
 
 
 # --------------------------------------------------------------------------- evaluation
-def held_out_sources(examples, vocab, limit: int, min_words: int = 3, max_words: int = 10):
-    """Distinct sources of `min_words`..`max_words` words, each with all of its references, first `limit`:
-    [(source text, source ids, [reference texts as hypotheses are written])]."""
-    sources, refs = group_by_source(examples)
-    keep = [
-        (ex.src_text, ex.src_ids, [reference_text(t, vocab) for t in rs])
-        for ex, rs in zip(sources, refs)
-        if min_words <= len(ex.src_text.split()) <= max_words
-    ]
-    return keep[:limit]
-
-
 def score(decode, sources, data, batch: int = 64) -> float:
     hyps = []
     for i in range(0, len(sources), batch):
@@ -267,20 +256,10 @@ def figure(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
-    for r in results:
-        xs = [0] + [p["seconds"] for p in r["curve"]]
-        ys = [0] + [p["valid_bleu"] for p in r["curve"]]
-        label = "plain nn.Transformer (PyTorch tutorial recipe)" if r["recipe"] == "torch-tutorial" else r["recipe"]
-        ax.plot(xs, ys, marker="o", label=label)
-    ax.set_xlabel("training wall-clock seconds (2 CPU cores)")
-    ax.set_ylabel("validation BLEU (multi-reference)")
-    ax.set_title("Time to quality: English→French, 3–10-word sources")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
     from attnlab._io import atomic_path
+    from attnlab.time_to_quality import plot_time_to_quality
 
+    fig = plot_time_to_quality(results)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import cast
 
 import numpy as np
@@ -43,6 +45,22 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to `n` inside the block (None: left alone), restored after.
+
+    A matmul splits its sums across threads, so the same seed gives slightly different floats at
+    different thread counts, and over thousands of steps a different model; a run that must give the
+    same result on every machine (the d2l preset) pins its count."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def distributed_info() -> tuple[int, int]:

@@ -228,6 +228,12 @@ class Trainer(TrainerState):
     # -- the loop ---------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
         """Train until the StopPolicy says stop; then evaluate, save and report (see `_finish`)."""
+        from attnlab.runtime import intra_op_threads
+
+        with intra_op_threads(self.cfg.threads):  # pinned by presets whose result must not depend on the cores
+            return self._fit()
+
+    def _fit(self) -> TrainResult:
         cfg, stop = self.cfg, self.stop
         stop.start = start = time.monotonic()
         losses: list[float] = []

@@ -43,6 +43,8 @@ class TrainConfig:
     precision: str = "auto"  # 'auto' (bf16 where native: AVX512-BF16/AMX CPUs, bf16 GPUs), 'fp32', 'bf16'
     log_every: int = 10  # steps between 'train' events in log.jsonl
     device: str = "auto"  # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...
+    threads: int | None = None  # torch intra-op threads while training; None = torch's default (the cores).
+    # The same seed gives the same weights only at the same thread count (float sums split differently).
 
     def __post_init__(self):
         check_field_types(self)
@@ -71,6 +73,7 @@ class TrainConfig:
             ("keep_best", 0, None, False),
             ("patience", 1, None, True),
             ("log_every", 1, None, False),
+            ("threads", 1, None, True),
             ("lr", 0.0, None, False),
             ("weight_decay", 0.0, None, False),
         ):

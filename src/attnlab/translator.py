@@ -166,8 +166,11 @@ class Translator:
             raise InputError("translate expects a list of sentences, got one string; wrap it in a list")
         return [encode_source(self.src_vocab, s, self.max_len, truncate) for s in sentences]
 
-    def decode(self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128) -> list[Hypothesis]:
-        """Source id lists (no <eos>) -> one Hypothesis each, in input order; batched, longest first."""
+    def decode(
+        self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128, length_penalty: float = 1.0
+    ) -> list[Hypothesis]:
+        """Source id lists (no <eos>) -> one Hypothesis each, in input order; batched, longest first.
+        `length_penalty` is beam search's alpha (score / len ** alpha; greedy ignores it)."""
         from attnlab.decode import beam_search, greedy
 
         if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
@@ -188,14 +191,18 @@ class Translator:
             if beam == 1:
                 hyps = greedy(self.model, src, lens, bos, tgt.eos, limit)
             else:
-                hyps = beam_search(self.model, src, lens, bos, tgt.eos, beam=beam, max_len=limit)
+                hyps = beam_search(
+                    self.model, src, lens, bos, tgt.eos, beam=beam, length_penalty=length_penalty, max_len=limit
+                )
             for i, h in zip(idx, hyps):
                 results[i] = h
         return results  # type: ignore[return-value]
 
-    def decode_ids(self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128) -> list[list[int]]:
+    def decode_ids(
+        self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128, length_penalty: float = 1.0
+    ) -> list[list[int]]:
         """Source id lists (no <eos>) -> target id lists (no <bos>/<eos>)."""
-        return [h.tokens for h in self.decode(src_ids, beam, batch_size)]
+        return [h.tokens for h in self.decode(src_ids, beam, batch_size, length_penalty)]
 
     def translate_ids(self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128) -> list[str]:
         """Source id lists (no <eos>) -> detokenized translations."""

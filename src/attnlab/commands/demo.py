@@ -5,8 +5,9 @@
 
 Steps: kernel regression, positional encoding, scaling, parameter counts; then the Bahdanau and the
 Transformer translators trained on the English–French pairs, their translations of the book's four
-sentences with BLEU, their attention maps, the Transformer's test-set BLEU; the trained Transformer is
-saved where `attnlab translate` and `attnlab serve` look by default.
+sentences with BLEU, their attention maps, the Transformer's test-set BLEU and time-to-quality curve
+(its checkpoints scored on validation, drawn over the curves benchmarks/time_to_quality.py measured,
+which attnlab ships); the trained Transformer is saved where `attnlab translate` and `attnlab serve` look by default.
 """
 
 from __future__ import annotations
@@ -28,12 +29,19 @@ SCALES: dict[str, list[tuple[str, str, str, dict, dict]]] = {  # name, model typ
     "full": [
         ("bahdanau", "bahdanau", "d2l", {}, {}),
         ("transformer-d2l", "transformer", "d2l", {}, {}),
-        ("transformer", "transformer", "cpu-small", {}, {}),
+        # Every checkpoint kept (not only the last 5): each is a point of the time-to-quality curve.
+        ("transformer", "transformer", "cpu-small", {"keep_last": 100}, {}),
     ],
     "tiny": [
         ("bahdanau", "bahdanau", "d2l", {"epochs": 3}, {"num_examples": 200}),
         ("transformer-d2l", "transformer", "d2l", {"epochs": 3}, {"num_examples": 200}),
-        ("transformer", "transformer", "tiny", {"max_steps": 20, "time_budget": None}, {}),
+        (
+            "transformer",
+            "transformer",
+            "tiny",
+            {"max_steps": 20, "time_budget": None, "checkpoint_every": 5, "keep_last": 100},
+            {},
+        ),
     ],
 }
 
@@ -220,6 +228,7 @@ def run(args) -> int:
     from attnlab.data import ATTRIBUTION
     from attnlab.flags import check_seed
     from attnlab.report import Section, format_table, prepare_output_dir, write_report
+    from attnlab.time_to_quality import time_to_quality_section
     from attnlab.viz import plot_loss_curve, save_figure
 
     check_seed(args.seed)
@@ -333,6 +342,12 @@ def run(args) -> int:
                 tables=[(eval_headers, eval_rows)],
             )
         )
+
+    for t in trained:
+        if t.name == "transformer":
+            section = time_to_quality_section(t.run_dir, fig_dir, f"{t.preset}, this demo", limit=50 if tiny else 500)
+            print(f"\n== time to quality ==\n{format_table(*section.tables[0])}" if section.tables else "")
+            sections.append(section)
 
     for t in trained:
         if t.name == "transformer":

@@ -23,6 +23,13 @@ def add_parser(subparsers) -> None:
     add_checkpoint_args(p)
     p.add_argument("--split", choices=["train", "valid", "test"], default="test")
     p.add_argument("--beam", type=int, default=4, help=f"beam size 1..{MAX_BEAM} (default 4; 1 = greedy)")
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=1.0,
+        metavar="ALPHA",
+        help="beam search ranks finished hypotheses by score / length ** ALPHA (default 1.0; 0..5)",
+    )
     p.add_argument("--data", metavar="PATH", help="the corpus file, if it moved since training")
     p.add_argument("--limit", type=int, metavar="N", help="evaluate the first N distinct sources of the split (>= 1)")
     p.set_defaults(func=run)
@@ -34,6 +41,7 @@ def run(args) -> int:
 
     check_range("--beam", args.beam, 1, MAX_BEAM)
     check_range("--limit", args.limit, 1)
+    check_range("--length-penalty", args.length_penalty, 0, 5)
     translator = open_translator(args)
     data = load_run_data(translator, args.checkpoint, args.data)
     examples = getattr(data, args.split)
@@ -44,14 +52,15 @@ def run(args) -> int:
         raise ValueError(f"the {args.split} split of this run is empty; try --split valid or --split train")
 
     start = time.perf_counter()
-    out_ids = translator.decode_ids([ex.src_ids for ex in sources], beam=args.beam)
+    out_ids = translator.decode_ids([ex.src_ids for ex in sources], beam=args.beam, length_penalty=args.length_penalty)
     seconds = time.perf_counter() - start
     hyps = [translator.tgt_vocab.decode(ids) for ids in out_ids]
     refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]
     tokens = sum(len(ids) + 1 for ids in out_ids)  # + the <eos> each sentence also produced
     pairs = sum(len(rs) for rs in references)
 
-    print(f"{args.checkpoint}: {args.split} split, {len(sources)} distinct sources ({pairs} pairs), beam {args.beam}")
+    beam = f"beam {args.beam}" + (f", length penalty {args.length_penalty:g}" if args.beam > 1 else "")
+    print(f"{args.checkpoint}: {args.split} split, {len(sources)} distinct sources ({pairs} pairs), {beam}")
     print(
         f"BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}  "
         f"(sacreBLEU, detokenized, every reference of a source)"
