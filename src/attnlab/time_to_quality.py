@@ -66,15 +66,18 @@ def score_sources(translator, sources, beam: int = 1) -> float:
     return corpus_bleu(hyps, [refs for _, _, refs in sources])
 
 
-def _training_seconds(run_dir: Path) -> dict[int, float]:
-    """step -> training seconds at that step, from the run's log (train and end events)."""
+def training_seconds(run_dir: str | os.PathLike) -> dict[int, float]:
+    """step -> seconds of training up to that step, from the run's log.jsonl ('train' and 'end' events).
+    Each invocation's clock starts at 0, so a resumed run adds the seconds spent up to its resume step."""
     seconds: dict[int, float] = {}
-    log = run_dir / "log.jsonl"
-    if log.is_file():
-        for line in log.read_text().splitlines():
-            event = json.loads(line)
-            if event.get("event") in ("train", "end") and "elapsed_s" in event:
-                seconds[event["step"]] = event["elapsed_s"]
+    offset = 0.0
+    log = Path(run_dir) / "log.jsonl"
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        event = json.loads(line)
+        if event.get("event") == "resume":
+            offset = seconds.get(event["step"], offset)
+        elif event.get("event") in ("train", "end") and "elapsed_s" in event:
+            seconds[event["step"]] = offset + event["elapsed_s"]
     return seconds
 
 
@@ -86,7 +89,7 @@ def run_curve(run_dir: str | os.PathLike, limit: int = 500, split: str = "valid"
     from attnlab.data import load_data
 
     run_dir = Path(run_dir)
-    seconds = _training_seconds(run_dir)
+    seconds = training_seconds(run_dir)
     data = load_data(read_run_config(run_dir)["data"])
     translator = load_translator(run_dir)
     sources = held_out_sources(getattr(data, split), translator.tgt_vocab, limit)
