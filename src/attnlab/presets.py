@@ -45,8 +45,8 @@ PRESETS: dict[str, dict[str, dict]] = {
                 "label_smoothing": 0.0,
                 "log_every": 10,
                 # One thread: the same floats on every machine, so the demo, `attnlab train` and the
-                # tests get one model. At 2 threads the run ends 3/4 on the book's sentences, at 1
-                # thread 4/4 (BENCHMARKS.md, "The demo"): the 2,000 steps amplify rounding differences.
+                # tests get one model (LayerNorm's backward sums differ by thread count, and 2,000 steps
+                # amplify it: seed 0 gave 3/4 of the book's sentences at 2 threads, 4/4 at 1; BENCHMARKS.md).
                 "threads": 1,
             },
             "data": {"loader": "d2l", "num_examples": 600, "min_freq": 2},
