@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from test_translator import EN, tiny
+from train_helpers import SUBPROCESS_ENV, needs_data, tiny_run
 
 from attnlab.decode import beam_search
 from attnlab.translator import Translator
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_translator_passes_the_length_penalty_to_beam_search():
@@ -47,3 +54,21 @@ def test_evaluate_refuses_a_bad_length_penalty_before_loading_anything(bad, tmp_
 
     assert main(["evaluate", "--checkpoint", str(tmp_path / "none"), "--length-penalty", bad]) == 2
     assert "--length-penalty must be 0..5" in capsys.readouterr().err
+
+
+@needs_data
+def test_decode_levers_benchmark_scores_every_setting_on_validation(tmp_path):
+    """benchmarks/decode_levers.py: one row per (weights, beam, alpha), greedy once per weights."""
+    run = tmp_path / "run"
+    tiny_run(run, max_steps=2, checkpoint_every=1, keep_last=5)
+    ckpt = sorted((run / "checkpoints").iterdir())[0]
+    rows = tmp_path / "rows.jsonl"
+    cmd = [sys.executable, "benchmarks/decode_levers.py", "--checkpoint", str(run), "--weights", f"final,{ckpt}"]
+    cmd += ["--beams", "1,2", "--length-penalties", "0.5,1.0", "--limit", "10", "--json", str(rows)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=SUBPROCESS_ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "CPU features:" in done.stdout and "valid split, 10 distinct sources" in done.stdout
+    records = [json.loads(line) for line in rows.read_text().splitlines()]
+    settings = [(r["weights"] == "final", r["beam"], r["length_penalty"]) for r in records]
+    assert settings == [(w, b, a) for w in (True, False) for b, a in ((1, None), (2, 0.5), (2, 1.0))]
+    assert all(r["split"] == "valid" and r["sources"] == 10 and 0 <= r["bleu"] <= 100 for r in records)

@@ -15,6 +15,7 @@ from attnlab.time_to_quality import (
     plot_time_to_quality,
     run_curve,
     time_to_quality_section,
+    training_seconds,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -55,6 +56,20 @@ def test_the_figure_draws_every_measured_curve_and_the_run_dashed():
     assert lines[-1].get_linestyle() == "--" and list(lines[-1].get_ydata()) == [0, 5.0, 9.0]
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "mine" in labels and any("nn.Transformer" in t for t in labels)
+
+
+def test_a_resumed_runs_seconds_continue_from_its_resume_step(tmp_path):
+    events = [
+        {"event": "train", "step": 10, "elapsed_s": 5.0},
+        {"event": "train", "step": 20, "elapsed_s": 10.0},
+        {"event": "end", "step": 25, "elapsed_s": 12.0},  # stopped by its time budget, checkpoint at 25
+        {"event": "resume", "step": 25, "from": "step_0000025"},
+        {"event": "train", "step": 30, "elapsed_s": 2.5},  # the new invocation's clock starts at 0
+        {"event": "end", "step": 40, "elapsed_s": 7.5},
+    ]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert training_seconds(tmp_path) == {10: 5.0, 20: 10.0, 25: 12.0, 30: 14.5, 40: 19.5}
+    assert training_seconds(tmp_path / "no-run") == {}
 
 
 @pytest.fixture(scope="module")

@@ -57,9 +57,9 @@ PRESETS: dict[str, dict[str, dict]] = {
                 "dropout": 0.1,
                 "bias": False,
             },
-            # One thread: the same floats on every machine, so the demo, `attnlab train` and the
-            # tests get one model. At 2 threads the run ends 3/4 on the book's sentences, at 1
-            # thread 4/4 (BENCHMARKS.md, "The demo"): the 2,000 steps amplify rounding differences.
+            # One thread: the same floats whatever the machine's core count, so the demo, `attnlab train`
+            # and the tests get one model (LayerNorm's backward sums differ by thread count, and 2,000
+            # steps amplify it: seed 0 gave 3/4 of the book's sentences at 2 threads, 4/4 at 1; BENCHMARKS.md).
             "train": {**_D2L_TRAIN, "epochs": 200, "threads": 1},
             "data": _D2L_DATA,
         },

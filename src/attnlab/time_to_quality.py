@@ -66,15 +66,18 @@ def score_sources(translator, sources, beam: int = 1) -> float:
     return corpus_bleu(hyps, [refs for _, _, refs in sources])
 
 
-def _training_seconds(run_dir: Path) -> dict[int, float]:
-    """step -> training seconds at that step, from the run's log (train and end events)."""
+def training_seconds(run_dir: str | os.PathLike) -> dict[int, float]:
+    """step -> seconds of training up to that step, from the run's log.jsonl ('train' and 'end' events).
+    Each invocation's clock starts at 0, so a resumed run adds the seconds spent up to its resume step."""
     seconds: dict[int, float] = {}
-    log = run_dir / "log.jsonl"
-    if log.is_file():
-        for line in log.read_text().splitlines():
-            event = json.loads(line)
-            if event.get("event") in ("train", "end") and "elapsed_s" in event:
-                seconds[event["step"]] = event["elapsed_s"]
+    offset = 0.0
+    log = Path(run_dir) / "log.jsonl"
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        event = json.loads(line)
+        if event.get("event") == "resume":
+            offset = seconds.get(event["step"], offset)
+        elif event.get("event") in ("train", "end") and "elapsed_s" in event:
+            seconds[event["step"]] = offset + event["elapsed_s"]
     return seconds
 
 
@@ -86,7 +89,7 @@ def run_curve(run_dir: str | os.PathLike, limit: int = 500, split: str = "valid"
     from attnlab.data import load_data
 
     run_dir = Path(run_dir)
-    seconds = _training_seconds(run_dir)
+    seconds = training_seconds(run_dir)
     data = load_data(read_run_config(run_dir)["data"])
     translator = load_translator(run_dir)
     sources = held_out_sources(getattr(data, split), translator.tgt_vocab, limit)
@@ -133,6 +136,9 @@ def plot_time_to_quality(recipes: list[dict], own: list[dict] | None = None, own
 def time_to_quality_section(run_dir, fig_dir, own_label: str, curves_path=None, limit: int = 500):
     """The demo report's "Time to quality" Section: the measured curves (or a note saying why they are
     missing) with `run_dir`'s own curve on top, saved as fig_dir/time_to_quality.png/.svg."""
+    import matplotlib.pyplot as plt
+
+    from attnlab.checkpoint import read_run_config
     from attnlab.report import Section
     from attnlab.viz import save_figure
 
@@ -146,6 +152,7 @@ def time_to_quality_section(run_dir, fig_dir, own_label: str, curves_path=None, 
         return Section("Time to quality", note + "This run has no 3–10-word validation source to score either.")
     fig = plot_time_to_quality(recipes, own, own_label)
     figures = save_figure(fig, Path(fig_dir) / "time_to_quality", ("png", "svg"))[:1]
+    plt.close(fig)  # the report keeps the files only
     where = ""
     if recipes:
         commands = "; ".join(f"`{c}`" for c in measured.get("commands", [])) or "benchmarks/time_to_quality.py"
@@ -154,11 +161,17 @@ def time_to_quality_section(run_dir, fig_dir, own_label: str, curves_path=None, 
             f"{measured.get('measured', 'when and where unrecorded')}, with {commands}. "
             f"Their score: {measured.get('metric', 'validation BLEU')}. "
         )
+    max_len = read_run_config(run_dir)["data"].get("max_len")
+    shorter = (
+        f" (its recipe keeps pairs of at most {max_len} words, so its sources are shorter and the curves are "
+        f"not directly comparable)"
+        if max_len is not None and max_len < 10
+        else ""
+    )
     ours = (
         f"The dashed curve is this demo's own run on this machine ({own_label}): each checkpoint it kept, "
         f"at the training seconds its log records, scored the same way on up to {limit} distinct 3–10-word "
-        f"sources of its own validation split (its recipe trains on shorter pairs, so those sources are "
-        f"shorter and the curves are not directly comparable). "
+        f"sources of its own validation split{shorter}. "
         if own
         else "This demo's run had no 3–10-word validation source to score. "
     )
