@@ -104,12 +104,14 @@ def main(argv=None) -> int:
     names = list(engines)
     fp32 = next((n for n in names if n.split(":")[0] == "attnlab fp32"), names[0])
     outputs = {n: run(*engines[n]) for n in names}  # warm-up pass
-    times = {n: [] for n in names}
+    times: dict[str, list[float]] = {n: [] for n in names}
+    cores: dict[str, list[float]] = {n: [] for n in names}  # process CPU time / wall time: threads busy
     for r in range(args.rounds):
         for n in names[r % len(names) :] + names[: r % len(names)]:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             run(*engines[n])
             times[n].append(time.perf_counter() - t0)
+            cores[n].append((time.process_time() - c0) / times[n][-1])
     anchor = next(n for n in names if n.startswith("CTranslate2"))
     print(
         f"\n## {args.checkpoint}: {len(src_ids)} sentences of the {args.split} split, greedy, "
@@ -120,8 +122,8 @@ def main(argv=None) -> int:
         sps = statistics.median(len(src_ids) / t for t in times[n])
         ratio = statistics.median(a / t for a, t in zip(times[anchor], times[n]))
         same = sum(a == b for a, b in zip(outputs[n], outputs[fp32]))
-        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{same}/{len(src_ids)}"])
-    print(table(["engine", "sentences/s", f"vs {anchor}", f"same tokens as {fp32}"], rows))
+        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{statistics.median(cores[n]):.2f}", f"{same}/{len(src_ids)}"])
+    print(table(["engine", "sentences/s", f"vs {anchor}", "CPU s / wall s", f"same tokens as {fp32}"], rows))
     best_ours = max((n for n in names if n.startswith("attnlab")), key=lambda n: statistics.median(times[n]) ** -1)
     best_ct2 = max((n for n in names if n.startswith("CTranslate2")), key=lambda n: statistics.median(times[n]) ** -1)
     ratio = statistics.median(c / a for a, c in zip(times[best_ours], times[best_ct2]))

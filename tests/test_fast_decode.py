@@ -119,3 +119,26 @@ def test_a_failing_worker_raises_in_the_caller_and_restores_threads(monkeypatch)
     with pytest.raises(RuntimeError, match="decode failed"):
         tr.decode([[5], [6, 7], [8]], batch_size=1, workers=2)
     assert torch.get_num_threads() == threads
+
+
+def test_int8_translator_with_workers_matches_one_worker():
+    from attnlab.precision import prepare_for_inference
+
+    tr = tiny_translator()
+    tr.model = prepare_for_inference(tr.model, "int8")
+    torch.manual_seed(3)
+    ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1)]
+    assert tr.decode_ids(ids, batch_size=2) == [h.tokens for h in tr.decode(ids, batch_size=2, workers=3)]
+
+
+def test_workers_see_the_callers_head_masks():
+    from attnlab.attention import mask_heads
+
+    tr = tiny_translator()
+    torch.manual_seed(4)
+    ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1)]
+    masks = {"decoder.blocks.0.cross_attention": [0.0, 0.0]}  # the decoder stops seeing the source
+    with mask_heads(tr.model, masks):
+        ref = tr.decode_ids(ids, batch_size=1)
+        got = [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)]
+    assert got == ref != tr.decode_ids(ids, batch_size=1)

@@ -2,11 +2,15 @@
 hypotheses back in input order — one batch after another, or several at once on worker threads.
 
 Workers: a decoding step of a small model is ~100 small ops (matmuls of a few hundred rows), which
-torch's intra-op threads split poorly. With `workers=N`, N Python threads each decode their own batches
-with one intra-op thread apiece (torch ops release the GIL, so the batches run in parallel on N cores);
-torch's thread count is set to 1 for the duration and restored afterwards. It is process-wide, so
-other torch work running at the same time in the process also runs on one thread meanwhile.
-Results are the same as with `workers=1` (each batch is decoded exactly as it would be alone).
+torch's intra-op threads split poorly (on the 2-core machine of BENCHMARKS.md, two workers of one
+thread decoded 1.7x the sentences/s of one batch at a time on two intra-op threads). With `workers=N`
+(default: torch's thread count), N Python threads each decode their own batches with one intra-op
+thread apiece (torch ops release the GIL, so the batches run in parallel on N cores); torch's thread
+count is set to 1 for the duration and restored afterwards. It is process-wide, so other torch work
+running at the same time in the process also runs on one thread meanwhile. Only inputs of two batches
+or more use workers (a server request, a single sentence: never). Each batch runs in a copy of the
+caller's context, so `mask_heads` and `record_attention` apply in the workers too. Results are the same
+as with `workers=1`: each batch is decoded exactly as it would be alone.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 
 import torch
 
@@ -31,11 +36,13 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 
 def decode_batches(
-    translator, src_ids: Sequence[Sequence[int]], beam: int, batch_size: int, scores: bool, workers: int
+    translator, src_ids: Sequence[Sequence[int]], beam: int, batch_size: int, scores: bool, workers: int | None
 ) -> list[Hypothesis]:
-    """One Hypothesis per source id list (no <eos>), in input order. See the module docstring."""
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    """One Hypothesis per source id list (no <eos>), in input order. See the module docstring.
+    workers: None = torch.get_num_threads()."""
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"workers must be an integer >= 1 or None (one per torch thread), got {workers!r}")
+    workers = torch.get_num_threads() if workers is None else workers
     batches = length_batches([len(s) for s in src_ids], batch_size)
     results: list[Hypothesis | None] = [None] * len(src_ids)
 
@@ -51,8 +58,9 @@ def decode_batches(
         before = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
+            contexts = [copy_context() for _ in batches]  # taken here, in the caller's thread
             with ThreadPoolExecutor(min(workers, len(batches))) as pool:
-                list(pool.map(run, batches))  # list(): re-raises a worker's exception here
+                list(pool.map(lambda c, idx: c.run(run, idx), contexts, batches))  # list(): re-raises here
         finally:
             torch.set_num_threads(before)
     return results  # type: ignore[return-value]

@@ -156,7 +156,7 @@ class Translator:
         self.max_len = max_len
         self.max_output_len = max_output_len or DEFAULT_MAX_OUTPUT_LEN
         self.precision: PrecisionChoice | None = None  # what decodes and why (set by load_translator)
-        self.workers = 1  # batches decoded at once by `decode` (see attnlab.decode_batches)
+        self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
 
     def output_limit(self, src_len: int) -> int:
         """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,
@@ -186,8 +186,9 @@ class Translator:
         Args:
             batch_size: sentences per batch (default DEFAULT_BATCH_SIZE).
             scores: greedy only: False skips the log-probabilities (score NaN; same tokens, faster).
-            workers: decode this many batches at once, each on one thread (see `decode_batches`);
-                default `self.workers` (1: batches one after another on torch's intra-op threads).
+            workers: decode this many batches at once, each on one thread (`attnlab.decode_batches`);
+                default `self.workers`, whose default None means one per torch thread; 1: batches one
+                after another on torch's intra-op threads.
         """
         from attnlab.decode_batches import decode_batches
 
