@@ -2,18 +2,24 @@
 
 The run is exported once (float32) with `attnlab.export.ctranslate2`; CTranslate2 loads it as float32
 and as int8 (compute_type), attnlab decodes in fp32 and its other precisions. All decode the same
-sentences (the run's test split) in batches of 128, greedy, with the same output length cap; rounds are
-interleaved (rotating order), model loading and conversion are not timed. sentences/s is the median over
-rounds; ratios are medians of paired ratios against CTranslate2 float32. Token agreement with attnlab fp32
-is printed too.
+sentences (the run's test split), sorted by length, greedy, with the same output length cap per batch;
+rounds are interleaved (rotating order), model loading and conversion are not timed. sentences/s is the
+median over rounds; ratios are medians of paired ratios against the first CTranslate2 engine. Token
+agreement with attnlab fp32 is printed too.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/ct2_speed.py --checkpoint /tmp/speed-run --rounds 3
+Each side gets the same number of threads (--threads T) and may use them its best way, each at its
+best batch size: an engine spec is `NAME[:bN][:wK]` (batch N sentences; K workers of T / K threads).
+attnlab NAME is a precision (fp32, int8, bf16, "int8 (every Linear)"); its workers are
+`Translator.decode(workers=K)`. CTranslate2 NAME is a compute_type; its workers are inter_threads
+(batches submitted asynchronously, so K run at once).
+
+    flock /tmp/attnlab-measure.lock python benchmarks/ct2_speed.py --checkpoint /tmp/speed-run --rounds 3 \
+        --attnlab fp32:b256,fp32:b256:w2,int8:b256:w2 --ct2 float32:b128,int8:b128,int8:b256,int8:b128:w2
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import statistics
 import sys
@@ -30,10 +36,10 @@ import ctranslate2
 
 sys.path.append(_HERE)
 from common import add_decoding_args, table
-from precision import header
+from precision import header, variants
 
-from attnlab import precision as prec
 from attnlab.checkpoint import load_translator
+from attnlab.decode_batches import length_batches
 from attnlab.export.ctranslate2 import export, source_tokens
 from attnlab.train import load_data
 
@@ -42,7 +48,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_decoding_args(ap, "run folder (a Transformer)")
-    ap.add_argument("--attnlab", default="fp32,int8", help="attnlab precisions to time")
+    ap.add_argument("--attnlab", default="fp32:b256,int8:b256", help="attnlab engines, NAME[:bN][:wK], comma-separated")
+    ap.add_argument("--ct2", default="float32:b128,int8:b128", help="CTranslate2 engines, NAME[:bN][:wK]")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     header(argv)
@@ -51,65 +58,88 @@ def main(argv=None) -> int:
     examples = getattr(load_data(base.config["data"]), args.split)[: args.limit]
     src_ids = [ex.src_ids for ex in examples]
     toks = [source_tokens(base.src_vocab, ex.src_text) for ex in examples]
-    # attnlab caps each batch of 128 (sorted by length) by its longest source; CTranslate2 takes one cap
-    # per call, so it is given per batch the same way.
-    order = sorted(range(len(src_ids)), key=lambda i: -len(src_ids[i]))
-    batches = [order[i : i + 128] for i in range(0, len(order), 128)]
-
     tmp = tempfile.mkdtemp(prefix="attnlab-ct2-")
     out = export(args.checkpoint, os.path.join(tmp, "model"))
     engines = {}
-    for name in args.attnlab.split(","):
-        t = copy.copy(base)
-        t.model = prec.prepare_for_inference(base.model, name)
-        engines[f"attnlab {name}"] = ("attnlab", t)
-    for ct in ("float32", "int8"):
-        engines[f"CTranslate2 {ct}"] = (
-            "ct2",
-            ctranslate2.Translator(
-                str(out), device="cpu", compute_type=ct, inter_threads=1, intra_threads=args.threads
-            ),
+    for spec in args.attnlab.split(","):
+        name, bs, workers = parse_spec(spec)
+        t = variants(base, [name])[name]
+        t.workers = workers
+        engines[f"attnlab {spec}"] = ("attnlab", t, bs)
+    for spec in args.ct2.split(","):
+        name, bs, workers = parse_spec(spec)
+        if args.threads % workers:
+            raise SystemExit(f"--ct2 {spec}: {workers} workers do not divide --threads {args.threads}")
+        ct = ctranslate2.Translator(
+            str(out), device="cpu", compute_type=name, inter_threads=workers, intra_threads=args.threads // workers
         )
+        engines[f"CTranslate2 {spec}"] = ("ct2", ct, bs)
 
-    def run(kind, engine):
+    def run(kind, engine, bs):
         if kind == "attnlab":
-            return [engine.tgt_vocab.to_tokens(h) for h in engine.decode_ids(src_ids)]
-        res = [None] * len(toks)
-        for b in batches:
-            limit = base.output_limit(len(src_ids[b[0]]) + 1)
-            outs = engine.translate_batch(
-                [toks[i] for i in b], beam_size=1, max_decoding_length=limit, max_batch_size=128
+            return [engine.tgt_vocab.to_tokens(h) for h in engine.decode_ids(src_ids, batch_size=bs)]
+        # attnlab caps each batch (sorted by length) by its longest source; CTranslate2 takes one cap per
+        # call, so it gets one call per batch, all submitted at once (its workers take them in turn).
+        batches = length_batches([len(s) for s in src_ids], bs)
+        pending = [
+            engine.translate_batch(
+                [toks[i] for i in b],
+                beam_size=1,
+                max_decoding_length=base.output_limit(len(src_ids[b[0]]) + 1),
+                max_batch_size=bs,
+                asynchronous=True,
             )
+            for b in batches
+        ]
+        res = [None] * len(toks)
+        for b, outs in zip(batches, pending):
             for i, o in zip(b, outs):
-                res[i] = o.hypotheses[0]
+                res[i] = o.result().hypotheses[0]
         return res
 
     names = list(engines)
+    fp32 = next((n for n in names if n.split(":")[0] == "attnlab fp32"), names[0])
     outputs = {n: run(*engines[n]) for n in names}  # warm-up pass
-    times = {n: [] for n in names}
+    times: dict[str, list[float]] = {n: [] for n in names}
+    cores: dict[str, list[float]] = {n: [] for n in names}  # process CPU time / wall time: threads busy
     for r in range(args.rounds):
         for n in names[r % len(names) :] + names[: r % len(names)]:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             run(*engines[n])
             times[n].append(time.perf_counter() - t0)
-    anchor = "CTranslate2 float32"
+            cores[n].append((time.process_time() - c0) / times[n][-1])
+    anchor = next(n for n in names if n.startswith("CTranslate2"))
     print(
-        f"\n## {args.checkpoint}: {len(src_ids)} sentences of the {args.split} split, greedy, batch 128, "
+        f"\n## {args.checkpoint}: {len(src_ids)} sentences of the {args.split} split, greedy, "
         f"{args.threads} threads each, {args.rounds} interleaved rounds\n"
     )
     rows = []
     for n in names:
         sps = statistics.median(len(src_ids) / t for t in times[n])
         ratio = statistics.median(a / t for a, t in zip(times[anchor], times[n]))
-        same = sum(a == b for a, b in zip(outputs[n], outputs["attnlab fp32"]))
-        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{same}/{len(src_ids)}"])
-    print(table(["engine", "sentences/s", f"vs {anchor}", "same tokens as attnlab fp32"], rows))
+        same = sum(a == b for a, b in zip(outputs[n], outputs[fp32]))
+        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{statistics.median(cores[n]):.2f}", f"{same}/{len(src_ids)}"])
+    print(table(["engine", "sentences/s", f"vs {anchor}", "CPU s / wall s", f"same tokens as {fp32}"], rows))
     best_ours = max((n for n in names if n.startswith("attnlab")), key=lambda n: statistics.median(times[n]) ** -1)
     best_ct2 = max((n for n in names if n.startswith("CTranslate2")), key=lambda n: statistics.median(times[n]) ** -1)
     ratio = statistics.median(c / a for a, c in zip(times[best_ours], times[best_ct2]))
     print(f"\nbest attnlab ({best_ours}) / best CTranslate2 ({best_ct2}): {ratio:.2f}x sentences/s")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
+
+
+def parse_spec(spec: str) -> tuple[str, int, int]:
+    """'int8:b256:w2' -> ('int8', 256, 2); batch 128 and 1 worker unless given."""
+    name, *opts = spec.split(":")
+    bs, workers = 128, 1
+    for o in opts:
+        if o[:1] == "b" and o[1:].isdigit():
+            bs = int(o[1:])
+        elif o[:1] == "w" and o[1:].isdigit():
+            workers = int(o[1:])
+        else:
+            raise SystemExit(f"engine spec {spec!r}: expected NAME[:bN][:wK], e.g. int8:b256:w2")
+    return name, bs, workers
 
 
 if __name__ == "__main__":

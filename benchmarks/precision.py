@@ -1,8 +1,9 @@
 """Decoding speed and BLEU per precision (fp32 / bf16 / int8 variants) on a run's test split.
 
 Every precision decodes the same sentences (the run's test split, rebuilt from its config.json), greedy,
-batches of 128 sorted by length, as `attnlab evaluate` does. Rounds are interleaved (one pass of every
-variant per round, rotating who goes first) so machine load hits them alike; sentences/s is the median
+batches sorted by length (--batch-size, --workers: `Translator.decode`'s), as `attnlab evaluate` does.
+Rounds are interleaved (one pass of every variant per round, rotating who goes first) so machine load
+hits them alike; sentences/s is the median
 over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpus BLEU (sacreBLEU) of
 each variant is printed beside it. Model loading and conversion are not timed.
 
@@ -62,6 +63,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_decoding_args(ap)
     ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (every Linear)")
+    ap.add_argument("--batch-size", type=int, default=256, help="sentences per batch")
+    ap.add_argument("--workers", type=int, default=1, help="batches decoded at once (Translator.decode)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     header(argv)
@@ -72,18 +75,20 @@ def main(argv=None) -> int:
     refs = [reference_text(ex.tgt_text, base.tgt_vocab) for ex in examples]
     names = args.precisions.split(",")
     models = variants(base, names)
+    for t in models.values():
+        t.workers = args.workers
     print(
-        f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, greedy, batch 128, "
-        f"{args.rounds} interleaved rounds\n"
+        f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, greedy, batch "
+        f"{args.batch_size}, {args.workers} worker(s), {args.rounds} interleaved rounds\n"
     )
     times = {n: [] for n in names}
     hyps = {}
     for n in names:  # warm-up pass (also gives the outputs: decoding is deterministic)
-        hyps[n] = models[n].translate_ids(src)
+        hyps[n] = models[n].translate_ids(src, batch_size=args.batch_size)
     for r in range(args.rounds):
         for n in names[r % len(names) :] + names[: r % len(names)]:
             t0 = time.perf_counter()
-            models[n].translate_ids(src)
+            models[n].translate_ids(src, batch_size=args.batch_size)
             times[n].append(time.perf_counter() - t0)
     rows = []
     base_bleu = corpus_bleu(hyps["fp32"], refs)

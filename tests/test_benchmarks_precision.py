@@ -56,8 +56,11 @@ def test_precision_benchmark_prints_speed_and_bleu(run_dir):
 
 def test_ctranslate2_benchmark_compares_engines(run_dir):
     pytest.importorskip("ctranslate2")
-    out = _bench("ct2_speed.py", run_dir)
-    assert "| CTranslate2 float32 |" in out and "| attnlab fp32 " in out
-    ct2_row = next(line for line in out.splitlines() if line.startswith("| CTranslate2 float32"))
-    assert ct2_row.rstrip(" |").endswith("8/8")  # the export decodes like attnlab fp32
+    extra = ("--threads", "2", "--attnlab", "fp32:b4,fp32:b4:w2", "--ct2", "float32:b4,int8:b4:w2")
+    out = _bench("ct2_speed.py", run_dir, *extra)
+    assert "| CTranslate2 float32:b4 |" in out and "| attnlab fp32:b4 " in out
+    for engine in ("CTranslate2 float32:b4 ", "CTranslate2 int8:b4:w2", "attnlab fp32:b4:w2"):
+        row = next(line for line in out.splitlines() if line.startswith(f"| {engine}"))
+        if "int8" not in engine:  # the export, and attnlab's workers, decode like attnlab fp32
+            assert row.rstrip(" |").endswith("8/8"), row
     assert "best attnlab" in out

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.greedy_pick import pick
+
 __all__ = ["Hypothesis", "attention_maps", "beam_search", "greedy", "trace_path"]
 
 
@@ -65,6 +67,7 @@ def greedy(
     eos: int,
     max_len: int,
     use_cache: bool = True,
+    scores: bool = True,
 ) -> list[Hypothesis]:
     """Pick the most likely token at every step until <eos> or `max_len` tokens.
 
@@ -73,13 +76,15 @@ def greedy(
         eos: a sentence stops at its first <eos>; the loop stops once all have (eos=-1 never stops).
         use_cache: decode one token per step against the model's cache; False re-runs
             `model(src, prefix, src_valid_lens)` on the whole prefix every step (the slow baseline).
+        scores: compute each token's log-probability (a logsumexp pass over the (B, V) logits per
+            step); False leaves score NaN and positional_scores empty (the tokens are the same).
     Returns:
         B hypotheses; score = mean log-probability per token (<eos> included), as beam search with
         length_penalty=1.
     """
     _check(src, src_valid_lens, max_len)
     if use_cache:
-        return _greedy_cached(model, src, src_valid_lens, bos, eos, max_len)
+        return _greedy_cached(model, src, src_valid_lens, bos, eos, max_len, scores)
     B = src.shape[0]
     with _inference(model):
         prefix = torch.full((B, 1), bos, dtype=torch.long, device=src.device)  # (B, t)
@@ -87,11 +92,9 @@ def greedy(
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
         lengths = torch.full((B,), max_len, dtype=torch.long)  # tokens kept per sentence
         for step in range(max_len):
-            logits = model(src, prefix, src_valid_lens)
-            logprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V)
-            lp, nxt = logprobs.max(dim=-1)  # (B,)
+            nxt, lp = pick(model(src, prefix, src_valid_lens)[:, -1], scores)  # (B,), (B,) or None
             prefix = torch.cat([prefix, nxt[:, None]], dim=1)
-            step_lp.append(lp)
+            step_lp.append(lp if lp is not None else torch.zeros(B))
             new_eos = (nxt == eos) & ~finished
             lengths[new_eos.cpu()] = step
             finished |= new_eos
@@ -100,10 +103,12 @@ def greedy(
         rows = prefix[:, 1:].tolist()
         lps = torch.stack(step_lp, dim=1).tolist()  # (B, steps)
         ended = finished.tolist()
-    return _hypotheses(rows, lps, lengths.tolist(), ended)
+    return _hypotheses(rows, lps if scores else None, lengths.tolist(), ended)
 
 
 def _hypotheses(rows, lps, lengths, ended) -> list[Hypothesis]:
+    if lps is None:  # scores not computed
+        return [Hypothesis(row[:n], math.nan, done, []) for row, n, done in zip(rows, lengths, ended)]
     hyps = []
     for row, lp, n, done in zip(rows, lps, lengths, ended):
         pos = lp[: n + 1] if done else lp[:n]
@@ -112,14 +117,15 @@ def _hypotheses(rows, lps, lengths, ended) -> list[Hypothesis]:
 
 
 def _greedy_cached(
-    model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int, max_len: int
+    model: nn.Module, src: Tensor, src_valid_lens: Tensor | None, bos: int, eos: int, max_len: int, scores: bool
 ) -> list[Hypothesis]:
     """Greedy against the model's cache, with the batch shrinking as sentences end.
 
     Per step only the n sentences still running are decoded: a sentence that produced <eos> leaves the
     batch (`reorder_state` drops its rows from the encoder memory and every cache), so short sentences
     stop costing anything. Tokens and log-probabilities go into preallocated (B, max_len) tables,
-    written at the rows of the running sentences; nothing is copied to Python until the end.
+    written at the rows of the running sentences; nothing is copied to Python until the end. The
+    choice is `greedy_pick.pick`: arg-max of the logits, log-probability only if `scores`.
     """
     B, device = src.shape[0], src.device
     shrink = hasattr(model, "reorder_state")
@@ -134,13 +140,16 @@ def _greedy_cached(
         steps = 0
         for step in range(max_len):
             logits, state = model.decode_step(inp, state)
-            lp, nxt = F.log_softmax(logits[:, -1].float(), dim=-1).max(dim=-1)  # (n,)
+            nxt, lp = pick(logits[:, -1], scores)  # (n,), (n,) or None
             steps = step + 1
             if shrink:
-                tokens[alive, step], lps[alive, step] = nxt, lp
+                tokens[alive, step] = nxt
+                if lp is not None:
+                    lps[alive, step] = lp
             else:  # rows never leave: ignore what finished ones produce after their <eos>
                 tokens[:, step] = torch.where(finished, tokens[:, step], nxt)
-                lps[:, step] = torch.where(finished, lps[:, step], lp)
+                if lp is not None:
+                    lps[:, step] = torch.where(finished, lps[:, step], lp)
             ended = nxt == eos
             if not shrink:
                 ended &= ~finished
@@ -156,7 +165,7 @@ def _greedy_cached(
                     alive, nxt = alive[keep], nxt[keep]
             inp = nxt[:, None]
         rows = tokens[:, :steps].tolist()
-        lp_rows = lps[:, :steps].tolist()
+        lp_rows = lps[:, :steps].tolist() if scores else None
         out = _hypotheses(rows, lp_rows, lengths.tolist(), finished.tolist())
     return out
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from attnlab.precision import PrecisionChoice
 
 __all__ = [
+    "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_OUTPUT_LEN",
     "InputError",
     "TextTooLong",
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 DEFAULT_MAX_OUTPUT_LEN = 200  # tokens; fairseq's default max_len_b is of the same order
+# Sentences per decoding batch (sorted by length). Per step, a decoding batch pays a fixed cost (~100
+# small ops of Python and dispatch) plus work per row; 256 was faster than 128 on the laptop model
+# (BENCHMARKS.md, "Precision, int8 and CTranslate2"); sentences that end leave the batch early.
+DEFAULT_BATCH_SIZE = 256
 
 
 class InputError(ValueError):
@@ -151,6 +156,7 @@ class Translator:
         self.max_len = max_len
         self.max_output_len = max_output_len or DEFAULT_MAX_OUTPUT_LEN
         self.precision: PrecisionChoice | None = None  # what decodes and why (set by load_translator)
+        self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
 
     def output_limit(self, src_len: int) -> int:
         """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,
@@ -167,44 +173,49 @@ class Translator:
         return [encode_source(self.src_vocab, s, self.max_len, truncate) for s in sentences]
 
     def decode(
-        self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128, length_penalty: float = 1.0
+        self,
+        src_ids: Sequence[Sequence[int]],
+        beam: int = 1,
+        batch_size: int | None = None,
+        *,
+        length_penalty: float = 1.0,
+        scores: bool = True,
+        workers: int | None = None,
     ) -> list[Hypothesis]:
         """Source id lists (no <eos>) -> one Hypothesis each, in input order; batched, longest first.
-        `length_penalty` is beam search's alpha (score / len ** alpha; greedy ignores it)."""
-        from attnlab.decode import beam_search, greedy
+
+        Args:
+            batch_size: sentences per batch (default DEFAULT_BATCH_SIZE).
+            length_penalty: beam search's alpha (score / len ** alpha; greedy ignores it).
+            scores: greedy only: False skips the log-probabilities (score NaN; same tokens, faster).
+            workers: decode this many batches at once, each on one thread (`attnlab.decode_batches`);
+                default `self.workers`, whose default None means one per torch thread; 1: batches one
+                after another on torch's intra-op threads.
+        """
+        from attnlab.decode_batches import decode_batches
 
         if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
             raise ValueError(f"beam must be an integer >= 1, got {beam!r}")
-        eos, pad = self.src_vocab.eos, self.src_vocab.pad
-        # Sorting by length keeps padding (wasted work) low; results go back to input order.
-        order = sorted(range(len(src_ids)), key=lambda i: -len(src_ids[i]))
-        results: list[Hypothesis | None] = [None] * len(src_ids)
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            seqs = [list(src_ids[i]) + [eos] for i in idx]  # the source ends with <eos>, as in training
-            S = max(len(s) for s in seqs)
-            src = torch.tensor([s + [pad] * (S - len(s)) for s in seqs], dtype=torch.long, device=self.device)
-            lens = torch.tensor([len(s) for s in seqs], device=self.device)
-            tgt, limit = self.tgt_vocab, self.output_limit(S)
-            start_token = getattr(getattr(self.model, "config", None), "decoder_start_token", None)  # Marian: <pad>
-            bos = tgt.bos if start_token is None else start_token
-            if beam == 1:
-                hyps = greedy(self.model, src, lens, bos, tgt.eos, limit)
-            else:
-                hyps = beam_search(
-                    self.model, src, lens, bos, tgt.eos, beam=beam, length_penalty=length_penalty, max_len=limit
-                )
-            for i, h in zip(idx, hyps):
-                results[i] = h
-        return results  # type: ignore[return-value]
+        batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        workers = self.workers if workers is None else workers
+        return decode_batches(self, src_ids, beam, batch_size, scores, workers, length_penalty)
 
     def decode_ids(
-        self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128, length_penalty: float = 1.0
+        self,
+        src_ids: Sequence[Sequence[int]],
+        beam: int = 1,
+        batch_size: int | None = None,
+        length_penalty: float = 1.0,
     ) -> list[list[int]]:
-        """Source id lists (no <eos>) -> target id lists (no <bos>/<eos>)."""
-        return [h.tokens for h in self.decode(src_ids, beam, batch_size, length_penalty)]
+        """Source id lists (no <eos>) -> target id lists (no <bos>/<eos>); skips greedy's scores."""
+        hyps = self.decode(src_ids, beam, batch_size, length_penalty=length_penalty, scores=False)
+        return [h.tokens for h in hyps]
 
-    def translate_ids(self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int = 128) -> list[str]:
+    def translate_ids(
+        self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int | None = None
+    ) -> list[str]:
         """Source id lists (no <eos>) -> detokenized translations."""
         return [self.tgt_vocab.decode(ids) for ids in self.decode_ids(src_ids, beam, batch_size)]
 
@@ -215,7 +226,7 @@ class Translator:
     def translate_tokens(self, sentences: Sequence[str], beam: int = 1, truncate: bool = False) -> list[Translation]:
         """Like `translate`, also returning the source and target tokens (axis labels for attention maps)."""
         src_ids = self.encode(sentences, truncate)
-        hyps = self.decode(src_ids, beam)
+        hyps = self.decode(src_ids, beam, scores=False)
         return [
             Translation(
                 s,

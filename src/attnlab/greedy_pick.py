@@ -1,0 +1,56 @@
+"""Greedy's per-step choice without a full log-softmax: the arg-max of the logits, and (only when asked)
+the chosen token's log-probability as logit - logsumexp(row).
+
+Why: at the `laptop`/`cpu-small` sizes the output layer is the largest matmul of a decoding step, and
+`log_softmax(logits).max(-1)` over its (B, V) result cost about half as much again as the matmul
+itself (BENCHMARKS.md, "Precision, int8 and CTranslate2"): two passes with an exp per logit, then a
+`max` with indices, which PyTorch runs as a scalar loop (~12x slower than the vectorised `amax`).
+The arg-max of the logits is the arg-max of their log-softmax (the same row shift), so:
+
+    argmax_rows(logits)            -> (B,) first index of each row's maximum, as `logits.max(-1)` gives
+    pick(logits, scores=False)     -> (tokens (B,), None)
+    pick(logits, scores=True)      -> (tokens (B,), log-probabilities (B,) float32)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["argmax_rows", "pick"]
+
+CHUNK = 64  # elements per block: measured fastest of 16..128 at B 128..256, V ~4000, 1 and 2 threads
+
+
+def argmax_rows(logits: Tensor, chunk: int = CHUNK) -> Tensor:
+    """First index of the maximum of each row of logits (B, V) -> (B,) int64, in two vectorised passes.
+
+    The row is cut into blocks of `chunk`; `amax` finds each block's maximum, the first block holding
+    the row maximum is found on the small (B, V / chunk) table, and the index inside that block on a
+    (B, chunk) gather. The first block with the maximum and the first position inside it give the first
+    index overall, the tie rule of `logits.max(-1)`; a NaN is the maximum, as there."""
+    if logits.dim() != 2:
+        raise ValueError(f"argmax_rows expects logits of shape (B, V), got {tuple(logits.shape)}")
+    B, V = logits.shape
+    if V // chunk < 2 or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        return logits.argmax(dim=-1)
+    Vm = V - V % chunk  # whole blocks; the remainder (< chunk) is one short block at the end
+    block_max = logits[:, :Vm].reshape(B, Vm // chunk, chunk).amax(dim=-1)  # (B, V // chunk)
+    if Vm < V:
+        block_max = torch.cat([block_max, logits[:, Vm:].amax(dim=-1, keepdim=True)], dim=1)
+    first = block_max.argmax(dim=-1, keepdim=True)  # (B, 1) first block holding the maximum
+    # Indices of that block; the short last block repeats index V - 1 after its real elements, which
+    # cannot come before them in the arg-max (first occurrence).
+    idx = (first * chunk + torch.arange(chunk, device=logits.device)).clamp_(max=V - 1)  # (B, chunk)
+    inner = logits.gather(1, idx).argmax(dim=-1, keepdim=True)  # (B, 1)
+    return idx.gather(1, inner).squeeze(1)
+
+
+def pick(logits: Tensor, scores: bool = True) -> tuple[Tensor, Tensor | None]:
+    """Greedy choice for logits (B, V): tokens (B,) and, if `scores`, their log-probabilities (B,) in
+    float32 (logit - logsumexp over the row), else None (skips the exp pass over all B * V logits)."""
+    tokens = argmax_rows(logits)
+    if not scores:
+        return tokens, None
+    rows = logits.float()
+    return tokens, rows.gather(1, tokens[:, None]).squeeze(1) - torch.logsumexp(rows, dim=-1)
