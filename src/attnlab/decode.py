@@ -183,9 +183,11 @@ def beam_search(
     (with finished=False).
 
     Work is shaped as fairseq's SequenceGenerator: the first step runs on the B sources (all beams of
-    a sentence start identical), then the state is expanded once to B * beam rows, which expands the
-    encoder memory and the static cross-attention keys/values; later steps reorder only the growing
-    state (`reorder_state(..., same_sources=True)`), and sentences that are done leave the batch.
+    a sentence start identical), then the state is expanded once to B * beam rows (`expand_beams`
+    where the model has it: the encoder memory and the static cross-attention keys/values stay at B
+    rows and the beams are folded into the cross-attention queries; else `reorder_state`); later
+    steps reorder only the growing state (`reorder_state(..., same_sources=True)`), and sentences that
+    are done leave the batch.
 
     Args:
         length_penalty: alpha; 0 ranks by total log-probability (favours short outputs), 1 by per-token
@@ -290,8 +292,8 @@ def beam_search(
                 pos_lp = pos_lp.index_select(0, sel)
                 new_tok, scores = new_tok.index_select(0, sel), scores.index_select(0, kept)
                 active = [active[i] for i in keep]
-            if step == 0:  # expand once: memory and cross-attention keys/values go to (n*K) rows
-                state = model.reorder_state(state, rows // K)
+            if step == 0:  # expand once: K rows per sentence from its single row
+                state = _expand(model, state, rows // K, K)
             else:
                 state = model.reorder_state(state, rows, same_sources=len(keep) == n)
             inp = new_tok[:, None]
@@ -307,6 +309,16 @@ def beam_search(
             trace.append({"sentence": b, "winner": finished_at[b][best] if b in finished_at else None})
         out.append(Hypothesis(toks, s, ended, lps))
     return out
+
+
+def _expand(model: nn.Module, state, src_rows: Tensor, K: int):
+    """After step 0: sentence i's K hypotheses (src_rows (n*K,) = its row, K times) start from its row.
+    A model with `expand_beams` keeps the encoder memory and cross-attention keys/values at one row
+    per sentence ("beamable" attention); any other model gets every part of its state expanded."""
+    expand = getattr(model, "expand_beams", None)
+    if expand is not None:
+        return expand(state, src_rows[::K], K)
+    return model.reorder_state(state, src_rows)
 
 
 def _trace_step(

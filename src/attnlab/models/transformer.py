@@ -51,17 +51,33 @@ __all__ = ["TransformerConfig", "Transformer", "TransformerState", *transformer_
 class TransformerState:
     """Decoding state of one batch: encoder memory and a (self, cross) KVCache pair per decoder block.
 
-    Shape: memory (B, S, D); src_valid_lens (B,) or None; cache tensors (B, H, L, Dh).
+    Shape: memory (B, S, D); src_valid_lens (B,) or None; self-attention caches (B*beam, H, L, Dh),
+    cross-attention caches (B, H, S, Dh). `beam` target rows share each memory row (beam search's
+    hypotheses of one sentence, see `Transformer.expand_beams`); 1 outside beam search.
     """
 
     memory: Tensor
     src_valid_lens: Tensor | None
     caches: list[tuple[KVCache, KVCache]]
+    beam: int = 1
 
     @property
     def offset(self) -> int:
         """Number of target steps decoded so far (the length of the self-attention caches)."""
         return len(self.caches[0][0]) if self.caches else 0
+
+    @property
+    def rows(self) -> int:
+        """Target rows decoded side by side: B * beam."""
+        return self.memory.shape[0] * self.beam
+
+    def select_sources(self, index: Tensor, beam: int) -> TransformerState:
+        """The memory, source lengths and cross-attention caches of the sources named by index (B',),
+        with `beam` target rows each (the self-attention caches are left to the caller)."""
+        for _, cross_cache in self.caches:
+            cross_cache.reorder(index)
+        lens = None if self.src_valid_lens is None else self.src_valid_lens.index_select(0, index)
+        return TransformerState(self.memory.index_select(0, index), lens, self.caches, beam)
 
 
 class Transformer(nn.Module):
@@ -173,31 +189,57 @@ class Transformer(nn.Module):
         return TransformerState(memory, src_valid_lens, caches)
 
     def decode_step(self, tgt: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
-        """Run the new target tokens tgt (B, t) against the cache; returns logits (B, t, V) and the
-        state, updated in place (positions continue at `state.offset`)."""
-        if tgt.dim() != 2 or tgt.shape[0] != state.memory.shape[0]:
-            raise ValueError(f"decode_step expects tgt of shape ({state.memory.shape[0]}, t), got {tuple(tgt.shape)}")
-        logits = self.decoder(tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset)
+        """Run the new target tokens tgt (B*beam, t) against the cache; returns logits (B*beam, t, V) and
+        the state, updated in place (positions continue at `state.offset`)."""
+        if tgt.dim() != 2 or tgt.shape[0] != state.rows:
+            raise ValueError(f"decode_step expects tgt of shape ({state.rows}, t), got {tuple(tgt.shape)}")
+        logits = self.decoder(
+            tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset, beam=state.beam
+        )
         if self.config.suppress_tokens:  # e.g. Marian's <pad>, which generate() forbids (bad_words_ids)
             logits[..., self.config.suppress_tokens] = float("-inf")
         return logits, state
 
+    def expand_beams(self, state: TransformerState, index: Tensor, beam: int) -> TransformerState:
+        """Beam search's first expansion: the sources named by index (B',) get `beam` target rows each
+        (source i's rows are i*beam .. i*beam + beam-1), copied from its single row.
+
+        Only the self-attention caches are repeated: the encoder memory, the source lengths and the
+        static cross-attention keys/values stay one row per source, and every later step folds the
+        beam into the cross-attention's queries ("beamable" attention, fairseq's BeamableMM) instead of
+        attending over `beam` copies of them.
+        """
+        if state.beam != 1:
+            raise ValueError(f"expand_beams expects a state with one row per source, got beam={state.beam}")
+        rows = index.repeat_interleave(beam)
+        for self_cache, _ in state.caches:
+            self_cache.reorder(rows)
+        every = torch.arange(state.memory.shape[0], device=index.device)
+        if index.numel() == len(every) and bool((index == every).all()):  # all sources, in order: no copy
+            return TransformerState(state.memory, state.src_valid_lens, state.caches, beam)
+        return state.select_sources(index, beam)
+
     def reorder_state(self, state: TransformerState, index: Tensor, same_sources: bool = False) -> TransformerState:
-        """Keep (and repeat) the batch rows named by index (B',) — beam search's reshuffle.
+        """Keep (and repeat) the target rows named by index (R',) — beam search's reshuffle.
 
         same_sources: every new row i comes from a row of the same source sentence as row i had
         (beams reordered within their sentence), so the encoder memory, the source lengths and the
         static cross-attention keys/values are already right and only the growing self-attention
-        caches are reordered (fairseq's "beamable" state).
+        caches are reordered (fairseq's "beamable" state). Otherwise, with state.beam > 1, rows that
+        keep whole groups of `beam` rows per source (sentences leaving the batch) keep the memory at one
+        row per source; any other index gives every row its own copy of its source (beam becomes 1).
         """
-        for self_cache, cross_cache in state.caches:
+        for self_cache, _ in state.caches:
             self_cache.reorder(index)
-            if not same_sources:
-                cross_cache.reorder(index)
         if same_sources:
             return state
-        lens = None if state.src_valid_lens is None else state.src_valid_lens.index_select(0, index)
-        return TransformerState(state.memory.index_select(0, index), lens, state.caches)
+        K = state.beam
+        sources = index // K  # (R',) memory row of each new row
+        if K > 1 and index.numel() % K == 0:
+            groups = sources.view(-1, K)
+            if bool((groups == groups[:, :1]).all()):
+                return state.select_sources(groups[:, 0], K)
+        return state.select_sources(sources, 1)
 
 
 def _check_tokens(src: Tensor, tgt: Tensor | None, valid_lens: Tensor | None) -> None:

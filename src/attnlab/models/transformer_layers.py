@@ -139,8 +139,10 @@ class TransformerDecoderBlock(_Block):
     """Causal self-attention, cross-attention over the encoder memory, FFN; each a `Sublayer`.
 
     Arguments: num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first (no window).
-    Shape: X (B, t, D), memory (B, S, D), src_valid_lens (B,) -> (B, t, D).
+    Shape: X (B*beam, t, D), memory (B, S, D), src_valid_lens (B,) -> (B*beam, t, D).
     With caches, X holds only the new steps; `self_cache` grows by t, `cross_cache` is filled once.
+    beam > 1: `beam` consecutive rows of X (hypotheses of one sentence) share one memory row ("beamable"
+    cross-attention, see `MultiHeadAttention.forward`).
     """
 
     def _build(self, attention, sublayer, ffn, window) -> None:
@@ -160,11 +162,14 @@ class TransformerDecoderBlock(_Block):
         src_valid_lens: Tensor | None = None,
         self_cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
+        beam: int = 1,
     ) -> Tensor:
         # Causal masking is bottom-right aligned in MultiHeadAttention, so with a cache the new queries
         # see every cached step plus the new ones up to themselves.
         X = self.addnorm1(X, lambda x: self.self_attention(x, x, x, cache=self_cache))
-        X = self.addnorm2(X, lambda x: self.cross_attention(x, memory, memory, src_valid_lens, cache=cross_cache))
+        X = self.addnorm2(
+            X, lambda x: self.cross_attention(x, memory, memory, src_valid_lens, cache=cross_cache, beam=beam)
+        )
         return self.addnorm3(X, self.ffn)
 
 
@@ -245,7 +250,7 @@ class TransformerEncoder(_TokenStack):
 class TransformerDecoder(_TokenStack):
     """Embedding * sqrt(D) + positional encoding (from `offset`), `num_layers` decoder blocks, dense.
 
-    Shape: X (B, t) token ids, memory (B, S, D), src_valid_lens (B,) -> logits (B, t, V).
+    Shape: X (B*beam, t) token ids, memory (B, S, D), src_valid_lens (B,) -> logits (B*beam, t, V).
     `caches`: one (self_cache, cross_cache) pair per block for incremental decoding; `offset` is the
     absolute position of X[:, 0] (the number of cached steps). Arguments as the encoder's (no window).
     """
@@ -265,11 +270,12 @@ class TransformerDecoder(_TokenStack):
         caches: list[tuple[KVCache, KVCache]] | None = None,
         offset: int = 0,
         targets_mask: Tensor | None = None,
+        beam: int = 1,
     ) -> Tensor:
         X = self.embed(X, offset)
         for i, block in enumerate(self.blocks):
             self_cache, cross_cache = caches[i] if caches is not None else (None, None)
-            X = block(X, memory, src_valid_lens, self_cache, cross_cache)
+            X = block(X, memory, src_valid_lens, self_cache, cross_cache, beam)
         X = self.final_norm(X)
         if targets_mask is not None:
             # Training: the (D x V) output layer, the largest matmul of a small model, and the loss's
