@@ -96,6 +96,8 @@ def test_reorder_that_breaks_the_groups_falls_back_to_one_row_per_hypothesis():
         model.decode_step(torch.full((B, 1), BOS), state)
         state = model.expand_beams(state, torch.tensor([2, 0]), K)  # only sentences 2 and 0, in that order
         assert state.memory.shape[0] == 2 and state.rows == 4
+        with pytest.raises(ValueError, match="one row per source"):
+            model.expand_beams(state, torch.arange(2), K)
         model.decode_step(torch.full((4, 1), 5), state)
         mixed = torch.tensor([0, 2, 3])  # rows of sentences 2, 0, 0: not whole groups
         state = model.reorder_state(state, mixed)
@@ -104,8 +106,6 @@ def test_reorder_that_breaks_the_groups_falls_back_to_one_row_per_hypothesis():
         rows = torch.tensor([2, 0, 0])
         full = model(src[rows], torch.tensor([[BOS, 5, 6]] * 3), lens[rows])
     torch.testing.assert_close(logits[:, -1], full[:, -1], atol=1e-5, rtol=0)
-    with pytest.raises(ValueError, match="one row per source"):
-        model.expand_beams(state, torch.arange(3), K)
 
 
 def test_double_buffered_reorder_equals_index_select_through_growth():
