@@ -182,12 +182,10 @@ def beam_search(
     `max_len` if given, else `max_len_a * source_length + max_len_b`, where its live hypotheses finish
     (with finished=False).
 
-    Work is shaped as fairseq's SequenceGenerator: the first step runs on the B sources (all beams of
-    a sentence start identical), then the state is expanded once to B * beam rows (`expand_beams`
-    where the model has it: the encoder memory and the static cross-attention keys/values stay at B
-    rows and the beams are folded into the cross-attention queries; else `reorder_state`); later
-    steps reorder only the growing state (`reorder_state(..., same_sources=True)`), and sentences that
-    are done leave the batch.
+    Work is shaped as fairseq's SequenceGenerator: step 0 runs on the B sources, then the state is
+    expanded once to B * beam rows (`_expand`: memory and cross-attention keys/values stay at B rows
+    where the model allows); later steps reorder only the growing state (`reorder_state(...,
+    same_sources=True)`), and sentences that are done leave the batch.
 
     Args:
         length_penalty: alpha; 0 ranks by total log-probability (favours short outputs), 1 by per-token
@@ -312,13 +310,10 @@ def beam_search(
 
 
 def _expand(model: nn.Module, state, src_rows: Tensor, K: int):
-    """After step 0: sentence i's K hypotheses (src_rows (n*K,) = its row, K times) start from its row.
-    A model with `expand_beams` keeps the encoder memory and cross-attention keys/values at one row
-    per sentence ("beamable" attention); any other model gets every part of its state expanded."""
+    """Sentence i's K hypotheses start from its row (src_rows (n*K,)): `expand_beams` where the model has
+    it (memory and cross-attention keys/values stay one row per sentence), else `reorder_state`."""
     expand = getattr(model, "expand_beams", None)
-    if expand is not None:
-        return expand(state, src_rows[::K], K)
-    return model.reorder_state(state, src_rows)
+    return expand(state, src_rows[::K], K) if expand is not None else model.reorder_state(state, src_rows)
 
 
 def _trace_step(

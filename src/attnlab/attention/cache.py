@@ -31,7 +31,7 @@ class KVCache:
     """
 
     # Steps of the first buffer. Each doubling copies the cache into fresh (page-faulting) buffers.
-    min_capacity = 64
+    min_capacity = 16
 
     def __init__(self, static: bool = False):
         self.static = static
