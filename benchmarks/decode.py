@@ -2,18 +2,19 @@
 
 A small but non-trivial Transformer (D=256, 4 heads, 3+3 layers, FFN 1024, vocab 1000, untrained weights)
 translates 64 source sentences of 20 tokens into exactly 20 output tokens (eos=-1 disables stopping, so
-every method does the same number of steps):
+every method does the same number of steps; `--eos ID` makes that token end sentences instead, so
+finished sentences leave the batch at different steps):
 
   greedy, cached     one new token per step through `decode_step` (KV cache, encoder run once)
   greedy, book       the book's way: encode once, then re-run the decoder on the whole prefix each step
   greedy, uncached   `model(src, prefix)` every step (re-encodes and re-runs the prefix)
-  beam 4             `beam_search`: state expanded once to 64 * 4 rows, only self-attention caches
-                     reordered each step
+  beam 4             `beam_search`: self-attention caches expanded once to 64 * 4 rows and reordered
+                     each step; encoder memory and cross-attention keys/values stay at 64 rows
 
 Methods are timed in interleaved rounds (one run of each per round, medians over rounds), so a change
 of machine load during the run hits every method alike; the ratios are the result.
 
-    python benchmarks/decode.py [--threads N] [--rounds 5]
+    python benchmarks/decode.py [--threads N] [--rounds 5] [--eos ID]
 """
 
 import argparse
@@ -31,8 +32,9 @@ from attnlab import decode
 from attnlab.models import Transformer, TransformerConfig
 
 
-def book_greedy(model, src, lens, bos, T):
-    """The book's predict_seq2seq, batched: the encoder runs once, the decoder re-reads the prefix."""
+def book_greedy(model, src, lens, bos, eos, T):
+    """The book's predict_seq2seq, batched: the encoder runs once, the decoder re-reads the prefix
+    (until every sentence has produced <eos>; each is cut at its first)."""
     with torch.no_grad():
         model.eval()
         memory = model.encoder(src, lens)
@@ -40,7 +42,10 @@ def book_greedy(model, src, lens, bos, T):
         for _ in range(T):
             logits = model.decoder(prefix, memory, lens)
             prefix = torch.cat([prefix, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return prefix[:, 1:].tolist()
+            if bool((prefix[:, 1:] == eos).any(dim=1).all()):
+                break
+    rows = prefix[:, 1:].tolist()
+    return [r[: r.index(eos)] if eos in r else r for r in rows]
 
 
 def cpu_features() -> str:
@@ -60,6 +65,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--eos", type=int, default=-1, help="token id that ends a sentence (default -1: none)")
     p.add_argument("--skip-uncached", action="store_true", help="leave out the slowest baseline (re-encoding)")
     args = p.parse_args(argv)
     if args.threads:
@@ -69,11 +75,11 @@ def main(argv=None):
     model = Transformer(cfg)
     src = torch.randint(3, 1000, (args.sentences, args.src_len))
     lens = torch.full((args.sentences,), args.src_len)
-    bos, eos, T = 1, -1, args.steps
+    bos, eos, T = 1, args.eos, args.steps
 
     methods = {
         "greedy, cached": lambda: [h.tokens for h in decode.greedy(model, src, lens, bos, eos, T)],
-        "greedy, book (encode once, re-run prefix)": lambda: book_greedy(model, src, lens, bos, T),
+        "greedy, book (encode once, re-run prefix)": lambda: book_greedy(model, src, lens, bos, eos, T),
         "greedy, uncached": lambda: [h.tokens for h in decode.greedy(model, src, lens, bos, eos, T, use_cache=False)],
         "beam 4, cached": lambda: [h.tokens for h in decode.beam_search(model, src, lens, bos, eos, beam=4, max_len=T)],
     }
@@ -85,7 +91,8 @@ def main(argv=None):
         == outs.get("greedy, uncached", outs["greedy, cached"])
         == outs["greedy, book (encode once, re-run prefix)"]
     ), "greedy methods disagree"
-    assert all(len(h) == T for h in outs["beam 4, cached"])
+    lengths = [len(h) for h in outs["beam 4, cached"]]
+    assert eos >= 0 or set(lengths) == {T}
     times = {name: [] for name in methods}
     for _ in range(args.rounds):
         for name, fn in methods.items():
@@ -98,8 +105,12 @@ def main(argv=None):
     rows = [(name, f"{t:.3f}", f"{n_tok / t:,.0f}", f"{t / base:.2f}") for name, t in med.items()]
     print(
         f"{args.sentences} sentences x {T} tokens, D=256, 3+3 layers, torch threads={torch.get_num_threads()}, "
-        f"{args.rounds} interleaved rounds"
+        f"{args.rounds} interleaved rounds, eos={eos}"
     )
+    if eos >= 0:
+        g = [len(t) for t in outs["greedy, cached"]]
+        mean = sum(g) / len(g)
+        print(f"output lengths: greedy {min(g)}..{max(g)} (mean {mean:.1f}), beam {min(lengths)}..{max(lengths)}")
     print(
         f"cpu: {cpu_features()}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
         f"{os.getloadavg()[2]:.2f}"

@@ -13,6 +13,7 @@ MODULES = [
     "attnlab.attention.masking",
     "attnlab.attention.recording",
     "attnlab.models.transformer",
+    "attnlab.models.transformer_layers",
     "attnlab.translator",
     "attnlab.metrics",
 ]

@@ -191,10 +191,10 @@ def beam_search(
     `max_len` if given, else `max_len_a * source_length + max_len_b`, where its live hypotheses finish
     (with finished=False).
 
-    Work is shaped as fairseq's SequenceGenerator: the first step runs on the B sources (all beams of
-    a sentence start identical), then the state is expanded once to B * beam rows, which expands the
-    encoder memory and the static cross-attention keys/values; later steps reorder only the growing
-    state (`reorder_state(..., same_sources=True)`), and sentences that are done leave the batch.
+    Work is shaped as fairseq's SequenceGenerator: step 0 runs on the B sources, then the state is
+    expanded once to B * beam rows (`_expand`: memory and cross-attention keys/values stay at B rows
+    where the model allows); later steps reorder only the growing state (`reorder_state(...,
+    same_sources=True)`), and sentences that are done leave the batch.
 
     Args:
         length_penalty: alpha; 0 ranks by total log-probability (favours short outputs), 1 by per-token
@@ -299,8 +299,8 @@ def beam_search(
                 pos_lp = pos_lp.index_select(0, sel)
                 new_tok, scores = new_tok.index_select(0, sel), scores.index_select(0, kept)
                 active = [active[i] for i in keep]
-            if step == 0:  # expand once: memory and cross-attention keys/values go to (n*K) rows
-                state = model.reorder_state(state, rows // K)
+            if step == 0:  # expand once: K rows per sentence from its single row
+                state = _expand(model, state, rows // K, K)
             else:
                 state = model.reorder_state(state, rows, same_sources=len(keep) == n)
             inp = new_tok[:, None]
@@ -316,6 +316,13 @@ def beam_search(
             trace.append({"sentence": b, "winner": finished_at[b][best] if b in finished_at else None})
         out.append(Hypothesis(toks, s, ended, lps))
     return out
+
+
+def _expand(model: nn.Module, state, src_rows: Tensor, K: int):
+    """Sentence i's K hypotheses start from its row (src_rows (n*K,)): `expand_beams` where the model has
+    it (memory and cross-attention keys/values stay one row per sentence), else `reorder_state`."""
+    expand = getattr(model, "expand_beams", None)
+    return expand(state, src_rows[::K], K) if expand is not None else model.reorder_state(state, src_rows)
 
 
 def _trace_step(

@@ -16,15 +16,22 @@ class KVCache:
 
     static=False (decoder self-attention): each call appends the new step's keys/values, written into a
     preallocated buffer that doubles when full (amortised O(1) copies per step instead of a `torch.cat`
-    of the whole history every step).
+    of the whole history every step). The buffers are laid out (B, capacity, H, Dh), so each row's
+    L cached steps are one contiguous block: `reorder` (beam search, every step) copies just those
+    blocks into a second, preallocated buffer and swaps the two, instead of allocating new buffers
+    of the whole capacity every step (the allocation, page faults included, cost more than the copy).
+    So a `k`/`v` taken from the cache is valid until the next `reorder` but one.
     static=True (cross-attention): the encoder's keys/values are projected once and reused, and so is
     the key mask built from the source lengths (`key_mask`).
 
     `finite` is False once a non-finite key or value has entered the cache, so attention checks only the
     new rows instead of the whole cache every step.
 
-    Shape: k, v: (B, H, L, Dh) (views of the buffers for a growing cache).
+    Shape: k, v: (B, H, L, Dh) (for a growing cache, strided views of the (B, capacity, H, Dh) buffers).
     """
+
+    # Steps of the first buffer. Each doubling copies the cache into fresh (page-faulting) buffers.
+    min_capacity = 16
 
     def __init__(self, static: bool = False):
         self.static = static
@@ -32,8 +39,9 @@ class KVCache:
         self.k: Any = None
         self.v: Any = None
         self.finite = True
-        self._kbuf: Any = None  # (B, H, capacity, Dh); k is kbuf[:, :, :len]
+        self._kbuf: Any = None  # (B, capacity, H, Dh); k is kbuf[:, :len].transpose(1, 2)
         self._vbuf: Any = None
+        self._spare: Any = None  # (kbuf, vbuf) of the same shape, reused by `reorder`; or None
         self._mask_for: Tensor | None = None  # the valid_lens the cached key mask was built from
         self._mask: tuple[Tensor | None, bool] | None = None
 
@@ -43,17 +51,20 @@ class KVCache:
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         if self.k is None or self.v is None or self.static:
             self.k, self.v = k, v
-            self._kbuf = self._vbuf = None
+            self._kbuf = self._vbuf = self._spare = None
             self.finite = _all_finite(k, v)
             return k, v
         self.finite = self.finite and _all_finite(k, v)
         L, t = self.k.shape[2], k.shape[2]
-        if not self._owns_buffers() or L + t > self._kbuf.shape[2]:
+        if not self._owns_buffers() or L + t > self._kbuf.shape[1]:
             self._grow(L + t)
-        self._kbuf[:, :, L : L + t] = k
-        self._vbuf[:, :, L : L + t] = v
-        self.k, self.v = self._kbuf[:, :, : L + t], self._vbuf[:, :, : L + t]
+        self._kbuf[:, L : L + t] = k.transpose(1, 2)
+        self._vbuf[:, L : L + t] = v.transpose(1, 2)
+        self._set_views(L + t)
         return self.k, self.v
+
+    def _set_views(self, L: int) -> None:
+        self.k, self.v = self._kbuf[:, :L].transpose(1, 2), self._vbuf[:, :L].transpose(1, 2)
 
     def _owns_buffers(self) -> bool:
         # k/v may have been assigned from outside (they are public): then the buffers are stale.
@@ -61,19 +72,20 @@ class KVCache:
             self._kbuf is not None
             and self.k is not None
             and self.k.data_ptr() == self._kbuf.data_ptr()
-            and self.k.shape[:2] == self._kbuf.shape[:2]
+            and self.k.shape[:2] == (self._kbuf.shape[0], self._kbuf.shape[2])
+            and self.k.stride() == self._kbuf.transpose(1, 2).stride()
             and self.k.dtype == self._kbuf.dtype
         )
 
     def _grow(self, needed: int) -> None:
         B, H, L, Dh = self.k.shape
-        cap = max(16, needed, 2 * L)
-        kbuf = self.k.new_empty((B, H, cap, Dh))
-        vbuf = self.v.new_empty((B, H, cap, Dh))
-        kbuf[:, :, :L] = self.k
-        vbuf[:, :, :L] = self.v
-        self._kbuf, self._vbuf = kbuf, vbuf
-        self.k, self.v = kbuf[:, :, :L], vbuf[:, :, :L]
+        cap = max(self.min_capacity, needed, 2 * L)
+        kbuf = self.k.new_empty((B, cap, H, Dh))
+        vbuf = self.v.new_empty((B, cap, H, Dh))
+        kbuf[:, :L] = self.k.transpose(1, 2)
+        vbuf[:, :L] = self.v.transpose(1, 2)
+        self._kbuf, self._vbuf, self._spare = kbuf, vbuf, None
+        self._set_views(L)
 
     def key_mask(self, valid_lens, num_queries: int, device) -> tuple[Tensor | None, bool]:
         """(visible (B, 1, 1|Lq, Lk) bool mask or None, whether some query sees no key) for these
@@ -87,14 +99,25 @@ class KVCache:
 
     def reorder(self, index: Tensor) -> KVCache:
         """Keep the batch rows named by `index` (beam search, finished sentences leaving); returns self."""
-        if self.k is not None:
-            if self._owns_buffers():
-                L = self.k.shape[2]
-                self._kbuf, self._vbuf = self._kbuf.index_select(0, index), self._vbuf.index_select(0, index)
-                self.k, self.v = self._kbuf[:, :, :L], self._vbuf[:, :, :L]
+        if self.k is None:
+            return self
+        if self._owns_buffers() and not self.k.requires_grad:
+            L, n = self.k.shape[2], index.numel()
+            kbuf, vbuf = self._kbuf, self._vbuf
+            if self._spare is not None and self._spare[0].shape[0] == n:
+                knew, vnew = self._spare
             else:
-                self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
-            self._mask = self._mask_for = None
+                knew, vnew = kbuf.new_empty((n, *kbuf.shape[1:])), vbuf.new_empty((n, *vbuf.shape[1:]))
+            # Only the L filled steps of each row are copied, straight into the other buffer.
+            torch.index_select(kbuf[:, :L], 0, index, out=knew[:, :L])
+            torch.index_select(vbuf[:, :L], 0, index, out=vnew[:, :L])
+            self._spare = (kbuf, vbuf) if kbuf.shape[0] == n else None
+            self._kbuf, self._vbuf = knew, vnew
+            self._set_views(L)
+        else:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+            self._kbuf = self._vbuf = self._spare = None
+        self._mask = self._mask_for = None
         return self
 
 

@@ -130,7 +130,16 @@ class MultiHeadAttention(Recordable, nn.Module):
         causal: bool | None = None,
         cache: KVCache | None = None,
         head_mask=None,
+        beam: int = 1,
     ) -> Tensor:
+        """beam > 1 ("beamable" attention, as fairseq's BeamableMM): queries (B*beam, Lq, D) against keys
+        and values (B, Lk, D); each group of `beam` consecutive query rows attends to one key row (the
+        hypotheses of one sentence against its encoder memory, which is then never copied per
+        hypothesis). The groups are folded into the query axis, (B, beam*Lq, D), which changes no
+        output: only key masks that are the same for every query (valid_lens (B,)) are allowed."""
+        rows = queries.shape[0]
+        if beam > 1:
+            queries = self._fold_beams(queries, keys, valid_lens, mask, causal, beam)
         check_qkv(queries, keys, values)
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
             if t.shape[-1] != self.num_hiddens:
@@ -145,13 +154,27 @@ class MultiHeadAttention(Recordable, nn.Module):
             out = q
         elif (_all_finite(q) and cache.finite) if cache is not None else _all_finite(q, k, v):
             # With a cache only the new query is checked: the cache knows whether its keys/values are.
-            out = self._attend(q, k, v, valid_lens, mask, causal, cache)
+            out = self._attend(q, k, v, valid_lens, mask, causal, cache, beam)
         else:
-            out = self._attend_nonfinite(q, k, v, valid_lens, mask, causal)
+            out = self._attend_nonfinite(q, k, v, valid_lens, mask, causal, beam)
         if gate is not None:
             out = out * gate.to(out.dtype)[None, :, None, None]  # (B, H, Lq, Dh) * (1, H, 1, 1)
         out = out.transpose(1, 2).reshape(B, Lq, self.num_heads * self.head_dim)  # (B, Lq, H*Dh)
-        return self.W_o(out)
+        return self.W_o(out).view(rows, Lq // beam, self.num_hiddens)  # unfolds the beams (free: a view)
+
+    def _fold_beams(self, queries: Tensor, keys: Tensor, valid_lens, mask, causal, beam: int) -> Tensor:
+        """(B*beam, Lq, D) -> (B, beam*Lq, D), after checking that folding changes no output."""
+        R, Lq, D = queries.shape
+        if keys.shape[0] * beam != R:
+            raise ValueError(
+                f"with beam={beam}, queries must have {beam} rows per key row: got queries {tuple(queries.shape)} "
+                f"and keys {tuple(keys.shape)}"
+            )
+        if mask is not None or causal or (causal is None and self.causal) or self.window is not None:
+            raise ValueError("beam > 1 folds beams into the query axis: it allows no mask, causal or window")
+        if valid_lens is not None and torch.as_tensor(valid_lens).dim() != 1:
+            raise ValueError(f"beam > 1 needs valid_lens of shape (B,), got {tuple(torch.as_tensor(valid_lens).shape)}")
+        return queries.reshape(R // beam, beam * Lq, D)
 
     def _gate(self, head_mask) -> Tensor | None:
         """The explicit head_mask times any mask `mask_heads` set for this module in this context."""
@@ -161,18 +184,18 @@ class MultiHeadAttention(Recordable, nn.Module):
             return head_mask if ctx is None else head_mask * ctx
         return ctx
 
-    def _attend(self, q, k, v, valid_lens, mask, causal, cache: KVCache | None = None) -> Tensor:
+    def _attend(self, q, k, v, valid_lens, mask, causal, cache: KVCache | None = None, beam: int = 1) -> Tensor:
         """Pick the path: math (recording), blockwise local, or fused SDPA. Returns (B, H, Lq, Dh)."""
         Lq, Lk = q.shape[2], k.shape[2]
         if self.recording:
             out, weights = self._math(q, k, v, valid_lens, mask, causal)
-            self._record(weights)
+            self._record(_unfold_beams(weights, beam))
             return out
         if self._use_blockwise(Lq, Lk, valid_lens, mask):
             return self._local_blockwise(q, k, v, valid_lens, causal)
         return self._fused(q, k, v, valid_lens, mask, causal, cache)
 
-    def _attend_nonfinite(self, q, k, v, valid_lens, mask, causal) -> Tensor:
+    def _attend_nonfinite(self, q, k, v, valid_lens, mask, causal, beam: int = 1) -> Tensor:
         """Attention when some query/key/value is NaN or inf, with the semantics of the class docstring.
 
         A 0 weight times a NaN value is NaN in a matmul, so hidden positions would leak; instead attend
@@ -188,7 +211,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         q, k, v = (torch.where(torch.isfinite(t), t, torch.zeros((), dtype=t.dtype)) for t in (q, k, v))
         if self.recording:
             out, weights = self._math(q, k, v, valid_lens, mask, causal)
-            self._record(weights.masked_fill(poisoned, float("nan")))
+            self._record(_unfold_beams(weights.masked_fill(poisoned, float("nan")), beam))
         else:
             out = self._attend(q, k, v, valid_lens, mask, causal)
         return out.masked_fill(poisoned, float("nan"))
@@ -289,6 +312,14 @@ class MultiHeadAttention(Recordable, nn.Module):
             )
             outs.append(o.masked_fill(empty, 0.0))
         return torch.cat(outs, dim=2)
+
+
+def _unfold_beams(weights: Tensor, beam: int) -> Tensor:
+    """Recorded weights of folded queries (B, H, beam*Lq, Lk) -> (B*beam, H, Lq, Lk), one row per hypothesis."""
+    if beam == 1:
+        return weights
+    B, H, BLq, Lk = weights.shape
+    return weights.view(B, H, beam, BLq // beam, Lk).transpose(1, 2).reshape(B * beam, H, BLq // beam, Lk)
 
 
 def _slice_linear(layer: nn.Linear, index: Tensor, dim: int) -> nn.Linear:

@@ -4,6 +4,7 @@
     tgt (B, T) -> embed * sqrt(D) + positions -> N x [causal self-attention, cross-attention, FFN]
                -> dense -> logits (B, T, V)
 
+The layers live in `attnlab.models.transformer_layers` (re-exported here).
 Post-norm (`LayerNorm(x + sublayer(x))`, the paper and the book) by default; `norm_first=True` gives the
 pre-norm variant (`x + sublayer(LayerNorm(x))`, easier to train deep) and then each stack ends with a final
 LayerNorm, as `torch.nn.Transformer` does.
@@ -19,290 +20,64 @@ Recorded attention (`record_attention(model)`) is named `encoder.blocks.{i}.atte
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.attention import KVCache, MultiHeadAttention, PositionalEncoding
+from attnlab.attention import KVCache
 from attnlab.attention.heads import merge_pruned, prune_heads
 
+# The layers are re-exported: `from attnlab.models.transformer import AddNorm` keeps working.
+from . import transformer_layers
 from .config import TransformerConfig
+from .transformer_layers import AddNorm as AddNorm
+from .transformer_layers import (
+    PositionWiseFFN,
+    TransformerDecoder,
+    TransformerEncoder,
+    _embedding,
+    make_activation,
+)
+from .transformer_layers import Sublayer as Sublayer
+from .transformer_layers import TransformerDecoderBlock as TransformerDecoderBlock
+from .transformer_layers import TransformerEncoderBlock as TransformerEncoderBlock
 
-__all__ = [
-    "TransformerConfig",
-    "make_activation",
-    "PositionWiseFFN",
-    "AddNorm",
-    "Sublayer",
-    "TransformerEncoderBlock",
-    "TransformerDecoderBlock",
-    "TransformerEncoder",
-    "TransformerDecoder",
-    "Transformer",
-    "TransformerState",
-]
-
-
-def make_activation(name: str) -> nn.Module:
-    """FFN nonlinearity by config name: relu (paper), swish/silu (Marian), gelu (exact, as HF's "gelu")."""
-    return {"relu": nn.ReLU, "swish": nn.SiLU, "silu": nn.SiLU, "gelu": nn.GELU}[name]()
-
-
-class PositionWiseFFN(nn.Module):
-    """The same two-layer MLP applied at every position: dense2(act(dense1(X))), act = relu by default.
-
-    Shape: X (B, L, D) -> (B, L, D).
-    """
-
-    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, activation: str = "relu"):
-        super().__init__()
-        self.dense1 = nn.Linear(num_hiddens, ffn_num_hiddens)
-        self.activation = make_activation(activation)
-        self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens)
-
-    def forward(self, X: Tensor) -> Tensor:
-        return self.dense2(self.activation(self.dense1(X)))
-
-
-class AddNorm(nn.Module):
-    """The book's residual connection with layer normalization: `LayerNorm(X + dropout(Y))`.
-
-    Shape: X (B, L, D), Y (B, L, D) -> (B, L, D).
-
-    Examples:
-        >>> import torch
-        >>> add_norm = AddNorm(4, dropout=0.5).eval()
-        >>> add_norm(torch.ones(2, 3, 4), torch.ones(2, 3, 4)).shape
-        torch.Size([2, 3, 4])
-    """
-
-    def __init__(self, num_hiddens: int, dropout: float = 0.0):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.ln = nn.LayerNorm(num_hiddens)
-
-    def forward(self, X: Tensor, Y: Tensor) -> Tensor:
-        return self.ln(X + self.dropout(Y))
-
-
-class Sublayer(AddNorm):
-    """A sublayer (attention or FFN) with its residual connection, post- or pre-norm.
-
-    Post-norm (the paper, the book): `AddNorm(X, sublayer(X))` = `LayerNorm(X + dropout(sublayer(X)))`.
-    Pre-norm (`norm_first`): `X + dropout(sublayer(LayerNorm(X)))`: the sublayer must see the normalized
-    input, which is why it is passed as a function rather than as its output.
-
-    Shape: X (B, L, D); sublayer: (B, L, D) -> (B, L, D).
-    """
-
-    def __init__(self, num_hiddens: int, dropout: float = 0.0, norm_first: bool = False):
-        super().__init__(num_hiddens, dropout)
-        self.norm_first = norm_first
-
-    def forward(self, X: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:  # type: ignore[override]
-        if self.norm_first:
-            return X + self.dropout(sublayer(self.ln(X)))
-        return super().forward(X, sublayer(X))
-
-
-class TransformerEncoderBlock(nn.Module):
-    """Self-attention then FFN, each a `Sublayer` (residual + LayerNorm, post- or pre-norm).
-
-    Shape: X (B, S, D), valid_lens (B,) -> (B, S, D). Padded keys (positions >= valid_lens) are hidden.
-    """
-
-    def __init__(
-        self,
-        num_hiddens: int,
-        ffn_num_hiddens: int,
-        num_heads: int,
-        dropout: float = 0.0,
-        bias: bool = True,
-        norm_first: bool = False,
-        window: int | None = None,
-    ):
-        super().__init__()
-        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, window=window)
-        self.addnorm1 = Sublayer(num_hiddens, dropout, norm_first)
-        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens)
-        self.addnorm2 = Sublayer(num_hiddens, dropout, norm_first)
-
-    def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
-        X = self.addnorm1(X, lambda x: self.attention(x, x, x, valid_lens))
-        return self.addnorm2(X, self.ffn)
-
-
-class TransformerDecoderBlock(nn.Module):
-    """Causal self-attention, cross-attention over the encoder memory, FFN; each a `Sublayer`.
-
-    Shape: X (B, t, D), memory (B, S, D), src_valid_lens (B,) -> (B, t, D).
-    With caches, X holds only the new steps; `self_cache` grows by t, `cross_cache` is filled once.
-    """
-
-    def __init__(
-        self,
-        num_hiddens: int,
-        ffn_num_hiddens: int,
-        num_heads: int,
-        dropout: float = 0.0,
-        bias: bool = True,
-        norm_first: bool = False,
-    ):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, causal=True)
-        self.addnorm1 = Sublayer(num_hiddens, dropout, norm_first)
-        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
-        self.addnorm2 = Sublayer(num_hiddens, dropout, norm_first)
-        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens)
-        self.addnorm3 = Sublayer(num_hiddens, dropout, norm_first)
-
-    def forward(
-        self,
-        X: Tensor,
-        memory: Tensor,
-        src_valid_lens: Tensor | None = None,
-        self_cache: KVCache | None = None,
-        cross_cache: KVCache | None = None,
-    ) -> Tensor:
-        # Causal masking is bottom-right aligned in MultiHeadAttention, so with a cache the new queries
-        # see every cached step plus the new ones up to themselves.
-        X = self.addnorm1(X, lambda x: self.self_attention(x, x, x, cache=self_cache))
-        X = self.addnorm2(X, lambda x: self.cross_attention(x, memory, memory, src_valid_lens, cache=cross_cache))
-        return self.addnorm3(X, self.ffn)
-
-
-def _embedding(vocab_size: int, num_hiddens: int) -> nn.Embedding:
-    # N(0, D^-1/2) as in fairseq/tensor2tensor: after the sqrt(D) scale the embeddings have unit variance,
-    # comparable to the positional encodings, and a tied output projection starts with small logits.
-    emb = nn.Embedding(vocab_size, num_hiddens)
-    nn.init.normal_(emb.weight, std=num_hiddens**-0.5)
-    return emb
-
-
-class TransformerEncoder(nn.Module):
-    """Embedding * sqrt(D) + positional encoding, then `num_layers` encoder blocks.
-
-    Shape: X (B, S) token ids, valid_lens (B,) -> memory (B, S, D).
-    """
-
-    def __init__(
-        self,
-        vocab_size: int,
-        num_hiddens: int,
-        ffn_num_hiddens: int,
-        num_heads: int,
-        num_layers: int,
-        dropout: float = 0.0,
-        *,
-        bias: bool = True,
-        norm_first: bool = False,
-        window: int | None = None,
-        max_len: int = 1024,
-        learned_positions: bool = False,
-        embedding: nn.Embedding | None = None,
-        embed_scale: float | None = None,
-        pos_layout: str = "interleaved",
-    ):
-        super().__init__()
-        self.num_hiddens = num_hiddens
-        self.embed_scale = math.sqrt(num_hiddens) if embed_scale is None else embed_scale
-        self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
-        self.pos_encoding = PositionalEncoding(
-            num_hiddens, dropout, max_len, learned=learned_positions, layout=pos_layout
-        )
-        self.blocks = nn.ModuleList(
-            TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first, window)
-            for _ in range(num_layers)
-        )
-        # Pre-norm leaves the residual stream un-normalized: normalize once at the end.
-        self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
-
-    def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
-        X = self.pos_encoding(self.embedding(X) * self.embed_scale)
-        for block in self.blocks:
-            X = block(X, valid_lens)
-        return self.final_norm(X)
-
-
-class TransformerDecoder(nn.Module):
-    """Embedding * sqrt(D) + positional encoding (from `offset`), `num_layers` decoder blocks, dense.
-
-    Shape: X (B, t) token ids, memory (B, S, D), src_valid_lens (B,) -> logits (B, t, V).
-    `caches`: one (self_cache, cross_cache) pair per block for incremental decoding; `offset` is the
-    absolute position of X[:, 0] (the number of cached steps).
-    """
-
-    def __init__(
-        self,
-        vocab_size: int,
-        num_hiddens: int,
-        ffn_num_hiddens: int,
-        num_heads: int,
-        num_layers: int,
-        dropout: float = 0.0,
-        *,
-        bias: bool = True,
-        norm_first: bool = False,
-        max_len: int = 1024,
-        learned_positions: bool = False,
-        embedding: nn.Embedding | None = None,
-        embed_scale: float | None = None,
-        pos_layout: str = "interleaved",
-    ):
-        super().__init__()
-        self.num_hiddens = num_hiddens
-        self.embed_scale = math.sqrt(num_hiddens) if embed_scale is None else embed_scale
-        self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
-        self.pos_encoding = PositionalEncoding(
-            num_hiddens, dropout, max_len, learned=learned_positions, layout=pos_layout
-        )
-        self.blocks = nn.ModuleList(
-            TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first)
-            for _ in range(num_layers)
-        )
-        self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
-        self.dense = nn.Linear(num_hiddens, vocab_size)
-
-    def forward(
-        self,
-        X: Tensor,
-        memory: Tensor,
-        src_valid_lens: Tensor | None = None,
-        caches: list[tuple[KVCache, KVCache]] | None = None,
-        offset: int = 0,
-        targets_mask: Tensor | None = None,
-    ) -> Tensor:
-        X = self.pos_encoding(self.embedding(X) * self.embed_scale, offset=offset)
-        for i, block in enumerate(self.blocks):
-            self_cache, cross_cache = caches[i] if caches is not None else (None, None)
-            X = block(X, memory, src_valid_lens, self_cache, cross_cache)
-        X = self.final_norm(X)
-        if targets_mask is not None:
-            # Training: the (D x V) output layer, the largest matmul of a small model, and the loss's
-            # log-softmax run on the N real positions only, not on the padding.
-            X = X[targets_mask]  # (N, D)
-        return self.dense(X)
+__all__ = ["TransformerConfig", "Transformer", "TransformerState", *transformer_layers.__all__]
 
 
 @dataclass
 class TransformerState:
     """Decoding state of one batch: encoder memory and a (self, cross) KVCache pair per decoder block.
 
-    Shape: memory (B, S, D); src_valid_lens (B,) or None; cache tensors (B, H, L, Dh).
+    Shape: memory (B, S, D); src_valid_lens (B,) or None; self-attention caches (B*beam, H, L, Dh),
+    cross-attention caches (B, H, S, Dh). `beam` target rows share each memory row (beam search's
+    hypotheses of one sentence, see `Transformer.expand_beams`); 1 outside beam search.
     """
 
     memory: Tensor
     src_valid_lens: Tensor | None
     caches: list[tuple[KVCache, KVCache]]
+    beam: int = 1
 
     @property
     def offset(self) -> int:
         """Number of target steps decoded so far (the length of the self-attention caches)."""
         return len(self.caches[0][0]) if self.caches else 0
+
+    @property
+    def rows(self) -> int:
+        """Target rows decoded side by side: B * beam."""
+        return self.memory.shape[0] * self.beam
+
+    def select_sources(self, index: Tensor, beam: int) -> TransformerState:
+        """The memory, source lengths and cross-attention caches of the sources named by index (B',),
+        with `beam` target rows each (the self-attention caches are left to the caller)."""
+        for _, cross_cache in self.caches:
+            cross_cache.reorder(index)
+        lens = None if self.src_valid_lens is None else self.src_valid_lens.index_select(0, index)
+        return TransformerState(self.memory.index_select(0, index), lens, self.caches, beam)
 
 
 class Transformer(nn.Module):
@@ -414,31 +189,57 @@ class Transformer(nn.Module):
         return TransformerState(memory, src_valid_lens, caches)
 
     def decode_step(self, tgt: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
-        """Run the new target tokens tgt (B, t) against the cache; returns logits (B, t, V) and the
-        state, updated in place (positions continue at `state.offset`)."""
-        if tgt.dim() != 2 or tgt.shape[0] != state.memory.shape[0]:
-            raise ValueError(f"decode_step expects tgt of shape ({state.memory.shape[0]}, t), got {tuple(tgt.shape)}")
-        logits = self.decoder(tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset)
+        """Run the new target tokens tgt (B*beam, t) against the cache; returns logits (B*beam, t, V) and
+        the state, updated in place (positions continue at `state.offset`)."""
+        if tgt.dim() != 2 or tgt.shape[0] != state.rows:
+            raise ValueError(f"decode_step expects tgt of shape ({state.rows}, t), got {tuple(tgt.shape)}")
+        logits = self.decoder(
+            tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset, beam=state.beam
+        )
         if self.config.suppress_tokens:  # e.g. Marian's <pad>, which generate() forbids (bad_words_ids)
             logits[..., self.config.suppress_tokens] = float("-inf")
         return logits, state
 
+    def expand_beams(self, state: TransformerState, index: Tensor, beam: int) -> TransformerState:
+        """Beam search's first expansion: the sources named by index (B',) get `beam` target rows each
+        (source i's rows are i*beam .. i*beam + beam-1), copied from its single row.
+
+        Only the self-attention caches are repeated: the encoder memory, the source lengths and the
+        static cross-attention keys/values stay one row per source, and every later step folds the
+        beam into the cross-attention's queries ("beamable" attention, fairseq's BeamableMM) instead of
+        attending over `beam` copies of them.
+        """
+        if state.beam != 1:
+            raise ValueError(f"expand_beams expects a state with one row per source, got beam={state.beam}")
+        rows = index.repeat_interleave(beam)
+        for self_cache, _ in state.caches:
+            self_cache.reorder(rows)
+        every = torch.arange(state.memory.shape[0], device=index.device)
+        if index.numel() == len(every) and bool((index == every).all()):  # all sources, in order: no copy
+            return TransformerState(state.memory, state.src_valid_lens, state.caches, beam)
+        return state.select_sources(index, beam)
+
     def reorder_state(self, state: TransformerState, index: Tensor, same_sources: bool = False) -> TransformerState:
-        """Keep (and repeat) the batch rows named by index (B',) — beam search's reshuffle.
+        """Keep (and repeat) the target rows named by index (R',) — beam search's reshuffle.
 
         same_sources: every new row i comes from a row of the same source sentence as row i had
         (beams reordered within their sentence), so the encoder memory, the source lengths and the
         static cross-attention keys/values are already right and only the growing self-attention
-        caches are reordered (fairseq's "beamable" state).
+        caches are reordered (fairseq's "beamable" state). Otherwise, with state.beam > 1, rows that
+        keep whole groups of `beam` rows per source (sentences leaving the batch) keep the memory at one
+        row per source; any other index gives every row its own copy of its source (beam becomes 1).
         """
-        for self_cache, cross_cache in state.caches:
+        for self_cache, _ in state.caches:
             self_cache.reorder(index)
-            if not same_sources:
-                cross_cache.reorder(index)
         if same_sources:
             return state
-        lens = None if state.src_valid_lens is None else state.src_valid_lens.index_select(0, index)
-        return TransformerState(state.memory.index_select(0, index), lens, state.caches)
+        K = state.beam
+        sources = index // K  # (R',) memory row of each new row
+        if K > 1 and index.numel() % K == 0:
+            groups = sources.view(-1, K)
+            if bool((groups == groups[:, :1]).all()):
+                return state.select_sources(groups[:, 0], K)
+        return state.select_sources(sources, 1)
 
 
 def _check_tokens(src: Tensor, tgt: Tensor | None, valid_lens: Tensor | None) -> None:
