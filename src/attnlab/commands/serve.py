@@ -16,17 +16,21 @@ from attnlab.checkpoint import DEFAULT_RUN
 from attnlab.commands._common import add_command
 from attnlab.serve.guard import Limits
 
-_AT_ONCE = "{} allowed to wait or run at once; more get HTTP 503 (default: {})"
+_AT_ONCE = "{} allowed to wait or {} at once; more get HTTP 503 (default: {})"
 
 # flag -> (Limits field, type, what it bounds): one place names each bound, its flag and its help.
 LIMIT_FLAGS = {
     "--max-body-bytes": ("max_body_bytes", int, "largest request body; larger gets 413 before it is read"),
     "--body-timeout": ("body_timeout_s", float, "seconds to receive a request body, else 408"),
-    "--header-timeout": ("header_timeout_s", float, "seconds to receive a request's headers, else it closes"),
+    "--header-timeout": ("header_timeout_s", float, "seconds to receive a request's head, else the connection closes"),
     "--keep-alive": ("keep_alive_s", int, "seconds an idle connection stays open"),
     "--max-header-bytes": ("max_header_bytes", int, "largest request head"),
     "--max-connections": ("max_connections", int, "open connections; more get 503"),
-    "--max-response-bytes": ("max_response_bytes", int, "the explorer refuses (413) maps that may be larger"),
+    "--max-response-bytes": (
+        "max_response_bytes",
+        int,
+        "the explorer refuses (413) sentences whose attention maps could exceed this",
+    ),
     "--max-texts": ("max_texts", int, "most texts in one POST /api/translations"),
 }
 
@@ -37,7 +41,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument("--workers", type=int, default=2, help="inference threads; more requests queue (default: 2)")
-    p.add_argument("--max-pending", type=int, default=128, help=_AT_ONCE.format("requests", 128))
+    p.add_argument("--max-pending", type=int, default=128, help=_AT_ONCE.format("requests", "run", 128))
     b = p.add_argument_group("batching (POST /api/translations)")
     b.add_argument("--max-batch", type=int, default=32, help="most sentences decoded in one batch (default: 32)")
     b.add_argument(
@@ -47,7 +51,7 @@ def add_parser(subparsers) -> None:
         help="longest a sentence waits for others to join its batch (default: 5)",
     )
     b.add_argument("--batch-workers", type=int, default=1, help="batches decoded at once (default: 1)")
-    b.add_argument("--max-batch-pending", type=int, default=1024, help=_AT_ONCE.format("sentences", 1024))
+    b.add_argument("--max-batch-pending", type=int, default=1024, help=_AT_ONCE.format("sentences", "decode", 1024))
     g = p.add_argument_group("limits (slow, large or hostile clients)")
     d = Limits()
     for flag, (field, kind, what) in LIMIT_FLAGS.items():
