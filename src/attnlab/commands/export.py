@@ -6,21 +6,15 @@ attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2
 
 from __future__ import annotations
 
-import argparse
-
 from attnlab.checkpoint import DEFAULT_RUN
+from attnlab.commands import add_command
 
 
 def add_parser(subparsers) -> None:
     from attnlab.export import FORMATS
 
     formats = "; ".join(f"{name}: {desc}" for name, (_, desc) in sorted(FORMATS.items()))
-    p = subparsers.add_parser(
-        "export",
-        help="export a trained model to another engine (CTranslate2)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "export", "export a trained model to another engine (CTranslate2)", __doc__)
     p.add_argument(
         "--checkpoint",
         metavar="DIR",
