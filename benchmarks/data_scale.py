@@ -6,6 +6,7 @@ peak RSS of training, for synthetic parallel corpora of two sizes (generated her
 or in pieces that each fit a short locked run (the same folder; delete it afterwards):
 
     flock ... python benchmarks/data_scale.py --phase prepare --sizes 500000 --workdir /tmp/ds --baseline-workers 1
+    flock ... python benchmarks/data_scale.py --phase generate --sizes 5000000 --workdir /tmp/ds
     flock ... python benchmarks/data_scale.py --phase prepare --sizes 5000000 --workdir /tmp/ds
     flock ... python benchmarks/data_scale.py --phase measure --sizes 500000,5000000 --workdir /tmp/ds
 
@@ -140,7 +141,9 @@ print(json.dumps({{"tokens_per_s": r.tokens_per_second, "loss": r.train_loss,
 def prepare_size(work: Path, n: int, dev: str, test: str, args) -> dict:
     """Generate the N-pair corpus, prepare it (and with the baseline's workers first, if asked)."""
     t = time.perf_counter()
-    spec = make_corpus(work, n, 0, f"train{n}")
+    spec = f"{work / f'train{n}.xx'},{work / f'train{n}.yy'}"
+    if not (work / f"train{n}.yy").exists():  # `--phase generate` may have made it in an earlier run
+        spec = make_corpus(work, n, 0, f"train{n}")
     gen_s = time.perf_counter() - t
     raw = sum(Path(p).stat().st_size for p in spec.split(","))
     runs = []
@@ -152,7 +155,8 @@ def prepare_size(work: Path, n: int, dev: str, test: str, args) -> dict:
         r.update(workers=w, pairs_per_s=r["pairs"] / r["seconds"], disk=du(out), raw=raw, load=load())
         runs.append(r)
         print(
-            f"{n:>9,} pairs, workers={w or 'all cores'}: prepare {r['seconds']:.0f} s = {r['pairs_per_s']:,.0f} pairs/s, "
+            f"{n:>9,} pairs, workers={w or 'all cores'}: prepare {r['seconds']:.0f} s = "
+            f"{r['pairs_per_s']:,.0f} pairs/s, "
             f"{r['shards']} shards, peak RSS {r['rss_mb']:.0f} MB (largest worker {r['workers_rss_mb']:.0f} MB), "
             f"on disk {r['disk'] / 1e6:.0f} MB ({r['disk'] / raw:.2f}x the {raw / 1e6:.0f} MB of text, "
             f"generated in {gen_s:.0f} s); load {r['load']}",
@@ -202,7 +206,7 @@ def measure(work: Path, sizes: list[int], args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="500000,5000000", help="corpus sizes in pairs, comma-separated")
-    ap.add_argument("--phase", choices=["all", "prepare", "measure"], default="all")
+    ap.add_argument("--phase", choices=["all", "generate", "prepare", "measure"], default="all")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--loader-batches", type=int, default=300)
     ap.add_argument("--train-steps", type=int, default=20)
@@ -213,16 +217,21 @@ def main() -> None:
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.phase != "all" and not args.workdir:
-        ap.error("--phase prepare/measure need --workdir (the folder the phases share)")
+        ap.error("--phase generate/prepare/measure need --workdir (the folder the phases share)")
     print(f"platform: {platform.machine()}, {os.cpu_count()} CPUs; CPU features: {cpu_features()}")
     print(f"load at start: {load()}", flush=True)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="attnlab-data-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
+        if not (work / "dev.yy").exists():
+            make_corpus(work, 500, 1, "dev")
+            make_corpus(work, 500, 2, "test")
+        if args.phase == "generate":  # only the text, for a later `--phase prepare` (long runs in pieces)
+            for n in sizes:
+                t = time.perf_counter()
+                make_corpus(work, n, 0, f"train{n}")
+                print(f"{n:,} pairs generated in {time.perf_counter() - t:.0f} s")
         if args.phase in ("all", "prepare"):
-            if not (work / "dev.xx").exists():
-                make_corpus(work, 500, 1, "dev")
-                make_corpus(work, 500, 2, "test")
             dev, test = (f"{work / name}.xx,{work / name}.yy" for name in ("dev", "test"))
             for n in sizes:
                 prepare_size(work, n, dev, test, args)
