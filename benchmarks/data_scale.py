@@ -3,9 +3,18 @@ peak RSS of training, for synthetic parallel corpora of two sizes (generated her
 
     flock /tmp/attnlab-measure.lock python benchmarks/data_scale.py --sizes 500000,5000000
 
+or in pieces that each fit a short locked run (the same folder; delete it afterwards):
+
+    flock ... python benchmarks/data_scale.py --phase prepare --sizes 500000 --workdir /tmp/ds --baseline-workers 1
+    flock ... python benchmarks/data_scale.py --phase generate --sizes 5000000 --workdir /tmp/ds
+    flock ... python benchmarks/data_scale.py --phase prepare --sizes 5000000 --workdir /tmp/ds
+    flock ... python benchmarks/data_scale.py --phase measure --sizes 500000,5000000 --workdir /tmp/ds
+
 For each size: aligned files of N pairs (20-30 tokens a side, a 4,000-word synthetic language pair)
-plus fixed 500-pair dev/test files are written to a temporary folder; `attnlab prepare` runs in a fresh
-process (pairs/s, its peak RSS, bytes on disk). Then, in interleaved rounds (size A, size B, A, B),
+plus fixed 500-pair dev/test files are written to the work folder; `attnlab prepare` runs in a fresh
+process with `--workers` encoding processes (pairs/s, its peak RSS, bytes on disk, shards of
+`--shard-size` pairs); with `--baseline-workers B` the first size is also prepared with B workers
+first, and the ratio is printed. Then, in interleaved rounds (size A, size B, A, B),
 fresh processes measure (a) the loader alone: token-bucketed batches planned from the lengths index
 and collated from the memory-mapped shards, target tokens/s over the first `--loader-batches`
 batches, and (b) `train_run` of a small Transformer for `--train-steps` steps on the prepared folder:
@@ -90,10 +99,12 @@ import json, resource, time
 from attnlab.data import prepare
 t = time.perf_counter()
 meta = prepare({data!r}, {out!r}, src_lang="xx", tgt_lang="yy", valid={valid!r}, test={test!r},
-               tokenizer="bpe", vocab_size=8000)
+               tokenizer="bpe", vocab_size=8000, shard_size={shard_size}, workers={workers})
 dt = time.perf_counter() - t
-print(json.dumps({{"seconds": dt, "pairs": meta["splits"]["train"]["pairs"],
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+rss = lambda who: resource.getrusage(who).ru_maxrss / 1024
+print(json.dumps({{"seconds": dt, "pairs": meta["splits"]["train"]["pairs"], "rss_mb": rss(resource.RUSAGE_SELF),
+                  "workers_rss_mb": rss(resource.RUSAGE_CHILDREN),
+                  "shards": len(meta["splits"]["train"]["shards"])}}))
 """
 
 LOADER = """
@@ -127,69 +138,109 @@ print(json.dumps({{"tokens_per_s": r.tokens_per_second, "loss": r.train_loss,
 """
 
 
+def prepare_size(work: Path, n: int, dev: str, test: str, args) -> dict:
+    """Generate the N-pair corpus, prepare it (and with the baseline's workers first, if asked)."""
+    t = time.perf_counter()
+    spec = f"{work / f'train{n}.xx'},{work / f'train{n}.yy'}"
+    if not (work / f"train{n}.yy").exists():  # `--phase generate` may have made it in an earlier run
+        spec = make_corpus(work, n, 0, f"train{n}")
+    gen_s = time.perf_counter() - t
+    raw = sum(Path(p).stat().st_size for p in spec.split(","))
+    runs = []
+    workers = [args.baseline_workers, args.workers] if args.baseline_workers else [args.workers]
+    for w in workers:
+        out = work / f"prep{n}"
+        shutil.rmtree(out, ignore_errors=True)
+        r = child(PREPARE.format(data=spec, out=str(out), valid=dev, test=test, shard_size=args.shard_size, workers=w))
+        r.update(workers=w, pairs_per_s=r["pairs"] / r["seconds"], disk=du(out), raw=raw, load=load())
+        runs.append(r)
+        print(
+            f"{n:>9,} pairs, workers={w or 'all cores'}: prepare {r['seconds']:.0f} s = "
+            f"{r['pairs_per_s']:,.0f} pairs/s, "
+            f"{r['shards']} shards, peak RSS {r['rss_mb']:.0f} MB (largest worker {r['workers_rss_mb']:.0f} MB), "
+            f"on disk {r['disk'] / 1e6:.0f} MB ({r['disk'] / raw:.2f}x the {raw / 1e6:.0f} MB of text, "
+            f"generated in {gen_s:.0f} s); load {r['load']}",
+            flush=True,
+        )
+    if len(runs) == 2:
+        print(f"prepare pairs/s, workers={args.workers or 'all cores'} vs workers={args.baseline_workers} (baseline): "
+              f"{runs[1]['pairs_per_s'] / runs[0]['pairs_per_s']:.2f}x")  # fmt: skip
+    for p in spec.split(","):
+        os.remove(p)  # the text is not needed any more; keeps the disk use down
+    (work / f"prepare{n}.json").write_text(json.dumps(runs))
+    return runs[-1]
+
+
+def measure(work: Path, sizes: list[int], args) -> None:
+    """Interleaved rounds of the loader alone and of a short training run on each prepared size."""
+    results: dict = {n: {"loader": [], "train": []} for n in sizes}
+    for rnd in range(args.rounds):
+        for n in sizes:
+            out = work / f"prep{n}"
+            results[n]["loader"].append(child(LOADER.format(out=str(out), batches=args.loader_batches)))
+            run = work / f"run{n}-{rnd}"
+            results[n]["train"].append(child(TRAIN.format(out=str(out), run=str(run), steps=args.train_steps)))
+            shutil.rmtree(run, ignore_errors=True)
+    print(f"\nload after the rounds: {load()}")
+    print(
+        "| pairs | loader tokens/s (median) | plan of epoch 0 | model consumes tokens/s | loader / model | "
+        "peak RSS loader | peak RSS training |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    med = lambda xs: float(np.median(xs))
+    for n in sizes:
+        lo, tr = results[n]["loader"], results[n]["train"]
+        lt, mt = med([x["tokens_per_s"] for x in lo]), med([x["tokens_per_s"] for x in tr])
+        print(
+            f"| {n:,} | {lt:,.0f} | {med([x['plan_s'] for x in lo]):.1f} s, {lo[0]['epoch_batches']:,} batches | "
+            f"{mt:,.0f} | {lt / mt:.1f}x | {max(x['rss_mb'] for x in lo):.0f} MB | "
+            f"{max(x['rss_mb'] for x in tr):.0f} MB |"
+        )
+    base = sizes[0]
+    for n in sizes[1:]:
+        for what in ("train", "loader"):
+            ratio = max(x["rss_mb"] for x in results[n][what]) / max(x["rss_mb"] for x in results[base][what])
+            print(f"peak {what} RSS, {n:,} vs {base:,} pairs (baseline): {ratio:.3f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="500000,5000000", help="corpus sizes in pairs, comma-separated")
+    ap.add_argument("--phase", choices=["all", "generate", "prepare", "measure"], default="all")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--loader-batches", type=int, default=300)
     ap.add_argument("--train-steps", type=int, default=20)
+    ap.add_argument("--shard-size", type=int, default=250_000, help="pairs per shard (5M pairs: 20 shards)")
+    ap.add_argument("--workers", type=int, help="prepare's encoding processes (default: the usable cores)")
+    ap.add_argument("--baseline-workers", type=int, help="also prepare the first size with this many, first")
     ap.add_argument("--workdir", help="where the corpora go (default: a temp folder, removed at the end)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.phase != "all" and not args.workdir:
+        ap.error("--phase generate/prepare/measure need --workdir (the folder the phases share)")
     print(f"platform: {platform.machine()}, {os.cpu_count()} CPUs; CPU features: {cpu_features()}")
-    print(f"load at start: {load()}")
+    print(f"load at start: {load()}", flush=True)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="attnlab-data-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        dev = make_corpus(work, 500, 1, "dev")
-        test = make_corpus(work, 500, 2, "test")
-        prepared = {}
-        for n in sizes:
-            t = time.perf_counter()
-            spec = make_corpus(work, n, 0, f"train{n}")
-            gen_s = time.perf_counter() - t
-            out = work / f"prep{n}"
-            r = child(PREPARE.format(data=spec, out=str(out), valid=dev, test=test))
-            raw = sum(Path(p).stat().st_size for p in spec.split(","))
-            prepared[n] = out
-            print(
-                f"{n:>9,} pairs: generated in {gen_s:.0f} s ({raw / 1e6:.0f} MB of text); prepare "
-                f"{r['seconds']:.0f} s = {r['pairs'] / r['seconds']:,.0f} pairs/s, peak RSS {r['rss_mb']:.0f} MB, "
-                f"on disk {du(out) / 1e6:.0f} MB ({du(out) / raw:.2f}x the text); load {load()}"
-            )
-            for p in spec.split(","):
-                os.remove(p)  # the text is not needed any more; keeps the disk use down
-        results: dict = {n: {"loader": [], "train": []} for n in sizes}
-        for rnd in range(args.rounds):
+        if not (work / "dev.yy").exists():
+            make_corpus(work, 500, 1, "dev")
+            make_corpus(work, 500, 2, "test")
+        if args.phase == "generate":  # only the text, for a later `--phase prepare` (long runs in pieces)
             for n in sizes:
-                results[n]["loader"].append(child(LOADER.format(out=str(prepared[n]), batches=args.loader_batches)))
-                run = work / f"run{n}-{rnd}"
-                results[n]["train"].append(
-                    child(TRAIN.format(out=str(prepared[n]), run=str(run), steps=args.train_steps))
-                )
-                shutil.rmtree(run, ignore_errors=True)
-        print(f"\nload after the rounds: {load()}")
-        print(
-            "| pairs | loader tokens/s (median) | plan of epoch 0 | model consumes tokens/s | loader / model | "
-            "peak RSS loader | peak RSS training |"
-        )
-        print("|---|---|---|---|---|---|---|")
-        med = lambda xs: float(np.median(xs))
-        for n in sizes:
-            lo, tr = results[n]["loader"], results[n]["train"]
-            lt, mt = med([x["tokens_per_s"] for x in lo]), med([x["tokens_per_s"] for x in tr])
-            print(
-                f"| {n:,} | {lt:,.0f} | {med([x['plan_s'] for x in lo]):.1f} s, {lo[0]['epoch_batches']:,} batches | "
-                f"{mt:,.0f} | {lt / mt:.1f}x | {max(x['rss_mb'] for x in lo):.0f} MB | "
-                f"{max(x['rss_mb'] for x in tr):.0f} MB |"
-            )
-        base = sizes[0]
-        for n in sizes[1:]:
-            ratio = max(x["rss_mb"] for x in results[n]["train"]) / max(x["rss_mb"] for x in results[base]["train"])
-            print(f"peak training RSS, {n:,} vs {base:,} pairs (baseline): {ratio:.3f}x")
+                t = time.perf_counter()
+                make_corpus(work, n, 0, f"train{n}")
+                print(f"{n:,} pairs generated in {time.perf_counter() - t:.0f} s")
+        if args.phase in ("all", "prepare"):
+            dev, test = (f"{work / name}.xx,{work / name}.yy" for name in ("dev", "test"))
+            for n in sizes:
+                prepare_size(work, n, dev, test, args)
+        if args.phase in ("all", "measure"):
+            measure(work, sizes, args)
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
+    print(f"load at the end: {load()}")
 
 
 if __name__ == "__main__":

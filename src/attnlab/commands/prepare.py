@@ -9,16 +9,11 @@ Bad lines (empty, over-long, undecodable, no tab) are skipped and reported per f
 
 from __future__ import annotations
 
-import argparse
+from attnlab.commands._common import add_command
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "prepare",
-        help="corpus -> token-id shards (any language pair, any size)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "prepare", "corpus -> token-id shards (any language pair, any size)", __doc__)
     p.add_argument(
         "--data",
         required=True,
@@ -45,6 +40,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--test-fraction", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0, help="the random split")
     p.add_argument("--shard-size", type=int, default=250_000, help="pairs per shard")
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes that encode (default: the usable cores); the shards are the same for any N",
+    )
     p.set_defaults(func=run)
 
 
@@ -68,6 +69,7 @@ def run(args) -> int:
         test_fraction=args.test_fraction,
         seed=args.seed,
         shard_size=args.shard_size,
+        workers=args.workers,
         log=print,
     )
     n = meta["splits"]["train"]["pairs"]

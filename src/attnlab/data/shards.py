@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -36,8 +37,9 @@ import numpy as np
 
 from attnlab._io import atomic_dir
 
+from .encode_pool import ChunkEncoder, check_workers, spec_of
 from .formats import CorpusReport, iter_pairs, split_spec
-from .shard_writer import _ShardWriter
+from .shard_writer import CorpusWriter
 from .shards_read import (  # noqa: F401 (reading lives there; re-exported)
     FORMAT,
     META,
@@ -55,7 +57,7 @@ from .vocab import SubwordVocab, Vocab
 
 TOKENIZERS = ("auto", "word", "bpe", "unigram")
 NORMALIZATIONS = ("NFKC", "NFC")
-_CHUNK = 8192  # pairs encoded per call (the Rust tokenizer parallelises within a call)
+_CHUNK = 8192  # pairs per encoded chunk: the unit of work of the encoding pool
 
 
 # --------------------------------------------------------------------------- settings
@@ -68,19 +70,8 @@ def resolve_tokenizer(tokenizer: str, src_lang: str, tgt_lang: str) -> str:
     return tokenizer
 
 
-def _check_settings(
-    src_lang,
-    tgt_lang,
-    tokenizer,
-    normalization,
-    vocab_size,
-    min_freq,
-    max_len,
-    num_examples,
-    valid_fraction,
-    test_fraction,
-    shard_size,
-):
+def _check_settings(src_lang: str, tgt_lang: str, settings: dict) -> None:
+    """ValueError naming the first bad setting (`settings` as recorded in meta.json)."""
     for name, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
         if (
             not isinstance(lang, str)
@@ -91,21 +82,20 @@ def _check_settings(
             raise ValueError(
                 f"{name} must be a language code such as 'en' or 'de' (--src-lang/--tgt-lang), got {lang!r}"
             )
-    resolve_tokenizer(tokenizer, src_lang, tgt_lang)
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-    checks = (("vocab_size", vocab_size, 8), ("min_freq", min_freq, 1), ("shard_size", shard_size, 1))
-    for name, value, low in checks:
+    resolve_tokenizer(settings["tokenizer"], src_lang, tgt_lang)
+    if settings["normalization"] not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {settings['normalization']!r}")
+    for name, low in (("vocab_size", 8), ("min_freq", 1), ("shard_size", 1), ("tokenizer_sample", 1)):
+        value = settings[name]
         if not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    for name, value in (("max_len", max_len), ("num_examples", num_examples)):
+    for name in ("max_len", "num_examples"):
+        value = settings[name]
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
-    if not (0 <= valid_fraction < 1 and 0 <= test_fraction < 1 and valid_fraction + test_fraction < 1):
-        raise ValueError(
-            f"valid_fraction and test_fraction must be in [0, 1) and sum below 1, "
-            f"got {valid_fraction} and {test_fraction}"
-        )
+    vf, tf = settings["valid_fraction"], settings["test_fraction"]
+    if not (0 <= vf < 1 and 0 <= tf < 1 and vf + tf < 1):
+        raise ValueError(f"valid_fraction and test_fraction must be in [0, 1) and sum below 1, got {vf} and {tf}")
 
 
 def _split_of(src: str, seed: int, valid_fraction: float, test_fraction: float) -> str:
@@ -161,6 +151,14 @@ def _hash_specs(specs: Sequence[str | None]) -> str:
     return h.hexdigest()
 
 
+def _chunks(items: Iterator[tuple]) -> Iterator[tuple]:
+    """(line number, source, target, split code) items -> chunks of `_CHUNK` pairs for ChunkEncoder.map:
+    ((line numbers, sources, targets, split codes), sources, targets)."""
+    while block := list(itertools.islice(items, _CHUNK)):
+        linenos, sources, targets, codes = (list(col) for col in zip(*block))
+        yield (linenos, sources, targets, codes), sources, targets
+
+
 def prepare(
     data: str | os.PathLike,
     out: str | os.PathLike,
@@ -180,6 +178,7 @@ def prepare(
     seed: int = 0,
     shard_size: int = 250_000,
     tokenizer_sample: int = 1_000_000,
+    workers: int | None = None,
     log=None,
 ) -> dict:
     """Turn a corpus into prepared shards in `out` (see the module docstring). Returns the meta dict.
@@ -196,21 +195,28 @@ def prepare(
         shard_size: pairs per shard; the training loader holds about one shard's index at a time.
         tokenizer_sample: subword models are trained on the first N training pairs (SentencePiece's
             `input_sentence_size`), so preparing 5M pairs does not hold 5M sentences in the trainer.
+        workers: processes that encode (None: the usable cores). The shards are the same for any
+            number; corpora of one chunk (8,192 pairs) are encoded in this process.
         log: a callable taking a progress line (the CLI passes print).
     """
-    _check_settings(
-        src_lang,
-        tgt_lang,
-        tokenizer,
-        normalization,
-        vocab_size,
-        min_freq,
-        max_len,
-        num_examples,
-        valid_fraction,
-        test_fraction,
-        shard_size,
-    )
+    settings = {
+        "data": str(data),
+        "valid": valid,
+        "test": test,
+        "tokenizer": tokenizer,
+        "vocab_size": vocab_size,
+        "normalization": normalization,
+        "min_freq": min_freq,
+        "max_len": max_len,
+        "num_examples": num_examples,
+        "valid_fraction": valid_fraction,
+        "test_fraction": test_fraction,
+        "seed": seed,
+        "shard_size": shard_size,
+        "tokenizer_sample": tokenizer_sample,
+    }
+    _check_settings(src_lang, tgt_lang, settings)
+    workers = check_workers(workers)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out} already exists and is not empty; choose a new folder (prepare never overwrites)")
@@ -219,7 +225,7 @@ def prepare(
             split_spec(spec)  # every file exists, before any work
     if (valid is None) != (test is None):
         raise ValueError("give both --valid and --test (files held out as given), or neither (a random split)")
-    kind = resolve_tokenizer(tokenizer, src_lang, tgt_lang)
+    kind = settings["tokenizer"] = resolve_tokenizer(tokenizer, src_lang, tgt_lang)
     log_given = log is not None
     log = log or (lambda line: None)
     t0 = time.perf_counter()
@@ -269,77 +275,49 @@ def prepare(
     )
     dtype = np.uint16 if max(len(src_vocab), len(tgt_vocab)) <= np.iinfo(np.uint16).max else np.int32
 
-    with atomic_dir(out) as tmp:  # `out` is absent or empty (checked above)
-        writers = {s: _ShardWriter(tmp, s, shard_size, dtype) for s in SPLITS}
-        texts_out = {s: open(tmp / f"{s}.tsv", "w", encoding="utf-8") for s in ("valid", "test")}  # noqa: SIM115
+    # Pass 2: (line number, source, target, split code) items of each input, encoded in chunks.
+    def random_split(rep: CorpusReport) -> Iterator[tuple]:
+        n = 0
+        for lineno, s, t in iter_pairs(data, rep):
+            split = _split_of(s, seed, valid_fraction, test_fraction)
+            yield lineno, s, t, SPLITS.index(split)
+            if split == "train":
+                n += 1
+                if num_examples is not None and n >= num_examples:
+                    return
+
+    def held_out(spec, rep: CorpusReport, code: int, limit: int | None = None) -> Iterator[tuple]:
+        for lineno, s, t in itertools.islice(iter_pairs(spec, rep), limit):
+            yield lineno, s, t, code
+
+    reps = {name: CorpusReport(files=[]) for name in ("data", "valid", "test")}
+    if valid is None:
+        inputs = [("data", random_split(reps["data"]))]
+    else:
+        inputs = [
+            ("data", held_out(data, reps["data"], 0, num_examples)),
+            ("valid", held_out(valid, reps["valid"], 1)),
+            ("test", held_out(test, reps["test"], 2)),
+        ]
+    local = (src_vocab.encode_batch, tgt_vocab.encode_batch)
+    with atomic_dir(out) as tmp, ChunkEncoder(local, spec_of(kind, src_vocab, tgt_vocab), dtype, workers) as enc:
+        writer = CorpusWriter(tmp, shard_size, dtype, max_len)
         reports = {}
-
-        def encode(vocab, xs):
-            return [vocab.encode(x) for x in xs] if kind == "word" else vocab.encode_batch(xs)
-
-        def write(split_of, pairs, report: CorpusReport, name: str):
-            chunk: list[tuple] = []  # (line number, source, target[, known split])
-
-            def flush():
-                src_ids, tgt_ids = encode(src_vocab, [p[1] for p in chunk]), encode(tgt_vocab, [p[2] for p in chunk])
-                for (lineno, s, t, *known), si, ti in zip(chunk, src_ids, tgt_ids):
-                    if max_len is not None and (len(si) > max_len or len(ti) > max_len):
-                        # Reported in the file of the too-long side (the first file for a TSV).
-                        for f, ids in zip(report.files if len(report.files) == 2 else report.files * 2, (si, ti)):
-                            if len(ids) > max_len:
-                                f.add(f"over-long (> {max_len} tokens)", lineno)
-                        report.pairs -= 1
-                        continue
-                    split = known[0] if known else split_of(s)  # the random split was decided while reading
-                    writers[split].add(si, ti)
-                    if split in texts_out:
-                        texts_out[split].write(f"{s}\t{t}\n")
-                chunk.clear()
-
-            for item in pairs:
-                chunk.append(item)
-                if len(chunk) >= _CHUNK:
-                    flush()
-            if chunk:
-                flush()
-            reports[name] = report.to_dict()
-            if log_given:
-                log(report.summary())
-            else:  # no log (train's in-memory path): a warning, so skipped lines are never silent
-                for f in report.files:
-                    if f.counts:
-                        warnings.warn(f.summary(), stacklevel=3)
-
-        rep = CorpusReport(files=[])
-        if valid is None:
-
-            def limited():
-                n = 0
-                for item in iter_pairs(data, rep):
-                    split = _split_of(item[1], seed, valid_fraction, test_fraction)
-                    yield (*item, split)
-                    if split == "train":
-                        n += 1
-                        if num_examples is not None and n >= num_examples:
-                            return
-
-            write(None, limited(), rep, "data")
-        else:
-
-            def first_n():
-                for i, item in enumerate(iter_pairs(data, rep)):
-                    if num_examples is not None and i >= num_examples:
-                        return
-                    yield item
-
-            write(lambda s: "train", first_n(), rep, "data")
-            for split, spec in (("valid", valid), ("test", test)):
-                assert spec is not None  # checked above: valid and test come together
-                r = CorpusReport(files=[])
-                write(lambda s, split=split: split, iter_pairs(spec, r), r, split)
-        for f in texts_out.values():
-            f.close()
-        shards = {s: w.finish() for s, w in writers.items()}
+        try:
+            for name, items in inputs:
+                for (linenos, sources, targets, codes), encoded in enc.map(_chunks(items)):
+                    writer.write(linenos, sources, targets, codes, encoded, reps[name])
+                reports[name] = reps[name].to_dict()
+                if log_given:
+                    log(reps[name].summary())
+                else:  # no log (train's in-memory path): a warning, so skipped lines are never silent
+                    for f in reps[name].files:
+                        if f.counts:
+                            warnings.warn(f.summary(), stacklevel=2)
+            shards = writer.finish()
+        except BaseException:
+            writer.close()
+            raise
         if not shards["train"]:
             raise ValueError(f"{data}: no usable training pair (see the report above); nothing was written")
         src_vocab.save(tmp / "src_vocab.json")
@@ -351,22 +329,7 @@ def prepare(
             "src_lang": src_lang,
             "tgt_lang": tgt_lang,
             "dtype": np.dtype(dtype).name,
-            "settings": {
-                "data": str(data),
-                "valid": valid,
-                "test": test,
-                "tokenizer": kind,
-                "vocab_size": vocab_size,
-                "normalization": normalization,
-                "min_freq": min_freq,
-                "max_len": max_len,
-                "num_examples": num_examples,
-                "valid_fraction": valid_fraction,
-                "test_fraction": test_fraction,
-                "seed": seed,
-                "shard_size": shard_size,
-                "tokenizer_sample": tokenizer_sample,
-            },
+            "settings": settings,
             "splits": {s: {"pairs": sum(x["pairs"] for x in shards[s]), "shards": shards[s]} for s in SPLITS},
             "reports": reports,
             "seconds": round(seconds, 3),

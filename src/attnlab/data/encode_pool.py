@@ -1,0 +1,183 @@
+"""Encoding `prepare`'s chunks of sentence pairs into token-id arrays, in this process or a pool.
+
+`ChunkEncoder(local, spec, dtype, workers)` turns chunks `(sources, targets)` into `EncodedChunk`s
+(flat ids and lengths per side, numpy), in order. The first chunk of a corpus is encoded here; from the
+second on, `workers` >= 2 processes encode them (a small corpus never pays for starting the pool), at
+most `2 * workers` chunks in flight so memory stays bounded whatever the corpus size.
+
+Workers are forked where that is safe and cheap (Linux: no re-import of the caller's script, no
+torch import), spawned elsewhere. A worker that dies fails the call (BrokenProcessPool), never hangs
+it. The encoding is the same function everywhere (the tokenizer's batch encode, or `Vocab.encode`),
+so the shards do not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# ("subword", tokenizer JSON, tokenizer JSON) or ("word", src Vocab dict, tgt Vocab dict): what a
+# worker needs to rebuild the two encoders (plain data, cheap to send to a spawned process).
+EncoderSpec = tuple[str, Any, Any]
+Encode = Callable[[list[str]], list[list[int]]]
+
+
+@dataclass
+class EncodedChunk:
+    """One chunk of N pairs: `src_flat` (sum of src_lens,) ids in the shard dtype, `src_lens` (N,)
+    int64; the same for the target side."""
+
+    src_flat: np.ndarray
+    src_lens: np.ndarray
+    tgt_flat: np.ndarray
+    tgt_lens: np.ndarray
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's count where they differ)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def check_workers(workers: int | None) -> int:
+    """None -> the usable cores; otherwise a positive int, or a ValueError saying so."""
+    if workers is None:
+        return usable_cores()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer (processes that encode), got {workers!r}")
+    return workers
+
+
+def spec_of(kind: str, src_vocab, tgt_vocab) -> EncoderSpec:
+    """The plain-data description of two vocabularies that `_encoders` rebuilds in a worker."""
+    if kind == "word":
+        return ("word", src_vocab.to_dict(), tgt_vocab.to_dict())
+    for v in (src_vocab, tgt_vocab):  # 'book' style preprocesses in Python first: not what prepare makes
+        if getattr(v, "style", "plain") != "plain":
+            raise ValueError(f"prepare encodes with plain subword vocabularies only, got style {v.style!r}")
+    return ("subword", src_vocab.tokenizer.to_str(), tgt_vocab.tokenizer.to_str())
+
+
+def _encoders(spec: EncoderSpec) -> tuple[Encode, Encode]:
+    kind, src, tgt = spec
+    if kind == "word":
+        from .vocab import Vocab
+
+        def word(d: dict) -> Encode:
+            vocab = Vocab.from_dict(d)
+            return lambda texts: [vocab.encode(t) for t in texts]
+
+        return word(src), word(tgt)
+    from tokenizers import Tokenizer
+
+    def subword(js: str) -> Encode:
+        tok = Tokenizer.from_str(js)
+        # encode_batch_fast (tokenizers >= 0.20) skips the character offsets, as SubwordVocab does.
+        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+        return lambda texts: [e.ids for e in encode(texts)]
+
+    return (subword(src), subword(tgt)) if src != tgt else (subword(src),) * 2
+
+
+def _flat(ids: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.fromiter(map(len, ids), np.int64, len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype, int(lens.sum()))
+    return flat, lens
+
+
+def encode_chunk(encoders: tuple[Encode, Encode], dtype, sources: list[str], targets: list[str]) -> EncodedChunk:
+    src_flat, src_lens = _flat(encoders[0](sources), dtype)
+    tgt_flat, tgt_lens = _flat(encoders[1](targets), dtype)
+    return EncodedChunk(src_flat, src_lens, tgt_flat, tgt_lens)
+
+
+_WORKER: dict = {}  # the worker process's encoders and dtype, set once by _init
+
+
+def _init(spec: EncoderSpec, dtype: str) -> None:
+    # One thread per worker: the pool is the parallelism; tokenizers' own threads would oversubscribe.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _WORKER.update(encoders=_encoders(spec), dtype=np.dtype(dtype))
+
+
+def _work(sources: list[str], targets: list[str]) -> EncodedChunk:
+    return encode_chunk(_WORKER["encoders"], _WORKER["dtype"], sources, targets)
+
+
+class ChunkEncoder:
+    """Ordered encoding of chunks; use as a context manager (the pool, if started, ends with it).
+
+    Args:
+        local: the encoders for this process (the vocabularies' own, built once).
+        spec: the same encoders as plain data, for worker processes.
+        dtype: the shard dtype (uint16 or int32).
+        workers: 1 = encode here; N >= 2 = N worker processes from the second chunk on.
+    """
+
+    def __init__(self, local: tuple[Encode, Encode], spec: EncoderSpec, dtype, workers: int):
+        self.local, self.spec, self.dtype, self.workers = local, spec, np.dtype(dtype), check_workers(workers)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> ChunkEncoder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            # After an error nothing pending is wanted; after success nothing is left.
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _submit(self, sources: list[str], targets: list[str]) -> Future:
+        if self._pool is not None:
+            return self._pool.submit(_work, sources, targets)
+        method = "fork" if sys.platform == "linux" else "spawn"
+        # Set while the workers are forked (the first submit forks them all): tokenizers then neither
+        # warns about a fork after its threads ran nor starts threads in the workers.
+        previous = os.environ.get("TOKENIZERS_PARALLELISM")
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        try:
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context(method),
+                initializer=_init,
+                initargs=(self.spec, self.dtype.str),
+            )
+            return self._pool.submit(_work, sources, targets)
+        finally:
+            if previous is None:
+                del os.environ["TOKENIZERS_PARALLELISM"]
+            else:
+                os.environ["TOKENIZERS_PARALLELISM"] = previous
+
+    def map(self, chunks: Iterable[tuple[Any, list[str], list[str]]]) -> Iterator[tuple[Any, EncodedChunk]]:
+        """(payload, sources, targets) chunks -> (payload, EncodedChunk), in the order given."""
+        chunks = iter(chunks)
+        first = next(chunks, None)
+        if first is None:
+            return
+        payload, sources, targets = first
+        yield payload, encode_chunk(self.local, self.dtype, sources, targets)
+        if self.workers == 1:
+            for payload, sources, targets in chunks:
+                yield payload, encode_chunk(self.local, self.dtype, sources, targets)
+            return
+        pending: collections.deque = collections.deque()
+        for payload, sources, targets in chunks:
+            pending.append((payload, self._submit(sources, targets)))
+            if len(pending) >= 2 * self.workers:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
