@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.beam_trace import trace_path, trace_step
 from attnlab.greedy_pick import pick
 
 __all__ = ["Hypothesis", "attention_maps", "beam_search", "greedy", "trace_path"]
@@ -269,7 +270,7 @@ def beam_search(
             pos_lp = torch.cat([pos_lp.index_select(0, rows), top_lp.gather(1, pick).reshape(-1, 1)], dim=1)
             scores = live_scores
             if trace is not None:
-                records = _trace_step(
+                records = trace_step(
                     trace, step, active, top_scores, top_beam, top_tok, top_lp, pick, finished_at, length_penalty
                 )
 
@@ -323,76 +324,6 @@ def _expand(model: nn.Module, state, src_rows: Tensor, K: int):
     it (memory and cross-attention keys/values stay one row per sentence), else `reorder_state`."""
     expand = getattr(model, "expand_beams", None)
     return expand(state, src_rows[::K], K) if expand is not None else model.reorder_state(state, src_rows)
-
-
-def _trace_step(
-    trace: list,
-    step: int,
-    active: list[int],
-    top_scores: Tensor,
-    top_beam: Tensor,
-    top_tok: Tensor,
-    top_lp: Tensor,
-    pick: Tensor,
-    finished_at: dict,
-    length_penalty: float,
-) -> list[dict]:
-    """Append one record per active sentence for this step (see `beam_search`'s trace); returns them."""
-    sc, par, tok, lp, live = (top_scores.tolist(), top_beam.tolist(), top_tok.tolist(), top_lp.tolist(), pick.tolist())
-    norm = (step + 1) ** length_penalty
-    records = []
-    for i, b in enumerate(active):
-        done = {r for s_, r in finished_at.get(b, []) if s_ == step}
-        slot = {r: k for k, r in enumerate(live[i])}
-        cands = []
-        for r in range(len(sc[i])):
-            if not math.isfinite(sc[i][r]):  # fewer than 2*beam real continuations (tiny vocabularies)
-                cands.append(
-                    {
-                        "parent": par[i][r],
-                        "token": tok[i][r],
-                        "logprob": None,
-                        "score": None,
-                        "norm_score": None,
-                        "status": "impossible",
-                        "slot": None,
-                    }
-                )
-                continue
-            status = "finished" if r in done else "live" if r in slot else "pruned"
-            cands.append(
-                {
-                    "parent": par[i][r],
-                    "token": tok[i][r],
-                    "logprob": lp[i][r],
-                    "score": sc[i][r],
-                    "norm_score": sc[i][r] / norm,
-                    "status": status,
-                    "slot": slot.get(r),
-                }
-            )
-        rec = {"step": step, "sentence": b, "candidates": cands}
-        trace.append(rec)
-        records.append(rec)
-    return records
-
-
-def trace_path(trace: list, sentence: int = 0) -> list[tuple[int, int]]:
-    """The (step, candidate index) of every token of `sentence`'s winning hypothesis in a beam trace,
-    first step first (follows the parents back from the winner). Empty when nothing finished."""
-    steps = {r["step"]: r for r in trace if r.get("sentence") == sentence and "step" in r}
-    win = next((r["winner"] for r in trace if r.get("sentence") == sentence and "winner" in r), None)
-    if win is None:
-        return []
-    path, (step, idx) = [], win
-    while True:
-        path.append((step, idx))
-        if step == 0:
-            break
-        parent = steps[step]["candidates"][idx]["parent"]
-        idx = next(j for j, c in enumerate(steps[step - 1]["candidates"]) if c["slot"] == parent)
-        step -= 1
-    return path[::-1]
 
 
 def attention_maps(rec) -> dict[str, Tensor]:
