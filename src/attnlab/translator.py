@@ -177,8 +177,8 @@ class Translator:
         src_ids: Sequence[Sequence[int]],
         beam: int = 1,
         batch_size: int | None = None,
-        *,
         length_penalty: float = 1.0,
+        *,
         scores: bool = True,
         workers: int | None = None,
     ) -> list[Hypothesis]:
@@ -210,7 +210,7 @@ class Translator:
         length_penalty: float = 1.0,
     ) -> list[list[int]]:
         """Source id lists (no <eos>) -> target id lists (no <bos>/<eos>); skips greedy's scores."""
-        hyps = self.decode(src_ids, beam, batch_size, length_penalty=length_penalty, scores=False)
+        hyps = self.decode(src_ids, beam, batch_size, length_penalty, scores=False)
         return [h.tokens for h in hyps]
 
     def translate_ids(
