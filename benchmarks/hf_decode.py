@@ -65,8 +65,14 @@ def main():
         limit = tr.output_limit(enc["input_ids"].shape[1])
         for beam in (1, 4) if "--imports-only" not in sys.argv else ():
             ours = lambda: tr.decode_ids(src_ids, beam=beam)
-            theirs = lambda: hf.generate(
-                **enc, num_beams=beam, do_sample=False, max_new_tokens=limit, length_penalty=1.0, early_stopping=True
+            theirs = lambda: hf.generate(  # the settings tests/export/test_hf.py proves identical outputs with
+                **enc,
+                num_beams=beam,
+                do_sample=False,
+                max_new_tokens=limit,
+                length_penalty=1.0,
+                early_stopping=True,
+                forced_eos_token_id=None,  # Marian configs force <eos> at the limit; attnlab cuts there instead
             )
             with torch.no_grad():
                 ours(), theirs()  # warm-up
