@@ -87,9 +87,10 @@ def main():
             eos, pad = tr.tgt_vocab.eos, tr.tgt_vocab.pad
             ref_rows = [[t for t in (r[: r.index(eos)] if eos in r else r) if t != pad] for r in ref[:, 1:].tolist()]
             a, b = statistics.median(t_ours), statistics.median(t_theirs)
+            same = sum(o == r for o, r in zip(out, ref_rows))
             print(
                 f"beam {beam}: 32 sentences, attnlab {a * 1e3:.0f} ms, transformers.generate {b * 1e3:.0f} ms, "
-                f"attnlab/generate time ratio {a / b:.2f}, identical outputs: {sum(o == r for o, r in zip(out, ref_rows))}/{len(out)}, "
+                f"attnlab/generate time ratio {a / b:.2f}, identical outputs: {same}/{len(out)}, "
                 f"mean output length {sum(map(len, out)) / len(out):.1f}"
             )
     core = import_time("import attnlab, attnlab.cli; attnlab.cli.build_parser()")
