@@ -90,3 +90,10 @@ def check_range(
         allowed = "a finite number " + " and ".join(x for x in (left, right) if x)
         tail = " (or null for none)" if none_ok else ""
         raise ValueError(f"{owner}.{name} must be {allowed}{tail}, got {value!r}")
+
+
+def check_positive_int(name: str, value, note: str = "") -> int:
+    """`value` as an int >= 1 (bools refused), or ValueError "NAME must be an integer >= 1NOTE, got VALUE"."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1{note}, got {value!r}")
+    return value

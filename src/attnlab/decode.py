@@ -95,16 +95,17 @@ def greedy(
         for step in range(max_len):
             nxt, lp = pick(model(src, prefix, src_valid_lens)[:, -1], scores)  # (B,), (B,) or None
             prefix = torch.cat([prefix, nxt[:, None]], dim=1)
-            step_lp.append(lp if lp is not None else torch.zeros(B))
+            if lp is not None:
+                step_lp.append(lp)
             new_eos = (nxt == eos) & ~finished
             lengths[new_eos.cpu()] = step
             finished |= new_eos
             if bool(finished.all()):
                 break
         rows = prefix[:, 1:].tolist()
-        lps = torch.stack(step_lp, dim=1).tolist()  # (B, steps)
+        lps = torch.stack(step_lp, dim=1).tolist() if scores else None  # (B, steps)
         ended = finished.tolist()
-    return _hypotheses(rows, lps if scores else None, lengths.tolist(), ended)
+    return _hypotheses(rows, lps, lengths.tolist(), ended)
 
 
 def _hypotheses(rows, lps, lengths, ended) -> list[Hypothesis]:

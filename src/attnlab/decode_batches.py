@@ -22,7 +22,9 @@ from contextvars import copy_context
 
 import torch
 
+from attnlab.config_types import check_positive_int
 from attnlab.decode import Hypothesis, beam_search, greedy
+from attnlab.runtime import intra_op_threads
 
 __all__ = ["decode_batches", "length_batches"]
 
@@ -46,9 +48,10 @@ def decode_batches(
 ) -> list[Hypothesis]:
     """One Hypothesis per source id list (no <eos>), in input order. See the module docstring.
     workers: None = torch.get_num_threads()."""
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
-        raise ValueError(f"workers must be an integer >= 1 or None (one per torch thread), got {workers!r}")
-    workers = torch.get_num_threads() if workers is None else workers
+    if workers is None:
+        workers = torch.get_num_threads()
+    else:
+        check_positive_int("workers", workers, " or None (one per torch thread)")
     batches = length_batches([len(s) for s in src_ids], batch_size)
     results: list[Hypothesis | None] = [None] * len(src_ids)
 
@@ -60,15 +63,10 @@ def decode_batches(
         for idx in batches:
             run(idx)
         return results  # type: ignore[return-value]
-    with _THREADS_LOCK:
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            contexts = [copy_context() for _ in batches]  # taken here, in the caller's thread
-            with ThreadPoolExecutor(min(workers, len(batches))) as pool:
-                list(pool.map(lambda c, idx: c.run(run, idx), contexts, batches))  # list(): re-raises here
-        finally:
-            torch.set_num_threads(before)
+    with _THREADS_LOCK, intra_op_threads(1):
+        contexts = [copy_context() for _ in batches]  # taken here, in the caller's thread
+        with ThreadPoolExecutor(min(workers, len(batches))) as pool:
+            list(pool.map(lambda c, idx: c.run(run, idx), contexts, batches))  # list(): re-raises here
     return results  # type: ignore[return-value]
 
 

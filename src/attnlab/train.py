@@ -39,7 +39,14 @@ from attnlab import precision as prec
 from attnlab.loss import masked_cross_entropy, sequence_loss, target_mask
 from attnlab.optim import build_optimizer, learning_rate, param_groups
 from attnlab.progress import LossWindow, Progress
-from attnlab.runtime import distributed_info, resolve_device, rng_state, seed_everything, set_rng_state
+from attnlab.runtime import (
+    distributed_info,
+    intra_op_threads,
+    resolve_device,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 from attnlab.stop import StopPolicy
 from attnlab.train_config import TrainConfig
 from attnlab.train_state import RunWriter, TrainerState, weights_finite
@@ -228,8 +235,6 @@ class Trainer(TrainerState):
     # -- the loop ---------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
         """Train until the StopPolicy says stop; then evaluate, save and report (see `_finish`)."""
-        from attnlab.runtime import intra_op_threads
-
         with intra_op_threads(self.cfg.threads):  # pinned by presets whose result must not depend on the cores
             return self._fit()
 

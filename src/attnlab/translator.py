@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from attnlab.config_types import check_positive_int
 from attnlab.decode import Hypothesis
 
 if TYPE_CHECKING:
@@ -194,12 +195,10 @@ class Translator:
         """
         from attnlab.decode_batches import decode_batches
 
-        if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
-            raise ValueError(f"beam must be an integer >= 1, got {beam!r}")
-        batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        check_positive_int("beam", beam)
+        check_positive_int("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
         workers = self.workers if workers is None else workers
+        batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
         return decode_batches(self, src_ids, beam, batch_size, scores, workers, length_penalty)
 
     def decode_ids(
