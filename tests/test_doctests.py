@@ -10,6 +10,7 @@ import pytest
 
 MODULES = [
     "attnlab.attention.multihead",
+    "attnlab.attention.dropout",
     "attnlab.attention.masking",
     "attnlab.attention.recording",
     "attnlab.models.transformer",

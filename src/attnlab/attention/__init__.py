@@ -1,5 +1,6 @@
 """The kernel layer: scores -> weights -> pooled values. Nothing here imports from `attnlab.models`."""
 
+from .dropout import Dropout, dropout_keep_mask
 from .heads import attention_modules, check_head_mask, head_masks_from_indices, mask_heads, prune_heads
 from .masking import build_mask, causal_mask, lengths_to_mask, masked_softmax, sequence_mask, window_mask
 from .multihead import KVCache, MultiHeadAttention
@@ -11,6 +12,7 @@ __all__ = [
     "AdditiveAttention",
     "AttentionRecording",
     "DotProductAttention",
+    "Dropout",
     "KVCache",
     "MultiHeadAttention",
     "MultiplicativeAttention",
@@ -23,6 +25,7 @@ __all__ = [
     "prune_heads",
     "build_mask",
     "causal_mask",
+    "dropout_keep_mask",
     "lengths_to_mask",
     "masked_softmax",
     "record_attention",

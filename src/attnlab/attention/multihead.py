@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cache import KVCache, _all_finite
+from .dropout import Dropout
 from .heads import active_head_mask, check_head_mask
 from .masking import build_mask, lengths_to_mask, window_mask
 from .recording import Recordable
@@ -78,7 +79,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def _split(self, x: Tensor) -> Tensor:
         B, L, _ = x.shape

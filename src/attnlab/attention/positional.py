@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .dropout import Dropout
+
 LAYOUTS = ("interleaved", "split")
 
 
@@ -57,7 +59,7 @@ class PositionalEncoding(nn.Module):
         if num_hiddens <= 0 or max_len <= 0:
             raise ValueError(f"num_hiddens and max_len must be positive, got {num_hiddens} and {max_len}")
         self.num_hiddens, self.max_len, self.learned, self.layout = num_hiddens, max_len, learned, layout
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         if learned:
             self.embedding = nn.Embedding(max_len, num_hiddens)
         else:

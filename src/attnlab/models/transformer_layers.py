@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from attnlab.attention import KVCache, MultiHeadAttention, PositionalEncoding
+from attnlab.attention import Dropout, KVCache, MultiHeadAttention, PositionalEncoding
 
 __all__ = [
     "make_activation",
@@ -63,7 +63,7 @@ class AddNorm(nn.Module):
 
     def __init__(self, num_hiddens: int, dropout: float = 0.0):
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.ln = nn.LayerNorm(num_hiddens)
 
     def forward(self, X: Tensor, Y: Tensor) -> Tensor:
