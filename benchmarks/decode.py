@@ -10,11 +10,14 @@ finished sentences leave the batch at different steps):
   greedy, uncached   `model(src, prefix)` every step (re-encodes and re-runs the prefix)
   beam 4             `beam_search`: self-attention caches expanded once to 64 * 4 rows and reordered
                      each step; encoder memory and cross-attention keys/values stay at 64 rows
+  beam 4, floors     not decoders: every matrix product (and, in the second, every attention kernel) that
+                     beam 4 ran, captured once with its shapes and replayed back to back on ready
+                     operands, nothing else: beam search cannot cost less than this with these kernels
 
 Methods are timed in interleaved rounds (one run of each per round, medians over rounds), so a change
 of machine load during the run hits every method alike; the ratios are the result.
 
-    python benchmarks/decode.py [--threads N] [--rounds 5] [--eos ID]
+    python benchmarks/decode.py [--threads N] [--rounds 5] [--eos ID] [--device cuda]
 """
 
 import argparse
@@ -24,6 +27,7 @@ import sys
 import time
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table
@@ -38,7 +42,7 @@ def book_greedy(model, src, lens, bos, eos, T):
     with torch.no_grad():
         model.eval()
         memory = model.encoder(src, lens)
-        prefix = torch.full((src.shape[0], 1), bos, dtype=torch.long)
+        prefix = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
         for _ in range(T):
             logits = model.decoder(prefix, memory, lens)
             prefix = torch.cat([prefix, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
@@ -46,6 +50,70 @@ def book_greedy(model, src, lens, bos, eos, T):
                 break
     rows = prefix[:, 1:].tolist()
     return [r[: r.index(eos)] if eos in r else r for r in rows]
+
+
+MATMULS = {torch.ops.aten.addmm.default, torch.ops.aten.mm.default, torch.ops.aten.bmm.default}
+ATTENTION = {
+    getattr(torch.ops.aten, name).default
+    for name in (
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    )
+    if hasattr(torch.ops.aten, name)
+}
+
+
+class _Kernels(TorchDispatchMode):
+    """Records every call of the given aten ops run under it: the op, and its arguments with each tensor
+    replaced by its (shape, dtype)."""
+
+    def __init__(self, ops):
+        super().__init__()
+        self.ops, self.calls = ops, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.ops:
+
+            def spec(a):
+                return ("tensor", tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
+
+            self.calls.append((func, [spec(a) for a in args], {k: spec(v) for k, v in kwargs.items()}))
+        return func(*args, **kwargs)
+
+
+def kernel_floor(fn, ops, device):
+    """A function that replays the calls of `ops` (aten ops, e.g. MATMULS) that `fn` makes, with the same
+    shapes, operands allocated once per shape, nothing in between; and the number of calls. Timed, it
+    is what `fn` cannot cost less than with those kernels on this machine."""
+    with _Kernels(ops) as rec:
+        fn()
+    operands: dict[tuple, torch.Tensor] = {}
+
+    def value(a):
+        if not (isinstance(a, tuple) and a[:1] == ("tensor",)):
+            return a
+        if a not in operands:
+            _, shape, dtype = a
+            operands[a] = (
+                torch.randn(shape, device=device, dtype=dtype)
+                if dtype.is_floating_point
+                else torch.ones(shape, device=device, dtype=dtype)  # masks: everything visible
+            )
+        return operands[a]
+
+    calls = [(func, [value(a) for a in args], {k: value(v) for k, v in kw.items()}) for func, args, kw in rec.calls]
+
+    def replay():
+        with torch.inference_mode():
+            for func, args, kw in calls:
+                func(*args, **kw)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    return replay, len(calls)
 
 
 def cpu_features() -> str:
@@ -67,14 +135,18 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     p.add_argument("--eos", type=int, default=-1, help="token id that ends a sentence (default -1: none)")
     p.add_argument("--skip-uncached", action="store_true", help="leave out the slowest baseline (re-encoding)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("decode.py: --device cuda but torch sees no CUDA device; run without --device")
     torch.manual_seed(0)
     cfg = TransformerConfig(1000, 1000, num_hiddens=256, num_heads=4, num_layers=3, ffn_num_hiddens=1024, dropout=0.1)
-    model = Transformer(cfg)
-    src = torch.randint(3, 1000, (args.sentences, args.src_len))
-    lens = torch.full((args.sentences,), args.src_len)
+    model = Transformer(cfg).to(device)
+    src = torch.randint(3, 1000, (args.sentences, args.src_len), device=device)
+    lens = torch.full((args.sentences,), args.src_len, device=device)
     bos, eos, T = 1, args.eos, args.steps
 
     methods = {
@@ -86,6 +158,10 @@ def main(argv=None):
     if args.skip_uncached:
         del methods["greedy, uncached"]
     outs = {name: fn() for name, fn in methods.items()}  # warm-up, and the outputs to check
+    beam_fn = methods["beam 4, cached"]
+    methods["beam 4, its matmuls only (floor)"], n_matmuls = kernel_floor(beam_fn, MATMULS, device)
+    both = MATMULS | ATTENTION
+    methods["beam 4, matmuls + attention kernels (floor)"], n_kernels = kernel_floor(beam_fn, both, device)
     assert (
         outs["greedy, cached"]
         == outs.get("greedy, uncached", outs["greedy, cached"])
@@ -102,9 +178,13 @@ def main(argv=None):
     med = {name: statistics.median(ts) for name, ts in times.items()}
     base = med["greedy, cached"]
     n_tok = args.sentences * T
-    rows = [(name, f"{t:.3f}", f"{n_tok / t:,.0f}", f"{t / base:.2f}") for name, t in med.items()]
+    rows = [
+        (name, f"{t:.3f}", "-" if "floor" in name else f"{n_tok / t:,.0f}", f"{t / base:.2f}")
+        for name, t in med.items()
+    ]
     print(
-        f"{args.sentences} sentences x {T} tokens, D=256, 3+3 layers, torch threads={torch.get_num_threads()}, "
+        f"{args.sentences} sentences x {T} tokens, D=256, 3+3 layers, {device.type}, "
+        f"torch threads={torch.get_num_threads()}, "
         f"{args.rounds} interleaved rounds, eos={eos}"
     )
     if eos >= 0:
@@ -118,6 +198,10 @@ def main(argv=None):
     print(table(["method", "seconds (median)", "output tokens/s", "time / cached greedy"], rows))
     print(f"cache speed-up over the book's decoder: {med['greedy, book (encode once, re-run prefix)'] / base:.2f}x")
     print(f"beam 4 cost (beam / greedy, both cached): {med['beam 4, cached'] / base:.2f}x")
+    floor_ratio = med["beam 4, its matmuls only (floor)"] / base
+    print(f"beam 4's {n_matmuls} matrix products alone: {floor_ratio:.2f}x greedy's whole time")
+    floor_ratio = med["beam 4, matmuls + attention kernels (floor)"] / base
+    print(f"beam 4's {n_kernels} matrix products and attention kernels: {floor_ratio:.2f}x greedy's whole time")
 
 
 if __name__ == "__main__":

@@ -92,3 +92,29 @@ def test_book_baseline_rejects_configs_it_cannot_express(ours):
                 norm_first=True,
             )
         )
+
+
+def test_decode_floor_replays_every_matmul_and_attention_kernel_of_beam_search():
+    """benchmarks/decode.py's floors replay exactly the kernels beam search ran, with their shapes."""
+    import decode as decode_bench
+
+    from attnlab import decode
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(30, 30, num_hiddens=16, num_heads=2, num_layers=2, ffn_num_hiddens=32, dropout=0.0)
+    model = Transformer(cfg)
+    src, lens = torch.randint(3, 30, (3, 5)), torch.tensor([5, 4, 2])
+
+    def beam():
+        return decode.beam_search(model, src, lens, 1, -1, beam=2, max_len=4)
+
+    cpu = torch.device("cpu")
+    replay, n_mm = decode_bench.kernel_floor(beam, decode_bench.MATMULS, cpu)
+    with decode_bench._Kernels(decode_bench.MATMULS) as rec:
+        replay()
+    assert n_mm == len(rec.calls) > 0
+    # 2 layers x (fused QKV, W_o, cross W_q, cross W_o, 2 FFN) + 1 output layer per step, and the
+    # encoder's and cross K/V's once: at least 4 steps' worth
+    assert n_mm >= 4 * (2 * 6 + 1)
+    _, n_both = decode_bench.kernel_floor(beam, decode_bench.MATMULS | decode_bench.ATTENTION, cpu)
+    assert n_both > n_mm  # the attention kernels were captured too

@@ -72,6 +72,8 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
     )
     assert re.search(r"^ratio: L=\d+: attnlab fused / raw SDPA flash = \d+\.\d\d", out, re.M), out
     assert re.search(r"^ratio: attnlab / nn\.Transformer = \d+\.\d\dx", out, re.M), out
+    assert re.search(r"^beam 4 cost \(beam / greedy, both cached\): \d+\.\d\dx", out, re.M), out
+    assert re.search(r"^beam 4's \d+ matrix products and attention kernels: \d+\.\d\dx", out, re.M), out
     assert re.search(r"^BLEU \d+\.\d\d ", out, re.M), out
     assert re.search(r"^result: test BLEU \d+\.\d\d", out, re.M), out
     # Everything printed also lands in $OUT/gpu_results.txt.
