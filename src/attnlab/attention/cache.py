@@ -16,18 +16,20 @@ class KVCache:
 
     static=False (decoder self-attention): each call appends the new step's keys/values, written into a
     preallocated buffer that doubles when full (amortised O(1) copies per step instead of a `torch.cat`
-    of the whole history every step). The buffers are laid out (B, capacity, H, Dh), so each row's
-    L cached steps are one contiguous block: `reorder` (beam search, every step) copies just those
-    blocks into a second, preallocated buffer and swaps the two, instead of allocating new buffers
-    of the whole capacity every step (the allocation, page faults included, cost more than the copy).
-    So a `k`/`v` taken from the cache is valid until the next `reorder` but one.
+    of the whole history every step). The buffers are laid out (B, H, capacity, Dh), so each head's L
+    cached steps are one contiguous (L, Dh) block: attention reads them as it reads a contiguous
+    tensor (a (B, capacity, H, Dh) layout made one-query SDPA ~2x slower from L = 12 on), and
+    `reorder` (beam search, every step) copies just those blocks into a second, preallocated buffer
+    and swaps the two, instead of allocating new buffers of the whole capacity every step (the
+    allocation, page faults included, cost more than the copy). So a `k`/`v` taken from the cache is
+    valid until the next `reorder` but one.
     static=True (cross-attention): the encoder's keys/values are projected once and reused, and so is
     the key mask built from the source lengths (`key_mask`).
 
     `finite` is False once a non-finite key or value has entered the cache, so attention checks only the
     new rows instead of the whole cache every step.
 
-    Shape: k, v: (B, H, L, Dh) (for a growing cache, strided views of the (B, capacity, H, Dh) buffers).
+    Shape: k, v: (B, H, L, Dh) (for a growing cache, views of the (B, H, capacity, Dh) buffers).
     """
 
     # Steps of the first buffer. Each doubling copies the cache into fresh (page-faulting) buffers.
@@ -39,7 +41,7 @@ class KVCache:
         self.k: Any = None
         self.v: Any = None
         self.finite = True
-        self._kbuf: Any = None  # (B, capacity, H, Dh); k is kbuf[:, :len].transpose(1, 2)
+        self._kbuf: Any = None  # (B, H, capacity, Dh); k is kbuf[:, :, :len]
         self._vbuf: Any = None
         self._spare: Any = None  # (kbuf, vbuf) of the same shape, reused by `reorder`; or None
         self._mask_for: Tensor | None = None  # the valid_lens the cached key mask was built from
@@ -56,15 +58,15 @@ class KVCache:
             return k, v
         self.finite = self.finite and _all_finite(k, v)
         L, t = self.k.shape[2], k.shape[2]
-        if not self._owns_buffers() or L + t > self._kbuf.shape[1]:
+        if not self._owns_buffers() or L + t > self._kbuf.shape[2]:
             self._grow(L + t)
-        self._kbuf[:, L : L + t] = k.transpose(1, 2)
-        self._vbuf[:, L : L + t] = v.transpose(1, 2)
+        self._kbuf[:, :, L : L + t] = k
+        self._vbuf[:, :, L : L + t] = v
         self._set_views(L + t)
         return self.k, self.v
 
     def _set_views(self, L: int) -> None:
-        self.k, self.v = self._kbuf[:, :L].transpose(1, 2), self._vbuf[:, :L].transpose(1, 2)
+        self.k, self.v = self._kbuf[:, :, :L], self._vbuf[:, :, :L]
 
     def _owns_buffers(self) -> bool:
         # k/v may have been assigned from outside (they are public): then the buffers are stale.
@@ -72,18 +74,19 @@ class KVCache:
             self._kbuf is not None
             and self.k is not None
             and self.k.data_ptr() == self._kbuf.data_ptr()
-            and self.k.shape[:2] == (self._kbuf.shape[0], self._kbuf.shape[2])
-            and self.k.stride() == self._kbuf.transpose(1, 2).stride()
+            and self.k.shape[:2] == self._kbuf.shape[:2]
+            and self.k.shape[3] == self._kbuf.shape[3]
+            and self.k.stride() == self._kbuf.stride()
             and self.k.dtype == self._kbuf.dtype
         )
 
     def _grow(self, needed: int) -> None:
         B, H, L, Dh = self.k.shape
         cap = max(self.min_capacity, needed, 2 * L)
-        kbuf = self.k.new_empty((B, cap, H, Dh))
-        vbuf = self.v.new_empty((B, cap, H, Dh))
-        kbuf[:, :L] = self.k.transpose(1, 2)
-        vbuf[:, :L] = self.v.transpose(1, 2)
+        kbuf = self.k.new_empty((B, H, cap, Dh))
+        vbuf = self.v.new_empty((B, H, cap, Dh))
+        kbuf[:, :, :L] = self.k
+        vbuf[:, :, :L] = self.v
         self._kbuf, self._vbuf, self._spare = kbuf, vbuf, None
         self._set_views(L)
 
@@ -109,8 +112,8 @@ class KVCache:
             else:
                 knew, vnew = kbuf.new_empty((n, *kbuf.shape[1:])), vbuf.new_empty((n, *vbuf.shape[1:]))
             # Only the L filled steps of each row are copied, straight into the other buffer.
-            torch.index_select(kbuf[:, :L], 0, index, out=knew[:, :L])
-            torch.index_select(vbuf[:, :L], 0, index, out=vnew[:, :L])
+            torch.index_select(kbuf[:, :, :L], 0, index, out=knew[:, :, :L])
+            torch.index_select(vbuf[:, :, :L], 0, index, out=vnew[:, :, :L])
             self._spare = (kbuf, vbuf) if kbuf.shape[0] == n else None
             self._kbuf, self._vbuf = knew, vnew
             self._set_views(L)
