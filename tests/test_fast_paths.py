@@ -176,3 +176,32 @@ def test_optimizer_is_fused_where_torch_can_and_falls_back_to_foreach(monkeypatc
     assert [len(g["params"]) for g in opt.param_groups] == [
         len(g["params"]) for g in build_optimizer(model, TrainConfig()).param_groups
     ]
+
+
+def test_reserved_cache_never_grows_and_reuses_its_spare_as_rows_leave():
+    """`KVCache.reserve`: one allocation for the whole decode (no doubling copy), and reorders that drop
+    rows write into the first rows of the spare buffer instead of allocating a new one."""
+    import torch
+
+    from attnlab.attention import KVCache
+
+    cache = KVCache()
+    cache.reserve(40)
+    k = torch.randn(6, 2, 1, 4)
+    for step in range(30):
+        cache.update(k + step, k - step)
+        if step == 1:
+            first = cache._kbuf.data_ptr()
+    assert cache._kbuf.data_ptr() == first and cache._kbuf.shape[2] == 40  # reserved once, never grown
+    ref_k = cache.k.clone()
+    cache.reorder(torch.tensor([0, 1, 2, 3, 4, 5]))  # allocates the second buffer, once
+    second = cache._kbuf.data_ptr()
+    assert second != first and cache._spare[0].data_ptr() == first
+    cache.reorder(torch.tensor([5, 3, 1]))  # rows leave: the first rows of the spare take them
+    assert cache._kbuf.data_ptr() == first
+    torch.testing.assert_close(cache.k, ref_k[[5, 3, 1]])
+    cache.reorder(torch.tensor([2, 0]))
+    assert cache._kbuf.data_ptr() == second
+    torch.testing.assert_close(cache.k, ref_k[[1, 5]])
+    cache.update(k[:2], k[:2])
+    torch.testing.assert_close(cache.k[:, :, -1:], k[:2])

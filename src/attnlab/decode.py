@@ -139,6 +139,7 @@ def _greedy_cached(
         alive = torch.arange(B, device=device)  # original row of each running sentence, (n,)
         inp = torch.full((B, 1), bos, dtype=torch.long, device=device)  # (n, 1)
         state = model.start_decoding(src, src_valid_lens)
+        _reserve(state, max_len)
         steps = 0
         for step in range(max_len):
             logits, state = model.decode_step(inp, state)
@@ -225,6 +226,7 @@ def beam_search(
 
     with _inference(model):
         state = model.start_decoding(src, src_valid_lens)
+        _reserve(state, max(limits))
         # All K copies start identical: only the first may expand, or the beam fills with duplicates.
         scores = torch.full((B, K), neg_inf, device=device)
         scores[:, 0] = 0.0
@@ -318,6 +320,13 @@ def beam_search(
             trace.append({"sentence": b, "winner": finished_at[b][best] if b in finished_at else None})
         out.append(Hypothesis(toks, s, ended, lps))
     return out
+
+
+def _reserve(state, steps: int) -> None:
+    """Tell a state that can size its caches up front (`TransformerState.reserve`) how many steps are coming."""
+    reserve = getattr(state, "reserve", None)
+    if reserve is not None:
+        reserve(steps)
 
 
 def _expand(model: nn.Module, state, src_rows: Tensor, K: int):

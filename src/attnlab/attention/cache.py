@@ -43,12 +43,21 @@ class KVCache:
         self.finite = True
         self._kbuf: Any = None  # (B, H, capacity, Dh); k is kbuf[:, :, :len]
         self._vbuf: Any = None
-        self._spare: Any = None  # (kbuf, vbuf) of the same shape, reused by `reorder`; or None
+        self._spare: Any = None  # (kbuf, vbuf) with at least as many rows, reused by `reorder`; or None
+        self._reserved = 0  # steps the first buffer is allocated for (`reserve`)
         self._mask_for: Tensor | None = None  # the valid_lens the cached key mask was built from
         self._mask: tuple[Tensor | None, bool] | None = None
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
+
+    def reserve(self, steps: int) -> None:
+        """Allocate the buffers for `steps` cached steps when they are first needed (decoding knows its
+        length limit), instead of doubling from `min_capacity`: each doubling copies the cache into fresh
+        buffers whose pages fault in as they are written, which cost a beam-search step several times
+        what the copy itself does. Pages that are never written are never touched, so a generous
+        reservation costs address space, not memory."""
+        self._reserved = max(self._reserved, steps)
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         if self.k is None or self.v is None or self.static:
@@ -82,7 +91,7 @@ class KVCache:
 
     def _grow(self, needed: int) -> None:
         B, H, L, Dh = self.k.shape
-        cap = max(self.min_capacity, needed, 2 * L)
+        cap = max(self.min_capacity, needed, 2 * L, self._reserved)
         kbuf = self.k.new_empty((B, H, cap, Dh))
         vbuf = self.v.new_empty((B, H, cap, Dh))
         kbuf[:, :, :L] = self.k
@@ -107,14 +116,17 @@ class KVCache:
         if self._owns_buffers() and not self.k.requires_grad:
             L, n = self.k.shape[2], index.numel()
             kbuf, vbuf = self._kbuf, self._vbuf
-            if self._spare is not None and self._spare[0].shape[0] == n:
-                knew, vnew = self._spare
+            spare = self._spare
+            if spare is not None and spare[0].shape[0] >= n and spare[0].shape[1:] == kbuf.shape[1:]:
+                # The first n rows of a (B, H, capacity, Dh) buffer are one: as sentences leave, the
+                # buffers keep being reused (their pages already faulted in) rather than reallocated.
+                knew, vnew = spare[0][:n], spare[1][:n]
             else:
                 knew, vnew = kbuf.new_empty((n, *kbuf.shape[1:])), vbuf.new_empty((n, *vbuf.shape[1:]))
             # Only the L filled steps of each row are copied, straight into the other buffer.
             torch.index_select(kbuf[:, :, :L], 0, index, out=knew[:, :, :L])
             torch.index_select(vbuf[:, :, :L], 0, index, out=vnew[:, :, :L])
-            self._spare = (kbuf, vbuf) if kbuf.shape[0] == n else None
+            self._spare = (kbuf, vbuf)
             self._kbuf, self._vbuf = knew, vnew
             self._set_views(L)
         else:

@@ -71,6 +71,12 @@ class TransformerState:
         """Target rows decoded side by side: B * beam."""
         return self.memory.shape[0] * self.beam
 
+    def reserve(self, steps: int) -> None:
+        """Decoding will run at most `steps` steps: size the self-attention caches for them once
+        (`KVCache.reserve`)."""
+        for self_cache, _ in self.caches:
+            self_cache.reserve(steps)
+
     def select_sources(self, index: Tensor, beam: int) -> TransformerState:
         """The memory, source lengths and cross-attention caches of the sources named by index (B',),
         with `beam` target rows each (the self-attention caches are left to the caller)."""
