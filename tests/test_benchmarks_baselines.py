@@ -118,3 +118,8 @@ def test_decode_floor_replays_every_matmul_and_attention_kernel_of_beam_search()
     assert n_mm >= 4 * (2 * 6 + 1)
     _, n_both = decode_bench.kernel_floor(beam, decode_bench.MATMULS | decode_bench.ATTENTION, cpu)
     assert n_both > n_mm  # the attention kernels were captured too
+    # greedy runs under torch.inference_mode, where linear and SDPA arrive whole: captured all the same
+    _, n_greedy = decode_bench.kernel_floor(
+        lambda: decode.greedy(model, src, lens, 1, -1, 4), decode_bench.MATMULS | decode_bench.ATTENTION, cpu
+    )
+    assert n_greedy >= 4 * (2 * (6 + 2) + 1)
