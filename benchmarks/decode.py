@@ -80,12 +80,13 @@ class _Kernels(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in self.ops:
-
-            def spec(a):
-                return ("tensor", tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
-
-            self.calls.append((func, [spec(a) for a in args], {k: spec(v) for k, v in kwargs.items()}))
+            self.calls.append((func, [_spec(a) for a in args], {k: _spec(v) for k, v in kwargs.items()}))
         return func(*args, **kwargs)
+
+
+def _spec(a):
+    """A tensor argument as ("tensor", shape, dtype); anything else as itself."""
+    return ("tensor", tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
 
 
 def kernel_floor(fn, ops, device):

@@ -53,10 +53,9 @@ class KVCache:
 
     def reserve(self, steps: int) -> None:
         """Allocate the buffers for `steps` cached steps when they are first needed (decoding knows its
-        length limit), instead of doubling from `min_capacity`: each doubling copies the cache into fresh
-        buffers whose pages fault in as they are written, which cost a beam-search step several times
-        what the copy itself does. Pages that are never written are never touched, so a generous
-        reservation costs address space, not memory."""
+        length limit), instead of doubling from `min_capacity`: each doubling copies the whole cache into
+        fresh buffers (beam 4: ~0.95x the time with the reservation, BENCHMARKS.md). Pages that are
+        never written are never touched, so a generous reservation costs address space, not memory."""
         self._reserved = max(self._reserved, steps)
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -116,8 +115,8 @@ class KVCache:
         if self._owns_buffers() and not self.k.requires_grad:
             L, n = self.k.shape[2], index.numel()
             kbuf, vbuf = self._kbuf, self._vbuf
-            spare = self._spare
-            if spare is not None and spare[0].shape[0] >= n and spare[0].shape[1:] == kbuf.shape[1:]:
+            spare = self._spare  # same (H, capacity, Dh) as kbuf: `_grow` and `update` drop it
+            if spare is not None and spare[0].shape[0] >= n:
                 # The first n rows of a (B, H, capacity, Dh) buffer are one: as sentences leave, the
                 # buffers keep being reused (their pages already faulted in) rather than reallocated.
                 knew, vnew = spare[0][:n], spare[1][:n]
