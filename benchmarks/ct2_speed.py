@@ -7,6 +7,12 @@ rounds are interleaved (rotating order), model loading and conversion are not ti
 median over rounds; ratios are medians of paired ratios against the first CTranslate2 engine. Token
 agreement with attnlab fp32 is printed too.
 
+With --floors, each attnlab engine also gets two rows that are not decoders: every linear layer that
+engine ran (its matmuls, or its quantized linears), captured once with its shapes and replayed back to back
+on ready operands, nothing in between, split evenly over the engine's workers; and the same with its
+attention kernels (SDPA) too. Any decoder of this model must compute those products, so none built on those
+PyTorch kernels translates faster than the first row; the second shows what PyTorch's attention adds.
+
 Each side gets the same number of threads (--threads T) and may use them its best way, each at its
 best batch size: an engine spec is `NAME[:bN][:wK]` (batch N sentences; K workers of T / K threads).
 attnlab NAME is a precision (fp32, int8, bf16, "int8 (every Linear)"); its workers are
@@ -36,6 +42,7 @@ import ctranslate2
 
 sys.path.append(_HERE)
 from common import add_decoding_args, table
+from decode import ATTENTION, MATMULS, kernel_floor
 from precision import header, variants
 
 from attnlab.checkpoint import load_translator
@@ -50,6 +57,7 @@ def main(argv=None) -> int:
     add_decoding_args(ap, "run folder (a Transformer)")
     ap.add_argument("--attnlab", default="fp32:b256,int8:b256", help="attnlab engines, NAME[:bN][:wK], comma-separated")
     ap.add_argument("--ct2", default="float32:b128,int8:b128", help="CTranslate2 engines, NAME[:bN][:wK]")
+    ap.add_argument("--floors", action="store_true", help="add each attnlab engine's kernel floor (see above)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     header(argv)
@@ -66,6 +74,10 @@ def main(argv=None) -> int:
         t = variants(base, [name])[name]
         t.workers = workers
         engines[f"attnlab {spec}"] = ("attnlab", t, bs)
+        if args.floors:
+            engines[f"attnlab {spec}, its linear layers only (floor)"] = ("floor", floor(t, src_ids, bs), workers)
+            replay = floor(t, src_ids, bs, ATTENTION)
+            engines[f"attnlab {spec}, its linear layers + attention (floor)"] = ("floor+attention", replay, workers)
     for spec in args.ct2.split(","):
         name, bs, workers = parse_spec(spec)
         if args.threads % workers:
@@ -76,6 +88,8 @@ def main(argv=None) -> int:
         engines[f"CTranslate2 {spec}"] = ("ct2", ct, bs)
 
     def run(kind, engine, bs):
+        if kind.startswith("floor"):  # engine: the replay; bs: its workers
+            return engine(bs)
         if kind == "attnlab":
             return [engine.tgt_vocab.to_tokens(h) for h in engine.decode_ids(src_ids, batch_size=bs)]
         # attnlab caps each batch (sorted by length) by its longest source; CTranslate2 takes one cap per
@@ -117,15 +131,43 @@ def main(argv=None) -> int:
     for n in names:
         sps = statistics.median(len(src_ids) / t for t in times[n])
         ratio = statistics.median(a / t for a, t in zip(times[anchor], times[n]))
-        same = sum(a == b for a, b in zip(outputs[n], outputs[fp32]))
-        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{statistics.median(cores[n]):.2f}", f"{same}/{len(src_ids)}"])
+        same = "-" if outputs[n] is None else f"{sum(a == b for a, b in zip(outputs[n], outputs[fp32]))}/{len(src_ids)}"
+        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{statistics.median(cores[n]):.2f}", same])
     print(table(["engine", "sentences/s", f"vs {anchor}", "CPU s / wall s", f"same tokens as {fp32}"], rows))
-    best_ours = max((n for n in names if n.startswith("attnlab")), key=lambda n: statistics.median(times[n]) ** -1)
-    best_ct2 = max((n for n in names if n.startswith("CTranslate2")), key=lambda n: statistics.median(times[n]) ** -1)
-    ratio = statistics.median(c / a for a, c in zip(times[best_ours], times[best_ct2]))
-    print(f"\nbest attnlab ({best_ours}) / best CTranslate2 ({best_ct2}): {ratio:.2f}x sentences/s")
+
+    def best(kind):
+        return max((n for n in names if engines[n][0] == kind), key=lambda n: statistics.median(times[n]) ** -1)
+
+    best_ct2 = best("ct2")
+    for kind in ("attnlab", "floor") if args.floors else ("attnlab",):
+        ours = best(kind)
+        ratio = statistics.median(c / a for a, c in zip(times[ours], times[best_ct2]))
+        label = "floor" if kind == "floor" else "attnlab"
+        print(f"\nbest {label} ({ours}) / best CTranslate2 ({best_ct2}): {ratio:.2f}x sentences/s")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
+
+
+# The kernels a floor replays: the linear layers, as matmuls or as the int8 precisions' quantized linears.
+# (Under inference_mode attention reaches a dispatch mode as SDPA, not as matmuls: it is left out.)
+_QUANTIZED = {
+    getattr(torch.ops.quantized, name).default
+    for name in ("linear_dynamic", "linear_dynamic_fp16", "linear")
+    if hasattr(torch.ops.quantized, name)
+}
+
+
+def floor(translator, src_ids, bs, extra=frozenset()):
+    """The replay of every matmul / quantized-linear call (and of the `extra` ops) of `translator` decoding src_ids
+    (captured on one thread: a dispatch mode sees only its own thread's calls)."""
+    workers, translator.workers = translator.workers, 1
+    try:
+        replay, _ = kernel_floor(
+            lambda: translator.decode_ids(src_ids, batch_size=bs), MATMULS | _QUANTIZED | extra, torch.device("cpu")
+        )
+    finally:
+        translator.workers = workers
+    return replay
 
 
 def parse_spec(spec: str) -> tuple[str, int, int]:

@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -34,6 +35,7 @@ from common import table
 
 from attnlab import decode
 from attnlab.models import Transformer, TransformerConfig
+from attnlab.runtime import intra_op_threads
 
 
 def book_greedy(model, src, lens, bos, eos, T):
@@ -111,10 +113,20 @@ def kernel_floor(fn, ops, device):
 
     calls = [(func, [value(a) for a in args], {k: value(v) for k, v in kw.items()}) for func, args, kw in rec.calls]
 
-    def replay():
+    def run(part):
         with torch.inference_mode():
-            for func, args, kw in calls:
+            for func, args, kw in part:
                 func(*args, **kw)
+
+    def replay(workers: int = 1):
+        """workers > 1: the calls cut into `workers` equal runs, each on its own thread with one intra-op
+        thread (as `Translator.decode(workers=K)` runs its batches, but perfectly balanced)."""
+        if workers == 1:
+            run(calls)
+        else:
+            parts = [calls[i::workers] for i in range(workers)]
+            with intra_op_threads(1), ThreadPoolExecutor(workers) as pool:
+                list(pool.map(run, parts))
         if device.type == "cuda":
             torch.cuda.synchronize()
 

@@ -113,6 +113,9 @@ def test_decode_floor_replays_every_matmul_and_attention_kernel_of_beam_search()
     with decode_bench._Kernels(decode_bench.MATMULS) as rec:
         replay()
     assert n_mm == len(rec.calls) > 0
+    before = torch.get_num_threads()
+    replay(2)  # dealt over two worker threads of one intra-op thread each (ct2_speed.py --floors, w2 engines)
+    assert torch.get_num_threads() == before
     # 2 layers x (fused QKV, W_o, cross W_q, cross W_o, 2 FFN) + 1 output layer per step, and the
     # encoder's and cross K/V's once: at least 4 steps' worth
     assert n_mm >= 4 * (2 * 6 + 1)

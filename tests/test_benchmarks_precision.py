@@ -64,3 +64,18 @@ def test_ctranslate2_benchmark_compares_engines(run_dir):
         if "int8" not in engine:  # the export, and attnlab's workers, decode like attnlab fp32
             assert row.rstrip(" |").endswith("8/8"), row
     assert "best attnlab" in out
+
+
+def test_ctranslate2_benchmark_floors(run_dir):
+    """--floors adds, per attnlab engine, the replay of its linear layers (and with attention) as rows."""
+    pytest.importorskip("ctranslate2")
+    extra = ("--threads", "2", "--floors", "--attnlab", "fp32:b4:w2,int8 (every Linear):b4", "--ct2", "float32:b4")
+    out = _bench("ct2_speed.py", run_dir, *extra)
+    lines = out.splitlines()
+    for engine in ("fp32:b4:w2", "int8 (every Linear):b4"):
+        for what in ("its linear layers only (floor)", "its linear layers + attention (floor)"):
+            row = next(line for line in lines if line.startswith(f"| attnlab {engine}, {what}"))
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            assert float(cells[1]) > 0 and cells[-1] == "-", row  # timed; no tokens to compare
+    best = next(line for line in lines if line.startswith("best floor"))
+    assert "its linear layers only (floor)" in best and "CTranslate2 float32:b4" in best
