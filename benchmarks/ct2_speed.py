@@ -66,8 +66,8 @@ def main(argv=None) -> int:
     examples = getattr(load_data(base.config["data"]), args.split)[: args.limit]
     src_ids = [ex.src_ids for ex in examples]
     toks = [source_tokens(base.src_vocab, ex.src_text) for ex in examples]
-    tmp = tempfile.mkdtemp(prefix="attnlab-ct2-")
-    out = export(args.checkpoint, os.path.join(tmp, "model"))
+    tmp = tempfile.TemporaryDirectory(prefix="attnlab-ct2-")  # removed at exit (CTranslate2 has loaded it)
+    out = export(args.checkpoint, os.path.join(tmp.name, "model"))
     engines = {}
     for spec in args.attnlab.split(","):
         name, bs, workers = parse_spec(spec)
@@ -100,6 +100,7 @@ def main(argv=None) -> int:
                 [toks[i] for i in b],
                 beam_size=1,
                 max_decoding_length=base.output_limit(len(src_ids[b[0]]) + 1),
+                min_decoding_length=0,  # as attnlab: an empty translation is allowed (CTranslate2's default: 1)
                 max_batch_size=bs,
                 asynchronous=True,
             )

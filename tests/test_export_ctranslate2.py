@@ -97,7 +97,10 @@ def _both(translator, ct2, sample, beam):
     limit = translator.output_limit(max(map(len, ids)) + 1)  # attnlab's length cap for this one batch
     ours = [translator.tgt_vocab.to_tokens(h) for h in translator.decode_ids(ids, beam=beam)]
     res = ct2.translate_batch(
-        [source_tokens(translator.src_vocab, s) for s in sample], beam_size=beam, max_decoding_length=limit
+        [source_tokens(translator.src_vocab, s) for s in sample],
+        beam_size=beam,
+        max_decoding_length=limit,
+        min_decoding_length=0,  # attnlab allows an empty translation; CTranslate2's default (1) does not
     )
     return ours, [r.hypotheses[0] for r in res]
 
@@ -166,3 +169,25 @@ def test_export_errors_are_one_line(exported, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Transformer only" in err
     assert not (tmp_path / "b").exists()
+
+
+def test_empty_translation_needs_min_decoding_length_0(tmp_path):
+    """A model whose first choice is <eos> translates to nothing in attnlab; CTranslate2 does the same only
+    with min_decoding_length=0 (its default, 1, forbids it): the setting the docs and benchmarks pass."""
+    torch.manual_seed(0)
+    vocab = Vocab(WORDS, min_freq=1)
+    cfg = TransformerConfig(len(vocab), len(vocab), num_hiddens=16, num_heads=2, num_layers=1, ffn_num_hiddens=32)
+    model = Transformer(cfg)
+    with torch.no_grad():
+        model.decoder.dense.bias[vocab.eos] = 100.0  # <eos> wins every step
+    run = tmp_path / "run"
+    ckpt.write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
+    ckpt.save_weights(model, run / ckpt.WEIGHTS_FILE)
+    assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 0
+    translator = ckpt.load_translator(run)
+    sample = ["w1 w2", "w3 w4 w5"]
+    assert [h for h in translator.decode_ids([vocab.encode(s) for s in sample])] == [[], []]
+    ct2 = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
+    toks = [source_tokens(vocab, s) for s in sample]
+    assert [r.hypotheses[0] for r in ct2.translate_batch(toks, min_decoding_length=0)] == [[], []]
+    assert all(r.hypotheses[0] for r in ct2.translate_batch(toks))  # the default: one token at least

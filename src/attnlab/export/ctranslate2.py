@@ -6,8 +6,11 @@
     from attnlab.export.ctranslate2 import source_tokens
     tr = ctranslate2.Translator("ct2", compute_type="int8")
     src_vocab = ...  # attnlab.data.load_vocab("runs/demo/transformer/src_vocab.json")
-    out = tr.translate_batch([source_tokens(src_vocab, "he's calm .")], beam_size=1)
+    out = tr.translate_batch([source_tokens(src_vocab, "he's calm .")], beam_size=1, min_decoding_length=0)
     print(" ".join(out[0].hypotheses[0]))
+
+Pass `min_decoding_length=0`: attnlab allows an empty translation (<eos> first), CTranslate2's default (1)
+does not, so without it a sentence attnlab leaves empty gets one token from CTranslate2.
 
 What the export sets so that CTranslate2 decodes exactly as attnlab does:
 - post-norm (`pre_norm=False`, no final norms) or pre-norm (`norm_first`: final norms from `final_norm`);
