@@ -42,7 +42,7 @@ import ctranslate2
 
 sys.path.append(_HERE)
 from common import add_decoding_args, table
-from decode import ATTENTION, MATMULS, kernel_floor
+from decode import ATTENTION, MATMULS, capture_kernels, replay_kernels
 from precision import header, variants
 
 from attnlab.checkpoint import load_translator
@@ -75,9 +75,9 @@ def main(argv=None) -> int:
         t.workers = workers
         engines[f"attnlab {spec}"] = ("attnlab", t, bs)
         if args.floors:
-            engines[f"attnlab {spec}, its linear layers only (floor)"] = ("floor", floor(t, src_ids, bs), workers)
-            replay = floor(t, src_ids, bs, ATTENTION)
-            engines[f"attnlab {spec}, its linear layers + attention (floor)"] = ("floor+attention", replay, workers)
+            linear, both = floors(t, src_ids, bs)
+            engines[f"attnlab {spec}, its linear layers only (floor)"] = ("floor", linear, workers)
+            engines[f"attnlab {spec}, its linear layers + attention (floor)"] = ("floor+attention", both, workers)
     for spec in args.ct2.split(","):
         name, bs, workers = parse_spec(spec)
         if args.threads % workers:
@@ -143,32 +143,31 @@ def main(argv=None) -> int:
     for kind in ("attnlab", "floor") if args.floors else ("attnlab",):
         ours = best(kind)
         ratio = statistics.median(c / a for a, c in zip(times[ours], times[best_ct2]))
-        label = "floor" if kind == "floor" else "attnlab"
-        print(f"\nbest {label} ({ours}) / best CTranslate2 ({best_ct2}): {ratio:.2f}x sentences/s")
+        print(f"\nbest {kind} ({ours}) / best CTranslate2 ({best_ct2}): {ratio:.2f}x sentences/s")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 
 # The kernels a floor replays: the linear layers, as matmuls or as the int8 precisions' quantized linears.
-# (Under inference_mode attention reaches a dispatch mode as SDPA, not as matmuls: it is left out.)
-_QUANTIZED = {
+# (Under inference_mode attention reaches a dispatch mode as SDPA, not as matmuls: LINEAR holds none of it.)
+LINEAR = MATMULS | {
     getattr(torch.ops.quantized, name).default
     for name in ("linear_dynamic", "linear_dynamic_fp16", "linear")
     if hasattr(torch.ops.quantized, name)
 }
 
 
-def floor(translator, src_ids, bs, extra=frozenset()):
-    """The replay of every matmul / quantized-linear call (and of the `extra` ops) of `translator` decoding src_ids
-    (captured on one thread: a dispatch mode sees only its own thread's calls)."""
+def floors(translator, src_ids, bs):
+    """The replays of `translator` decoding src_ids: its linear layers (matmuls / quantized linears), and
+    those with its attention kernels. One capture, on one thread (a dispatch mode sees only its own
+    thread's calls)."""
     workers, translator.workers = translator.workers, 1
     try:
-        replay, _ = kernel_floor(
-            lambda: translator.decode_ids(src_ids, batch_size=bs), MATMULS | _QUANTIZED | extra, torch.device("cpu")
-        )
+        calls = capture_kernels(lambda: translator.decode_ids(src_ids, batch_size=bs), LINEAR | ATTENTION)
     finally:
         translator.workers = workers
-    return replay
+    cpu = torch.device("cpu")
+    return replay_kernels([c for c in calls if c[0] in LINEAR], cpu)[0], replay_kernels(calls, cpu)[0]
 
 
 def parse_spec(spec: str) -> tuple[str, int, int]:

@@ -186,7 +186,7 @@ def test_empty_translation_needs_min_decoding_length_0(tmp_path):
     assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 0
     translator = ckpt.load_translator(run)
     sample = ["w1 w2", "w3 w4 w5"]
-    assert [h for h in translator.decode_ids([vocab.encode(s) for s in sample])] == [[], []]
+    assert translator.decode_ids([vocab.encode(s) for s in sample]) == [[], []]
     ct2 = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
     toks = [source_tokens(vocab, s) for s in sample]
     assert [r.hypotheses[0] for r in ct2.translate_batch(toks, min_decoding_length=0)] == [[], []]
