@@ -45,10 +45,10 @@ from common import add_decoding_args, table
 from decode import ATTENTION, MATMULS, capture_kernels, replay_kernels
 from precision import header, variants
 
-from attnlab.checkpoint import load_translator
-from attnlab.decode_batches import length_batches
+from attnlab.data import load_data
+from attnlab.decoding.batches import length_batches
 from attnlab.export.ctranslate2 import export, source_tokens
-from attnlab.train import load_data
+from attnlab.runs.loading import load_translator
 
 
 def main(argv=None) -> int:

@@ -129,7 +129,7 @@ TRAIN = """
 import json, resource
 import torch
 torch.set_num_threads(2)
-from attnlab.train import TrainConfig, train_run
+from attnlab.training import TrainConfig, train_run
 cfg = TrainConfig(max_steps={steps}, batch_tokens=4096, lr=1e-3, warmup_steps=10, eval_limit=20, log_every=5)
 model = {{"num_hiddens": 128, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 256, "dropout": 0.0}}
 r = train_run("transformer", model, cfg, {{"path": {out!r}}}, {run!r}, progress=False)

@@ -33,9 +33,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table
 
-from attnlab import decode
+from attnlab.decoding.beam import beam_search
+from attnlab.decoding.greedy_search import greedy
 from attnlab.models import Transformer, TransformerConfig
-from attnlab.runtime import intra_op_threads
+from attnlab.utils.runtime import intra_op_threads
 
 
 def book_greedy(model, src, lens, bos, eos, T):
@@ -178,10 +179,10 @@ def main(argv=None):
     bos, eos, T = 1, args.eos, args.steps
 
     methods = {
-        "greedy, cached": lambda: [h.tokens for h in decode.greedy(model, src, lens, bos, eos, T)],
+        "greedy, cached": lambda: [h.tokens for h in greedy(model, src, lens, bos, eos, T)],
         "greedy, book (encode once, re-run prefix)": lambda: book_greedy(model, src, lens, bos, eos, T),
-        "greedy, uncached": lambda: [h.tokens for h in decode.greedy(model, src, lens, bos, eos, T, use_cache=False)],
-        "beam 4, cached": lambda: [h.tokens for h in decode.beam_search(model, src, lens, bos, eos, beam=4, max_len=T)],
+        "greedy, uncached": lambda: [h.tokens for h in greedy(model, src, lens, bos, eos, T, use_cache=False)],
+        "beam 4, cached": lambda: [h.tokens for h in beam_search(model, src, lens, bos, eos, beam=4, max_len=T)],
     }
     if args.skip_uncached:
         del methods["greedy, uncached"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from attnlab.attention import MultiHeadAttention
-from attnlab.decode import greedy
+from attnlab.decoding.greedy_search import greedy
 from attnlab.models import Transformer, TransformerConfig
 
 

@@ -46,8 +46,8 @@ def main():
     ap.parse_args()
     from transformers import MarianMTModel, MarianTokenizer
 
-    from attnlab.checkpoint import load_translator
     from attnlab.export.hf import import_hf
+    from attnlab.runs.loading import load_translator
 
     torch.set_num_threads(2)
     flags = Path("/proc/cpuinfo").read_text()

@@ -24,23 +24,23 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import add_decoding_args, table
 
-from attnlab import precision as prec
-from attnlab.checkpoint import load_translator
+from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, reference_text
-from attnlab.train import load_data
+from attnlab.runs.loading import load_translator
+from attnlab.utils.precision import cpu_features, native_bf16, prepare_for_inference, resolve_precision
 
 
 def header(argv) -> None:
-    feats = prec.cpu_features()
+    feats = cpu_features()
     shown = sorted(f for f in feats if f.startswith(("avx", "amx", "fma", "sse4_2", "f16c")))
-    ok, why = prec.native_bf16("cpu")
+    ok, why = native_bf16("cpu")
     print(f"command: python benchmarks/{os.path.basename(sys.argv[0])} {shlex.join(argv)}".rstrip())
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, uptime load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
     )
     print(f"CPU features: {' '.join(shown)}")
-    print(f"native bf16: {ok} ({why}); `auto` picks {prec.resolve_precision('auto', 'cpu').picked}")
+    print(f"native bf16: {ok} ({why}); `auto` picks {resolve_precision('auto', 'cpu').picked}")
 
 
 def variants(translator, names):
@@ -51,9 +51,9 @@ def variants(translator, names):
     for name in names:
         t = copy.copy(translator)
         if name == "int8 (every Linear)":
-            t.model = prec.prepare_for_inference(translator.model, "int8", keep_fp32=())
+            t.model = prepare_for_inference(translator.model, "int8", keep_fp32=())
         else:
-            t.model = prec.prepare_for_inference(translator.model, name)
+            t.model = prepare_for_inference(translator.model, name)
         out[name] = t
     return out
 

@@ -36,12 +36,15 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table
 
+from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import iterate_batches
 from attnlab.metrics import corpus_bleu
 from attnlab.models import build_model
-from attnlab.precision import cpu_features, native_bf16
-from attnlab.presets import get_preset
-from attnlab.time_to_quality import held_out_sources
+from attnlab.runs.config import write_run_config
+from attnlab.runs.layout import WEIGHTS_FILE
+from attnlab.runs.weights import save_weights
+from attnlab.training.presets import get_preset
+from attnlab.utils.precision import cpu_features, native_bf16
 
 
 # --------------------------------------------------------------------------- the plain recipe
@@ -102,7 +105,8 @@ class TutorialTransformer(nn.Module):
 # --------------------------------------------------------------------------- recipes
 def laptop_recipe(data, overrides):
     """attnlab's `laptop` preset: the model and the Trainer's own update (param groups, schedule)."""
-    from attnlab.train import TrainConfig, Trainer
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.trainer import Trainer
 
     preset = get_preset("transformer", "laptop")
     for section, key, value in overrides:
@@ -120,15 +124,14 @@ def laptop_recipe(data, overrides):
         return loss
 
     def decode(src, lens, max_len):
-        from attnlab.decode import greedy
+        from attnlab.decoding.greedy_search import greedy
 
         hyps = greedy(model, src, lens, data.tgt_vocab.bos, data.tgt_vocab.eos, max_len)
         return [h.tokens if hasattr(h, "tokens") else h for h in hyps]
 
     def save(run_dir, data_cfg):
-        from attnlab import checkpoint as ckpt
 
-        ckpt.write_run_config(
+        write_run_config(
             run_dir,
             "transformer",
             model.config.to_dict(),
@@ -137,7 +140,7 @@ def laptop_recipe(data, overrides):
             data.src_vocab,
             data.tgt_vocab,
         )
-        ckpt.save_weights(model, os.path.join(run_dir, ckpt.WEIGHTS_FILE))
+        save_weights(model, os.path.join(run_dir, WEIGHTS_FILE))
 
     step.save = save
     return model, step, decode, {k: v for k, v in opts.items() if v is not None}, preset
@@ -229,9 +232,10 @@ def run_recipe(name, data, args, overrides, log=print) -> dict:
 def evaluate_test(run_dir, beams=(1, 4)) -> None:
     """The test figure, touched once for the chosen recipe: 3-10-word held-out test sources, each scored
     against all of its references (multi-reference sacreBLEU BLEU and chrF), greedy and beam search."""
-    from attnlab.checkpoint import load_translator, read_run_config
     from attnlab.data import load_data
     from attnlab.metrics import book_bleu, corpus_chrf
+    from attnlab.runs.config import read_run_config
+    from attnlab.runs.loading import load_translator
 
     translator = load_translator(run_dir)
     data = load_data(read_run_config(run_dir)["data"])
@@ -256,8 +260,8 @@ def figure(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from attnlab._io import atomic_path
-    from attnlab.time_to_quality import plot_time_to_quality
+    from attnlab.chapter.time_to_quality import plot_time_to_quality
+    from attnlab.utils.files import atomic_path
 
     fig = plot_time_to_quality(results)
     with atomic_path(path) as tmp:
@@ -364,7 +368,7 @@ def main(argv=None) -> int:
         ratio = results[0]["curve"][-1]["valid_bleu"] / results[1]["curve"][-1]["valid_bleu"]
         print(f"\n{results[0]['recipe']} / {results[1]['recipe']} validation BLEU at {args.budget:.0f} s: {ratio:.2f}x")
     if args.json:
-        from attnlab._io import atomic_path
+        from attnlab.utils.files import atomic_path
 
         with atomic_path(args.json) as tmp, open(tmp, "w") as f:
             json.dump(results, f, indent=1)

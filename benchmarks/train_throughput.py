@@ -43,9 +43,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from baselines.d2l_transformer import from_attnlab_config
 from common import table
 
-from attnlab import precision as prec
 from attnlab.attention.positional import sinusoidal_encoding
 from attnlab.models import Transformer, TransformerConfig
+from attnlab.utils.precision import cpu_features, resolve_precision
 
 PAD = 0
 
@@ -138,7 +138,7 @@ def build_models(args, names):
     for name in names:
         base = name.removesuffix(" + compile").removesuffix(" bf16").removesuffix(" before")
         m = factories[base]().to(args.device).train()
-        # attnlab: the optimizer `attnlab.optim.build_optimizer` picks (fused where torch has it).
+        # attnlab: the optimizer `attnlab.training.build_optimizer` picks (fused where torch has it).
         opt = torch.optim.Adam(m.parameters(), lr=1e-4, fused=True if real_rows(name) else None)
         fwd = torch.compile(m) if name.endswith("+ compile") else m
         models[name] = (fwd, m, opt)
@@ -232,9 +232,12 @@ def profile(args, name, steps=3):
 
 def quality(steps: int, precisions: list[str]) -> str:
     """Same seed, same batches, `steps` updates per precision on the real corpus; validation loss of each."""
+    from attnlab.data import load_data
     from attnlab.models import build_model
-    from attnlab.presets import get_preset
-    from attnlab.train import TrainConfig, Trainer, load_data, seed_everything
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.presets import get_preset
+    from attnlab.training.trainer import Trainer
+    from attnlab.utils.runtime import seed_everything
 
     preset = get_preset("transformer", "cpu-small")
     data = load_data({**preset["data"], "seed": 0})
@@ -375,8 +378,8 @@ def main(argv=None) -> int:
         f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
     )
-    feats = sorted(f for f in prec.cpu_features() if f.startswith(("avx", "amx", "fma")))
-    auto = prec.resolve_precision("auto", args.device, training=True)
+    feats = sorted(f for f in cpu_features() if f.startswith(("avx", "amx", "fma")))
+    auto = resolve_precision("auto", args.device, training=True)
     print(f"CPU features: {' '.join(feats)}; training precision auto -> {auto.picked} ({auto.reason})")
     print(
         f"\n## Transformer training step (forward + backward + Adam), B={args.batch_size}, "

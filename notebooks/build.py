@@ -55,8 +55,10 @@ def notebook_of(source: Path):
     # Fixed ids keep rebuilt notebooks byte-identical (nbformat draws random ones).
     for i, cell in enumerate(nb.cells):
         cell.id = f"{source.stem[:2]}-{i:02d}"
-    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                   "language_info": {"name": "python"}}
+    nb.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    }
     return nb
 
 

@@ -15,7 +15,8 @@ MODULES = [
     "attnlab.attention.recording",
     "attnlab.models.transformer",
     "attnlab.models.transformer_layers",
-    "attnlab.translator",
+    "attnlab.decoding.search",
+    "attnlab.decoding.translator",
     "attnlab.metrics",
 ]
 
@@ -28,5 +29,5 @@ def test_docstring_examples(name, one_thread):
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.failed == 0, f"{result.failed} docstring example(s) of {name} failed (run with -s to see them)"
-    if name in ("attnlab.models.transformer", "attnlab.translator"):
+    if name in ("attnlab.models.transformer", "attnlab.decoding.search", "attnlab.decoding.translator"):
         assert result.attempted > 0, f"{name} lost its Examples: section"

@@ -19,8 +19,9 @@ SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", **({"ATTNLAB_DATA": DATA
 
 def tiny_run(run_dir, model_type: str = "transformer", progress: bool = False, **train_overrides):
     """Train the `tiny` preset for a few steps into run_dir; returns the TrainResult."""
-    from attnlab.presets import get_preset
-    from attnlab.train import TrainConfig, train_run
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.launch import train_run
+    from attnlab.training.presets import get_preset
 
     preset = get_preset(model_type, "tiny")
     cfg = TrainConfig.from_dict({**preset["train"], "max_steps": 4, **train_overrides})

@@ -22,17 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 API_PAGES = {
     "attention": ("attnlab.attention", "Attention kernels: masking, scoring, multi-head, positions, recording."),
+    "data": ("attnlab.data", "Corpora, tokenization, vocabularies, prepared shards and batching."),
     "models": ("attnlab.models", "Translators and kernel regression, built from the attention layer."),
-    "data": ("attnlab.data", "Corpora, tokenization, vocabularies and batching."),
-    "train": ("attnlab.train", "Training: config, trainer, one run folder per run."),
-    "decode": ("attnlab.decode", "Greedy and beam search over cached decoder state."),
-    "checkpoint": ("attnlab.checkpoint", "Run folders, checkpoints and `load_translator`."),
-    "explain": ("attnlab.explain", "One translation with every attention map."),
+    "decoding": ("attnlab.decoding", "Greedy and beam search over the decoding protocol, and the Translator."),
     "metrics": ("attnlab.metrics", "BLEU (the book's and sacreBLEU's) and chrF."),
+    "runs": ("attnlab.runs", "The run folder: config, checkpoints, weights and `load_translator`."),
     "viz": ("attnlab.viz", "Heatmaps and the chapter's plots (matplotlib Figures)."),
-    "chapter": ("attnlab.chapter", "The chapter's demonstrations as computations."),
-    "chapter_extra": ("attnlab.chapter_extra", "Attention cues and LayerNorm vs BatchNorm."),
-    "notebook": ("attnlab.notebook", "Interactive attention views for Jupyter (head view, model view)."),
+    "training": ("attnlab.training", "Training: config, trainer, stop policy, presets, whole runs."),
+    "analysis": ("attnlab.analysis", "Inside a trained model: explanations, heads, subwords, notebook views."),
+    "export": ("attnlab.export", "Formats out and in: CTranslate2, Hugging Face Marian."),
+    "chapter": ("attnlab.chapter", "The chapter's sections as computations, the report and the demo."),
 }
 
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")

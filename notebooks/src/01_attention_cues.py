@@ -9,8 +9,8 @@ import os
 
 import torch
 
-from attnlab.chapter_extra import attention_cues
-from attnlab.viz import show_heatmaps
+from attnlab.chapter.cues import attention_cues
+from attnlab.viz.heatmaps import show_heatmaps
 
 SMALL = os.environ.get("ATTNLAB_SMALL") == "1"  # CI runs every notebook in seconds with ATTNLAB_SMALL=1
 
@@ -19,7 +19,7 @@ weights = torch.eye(10).reshape((1, 1, 10, 10))  # (rows, cols, queries, keys): 
 show_heatmaps(weights, xlabel="Keys", ylabel="Queries")
 
 # %% [markdown]
-# `attnlab.chapter_extra.attention_cues` draws the same figure and explains it.
+# `attnlab.chapter.attention_cues` draws the same figure and explains it.
 
 # %%
 result = attention_cues(10)

@@ -11,7 +11,8 @@ import torch
 
 from attnlab.models import NadarayaWatson, NWKernelRegression
 from attnlab.models.kernel_regression import fit, make_data
-from attnlab.viz import plot_kernel_regression, show_heatmaps
+from attnlab.viz.heatmaps import show_heatmaps
+from attnlab.viz.plots import plot_kernel_regression
 
 SMALL = os.environ.get("ATTNLAB_SMALL") == "1"
 torch.manual_seed(0)
@@ -22,16 +23,21 @@ predictions = {}
 for kernel in ("constant", "gaussian", "boxcar", "epanechnikov"):
     model = NadarayaWatson(bandwidth=1.0, kernel=kernel)
     predictions[kernel] = model(data.x_test, data.x_train, data.y_train)
-plot_kernel_regression(data.x_test, data.y_truth, predictions, data.x_train, data.y_train,
-                       title="fixed kernels (constant = average pooling)")
+plot_kernel_regression(
+    data.x_test,
+    data.y_truth,
+    predictions,
+    data.x_train,
+    data.y_train,
+    title="fixed kernels (constant = average pooling)",
+)
 
 # %% [markdown]
 # The attention weights: rows are test inputs (queries), columns training inputs (keys), both sorted,
 # so a good kernel puts its weight near the diagonal.
 
 # %%
-_, w = NadarayaWatson(bandwidth=1.0, kernel="gaussian")(data.x_test, data.x_train, data.y_train,
-                                                         return_weights=True)
+_, w = NadarayaWatson(bandwidth=1.0, kernel="gaussian")(data.x_test, data.x_train, data.y_train, return_weights=True)
 show_heatmaps(w.reshape(1, 1, *w.shape), xlabel="training inputs", ylabel="test inputs")
 
 # %% [markdown]

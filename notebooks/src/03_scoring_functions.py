@@ -15,16 +15,16 @@ from attnlab.attention import (
     masked_softmax,
     record_attention,
 )
-from attnlab.viz import show_heatmaps
+from attnlab.viz.heatmaps import show_heatmaps
 
 SMALL = os.environ.get("ATTNLAB_SMALL") == "1"
 torch.manual_seed(0)
 
 # %%
 X = torch.rand(2, 2, 4)
-print(masked_softmax(X, torch.tensor([2, 3])))        # per batch: the first 2 or 3 keys
+print(masked_softmax(X, torch.tensor([2, 3])))  # per batch: the first 2 or 3 keys
 print(masked_softmax(X, torch.tensor([[1, 3], [2, 4]])))  # per query
-print(masked_softmax(X, torch.tensor([0, 4]))[0])      # no visible key: zeros, not NaN
+print(masked_softmax(X, torch.tensor([0, 4]))[0])  # no visible key: zeros, not NaN
 
 # %% [markdown]
 # ## Additive attention (queries and keys of different sizes)

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import torch
 
-from attnlab.checkpoint import load_translator
+from attnlab.analysis.explanation import explain
 from attnlab.data import sample_data_path
-from attnlab.explain import explain
 from attnlab.models import EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder
-from attnlab.presets import get_preset
-from attnlab.train import TrainConfig, train_run
-from attnlab.viz import show_heatmaps
+from attnlab.runs.loading import load_translator
+from attnlab.training.config import TrainConfig
+from attnlab.training.launch import train_run
+from attnlab.training.presets import get_preset
+from attnlab.viz.heatmaps import show_heatmaps
 
 SMALL = os.environ.get("ATTNLAB_SMALL") == "1"
 torch.manual_seed(0)
@@ -41,8 +42,9 @@ spec = get_preset("bahdanau", "tiny")
 steps = 30 if SMALL else 300
 config = TrainConfig.from_dict({**spec["train"], "max_steps": steps, "epochs": 1000, "lr": 1e-2})
 run_dir = Path(tempfile.mkdtemp()) / "bahdanau"
-result = train_run("bahdanau", spec["model"], config, {**spec["data"], "path": str(sample_data_path())},
-                   run_dir, progress=False)
+result = train_run(
+    "bahdanau", spec["model"], config, {**spec["data"], "path": str(sample_data_path())}, run_dir, progress=False
+)
 print(f"{result.step} steps, final training loss {result.train_loss:.3f}")
 
 # %%
@@ -52,5 +54,4 @@ for sentence in ["go .", "i lost .", "he's calm .", "i'm home ."]:
 
 # %%
 ex = explain(translator, "i'm home .")
-show_heatmaps(ex.cross[:1, :1], xlabel="source", ylabel="output",
-              xticklabels=ex.src_tokens, yticklabels=ex.tgt_tokens)
+show_heatmaps(ex.cross[:1, :1], xlabel="source", ylabel="output", xticklabels=ex.src_tokens, yticklabels=ex.tgt_tokens)

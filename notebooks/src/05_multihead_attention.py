@@ -10,7 +10,7 @@ import os
 import torch
 
 from attnlab.attention import MultiHeadAttention, record_attention
-from attnlab.viz import show_heatmaps
+from attnlab.viz.heatmaps import show_heatmaps
 
 SMALL = os.environ.get("ATTNLAB_SMALL") == "1"
 torch.manual_seed(0)

@@ -10,8 +10,8 @@ import os
 
 import torch
 
-from attnlab import chapter
 from attnlab.attention import MultiHeadAttention, PositionalEncoding
+from attnlab.chapter.self_attention import positional_encoding
 
 SMALL = os.environ.get("ATTNLAB_SMALL") == "1"
 torch.manual_seed(0)
@@ -31,11 +31,11 @@ P = X[0]  # (L, D): the encoding alone
 print(P.shape)
 
 # %% [markdown]
-# `attnlab.chapter.positional_encoding` plots the columns, shows the binary-counting analogy and checks
+# `attnlab.chapter.positional_encoding()` plots the columns, shows the binary-counting analogy and checks
 # PE(pos + k) = M_k PE(pos) numerically.
 
 # %%
-result = chapter.positional_encoding(encoding_dim, 30 if SMALL else num_steps)
+result = positional_encoding(encoding_dim, 30 if SMALL else num_steps)
 print(result.paragraph)
 print("max rotation error:", result.data["rotation_max_error"])
 next(iter(result.figures.values()))

@@ -79,14 +79,7 @@ def build_parser() -> OneLineParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"attnlab.commands.{name}")
-        except ModuleNotFoundError as exc:
-            # A command whose module is not written yet is simply absent, never a crash.
-            if exc.name == f"attnlab.commands.{name}":
-                continue
-            raise
-        module.add_parser(sub)
+        importlib.import_module(f"attnlab.commands.{name}").add_parser(sub)  # a broken command fails loudly
     parser.command_names = tuple(sub.choices)
     return parser
 

@@ -24,6 +24,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
+from attnlab.data import BOOK_EVAL_PAIRS, detokenize, tokenize
+
 
 def bleu(pred: str, label: str, k: int) -> float:
     """The book's BLEU of one space-tokenized prediction against one label, in [0, 1].
@@ -100,7 +102,6 @@ def corpus_chrf(hyps: Sequence[str], refs: Refs) -> float:
 def reference_text(text: str, vocab) -> str:
     """A corpus sentence in the form decoded hypotheses take (the book's lowercased tokenization,
     detokenized with the vocabulary's language rules), so BLEU compares like with like."""
-    from attnlab.data import detokenize, tokenize
 
     if hasattr(vocab, "reference_text"):  # vocabularies with their own normalization (other languages)
         return vocab.reference_text(text)
@@ -159,7 +160,6 @@ def book_bleu(translator, beam: int = 1) -> list[tuple[str, str, float]]:
     """(source, translation, BLEU k=2) for the book's four sentences, the book's way (space tokens).
 
     The demo's table and `attnlab evaluate` both use this one function."""
-    from attnlab.data import BOOK_EVAL_PAIRS, tokenize
 
     outs = translator.translate([src for src, _ in BOOK_EVAL_PAIRS], beam=beam)
     return [

@@ -23,6 +23,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from attnlab.data import sample_data_path
+from attnlab.training.config import TrainConfig
+from attnlab.training.launch import train_run
+from attnlab.training.presets import get_preset
+
 WORDS = (
     "the cat dog house river green small old walks sleeps sees eats quickly never always "
     "tree bird runs sings under over near my your their little big red blue"
@@ -113,9 +118,6 @@ def tiny_marian(
 def train_tiny(run_dir: str | Path, steps: int = 20) -> Path:
     """A 2-layer, 2-head Transformer (the `tiny` preset) trained `steps` steps on attnlab's bundled
     sample pairs into `run_dir` (seconds): enough to emit words, for the server's tests and benchmarks."""
-    from attnlab.data import sample_data_path
-    from attnlab.presets import get_preset
-    from attnlab.train import TrainConfig, train_run
 
     preset = get_preset("transformer", "tiny")
     fast = {"max_steps": steps, "epochs": 100, "schedule": "constant", "lr": 1e-2, "eval_limit": 4}

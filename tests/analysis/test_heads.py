@@ -15,11 +15,13 @@ from attnlab.analysis import (
 )
 from attnlab.analysis.heads import validation_batches
 from attnlab.attention import mask_heads
-from attnlab.checkpoint import load_translator, save_weights, write_run_config
 from attnlab.cli import main
 from attnlab.data import sample_data_path
+from attnlab.decoding.translator import Translator
 from attnlab.models import Transformer, TransformerConfig
-from attnlab.translator import Translator
+from attnlab.runs.config import write_run_config
+from attnlab.runs.loading import load_translator
+from attnlab.runs.weights import save_weights
 
 DATA = {
     "loader": "translation",
@@ -33,7 +35,7 @@ DATA = {
 
 @pytest.fixture(scope="module")
 def setup(one_thread):
-    from attnlab.train import load_data
+    from attnlab.data import load_data
 
     data = load_data(DATA)
     torch.manual_seed(0)

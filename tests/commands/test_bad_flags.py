@@ -40,9 +40,11 @@ def fake_run(tmp_path_factory) -> Path:
     """A run folder as `attnlab train` writes it, with random weights and two checkpoints (no training)."""
     import torch
 
-    from attnlab.checkpoint import save_checkpoint, save_weights, write_run_config
     from attnlab.data import Vocab, sample_data_path
     from attnlab.models import build_model
+    from attnlab.runs.checkpoints import save_checkpoint
+    from attnlab.runs.config import write_run_config
+    from attnlab.runs.weights import save_weights
 
     run = tmp_path_factory.mktemp("bad-flags") / "run"
     src = Vocab(["i", "am", "home", ".", "go", "now"], min_freq=1)
@@ -108,13 +110,16 @@ def tripwires(monkeypatch):
 
     import uvicorn
 
-    from attnlab import chapter, checkpoint, decode
-
     monkeypatch.setattr(uvicorn, "run", trip)
-    monkeypatch.setattr(checkpoint, "write_run_config", trip, raising=False)
-    monkeypatch.setattr(decode, "beam_search", trip, raising=False)
-    for name in ("kernel_regression", "positional_encoding", "scaling", "params"):
-        monkeypatch.setattr(chapter, name, trip)
+    monkeypatch.setattr("attnlab.training.launch.write_run_config", trip)
+    monkeypatch.setattr("attnlab.decoding.batches.beam_search", trip)
+    for target in (
+        "attnlab.chapter.nadaraya_watson.kernel_regression",
+        "attnlab.chapter.self_attention.positional_encoding",
+        "attnlab.chapter.scoring_functions.scaling",
+        "attnlab.chapter.parameters.params",
+    ):
+        monkeypatch.setattr(target, trip)
     monkeypatch.setenv("ATTNLAB_DATA", "/nonexistent/fra-eng.zip")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
@@ -282,14 +287,13 @@ def _rows():
 def _trip_loading_data(monkeypatch):
     """`evaluate` must refuse its flags before loading the corpus (seconds to minutes); a missing corpus
     still gets its own FileNotFoundError from the path check."""
-    import attnlab.data
     from attnlab.data import resolve_data_path
 
     def trip(data_cfg, *args, **kwargs):
         resolve_data_path(data_cfg.get("path"), download=False)
         raise ReachedWork("a bad flag reached the corpus loading; validate it first")
 
-    monkeypatch.setattr(attnlab.data, "load_data", trip)  # what attnlab.runs.load_run_data calls
+    monkeypatch.setattr("attnlab.training.launch.load_data", trip)  # what load_run_data calls
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -327,12 +331,11 @@ def test_bad_flag_is_one_line_and_exit_2(template, places, capsys, monkeypatch, 
 
 def test_a_bug_keeps_its_traceback(monkeypatch):
     """Only user errors become one line: a RuntimeError from the library is a bug and must propagate."""
-    from attnlab import chapter
 
     def broken(*args, **kwargs):
         raise RuntimeError("internal invariant broken")
 
-    monkeypatch.setattr(chapter, "params", broken)
+    monkeypatch.setattr("attnlab.chapter.parameters.params", broken)
     with pytest.raises(RuntimeError, match="internal invariant"):
         main(["params"])
 
@@ -350,12 +353,11 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
     ],
 )
 def test_user_errors_print_one_line(monkeypatch, capsys, exc, expected):
-    from attnlab import chapter
 
     def fail(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr(chapter, "params", fail)
+    monkeypatch.setattr("attnlab.chapter.parameters.params", fail)
     assert main(["params"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("attnlab params: error: ") and expected in err, err

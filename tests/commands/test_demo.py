@@ -51,8 +51,8 @@ def test_demo_saves_the_transformer_where_translate_finds_it(demo_run, capsys):
     for name in ("config.json", "model.safetensors", "src_vocab.json", "tgt_vocab.json", "heads/heads.json"):
         assert (out / "transformer" / name).is_file()
     # The head analysis fits the saved model: `attnlab serve` shows it as the importance strip.
-    from attnlab.checkpoint import load_translator
     from attnlab.commands.serve import load_importance
+    from attnlab.runs.loading import load_translator
 
     tr = load_translator(out / "transformer")
     imp = load_importance(None, out / "transformer", tr.model)
@@ -71,7 +71,7 @@ def test_demo_refuses_an_unwritable_folder_before_any_work(tmp_path, capsys):
 
 
 def test_demo_falls_back_to_the_shipped_sample_when_offline(monkeypatch, tmp_path):
-    from attnlab.commands import demo
+    from attnlab.chapter import demo
 
     monkeypatch.delenv("ATTNLAB_DATA", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

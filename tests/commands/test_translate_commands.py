@@ -70,12 +70,12 @@ def test_evaluate_prints_bleu_chrf_and_speed(run_dir, capsys):
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["translate", "--beam", "100000", "go ."], "--beam must be 1..16, got 100000"),
-        (["translate", "--beam", "0", "go ."], "--beam must be 1..16, got 0"),
-        (["evaluate", "--beam", "17"], "--beam must be 1..16, got 17"),
-        (["evaluate", "--limit", "-1"], "--limit must be >= 1, got -1"),
-        (["evaluate", "--limit", "0"], "--limit must be >= 1, got 0"),
-        (["average", "--last", "0"], "--last must be >= 1, got 0"),
+        (["translate", "--beam", "100000", "go ."], "--beam must be an integer >= 1 and <= 16, got 100000"),
+        (["translate", "--beam", "0", "go ."], "--beam must be an integer >= 1 and <= 16, got 0"),
+        (["evaluate", "--beam", "17"], "--beam must be an integer >= 1 and <= 16, got 17"),
+        (["evaluate", "--limit", "-1"], "--limit must be an integer >= 1, got -1"),
+        (["evaluate", "--limit", "0"], "--limit must be an integer >= 1, got 0"),
+        (["average", "--last", "0"], "--last must be an integer >= 1, got 0"),
     ],
 )
 def test_unbounded_flags_are_refused_with_the_range(argv, message, run_dir, capsys):

@@ -23,8 +23,8 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def imported(marian_dir, tmp_path_factory, one_thread):
-    from attnlab.checkpoint import load_translator
     from attnlab.export.hf import import_hf
+    from attnlab.runs.loading import load_translator
 
     run = import_hf(marian_dir, tmp_path_factory.mktemp("run") / "opus")
     return load_translator(run)
@@ -108,7 +108,7 @@ def test_decoding_identical_to_generate(imported, hf, beam):
 
 
 def test_translate_and_explain_work_on_imported_model(imported):
-    from attnlab.explain import explain
+    from attnlab.analysis.explanation import explain
 
     out = imported.translate(TEXTS[:2], beam=2)
     assert all(isinstance(t, str) for t in out)
@@ -143,10 +143,11 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
     """The book's layout is exported by permuting the hidden basis: logits equal at 1e-4."""
     from transformers import MarianMTModel, PreTrainedTokenizerFast
 
-    from attnlab.checkpoint import save_weights, write_run_config
     from attnlab.data import Vocab
     from attnlab.export.hf_export import export_hf
     from attnlab.models import Transformer, TransformerConfig
+    from attnlab.runs.config import write_run_config
+    from attnlab.runs.weights import save_weights
 
     words = [s.lower().rstrip(".!?").split() for s in sentences(50)]
     vocab = Vocab(words, min_freq=1)
@@ -184,10 +185,11 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
 
 
 def test_export_refuses_options_marian_lacks(tmp_path):
-    from attnlab.checkpoint import save_weights, write_run_config
     from attnlab.data import Vocab
     from attnlab.export.hf_export import export_hf
     from attnlab.models import Transformer, TransformerConfig
+    from attnlab.runs.config import write_run_config
+    from attnlab.runs.weights import save_weights
 
     vocab = Vocab(["a", "b"], min_freq=1)
     cfg = TransformerConfig(

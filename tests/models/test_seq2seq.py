@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab import decode
 from attnlab.attention import record_attention
+from attnlab.decoding.beam import beam_search
+from attnlab.decoding.greedy_search import greedy
 from attnlab.models import BahdanauConfig, EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder, build_model
 
 PAD, BOS, EOS = 0, 1, 2
@@ -88,7 +89,7 @@ def test_tiny_model_overfits_twenty_pairs_exactly():
         loss.backward()
         opt.step()
     assert model.training  # greedy restores the mode it found
-    assert [h.tokens for h in decode.greedy(model, src, lens, BOS, EOS, max_len=10)] == [t for _, t in pairs]
+    assert [h.tokens for h in greedy(model, src, lens, BOS, EOS, max_len=10)] == [t for _, t in pairs]
     assert model.training
 
 
@@ -96,12 +97,12 @@ def test_batched_decoding_equals_one_by_one():
     model = tiny(dropout=0.3)  # dropout would make results differ if decoding left train mode on
     seqs = [[3, 4, 5, 6, 7, 8], [9, 3], [5, 6, 7], [4]]
     src, lens = padded(seqs, S=8)  # extra padding columns change nothing
-    batched = decode.greedy(model, src, lens, BOS, EOS, max_len=7)
-    beams = decode.beam_search(model, src, lens, BOS, EOS, beam=3, max_len=7)
+    batched = greedy(model, src, lens, BOS, EOS, max_len=7)
+    beams = beam_search(model, src, lens, BOS, EOS, beam=3, max_len=7)
     for i, s in enumerate(seqs):
         one = torch.tensor([s])
-        (g,) = decode.greedy(model, one, torch.tensor([len(s)]), BOS, EOS, max_len=7)
-        (b,) = decode.beam_search(model, one, torch.tensor([len(s)]), BOS, EOS, beam=3, max_len=7)
+        (g,) = greedy(model, one, torch.tensor([len(s)]), BOS, EOS, max_len=7)
+        (b,) = beam_search(model, one, torch.tensor([len(s)]), BOS, EOS, beam=3, max_len=7)
         assert (g.tokens, g.finished) == (batched[i].tokens, batched[i].finished)
         assert (b.tokens, b.finished) == (beams[i].tokens, beams[i].finished)
 

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab import decode
 from attnlab.attention import record_attention
+from attnlab.decoding.greedy_search import greedy
 from attnlab.models import CONFIGS, Transformer, TransformerConfig, build_model
 
 PAD, BOS, EOS = 0, 1, 2
@@ -206,7 +206,7 @@ def test_tiny_transformer_learns_task_exactly(name, fn):
         opt.step()
         sched.step()
     src, lens, _, _, expected = _task_batch(torch.Generator().manual_seed(123), 64, fn)
-    assert [h.tokens for h in decode.greedy(model, src, lens, BOS, EOS, max_len=8)] == expected
+    assert [h.tokens for h in greedy(model, src, lens, BOS, EOS, max_len=8)] == expected
 
 
 # -- sizes and configs -------------------------------------------------------------------------------

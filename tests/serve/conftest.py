@@ -17,7 +17,7 @@ def tiny_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def translator(tiny_run):
-    from attnlab.checkpoint import load_translator
+    from attnlab.runs.loading import load_translator
 
     return load_translator(tiny_run)
 
@@ -26,7 +26,7 @@ def translator(tiny_run):
 def client(translator):
     from fastapi.testclient import TestClient
 
-    from attnlab.serve import create_app
+    from attnlab.serve.app import create_app
 
     with TestClient(create_app(translator, workers=2)) as c:
         yield c

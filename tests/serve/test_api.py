@@ -77,7 +77,7 @@ def test_malformed_json(client):
 def test_unexpected_error_is_generic_500_with_request_id(translator, caplog):
     from fastapi.testclient import TestClient
 
-    from attnlab.serve import create_app
+    from attnlab.serve.app import create_app
 
     broken = copy.copy(translator)
     broken.decode = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded at /secret/path"))
@@ -159,7 +159,7 @@ def test_pool_counts_pending_and_refuses_beyond_the_bound(translator):
     import asyncio
     import threading
 
-    from attnlab.serve.app import Busy, TranslatorPool
+    from attnlab.serve.pool import Busy, TranslatorPool
 
     pool = TranslatorPool(translator, workers=1, max_pending=2)
     gate = threading.Event()

@@ -149,8 +149,8 @@ def test_heads_switches_and_beam_search_view(driver, server, translator):
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
+    from attnlab.analysis.explanation import head_masks_for
     from attnlab.attention import mask_heads
-    from attnlab.explain import head_masks_for
 
     wait = WebDriverWait(driver, 60)
     _viewport(driver, 1280, 1440)

@@ -7,9 +7,11 @@ import copy
 import pytest
 import torch
 
+from attnlab.analysis.explanation import explain
 from attnlab.attention import record_attention
-from attnlab.decode import attention_maps, greedy
-from attnlab.serve import InputError, TextTooLong, explain
+from attnlab.attention.recording import attention_maps
+from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.translator import InputError, TextTooLong
 
 
 def _check_shapes_and_rows(exp, cfg):
@@ -120,8 +122,8 @@ def test_bad_beam(translator):
 
 def test_bahdanau_has_only_cross_attention(translator):
     """An RNN decoder records one call per step; explain stitches them into one (1, 1, Lt, Ls) map."""
+    from attnlab.decoding.translator import Translator
     from attnlab.models import build_model
-    from attnlab.translator import Translator
 
     torch.manual_seed(0)
     model = build_model(

@@ -23,7 +23,7 @@ CHECKS = [
 
 @pytest.fixture(scope="module")
 def api_schema(translator):
-    from attnlab.serve import create_app
+    from attnlab.serve.app import create_app
 
     # The ASGI client raises server exceptions: a bug fails the example with its traceback.
     return schemathesis.openapi.from_asgi("/openapi.json", create_app(translator, workers=1, max_wait_ms=0))

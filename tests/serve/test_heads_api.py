@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlab.analysis.explanation import explain, head_masks_for
+from attnlab.analysis.subwords import merge_maps, word_groups
 from attnlab.attention import mask_heads
-from attnlab.explain import explain, head_masks_for, merge_maps, word_groups
 
 TEXT = "i'm home ."
 
@@ -82,7 +83,7 @@ def test_importance_from_heads_json(translator, tmp_path):
     from fastapi.testclient import TestClient
 
     from attnlab.commands.serve import load_importance
-    from attnlab.serve import create_app
+    from attnlab.serve.app import create_app
 
     names = {n: m.num_heads for n, m in translator.model.named_modules() if hasattr(m, "num_heads")}
     values = {n: [float(i + 10 * k) for i in range(h)] for k, (n, h) in enumerate(sorted(names.items()))}

@@ -27,9 +27,9 @@ TEXT = "The cat sees the old tree."
 def imported_client(marian_dir, tmp_path_factory):
     from fastapi.testclient import TestClient
 
-    from attnlab.checkpoint import load_translator
     from attnlab.export.hf import import_hf
-    from attnlab.serve import create_app
+    from attnlab.runs.loading import load_translator
+    from attnlab.serve.app import create_app
 
     tr = load_translator(import_hf(marian_dir, tmp_path_factory.mktemp("run") / "opus"))
     with TestClient(create_app(tr)) as c:
@@ -37,7 +37,8 @@ def imported_client(marian_dir, tmp_path_factory):
 
 
 def test_pieces_merge_into_words_and_rows_still_sum_to_one(imported_client):
-    from attnlab.explain import explain, merge_subwords
+    from attnlab.analysis.explanation import explain
+    from attnlab.analysis.subwords import merge_subwords
 
     client, tr = imported_client
     exp = explain(tr, TEXT)
@@ -70,8 +71,8 @@ def test_model_panel_of_an_imported_model(imported_client, marian_dir):
 
 
 def test_notebook_views_merge_subwords(imported_client):
-    from attnlab.explain import explain
-    from attnlab.notebook import head_view, model_view
+    from attnlab.analysis.explanation import explain
+    from attnlab.analysis.notebook import head_view, model_view
 
     _, tr = imported_client
     exp = explain(tr, TEXT)

@@ -172,9 +172,8 @@ def test_oversized_head_is_refused():
 def test_response_size_is_bounded(translator):
     from fastapi.testclient import TestClient
 
-    from attnlab.explain import check_text
-    from attnlab.serve import create_app
-    from attnlab.serve.app import explain_bytes_bound
+    from attnlab.analysis.explanation import check_text
+    from attnlab.serve.app import create_app, explain_bytes_bound
 
     with TestClient(create_app(translator)) as c:
         for text in ("go .", "i'm home .", "we are friends and he is calm ."):
@@ -192,7 +191,7 @@ def test_response_size_is_bounded(translator):
 def test_texts_per_request_bounded(translator):
     from fastapi.testclient import TestClient
 
-    from attnlab.serve import create_app
+    from attnlab.serve.app import create_app
 
     with TestClient(create_app(translator, limits=Limits(max_texts=3))) as c:
         r = c.post("/api/translations", json={"texts": ["go ."] * 4})

@@ -5,7 +5,7 @@ import asyncio
 
 import torch
 
-from attnlab.explain import explain
+from attnlab.analysis.explanation import explain
 from attnlab.serve.pool import TranslatorPool
 
 SENTENCES = ["i'm home .", "he's calm .", "go .", "i lost ."]

@@ -22,10 +22,19 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
+from attnlab.analysis.explanation import Explanation
+
 if TYPE_CHECKING:
     from attnlab.models import Transformer
 
-from attnlab.attention import attention_modules, mask_heads, record_attention
+from attnlab.attention import attention_modules, head_masks_from_indices, mask_heads, record_attention
+from attnlab.data import iterate_batches
+from attnlab.metrics import corpus_bleu, reference_text
+from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
+from attnlab.runs.loading import load_translator
+from attnlab.runs.weights import save_weights
+from attnlab.training.loss import sequence_loss
+from attnlab.utils.files import write_json
 
 KINDS = ("encoder self", "decoder self", "cross")
 _PUNCT = set(string.punctuation) | set("«»…¿¡–—’“”")
@@ -56,7 +65,6 @@ def attention_kinds(model: nn.Module) -> dict[str, list[str]]:
 
 def head_masks_check(model: nn.Module, heads: Mapping[str, Sequence[int]]) -> None:
     """Raise one clear ValueError for an unknown module name or head index in {module: [heads]}."""
-    from attnlab.attention import head_masks_from_indices
 
     head_masks_from_indices(model, heads)
 
@@ -67,7 +75,6 @@ def num_heads(model: nn.Module) -> dict[str, int]:
 
 def validation_batches(examples: Sequence, src_vocab, tgt_vocab, batch_size: int = 64) -> list:
     """Unshuffled padded batches of `examples` (a data split) for teacher-forced analysis."""
-    from attnlab.data import iterate_batches
 
     if not examples:
         raise ValueError("head analysis needs at least one validation sentence, got an empty split")
@@ -75,7 +82,6 @@ def validation_batches(examples: Sequence, src_vocab, tgt_vocab, batch_size: int
 
 
 def _loss(model: nn.Module, batch) -> tuple[Tensor, Tensor]:
-    from attnlab.train import sequence_loss
 
     logits = model(batch.src, batch.tgt_in, batch.src_valid_lens)
     return sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens)
@@ -191,7 +197,6 @@ def evaluate_with_masks(
 ) -> dict[str, float | None]:
     """Validation loss per token (teacher forcing) and corpus BLEU (greedy or beam decoding) with the
     heads in `off` ({module: head indices}) masked. Returns {"loss": ..., "bleu": ... or None}."""
-    from attnlab.metrics import corpus_bleu
 
     model = translator.model
     model.eval()
@@ -210,7 +215,6 @@ def evaluate_with_masks(
 
 
 def _reference_text(text: str, vocab) -> str:
-    from attnlab.metrics import reference_text
 
     return reference_text(text, vocab)
 
@@ -286,12 +290,11 @@ def save_pruned_run(run_dir: str | os.PathLike, heads: Mapping[str, Sequence[int
     """Load the run at `run_dir`, remove `heads` ({module: current head indices}) and write a complete
     run folder at `out_dir` (config with `pruned_heads`, vocabularies, weights) that `load_translator`
     opens like any other. Returns the pruned Translator."""
-    from attnlab import checkpoint as ckpt
 
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"{out_dir} is not empty; pass a new folder for the pruned model")
-    translator = ckpt.load_translator(run_dir)
+    translator = load_translator(run_dir)
     if not hasattr(translator.model, "prune_heads"):
         raise ValueError(f"{type(translator.model).__name__} cannot be pruned; only Transformers have heads to remove")
     model = cast("Transformer", translator.model)
@@ -299,10 +302,10 @@ def save_pruned_run(run_dir: str | os.PathLike, heads: Mapping[str, Sequence[int
     cfg = dict(translator.config)
     cfg["model"] = model.config.to_dict()
     out_dir.mkdir(parents=True, exist_ok=True)
-    translator.src_vocab.save(out_dir / ckpt.SRC_VOCAB_FILE)
-    translator.tgt_vocab.save(out_dir / ckpt.TGT_VOCAB_FILE)
-    ckpt.save_weights(model, out_dir / ckpt.WEIGHTS_FILE)
-    ckpt.write_json(out_dir / ckpt.CONFIG_FILE, cfg)  # last: a folder with a config is a complete run
+    translator.src_vocab.save(out_dir / SRC_VOCAB_FILE)
+    translator.tgt_vocab.save(out_dir / TGT_VOCAB_FILE)
+    save_weights(model, out_dir / WEIGHTS_FILE)
+    write_json(out_dir / CONFIG_FILE, cfg)  # last: a folder with a config is a complete run
     return translator
 
 
@@ -310,3 +313,38 @@ def importance_grid(values: Mapping[str, Sequence[float]], names: Sequence[str])
     """Rows = layers (names in order), columns = heads; NaN where a layer has fewer heads (pruned)."""
     width = max((len(values[n]) for n in names), default=0)
     return [list(values[n]) + [math.nan] * (width - len(values[n])) for n in names]
+
+
+# --------------------------------------------------------------------------- head importance
+def head_confidence(exp: Explanation) -> dict[str, list[list[float]]]:
+    """This translation's per-head confidence (Voita et al. 2019): the mean over queries of the largest
+    weight, as `{kind: [layer][head]}`; a cheap stand-in for importance when no head analysis exists."""
+    return {kind: W.max(dim=-1).values.mean(dim=-1).tolist() for kind, W in exp.maps.items() if W.dim() == 4}
+
+
+def load_head_importance(path, model, key: str = "gradient_importance") -> dict[str, list[list[float]]]:
+    """Per-head importance from `attnlab heads`' heads.json, as `{kind: [layer][head]}` with this model's
+    kinds (encoder_self, decoder_self, cross). Raises ValueError if the file does not fit the model."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        values = report[key]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a heads.json with {key!r} (written by `attnlab heads`): {exc}") from exc
+    names = {id(m): name for name, m in model.named_modules()}
+    out = {}
+    for kind, modules in model.attention_kinds().items():
+        rows = []
+        for m in modules:
+            name = names[id(m)]
+            if name not in values or len(values[name]) != getattr(m, "num_heads", -1):
+                raise ValueError(
+                    f"{path} does not describe this model: no {getattr(m, 'num_heads', '?')} values "
+                    f"for {name}; run `attnlab heads` on this checkpoint again"
+                )
+            rows.append([float(v) for v in values[name]])
+        out[kind] = rows
+    return out

@@ -16,13 +16,19 @@ from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from .multihead import MultiHeadAttention
+
+class HeadedAttention(Protocol):
+    """What head masking and pruning need of an attention module (MultiHeadAttention has it)."""
+
+    num_heads: int
+
+    def prune_heads(self, heads: Sequence[int]) -> None: ...
+
 
 # id(module) -> (H,) gate, for the masks open in this context (merged: inner masks multiply outer ones).
 # A read-only view as the default, so no context can mutate the value every other context starts from.
@@ -57,14 +63,17 @@ def active_head_mask(module: nn.Module) -> Tensor | None:
     return masks.get(id(module)) if masks else None
 
 
-def attention_modules(model: nn.Module) -> dict[str, MultiHeadAttention]:
+def attention_modules(model: nn.Module) -> dict[str, HeadedAttention]:
     """Qualified name -> every multi-head attention module of `model` (those with `num_heads`)."""
-    from .multihead import MultiHeadAttention
+    # Recognised by their parts, not their class: importing MultiHeadAttention here would be circular.
+    return {name or type(m).__name__: cast(HeadedAttention, m) for name, m in model.named_modules() if _is_multihead(m)}
 
-    return {name or type(m).__name__: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+
+def _is_multihead(m: nn.Module) -> bool:
+    return isinstance(getattr(m, "num_heads", None), int) and all(hasattr(m, p) for p in ("W_q", "W_k", "W_v", "W_o"))
 
 
-def _resolve(model: nn.Module, names: Sequence[str]) -> dict[str, MultiHeadAttention]:
+def _resolve(model: nn.Module, names: Sequence[str]) -> dict[str, HeadedAttention]:
     modules = attention_modules(model)
     unknown = [n for n in names if n not in modules]
     if unknown:

@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 # The recordings open in this context, innermost last. A tuple (immutable), so a context that copies
@@ -94,3 +95,17 @@ def record_attention(model: nn.Module, detach: bool = True):
         yield rec
     finally:
         _ACTIVE.reset(token)
+
+
+def attention_maps(rec) -> dict[str, Tensor]:
+    """Stitch a recording of step-by-step decoding into one (B, H, Lq, Lk) tensor per module.
+
+    Cached decoding records one call per step: cross-attention (B, H, 1, S) each, self-attention
+    (B, H, 1, t) with t growing. Calls are concatenated along the query axis; shorter key axes are padded
+    with zeros on the right (a step cannot see the future, so those weights are exactly zero anyway).
+    """
+    maps = {}
+    for name, calls in rec.weights.items():
+        Lk = max(w.shape[-1] for w in calls)
+        maps[name] = torch.cat([F.pad(w, (0, Lk - w.shape[-1])) for w in calls], dim=2)
+    return maps

@@ -26,8 +26,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from attnlab.explain import explain
-    from attnlab.viz import attention_figures, save_figure
+    from attnlab.analysis.explanation import explain
+    from attnlab.viz.files import save_figure
+    from attnlab.viz.heatmaps import attention_figures
 
     translator = open_translator(args)
     result = explain(translator, args.sentence, truncate=args.truncate)

@@ -21,14 +21,14 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from attnlab import checkpoint as ckpt
-    from attnlab.commands.translate import check_range
+    from attnlab.runs.checkpoints import average_checkpoints, list_checkpoints, save_tensors
+    from attnlab.utils.checks import check_range
 
-    check_range("--last", args.last, 1)
+    check_range("--last", args.last, 1, integer=True, none_ok=True)
     run_dir = Path(args.checkpoint)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
-    ckpts = ckpt.list_checkpoints(run_dir)
+    ckpts = list_checkpoints(run_dir)
     if len(ckpts) < args.last:
         raise ValueError(
             f"{run_dir} has {len(ckpts)} checkpoint(s) but --last {args.last} asks for more; "
@@ -36,8 +36,8 @@ def run(args) -> int:
         )
     chosen = ckpts[-args.last :]
     out = Path(args.out) if args.out else run_dir / f"averaged_last{args.last}.safetensors"
-    averaged = ckpt.average_checkpoints(chosen)
-    ckpt.save_tensors(averaged, out, metadata={"averaged": ",".join(p.name for p in chosen)})
+    averaged = average_checkpoints(chosen)
+    save_tensors(averaged, out, metadata={"averaged": ",".join(p.name for p in chosen)})
     print(f"averaged {len(chosen)} checkpoints ({', '.join(p.name for p in chosen)})")
     print(f"saved to {out}; use it with --weights {out}")
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from attnlab.commands._common import add_command
-from attnlab.commands.translate import MAX_BEAM, add_checkpoint_args, check_range, open_translator
+from attnlab.commands.translate import MAX_BEAM, add_checkpoint_args, open_translator
 
 
 def add_parser(subparsers) -> None:
@@ -37,10 +37,11 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text, scores_by_length
-    from attnlab.runs import load_run_data
+    from attnlab.training.launch import load_run_data
+    from attnlab.utils.checks import check_range
 
-    check_range("--beam", args.beam, 1, MAX_BEAM)
-    check_range("--limit", args.limit, 1)
+    check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
+    check_range("--limit", args.limit, 1, integer=True, none_ok=True)
     check_range("--length-penalty", args.length_penalty, 0, 5)
     translator = open_translator(args)
     data = load_run_data(translator, args.checkpoint, args.data)

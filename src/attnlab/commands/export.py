@@ -6,8 +6,8 @@ attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2
 
 from __future__ import annotations
 
-from attnlab.checkpoint import DEFAULT_RUN
 from attnlab.commands._common import add_command
+from attnlab.runs.layout import DEFAULT_RUN
 
 
 def add_parser(subparsers) -> None:

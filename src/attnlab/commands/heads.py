@@ -62,9 +62,9 @@ def run(args) -> int:
     from attnlab.analysis import analyze_heads, save_pruned_run
     from attnlab.analysis.figures import plot_importance, plot_pruning_curves
     from attnlab.analysis.heads import attention_kinds, head_masks_check
-    from attnlab.checkpoint import write_json
-    from attnlab.runs import load_run_data
-    from attnlab.viz import save_figure
+    from attnlab.training.launch import load_run_data
+    from attnlab.utils.files import write_json
+    from attnlab.viz.files import save_figure
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be a positive number of sentences, got {args.limit}")

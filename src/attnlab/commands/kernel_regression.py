@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 
 from attnlab.commands._common import add_figures_command, save_figures
-from attnlab.report import format_table, prepare_output_dir
 
 
 def add_parser(subparsers) -> None:
@@ -29,14 +28,14 @@ def add_parser(subparsers) -> None:
 
 
 def _validate(args: argparse.Namespace) -> list[str]:
-    from attnlab.flags import check_float, check_int, check_seed
     from attnlab.models.kernel_regression import KERNELS
+    from attnlab.utils.checks import check_range, check_seed
 
-    check_float("--bandwidth", args.bandwidth, low=0, low_open=True)
-    check_int("--epochs", args.epochs, 1, 10_000)
-    check_float("--lr", args.lr, low=0, low_open=True)
+    check_range("--bandwidth", args.bandwidth, lo=0, lo_open=True)
+    check_range("--epochs", args.epochs, 1, 10_000, integer=True)
+    check_range("--lr", args.lr, lo=0, lo_open=True)
     # Leave-one-out attention is an (n, n) matrix: 5000 points is 100 MB, more only waits for memory.
-    check_int("--n-train", args.n_train, 2, 5_000, " (leave-one-out training needs 2)")
+    check_range("--n-train", args.n_train, 2, 5_000, why=" (leave-one-out training needs 2)", integer=True)
     check_seed(args.seed)
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     valid = [k for k in KERNELS if k != "constant"]  # average pooling is always in the table
@@ -47,11 +46,13 @@ def _validate(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab import chapter
+
+    from attnlab.chapter.nadaraya_watson import kernel_regression
+    from attnlab.chapter.report import format_table, prepare_output_dir
 
     kernels = _validate(args)
     out = prepare_output_dir(args.out)  # fail before any work if we cannot write the figures
-    result = chapter.kernel_regression(
+    result = kernel_regression(
         seed=args.seed, bandwidth=args.bandwidth, epochs=args.epochs, lr=args.lr, n_train=args.n_train, kernels=kernels
     )
     for headers, rows in result.tables:

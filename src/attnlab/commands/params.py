@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 
 from attnlab.commands._common import add_command
-from attnlab.report import format_table
 
 
 def add_parser(subparsers) -> None:
@@ -21,8 +20,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab import chapter
-    from attnlab.flags import check_int
+    from attnlab.chapter.parameters import params
+    from attnlab.chapter.report import format_table
+    from attnlab.utils.checks import check_range
 
     # Counts come from meta tensors (no memory), but torch still refuses sizes whose byte count overflows.
     for flag, v in (
@@ -30,10 +30,10 @@ def run(args: argparse.Namespace) -> int:
         ("--num-heads", args.num_heads),
         ("--ffn-num-hiddens", args.ffn_num_hiddens),
     ):
-        check_int(flag, v, 1, 1_000_000)
+        check_range(flag, v, 1, 1_000_000, integer=True)
     if args.num_hiddens % args.num_heads:
         raise ValueError(f"--num-heads ({args.num_heads}) must divide --num-hiddens ({args.num_hiddens})")
-    result = chapter.params(args.num_hiddens, args.num_heads, args.ffn_num_hiddens)
+    result = params(args.num_hiddens, args.num_heads, args.ffn_num_hiddens)
     for headers, rows in result.tables:
         print(format_table(headers, rows))
         print()

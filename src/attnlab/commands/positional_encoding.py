@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 
 from attnlab.commands._common import add_figures_command, save_figures
-from attnlab.report import format_table, prepare_output_dir
 
 # The rotation identity is exact math; float32 encodings reproduce it to about 1e-6.
 TOLERANCE = 1e-5
@@ -24,16 +23,17 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab import chapter
-    from attnlab.flags import check_int
+    from attnlab.chapter.report import format_table, prepare_output_dir
+    from attnlab.chapter.self_attention import positional_encoding
+    from attnlab.utils.checks import check_range
 
     # The rotation check compares every shift with every position: O(L^2 D); the bounds keep it to seconds.
-    check_int("--num-hiddens", args.num_hiddens, 2, 1024)
+    check_range("--num-hiddens", args.num_hiddens, 2, 1024, integer=True)
     if args.num_hiddens % 2:
         raise ValueError(f"--num-hiddens must be even (sine and cosine pairs), got {args.num_hiddens}")
-    check_int("--num-steps", args.num_steps, 2, 1000)
+    check_range("--num-steps", args.num_steps, 2, 1000, integer=True)
     out = prepare_output_dir(args.out)
-    result = chapter.positional_encoding(args.num_hiddens, args.num_steps)
+    result = positional_encoding(args.num_hiddens, args.num_steps)
     binary, checks = result.tables
     print("Binary counting vs encoding columns (higher bit / higher column = lower frequency):")
     print(format_table(*binary))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 
 from attnlab.commands._common import add_figures_command, save_figures
-from attnlab.report import format_table, prepare_output_dir
 
 
 def add_parser(subparsers) -> None:
@@ -21,15 +20,16 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab import chapter
-    from attnlab.flags import check_int, check_seed
+    from attnlab.chapter.report import format_table, prepare_output_dir
+    from attnlab.chapter.scoring_functions import scaling
+    from attnlab.utils.checks import check_range, check_seed
 
     # The scores of every sample are kept for the histograms: samples x num_keys float64 per d_k.
-    check_int("--samples", args.samples, 1, 100_000)
-    check_int("--num-keys", args.num_keys, 2, 4096)
+    check_range("--samples", args.samples, 1, 100_000, integer=True)
+    check_range("--num-keys", args.num_keys, 2, 4096, integer=True)
     check_seed(args.seed)
     out = prepare_output_dir(args.out)
-    result = chapter.scaling(samples=args.samples, num_keys=args.num_keys, seed=args.seed)
+    result = scaling(samples=args.samples, num_keys=args.num_keys, seed=args.seed)
     for headers, rows in result.tables:
         print(format_table(headers, rows))
     save_figures(result, out)

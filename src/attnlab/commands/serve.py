@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.checkpoint import DEFAULT_RUN
 from attnlab.commands._common import add_command
+from attnlab.runs.layout import DEFAULT_RUN
 from attnlab.serve.guard import Limits
 
 _AT_ONCE = "{} allowed to wait or {} at once; more get HTTP 503 (default: {})"
@@ -78,7 +78,7 @@ def add_parser(subparsers) -> None:
 
 def load_checkpoint(checkpoint: str | None, device: str = "cpu", precision: str = "fp32"):
     """load_translator, with every failure turned into one ValueError/FileNotFoundError line."""
-    from attnlab.checkpoint import load_translator
+    from attnlab.runs.loading import load_translator
 
     run_dir = Path(checkpoint) if checkpoint else DEFAULT_RUN
     if not run_dir.exists():
@@ -97,7 +97,7 @@ def load_checkpoint(checkpoint: str | None, device: str = "cpu", precision: str 
 
 def load_importance(heads: str | None, run_dir: Path, model) -> dict | None:
     """The strip's {"source", "values"} from --heads, else RUN/heads/heads.json, else None."""
-    from attnlab.explain import load_head_importance
+    from attnlab.analysis.heads import load_head_importance
 
     path = Path(heads) if heads else run_dir / "heads" / "heads.json"
     if not path.is_file():
@@ -116,14 +116,14 @@ def load_importance(heads: str | None, run_dir: Path, model) -> dict | None:
 def run(args) -> int:
     import uvicorn
 
-    from attnlab.flags import check_float, check_int
-    from attnlab.serve import create_app
+    from attnlab.serve.app import create_app
     from attnlab.serve.guard import guarded_h11
+    from attnlab.utils.checks import check_range
 
-    check_int("--port", args.port, 0, 65535)
+    check_range("--port", args.port, 0, 65535, integer=True)
     for flag in ("--workers", "--max-pending", "--max-batch", "--batch-workers", "--max-batch-pending"):
-        check_int(flag, getattr(args, flag[2:].replace("-", "_")), 1)
-    check_float("--max-wait-ms", args.max_wait_ms, 0, 10_000)
+        check_range(flag, getattr(args, flag[2:].replace("-", "_")), 1, integer=True)
+    check_range("--max-wait-ms", args.max_wait_ms, 0, 10_000)
     try:
         limits = Limits(**{field: getattr(args, field) for field, _, _ in LIMIT_FLAGS.values()})
     except ValueError as exc:  # name the flag, not the field

@@ -171,22 +171,26 @@ def _check_nproc(nproc: int) -> None:
 
 def _configs(args, over: dict[str, dict]):
     """The preset with the flags applied, every part validated (nothing written, no data read)."""
-    from attnlab import runs
     from attnlab.data import check_data_config
-    from attnlab.presets import get_preset
-    from attnlab.train import TrainConfig
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.launch import check_model_config
+    from attnlab.training.presets import get_preset
 
     preset = get_preset(args.model, args.preset)
     for section in preset:
         preset[section].update(over[section])
     train_config = TrainConfig.from_dict(preset["train"])
-    runs.check_model_config(args.model, preset["model"])
+    check_model_config(args.model, preset["model"])
     check_data_config(preset["data"])
     return preset, train_config
 
 
 def run(args) -> int:
-    from attnlab import runs, train
+
+    from attnlab.runs.config import read_run_config
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.launch import check_out_dir, resume_run, train_run
+    from attnlab.utils.runtime import distributed_info
 
     _check_nproc(args.nproc)
     over = _overrides(args)
@@ -199,18 +203,18 @@ def run(args) -> int:
             raise ValueError(
                 f"--resume continues a run as it was started; these cannot change: {bad}. Allowed: {sorted(_RESUMABLE)}"
             )
-        train.TrainConfig.from_dict({**runs.ckpt.read_run_config(args.resume).get("train", {}), **over["train"]})
+        TrainConfig.from_dict({**read_run_config(args.resume).get("train", {}), **over["train"]})
     else:
         preset, train_config = _configs(args, over)
-        from attnlab.presets import DEFAULT_PRESET
+        from attnlab.training.presets import DEFAULT_PRESET
 
         out = args.out or os.path.join("runs", f"{args.model}-{args.preset or DEFAULT_PRESET[args.model]}")
         if "RANK" not in os.environ or os.environ["RANK"] == "0":
-            runs.check_out_dir(out)
+            check_out_dir(out)
     if launching:  # everything checked once here, not once per process
         return _launch_torchrun(args)
     _init_distributed()
-    rank, world = train.distributed_info()
+    rank, world = distributed_info()
     if args.device is None and world > 1:
         import torch
 
@@ -218,7 +222,7 @@ def run(args) -> int:
             over["train"]["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
     if args.resume:
-        result = runs.resume_run(args.resume, over["train"], progress=not args.no_progress)
+        result = resume_run(args.resume, over["train"], progress=not args.no_progress)
         if isinstance(result, str):
             if rank == 0:
                 print(
@@ -227,8 +231,8 @@ def run(args) -> int:
                 )
             return 0
     else:
-        train_config = train.TrainConfig.from_dict({**train_config.to_dict(), **over["train"]})
-        result = runs.train_run(
+        train_config = TrainConfig.from_dict({**train_config.to_dict(), **over["train"]})
+        result = train_run(
             args.model, preset["model"], train_config, preset["data"], out, progress=not args.no_progress
         )
     return _report(result, args.resume or out) if rank == 0 else result.exit_code
@@ -252,7 +256,7 @@ def _report(result, run_dir) -> int:
             file=sys.stderr,
         )
     elif result.stop_reason == "non_finite_loss":
-        from attnlab.checkpoint import list_checkpoints
+        from attnlab.runs.checkpoints import list_checkpoints
 
         kept = list_checkpoints(run_dir)
         where = (

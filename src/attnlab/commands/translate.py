@@ -9,18 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from attnlab.checkpoint import DEFAULT_RUN
 from attnlab.commands._common import add_command
+from attnlab.runs.layout import DEFAULT_RUN
 
 MAX_BEAM = 16  # beams x output length is memory: 16 is far past where BLEU stops improving
-
-
-def check_range(flag: str, value, lo: int, hi: int | None = None) -> None:
-    """One-line ValueError (the CLI exits 2) unless lo <= value <= hi, saying the allowed range."""
-    if value is None or (lo <= value and (hi is None or value <= hi)):
-        return
-    allowed = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-    raise ValueError(f"{flag} must be {allowed}, got {value}")
 
 
 def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
@@ -39,7 +31,7 @@ def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
 
 
 def add_precision_arg(p) -> None:
-    """--precision, shared by translate, evaluate, attention and serve (see attnlab.precision)."""
+    """--precision, shared by translate, evaluate, attention and serve (see attnlab.utils.precision)."""
     p.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "int8"],
@@ -50,7 +42,7 @@ def add_precision_arg(p) -> None:
 
 def open_translator(args):
     """load_translator with a hint on how to make the missing default run."""
-    from attnlab.checkpoint import load_translator
+    from attnlab.runs.loading import load_translator
 
     run_dir = Path(args.checkpoint)
     if not run_dir.exists():
@@ -73,7 +65,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    check_range("--beam", args.beam, 1, MAX_BEAM)
+    from attnlab.utils.checks import check_range
+
+    check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
     translator = open_translator(args)
     if args.sentences:
         for line in translator.translate(args.sentences, beam=args.beam, truncate=args.truncate):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from attnlab._io import atomic_path
+from attnlab.utils.files import atomic_path
 
 DATA_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
 # Our shared copy (sha256) and the copy the book's code downloads (sha1): packed differently, same data.

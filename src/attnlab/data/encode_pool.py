@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .vocab import Vocab
+
 # ("subword", tokenizer JSON, tokenizer JSON) or ("word", src Vocab dict, tgt Vocab dict): what a
 # worker needs to rebuild the two encoders (plain data, cheap to send to a spawned process).
 EncoderSpec = tuple[str, Any, Any]
@@ -72,7 +74,6 @@ def spec_of(kind: str, src_vocab, tgt_vocab) -> EncoderSpec:
 def _encoders(spec: EncoderSpec) -> tuple[Encode, Encode]:
     kind, src, tgt = spec
     if kind == "word":
-        from .vocab import Vocab
 
         def word(d: dict) -> Encode:
             vocab = Vocab.from_dict(d)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from .corpus import read_text
+
 # A line longer than this (characters) is reported and skipped: a wrongly split or binary file,
 # never a sentence. Token-level length limits (`max_len`) are applied after tokenization.
 MAX_LINE_CHARS = 2000
@@ -98,8 +100,6 @@ def _open_bytes(path: Path) -> IO[bytes]:
     if path.suffix == ".gz":
         return gzip.open(path, "rb")  # type: ignore[return-value]  # a GzipFile is a binary IO
     if path.suffix == ".zip":
-        from .corpus import read_text
-
         return io.BytesIO(read_text(path).encode("utf-8"))
     return open(path, "rb")
 

@@ -35,8 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab._io import atomic_dir
+from attnlab.utils.files import atomic_dir
 
+from .corpus import file_sha256
 from .encode_pool import ChunkEncoder, check_workers, spec_of
 from .formats import CorpusReport, iter_pairs, split_spec
 from .shard_writer import CorpusWriter
@@ -53,7 +54,7 @@ from .shards_read import (  # noqa: F401 (reading lives there; re-exported)
     open_prepared,
 )
 from .text import tokenize
-from .vocab import SubwordVocab, Vocab
+from .vocab import DEFAULT_RESERVED, UNK, SubwordVocab, Vocab
 
 TOKENIZERS = ("auto", "word", "bpe", "unigram")
 NORMALIZATIONS = ("NFKC", "NFC")
@@ -118,8 +119,6 @@ def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: i
         trainers,
     )
 
-    from .vocab import DEFAULT_RESERVED, UNK
-
     specials = [UNK, *DEFAULT_RESERVED]
     trainer: trainers.BpeTrainer | trainers.UnigramTrainer
     if kind == "bpe":
@@ -141,7 +140,6 @@ def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: i
 
 # --------------------------------------------------------------------------- writing
 def _hash_specs(specs: Sequence[str | None]) -> str:
-    from .corpus import file_sha256
 
     h = hashlib.sha256()
     for spec in specs:

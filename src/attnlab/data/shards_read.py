@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .batching import plan_lengths
+from .translation import Example, TranslationData
 from .vocab import load_vocab
 
 FORMAT = "attnlab.prepared"
@@ -96,7 +98,6 @@ class ShardedExamples(Sequence):
         )
 
     def _shard_plan(self, k: int, opts: dict, shuffle: bool, rng) -> list[list[int]]:
-        from .batching import plan_lengths
 
         lens = np.asarray(self.lengths(k), np.int64)
         if opts["num_steps"] is not None:
@@ -208,7 +209,6 @@ def open_prepared(path: str | os.PathLike, **ignored):
 
     Keyword arguments a preset passes for raw corpora (num_examples, min_freq, ...) are ignored: the
     folder fixed them when it was prepared (its meta.json says how)."""
-    from .translation import Example, TranslationData
 
     root = Path(path)
     if not is_prepared(root):

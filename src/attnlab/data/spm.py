@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from attnlab._io import atomic_write_text
+from attnlab.utils.files import atomic_write_text, read_json_object
 
 FORMAT = "attnlab.SentencePieceVocab"
 _ROLES = ("unk", "pad", "bos", "eos")
@@ -188,6 +188,4 @@ class SentencePieceVocab:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SentencePieceVocab:
-        from .vocab import _read_json
-
-        return cls.from_dict(_read_json(path), source=str(path))
+        return cls.from_dict(read_json_object(path), source=str(path))

@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnlab._io import atomic_write_bytes
+from attnlab.utils.files import atomic_write_bytes
 
+from .batching import iterate_batches
 from .corpus import cache_dir, file_sha256, read_fra_eng, resolve_data_path
 from .text import preprocess
 from .vocab import SubwordVocab, Vocab
@@ -73,7 +74,6 @@ class TranslationData:
 
     def batches(self, split: str = "train", **kwargs):
         """`iterate_batches` over a split with this data's vocabularies and default batching."""
-        from .batching import iterate_batches
 
         if split not in ("train", "valid", "test"):
             raise ValueError(f"split must be 'train', 'valid' or 'test', got {split!r}")

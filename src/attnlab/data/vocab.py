@@ -12,10 +12,11 @@ import collections
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 
-from attnlab._io import atomic_write_text
+from attnlab.utils.files import atomic_write_text, read_json_object
 
+from .spm import FORMAT as SPM_FORMAT
+from .spm import SentencePieceVocab
 from .text import detokenize, preprocess, tokenize
 
 UNK = "<unk>"
@@ -207,7 +208,7 @@ class Vocab(_SpecialsMixin):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocab:
-        return cls.from_dict(_read_json(path), source=str(path))
+        return cls.from_dict(read_json_object(path), source=str(path))
 
 
 class SubwordVocab(_SpecialsMixin):
@@ -339,30 +340,14 @@ class SubwordVocab(_SpecialsMixin):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SubwordVocab:
-        return cls.from_dict(_read_json(path), source=str(path))
-
-
-def _read_json(path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"vocabulary file {path} does not exist")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); re-save the vocabulary") from exc
-    if not isinstance(obj, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(obj).__name__}")
-    return obj
+        return cls.from_dict(read_json_object(path), source=str(path))
 
 
 def load_vocab(path: str | os.PathLike):
     """Load either kind of vocabulary from its JSON, telling them apart by content."""
-    obj = _read_json(path)
+    obj = read_json_object(path)
     if obj.get("format") == _FORMAT:
         return Vocab.from_dict(obj, source=str(path))
-    from .spm import FORMAT as SPM_FORMAT
-    from .spm import SentencePieceVocab
-
     if obj.get("format") == SPM_FORMAT:
         return SentencePieceVocab.from_dict(obj, source=str(path))
     if "model" in obj:

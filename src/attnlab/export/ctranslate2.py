@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
-from attnlab._io import atomic_dir
+from attnlab.utils.files import atomic_dir
 
 if TYPE_CHECKING:
     from attnlab.models import Transformer, TransformerDecoderBlock, TransformerEncoderBlock
+from attnlab.runs.loading import load_translator
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32")
 SINUSOID_ROWS = 1024  # positions exported for sinusoidal models (whatever their max_len)
@@ -190,7 +191,6 @@ def export(
 ) -> Path:
     """Write a CTranslate2 model folder for the run folder `run_dir` to `out_dir` (atomically: built in a
     temp folder beside it, then renamed). `force` replaces an earlier export, never any other folder."""
-    from attnlab.checkpoint import load_translator
 
     if quantization not in QUANTIZATIONS:
         raise ValueError(

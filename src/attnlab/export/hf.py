@@ -32,10 +32,17 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from attnlab._io import atomic_dir
+from attnlab.utils.files import atomic_dir
 
 if TYPE_CHECKING:
     pass
+from attnlab.attention.positional import sinusoidal_encoding
+from attnlab.data.spm import SentencePieceVocab
+from attnlab.models import Transformer, TransformerConfig
+from attnlab.models.config import ACTIVATIONS
+from attnlab.runs.config import write_run_config
+from attnlab.runs.weights import save_weights
+from attnlab.utils.files import read_json
 
 __all__ = ["import_hf", "marian_to_config", "config_to_marian"]  # export: attnlab.export.hf_export
 
@@ -61,8 +68,6 @@ def _fail(option: str, got, want: str) -> None:
 # --------------------------------------------------------------------------- config
 def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
     """A Marian config.json (dict) -> a `TransformerConfig` dict; one clear error per unsupported option."""
-    from attnlab.models import TransformerConfig
-    from attnlab.models.config import ACTIVATIONS
 
     generation = generation or {}
     if hf.get("model_type") != "marian":
@@ -226,7 +231,6 @@ def _get(weights: dict[str, Tensor], *keys: str) -> Tensor:
 
 # --------------------------------------------------------------------------- tokenizers
 def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
-    from attnlab.data.spm import SentencePieceVocab
 
     tok_cfg = {}
     if (source / "tokenizer_config.json").is_file():
@@ -288,9 +292,6 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     Everything is checked and built in memory, then written into a temp folder renamed into place,
     so a failure never leaves a half-written run.
     """
-    from attnlab.attention.positional import sinusoidal_encoding
-    from attnlab.checkpoint import read_json, save_weights, write_run_config
-    from attnlab.models import Transformer, TransformerConfig
 
     source, out = Path(source), Path(out)
     if not (source / "config.json").is_file():

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import Tensor
 
-from attnlab._io import atomic_dir
 from attnlab.export.hf import _weight_map, config_to_marian
+from attnlab.utils.files import atomic_dir
 
 if TYPE_CHECKING:
     from attnlab.models import Transformer
+from attnlab.data.spm import SentencePieceVocab
+from attnlab.runs.loading import load_translator
 
 __all__ = ["export", "export_hf"]
 
@@ -42,7 +44,6 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=None,
 
 def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=None) -> Path:
     """Write an attnlab Transformer run as a MarianMTModel folder (config, weights, tokenizer)."""
-    from attnlab.checkpoint import load_translator
 
     try:
         from transformers import MarianConfig, MarianMTModel
@@ -94,7 +95,6 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
 def _save_tokenizer(src_vocab, tgt_vocab, out: Path) -> None:
     """MarianTokenizer files for SentencePiece vocabularies; a `PreTrainedTokenizerFast` (tokenizer.json)
     for attnlab's BPE vocabulary; the book's word vocabulary as a WordLevel tokenizer.json."""
-    from attnlab.data.spm import SentencePieceVocab
 
     if isinstance(src_vocab, SentencePieceVocab) and isinstance(tgt_vocab, SentencePieceVocab):
         from transformers import MarianTokenizer

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from attnlab.models.config import ConfigMixin
+from attnlab.models.config import ConfigMixin, TransformerConfig
 from attnlab.models.kernel_regression import NadarayaWatson, NWKernelRegression
 from attnlab.models.seq2seq import (
     BahdanauConfig,
@@ -20,17 +20,15 @@ from attnlab.models.seq2seq import (
     Seq2SeqState,
     build_bahdanau,
 )
-from attnlab.models.transformer import (
+from attnlab.models.transformer import Transformer, TransformerState
+from attnlab.models.transformer_layers import (
     AddNorm,
     PositionWiseFFN,
     Sublayer,
-    Transformer,
-    TransformerConfig,
     TransformerDecoder,
     TransformerDecoderBlock,
     TransformerEncoder,
     TransformerEncoderBlock,
-    TransformerState,
 )
 
 CONFIGS: dict[str, type[ConfigMixin]] = {"transformer": TransformerConfig, "bahdanau": BahdanauConfig}

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+from attnlab.utils.checks import check_field_types
+
 # FFN nonlinearities by config name (Marian's "swish" is SiLU).
 ACTIVATIONS = ("relu", "swish", "silu", "gelu")
 
@@ -36,7 +38,6 @@ class ConfigMixin:
         ]
         if missing:
             raise ValueError(f"{cls.__name__} needs the keys {missing}, which the dict lacks")
-        from attnlab.config_types import check_field_types
 
         check_field_types(cls, d)  # "dropout": "x" in a config.json: one line naming the field
         return cls(**d)

@@ -100,13 +100,13 @@ class Transformer(nn.Module):
         >>> src, tgt_in = torch.randint(3, 10, (2, 5)), torch.randint(3, 12, (2, 4))
         >>> model(src, tgt_in, torch.tensor([5, 3])).shape   # (B, T, V)
         torch.Size([2, 4, 12])
-        >>> sorted(model.attention_kinds())                   # the maps `attnlab.explain` draws
+        >>> sorted(model.attention_kinds())                   # the maps `attnlab.analysis.explain` draws
         ['cross', 'decoder_self', 'encoder_self']
     """
 
     MODEL_TYPE = "transformer"
     # The attention maps this model produces, by kind -> the recorded modules of that kind in layer
-    # order (see `attention_kinds`); `attnlab.explain` groups recordings by this, not by name matching.
+    # order (see `attention_kinds`); `attnlab.analysis.explain` groups recordings by this, not by name matching.
     ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
 
     def __init__(self, config: TransformerConfig):
@@ -175,7 +175,7 @@ class Transformer(nn.Module):
         self, src: Tensor, tgt_in: Tensor, src_valid_lens: Tensor | None = None, targets_mask: Tensor | None = None
     ) -> Tensor:
         """Logits (B, T, V); with `targets_mask` (B, T) bool, only the N rows where it is True, (N, V)
-        in row-major order (the Trainer passes the real target positions: `attnlab.loss.target_mask`)."""
+        in row-major order (the Trainer passes the real target positions: `attnlab.training.target_mask`)."""
         _check_tokens(src, tgt_in, src_valid_lens)
         if targets_mask is not None and (targets_mask.dtype != torch.bool or targets_mask.shape != tgt_in.shape):
             raise ValueError(

@@ -28,17 +28,12 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from attnlab import __version__
+from attnlab.analysis.explanation import MAX_CHARS, check_text, explain, head_masks_for
+from attnlab.analysis.heads import head_confidence
+from attnlab.analysis.subwords import merge_subwords
 from attnlab.data import ATTRIBUTION
-from attnlab.explain import (
-    MAX_CHARS,
-    InputError,
-    TextTooLong,
-    check_text,
-    explain,
-    head_confidence,
-    head_masks_for,
-    merge_subwords,
-)
+from attnlab.decoding.translator import InputError, TextTooLong
 
 from .batcher import MicroBatcher
 from .guard import GuardMiddleware, Limits, safe_text
@@ -141,12 +136,12 @@ def create_app(
     max_batch_pending: int = 1024,
     importance: dict | None = None,
 ) -> FastAPI:
-    """The explorer and the batching API for one loaded `Translator` (see `attnlab.checkpoint.load_translator`).
+    """The explorer and the batching API for one loaded `Translator` (see `attnlab.runs.load_translator`).
 
     workers/max_pending: the explorer's threads and queue bound; max_batch/max_wait_ms/batch_workers/
     max_batch_pending: the micro-batcher's (see batcher.py); limits: see guard.Limits.
     importance: {"source": str, "values": {kind: [layer][head]}} for the head-importance strip (e.g.
-    from `attnlab.explain.load_head_importance`); None: each translation's own confidence.
+    from `attnlab.analysis.load_head_importance`); None: each translation's own confidence.
     """
     limits = limits or Limits()
     pool = TranslatorPool(translator, workers, max_pending)
@@ -295,7 +290,6 @@ def create_app(
 
 
 def _version() -> str:
-    from attnlab import __version__
 
     return __version__
 

@@ -28,7 +28,7 @@ class _Item:
 
 class MicroBatcher:
     """Args:
-    translator: an `attnlab.checkpoint.Translator`; only `translate(list[str], beam)` is used.
+    translator: an `attnlab.decoding.Translator`; only `translate(list[str], beam)` is used.
     max_batch: most sentences in one decode call.
     max_wait_ms: longest a sentence waits for company before its batch starts.
     max_pending: most sentences waiting or decoding at once; more -> Busy.

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from attnlab.explain import MAX_CHARS
+from attnlab.analysis.explanation import MAX_CHARS
 
 MAX_BEAM = 8
 MAX_HEADS_OFF = 512  # most [layer, head] pairs per attention kind in one request

@@ -1,5 +1,5 @@
 // attnlab attention drawing: SVG heatmaps and bertviz-style line views, with no dependency on any page.
-// Shared by the notebook views (attnlab.notebook, which inlines this file) and the explorer (app.js,
+// Shared by the notebook views (attnlab.analysis.notebook, which inlines this file) and the explorer (app.js,
 // loaded after this file by index.html). Defines window.AttnDraw once, however many times the file is included.
 "use strict";
 window.AttnDraw = window.AttnDraw || (function () {

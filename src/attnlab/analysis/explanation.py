@@ -1,0 +1,283 @@
+"""Translate one sentence and return every attention map the model used for it (for `attnlab
+attention`, the demo's figures and the explorer).
+
+    exp = explain(translator, "i'm home .", beam=1)
+    exp.maps["cross"].shape        # (N, H, Lt, Ls): layers, heads, produced tokens, source tokens
+
+Decoding (greedy or beam search, with the key/value cache) finds the output; then one teacher-forced
+forward `model(src, [<bos>] + output)` runs under `record_attention`. Because the decoder is causal, the
+weights of query t in that forward are exactly those of decoding step t (tests check it against the
+per-step weights recorded from cached decoding), so one pass yields the maps of the whole decode.
+
+The kinds of map come from the model itself (`model.attention_kinds()`: the Transformer declares
+encoder_self, decoder_self and cross; the Bahdanau model only cross), not from module names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from attnlab.attention import mask_heads, record_attention
+from attnlab.attention.recording import attention_maps
+from attnlab.decoding.beam import beam_search
+from attnlab.decoding.trace import trace_path
+from attnlab.decoding.translator import InputError, TextTooLong, encode_source
+
+MAX_CHARS = 500  # longest request text, in characters, before tokenization
+KINDS = ("encoder_self", "decoder_self", "cross")  # every kind a model may declare, in display order
+
+
+@dataclass
+class Explanation:
+    """One translation with its attention maps.
+
+    src_tokens: the source as the model saw it (unknown words as <unk>, then <eos>); length Ls.
+    tgt_tokens: the token each decoder position produced (the output, + <eos> if decoding finished); Lt.
+    tgt_input_tokens: the decoder's inputs (<bos> + output, shifted): the keys of decoder self-attention; Lt.
+    maps: kind -> float32 weights (N, H, Lq, Lk), N layers, H heads, for the kinds the model declares:
+        encoder_self (N, H, Ls, Ls), decoder_self (N, H, Lt, Lt), cross (N, H, Lt, Ls).
+    model_type: "transformer", "bahdanau", ...
+    finished: decoding ended with <eos> (from the Hypothesis), not at the length limit.
+    heads_off: kind -> [[layer, head], ...] masked while decoding and recording (empty: none).
+    beam_trace: with beam > 1 and trace=True, the search itself (`attnlab.decoding.beam_search`'s trace,
+        tokens as strings, and "path": the (step, candidate) of each token of the winner); else None.
+    subwords: the tokens are SentencePiece pieces ("▁" starts a word); `merge_subwords` joins them.
+    """
+
+    text: str
+    translation: str
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    tgt_input_tokens: list[str]
+    beam: int
+    finished: bool
+    model_type: str
+    maps: dict[str, Tensor] = field(default_factory=dict)
+    heads_off: dict[str, list[list[int]]] = field(default_factory=dict)
+    beam_trace: dict | None = None
+    subwords: bool = False
+    merged: bool = False
+
+    # The three kinds by name; a kind the model lacks is an empty tensor (N = 0 layers).
+    @property
+    def encoder_self(self) -> Tensor:
+        return self.maps.get("encoder_self", torch.empty(0))
+
+    @property
+    def decoder_self(self) -> Tensor:
+        return self.maps.get("decoder_self", torch.empty(0))
+
+    @property
+    def cross(self) -> Tensor:
+        return self.maps.get("cross", torch.empty(0))
+
+    def to_dict(self, decimals: int = 4) -> dict:
+        """JSON-ready dict; weights as nested lists rounded to `decimals` to keep payloads small. Every
+        kind is present (an empty list for one the model lacks), so the API's schema stays fixed."""
+        return {
+            "text": self.text,
+            "translation": self.translation,
+            "src_tokens": self.src_tokens,
+            "tgt_tokens": self.tgt_tokens,
+            "tgt_input_tokens": self.tgt_input_tokens,
+            "beam": self.beam,
+            "finished": self.finished,
+            "model_type": self.model_type,
+            "heads_off": self.heads_off,
+            "beam_trace": self.beam_trace,
+            "subwords": self.subwords,
+            "merged": self.merged,
+            "attention": {kind: _rounded(self.maps[kind], decimals) if kind in self.maps else [] for kind in KINDS},
+        }
+
+
+def _rounded(w: Tensor, decimals: int) -> list:
+    # float64 before rounding: a rounded float32 printed as a double would carry ~8 junk digits.
+    scale = 10.0**decimals
+    return (w.double() * scale).round().div(scale).tolist()
+
+
+def check_text(translator, text: str, max_chars: int = MAX_CHARS, truncate: bool = False) -> list[int]:
+    """Source ids (no <eos>) of `text`, or InputError saying what is wrong with it (`encode_source`
+    with the explorer's character limit)."""
+    return encode_source(translator.src_vocab, text, translator.max_len, truncate, max_chars=max_chars)
+
+
+def group_maps(model, rec) -> dict[str, Tensor]:
+    """Recorded (1, H, Lq, Lk) weights -> kind -> (N, H, Lq, Lk), layers in the order the model declares."""
+    names = {id(m): name for name, m in model.named_modules()}
+    # An RNN decoder (Bahdanau) calls its attention once per target step even when teacher-forced:
+    # attention_maps stitches those calls along the query axis (one call stays as it is).
+    recorded = attention_maps(rec)
+    out = {}
+    for kind, modules in model.attention_kinds().items():
+        out[kind] = torch.stack([recorded[names[id(m)]][0].float() for m in modules])
+    return out
+
+
+def head_masks_for(model, heads_off: Mapping[str, Sequence] | None) -> dict[str, Tensor]:
+    """{kind: [[layer, head], ...]} -> {module name: (H,) 0/1 mask} for `attnlab.attention.mask_heads`.
+
+    Kinds are the model's own (`model.attention_kinds()`: encoder_self, decoder_self, cross); layers and
+    heads count from 0. Raises InputError (a ValueError) naming the bad kind, pair, layer or head.
+    """
+    if not heads_off:
+        return {}
+    if not isinstance(heads_off, Mapping):
+        raise InputError(f"heads_off must map an attention kind to [[layer, head], ...], got {heads_off!r}")
+    kinds = model.attention_kinds()
+    names = {id(m): name for name, m in model.named_modules()}
+    masks: dict[str, Tensor] = {}
+    for kind, pairs in heads_off.items():
+        if not pairs:  # an empty list asks for nothing, even of a kind the model lacks
+            continue
+        if kind not in kinds:
+            raise InputError(f"heads_off: unknown attention kind {kind!r}; this model has {sorted(kinds)}")
+        modules = kinds[kind]
+        if isinstance(pairs, str) or not isinstance(pairs, Sequence):
+            raise InputError(f"heads_off.{kind} must be a list of [layer, head] pairs, got {pairs!r}")
+        for pair in pairs:
+            if (
+                not isinstance(pair, Sequence)
+                or isinstance(pair, str)
+                or len(pair) != 2
+                or any(isinstance(x, bool) or not isinstance(x, int) for x in pair)
+            ):
+                raise InputError(f"heads_off.{kind}: each entry must be [layer, head] (two integers), got {pair!r}")
+            layer, head = pair
+            if not 0 <= layer < len(modules):
+                raise InputError(
+                    f"heads_off.{kind}: layer {layer} out of range; this model has layers 0..{len(modules) - 1}"
+                )
+            m = modules[layer]
+            H = getattr(m, "num_heads", None)
+            if H is None:
+                raise InputError(
+                    f"heads_off.{kind}: this model's {kind} attention has no heads to switch off "
+                    f"({type(m).__name__}); head masks need a Transformer"
+                )
+            if not 0 <= head < H:
+                raise InputError(f"heads_off.{kind}: head {head} out of range; layer {layer} has heads 0..{H - 1}")
+            mask = masks.setdefault(names[id(m)], torch.ones(H))
+            mask[head] = 0.0
+    return masks
+
+
+def _canonical_heads_off(heads_off: Mapping[str, Sequence] | None) -> dict[str, list[list[int]]]:
+    return {k: [list(p) for p in sorted({(int(a), int(b)) for a, b in v})] for k, v in (heads_off or {}).items() if v}
+
+
+def _decode(translator, ids: list[int], beam: int, trace: list | None):
+    """translator.decode for one sentence; with a trace list, the same beam search called directly
+    (Translator.decode has no trace argument), with the same start token and length limit."""
+    if trace is None or beam == 1:
+        (hyp,) = translator.decode([ids], beam=beam)
+        return hyp
+
+    src_ids = ids + [translator.src_vocab.eos]
+    src = torch.tensor([src_ids], dtype=torch.long, device=translator.device)
+    lens = torch.tensor([len(src_ids)], device=translator.device)
+    start = getattr(getattr(translator.model, "config", None), "decoder_start_token", None)
+    bos = translator.tgt_vocab.bos if start is None else start
+    (hyp,) = beam_search(
+        translator.model,
+        src,
+        lens,
+        bos,
+        translator.tgt_vocab.eos,
+        beam=beam,
+        max_len=translator.output_limit(len(src_ids)),
+        trace=trace,
+    )
+    return hyp
+
+
+def _readable_trace(trace: list, vocab) -> dict:
+    """beam_search's trace (one sentence) with token strings and the winner's path."""
+
+    steps = [r for r in trace if "step" in r]
+    for r in steps:
+        for c in r["candidates"]:
+            c["text"] = vocab.to_tokens([c["token"]])[0]
+    winner = next((r["winner"] for r in trace if "winner" in r), None)
+    return {"steps": steps, "winner": winner, "path": [list(p) for p in trace_path(trace, 0)]}
+
+
+def explain(
+    translator,
+    text: str,
+    beam: int = 1,
+    max_chars: int = MAX_CHARS,
+    truncate: bool = False,
+    heads_off: Mapping[str, Sequence] | None = None,
+    trace: bool = False,
+) -> Explanation:
+    """Translate `text` (greedy for beam=1, else beam search) and record every attention map.
+
+    heads_off: {kind: [[layer, head], ...]} heads masked (output gated to 0 before W_o) while decoding
+        and recording, in this thread only (`mask_heads`); see `head_masks_for`.
+    trace: with beam > 1, also return the beam search step by step (`Explanation.beam_trace`).
+
+    Raises InputError (a ValueError) for text that is empty, too long or untokenizable, for a beam
+    below 1 (the HTTP API caps it at 8) and for a bad head mask.
+    """
+    if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
+        raise InputError(f"beam must be a positive integer, got {beam!r}")
+    ids = check_text(translator, text, max_chars, truncate)
+    src_vocab, tgt_vocab, model, device = (
+        translator.src_vocab,
+        translator.tgt_vocab,
+        translator.model,
+        translator.device,
+    )
+    masks = head_masks_for(model, heads_off)
+    steps: list | None = [] if trace and beam > 1 else None
+    with torch.inference_mode(), mask_heads(model, masks):
+        hyp = _decode(translator, ids, beam, steps)
+        out = hyp.tokens
+        # A decode cut at the length limit has no query that produced <eos>: its last token is
+        # not fed back, so the forward takes one input fewer and no <eos> row is shown.
+        dec_in = [tgt_vocab.bos] + (out if hyp.finished else out[:-1])
+        src = torch.tensor([ids + [src_vocab.eos]], dtype=torch.long, device=device)  # (1, Ls)
+        tgt = torch.tensor([dec_in], dtype=torch.long, device=device)  # (1, Lt)
+        lens = torch.tensor([src.shape[1]], device=device)
+        was_training = model.training
+        model.eval()
+        try:
+            with record_attention(model) as rec:
+                model(src, tgt, lens)
+        finally:
+            model.train(was_training)
+        maps = {k: v.cpu() for k, v in group_maps(model, rec).items()}
+    model_type = getattr(model, "MODEL_TYPE", None) or translator.config.get("model_type", type(model).__name__.lower())
+    return Explanation(
+        text=text,
+        translation=tgt_vocab.decode(out),
+        src_tokens=src_vocab.to_tokens(ids) + ["<eos>"],
+        tgt_tokens=tgt_vocab.to_tokens(out) + (["<eos>"] if hyp.finished else []),
+        tgt_input_tokens=tgt_vocab.to_tokens(dec_in),
+        beam=beam,
+        finished=hyp.finished,
+        model_type=model_type,
+        maps=maps,
+        heads_off=_canonical_heads_off(heads_off),
+        beam_trace=_readable_trace(steps, tgt_vocab) if steps is not None else None,
+        subwords=getattr(tgt_vocab, "kind", None) == "spm" or getattr(src_vocab, "kind", None) == "spm",
+    )
+
+
+__all__ = [
+    "KINDS",
+    "MAX_CHARS",
+    "Explanation",
+    "InputError",
+    "TextTooLong",
+    "check_text",
+    "explain",
+    "group_maps",
+    "head_masks_for",
+]

@@ -1,0 +1,348 @@
+"""`attnlab demo`'s pipeline: the attention chapter end to end, written up in one report.
+
+Steps: the chapter's demonstrations (attention cues, kernel regression, positional encoding, scaling,
+parameter counts, normalisation); then the Bahdanau and the Transformer translators trained on the
+English–French pairs, their translations of the book's four sentences with BLEU, their attention maps,
+the Transformer's test-set BLEU, its time-to-quality curve (its checkpoints scored on validation, drawn
+over the curves benchmarks/time_to_quality.py measured, which attnlab ships) and which of its heads
+matter. The trained Transformer is saved where `attnlab translate` and `attnlab serve` look by default.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnlab.training.trainer import TrainResult
+from attnlab.analysis import analyze_heads
+from attnlab.analysis.explanation import explain
+from attnlab.analysis.figures import plot_importance, plot_pruning_curves
+from attnlab.chapter.cues import attention_cues
+from attnlab.chapter.nadaraya_watson import kernel_regression
+from attnlab.chapter.parameters import params
+from attnlab.chapter.report import Section, format_table, prepare_output_dir, write_report
+from attnlab.chapter.scoring_functions import scaling
+from attnlab.chapter.self_attention import positional_encoding
+from attnlab.chapter.time_to_quality import time_to_quality_section
+from attnlab.chapter.transformer import norm_comparison
+from attnlab.data import ATTRIBUTION, BOOK_EVAL_PAIRS, load_data, resolve_data_path, sample_data_path
+from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text
+from attnlab.runs.config import read_run_config
+from attnlab.runs.loading import load_translator
+from attnlab.training.config import TrainConfig
+from attnlab.training.launch import train_run
+from attnlab.training.presets import get_preset
+from attnlab.utils.checks import check_seed
+from attnlab.utils.files import write_json
+from attnlab.viz.files import save_figure
+from attnlab.viz.heatmaps import attention_figures
+from attnlab.viz.plots import plot_loss_curve
+
+# What each scale trains: (run name, model type, preset, overrides of train settings, of data settings).
+SCALES: dict[str, list[tuple[str, str, str, dict, dict]]] = {  # name, model type, preset, overrides
+    "full": [
+        ("bahdanau", "bahdanau", "d2l", {}, {}),
+        ("transformer-d2l", "transformer", "d2l", {}, {}),
+        # Every checkpoint kept (not only the last 5): each is a point of the time-to-quality curve.
+        ("transformer", "transformer", "cpu-small", {"keep_last": 100}, {}),
+    ],
+    "tiny": [
+        ("bahdanau", "bahdanau", "d2l", {"epochs": 3}, {"num_examples": 200}),
+        ("transformer-d2l", "transformer", "d2l", {"epochs": 3}, {"num_examples": 200}),
+        (
+            "transformer",
+            "transformer",
+            "tiny",
+            {"max_steps": 20, "time_budget": None, "checkpoint_every": 5, "keep_last": 100},
+            {},
+        ),
+    ],
+}
+
+
+@dataclass
+class TrainedModel:
+    name: str
+    model_type: str
+    preset: str
+    run_dir: Path
+    result: TrainResult
+    seconds: float
+    rows: list = field(default_factory=list)  # the four sentences: [source, translation, reference, BLEU]
+
+
+def find_data(path: str | None) -> tuple[Path, str]:
+    """The corpus, or our own small sample when none can be found or downloaded (said loudly)."""
+
+    try:
+        found = resolve_data_path(path)
+        return found, f"data: {found}"
+    except FileNotFoundError as exc:
+        if path is not None:  # an explicit --data that does not exist is an error, not a fallback
+            raise
+        sample = sample_data_path()
+        return sample, (
+            f"NOTE: the English–French corpus is not available ({exc}).\n"
+            f"The demo uses attnlab's own small sample {sample} instead: translations will be poor."
+        )
+
+
+def train_model(name, model_type, preset, train_over, data_over, data_path, out: Path, seed: int) -> TrainedModel:
+    """Train one preset into out/<name>. It is trained into a temp folder and renamed at the end, so a
+    re-run or a Ctrl-C never leaves a half-trained model where translate/serve look."""
+
+    spec = get_preset(model_type, preset)
+    train_cfg = TrainConfig.from_dict({**spec["train"], **train_over, "seed": seed})
+    data_cfg = {**spec["data"], **data_over, "path": str(data_path)}
+    final, tmp = out / name, out / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\n== training {name}: {model_type}, preset {preset} ==")
+    t0 = time.perf_counter()
+    result = train_run(model_type, spec["model"], train_cfg, data_cfg, tmp)
+    seconds = time.perf_counter() - t0
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    loss = f"{result.train_loss:.4f}" if result.train_loss is not None else "n/a"
+    print(f"{name}: {result.step} steps in {seconds:.0f} s, final training loss {loss} ({result.stop_reason})")
+    return TrainedModel(name, model_type, preset, final, result, seconds)
+
+
+def four_sentences(trained: TrainedModel) -> list[list]:
+    """The book's four sentences, translated, each with the book's BLEU (k=2) on tokens
+    (`metrics.book_bleu`, the same function `attnlab evaluate` prints)."""
+
+    scores = book_bleu(load_translator(trained.run_dir))
+    return [[en, out, fr, round(score, 3)] for (en, fr), (_, out, score) in zip(BOOK_EVAL_PAIRS, scores)]
+
+
+def draw_attention(trained: TrainedModel, sentence: str, fig_dir: Path) -> list[Path]:
+
+    figures = attention_figures(explain(load_translator(trained.run_dir), sentence))
+    return [save_figure(fig, fig_dir / f"{trained.name}_{name}", ("png", "svg"))[0] for name, fig in figures]
+
+
+def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
+    """Corpus BLEU / chrF of the greedy translations of (up to `limit` of) the distinct sources of the
+    run's test split, each scored against all of its references."""
+
+    translator = load_translator(trained.run_dir)
+    data = load_data(read_run_config(trained.run_dir)["data"])
+    test, references = group_by_source(data.test)
+    test, references = test[:limit], references[:limit]
+    if not test:
+        return []
+    t0 = time.perf_counter()
+    hyps = translator.translate_ids([ex.src_ids for ex in test])
+    seconds = time.perf_counter() - t0
+    refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]
+    return [
+        [
+            trained.name,
+            len(test),
+            round(corpus_bleu(hyps, refs), 1),
+            round(corpus_chrf(hyps, refs), 1),
+            round(len(test) / seconds, 1),
+        ]
+    ]
+
+
+def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
+    """The "Which heads matter" section: `attnlab.analysis.analyze_heads` on (up to `limit` of) the
+    validation split, greedy BLEU. Also writes RUN/heads/heads.json, which `attnlab serve` shows as the
+    explorer's head-importance strip. Returns the report Section; its paragraph is made from the numbers."""
+
+    translator = load_translator(trained.run_dir)
+    data = load_data(read_run_config(trained.run_dir)["data"])
+    examples = (data.valid or data.test)[:limit]
+    t0 = time.perf_counter()
+    report = analyze_heads(translator, examples, bleu=True, beam=1, curve=True)
+    seconds = time.perf_counter() - t0
+    heads_dir = trained.run_dir / "heads"
+    heads_dir.mkdir(exist_ok=True)
+    write_json(heads_dir / "heads.json", {"checkpoint": str(trained.run_dir), "split": "valid", **report})
+    figures = [
+        save_figure(plot_importance(report), fig_dir / f"{trained.name}_head_importance", ("png", "svg"))[0],
+        save_figure(plot_pruning_curves(report), fig_dir / f"{trained.name}_pruning", ("png", "svg"))[0],
+    ]
+    base = report["baseline"]["bleu"]
+    headers = [
+        "attention",
+        "heads",
+        "most important (|dL/dg|)",
+        "worst single-head mask (BLEU)",
+        "heads removable within 1 BLEU",
+    ]
+    rows = []
+    for kind, names in report["kinds"].items():
+        grad = [(v, n, h) for n in names for h, v in enumerate(report["gradient_importance"][n])]
+        top = max(grad)
+        masked = [(report["masked"][n][h]["bleu"], n, h) for n in names for h in range(len(report["masked"][n]))]
+        worst = min(masked)
+        curve = report["pruning_curves"][kind]
+        ok = max(p["removed"] for p in curve if p["bleu"] >= base - 1.0)
+        rows.append(
+            [
+                kind,
+                len(grad),
+                f"layer {names.index(top[1]) + 1} head {top[2] + 1} ({top[0]:.3g})",
+                f"layer {names.index(worst[1]) + 1} head {worst[2] + 1}: {worst[0]:.1f} ({worst[0] - base:+.1f})",
+                f"{ok} of {len(grad)}",
+            ]
+        )
+    free = {r[0]: r[-1] for r in rows}
+    paragraph = (
+        f"Head analysis after Voita et al. 2019 and Michel et al. 2019 on {len(examples)} validation sentences "
+        f"({seconds:.0f} s): importance is |d loss / d head gate| (gradient, all heads on); each head was also "
+        f"masked alone, and heads were removed greedily, least important first, measuring greedy BLEU after each "
+        f"(full model: BLEU {base:.1f}). What this model showed: "
+        + "; ".join(f"{k}: {v} heads can go before BLEU falls more than 1 point" for k, v in free.items())
+        + ". These are measurements of this small model on few sentences (BLEU on so few is noisy); they need "
+        "not match the papers' findings on large WMT models. `attnlab serve` shows these importances beside "
+        "the heatmaps and lets you switch heads off."
+    )
+    print(f"\n== which heads matter ({trained.name}) ==")
+    print(format_table(headers, rows))
+    return Section("Which heads matter", paragraph, figures=figures, tables=[(headers, rows)])
+
+
+def run_demo(out: str | Path, data: str | None = None, scale: str = "full", seed: int = 0) -> Path:
+    """The whole chapter into `out`: the section demonstrations, then the translators of `SCALES[scale]`
+    trained on the corpus at `data` (or the bundled sample), each scored and drawn; returns report.html.
+    Progress goes to stdout as it happens (a full run takes minutes)."""
+
+    check_seed(seed)
+    if scale not in SCALES:
+        raise ValueError(f"unknown demo scale {scale!r}; expected one of {sorted(SCALES)}")
+    # The corpus is found (or refused) before any work: a wrong --data must not cost the chapter's demos.
+    data_path, data_note = find_data(data)
+    out = prepare_output_dir(out)  # fails before any work when the folder is not writable
+    fig_dir = out / "figures"
+    tiny = scale == "tiny"
+    started = time.perf_counter()
+    sections: list[Section] = []
+
+    # 1. The chapter's demonstrations: numbers, tables, figures.
+    demos: list[tuple[Callable[..., Any], dict[str, Any]]] = [
+        (attention_cues, {}),
+        (kernel_regression, {"seed": seed}),
+        (positional_encoding, {}),
+        (scaling, {"samples": 200 if tiny else 1000, "seed": seed}),
+        (params, {}),
+        (norm_comparison, {}),
+    ]
+    for fn, kwargs in demos:
+        result = fn(**kwargs)
+        print(f"\n== {result.title} ==")
+        for headers, rows in result.tables:
+            print(format_table(headers, rows))
+        sections.append(result.save(fig_dir))
+
+    # 2. Translators.
+    print(f"\n{data_note}")
+    trained = [train_model(*spec, data_path, out, seed) for spec in SCALES[scale]]
+
+    headers = ["model", "English", "translation", "reference", "BLEU (k=2)"]
+    rows = []
+    for t in trained:
+        t.rows = four_sentences(t)
+        rows += [[t.name, *r] for r in t.rows]
+    print("\n== the book's four sentences ==")
+    print(format_table(headers, rows))
+    perfect = {t.name: sum(r[-1] == 1.0 for r in t.rows) for t in trained}
+    sections.append(
+        Section(
+            "Translating the book's four sentences",
+            "Each translator's greedy translation of the four sentences the book tests, scored with the book's "
+            "per-sentence BLEU (k=2) on tokens. Sentences at 1.000: "
+            + ", ".join(f"{name} {n}/4" for name, n in perfect.items())
+            + f". {data_note.splitlines()[0]}",
+            tables=[(headers, rows)],
+        )
+    )
+
+    loss_figs, train_rows = [], []
+    for t in trained:
+        r = t.result
+        if r.losses:
+            fig = plot_loss_curve(r.losses, xlabel="step", title=f"{t.name} training loss")
+            loss_figs.append(save_figure(fig, fig_dir / f"{t.name}_loss", ("png", "svg"))[0])
+        train_rows.append(
+            [
+                t.name,
+                t.preset,
+                r.step,
+                r.epoch,
+                round(r.train_loss, 4) if r.train_loss is not None else "n/a",
+                round(t.seconds),
+                round(r.tokens_per_second),
+            ]
+        )
+    train_headers = ["model", "preset", "steps", "epochs", "final loss", "seconds", "tokens/s"]
+    sections.append(
+        Section(
+            "Training",
+            "Per-token cross-entropy (padding excluded) during training of each translator, "
+            "with its preset, length and throughput on this machine.",
+            figures=loss_figs,
+            tables=[(train_headers, train_rows)],
+        )
+    )
+
+    sentence = "i'm home ."
+    for t in trained:
+        if t.name == "transformer-d2l":
+            continue  # the demo's Transformer is drawn; the book's small one adds nothing new
+        what = (
+            "the decoder's additive attention over the source at every output step"
+            if t.model_type == "bahdanau"
+            else "encoder self-attention, decoder self-attention and encoder–decoder attention, one row per "
+            "layer and one column per head (rows are queries, columns keys)"
+        )
+        sections.append(
+            Section(
+                f"Attention of {t.name} on “{sentence}”",
+                f"Heatmaps of {what}. Grey cells are keys a query may not see.",
+                figures=draw_attention(t, sentence, fig_dir),
+            )
+        )
+
+    eval_rows = []
+    for t in trained:
+        if t.name == "transformer":
+            eval_rows += evaluate_test(t, limit=50 if tiny else 1000)
+    if eval_rows:
+        eval_headers = ["model", "test sources", "BLEU (sacreBLEU, all refs)", "chrF", "sentences/s (greedy)"]
+        print("\n== test split ==")
+        print(format_table(eval_headers, eval_rows))
+        sections.append(
+            Section(
+                "Test-set quality",
+                "Corpus BLEU and chrF (sacreBLEU, detokenized text) of greedy translations of "
+                "the distinct held-out English sentences (none occurs in training), each scored against every "
+                "French reference it has in the split.",
+                tables=[(eval_headers, eval_rows)],
+            )
+        )
+
+    for t in trained:
+        if t.name == "transformer":
+            section = time_to_quality_section(t.run_dir, fig_dir, f"{t.preset}, this demo", limit=50 if tiny else 500)
+            print(f"\n== time to quality ==\n{format_table(*section.tables[0])}" if section.tables else "")
+            sections.append(section)
+
+    for t in trained:
+        if t.name == "transformer":
+            sections.append(which_heads(t, fig_dir, limit=30 if tiny else 150))
+
+    report = write_report(out / "report.html", sections, title="attnlab: the attention chapter")
+    print(f"\nreport: {report}  ({time.perf_counter() - started:.0f} s in all)")
+    print(
+        f'the trained Transformer is in {out / "transformer"}: try `attnlab translate "i\'m home ."` or `attnlab serve`'
+    )
+    print(f"data: {ATTRIBUTION}")
+    return report

@@ -1,0 +1,189 @@
+"""Time to quality: validation BLEU against training wall-clock seconds, as a figure for the demo report.
+
+    measured = load_measured_curves()               # the 600 s curves of benchmarks/time_to_quality.py
+    own = run_curve("runs/demo/transformer")        # this machine's run: each kept checkpoint, scored
+    fig = plot_time_to_quality(measured["recipes"], own, "this demo's cpu-small run")
+
+The measured curves (the `laptop` recipe and a plain `torch.nn.Transformer` recipe, 600 s each) take
+20 minutes to draw, too long for the demo, so they ship with attnlab (`attnlab/measured/`) with where,
+when and how they were measured. A run's own curve comes from its checkpoints: each is scored the
+way the benchmark scores (`held_out_sources`, `score_sources`) at the training seconds its log gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+from attnlab.chapter.report import Section
+from attnlab.data import load_data
+from attnlab.metrics import corpus_bleu, group_by_source, reference_text
+from attnlab.runs.checkpoints import list_checkpoints
+from attnlab.runs.config import read_run_config
+from attnlab.runs.layout import META_FILE
+from attnlab.runs.loading import load_translator
+from attnlab.utils.files import read_json
+from attnlab.viz.files import save_figure
+
+PLAIN_RECIPE = "torch-tutorial"  # the benchmark's name for the plain nn.Transformer recipe
+
+
+def measured_curves_path() -> Path:
+    return Path(str(resources.files("attnlab") / "measured" / "time_to_quality.json"))
+
+
+def load_measured_curves(path: str | os.PathLike | None = None) -> dict:
+    """{'measured', 'commands', 'metric', 'source', 'recipes': [{'recipe', 'curve': [{'seconds',
+    'valid_bleu', ...}], ...}]}. Raises FileNotFoundError / ValueError saying what is wrong."""
+    path = Path(path) if path is not None else measured_curves_path()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no measured time-to-quality curves at {path}; run benchmarks/time_to_quality.py --json FILE "
+            f"and pass FILE, or reinstall attnlab (it ships them)"
+        )
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        what = "expected the curves benchmarks/time_to_quality.py writes"
+        raise ValueError(f"{path} is not JSON ({exc}); {what}") from None
+    if isinstance(data, list):  # a bare --json file of the benchmark: curves without their provenance
+        data = {"recipes": data}
+    recipes = data.get("recipes") if isinstance(data, dict) else None
+    if not recipes or not all(isinstance(r, dict) and r.get("curve") for r in recipes):
+        raise ValueError(f"{path} holds no curves; expected {{'recipes': [{{'recipe', 'curve': [...]}}]}}")
+    return data
+
+
+def held_out_sources(examples, vocab, limit: int, min_words: int = 3, max_words: int = 10):
+    """Distinct sources of `min_words`..`max_words` words, each with all of its references, first `limit`:
+    [(source text, source ids, [reference texts as hypotheses are written])]."""
+    sources, refs = group_by_source(examples)
+    keep = [
+        (ex.src_text, ex.src_ids, [reference_text(t, vocab) for t in rs])
+        for ex, rs in zip(sources, refs)
+        if min_words <= len(ex.src_text.split()) <= max_words
+    ]
+    return keep[:limit]
+
+
+def score_sources(translator, sources, beam: int = 1) -> float:
+    """Multi-reference corpus BLEU of `translator` on `held_out_sources` output."""
+    hyps = translator.translate_ids([ids for _, ids, _ in sources], beam=beam)
+    return corpus_bleu(hyps, [refs for _, _, refs in sources])
+
+
+def training_seconds(run_dir: str | os.PathLike) -> dict[int, float]:
+    """step -> seconds of training up to that step, from the run's log.jsonl ('train' and 'end' events).
+    Each invocation's clock starts at 0, so a resumed run adds the seconds spent up to its resume step."""
+    seconds: dict[int, float] = {}
+    offset = 0.0
+    log = Path(run_dir) / "log.jsonl"
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        event = json.loads(line)
+        if event.get("event") == "resume":
+            offset = seconds.get(event["step"], offset)
+        elif event.get("event") in ("train", "end") and "elapsed_s" in event:
+            seconds[event["step"]] = offset + event["elapsed_s"]
+    return seconds
+
+
+def run_curve(run_dir: str | os.PathLike, limit: int = 500, split: str = "valid") -> list[dict]:
+    """[{'seconds', 'steps', 'valid_bleu'}] of a finished run: each kept checkpoint whose step the log
+    timed, then the final weights, scored greedily on its `split` (`held_out_sources`, `limit` of them).
+    Empty when the split has no 3-10-word source."""
+
+    run_dir = Path(run_dir)
+    seconds = training_seconds(run_dir)
+    data = load_data(read_run_config(run_dir)["data"])
+    translator = load_translator(run_dir)
+    sources = held_out_sources(getattr(data, split), translator.tgt_vocab, limit)
+    if not sources:
+        return []
+    points = []
+    for ckpt in list_checkpoints(run_dir):
+        step = read_json(ckpt / META_FILE)["step"]
+        if step in seconds:
+            bleu = score_sources(load_translator(run_dir, weights=ckpt), sources)
+            points.append({"seconds": round(seconds[step], 2), "steps": step, "valid_bleu": bleu})
+    final = max(seconds, default=None)  # the end event: the final weights at the run root
+    if final is not None and all(p["steps"] != final for p in points):
+        points.append(
+            {"seconds": round(seconds[final], 2), "steps": final, "valid_bleu": score_sources(translator, sources)}
+        )
+    return sorted(points, key=lambda p: p["seconds"])
+
+
+def plot_time_to_quality(recipes: list[dict], own: list[dict] | None = None, own_label: str = "this run"):
+    """Validation BLEU against training seconds: one line per measured recipe, `own` dashed on top.
+    Returns a matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    for r in recipes:
+        xs = [0] + [p["seconds"] for p in r["curve"]]
+        ys = [0] + [p["valid_bleu"] for p in r["curve"]]
+        label = "plain nn.Transformer (PyTorch tutorial recipe)" if r["recipe"] == PLAIN_RECIPE else r["recipe"]
+        ax.plot(xs, ys, marker="o", label=label)
+    if own:
+        xs = [0] + [p["seconds"] for p in own]
+        ys = [0] + [p["valid_bleu"] for p in own]
+        ax.plot(xs, ys, marker="s", linestyle="--", color="black", label=own_label)
+    ax.set_xlabel("training wall-clock seconds (2 CPU cores)")
+    ax.set_ylabel("validation BLEU (multi-reference)")
+    ax.set_title("Time to quality: English→French, 3–10-word sources")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def time_to_quality_section(run_dir, fig_dir, own_label: str, curves_path=None, limit: int = 500):
+    """The demo report's "Time to quality" Section: the measured curves (or a note saying why they are
+    missing) with `run_dir`'s own curve on top, saved as fig_dir/time_to_quality.png/.svg."""
+    import matplotlib.pyplot as plt
+
+    try:
+        measured = load_measured_curves(curves_path)
+        recipes, note = measured["recipes"], ""
+    except (FileNotFoundError, ValueError) as exc:
+        measured, recipes, note = {}, [], f"The measured curves are missing: {exc}. "
+    own = run_curve(run_dir, limit)
+    if not recipes and not own:
+        return Section("Time to quality", note + "This run has no 3–10-word validation source to score either.")
+    fig = plot_time_to_quality(recipes, own, own_label)
+    figures = save_figure(fig, Path(fig_dir) / "time_to_quality", ("png", "svg"))[:1]
+    plt.close(fig)  # the report keeps the files only
+    where = ""
+    if recipes:
+        commands = "; ".join(f"`{c}`" for c in measured.get("commands", [])) or "benchmarks/time_to_quality.py"
+        where = (
+            f"The solid curves were measured once, not by this demo (600 s per recipe is too long for it): "
+            f"{measured.get('measured', 'when and where unrecorded')}, with {commands}. "
+            f"Their score: {measured.get('metric', 'validation BLEU')}. "
+        )
+    max_len = read_run_config(run_dir)["data"].get("max_len")
+    shorter = (
+        f" (its recipe keeps pairs of at most {max_len} words, so its sources are shorter and the curves are "
+        f"not directly comparable)"
+        if max_len is not None and max_len < 10
+        else ""
+    )
+    ours = (
+        f"The dashed curve is this demo's own run on this machine ({own_label}): each checkpoint it kept, "
+        f"at the training seconds its log records, scored the same way on up to {limit} distinct 3–10-word "
+        f"sources of its own validation split{shorter}. "
+        if own
+        else "This demo's run had no 3–10-word validation source to score. "
+    )
+    return Section("Time to quality", note + where + ours, figures=figures, tables=[_table(recipes, own, own_label)])
+
+
+def _table(recipes: list[dict], own: list[dict], own_label: str):
+    headers = ["recipe", "seconds", "steps", "validation BLEU"]
+    rows = [
+        [r["recipe"], p["seconds"], p["steps"], round(p["valid_bleu"], 2)] for r in recipes for p in r["curve"][-1:]
+    ]
+    rows += [[own_label, p["seconds"], p["steps"], round(p["valid_bleu"], 2)] for p in own]
+    return headers, rows

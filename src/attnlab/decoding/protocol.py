@@ -1,0 +1,49 @@
+"""What decoding asks of a model, and how it calls it.
+
+A model decodes when it has `start_decoding(src, src_valid_lens) -> state`, `decode_step(tokens, state)
+-> (logits, state)` and optionally `reorder_state(state, rows, same_sources=False)` (rows of the batch
+leave or are copied), `expand_beams(state, rows, K)` (beam search's one-time expansion) and a state with
+`reserve(steps)` (caches sized once). Greedy and beam search run inside `inference(model)`: eval mode
+and no gradients for the duration, the model's mode restored afterwards.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+
+@contextmanager
+def inference(model: nn.Module):
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def check_source(src: Tensor, src_valid_lens: Tensor | None, max_len: int | None) -> None:
+    if src.dim() != 2:
+        raise ValueError(f"src must be token ids of shape (B, S), got {tuple(src.shape)}")
+    if src_valid_lens is not None and tuple(src_valid_lens.shape) != (src.shape[0],):
+        raise ValueError(f"src_valid_lens must have shape ({src.shape[0]},), got {tuple(src_valid_lens.shape)}")
+    if max_len is not None and max_len < 1:
+        raise ValueError(f"max_len must be at least 1, got {max_len}")
+
+
+def reserve_steps(state, steps: int) -> None:
+    """Tell a state that can size its caches up front (`TransformerState.reserve`) how many steps are coming."""
+    reserve = getattr(state, "reserve", None)
+    if reserve is not None:
+        reserve(steps)
+
+
+def expand_state(model: nn.Module, state, src_rows: Tensor, K: int):
+    """Sentence i's K hypotheses start from its row (src_rows (n*K,)): `expand_beams` where the model has
+    it (memory and cross-attention keys/values stay one row per sentence), else `reorder_state`."""
+    expand = getattr(model, "expand_beams", None)
+    return expand(state, src_rows[::K], K) if expand is not None else model.reorder_state(state, src_rows)

@@ -1,0 +1,238 @@
+"""Text in, translations out: `Translator` and the one `encode_source` every caller uses.
+
+    text --encode_source--> source ids --Translator.decode--> Hypothesis --tgt_vocab.decode--> text
+
+`encode_source` is the single check of an input sentence (type, emptiness, characters, tokens, the
+model's source length) for `translate`, `evaluate`, `explain` and the explorer; what it refuses raises
+`InputError` (a ValueError), so the CLI prints one line and the server answers 4xx.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from attnlab.decoding.hypothesis import Hypothesis
+from attnlab.utils.checks import check_range
+
+if TYPE_CHECKING:
+    from attnlab.utils.precision import PrecisionChoice
+from attnlab.decoding.batches import decode_batches
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_MAX_OUTPUT_LEN",
+    "InputError",
+    "TextTooLong",
+    "Translation",
+    "Translator",
+    "encode_source",
+    "model_max_len",
+]
+
+DEFAULT_MAX_OUTPUT_LEN = 200  # tokens; fairseq's default max_len_b is of the same order
+# Sentences per decoding batch (sorted by length). Per step, a decoding batch pays a fixed cost (~100
+# small ops of Python and dispatch) plus work per row; 256 was faster than 128 on the laptop model
+# (BENCHMARKS.md, "Precision, int8 and CTranslate2"); sentences that end leave the batch early.
+DEFAULT_BATCH_SIZE = 256
+
+
+class InputError(ValueError):
+    """The text cannot be translated as given (empty, too many tokens...); the message says why."""
+
+
+class TextTooLong(InputError):
+    """The text exceeds a character limit (HTTP 413 in the explorer)."""
+
+
+def encode_source(
+    src_vocab, text, max_len: int | None = None, truncate: bool = False, max_chars: int | None = None
+) -> list[int]:
+    """Source ids of one sentence (without <eos>), or InputError saying what is wrong with it.
+
+    Args:
+        max_len: longest source the model takes, in tokens with the <eos>; None = no limit.
+        truncate: cut a sentence longer than max_len (with a warning) instead of refusing it.
+        max_chars: refuse longer texts before tokenizing them (TextTooLong); None = no limit.
+
+    Examples:
+        >>> from attnlab.data import Vocab
+        >>> vocab = Vocab([["i'm", "home", "."]], min_freq=1)
+        >>> len(encode_source(vocab, "i'm home ."))
+        3
+        >>> encode_source(vocab, "   ")
+        Traceback (most recent call last):
+        ...
+        attnlab.decoding.translator.InputError: the text is empty; pass an English sentence such as "i'm home ."
+    """
+    if not isinstance(text, str):
+        raise InputError(f"a sentence must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise InputError('the text is empty; pass an English sentence such as "i\'m home ."')
+    if max_chars is not None and len(text) > max_chars:
+        raise TextTooLong(f"the text has {len(text)} characters; at most {max_chars} are accepted")
+    ids = src_vocab.encode(text)
+    if not ids:
+        raise InputError(f"{text[:60]!r} has no tokens after preprocessing; pass some English words")
+    if max_len is None or len(ids) + 1 <= max_len:
+        return ids
+    if not truncate:
+        raise InputError(
+            f"the sentence {text[:60]!r} has {len(ids)} tokens (+1 <eos>) but this model takes at most "
+            f"{max_len} (its max_len); shorten it, or pass truncate=True (--truncate) to cut it"
+        )
+    warnings.warn(f"truncating a {len(ids)}-token sentence to the model's max_len {max_len}", stacklevel=3)
+    return ids[: max_len - 1]
+
+
+@dataclass
+class Translation:
+    """One translated sentence, with the tokens the model actually saw and produced (for the explorer)."""
+
+    source: str
+    src_tokens: list[str]  # source tokens after the vocabulary (unknown words -> <unk>), + <eos>
+    tgt_tokens: list[str]  # produced target tokens, without <bos>/<eos>
+    text: str  # detokenized translation
+    finished: bool = True  # False: decoding stopped at the length limit, not at <eos>
+
+
+def model_max_len(cfg: dict) -> int | None:
+    """Longest source (tokens, <eos> included) a run's model accepts: the size of a learned position
+    table, the book's fixed sequence length (`num_steps`) for runs trained that way, else the
+    Transformer's `max_len`. Sinusoidal positions extend to any length, so sentences longer than the
+    training ones are accepted (quality falls off gradually, which the explorer lets you watch);
+    an RNN (Bahdanau) without fixed lengths has no limit (None)."""
+    model, train = cfg.get("model", {}), cfg.get("train", {})
+    if model.get("learned_positions"):
+        return int(model["max_len"])
+    if train.get("num_steps"):
+        return int(train["num_steps"])
+    return model.get("max_len")
+
+
+class Translator:
+    """A trained model with its vocabularies: sentences in, translations out.
+
+    Args:
+        model, src_vocab, tgt_vocab: what `attnlab.runs.load_translator` reads from a run folder.
+        config: the run's config.json contents.
+        max_len: longest source (tokens, <eos> included) accepted; None = no limit.
+        max_output_len: hard cap on a translation's length in tokens (default 200); within it a
+            sentence of S source tokens may produce at most 2 * S + 10 (fairseq's max_len_a/b), and
+            never more than the decoder has positions for (`model.max_target_positions`), so an
+            undertrained model that never says <eos> still stops soon.
+
+    Examples:
+        >>> import torch
+        >>> from attnlab.data import Vocab
+        >>> from attnlab.models import Transformer, TransformerConfig
+        >>> src = Vocab([["go", "."]], min_freq=1); tgt = Vocab([["va", "!"]], min_freq=1)
+        >>> _ = torch.manual_seed(0)
+        >>> model = Transformer(TransformerConfig(len(src), len(tgt), num_hiddens=8, num_heads=2,
+        ...                                       num_layers=1, ffn_num_hiddens=16))
+        >>> translator = Translator(model, src, tgt)
+        >>> out = translator.translate(["go ."], beam=2)   # an untrained model: some French-ish tokens
+        >>> isinstance(out[0], str), translator.output_limit(3)
+        (True, 16)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        src_vocab,
+        tgt_vocab,
+        config: dict | None = None,
+        device="cpu",
+        max_len: int | None = None,
+        max_output_len: int | None = None,
+    ):
+        self.model = model.to(device).eval()
+        self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
+        self.config = config or {}
+        self.device = torch.device(device)
+        self.max_len = max_len
+        self.max_output_len = max_output_len or DEFAULT_MAX_OUTPUT_LEN
+        self.precision: PrecisionChoice | None = None  # what decodes and why (set by load_translator)
+        self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
+
+    def output_limit(self, src_len: int) -> int:
+        """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,
+        2 * src_len + 10, and the decoder's position capacity (a learned position table of P rows
+        holds the inputs <bos> + P - 1 tokens, so at most P steps)."""
+        limit = min(self.max_output_len, 2 * src_len + 10)
+        capacity = getattr(self.model, "max_target_positions", None)
+        return max(1, min(limit, capacity)) if capacity else limit
+
+    def encode(self, sentences: Sequence[str], truncate: bool = False) -> list[list[int]]:
+        """Sentences -> source id lists (no <eos>), each checked by `encode_source`."""
+        if isinstance(sentences, str):
+            raise InputError("translate expects a list of sentences, got one string; wrap it in a list")
+        return [encode_source(self.src_vocab, s, self.max_len, truncate) for s in sentences]
+
+    def decode(
+        self,
+        src_ids: Sequence[Sequence[int]],
+        beam: int = 1,
+        batch_size: int | None = None,
+        length_penalty: float = 1.0,
+        *,
+        scores: bool = True,
+        workers: int | None = None,
+    ) -> list[Hypothesis]:
+        """Source id lists (no <eos>) -> one Hypothesis each, in input order; batched, longest first.
+
+        Args:
+            batch_size: sentences per batch (default DEFAULT_BATCH_SIZE).
+            length_penalty: beam search's alpha (score / len ** alpha; greedy ignores it).
+            scores: greedy only: False skips the log-probabilities (score NaN; same tokens, faster).
+            workers: decode this many batches at once, each on one thread (`attnlab.decoding.batches`);
+                default `self.workers`, whose default None means one per torch thread; 1: batches one
+                after another on torch's intra-op threads.
+        """
+
+        check_range("beam", beam, 1, integer=True)
+        check_range("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size, 1, integer=True)
+        workers = self.workers if workers is None else workers
+        batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+        return decode_batches(self, src_ids, beam, batch_size, scores, workers, length_penalty)
+
+    def decode_ids(
+        self,
+        src_ids: Sequence[Sequence[int]],
+        beam: int = 1,
+        batch_size: int | None = None,
+        length_penalty: float = 1.0,
+    ) -> list[list[int]]:
+        """Source id lists (no <eos>) -> target id lists (no <bos>/<eos>); skips greedy's scores."""
+        hyps = self.decode(src_ids, beam, batch_size, length_penalty, scores=False)
+        return [h.tokens for h in hyps]
+
+    def translate_ids(
+        self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int | None = None
+    ) -> list[str]:
+        """Source id lists (no <eos>) -> detokenized translations."""
+        return [self.tgt_vocab.decode(ids) for ids in self.decode_ids(src_ids, beam, batch_size)]
+
+    def translate(self, sentences: Sequence[str], beam: int = 1, truncate: bool = False) -> list[str]:
+        """English sentences -> French translations (detokenized, lowercase as the corpus is trained)."""
+        return self.translate_ids(self.encode(sentences, truncate), beam)
+
+    def translate_tokens(self, sentences: Sequence[str], beam: int = 1, truncate: bool = False) -> list[Translation]:
+        """Like `translate`, also returning the source and target tokens (axis labels for attention maps)."""
+        src_ids = self.encode(sentences, truncate)
+        hyps = self.decode(src_ids, beam, scores=False)
+        return [
+            Translation(
+                s,
+                self.src_vocab.to_tokens(ids) + ["<eos>"],
+                self.tgt_vocab.to_tokens(h.tokens),
+                self.tgt_vocab.decode(h.tokens),
+                h.finished,
+            )
+            for s, ids, h in zip(sentences, src_ids, hyps)
+        ]

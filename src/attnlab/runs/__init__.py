@@ -1,0 +1,58 @@
+"""The run folder on disk: its layout, config.json, checkpoints, weights, and load_translator."""
+
+from .checkpoints import (
+    average_checkpoints,
+    checkpoint_dir,
+    clean_temp_checkpoints,
+    list_checkpoints,
+    load_trainer_state,
+    prune_checkpoints,
+    save_checkpoint,
+    save_tensors,
+    verify_checkpoint,
+)
+from .config import read_run_config, record_choice, write_run_config
+from .layout import (
+    CHECKPOINTS,
+    CONFIG_FILE,
+    DEFAULT_RUN,
+    MANIFEST_FILE,
+    META_FILE,
+    SRC_VOCAB_FILE,
+    STATE_FILE,
+    TGT_VOCAB_FILE,
+    WEIGHTS_FILE,
+)
+from .loading import load_translator
+from .weights import CONFIG_METADATA, check_weights, load_weights, read_header, read_weights, save_weights
+
+__all__ = [
+    "CONFIG_FILE",
+    "WEIGHTS_FILE",
+    "STATE_FILE",
+    "META_FILE",
+    "MANIFEST_FILE",
+    "SRC_VOCAB_FILE",
+    "TGT_VOCAB_FILE",
+    "CHECKPOINTS",
+    "DEFAULT_RUN",
+    "write_run_config",
+    "read_run_config",
+    "record_choice",
+    "CONFIG_METADATA",
+    "save_weights",
+    "read_weights",
+    "read_header",
+    "check_weights",
+    "load_weights",
+    "checkpoint_dir",
+    "save_checkpoint",
+    "verify_checkpoint",
+    "list_checkpoints",
+    "clean_temp_checkpoints",
+    "load_trainer_state",
+    "prune_checkpoints",
+    "average_checkpoints",
+    "save_tensors",
+    "load_translator",
+]

@@ -1,0 +1,41 @@
+"""What a run folder holds, by name.
+
+run_dir/
+  config.json          {"model_type", "model": {...}, "train": {...}, "data": {...}, "attnlab_version"}
+  src_vocab.json, tgt_vocab.json
+  model.safetensors    final weights
+  checkpoints/step_0000500/{model.safetensors, trainer_state.pt, meta.json, manifest.json}
+  log.jsonl            one JSON object per event (train / eval / end)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    pass
+
+
+CONFIG_FILE = "config.json"
+
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+STATE_FILE = "trainer_state.pt"
+
+
+META_FILE = "meta.json"
+
+
+MANIFEST_FILE = "manifest.json"
+
+
+SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
+
+
+CHECKPOINTS = "checkpoints"
+
+
+DEFAULT_RUN = Path("runs") / "demo" / "transformer"

@@ -1,0 +1,92 @@
+"""`load_translator`: a run folder (or a checkpoint of it) -> a `Translator` ready to decode: the one
+way in for the CLI, the demo, the explorer and notebooks. Config, vocabularies and weights are checked
+against each other before a single parameter is allocated.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from attnlab.runs.checkpoints import list_checkpoints
+from attnlab.runs.config import read_run_config
+from attnlab.runs.layout import CONFIG_FILE, DEFAULT_RUN, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
+from attnlab.runs.weights import check_weights, load_weights
+
+if TYPE_CHECKING:
+    from attnlab.decoding.translator import Translator
+from attnlab.data import load_vocab
+from attnlab.decoding.translator import Translator, model_max_len
+from attnlab.models import build_model
+from attnlab.utils.precision import prepare_for_inference, resolve_precision
+from attnlab.utils.runtime import resolve_device
+
+
+# --------------------------------------------------------------------------- loading a translator
+def load_translator(
+    run_dir: str | os.PathLike = DEFAULT_RUN,
+    device: str | torch.device = "cpu",
+    weights: str | os.PathLike | None = None,
+    precision: str = "fp32",
+) -> Translator:
+    """Rebuild the model of a run folder and load its final weights (or `weights`: a checkpoint
+    folder or an averaged .safetensors file), prepared to decode in `precision` ('auto', 'fp32',
+    'bf16', 'int8'; see attnlab.utils.precision); `translator.precision` says what runs and why.
+
+    Raises FileNotFoundError naming a missing file, ValueError when config, vocabularies and
+    weights disagree.
+    """
+
+    if not isinstance(device, torch.device):
+        device = resolve_device(device)  # a bad --device is one clear line before any file is read
+
+    run_dir = Path(run_dir)
+    cfg = read_run_config(run_dir)
+    for name in (SRC_VOCAB_FILE, TGT_VOCAB_FILE):
+        if not (run_dir / name).is_file():
+            raise FileNotFoundError(f"{run_dir / name} is missing: the run folder lacks its vocabulary {name}")
+    src_vocab, tgt_vocab = load_vocab(run_dir / SRC_VOCAB_FILE), load_vocab(run_dir / TGT_VOCAB_FILE)
+    model_cfg = cfg["model"]
+    for side, vocab, fname in (("src", src_vocab, SRC_VOCAB_FILE), ("tgt", tgt_vocab, TGT_VOCAB_FILE)):
+        size = model_cfg.get(f"{side}_vocab_size")
+        if size is not None and size != len(vocab):
+            raise ValueError(
+                f"{run_dir / CONFIG_FILE} says {side}_vocab_size={size} but {run_dir / fname} holds "
+                f"{len(vocab)} tokens; the files come from different runs"
+            )
+    # Built on the meta device first: a config that asks for gigabytes (a hand-edited ffn_num_hiddens)
+    # is compared with the weights' header before a single parameter is allocated.
+    with torch.device("meta"):
+        skeleton = build_model(cfg["model_type"], model_cfg)
+    if weights is None:
+        weights_path = run_dir / WEIGHTS_FILE
+        if not weights_path.is_file():
+            ckpts = list_checkpoints(run_dir)
+            hint = (
+                (
+                    f"; the run has checkpoints (latest {ckpts[-1].name}): resume it with "
+                    f"`attnlab train --resume {run_dir}` or pass that checkpoint"
+                )
+                if ckpts
+                else ""
+            )
+            raise FileNotFoundError(
+                f"{weights_path} is missing: the run folder has no final weights {WEIGHTS_FILE}{hint}"
+            )
+    else:
+        weights_path = Path(weights)
+        if weights_path.is_dir():
+            weights_path = weights_path / WEIGHTS_FILE
+    what = f"{run_dir / CONFIG_FILE} and its vocabularies"
+    check_weights(skeleton, weights_path, what, config=model_cfg)
+    model = build_model(cfg["model_type"], model_cfg)
+    load_weights(model, weights_path, what)
+
+    choice = resolve_precision(precision, device)
+    prepared = prepare_for_inference(model.to(device), choice, device)
+    translator = Translator(prepared, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))
+    translator.precision = choice
+    return translator

@@ -1,0 +1,123 @@
+"""Model weights as safetensors: atomic saves carrying the model config in the metadata, and checks of
+a weights file against a model (tensor names, shapes, saved config) before anything is allocated."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from torch import Tensor, nn
+
+from attnlab.utils.files import atomic_path
+
+CONFIG_METADATA = "attnlab_model_config"  # safetensors metadata key: the model config, as JSON
+
+
+def save_weights(model: nn.Module, path: str | os.PathLike) -> None:
+    """safetensors, atomically; tied parameters (shared embeddings) are stored once. The model's config
+    goes into the file's metadata, so loading can tell a config edited after training (e.g. num_heads,
+    which changes no tensor shape) from the one the weights were trained with."""
+    from safetensors.torch import save_model
+
+    config = getattr(model, "config", None)
+    metadata = None
+    if config is not None and hasattr(config, "to_dict"):
+        metadata = {CONFIG_METADATA: json.dumps(config.to_dict(), sort_keys=True)}
+    with atomic_path(Path(path)) as tmp:
+        save_model(model, tmp, metadata=metadata)
+
+
+def read_weights(path: str | os.PathLike) -> dict[str, Tensor]:
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the weights file {path.name} was not found in {path.parent}")
+    return load_file(path)
+
+
+def read_header(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """Tensor shapes and metadata of a safetensors file, read from its header only (no tensor data)."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the weights file {path.name} was not found in {path.parent}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (not a dict)
+            return shapes, dict(f.metadata() or {})
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({exc}); the file is damaged or not attnlab weights"
+        ) from exc
+
+
+def check_weights(
+    model: nn.Module, path: str | os.PathLike, what: str = "the config", config: dict | None = None
+) -> None:
+    """Compare the tensor names and shapes `model` expects with the header of the weights file, and the
+    config the weights were saved with (metadata) with `config`, before any tensor is read.
+
+    `model` may live on the meta device (no memory): only names and shapes are used. Tied parameters
+    (shared embeddings) are stored under one of their names. Raises one ValueError naming the first
+    differing tensors or config keys.
+    """
+    shapes, metadata = read_header(path)
+    groups: dict[int, tuple[list[str], tuple[int, ...]]] = {}  # one entry per distinct tensor
+    for name, t in list(model.named_parameters(remove_duplicate=False)) + [
+        (n, b) for n, b in model.state_dict(keep_vars=True).items() if not isinstance(b, nn.Parameter)
+    ]:
+        groups.setdefault(id(t), ([], tuple(t.shape)))[0].append(name)
+    known = {n for names, _ in groups.values() for n in names}
+    missing, wrong = [], []
+    for names, shape in groups.values():
+        present = [n for n in names if n in shapes]
+        if not present:
+            missing.append(names[0])
+        elif shapes[present[0]] != shape:
+            wrong.append(f"{present[0]} has shape {shapes[present[0]]} but the model expects {shape}")
+    unexpected = [k for k in shapes if k not in known]
+    if missing or wrong or unexpected:
+        parts = (
+            ([f"shape mismatch: {'; '.join(wrong[:3])}"] if wrong else [])
+            + ([f"missing tensors: {', '.join(missing[:5])}"] if missing else [])
+            + ([f"unexpected tensors: {', '.join(unexpected[:5])}"] if unexpected else [])
+        )
+        raise ValueError(
+            f"{path} does not match the model built from {what} ({'; '.join(parts)}); the "
+            f"weights and the config/vocabularies come from different runs — load them from the "
+            f"same run folder"
+        )
+    if config is not None and CONFIG_METADATA in metadata:
+        try:
+            saved = json.loads(metadata[CONFIG_METADATA])
+        except json.JSONDecodeError:
+            saved = {}
+        # Dropout does not change what trained weights compute; every other key does.
+        differ = [k for k in sorted(set(saved) & set(config)) if k != "dropout" and saved[k] != config[k]]
+        if differ:
+            k = differ[0]
+            raise ValueError(
+                f"{what} says {k}={config[k]!r} but {path} was saved with {k}={saved[k]!r}"
+                f"{' (and ' + ', '.join(differ[1:]) + ')' if differ[1:] else ''}; the weights "
+                f"only compute what they were trained for: restore the run's config.json"
+            )
+
+
+def load_weights(
+    model: nn.Module, path: str | os.PathLike, what: str = "the config", config: dict | None = None
+) -> None:
+    """Load safetensors weights into `model`, checking names and shapes (and, given `config`, the
+    config saved with the weights) first, so a mismatch is one error naming the first differing
+    tensors rather than a bare RuntimeError deep in load_state_dict."""
+    from safetensors.torch import load_model
+
+    check_weights(model, path, what, config)
+    missing, unexpected = load_model(model, path, strict=False)
+    if missing or unexpected:  # check_weights saw the same names: this is a safety net
+        raise ValueError(
+            f"{path} does not match the model built from {what}: missing tensors "
+            f"{sorted(missing)[:5]}, unexpected tensors {sorted(unexpected)[:5]}"
+        )

@@ -1,0 +1,145 @@
+"""The Trainer's resumable state and what it writes into its run folder (log.jsonl, checkpoints).
+
+`TrainerState` (a base of `attnlab.training.Trainer`) says what a checkpoint holds (step, epoch, position
+in the epoch, optimizer, RNG streams, the StopPolicy's counters) and when it is written; `RunWriter`
+does the writing. Only rank 0 of a run with a folder writes: a `RunWriter(None, ...)` (other ranks, or
+training without a folder) accepts every call and writes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from attnlab.runs.checkpoints import prune_checkpoints, save_checkpoint
+from attnlab.runs.weights import save_weights
+from attnlab.training.config import TrainConfig
+from attnlab.training.stop import StopPolicy
+from attnlab.utils.files import append_jsonl
+from attnlab.utils.runtime import rng_state, seed_everything, set_rng_state
+
+
+def weights_finite(model: nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+class RunWriter:
+    """log.jsonl and checkpoints/ of the run at `run_dir` (None: write nothing).
+
+    Args:
+        run_dir: the run folder, or None on every rank but 0 and when training without a folder.
+        keep_last, keep_best: checkpoints kept after each save (`checkpoint.prune_checkpoints`).
+    """
+
+    def __init__(self, run_dir: Path | None, keep_last: int, keep_best: int):
+        self.run_dir, self.keep_last, self.keep_best = run_dir, keep_last, keep_best
+        self.last_checkpoint: Path | None = None  # the newest checkpoint written (where --resume continues)
+
+    def log(self, event: dict) -> None:
+        """One line of log.jsonl: `event` with the wall-clock time."""
+        if self.run_dir is not None:
+            append_jsonl(self.run_dir / "log.jsonl", {"time": time.time(), **event})
+
+    def checkpoint(self, model: nn.Module, step: int, trainer_state: Callable[[], dict], meta: dict) -> None:
+        """checkpoints/step_NNNNNNN (weights, `trainer_state()`, `meta`), then prune the old ones.
+        Non-finite weights are never saved (the loop stops at the next step: its loss is NaN)."""
+        if self.run_dir is None:
+            return
+        if not weights_finite(model):
+            self.log({"event": "skipped_checkpoint", "step": step, "why": "non-finite weights"})
+            return
+        self.last_checkpoint = save_checkpoint(self.run_dir, step, model, trainer_state(), meta)
+        prune_checkpoints(self.run_dir, self.keep_last, self.keep_best)
+
+    def final_weights(self, model: nn.Module) -> None:
+        """model.safetensors at the run root: what `load_translator` reads."""
+        if self.run_dir is not None:
+            save_weights(model, self.run_dir / "model.safetensors")
+
+
+class TrainerState:
+    """Checkpointing for `Trainer` (attnlab.training), which sets every attribute named here."""
+
+    cfg: TrainConfig
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    stop: StopPolicy
+    writer: RunWriter
+    rank: int
+    world_size: int
+    step: int
+    epoch: int
+    batch_in_epoch: int  # batches of the current epoch already consumed (on this rank)
+    tokens_seen: int
+    _scores: tuple[int, dict]  # (step, scores) of the latest evaluation
+
+    # -- what a checkpoint holds --------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "optimizer": self.optimizer.state_dict(),
+            "rng": rng_state(),
+            **self.stop.state_dict(),
+            "tokens_seen": self.tokens_seen,
+            "schedule": {"name": self.cfg.schedule, "last_lr": self.optimizer.param_groups[0]["lr"]},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.stop.load_state_dict(state)
+        self.tokens_seen = state["tokens_seen"]
+        set_rng_state(state["rng"])  # rank 0's generators...
+        self._reseed_rank()  # ...then each rank's own stream, exactly as the interrupted run had it
+
+    def _reseed_rank(self) -> None:
+        """Ranks start from one seed, so their initial weights agree; their dropout must not. Each rank
+        gets its own stream, derived from (seed, rank, step) at the start and at every checkpoint, so
+        a resumed multi-process run continues every rank's stream exactly."""
+        if self.world_size > 1:
+            seed_everything((self.cfg.seed * 1_000_003 + self.rank * 7_919 + self.step) % 2**63)
+
+    # -- writing the run folder (rank 0 only, through RunWriter) --------------------------------
+    def _log(self, event: dict) -> None:
+        self.writer.log(event)
+
+    def _log_train(self, loss: float | None, tokens: int, elapsed: float) -> None:
+        self._log(
+            {
+                "event": "train",
+                "step": self.step,
+                "epoch": self.epoch,
+                "loss": loss,
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "tokens_per_s": tokens / max(elapsed, 1e-9),
+                "elapsed_s": elapsed,
+            }
+        )
+
+    def save_checkpoint(self) -> None:
+        self._reseed_rank()  # on every rank, before rank 0 saves its generator state
+        # Only a score measured at this very step may rank this checkpoint among the best.
+        scored_step, scores = self._scores
+        scores = scores if scored_step == self.step else {}
+        meta = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "stop_reason": self.stop.reason,
+            "valid_bleu": scores.get("valid_bleu"),
+            "valid_loss": scores.get("valid_loss"),
+        }
+        self.writer.checkpoint(self.model, self.step, self.state_dict, meta)
+
+    def save_final(self) -> None:
+        """Final weights at the run root, then a checkpoint that marks the run finished."""
+        self.writer.final_weights(self.model)
+        self.save_checkpoint()
+
+
+__all__ = ["RunWriter", "TrainerState", "weights_finite"]

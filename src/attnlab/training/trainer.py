@@ -1,0 +1,334 @@
+"""One trainer for every seq2seq model (the Transformer and the Bahdanau encoder–decoder).
+
+    data (attnlab.data) -> iterate_batches (token-count or fixed-shape, sharded by rank)
+      -> masked cross-entropy, summed over real tokens / number of real tokens
+      -> Adam + warmup/inverse-sqrt (or constant) lr, gradient clipping, accumulation, bf16 on CUDA
+      -> every N steps: validation loss + corpus BLEU, atomic checkpoints, log.jsonl
+
+Everything a resumed run needs lives in `checkpoints/step_NNNNNNN/`: weights (safetensors), the
+optimizer, step/epoch/position within the epoch, and the python/numpy/torch RNG states. Batches are a
+pure function of (seed, epoch), so a resumed run replays exactly the batches an uninterrupted run
+sees: a run killed at any step and resumed ends with bit-identical weights on CPU.
+
+Multi-process (DDP): `rank`/`world_size` come from `torch.distributed` when it is initialised; every
+rank sees its shard of each step's batches, the loss is normalised by the *global* number of target
+tokens, so K steps on W processes equal K steps of one process over the same combined batches.
+Only rank 0 writes logs, checkpoints and the progress bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import itertools
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
+from attnlab.data import collate, plan_batches
+from attnlab.runs.config import record_choice
+from attnlab.training.config import TrainConfig
+from attnlab.training.loss import sequence_loss, target_mask
+from attnlab.training.optim import build_optimizer, learning_rate
+from attnlab.training.progress import LossWindow, Progress
+from attnlab.training.state import RunWriter, TrainerState, weights_finite
+from attnlab.training.stop import StopPolicy
+from attnlab.training.validation import validation_scores
+from attnlab.utils.precision import autocast, resolve_precision
+from attnlab.utils.runtime import distributed_info, intra_op_threads, resolve_device
+
+# Test hook: SIGKILL this process right after finishing the given step (the kill-and-resume test).
+
+
+# --------------------------------------------------------------------------- trainer
+@dataclass
+class TrainResult:
+    """What `Trainer.fit` reports."""
+
+    run_dir: Path | None  # None when trained without a run folder
+    step: int
+    epoch: int
+    train_loss: float | None  # mean per-token loss of the last log window
+    stop_reason: str
+    best_bleu: float | None
+    losses: list[float] = field(default_factory=list)  # per-step training loss of this invocation
+    seconds: float = 0.0
+    tokens_per_second: float = 0.0
+    checkpoint: Path | None = None  # the newest checkpoint written (where --resume continues)
+    exit_code: int = 0  # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
+
+
+class Trainer(TrainerState):
+    """Train `model` on `data` (an `attnlab.data.TranslationData`), writing a run folder at `run_dir`.
+
+    Args:
+        model: a translator implementing the decoding protocol (ARCHITECTURE.md), with `.config`.
+        data: vocabularies and splits; `data.settings` is saved so the splits can be rebuilt.
+        config: a TrainConfig.
+        run_dir: the run folder (created); None trains without writing anything (tests).
+        rank, world_size: None = from torch.distributed (or 0/1).
+        progress: show progress on rank 0 (a bar on a terminal, plain lines otherwise).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data,
+        config: TrainConfig,
+        run_dir: str | os.PathLike | None,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        progress: bool = True,
+    ):
+        self.cfg = config
+        self.data = data
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        dist_rank, dist_world = distributed_info()
+        self.rank = dist_rank if rank is None else rank
+        self.world_size = dist_world if world_size is None else world_size
+        self.is_main = self.rank == 0
+        self.progress = progress and self.is_main
+        self.device = resolve_device(config.device)
+        self.model = model.to(self.device)
+        self.precision = resolve_precision(config.precision if config.amp else "fp32", self.device, training=True)
+        self.ddp_model = self.model
+        if self.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.ddp_model = DistributedDataParallel(self.model, device_ids=ids)
+        self.optimizer = build_optimizer(self.model, config)
+        # Models whose forward can skip the padded target positions (the Transformer) are asked to.
+        self._real_rows = "targets_mask" in inspect.signature(self.model.forward).parameters
+        self.stop = StopPolicy(config, self.device, self.world_size)
+        # Progress through training; all of it is saved in trainer_state.pt.
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0  # batches of the current epoch already consumed (on this rank)
+        self._scores: tuple[int, dict] = (-1, {})  # (step, scores) of the latest evaluation
+        self.tokens_seen = 0
+        self.writer = RunWriter(self.run_dir if self.is_main else None, config.keep_last, config.keep_best)
+        self._reseed_rank()
+
+    @property
+    def best_bleu(self) -> float | None:
+        return self.stop.best_bleu
+
+    def finished(self) -> str | None:
+        """Why training is over under the current config (None if it should go on)."""
+        return self.stop.finished(self.step, self.epoch)
+
+    # -- batches ----------------------------------------------------------------------------------
+    def _batching(self) -> dict:
+        c = self.cfg
+        opts = dict(batch_tokens=c.batch_tokens, batch_size=c.batch_size, num_steps=c.num_steps)
+        return {k: v for k, v in opts.items() if v is not None}
+
+    def _plan(self, epoch: int) -> list[list[int]]:
+        """This rank's batches (example indices) for `epoch`: a pure function of (seed, epoch)."""
+
+        return plan_batches(
+            self.data.train,
+            shuffle=True,
+            seed=self.cfg.seed,
+            epoch=epoch,
+            rank=self.rank,
+            world_size=self.world_size,
+            **self._batching(),
+        )
+
+    def _epoch_batches(self, epoch: int, start: int = 0) -> Iterator:
+        """Batches of `epoch` from its `start`-th on (a resumed run skips without collating)."""
+
+        for indices in self._plan(epoch)[start:]:
+            yield collate(self.data.train, indices, self.data.src_vocab, self.data.tgt_vocab, self.cfg.num_steps)
+
+    def _steps_per_epoch(self) -> int:
+        return math.ceil(len(self._plan(0)) / self.cfg.grad_accum)
+
+    # -- one update -------------------------------------------------------------------------------
+    def _autocast(self):
+        return autocast(self.precision, self.device)
+
+    def train_step(self, batches: list) -> tuple[float, int]:
+        """One optimizer update over `batches` (gradient accumulation); returns (mean loss, tokens).
+
+        The loss of each micro-batch is its token sum divided by the token count of *all* of them
+        (on every rank), so accumulation and DDP give exactly the gradient of one big batch. A
+        non-finite loss skips the update, so the weights stay those of the last finite step.
+        """
+        self.ddp_model.train()
+        local_tokens = sum(int(b.num_tokens) for b in batches)
+        total = torch.tensor([float(local_tokens)], device=self.device)
+        if self.world_size > 1:
+            torch.distributed.all_reduce(total)
+        total_tokens = max(int(total.item()), 1)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # as exact as a python sum
+        for i, batch in enumerate(batches):
+            batch = batch.to(self.device)
+            sync = i == len(batches) - 1 or self.world_size == 1
+            # Not syncing implies world_size > 1, where ddp_model is the DistributedDataParallel wrapper.
+            ctx = cast("DistributedDataParallel", self.ddp_model).no_sync() if not sync else contextlib.nullcontext()
+            with ctx:
+                with self._autocast():
+                    if self._real_rows:  # logits of the real target positions only, (N, V)
+                        real = target_mask(batch.tgt_valid_lens, batch.tgt_in.shape[1])
+                        logits = self.ddp_model(batch.src, batch.tgt_in, batch.src_valid_lens, targets_mask=real)
+                    else:
+                        logits = self.ddp_model(batch.src, batch.tgt_in, batch.src_valid_lens)
+                loss, _ = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens, self.cfg.label_smoothing)
+                # DDP averages gradients over ranks; multiplying by world_size turns that into a sum.
+                (loss * (self.world_size / total_tokens)).backward()
+            loss_sum += loss.detach().double()
+        stats = loss_sum.reshape(1)
+        if self.world_size > 1:
+            torch.distributed.all_reduce(stats)  # every rank sees the same (possibly non-finite) loss
+        mean = stats.item() / total_tokens
+        if not math.isfinite(mean):
+            return mean, total_tokens
+        if self.cfg.grad_clip is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        lr = learning_rate(self.step + 1, self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        return mean, total_tokens
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def evaluate(self, examples=None) -> dict:
+        """Validation loss (teacher forcing) and corpus BLEU of greedy/beam decoding."""
+
+        examples = self.data.valid if examples is None else examples
+        return validation_scores(
+            self.model, self.data, examples, self.cfg, self.device, self._autocast, self._batching()
+        )
+
+    def _evaluate_and_log(self) -> None:
+        """Rank 0 evaluates, feeds patience and logs; the StopPolicy decides what it means."""
+        if not self.is_main or not self.data.valid:
+            return
+        scores = self.evaluate()
+        self.stop.record_eval(scores["valid_bleu"])
+        self._log({"event": "eval", "step": self.step, "epoch": self.epoch, **scores})
+        self._scores = (self.step, scores)
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def fit(self) -> TrainResult:
+        """Train until the StopPolicy says stop; then evaluate, save and report (see `_finish`)."""
+        with intra_op_threads(self.cfg.threads):  # pinned by presets whose result must not depend on the cores
+            return self._fit()
+
+    def _fit(self) -> TrainResult:
+        cfg, stop = self.cfg, self.stop
+        stop.start = start = time.monotonic()
+        losses: list[float] = []
+        window, tokens_this_run = LossWindow(), 0
+        bar = self._progress() if self.progress else None
+        self._log({"event": "precision", "step": self.step, **self.precision.to_dict()})
+        if self.is_main and self.run_dir is not None:
+            record_choice(self.run_dir, self.precision)  # config.json says what `auto` picked
+        reason = self.finished()
+        with stop.catching_signals():
+            while reason is None:
+                for chunk in _chunks(self._epoch_batches(self.epoch, self.batch_in_epoch), cfg.grad_accum):
+                    loss, ntok = self.train_step(chunk)
+                    if not math.isfinite(loss):  # all-reduced: every rank sees it; the update was skipped
+                        reason = stop.diverged()
+                        break
+                    self.step, self.batch_in_epoch = self.step + 1, self.batch_in_epoch + len(chunk)
+                    self.tokens_seen, tokens_this_run = self.tokens_seen + ntok, tokens_this_run + ntok
+                    losses.append(loss)
+                    window.add(loss, ntok)
+                    if self.step % cfg.log_every == 0:
+                        self._log_train(window.take(), tokens_this_run, time.monotonic() - start)
+                    if bar is not None:
+                        bar.update(
+                            self.step,
+                            loss=f"{loss:.3f}",
+                            epoch=self.epoch,
+                            tok_s=f"{tokens_this_run / max(time.monotonic() - start, 1e-9):.0f}",
+                        )
+                    if cfg.eval_every and self.step % cfg.eval_every == 0:
+                        self._evaluate_and_log()
+                    reason = stop.after_step(self.step, self.epoch)
+                    if reason:
+                        break  # the final checkpoint is written by _finish, after the final eval
+                    if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                        self.save_checkpoint()
+                else:
+                    self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+                    reason = stop.after_epoch(self.step, self.epoch)
+            if bar is not None:
+                bar.close()
+            # Still catching signals: a Ctrl-C during the final evaluation does not lose the weights.
+            return self._finish(reason, losses, window, tokens_this_run, time.monotonic() - start)
+
+    def _finish(self, reason: str, losses, window: LossWindow, tokens: int, elapsed: float) -> TrainResult:
+        """After the loop: final evaluation, the 'end' event, final weights and checkpoint.
+
+        - a signal: no evaluation (the user is waiting); a checkpoint so `--resume` continues here.
+        - a non-finite loss: nothing is saved; the newest checkpoint is the last finite state.
+        """
+        if reason != "signal" and not weights_finite(self.model):
+            # A step with a finite loss can still blow the weights up (a huge lr): never save those.
+            reason = self.stop.diverged()
+        exit_code = {"signal": self.stop.exit_code, "non_finite_loss": 1}.get(reason, 0)
+        failure = None
+        if exit_code == 0 and (not self.cfg.eval_every or self.step % self.cfg.eval_every != 0):
+            try:
+                self._evaluate_and_log()
+            except Exception as exc:  # noqa: BLE001 — saved first, raised below: never lose the weights
+                failure = exc
+        last = window.take()
+        self._log(
+            {
+                "event": "end",
+                "step": self.step,
+                "epoch": self.epoch,
+                "stop_reason": reason,
+                "loss": last,
+                "elapsed_s": elapsed,
+            }
+        )
+        if reason == "signal":
+            self.save_checkpoint()
+        elif reason != "non_finite_loss":
+            self.save_final()
+        if failure is not None:
+            raise failure
+        return TrainResult(
+            self.run_dir,
+            self.step,
+            self.epoch,
+            last,
+            reason,
+            self.best_bleu,
+            losses,
+            elapsed,
+            tokens / max(elapsed, 1e-9),
+            self.writer.last_checkpoint,
+            exit_code,
+        )
+
+    def _progress(self) -> Progress:
+        total = self._steps_per_epoch() * self.cfg.epochs
+        if self.cfg.max_steps is not None:
+            total = min(total, self.cfg.max_steps)
+        return Progress(total, initial=self.step)
+
+
+def _chunks(iterable, size: int) -> Iterator[list]:
+    it = iter(iterable)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk

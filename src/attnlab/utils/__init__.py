@@ -1,0 +1,72 @@
+"""Building blocks that import nothing else of attnlab: atomic files and JSON (files), one message shape for
+range and type errors (checks), seeds, threads and devices (runtime), numeric precision (precision).
+"""
+
+from .checks import SEED_MAX, check_field_types, check_range, check_seed
+from .files import (
+    append_jsonl,
+    atomic_dir,
+    atomic_path,
+    atomic_write_bytes,
+    atomic_write_text,
+    json_safe,
+    read_json,
+    read_json_object,
+    write_json,
+)
+from .precision import (
+    DECODE_PRECISIONS,
+    INT8_KEEP_FP32,
+    NATIVE_BF16_FLAGS,
+    TRAIN_PRECISIONS,
+    PrecisionChoice,
+    autocast,
+    cpu_features,
+    int8_layers,
+    native_bf16,
+    prepare_for_inference,
+    resolve_precision,
+)
+from .runtime import (
+    distributed_info,
+    interactive,
+    intra_op_threads,
+    resolve_device,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
+
+__all__ = [
+    "atomic_path",
+    "atomic_dir",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "write_json",
+    "read_json",
+    "json_safe",
+    "append_jsonl",
+    "read_json_object",
+    "check_field_types",
+    "SEED_MAX",
+    "check_range",
+    "check_seed",
+    "seed_everything",
+    "rng_state",
+    "set_rng_state",
+    "intra_op_threads",
+    "distributed_info",
+    "resolve_device",
+    "interactive",
+    "TRAIN_PRECISIONS",
+    "DECODE_PRECISIONS",
+    "NATIVE_BF16_FLAGS",
+    "INT8_KEEP_FP32",
+    "PrecisionChoice",
+    "cpu_features",
+    "native_bf16",
+    "resolve_precision",
+    "autocast",
+    "int8_layers",
+    "prepare_for_inference",
+]

@@ -1,0 +1,174 @@
+"""Numeric precision: what the hardware computes natively, and how training and decoding use it.
+
+    cpu_features()                          -> {"avx2", "avx512_bf16", "amx_bf16", ...}
+    resolve_precision("auto", device)       -> PrecisionChoice(asked="auto", picked="fp32", reason="...")
+    autocast(choice, device)                -> context for a training step (bf16 autocast, or nothing)
+    prepare_for_inference(model, "int8")    -> a copy with int8 dynamically quantized nn.Linear layers
+
+- `fp32`: plain float32.
+- `bf16`: training uses autocast (fp32 master weights and Adam state; matmuls in bf16; the loss and
+  softmax in fp32, as autocast and `sequence_loss` keep them); decoding casts the weights to bf16.
+- `int8`: decoding only, Transformer only, CPU only: `torch.ao.quantization.quantize_dynamic` on the
+  nn.Linear layers (int8 weights, activations quantized per batch), except the layers in `INT8_KEEP_FP32`
+  (the output projection: see the comment there).
+- `auto`: bf16 where the hardware computes it natively — a CPU with AVX512-BF16 or AMX-BF16, or a
+  bf16-capable CUDA device — else fp32. Without native support bf16 is emulated and slower than fp32,
+  so `auto` never picks it; `int8` is never picked automatically either (it changes results slightly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+TRAIN_PRECISIONS = ("auto", "fp32", "bf16")
+DECODE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
+# CPU flags (as /proc/cpuinfo names them) that mean bf16 matmuls run natively.
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# Linear layers int8 leaves in fp32, by qualified-name suffix. The output projection (decoder.dense) turns
+# a D-wide state into V logits whose argmax *is* the translation, so its rounding moves greedy choices on
+# near-ties; on the cpu-small model quantizing it too changed more outputs, lost BLEU and decoded slower
+# than keeping it fp32 (benchmarks/precision.py, the "int8 (every Linear)" row; BENCHMARKS.md). It is
+# also the layer tied to the embeddings under share_embeddings, which must stay one fp32 matrix.
+INT8_KEEP_FP32 = ("decoder.dense",)
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """What was asked, what runs, and why (saved in config.json and log.jsonl)."""
+
+    asked: str  # 'auto', 'fp32', 'bf16' or 'int8'
+    picked: str  # 'fp32', 'bf16' or 'int8'
+    reason: str  # one line, e.g. "auto: this CPU has no native bf16 (avx512_bf16/amx_bf16 absent) -> fp32"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def cpu_features() -> set[str]:
+    """Lower-case CPU feature names: /proc/cpuinfo `flags` where present (Linux x86), else the
+    capability PyTorch's dispatcher detected (torch.backends.cpu.get_cpu_capability(), e.g. 'avx2',
+    'avx512', 'avx512_bf16'?) so other systems still report something."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):  # x86 'flags', ARM 'Features'
+                    return set(line.split(":", 1)[1].lower().split())
+    except OSError:
+        pass
+    try:
+        return {torch.backends.cpu.get_cpu_capability().lower()}
+    except (AttributeError, RuntimeError):  # very old torch or an unknown platform: nothing known
+        return set()
+
+
+def native_bf16(device: torch.device | str = "cpu") -> tuple[bool, str]:
+    """(whether `device` computes bf16 natively, a short reason)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        name = torch.cuda.get_device_name(device) if torch.cuda.is_available() else "no CUDA device"
+        return ok, f"{name} {'supports' if ok else 'does not support'} bf16"
+    if device.type != "cpu":
+        return False, f"native bf16 is not detected on {device.type} devices"
+    found = [f for f in NATIVE_BF16_FLAGS if f in cpu_features()]
+    if found:
+        return True, f"this CPU computes bf16 natively ({', '.join(found)})"
+    return False, f"this CPU has no native bf16 ({'/'.join(NATIVE_BF16_FLAGS)} absent; bf16 would be emulated)"
+
+
+def resolve_precision(name: str, device: torch.device | str = "cpu", *, training: bool = False) -> PrecisionChoice:
+    """Turn a `--precision` value into the precision that will run.
+
+    Raises ValueError for an unknown name, for int8 in training, and for int8 on a non-CPU device.
+    """
+    allowed = TRAIN_PRECISIONS if training else DECODE_PRECISIONS
+    if name not in allowed:
+        what = "training" if training else "decoding"
+        raise ValueError(f"unknown precision {name!r} for {what}; expected one of {', '.join(allowed)}")
+    device = torch.device(device)
+    if name == "auto":
+        ok, why = native_bf16(device)
+        return PrecisionChoice("auto", "bf16" if ok else "fp32", f"auto: {why} -> {'bf16' if ok else 'fp32'}")
+    if name == "int8" and device.type != "cpu":
+        raise ValueError(
+            f"int8 decoding runs on the CPU only (PyTorch dynamic quantization), got device "
+            f"{device}; use --device cpu or --precision bf16"
+        )
+    if name == "bf16":
+        ok, why = native_bf16(device)
+        return PrecisionChoice(name, name, f"asked for bf16 ({why})")
+    return PrecisionChoice(name, name, f"asked for {name}")
+
+
+def autocast(choice: PrecisionChoice, device: torch.device | str):
+    """The context a training/evaluation forward runs in: bf16 autocast (CPU or CUDA) or nothing.
+
+    Autocast keeps the parameters (and so the optimizer state) in fp32 and runs matmuls in bf16, while
+    softmax, log-softmax, layer norm and the loss stay in fp32 (autocast's fp32 op list; `sequence_loss`
+    also casts the logits to fp32)."""
+    if choice.picked != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def int8_layers(model: nn.Module, keep_fp32: tuple[str, ...] = INT8_KEEP_FP32) -> list[str]:
+    """Qualified names of the nn.Linear layers `prepare_for_inference(model, 'int8')` quantizes."""
+    return [
+        name
+        for name, m in model.named_modules()
+        if type(m) is nn.Linear and not any(name == k or name.endswith("." + k) for k in keep_fp32)
+    ]
+
+
+def prepare_for_inference(
+    model: nn.Module,
+    precision: str | PrecisionChoice,
+    device: torch.device | str = "cpu",
+    *,
+    keep_fp32: tuple[str, ...] = INT8_KEEP_FP32,
+) -> nn.Module:
+    """A model ready to decode in `precision` (the model itself for fp32, else a converted copy, so the
+    caller's fp32 weights are never changed). `keep_fp32` overrides which Linear layers int8 skips.
+
+    Raises ValueError for an unknown precision, or int8 on a model or device it does not support.
+    """
+    choice = precision if isinstance(precision, PrecisionChoice) else resolve_precision(precision, device)
+    if choice.picked == "fp32":
+        return model
+    if choice.picked == "bf16":
+        return copy.deepcopy(model).to(torch.bfloat16).eval()
+    # int8
+    model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
+    if model_type != "transformer":
+        raise ValueError(
+            f"int8 decoding supports the Transformer only (its per-layer choice is measured), "
+            f"got a {model_type} model; use --precision fp32 or bf16"
+        )
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"int8 decoding runs on the CPU only, got device {device}; use --device cpu")
+    names = int8_layers(model, keep_fp32)
+    if not names:
+        raise ValueError("int8: this model has no nn.Linear layer to quantize; use --precision fp32")
+    if not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm", "qnnpack", "onednn")):
+        raise ValueError("int8: this PyTorch build has no quantized CPU engine; use --precision fp32")
+    from torch.ao.quantization import quantize_dynamic
+
+    with _quiet_deprecations():
+        return quantize_dynamic(model.eval(), set(names), dtype=torch.qint8, inplace=False)
+
+
+@contextlib.contextmanager
+def _quiet_deprecations():
+    # torch.ao.quantization announces its move to torchao on every call; the API still works and
+    # torchao is not a dependency, so the warning is noise for users.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module="torch.ao")
+        yield

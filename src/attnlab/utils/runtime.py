@@ -1,0 +1,105 @@
+"""Where a run executes: seeds and generator states, the device, and the distributed group.
+
+Training (`attnlab.training`) and the commands import these; nothing here knows about models or data.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import cast
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int) -> None:
+    """One seed for every generator training touches (python, numpy, torch CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    """Generator states as tensors / plain values (loadable with torch.load(weights_only=True))."""
+    py = random.getstate()
+    np_state = cast(tuple, np.random.get_state())  # the legacy tuple form (legacy=True, the default)
+    state = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what `rng_state` returned."""
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    np_state = state["numpy"]
+    np.random.set_state((np_state[0], np_state[1].numpy().astype(np.uint32), *np_state[2:]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to `n` inside the block (None: left alone), restored after.
+
+    A matmul splits its sums across threads, so the same seed gives slightly different floats at
+    different thread counts, and over thousands of steps a different model; a run that must give the
+    same result on every machine (the d2l preset) pins its count."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def distributed_info() -> tuple[int, int]:
+    """(rank, world_size) from an initialised torch.distributed group, else (0, 1)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda if available else cpu; anything else must name a device this machine has.
+
+    Raises ValueError (one line, with what to pass instead) for a malformed name or a missing device.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"device must be a string such as 'auto', 'cpu' or 'cuda:0', got {name!r}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"unknown device {name!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N'") from exc
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {name!r} is not supported; use 'auto', 'cpu' or 'cuda[:N]'")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {name!r} asked for, but CUDA is not available here; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {name!r} asked for, but this machine has {torch.cuda.device_count()} "
+                f"CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})"
+            )
+    return device
+
+
+def interactive(stream=None) -> bool:
+    """True when `stream` (default stderr, where progress goes) is a terminal."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,24 @@
+"""Figures: attention heatmaps and the chapter's plots, as matplotlib Figures (no pyplot), saved atomically."""
+
+from .files import FIGURE_FORMATS, save_figure
+from .heatmaps import attention_figures, show_heatmaps, to_numpy
+from .plots import (
+    plot_kernel_regression,
+    plot_loss_curve,
+    plot_positional_encoding,
+    plot_positional_heatmap,
+    plot_scaling,
+)
+
+__all__ = [
+    "to_numpy",
+    "show_heatmaps",
+    "attention_figures",
+    "plot_kernel_regression",
+    "plot_loss_curve",
+    "plot_positional_encoding",
+    "plot_positional_heatmap",
+    "plot_scaling",
+    "FIGURE_FORMATS",
+    "save_figure",
+]

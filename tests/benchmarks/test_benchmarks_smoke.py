@@ -1,0 +1,94 @@
+"""The benchmark scripts run end to end at smoke sizes and print their ratio lines."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(cmd, env=None, timeout=180):
+    out = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+    assert out.returncode == 0, f"{cmd} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out.stdout
+
+
+def test_train_throughput_quick_prints_ratios():
+    out = _run([sys.executable, "benchmarks/train_throughput.py", "--quick"])
+    assert out.startswith("command: python benchmarks/train_throughput.py --quick")
+    for baseline in ("nn.Transformer", "book \\(d2l\\)"):
+        assert re.search(rf"^ratio: attnlab / {baseline} = \d+\.\d\dx target tokens/s$", out, re.M), out
+
+
+def test_train_throughput_rejects_bad_lengths():
+    out = subprocess.run(
+        [sys.executable, "benchmarks/train_throughput.py", "--min-len", "9", "--max-len", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and "--min-len" in out.stderr
+
+
+def test_run_all_lists_every_benchmark():
+    out = _run([sys.executable, "benchmarks/run_all.py", "--list"])
+    lines = out.splitlines()
+    assert "python benchmarks/train_throughput.py --steps 5 --warmup 1" in lines
+    assert not any("gpu_" in line or "run_all" in line or "common" in line for line in lines)
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {"run_all.py", "common.py", "gpu_kernels.py"}
+    assert {line.split()[1].removeprefix("benchmarks/") for line in lines} == scripts
+
+
+def test_run_all_plan_uses_only_flags_the_scripts_have():
+    """`make bench` must not die on a renamed flag (it once passed decode.py a --repeats it no longer had)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import run_all
+    finally:
+        sys.path.pop(0)
+    common = (ROOT / "benchmarks" / "common.py").read_text()
+    for name, args in run_all.PLAN.items():
+        source = (ROOT / "benchmarks" / name).read_text() + common
+        for flag in (a for a in args if a.startswith("--")):
+            assert f'"{flag}"' in source, f"run_all passes {flag} to {name}, which does not define it"
+
+
+@pytest.mark.slow
+def test_gpu_script_smoke_on_cpu(tmp_path):
+    data = os.environ.get("ATTNLAB_DATA") or str(ROOT.parent / "shared" / "data" / "fra-eng.zip")
+    if not Path(data).exists():
+        pytest.skip("the fra-eng corpus is absent (set ATTNLAB_DATA)")
+    out_dir = tmp_path / "out"
+    out = _run(
+        ["bash", "benchmarks/gpu.sh", "--smoke"],
+        env={"ATTNLAB_DATA": data, "OUT": str(out_dir), "RUN_DIR": str(tmp_path / "run"), "GPU_TRAIN_SECONDS": "10"},
+    )
+    assert re.search(r"^ratio: L=\d+: attnlab fused / raw SDPA flash = \d+\.\d\d", out, re.M), out
+    assert re.search(r"^ratio: attnlab / nn\.Transformer = \d+\.\d\dx", out, re.M), out
+    assert re.search(r"^beam 4 cost \(beam / greedy, both cached\): \d+\.\d\dx", out, re.M), out
+    assert re.search(r"^beam 4's \d+ matrix products and attention kernels: \d+\.\d\dx", out, re.M), out
+    assert re.search(r"^BLEU \d+\.\d\d ", out, re.M), out
+    assert re.search(r"^result: test BLEU \d+\.\d\d", out, re.M), out
+    # Everything printed also lands in $OUT/gpu_results.txt.
+    saved = (out_dir / "gpu_results.txt").read_text()
+    assert "result: test BLEU" in saved and "ratio: attnlab / nn.Transformer" in saved
+
+
+def test_gpu_script_explains_missing_data(tmp_path):
+    out = subprocess.run(
+        ["bash", "benchmarks/gpu.sh", "--smoke"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ATTNLAB_DATA": str(tmp_path / "missing.zip")},
+    )
+    assert out.returncode == 2
+    assert "ATTNLAB_DATA" in out.stderr and "not found" in out.stderr

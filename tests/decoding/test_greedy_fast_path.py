@@ -1,0 +1,149 @@
+"""Greedy's fast path (issue 13): arg-max without log-softmax, optional scores, and batch workers.
+
+Every fast path must give exactly the tokens of the plain path: `logits.max(-1)` of a log-softmax,
+one batch after another."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.data import Vocab
+from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.argmax import argmax_rows, pick
+from attnlab.decoding.translator import Translator
+from attnlab.models import Transformer, TransformerConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize("V", [5, 128, 129, 4000, 3755])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_argmax_rows_is_the_first_maximum_like_max(V, dtype):
+    torch.manual_seed(V)
+    logits = torch.randn(9, V).to(dtype)
+    logits[1, : V // 2] = logits[1, V // 2 :].max()  # ties within and across blocks: first one wins
+    logits[2, -1] = 50.0  # the maximum in the short last block
+    logits[3, 0] = 50.0
+    logits[4] = 1.0  # a constant row
+    logits[5, V // 3] = float("nan")  # NaN counts as the maximum, as in max()
+    logits[6, -1] = logits[6, 0] = 60.0  # first of two equal maxima at both ends
+    assert torch.equal(argmax_rows(logits), logits.max(dim=-1).indices)
+
+
+def test_pick_scores_are_log_softmax_of_the_choice():
+    torch.manual_seed(0)
+    logits = torch.randn(7, 300) * 4
+    tokens, lp = pick(logits, scores=True)
+    ref_lp, ref_tok = F.log_softmax(logits, dim=-1).max(dim=-1)
+    assert torch.equal(tokens, ref_tok) and lp is not None
+    torch.testing.assert_close(lp, ref_lp, rtol=0, atol=1e-5)
+    assert pick(logits, scores=False)[1] is None
+    with pytest.raises(ValueError, match=r"shape \(B, V\)"):
+        argmax_rows(torch.zeros(2, 3, 4))
+
+
+def tiny_translator(V=300, seed=0) -> Translator:
+    """A tiny random Transformer whose vocabularies have V words (so the output layer spans many blocks)."""
+    words = [[f"w{i}" for i in range(V)]]
+    src, tgt = Vocab(words, min_freq=1), Vocab(words, min_freq=1)
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(len(src), len(tgt), num_hiddens=16, num_heads=2, num_layers=1, ffn_num_hiddens=32)
+    return Translator(Transformer(cfg).eval(), src, tgt, max_output_len=12)
+
+
+def plain_greedy(model, src, lens, bos, eos, max_len):
+    """The reference: full log-softmax, max(), no cache, the batch never shrinks."""
+    with torch.no_grad():
+        prefix = torch.full((src.shape[0], 1), bos)
+        for _ in range(max_len):
+            lp = F.log_softmax(model(src, prefix, lens)[:, -1], dim=-1)
+            prefix = torch.cat([prefix, lp.max(dim=-1).indices[:, None]], dim=1)
+    out = []
+    for row in prefix[:, 1:].tolist():
+        out.append(row[: row.index(eos)] if eos in row else row)
+    return out
+
+
+def test_fast_greedy_gives_the_tokens_and_scores_of_the_plain_path():
+    tr = tiny_translator()
+    torch.manual_seed(1)
+    src = torch.randint(4, 300, (12, 6))
+    lens = torch.tensor([6, 5, 6, 2, 3, 6, 1, 4, 6, 6, 5, 2])
+    bos = tr.tgt_vocab.bos
+    # An untrained model rarely says <eos>: stop on a token that some rows produce and others never do,
+    # so rows end at different steps (they leave the batch) and some run to the length limit.
+    free = plain_greedy(tr.model, src, lens, bos, -1, 10)
+    eos = next(t for t in free[0] if sum(t in row for row in free) < len(free))
+    ref = plain_greedy(tr.model, src, lens, bos, eos, 10)
+    with_scores = greedy(tr.model, src, lens, bos, eos, 10)
+    no_scores = greedy(tr.model, src, lens, bos, eos, 10, scores=False)
+    assert [h.tokens for h in with_scores] == ref == [h.tokens for h in no_scores]
+    assert [h.finished for h in with_scores] == [h.finished for h in no_scores]
+    assert 0 < sum(h.finished for h in no_scores) < len(no_scores)
+    assert all(math.isnan(h.score) and h.positional_scores == [] for h in no_scores)
+    for h in with_scores:  # scores still the mean log-probability per produced token
+        assert len(h.positional_scores) == len(h.tokens) + h.finished
+        assert h.score == pytest.approx(sum(h.positional_scores) / len(h.positional_scores))
+
+
+@pytest.mark.parametrize("batch_size, workers", [(4, 2), (5, 3), (64, 2), (3, 1)])
+def test_workers_and_batch_sizes_give_the_same_translations(batch_size, workers):
+    tr = tiny_translator()
+    torch.manual_seed(2)
+    ids = [torch.randint(4, 300, (n,)).tolist() for n in (3, 7, 1, 5, 5, 2, 8, 4, 6, 3, 2)]
+    ref = tr.decode(ids, batch_size=1)  # one sentence at a time: no batching effect at all
+    threads = torch.get_num_threads()
+    got = tr.decode(ids, batch_size=batch_size, workers=workers)
+    assert [h.tokens for h in got] == [h.tokens for h in ref]
+    assert [h.score for h in got] == pytest.approx([h.score for h in ref], abs=1e-5)
+    assert tr.decode_ids(ids, batch_size=batch_size) == [h.tokens for h in ref]
+    assert torch.get_num_threads() == threads  # restored after the worker pool
+
+
+def test_bad_batch_size_and_workers_are_one_line_errors():
+    tr = tiny_translator(V=20)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+            tr.decode([[5, 6]], batch_size=bad)
+        with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+            tr.decode([[5, 6]], workers=bad)
+
+
+def test_a_failing_worker_raises_in_the_caller_and_restores_threads(monkeypatch):
+    tr = tiny_translator(V=20)
+    threads = torch.get_num_threads()
+
+    def boom(*a, **k):
+        raise RuntimeError("decode failed")
+
+    monkeypatch.setattr("attnlab.decoding.batches.greedy", boom)
+    with pytest.raises(RuntimeError, match="decode failed"):
+        tr.decode([[5], [6, 7], [8]], batch_size=1, workers=2)
+    assert torch.get_num_threads() == threads
+
+
+def test_int8_translator_with_workers_matches_one_worker():
+    from attnlab.utils.precision import prepare_for_inference
+
+    tr = tiny_translator()
+    tr.model = prepare_for_inference(tr.model, "int8")
+    torch.manual_seed(3)
+    ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1)]
+    assert tr.decode_ids(ids, batch_size=2) == [h.tokens for h in tr.decode(ids, batch_size=2, workers=3)]
+
+
+def test_workers_see_the_callers_head_masks():
+    from attnlab.attention import mask_heads
+
+    tr = tiny_translator()
+    torch.manual_seed(4)
+    ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1)]
+    masks = {"decoder.blocks.0.cross_attention": [0.0, 0.0]}  # the decoder stops seeing the source
+    with mask_heads(tr.model, masks):
+        ref = tr.decode_ids(ids, batch_size=1)
+        got = [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)]
+    assert got == ref != tr.decode_ids(ids, batch_size=1)

@@ -1,0 +1,170 @@
+"""Translator and encode_source without the corpus: a tiny model and vocabularies built here.
+
+Covers issue 12 item 2 (learned positions never crash decoding) and item 5 (weights checked against the
+config before anything big is allocated; a config edited after training is refused)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnlab.analysis.explanation import check_text, explain
+from attnlab.data import Vocab
+from attnlab.decoding.translator import InputError, TextTooLong, Translator, encode_source
+from attnlab.models import Transformer, TransformerConfig
+from attnlab.runs.checkpoints import save_tensors
+from attnlab.runs.config import write_run_config
+from attnlab.runs.layout import WEIGHTS_FILE
+from attnlab.runs.loading import load_translator
+from attnlab.runs.weights import CONFIG_METADATA, load_weights, read_header, save_weights
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+EN = [["i'm", "home", "."], ["go", "."], ["he's", "calm", "."], ["i", "lost", "."]]
+FR = [["je", "suis", "chez", "moi", "."], ["va", "!"], ["il", "est", "calme", "."], ["j'ai", "perdu", "."]]
+
+
+def tiny(learned_positions=False, max_len=64, **kw):
+    src, tgt = Vocab(EN, min_freq=1), Vocab(FR, min_freq=1)
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        len(src),
+        len(tgt),
+        num_hiddens=8,
+        num_heads=2,
+        num_layers=1,
+        ffn_num_hiddens=16,
+        dropout=0.0,
+        max_len=max_len,
+        learned_positions=learned_positions,
+        **kw,
+    )
+    return Transformer(cfg), src, tgt
+
+
+def write_run(tmp_path, model, src, tgt):
+    write_run_config(tmp_path, "transformer", model.config.to_dict(), {}, {}, src, tgt)
+    save_weights(model, tmp_path / WEIGHTS_FILE)
+    return tmp_path
+
+
+def edit_config(run_dir, **changes):
+    cfg = json.loads((run_dir / "config.json").read_text())
+    cfg["model"].update(changes)
+    (run_dir / "config.json").write_text(json.dumps(cfg))
+
+
+def test_encode_source_is_the_one_check():
+    _, src, _ = tiny()
+    assert encode_source(src, "i'm home .") == src.encode("i'm home .")
+    for bad in ("", "   ", None, 3):
+        with pytest.raises(InputError):
+            encode_source(src, bad)
+    with pytest.raises(TextTooLong):
+        encode_source(src, "go " * 10, max_chars=5)
+    with pytest.raises(InputError, match="max_len"):
+        encode_source(src, "go go go go .", max_len=4)
+    with pytest.warns(UserWarning, match="truncating"):
+        assert len(encode_source(src, "go go go go .", max_len=4, truncate=True)) == 3
+    model, src, tgt = tiny()
+    t = Translator(model, src, tgt, max_len=4)
+    # explain's check and the translator's refuse the same text with the same message
+    with pytest.raises(InputError) as a:
+        check_text(t, "go go go go .")
+    with pytest.raises(InputError) as b:
+        t.translate(["go go go go ."])
+    assert str(a.value) == str(b.value)
+    with pytest.raises(InputError, match="list"):
+        t.translate("go .")
+
+
+def test_learned_positions_cap_the_output_and_never_fail_the_batch():
+    """Issue 12 item 2: a 6-row learned position table; 2S+10 would ask for 22 decoder positions."""
+    model, src, tgt = tiny(learned_positions=True, max_len=6)
+    t = Translator(model, src, tgt, max_len=6)
+    assert t.output_limit(6) == 6 and t.output_limit(1) == 6
+    batch = ["i'm home . go .", "go ."]  # 5 tokens + <eos> = the whole table
+    for beam in (1, 3):
+        hyps = t.decode(t.encode(batch), beam=beam)
+        assert all(len(h.tokens) <= 6 for h in hyps)
+        assert len(t.translate(batch, beam=beam)) == 2
+    exp = explain(t, "i'm home . go .")
+    assert exp.cross.shape[2] == len(exp.tgt_tokens) <= 6
+
+
+def test_sinusoidal_positions_keep_the_usual_limit():
+    model, src, tgt = tiny()
+    assert Translator(model, src, tgt).output_limit(6) == 22
+
+
+def test_explanation_kinds_come_from_the_model():
+    model, src, tgt = tiny()
+    exp = explain(Translator(model, src, tgt), "he's calm .")
+    assert exp.model_type == "transformer" and list(exp.maps) == ["encoder_self", "decoder_self", "cross"]
+    (hyp,) = Translator(model, src, tgt).decode([src.encode("he's calm .")])
+    assert exp.finished == hyp.finished
+    assert len(exp.tgt_tokens) == len(hyp.tokens) + hyp.finished
+
+
+def test_load_translator_round_trip_and_metadata(tmp_path):
+    model, src, tgt = tiny()
+    run = write_run(tmp_path, model, src, tgt)
+    _, meta = read_header(run / WEIGHTS_FILE)
+    assert json.loads(meta[CONFIG_METADATA])["num_heads"] == 2
+    t = load_translator(run)
+    assert t.translate(["go ."]) == Translator(model, src, tgt).translate(["go ."])
+
+
+def test_edited_num_heads_is_refused(tmp_path):
+    """Same tensor shapes, different computation: only the saved metadata can tell."""
+    run = write_run(tmp_path, *tiny())
+    edit_config(run, num_heads=4)
+    with pytest.raises(ValueError, match=r"num_heads=4 .* saved with num_heads=2"):
+        load_translator(run)
+
+
+def test_older_weights_without_metadata_still_load(tmp_path):
+    model, src, tgt = tiny()
+    run = write_run(tmp_path, model, src, tgt)
+    save_tensors(model.state_dict(), run / "plain.safetensors")  # no attnlab metadata
+    t = load_translator(run, weights=run / "plain.safetensors")
+    assert t.translate(["go ."]) == Translator(model, src, tgt).translate(["go ."])
+
+
+def test_crafted_config_is_refused_before_allocating(tmp_path, monkeypatch):
+    """ffn_num_hiddens=6000000 would allocate ~0.8 GB here: the model is built on the meta device and
+    compared with the weights' header first, so no real model is ever built."""
+    from attnlab.runs import loading
+
+    run = write_run(tmp_path, *tiny())
+    edit_config(run, ffn_num_hiddens=6_000_000)
+    devices = []
+    real = loading.build_model
+
+    def spy(*a, **kw):
+        devices.append(torch.empty(0).device.type)  # the default device the model is built on
+        return real(*a, **kw)
+
+    monkeypatch.setattr(loading, "build_model", spy)
+    with pytest.raises(ValueError, match=r"ffn.dense1.weight has shape \(16, 8\) but the model expects \(6000000, 8\)"):
+        load_translator(run)
+    assert devices == ["meta"]
+
+
+def test_missing_and_unexpected_tensors_are_one_clear_error(tmp_path):
+    model, src, tgt = tiny()
+    run = write_run(tmp_path, model, src, tgt)
+    weights = dict(model.state_dict())
+    weights.pop("decoder.dense.bias")
+    weights["decoder.extra"] = torch.zeros(2)
+    save_tensors(weights, run / "odd.safetensors")
+    with pytest.raises(ValueError, match=r"missing tensors: decoder.dense.bias.*unexpected tensors: decoder.extra"):
+        load_translator(run, weights=run / "odd.safetensors")
+    # load_weights itself (the resume path) says the same, never a TypeError
+    with pytest.raises(ValueError, match="missing tensors"):
+        load_weights(model, run / "odd.safetensors")
+    (run / "junk.safetensors").write_bytes(b"not safetensors at all")
+    with pytest.raises(ValueError, match="not a readable safetensors"):
+        load_translator(run, weights=run / "junk.safetensors")
