@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.data import Vocab
-from attnlab.decoding.greedy_search import greedy
 from attnlab.decoding.argmax import argmax_rows, pick
+from attnlab.decoding.greedy_search import greedy
 from attnlab.decoding.translator import Translator
 from attnlab.models import Transformer, TransformerConfig
 

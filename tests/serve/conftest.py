@@ -34,6 +34,7 @@ def client(translator):
 
 @pytest.fixture(scope="session")
 def server(tiny_run):
-    proc, port = start_server(tiny_run, "--workers", "2", capture=True)
+    # fp32: the tests compare the page with in-process fp32 translations; `auto` picks bf16 on CPUs with it.
+    proc, port = start_server(tiny_run, "--workers", "2", "--precision", "fp32", capture=True)
     yield f"http://127.0.0.1:{port}"
     stop_server(proc, timeout=15)

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import torch
 
 from attnlab.chapter.result import ChapterResult
-
 from attnlab.viz.plots import plot_scaling
 
 

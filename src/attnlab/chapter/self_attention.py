@@ -8,7 +8,6 @@ import torch
 
 from attnlab.attention import PositionalEncoding
 from attnlab.chapter.result import ChapterResult
-
 from attnlab.viz.plots import plot_positional_encoding, plot_positional_heatmap
 
 

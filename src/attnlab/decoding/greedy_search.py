@@ -9,8 +9,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.argmax import pick
+from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.protocol import check_source, inference, reserve_steps
 
 

@@ -15,9 +15,10 @@ def validation_scores(model, data, examples, cfg, device, autocast, batching: di
     """{'valid_loss', 'valid_bleu'} of `model` on `examples` ({} when there are none).
 
     Args:
-        data: the TranslationData (vocabularies); cfg: the TrainConfig (eval_limit, eval_beam,
-        num_steps); autocast: a callable giving the training's autocast context; batching: the
-        training's batch options (batch_tokens / batch_size / num_steps).
+        data: the TranslationData (vocabularies).
+        cfg: the TrainConfig (eval_limit, eval_beam, num_steps).
+        autocast: a callable giving the training's autocast context.
+        batching: the training's batch options (batch_tokens / batch_size / num_steps).
     """
 
     if not examples:
