@@ -120,7 +120,7 @@ def laptop_recipe(data, overrides):
 
     def step(batch):
         loss, _ = trainer.train_step([batch])
-        trainer.step += 1
+        trainer.state.step += 1
         return loss
 
     def decode(src, lens, max_len):

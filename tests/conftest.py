@@ -3,7 +3,7 @@ nothing skips.
 
 Every skip in this suite is a missing resource (Chromium and chromedriver for the browser tests, the
 fra-eng corpus for training and data tests). On a developer's laptop skipping them is a convenience;
-on CI it would hide that whole parts of the suite never ran (issue 12, item 18), so there a skip is
+on CI it would hide that whole parts of the suite never ran, so there a skip is
 turned into a failure that names what was missing. xfail is not a skip and is left alone.
 """
 

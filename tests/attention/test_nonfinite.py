@@ -1,5 +1,5 @@
 """Non-finite inputs: hidden positions never leak, and fused and recorded paths agree exactly on
-which rows are NaN (issue 12, item 14)."""
+which rows are NaN."""
 
 import pytest
 import torch

@@ -1,7 +1,7 @@
 """Sweep: every subcommand, run in-process through `attnlab.cli.main`, with a table of bad flags.
 
 Each row must end with exit code 2, exactly one line on stderr, and no traceback: a user error is one
-line saying what was expected, what came and what to do; a traceback means a bug (issue 12, item 7).
+line saying what was expected, what came and what to do; a traceback means a bug.
 
 No row trains: run folders are faked in seconds (a 1-layer Transformer's random weights), and the work a
 bad flag must never reach is replaced by a tripwire (`ReachedWork`), so a missing check fails at once
@@ -25,9 +25,6 @@ class ReachedWork(BaseException):
     `main` cannot turn it into a one-line error."""
 
 
-# Branches fixing commands this test sweeps (issue 12). The lead flips these rows after merging.
-TRAIN = "fixed on branch arch-train"
-INFER = "fixed on branch arch-infer"
 SERVER = "fixed on branch server"
 
 
@@ -102,8 +99,8 @@ def places(tmp_path, fake_run) -> dict[str, str]:
 
 @pytest.fixture(autouse=True)
 def tripwires(monkeypatch):
-    """Work that no bad flag may reach: the first write into a run folder (validate before writing, issue 12
-    item 1), beam search (a huge --beam allocates gigabytes), the server loop, the chapter's computations."""
+    """Work that no bad flag may reach: the first write into a run folder (validate before
+    writing), beam search (a huge --beam allocates gigabytes), the server loop, the chapter's computations."""
 
     def trip(*args, **kwargs):
         raise ReachedWork("a bad flag reached real work; validate it first")

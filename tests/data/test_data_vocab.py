@@ -68,7 +68,7 @@ def test_subword_vocab_round_trip(tmp_path):
 @pytest.mark.parametrize("field", ["model", "pre_tokenizer", "version"])
 def test_a_fake_bpe_vocabulary_file_is_a_clear_error(tmp_path, field):
     """A tokenizer JSON whose fields were tampered with is one ValueError naming the file, not the Rust
-    parser's bare Exception (issue 12, item 7)."""
+    parser's bare Exception."""
     vocab = SubwordVocab.train(["hello world", "bonjour le monde"] * 20, vocab_size=60, min_freq=1)
     path = tmp_path / "src_vocab.json"
     vocab.save(path)

@@ -1,4 +1,4 @@
-"""Beam search's "beamable" state (issue 11): the encoder memory and the cross-attention keys/values stay
+"""Beam search's "beamable" state: the encoder memory and the cross-attention keys/values stay
 at one row per sentence and the beams are folded into the cross-attention queries. Everything must equal
 the plainly expanded state (every row its own copy of its sentence), and the double-buffered reorder of
 the growing self-attention cache must equal a plain index_select."""

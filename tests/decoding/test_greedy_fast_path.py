@@ -1,4 +1,4 @@
-"""Greedy's fast path (issue 13): arg-max without log-softmax, optional scores, and batch workers.
+"""Greedy's fast path: arg-max without log-softmax, optional scores, and batch workers.
 
 Every fast path must give exactly the tokens of the plain path: `logits.max(-1)` of a log-softmax,
 one batch after another."""

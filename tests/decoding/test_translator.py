@@ -1,7 +1,7 @@
 """Translator and encode_source without the corpus: a tiny model and vocabularies built here.
 
-Covers issue 12 item 2 (learned positions never crash decoding) and item 5 (weights checked against the
-config before anything big is allocated; a config edited after training is refused)."""
+Covers: learned positions never crash decoding, and weights are checked against the config before
+anything big is allocated (a config edited after training is refused)."""
 
 from __future__ import annotations
 

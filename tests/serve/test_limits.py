@@ -1,4 +1,4 @@
-"""Bounds against large, slow or hostile clients (issue 12, item 11): request body size (declared and
+"""Bounds against large, slow or hostile clients: request body size (declared and
 streamed), body read time, request head read time, response size, texts per request, flag checks."""
 
 from __future__ import annotations

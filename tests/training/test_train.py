@@ -287,10 +287,13 @@ def test_bpe_vocabulary_with_shared_embeddings_trains_and_translates(tmp_path):
 def test_ranks_get_their_own_reproducible_dropout_streams():
     from types import SimpleNamespace
 
-    from attnlab.training.trainer import Trainer
+    from attnlab.training.state import Checkpointing, TrainState
 
     def draw(rank, step, world_size=2):
-        Trainer._reseed_rank(SimpleNamespace(world_size=world_size, rank=rank, step=step, cfg=SimpleNamespace(seed=3)))
+        parts = SimpleNamespace(
+            world_size=world_size, rank=rank, state=TrainState(step=step), cfg=SimpleNamespace(seed=3)
+        )
+        Checkpointing.reseed_rank(parts)
         return torch.rand(4)
 
     assert torch.equal(draw(1, 10), draw(1, 10))  # a resumed rank continues its own stream

@@ -1,5 +1,5 @@
-"""Training a seq2seq model: TrainConfig, the Trainer and its state, the stop policy, optimizer, loss, presets,
-progress, validation, and whole runs (train_run, resume_run).
+"""Training a seq2seq model: TrainConfig, the Trainer and the record of where a run is, the stop policy,
+optimizer, loss, presets, progress, validation, and whole runs (train_run, resume_run).
 """
 
 from .config import TrainConfig
@@ -16,7 +16,7 @@ from .loss import masked_cross_entropy, sequence_loss, target_mask
 from .optim import build_optimizer, learning_rate, param_groups
 from .presets import DEFAULT_PRESET, PRESETS, get_preset
 from .progress import PLAIN_EVERY_S, LossWindow, Progress
-from .state import RunWriter, TrainerState, weights_finite
+from .state import Checkpointing, RunWriter, TrainState, weights_finite
 from .stop import REASONS, StopPolicy
 from .trainer import Trainer, TrainResult
 from .validation import validation_scores
@@ -36,7 +36,8 @@ __all__ = [
     "LossWindow",
     "weights_finite",
     "RunWriter",
-    "TrainerState",
+    "TrainState",
+    "Checkpointing",
     "validation_scores",
     "TrainResult",
     "Trainer",

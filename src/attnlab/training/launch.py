@@ -179,11 +179,11 @@ def resume_run(
     model = build_model(cfg["model_type"], cfg["model"])
     load_weights(model, last / WEIGHTS_FILE, what=str(run_dir / CONFIG_FILE))
     trainer = Trainer(model, data, train_config, run_dir, progress=progress)
-    trainer.load_state_dict(load_trainer_state(last))
+    trainer.checkpointing.load_state_dict(load_trainer_state(last))
     done = trainer.finished()
     if done is not None:
         return done
     if overrides and trainer.is_main:
         write_json(run_dir / CONFIG_FILE, {**cfg, "train": train_config.to_dict()})
-    trainer._log({"event": "resume", "step": trainer.step, "from": last.name})
+    trainer.checkpointing.log({"event": "resume", "step": trainer.state.step, "from": last.name})
     return trainer.fit()

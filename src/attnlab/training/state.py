@@ -1,7 +1,8 @@
 """The Trainer's resumable state and what it writes into its run folder (log.jsonl, checkpoints).
 
-`TrainerState` (a base of `attnlab.training.Trainer`) says what a checkpoint holds (step, epoch, position
-in the epoch, optimizer, RNG streams, the StopPolicy's counters) and when it is written; `RunWriter`
+`TrainState` is where a run is (step, epoch, position in the epoch, tokens, latest scores), a record the
+Trainer holds; `Checkpointing` says what a checkpoint holds (that record, the optimizer, RNG streams, the
+StopPolicy's counters) and when it is written, from the parts it is given; `RunWriter`
 does the writing. Only rank 0 of a run with a folder writes: a `RunWriter(None, ...)` (other ranks, or
 training without a folder) accepts every call and writes nothing.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -61,60 +63,82 @@ class RunWriter:
             save_weights(model, self.run_dir / "model.safetensors")
 
 
-class TrainerState:
-    """Checkpointing for `Trainer` (attnlab.training), which sets every attribute named here."""
+@dataclass
+class TrainState:
+    """Where a run is (the Annotated Transformer's `TrainState`): a record the Trainer updates after each
+    step and epoch, and a checkpoint saves."""
 
-    cfg: TrainConfig
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    stop: StopPolicy
-    writer: RunWriter
-    rank: int
-    world_size: int
-    step: int
-    epoch: int
-    batch_in_epoch: int  # batches of the current epoch already consumed (on this rank)
-    tokens_seen: int
-    _scores: tuple[int, dict]  # (step, scores) of the latest evaluation
+    step: int = 0  # optimizer updates so far
+    epoch: int = 0  # full passes over the training split so far
+    batch_in_epoch: int = 0  # batches of the current epoch already consumed (on this rank)
+    tokens_seen: int = 0  # real target tokens trained on so far
+    scores: tuple[int, dict] = (-1, {})  # (step, scores) of the latest evaluation
+
+
+class Checkpointing:
+    """What a checkpoint of a run holds and when it is written, for the parts of one training run.
+
+    Args:
+        state: the run's TrainState (read at each save, filled in on resume).
+        cfg, model, optimizer, stop: the run's TrainConfig, model (unwrapped), optimizer and StopPolicy.
+        writer: the run folder's RunWriter (rank 0), or one that writes nothing.
+        rank, world_size: this process's place in the run.
+    """
+
+    def __init__(
+        self,
+        state: TrainState,
+        cfg: TrainConfig,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        stop: StopPolicy,
+        writer: RunWriter,
+        rank: int,
+        world_size: int,
+    ):
+        self.state, self.cfg, self.model, self.optimizer = state, cfg, model, optimizer
+        self.stop, self.writer, self.rank, self.world_size = stop, writer, rank, world_size
 
     # -- what a checkpoint holds --------------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        st = self.state
         return {
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_in_epoch": self.batch_in_epoch,
+            "step": st.step,
+            "epoch": st.epoch,
+            "batch_in_epoch": st.batch_in_epoch,
             "optimizer": self.optimizer.state_dict(),
             "rng": rng_state(),
             **self.stop.state_dict(),
-            "tokens_seen": self.tokens_seen,
+            "tokens_seen": st.tokens_seen,
             "schedule": {"name": self.cfg.schedule, "last_lr": self.optimizer.param_groups[0]["lr"]},
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.stop.load_state_dict(state)
-        self.tokens_seen = state["tokens_seen"]
-        set_rng_state(state["rng"])  # rank 0's generators...
-        self._reseed_rank()  # ...then each rank's own stream, exactly as the interrupted run had it
+    def load_state_dict(self, saved: dict) -> None:
+        st = self.state
+        st.step, st.epoch, st.batch_in_epoch = saved["step"], saved["epoch"], saved["batch_in_epoch"]
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.stop.load_state_dict(saved)
+        st.tokens_seen = saved["tokens_seen"]
+        set_rng_state(saved["rng"])  # rank 0's generators...
+        self.reseed_rank()  # ...then each rank's own stream, exactly as the interrupted run had it
 
-    def _reseed_rank(self) -> None:
+    def reseed_rank(self) -> None:
         """Ranks start from one seed, so their initial weights agree; their dropout must not. Each rank
         gets its own stream, derived from (seed, rank, step) at the start and at every checkpoint, so
         a resumed multi-process run continues every rank's stream exactly."""
         if self.world_size > 1:
-            seed_everything((self.cfg.seed * 1_000_003 + self.rank * 7_919 + self.step) % 2**63)
+            seed_everything((self.cfg.seed * 1_000_003 + self.rank * 7_919 + self.state.step) % 2**63)
 
     # -- writing the run folder (rank 0 only, through RunWriter) --------------------------------
-    def _log(self, event: dict) -> None:
+    def log(self, event: dict) -> None:
         self.writer.log(event)
 
-    def _log_train(self, loss: float | None, tokens: int, elapsed: float) -> None:
-        self._log(
+    def log_train(self, loss: float | None, tokens: int, elapsed: float) -> None:
+        self.log(
             {
                 "event": "train",
-                "step": self.step,
-                "epoch": self.epoch,
+                "step": self.state.step,
+                "epoch": self.state.epoch,
                 "loss": loss,
                 "lr": self.optimizer.param_groups[0]["lr"],
                 "tokens_per_s": tokens / max(elapsed, 1e-9),
@@ -123,23 +147,21 @@ class TrainerState:
         )
 
     def save_checkpoint(self) -> None:
-        self._reseed_rank()  # on every rank, before rank 0 saves its generator state
+        st = self.state
+        self.reseed_rank()  # on every rank, before rank 0 saves its generator state
         # Only a score measured at this very step may rank this checkpoint among the best.
-        scored_step, scores = self._scores
-        scores = scores if scored_step == self.step else {}
+        scored_step, scores = st.scores
+        scores = scores if scored_step == st.step else {}
         meta = {
-            "step": self.step,
-            "epoch": self.epoch,
+            "step": st.step,
+            "epoch": st.epoch,
             "stop_reason": self.stop.reason,
             "valid_bleu": scores.get("valid_bleu"),
             "valid_loss": scores.get("valid_loss"),
         }
-        self.writer.checkpoint(self.model, self.step, self.state_dict, meta)
+        self.writer.checkpoint(self.model, st.step, self.state_dict, meta)
 
     def save_final(self) -> None:
         """Final weights at the run root, then a checkpoint that marks the run finished."""
         self.writer.final_weights(self.model)
         self.save_checkpoint()
-
-
-__all__ = ["RunWriter", "TrainerState", "weights_finite"]

@@ -40,7 +40,7 @@ from attnlab.training.config import TrainConfig
 from attnlab.training.loss import sequence_loss, target_mask
 from attnlab.training.optim import build_optimizer, learning_rate
 from attnlab.training.progress import LossWindow, Progress
-from attnlab.training.state import RunWriter, TrainerState, weights_finite
+from attnlab.training.state import Checkpointing, RunWriter, TrainState, weights_finite
 from attnlab.training.stop import StopPolicy
 from attnlab.training.validation import validation_scores
 from attnlab.utils.precision import autocast, resolve_precision
@@ -67,7 +67,7 @@ class TrainResult:
     exit_code: int = 0  # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
 
 
-class Trainer(TrainerState):
+class Trainer:
     """Train `model` on `data` (an `attnlab.data.TranslationData`), writing a run folder at `run_dir`.
 
     Args:
@@ -111,14 +111,12 @@ class Trainer(TrainerState):
         # Models whose forward can skip the padded target positions (the Transformer) are asked to.
         self._real_rows = "targets_mask" in inspect.signature(self.model.forward).parameters
         self.stop = StopPolicy(config, self.device, self.world_size)
-        # Progress through training; all of it is saved in trainer_state.pt.
-        self.step = 0
-        self.epoch = 0
-        self.batch_in_epoch = 0  # batches of the current epoch already consumed (on this rank)
-        self._scores: tuple[int, dict] = (-1, {})  # (step, scores) of the latest evaluation
-        self.tokens_seen = 0
+        self.state = TrainState()  # where the run is; saved in trainer_state.pt
         self.writer = RunWriter(self.run_dir if self.is_main else None, config.keep_last, config.keep_best)
-        self._reseed_rank()
+        self.checkpointing = Checkpointing(
+            self.state, config, self.model, self.optimizer, self.stop, self.writer, self.rank, self.world_size
+        )
+        self.checkpointing.reseed_rank()
 
     @property
     def best_bleu(self) -> float | None:
@@ -126,7 +124,7 @@ class Trainer(TrainerState):
 
     def finished(self) -> str | None:
         """Why training is over under the current config (None if it should go on)."""
-        return self.stop.finished(self.step, self.epoch)
+        return self.stop.finished(self.state.step, self.state.epoch)
 
     # -- batches ----------------------------------------------------------------------------------
     def _batching(self) -> dict:
@@ -199,7 +197,7 @@ class Trainer(TrainerState):
             return mean, total_tokens
         if self.cfg.grad_clip is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        lr = learning_rate(self.step + 1, self.cfg)
+        lr = learning_rate(self.state.step + 1, self.cfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -220,8 +218,8 @@ class Trainer(TrainerState):
             return
         scores = self.evaluate()
         self.stop.record_eval(scores["valid_bleu"])
-        self._log({"event": "eval", "step": self.step, "epoch": self.epoch, **scores})
-        self._scores = (self.step, scores)
+        self.checkpointing.log({"event": "eval", "step": self.state.step, "epoch": self.state.epoch, **scores})
+        self.state.scores = (self.state.step, scores)
 
     # -- the loop ---------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
@@ -235,40 +233,43 @@ class Trainer(TrainerState):
         losses: list[float] = []
         window, tokens_this_run = LossWindow(), 0
         bar = self._progress() if self.progress else None
-        self._log({"event": "precision", "step": self.step, **self.precision.to_dict()})
+        self.checkpointing.log({"event": "precision", "step": self.state.step, **self.precision.to_dict()})
         if self.is_main and self.run_dir is not None:
             record_choice(self.run_dir, self.precision)  # config.json says what `auto` picked
         reason = self.finished()
         with stop.catching_signals():
             while reason is None:
-                for chunk in _chunks(self._epoch_batches(self.epoch, self.batch_in_epoch), cfg.grad_accum):
+                for chunk in _chunks(self._epoch_batches(self.state.epoch, self.state.batch_in_epoch), cfg.grad_accum):
                     loss, ntok = self.train_step(chunk)
                     if not math.isfinite(loss):  # all-reduced: every rank sees it; the update was skipped
                         reason = stop.diverged()
                         break
-                    self.step, self.batch_in_epoch = self.step + 1, self.batch_in_epoch + len(chunk)
-                    self.tokens_seen, tokens_this_run = self.tokens_seen + ntok, tokens_this_run + ntok
+                    self.state.step, self.state.batch_in_epoch = (
+                        self.state.step + 1,
+                        self.state.batch_in_epoch + len(chunk),
+                    )
+                    self.state.tokens_seen, tokens_this_run = self.state.tokens_seen + ntok, tokens_this_run + ntok
                     losses.append(loss)
                     window.add(loss, ntok)
-                    if self.step % cfg.log_every == 0:
-                        self._log_train(window.take(), tokens_this_run, time.monotonic() - start)
+                    if self.state.step % cfg.log_every == 0:
+                        self.checkpointing.log_train(window.take(), tokens_this_run, time.monotonic() - start)
                     if bar is not None:
                         bar.update(
-                            self.step,
+                            self.state.step,
                             loss=f"{loss:.3f}",
-                            epoch=self.epoch,
+                            epoch=self.state.epoch,
                             tok_s=f"{tokens_this_run / max(time.monotonic() - start, 1e-9):.0f}",
                         )
-                    if cfg.eval_every and self.step % cfg.eval_every == 0:
+                    if cfg.eval_every and self.state.step % cfg.eval_every == 0:
                         self._evaluate_and_log()
-                    reason = stop.after_step(self.step, self.epoch)
+                    reason = stop.after_step(self.state.step, self.state.epoch)
                     if reason:
                         break  # the final checkpoint is written by _finish, after the final eval
-                    if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
-                        self.save_checkpoint()
+                    if cfg.checkpoint_every and self.state.step % cfg.checkpoint_every == 0:
+                        self.checkpointing.save_checkpoint()
                 else:
-                    self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-                    reason = stop.after_epoch(self.step, self.epoch)
+                    self.state.epoch, self.state.batch_in_epoch = self.state.epoch + 1, 0
+                    reason = stop.after_epoch(self.state.step, self.state.epoch)
             if bar is not None:
                 bar.close()
             # Still catching signals: a Ctrl-C during the final evaluation does not lose the weights.
@@ -285,32 +286,32 @@ class Trainer(TrainerState):
             reason = self.stop.diverged()
         exit_code = {"signal": self.stop.exit_code, "non_finite_loss": 1}.get(reason, 0)
         failure = None
-        if exit_code == 0 and (not self.cfg.eval_every or self.step % self.cfg.eval_every != 0):
+        if exit_code == 0 and (not self.cfg.eval_every or self.state.step % self.cfg.eval_every != 0):
             try:
                 self._evaluate_and_log()
             except Exception as exc:  # noqa: BLE001 — saved first, raised below: never lose the weights
                 failure = exc
         last = window.take()
-        self._log(
+        self.checkpointing.log(
             {
                 "event": "end",
-                "step": self.step,
-                "epoch": self.epoch,
+                "step": self.state.step,
+                "epoch": self.state.epoch,
                 "stop_reason": reason,
                 "loss": last,
                 "elapsed_s": elapsed,
             }
         )
         if reason == "signal":
-            self.save_checkpoint()
+            self.checkpointing.save_checkpoint()
         elif reason != "non_finite_loss":
-            self.save_final()
+            self.checkpointing.save_final()
         if failure is not None:
             raise failure
         return TrainResult(
             self.run_dir,
-            self.step,
-            self.epoch,
+            self.state.step,
+            self.state.epoch,
             last,
             reason,
             self.best_bleu,
@@ -325,7 +326,7 @@ class Trainer(TrainerState):
         total = self._steps_per_epoch() * self.cfg.epochs
         if self.cfg.max_steps is not None:
             total = min(total, self.cfg.max_steps)
-        return Progress(total, initial=self.step)
+        return Progress(total, initial=self.state.step)
 
 
 def _chunks(iterable, size: int) -> Iterator[list]:
