@@ -82,7 +82,6 @@ def validation_batches(examples: Sequence, src_vocab, tgt_vocab, batch_size: int
 
 
 def _loss(model: nn.Module, batch) -> tuple[Tensor, Tensor]:
-
     logits = model(batch.src, batch.tgt_in, batch.src_valid_lens)
     return sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens)
 
@@ -215,7 +214,6 @@ def evaluate_with_masks(
 
 
 def _reference_text(text: str, vocab) -> str:
-
     return reference_text(text, vocab)
 
 

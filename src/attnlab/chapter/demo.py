@@ -121,7 +121,6 @@ def four_sentences(trained: TrainedModel) -> list[list]:
 
 
 def draw_attention(trained: TrainedModel, sentence: str, fig_dir: Path) -> list[Path]:
-
     figures = attention_figures(explain(load_translator(trained.run_dir), sentence))
     return [save_figure(fig, fig_dir / f"{trained.name}_{name}", ("png", "svg"))[0] for name, fig in figures]
 

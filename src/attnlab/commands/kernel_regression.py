@@ -46,7 +46,6 @@ def _validate(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from attnlab.chapter.nadaraya_watson import kernel_regression
     from attnlab.chapter.report import format_table, prepare_output_dir
 

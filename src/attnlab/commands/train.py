@@ -186,7 +186,6 @@ def _configs(args, over: dict[str, dict]):
 
 
 def run(args) -> int:
-
     from attnlab.runs.config import read_run_config
     from attnlab.training.config import TrainConfig
     from attnlab.training.launch import check_out_dir, resume_run, train_run

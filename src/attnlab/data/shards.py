@@ -140,7 +140,6 @@ def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: i
 
 # --------------------------------------------------------------------------- writing
 def _hash_specs(specs: Sequence[str | None]) -> str:
-
     h = hashlib.sha256()
     for spec in specs:
         for p in split_spec(spec) if spec else []:

@@ -98,7 +98,6 @@ class ShardedExamples(Sequence):
         )
 
     def _shard_plan(self, k: int, opts: dict, shuffle: bool, rng) -> list[list[int]]:
-
         lens = np.asarray(self.lengths(k), np.int64)
         if opts["num_steps"] is not None:
             padded = np.full(len(lens), opts["num_steps"], np.int64)

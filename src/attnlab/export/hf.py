@@ -27,22 +27,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.utils.files import atomic_dir
-
-if TYPE_CHECKING:
-    pass
 from attnlab.attention.positional import sinusoidal_encoding
 from attnlab.data.spm import SentencePieceVocab
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.models.config import ACTIVATIONS
 from attnlab.runs.config import write_run_config
 from attnlab.runs.weights import save_weights
-from attnlab.utils.files import read_json
+from attnlab.utils.files import atomic_dir, read_json
 
 __all__ = ["import_hf", "marian_to_config", "config_to_marian"]  # export: attnlab.export.hf_export
 
@@ -231,7 +226,6 @@ def _get(weights: dict[str, Tensor], *keys: str) -> Tensor:
 
 # --------------------------------------------------------------------------- tokenizers
 def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
-
     tok_cfg = {}
     if (source / "tokenizer_config.json").is_file():
         tok_cfg = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))

@@ -14,7 +14,6 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import save_file
@@ -23,9 +22,6 @@ from torch import Tensor, nn
 from attnlab.runs.layout import CHECKPOINTS, MANIFEST_FILE, META_FILE, STATE_FILE, WEIGHTS_FILE
 from attnlab.runs.weights import read_weights, save_weights
 from attnlab.utils.files import atomic_dir, atomic_path, json_safe, read_json, write_json
-
-if TYPE_CHECKING:
-    pass
 
 
 # --------------------------------------------------------------------------- checkpoints

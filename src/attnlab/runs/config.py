@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from attnlab import __version__
 from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE
 from attnlab.utils.files import read_json, write_json
 from attnlab.utils.precision import PrecisionChoice
-
-if TYPE_CHECKING:
-    pass
-from attnlab import __version__
 
 
 # --------------------------------------------------------------------------- run config
@@ -27,7 +23,6 @@ def write_run_config(
     src_vocab,
     tgt_vocab,
 ) -> None:
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     src_vocab.save(run_dir / SRC_VOCAB_FILE)

@@ -11,31 +11,12 @@ run_dir/
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
 
 CONFIG_FILE = "config.json"
-
-
 WEIGHTS_FILE = "model.safetensors"
-
-
 STATE_FILE = "trainer_state.pt"
-
-
 META_FILE = "meta.json"
-
-
 MANIFEST_FILE = "manifest.json"
-
-
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
-
-
 CHECKPOINTS = "checkpoints"
-
-
 DEFAULT_RUN = Path("runs") / "demo" / "transformer"

@@ -290,7 +290,6 @@ def create_app(
 
 
 def _version() -> str:
-
     return __version__
 
 

@@ -63,16 +63,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-# --------------------------------------------------------------------------- atomic files
-def _atomic_write(path: Path, write) -> None:
-    """Call write(tmp_path) on a temp file beside `path`, then rename it into place."""
-    with atomic_path(path) as tmp:
-        write(tmp)
-
-
+# --------------------------------------------------------------------------- JSON
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    text = json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
-    _atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 def read_json(path: str | os.PathLike) -> Any:
