@@ -16,8 +16,9 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# A second demo refuses to replace the first: `make demo DEMO_FLAGS=--force` replaces it.
 demo: $(VENV)/.installed
-	$(VENV)/bin/attnlab demo
+	$(VENV)/bin/attnlab demo $(DEMO_FLAGS)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

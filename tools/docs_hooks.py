@@ -26,7 +26,7 @@ API_PAGES = {
     "models": ("attnlab.models", "Translators and kernel regression, built from the attention layer."),
     "decoding": ("attnlab.decoding", "Greedy and beam search over the decoding protocol, and the Translator."),
     "metrics": ("attnlab.metrics", "BLEU (the book's and sacreBLEU's) and chrF."),
-    "runs": ("attnlab.runs", "The run folder: config, checkpoints, weights and `load_translator`."),
+    "runs": ("attnlab.runs", "The run folder: config, checkpoints, weights, `load_translator`, the output guard."),
     "viz": ("attnlab.viz", "Heatmaps and the chapter's plots (matplotlib Figures)."),
     "training": ("attnlab.training", "Training: config, trainer, stop policy, presets, whole runs."),
     "analysis": ("attnlab.analysis", "Inside a trained model: explanations, heads, subwords, notebook views."),

@@ -69,4 +69,4 @@ def test_unwritable_output_fails_before_work(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["scaling", "--out", str(blocker / "sub")]) == 2
-    assert "not writable" in capsys.readouterr().err
+    assert "which is a file" in capsys.readouterr().err

@@ -81,7 +81,7 @@ def test_encode_source_is_the_one_check():
 
 
 def test_learned_positions_cap_the_output_and_never_fail_the_batch():
-    """Issue 12 item 2: a 6-row learned position table; 2S+10 would ask for 22 decoder positions."""
+    """A 6-row learned position table; 2S+10 would ask for 22 decoder positions."""
     model, src, tgt = tiny(learned_positions=True, max_len=6)
     t = Translator(model, src, tgt, max_len=6)
     assert t.output_limit(6) == 6 and t.output_limit(1) == 6

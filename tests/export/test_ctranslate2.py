@@ -132,7 +132,7 @@ def test_export_settings_and_int8(exported, tmp_path):
     # One vocabulary on both sides is saved once (shared_vocabulary.json), else one file per side.
     vocab_file = next(p for p in (out / "shared_vocabulary.json", out / "source_vocabulary.json") if p.is_file())
     assert json.loads(vocab_file.read_text()) == translator.src_vocab.idx_to_token
-    run = json.loads((out / "attnlab_export.json").read_text())["source_run"]
+    run = json.loads((out / "attnlab-output.json").read_text())["source_run"]
     q = tmp_path / "int8"
     assert (
         main(["export", "--checkpoint", run, "--format", "ctranslate2", "--out", str(q), "--quantization", "int8"]) == 0
@@ -145,7 +145,7 @@ def test_export_settings_and_int8(exported, tmp_path):
 
 def test_export_errors_are_one_line(exported, tmp_path, capsys):
     translator, _, _, out = exported
-    run = json.loads((out / "attnlab_export.json").read_text())["source_run"]
+    run = json.loads((out / "attnlab-output.json").read_text())["source_run"]
     # An existing export is replaced only with --force; any other folder never.
     assert main(["export", "--checkpoint", run, "--format", "ctranslate2", "--out", str(out)]) == 2
     assert "--force" in capsys.readouterr().err
@@ -153,7 +153,7 @@ def test_export_errors_are_one_line(exported, tmp_path, capsys):
     other.mkdir()
     (other / "notes.txt").write_text("keep me")
     assert main(["export", "--checkpoint", run, "--format", "ctranslate2", "--out", str(other), "--force"]) == 2
-    assert "not an attnlab CTranslate2 export" in capsys.readouterr().err
+    assert "holds no attnlab output" in capsys.readouterr().err
     assert (other / "notes.txt").read_text() == "keep me"
     # A Bahdanau run is refused with one line.
     vocab = translator.src_vocab

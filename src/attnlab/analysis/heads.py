@@ -32,6 +32,7 @@ from attnlab.data import iterate_batches
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from attnlab.runs.loading import load_translator
+from attnlab.runs.outputs import claim_output, write_output
 from attnlab.runs.weights import save_weights
 from attnlab.training.loss import sequence_loss
 from attnlab.utils.files import write_json
@@ -289,9 +290,7 @@ def save_pruned_run(run_dir: str | os.PathLike, heads: Mapping[str, Sequence[int
     run folder at `out_dir` (config with `pruned_heads`, vocabularies, weights) that `load_translator`
     opens like any other. Returns the pruned Translator."""
 
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise ValueError(f"{out_dir} is not empty; pass a new folder for the pruned model")
+    claim = claim_output(out_dir, "run", sources=[run_dir])  # a new folder: a pruned copy never replaces a run
     translator = load_translator(run_dir)
     if not hasattr(translator.model, "prune_heads"):
         raise ValueError(f"{type(translator.model).__name__} cannot be pruned; only Transformers have heads to remove")
@@ -299,11 +298,11 @@ def save_pruned_run(run_dir: str | os.PathLike, heads: Mapping[str, Sequence[int
     model.prune_heads({name: list(idx) for name, idx in heads.items()})
     cfg = dict(translator.config)
     cfg["model"] = model.config.to_dict()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    translator.src_vocab.save(out_dir / SRC_VOCAB_FILE)
-    translator.tgt_vocab.save(out_dir / TGT_VOCAB_FILE)
-    save_weights(model, out_dir / WEIGHTS_FILE)
-    write_json(out_dir / CONFIG_FILE, cfg)  # last: a folder with a config is a complete run
+    with write_output(claim, {"pruned_from": str(Path(run_dir).resolve())}) as tmp:
+        translator.src_vocab.save(tmp / SRC_VOCAB_FILE)
+        translator.tgt_vocab.save(tmp / TGT_VOCAB_FILE)
+        save_weights(model, tmp / WEIGHTS_FILE)
+        write_json(tmp / CONFIG_FILE, cfg)
     return translator
 
 

@@ -10,7 +10,6 @@ matter. The trained Transformer is saved where `attnlab translate` and `attnlab 
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from attnlab.analysis.figures import plot_importance, plot_pruning_curves
 from attnlab.chapter.cues import attention_cues
 from attnlab.chapter.nadaraya_watson import kernel_regression
 from attnlab.chapter.parameters import params
-from attnlab.chapter.report import Section, format_table, prepare_output_dir, write_report
+from attnlab.chapter.report import Section, format_table, write_report
 from attnlab.chapter.scoring_functions import scaling
 from attnlab.chapter.self_attention import positional_encoding
 from attnlab.chapter.time_to_quality import time_to_quality_section
@@ -34,6 +33,7 @@ from attnlab.data import ATTRIBUTION, BOOK_EVAL_PAIRS, load_data, resolve_data_p
 from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text
 from attnlab.runs.config import read_run_config
 from attnlab.runs.loading import load_translator
+from attnlab.runs.outputs import claim_output, write_output
 from attnlab.training.config import TrainConfig
 from attnlab.training.launch import train_run
 from attnlab.training.presets import get_preset
@@ -93,23 +93,19 @@ def find_data(path: str | None) -> tuple[Path, str]:
 
 
 def train_model(name, model_type, preset, train_over, data_over, data_path, out: Path, seed: int) -> TrainedModel:
-    """Train one preset into out/<name>. It is trained into a temp folder and renamed at the end, so a
-    re-run or a Ctrl-C never leaves a half-trained model where translate/serve look."""
+    """Train one preset into out/<name> (the demo's own temp folder: see `run_demo`)."""
 
     spec = get_preset(model_type, preset)
     train_cfg = TrainConfig.from_dict({**spec["train"], **train_over, "seed": seed})
     data_cfg = {**spec["data"], **data_over, "path": str(data_path)}
-    final, tmp = out / name, out / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    run_dir = out / name
     print(f"\n== training {name}: {model_type}, preset {preset} ==")
     t0 = time.perf_counter()
-    result = train_run(model_type, spec["model"], train_cfg, data_cfg, tmp)
+    result = train_run(model_type, spec["model"], train_cfg, data_cfg, run_dir)
     seconds = time.perf_counter() - t0
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
     loss = f"{result.train_loss:.4f}" if result.train_loss is not None else "n/a"
     print(f"{name}: {result.step} steps in {seconds:.0f} s, final training loss {loss} ({result.stop_reason})")
-    return TrainedModel(name, model_type, preset, final, result, seconds)
+    return TrainedModel(name, model_type, preset, run_dir, result, seconds)
 
 
 def four_sentences(trained: TrainedModel) -> list[list]:
@@ -163,7 +159,8 @@ def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
     seconds = time.perf_counter() - t0
     heads_dir = trained.run_dir / "heads"
     heads_dir.mkdir(exist_ok=True)
-    write_json(heads_dir / "heads.json", {"checkpoint": str(trained.run_dir), "split": "valid", **report})
+    # The checkpoint is named as the run's folder in the finished demo, not the temp folder it is built in.
+    write_json(heads_dir / "heads.json", {"checkpoint": trained.name, "split": "valid", **report})
     figures = [
         save_figure(plot_importance(report), fig_dir / f"{trained.name}_head_importance", ("png", "svg"))[0],
         save_figure(plot_pruning_curves(report), fig_dir / f"{trained.name}_pruning", ("png", "svg"))[0],
@@ -209,20 +206,36 @@ def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
     return Section("Which heads matter", paragraph, figures=figures, tables=[(headers, rows)])
 
 
-def run_demo(out: str | Path, data: str | None = None, scale: str = "full", seed: int = 0) -> Path:
+def run_demo(out: str | Path, data: str | None = None, scale: str = "full", seed: int = 0, force: bool = False) -> Path:
     """The whole chapter into `out`: the section demonstrations, then the translators of `SCALES[scale]`
     trained on the corpus at `data` (or the bundled sample), each scored and drawn; returns report.html.
-    Progress goes to stdout as it happens (a full run takes minutes)."""
+    Progress goes to stdout as it happens (a full run takes minutes).
+
+    `out` must be new, or (with `force`) an earlier demo holding nothing else (`attnlab.runs.outputs`).
+    The demo is built in a temp folder beside it and renamed into place at the end, so a Ctrl-C or a
+    failure leaves the earlier demo (or nothing) where translate and serve look."""
 
     check_seed(seed)
     if scale not in SCALES:
         raise ValueError(f"unknown demo scale {scale!r}; expected one of {sorted(SCALES)}")
     # The corpus is found (or refused) before any work: a wrong --data must not cost the chapter's demos.
     data_path, data_note = find_data(data)
-    out = prepare_output_dir(out)  # fails before any work when the folder is not writable
+    claim = claim_output(out, "demo", force=force, sources=[data_path])
+    started = time.perf_counter()
+    with write_output(claim, {"scale": scale, "seed": seed}) as tmp:
+        _build_demo(tmp, data_path, data_note, scale, seed)
+    out = claim.path
+    print(f"\nreport: {out / 'report.html'}  ({time.perf_counter() - started:.0f} s in all)")
+    print(
+        f'the trained Transformer is in {out / "transformer"}: try `attnlab translate "i\'m home ."` or `attnlab serve`'
+    )
+    print(f"data: {ATTRIBUTION}")
+    return out / "report.html"
+
+
+def _build_demo(out: Path, data_path: Path, data_note: str, scale: str, seed: int) -> None:
     fig_dir = out / "figures"
     tiny = scale == "tiny"
-    started = time.perf_counter()
     sections: list[Section] = []
 
     # 1. The chapter's demonstrations: numbers, tables, figures.
@@ -338,10 +351,4 @@ def run_demo(out: str | Path, data: str | None = None, scale: str = "full", seed
         if t.name == "transformer":
             sections.append(which_heads(t, fig_dir, limit=30 if tiny else 150))
 
-    report = write_report(out / "report.html", sections, title="attnlab: the attention chapter")
-    print(f"\nreport: {report}  ({time.perf_counter() - started:.0f} s in all)")
-    print(
-        f'the trained Transformer is in {out / "transformer"}: try `attnlab translate "i\'m home ."` or `attnlab serve`'
-    )
-    print(f"data: {ATTRIBUTION}")
-    return report
+    write_report(out / "report.html", sections, title="attnlab: the attention chapter")

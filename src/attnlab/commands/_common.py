@@ -12,15 +12,31 @@ def add_command(subparsers, name: str, help: str, doc: str | None) -> argparse.A
     return subparsers.add_parser(name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def add_force(p: argparse.ArgumentParser, what: str) -> None:
+    """--force: replace `what` (an earlier output of the same kind; attnlab.runs.outputs refuses the rest)."""
+    p.add_argument("--force", action="store_true", help=f"replace {what}; never anything else")
+
+
 def add_figures_command(subparsers, name: str, help: str, doc: str | None) -> argparse.ArgumentParser:
     """A chapter command: `add_command` plus --out, the folder for its figures (default runs/NAME)."""
     p = add_command(subparsers, name, help, doc)
     p.add_argument("--out", default=f"runs/{name}", help="folder for PNG+SVG figures")
+    add_force(p, "earlier chapter figures in --out")
     return p
 
 
-def save_figures(result, out: Path) -> None:
-    """Write a chapter section's figures into `out`, then print its paragraph and the figures' names."""
-    section = result.save(out)
+def claim_figures(args):
+    """The --out folder of a chapter command, claimed before any work (attnlab.runs.outputs)."""
+    from attnlab.runs.outputs import claim_output
+
+    return claim_output(args.out, "figures", force=args.force)
+
+
+def save_figures(result, claim) -> None:
+    """Write a chapter section's figures into the claimed folder, then print its paragraph and their names."""
+    from attnlab.runs.outputs import write_output
+
+    with write_output(claim) as tmp:
+        section = result.save(tmp)
     print(f"\n{result.paragraph}\n")
-    print(f"figures (PNG + SVG) in {out}: {', '.join(Path(p).stem for p in section.figures)}")
+    print(f"figures (PNG + SVG) in {claim.path}: {', '.join(Path(p).stem for p in section.figures)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_command, add_force
 
 
 def add_parser(subparsers) -> None:
@@ -17,11 +17,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--checkpoint", metavar="DIR", required=True, help="run folder")
     p.add_argument("--last", type=int, default=5, metavar="K", help="how many of the newest checkpoints (default 5)")
     p.add_argument("--out", metavar="FILE", help="output .safetensors (default: DIR/averaged_lastK.safetensors)")
+    add_force(p, "earlier averaged weights in --out")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from attnlab.runs.checkpoints import average_checkpoints, list_checkpoints, save_tensors
+    from attnlab.runs.outputs import OUTPUT_METADATA, claim_output_file, write_output_file
     from attnlab.utils.checks import check_range
 
     check_range("--last", args.last, 1, integer=True, none_ok=True)
@@ -36,8 +38,12 @@ def run(args) -> int:
         )
     chosen = ckpts[-args.last :]
     out = Path(args.out) if args.out else run_dir / f"averaged_last{args.last}.safetensors"
+    claim = claim_output_file(out, "averaged", force=args.force)  # before reading any checkpoint
     averaged = average_checkpoints(chosen)
-    save_tensors(averaged, out, metadata={"averaged": ",".join(p.name for p in chosen)})
+    with write_output_file(claim) as tmp:
+        save_tensors(
+            averaged, tmp, metadata={"averaged": ",".join(p.name for p in chosen), OUTPUT_METADATA: "averaged"}
+        )
     print(f"averaged {len(chosen)} checkpoints ({', '.join(p.name for p in chosen)})")
     print(f"saved to {out}; use it with --weights {out}")
     return 0

@@ -12,7 +12,7 @@ which attnlab ships); the trained Transformer is saved where `attnlab translate`
 
 from __future__ import annotations
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_command, add_force
 
 
 def add_parser(subparsers) -> None:
@@ -26,11 +26,12 @@ def add_parser(subparsers) -> None:
         help="full (≤ 10 min on 2 cores, the default) or tiny (seconds, for tests)",
     )
     p.add_argument("--seed", type=int, default=0, help="one seed for every generator (0..2**32-1)")
+    add_force(p, "an earlier demo in --out (only if it holds nothing else)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from attnlab.chapter.demo import run_demo
 
-    run_demo(args.out, data=args.data, scale=args.scale, seed=args.seed)
+    run_demo(args.out, data=args.data, scale=args.scale, seed=args.seed, force=args.force)
     return 0

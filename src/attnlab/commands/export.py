@@ -6,7 +6,7 @@ attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2
 
 from __future__ import annotations
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_command, add_force
 from attnlab.runs.layout import DEFAULT_RUN
 
 
@@ -23,14 +23,14 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--weights", metavar="FILE", help="other weights for that run (checkpoint folder or .safetensors)")
     p.add_argument("--format", required=True, choices=sorted(FORMATS), help=formats)
-    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must be new, or an earlier export)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (a new one)")
     p.add_argument(
         "--quantization",
         default="float32",
         choices=["float32", "int8", "int8_float32"],
         help="ctranslate2 weight type (default float32)",
     )
-    p.add_argument("--force", action="store_true", help="replace an earlier export in --out")
+    add_force(p, "an earlier export of the same format in --out")
     p.set_defaults(func=run)
 
 

@@ -10,9 +10,7 @@ writes a pruned copy of the model (a complete run folder) to OUT/pruned.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_command, add_force
 from attnlab.commands.translate import add_checkpoint_args, open_translator
 
 
@@ -20,6 +18,7 @@ def add_parser(subparsers) -> None:
     p = add_command(subparsers, "heads", "head analysis: behaviour, importance, pruning curves", __doc__)
     add_checkpoint_args(p)
     p.add_argument("--out", metavar="DIR", required=True, help="folder for heads.json and the figures")
+    add_force(p, "an earlier head analysis in --out")
     p.add_argument("--split", choices=["train", "valid", "test"], default="valid")
     p.add_argument(
         "--limit",
@@ -62,6 +61,7 @@ def run(args) -> int:
     from attnlab.analysis import analyze_heads, save_pruned_run
     from attnlab.analysis.figures import plot_importance, plot_pruning_curves
     from attnlab.analysis.heads import attention_kinds, head_masks_check
+    from attnlab.runs.outputs import claim_output, write_output
     from attnlab.training.launch import load_run_data
     from attnlab.utils.files import write_json
     from attnlab.viz.files import save_figure
@@ -71,9 +71,7 @@ def run(args) -> int:
     if args.beam < 1 or args.beam > 64:
         raise ValueError(f"--beam must lie in [1, 64], got {args.beam}")
     prune = parse_prune(args.prune)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; pass a folder")
+    claim = claim_output(args.out, "heads", force=args.force, sources=[args.checkpoint])
     translator = open_translator(args)
     attention_kinds(translator.model)  # a Bahdanau model fails here, before any work
     head_masks_check(translator.model, prune)  # bad module names / head indices, before any work
@@ -81,16 +79,17 @@ def run(args) -> int:
     examples = getattr(data, args.split)[: args.limit]
     report = analyze_heads(translator, examples, bleu=not args.no_bleu, beam=args.beam, curve=not args.no_curve)
 
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "heads.json", {"checkpoint": str(args.checkpoint), "split": args.split, **report})
-    written = save_figure(plot_importance(report), out / "importance")
-    if "pruning_curves" in report:
-        written += save_figure(plot_pruning_curves(report), out / "pruning")
+    names = ["heads.json", "importance"] + (["pruning"] if "pruning_curves" in report else [])
+    with write_output(claim) as tmp:  # every file appears at once, after the last check passed
+        write_json(tmp / "heads.json", {"checkpoint": str(args.checkpoint), "split": args.split, **report})
+        save_figure(plot_importance(report), tmp / "importance")
+        if "pruning_curves" in report:
+            save_figure(plot_pruning_curves(report), tmp / "pruning")
+        if prune:
+            save_pruned_run(args.checkpoint, prune, tmp / "pruned")
+            names.append("pruned")
     print_table(report)
-    if prune:
-        save_pruned_run(args.checkpoint, prune, out / "pruned")
-        written.append(out / "pruned")
-    print("wrote " + ", ".join(str(p) for p in [out / "heads.json", *written]))
+    print(f"wrote {claim.path}: " + ", ".join(names))
     return 0
 
 

@@ -8,7 +8,7 @@ run folder that translate, evaluate, attention and serve use as they are.
 
 from __future__ import annotations
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_command, add_force
 
 FORMATS = ("hf",)
 
@@ -17,13 +17,14 @@ def add_parser(subparsers) -> None:
     p = add_command(subparsers, "import", "import a Hugging Face Marian (OPUS-MT) model as a run folder", __doc__)
     p.add_argument("format", choices=FORMATS, help="hf: a folder saved by MarianMTModel.save_pretrained")
     p.add_argument("source", metavar="SOURCE", help="local folder with config.json, weights and tokenizer files")
-    p.add_argument("--out", required=True, metavar="DIR", help="run folder to write (new, or an attnlab run)")
+    p.add_argument("--out", required=True, metavar="DIR", help="run folder to write (a new one)")
+    add_force(p, "an earlier run in --out")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from attnlab.export.hf import import_hf
 
-    out = import_hf(args.source, args.out)
+    out = import_hf(args.source, args.out, force=args.force)
     print(f'imported {args.source} -> {out}; try: attnlab translate --checkpoint {out} "Hello."')
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlab.commands._common import add_figures_command, save_figures
+from attnlab.commands._common import add_figures_command, claim_figures, save_figures
 
 
 def add_parser(subparsers) -> None:
@@ -47,10 +47,10 @@ def _validate(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.chapter.nadaraya_watson import kernel_regression
-    from attnlab.chapter.report import format_table, prepare_output_dir
+    from attnlab.chapter.report import format_table
 
     kernels = _validate(args)
-    out = prepare_output_dir(args.out)  # fail before any work if we cannot write the figures
+    claim = claim_figures(args)  # before any work: the folder is new or earlier figures (--force)
     result = kernel_regression(
         seed=args.seed, bandwidth=args.bandwidth, epochs=args.epochs, lr=args.lr, n_train=args.n_train, kernels=kernels
     )
@@ -58,5 +58,5 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(headers, rows))
     losses = result.data["losses"]
     print(f"\nleave-one-out MSE per epoch: {', '.join(f'{x:.4f}' for x in losses)}")
-    save_figures(result, out)
+    save_figures(result, claim)
     return 0

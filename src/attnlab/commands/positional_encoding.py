@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlab.commands._common import add_figures_command, save_figures
+from attnlab.commands._common import add_figures_command, claim_figures, save_figures
 
 # The rotation identity is exact math; float32 encodings reproduce it to about 1e-6.
 TOLERANCE = 1e-5
@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.chapter.report import format_table, prepare_output_dir
+    from attnlab.chapter.report import format_table
     from attnlab.chapter.self_attention import positional_encoding
     from attnlab.utils.checks import check_range
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_hiddens % 2:
         raise ValueError(f"--num-hiddens must be even (sine and cosine pairs), got {args.num_hiddens}")
     check_range("--num-steps", args.num_steps, 2, 1000, integer=True)
-    out = prepare_output_dir(args.out)
+    claim = claim_figures(args)  # before any work: the folder is new or earlier figures (--force)
     result = positional_encoding(args.num_hiddens, args.num_steps)
     binary, checks = result.tables
     print("Binary counting vs encoding columns (higher bit / higher column = lower frequency):")
@@ -44,5 +44,5 @@ def run(args: argparse.Namespace) -> int:
         f"\nmax |PE(pos+k) - M_k PE(pos)| over all k, pos: {err:.2e} "
         f"({'OK' if err <= TOLERANCE else 'FAILED'}, tolerance {TOLERANCE:g})"
     )
-    save_figures(result, out)
+    save_figures(result, claim)
     return 0 if err <= TOLERANCE else 1

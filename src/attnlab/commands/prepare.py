@@ -9,7 +9,7 @@ Bad lines (empty, over-long, undecodable, no tab) are skipped and reported per f
 
 from __future__ import annotations
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_command, add_force
 
 
 def add_parser(subparsers) -> None:
@@ -25,6 +25,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--src-lang", required=True, help="source language code, e.g. de")
     p.add_argument("--tgt-lang", required=True, help="target language code, e.g. en")
     p.add_argument("--out", required=True, metavar="DIR", help="new folder for the shards")
+    add_force(p, "an earlier prepared corpus in --out")
     p.add_argument(
         "--tokenizer",
         choices=["auto", "word", "bpe", "unigram"],
@@ -51,27 +52,32 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from attnlab.data.shards import prepare
+    from attnlab.runs.outputs import claim_output, write_output
 
-    meta = prepare(
-        args.data,
-        args.out,
-        src_lang=args.src_lang,
-        tgt_lang=args.tgt_lang,
-        valid=args.valid,
-        test=args.test,
-        tokenizer=args.tokenizer,
-        vocab_size=args.vocab_size,
-        normalization=args.normalization,
-        min_freq=args.min_freq,
-        max_len=args.max_len,
-        num_examples=args.num_examples,
-        valid_fraction=args.valid_fraction,
-        test_fraction=args.test_fraction,
-        seed=args.seed,
-        shard_size=args.shard_size,
-        workers=args.workers,
-        log=print,
-    )
+    sources = [f for spec in (args.data, args.valid, args.test) if spec for f in spec.split(",")]
+    claim = claim_output(args.out, "prepared", force=args.force, sources=sources)  # before any work
+    with write_output(claim) as tmp:
+        meta = prepare(
+            args.data,
+            tmp,
+            src_lang=args.src_lang,
+            tgt_lang=args.tgt_lang,
+            valid=args.valid,
+            test=args.test,
+            tokenizer=args.tokenizer,
+            vocab_size=args.vocab_size,
+            normalization=args.normalization,
+            min_freq=args.min_freq,
+            max_len=args.max_len,
+            num_examples=args.num_examples,
+            valid_fraction=args.valid_fraction,
+            test_fraction=args.test_fraction,
+            seed=args.seed,
+            shard_size=args.shard_size,
+            workers=args.workers,
+            log=print,
+        )
     n = meta["splits"]["train"]["pairs"]
-    print(f"{n / max(meta['seconds'], 1e-9):.0f} pairs/s; train with: attnlab train --data {args.out}")
+    rate = n / max(meta["seconds"], 1e-9)
+    print(f"wrote {args.out} ({rate:.0f} pairs/s); train with: attnlab train --data {args.out}")
     return 0

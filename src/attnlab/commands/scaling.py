@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlab.commands._common import add_figures_command, save_figures
+from attnlab.commands._common import add_figures_command, claim_figures, save_figures
 
 
 def add_parser(subparsers) -> None:
@@ -20,7 +20,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.chapter.report import format_table, prepare_output_dir
+    from attnlab.chapter.report import format_table
     from attnlab.chapter.scoring_functions import scaling
     from attnlab.utils.checks import check_range, check_seed
 
@@ -28,9 +28,9 @@ def run(args: argparse.Namespace) -> int:
     check_range("--samples", args.samples, 1, 100_000, integer=True)
     check_range("--num-keys", args.num_keys, 2, 4096, integer=True)
     check_seed(args.seed)
-    out = prepare_output_dir(args.out)
+    claim = claim_figures(args)  # before any work: the folder is new or earlier figures (--force)
     result = scaling(samples=args.samples, num_keys=args.num_keys, seed=args.seed)
     for headers, rows in result.tables:
         print(format_table(headers, rows))
-    save_figures(result, out)
+    save_figures(result, claim)
     return 0

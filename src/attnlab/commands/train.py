@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_command, add_force
 
 # flag -> (section, key): the common overrides get their own flags; `--set` reaches every field.
 _FLAGS = {
@@ -66,7 +66,10 @@ def add_parser(subparsers) -> None:
         "--preset", help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, d2l for Bahdanau)"
     )
     p.add_argument("--out", help="run folder (default: runs/<model>-<preset>)")
-    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
+    p.add_argument(
+        "--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint (or from step 0 if none)"
+    )
+    add_force(p, "an earlier run in --out (its checkpoints are deleted)")
     p.add_argument(
         "--data",
         metavar="PATH",
@@ -137,7 +140,7 @@ def _argv(args) -> list[str]:
             argv += [f"--{name.replace('_', '-')}", str(value)]
     for item in args.set:
         argv += ["--set", item]
-    return argv + (["--no-progress"] if args.no_progress else [])
+    return argv + (["--no-progress"] if args.no_progress else []) + (["--force"] if args.force else [])
 
 
 def _launch_torchrun(args) -> int:
@@ -188,7 +191,7 @@ def _configs(args, over: dict[str, dict]):
 def run(args) -> int:
     from attnlab.runs.config import read_run_config
     from attnlab.training.config import TrainConfig
-    from attnlab.training.launch import check_out_dir, resume_run, train_run
+    from attnlab.training.launch import claim_run_dir, resume_run, train_run
     from attnlab.utils.runtime import distributed_info
 
     _check_nproc(args.nproc)
@@ -209,7 +212,7 @@ def run(args) -> int:
 
         out = args.out or os.path.join("runs", f"{args.model}-{args.preset or DEFAULT_PRESET[args.model]}")
         if "RANK" not in os.environ or os.environ["RANK"] == "0":
-            check_out_dir(out)
+            claim_run_dir(out, force=args.force)
     if launching:  # everything checked once here, not once per process
         return _launch_torchrun(args)
     _init_distributed()
@@ -232,7 +235,13 @@ def run(args) -> int:
     else:
         train_config = TrainConfig.from_dict({**train_config.to_dict(), **over["train"]})
         result = train_run(
-            args.model, preset["model"], train_config, preset["data"], out, progress=not args.no_progress
+            args.model,
+            preset["model"],
+            train_config,
+            preset["data"],
+            out,
+            progress=not args.no_progress,
+            force=args.force,
         )
     return _report(result, args.resume or out) if rank == 0 else result.exit_code
 

@@ -334,6 +334,6 @@ def prepare(
         (tmp / META).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
     log(
         f"prepared {meta['splits']['train']['pairs']} train / {meta['splits']['valid']['pairs']} valid / "
-        f"{meta['splits']['test']['pairs']} test pairs into {out} in {seconds:.1f} s"
+        f"{meta['splits']['test']['pairs']} test pairs in {seconds:.1f} s"
     )
     return meta

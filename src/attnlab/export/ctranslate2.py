@@ -30,7 +30,6 @@ which CTranslate2's encoder does not have.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
-from attnlab.utils.files import atomic_dir
+from attnlab.runs.outputs import claim_output, write_output
 
 if TYPE_CHECKING:
     from attnlab.models import Transformer, TransformerDecoderBlock, TransformerEncoderBlock
@@ -46,7 +45,6 @@ from attnlab.runs.loading import load_translator
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32")
 SINUSOID_ROWS = 1024  # positions exported for sinusoidal models (whatever their max_len)
-MARKER = "attnlab_export.json"  # written beside model.bin: what was exported, from where
 
 
 def _require_ctranslate2():
@@ -190,36 +188,31 @@ def export(
     force: bool = False,
 ) -> Path:
     """Write a CTranslate2 model folder for the run folder `run_dir` to `out_dir` (atomically: built in a
-    temp folder beside it, then renamed). `force` replaces an earlier export, never any other folder."""
+    temp folder beside it, then renamed; its attnlab-output.json says what was exported, from where). `force`
+    replaces an earlier CTranslate2 export, never any other folder (see `attnlab.runs.outputs`)."""
 
     if quantization not in QUANTIZATIONS:
         raise ValueError(
             f"unknown CTranslate2 quantization {quantization!r}; expected one of {', '.join(QUANTIZATIONS)}"
         )
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not (out / MARKER).is_file():
-            raise ValueError(f"{out} exists and is not an attnlab CTranslate2 export; choose another --out")
-        if not force:
-            raise ValueError(f"{out} already holds an export; pass --force to replace it")
+    sources = [run_dir] + ([weights] if weights is not None else [])
+    claim = claim_output(out_dir, "export-ctranslate2", force=force, sources=sources)
     _require_ctranslate2()
     translator = load_translator(run_dir, weights=weights)
     spec = build_spec(translator.model, translator.src_vocab, translator.tgt_vocab)
     spec.validate()
     spec.optimize(quantization=quantization)
-    with atomic_dir(out) as tmp:
+    note = {
+        "source_run": str(Path(run_dir).resolve()),
+        "weights": None if weights is None else str(weights),
+        "quantization": quantization,
+        "model": translator.config.get("model", {}),
+        "input": "source tokens as attnlab tokenizes them (attnlab.export.ctranslate2.source_tokens); "
+        "<eos> is appended by the model",
+    }
+    with write_output(claim, note) as tmp:
         spec.save(str(tmp))
-        note = {
-            "format": "ctranslate2",
-            "source_run": str(Path(run_dir).resolve()),
-            "weights": None if weights is None else str(weights),
-            "quantization": quantization,
-            "model": translator.config.get("model", {}),
-            "input": "source tokens as attnlab tokenizes them (attnlab.export.ctranslate2.source_tokens); "
-            "<eos> is appended by the model",
-        }
-        (tmp / MARKER).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
-    return out
+    return claim.path
 
 
 __all__ = ["QUANTIZATIONS", "build_spec", "check_exportable", "export", "source_tokens"]

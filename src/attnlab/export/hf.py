@@ -36,8 +36,9 @@ from attnlab.data.spm import SentencePieceVocab
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.models.config import ACTIVATIONS
 from attnlab.runs.config import write_run_config
+from attnlab.runs.outputs import claim_output, write_output
 from attnlab.runs.weights import save_weights
-from attnlab.utils.files import atomic_dir, read_json
+from attnlab.utils.files import read_json
 
 __all__ = ["import_hf", "marian_to_config", "config_to_marian"]  # export: attnlab.export.hf_export
 
@@ -275,16 +276,12 @@ def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
 
 
 # --------------------------------------------------------------------------- import
-def _check_out(out: Path) -> None:
-    if out.exists() and any(out.iterdir()) and not (out / "config.json").is_file():
-        raise ValueError(f"{out} exists and is not an attnlab run folder; pass an empty or new --out folder")
-
-
-def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
+def import_hf(source: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> Path:
     """Convert a saved MarianMTModel folder into an attnlab run folder `out`; returns `out`.
 
-    Everything is checked and built in memory, then written into a temp folder renamed into place,
-    so a failure never leaves a half-written run.
+    `out` must be new, or (with `force`) an earlier attnlab run that holds nothing else (see
+    `attnlab.runs.outputs`). Everything is checked and built in memory, then written into a temp folder
+    renamed into place, so a failure never leaves a half-written run.
     """
 
     source, out = Path(source), Path(out)
@@ -293,7 +290,7 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
             f"{source / 'config.json'} is missing: SOURCE must be a local folder saved by "
             f"save_pretrained (see README: huggingface-cli download ... --local-dir)"
         )
-    _check_out(out)
+    claim = claim_output(out, "run", force=force, sources=[source])
     hf = read_json(source / "config.json")
     gen = read_json(source / "generation_config.json") if (source / "generation_config.json").is_file() else {}
     cfg_dict = marian_to_config(hf, gen)
@@ -331,7 +328,7 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         zeros = torch.zeros(cfg.tgt_vocab_size)
         model.decoder.dense.bias.copy_(bias.reshape(-1).float() if bias is not None else zeros)
 
-    with atomic_dir(out) as tmp:
+    with write_output(claim) as tmp:
         data = {
             "source": "hf",
             "hf_source": str(source.resolve()),

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from attnlab.export.hf import _weight_map, config_to_marian
-from attnlab.utils.files import atomic_dir
+from attnlab.runs.outputs import claim_output, write_output
 
 if TYPE_CHECKING:
     from attnlab.models import Transformer
@@ -29,30 +29,22 @@ def _hidden_permutation(D: int) -> Tensor:
 
 
 def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=None, force: bool = False) -> Path:
-    """`attnlab export --format hf`: the registry's entry point (see `attnlab.export.FORMATS`).
-    A non-empty `out_dir` is only replaced with `force` (and only when it holds a config.json)."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; pass a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise ValueError(
-            f"{out} already exists and is not empty; pass --force to replace an earlier export "
-            f"or choose a new --out folder"
-        )
-    return export_hf(run_dir, out_dir, weights=weights)
+    """`attnlab export --format hf`: the registry's entry point (see `attnlab.export.FORMATS`)."""
+    return export_hf(run_dir, out_dir, weights=weights, force=force)
 
 
-def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=None) -> Path:
-    """Write an attnlab Transformer run as a MarianMTModel folder (config, weights, tokenizer)."""
+def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=None, force: bool = False) -> Path:
+    """Write an attnlab Transformer run as a MarianMTModel folder (config, weights, tokenizer).
 
+    `out_dir` must be new, or (with `force`) an earlier Hugging Face export (see `attnlab.runs.outputs`)."""
+
+    sources = [run_dir] + ([weights] if weights is not None else [])
+    claim = claim_output(out_dir, "export-hf", force=force, sources=sources)
     try:
         from transformers import MarianConfig, MarianMTModel
     except ImportError as exc:
         raise ValueError("export --format hf needs transformers: pip install 'attnlab[hf]'") from exc
 
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
-        raise ValueError(f"{out_dir} exists, is not empty and holds no config.json; pass a new --out folder")
     tr = load_translator(run_dir, weights=weights)
     if getattr(tr.model, "MODEL_TYPE", None) != "transformer":
         raise ValueError(f"only Transformer runs can be exported to Marian, {run_dir} holds a {tr.model.MODEL_TYPE}")
@@ -86,10 +78,10 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
     if cfg.suppress_tokens:
         hf_model.generation_config.bad_words_ids = [[t] for t in cfg.suppress_tokens]
 
-    with atomic_dir(out_dir) as tmp:
+    with write_output(claim, {"source_run": str(Path(run_dir).resolve())}) as tmp:
         hf_model.save_pretrained(tmp)
         _save_tokenizer(tr.src_vocab, tr.tgt_vocab, tmp)
-    return out_dir
+    return claim.path
 
 
 def _save_tokenizer(src_vocab, tgt_vocab, out: Path) -> None:

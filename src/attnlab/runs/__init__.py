@@ -1,4 +1,5 @@
-"""The run folder on disk: its layout, config.json, checkpoints, weights, and load_translator."""
+"""The run folder on disk: its layout, config.json, checkpoints, weights, load_translator, and the one guard
+for every output attnlab writes (outputs)."""
 
 from .checkpoints import (
     average_checkpoints,
@@ -16,7 +17,9 @@ from .layout import (
     CHECKPOINTS,
     CONFIG_FILE,
     DEFAULT_RUN,
+    LOG_FILE,
     MANIFEST_FILE,
+    MARKER_FILE,
     META_FILE,
     SRC_VOCAB_FILE,
     STATE_FILE,
@@ -24,6 +27,15 @@ from .layout import (
     WEIGHTS_FILE,
 )
 from .loading import load_translator
+from .outputs import (
+    KINDS,
+    claim_output,
+    claim_output_file,
+    output_kind,
+    start_in_place,
+    write_output,
+    write_output_file,
+)
 from .weights import CONFIG_METADATA, check_weights, load_weights, read_header, read_weights, save_weights
 
 __all__ = [
@@ -35,6 +47,8 @@ __all__ = [
     "SRC_VOCAB_FILE",
     "TGT_VOCAB_FILE",
     "CHECKPOINTS",
+    "LOG_FILE",
+    "MARKER_FILE",
     "DEFAULT_RUN",
     "write_run_config",
     "read_run_config",
@@ -55,4 +69,11 @@ __all__ = [
     "average_checkpoints",
     "save_tensors",
     "load_translator",
+    "KINDS",
+    "claim_output",
+    "claim_output_file",
+    "output_kind",
+    "start_in_place",
+    "write_output",
+    "write_output_file",
 ]

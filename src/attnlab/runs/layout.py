@@ -6,6 +6,7 @@ run_dir/
   model.safetensors    final weights
   checkpoints/step_0000500/{model.safetensors, trainer_state.pt, meta.json, manifest.json}
   log.jsonl            one JSON object per event (train / eval / end)
+  attnlab-output.json  the marker: this folder is an attnlab run (runs.outputs)
 """
 
 from __future__ import annotations
@@ -19,4 +20,6 @@ META_FILE = "meta.json"
 MANIFEST_FILE = "manifest.json"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
 CHECKPOINTS = "checkpoints"
+LOG_FILE = "log.jsonl"
+MARKER_FILE = "attnlab-output.json"  # what kind of attnlab output a folder is (runs.outputs)
 DEFAULT_RUN = Path("runs") / "demo" / "transformer"

@@ -6,7 +6,7 @@ from .config import TrainConfig
 from .launch import (
     Say,
     check_model_config,
-    check_out_dir,
+    claim_run_dir,
     load_run_data,
     newest_intact_checkpoint,
     resume_run,
@@ -45,7 +45,7 @@ __all__ = [
     "DEFAULT_PRESET",
     "get_preset",
     "Say",
-    "check_out_dir",
+    "claim_run_dir",
     "check_model_config",
     "train_run",
     "load_run_data",

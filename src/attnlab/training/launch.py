@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from attnlab.models import CONFIGS, build_model
 from attnlab.runs.checkpoints import clean_temp_checkpoints, list_checkpoints, load_trainer_state, verify_checkpoint
 from attnlab.runs.config import read_run_config, write_run_config
 from attnlab.runs.layout import CHECKPOINTS, CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
+from attnlab.runs.outputs import Claim, claim_output, start_in_place
 from attnlab.runs.weights import load_weights
 from attnlab.training.config import TrainConfig
 from attnlab.training.trainer import Trainer, TrainResult
@@ -32,42 +32,10 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def check_out_dir(run_dir: str | os.PathLike) -> Path:
-    """The folder a new run may be written to: absent, or empty, and writable. Raises ValueError
-    otherwise, saying what is there and what to do."""
-    run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"--out {run_dir} is a file, not a folder; choose a new folder for the run")
-    existing = run_dir
-    while not existing.exists():  # the nearest folder that exists is where we would create ours
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"--out {run_dir} lies under {existing}, which is a file; choose a folder elsewhere")
-    try:
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as exc:
-        raise ValueError(
-            f"--out {run_dir}: cannot write in {existing} ({exc.strerror}); choose a folder you can write to"
-        ) from exc
-    if run_dir.is_dir() and any(run_dir.iterdir()):
-        if (run_dir / CONFIG_FILE).is_file() and _is_run(run_dir):
-            raise ValueError(
-                f"{run_dir} already holds a run; continue it with --resume {run_dir} or choose another --out"
-            )
-        raise ValueError(
-            f"{run_dir} is not empty and is not an attnlab run; refusing to write into it. "
-            f"Choose a new folder for --out (or --resume a run folder)"
-        )
-    return run_dir
-
-
-def _is_run(run_dir: Path) -> bool:
-    try:
-        read_run_config(run_dir)
-        return True
-    except (ValueError, FileNotFoundError, TypeError):
-        return False
+def claim_run_dir(run_dir: str | os.PathLike, *, force: bool = False) -> Claim:
+    """The folder a new run may be written to (see `attnlab.runs.outputs`): new, or an earlier run with
+    `force`. Raises ValueError otherwise, saying what is there and what to do."""
+    return claim_output(run_dir, "run", force=force, hint=f"; continue it with --resume {run_dir}")
 
 
 def check_model_config(model_type: str, model_config: Mapping[str, Any]) -> None:
@@ -86,6 +54,7 @@ def train_run(
     run_dir: str | os.PathLike | None,
     *,
     progress: bool = True,
+    force: bool = False,
 ) -> TrainResult:
     """Check everything, load data, build the model (vocabulary sizes from the data), write the run's
     config and vocabularies, and train. The one seed is set before the model is initialised."""
@@ -97,7 +66,7 @@ def train_run(
     check_data_config(data_config)
     rank, _ = distributed_info()
     if run_dir is not None and rank == 0:
-        check_out_dir(run_dir)
+        claim_run_dir(run_dir, force=force)
     seed_everything(train_config.seed)
     data = load_data(data_config)
     # Record the resolved file so `evaluate` rebuilds the same test split without --data.
@@ -106,7 +75,8 @@ def train_run(
     seed_everything(train_config.seed)
     model = build_model(model_type, model_config)
     if run_dir is not None and rank == 0:
-        check_out_dir(run_dir)  # again: loading took a while, and the folder is ours only if still empty
+        # again: loading took a while, and the folder is ours only if still as we found it
+        start_in_place(claim_run_dir(run_dir, force=force))
         assert model.config is not None  # build_model always gives the model its config
         write_run_config(
             run_dir,
@@ -156,6 +126,15 @@ def newest_intact_checkpoint(run_dir: Path, say: Say = _stderr) -> Path:
     )
 
 
+def _check_vocabularies(run_dir: Path, data) -> None:
+    for side, fname in (("src", SRC_VOCAB_FILE), ("tgt", TGT_VOCAB_FILE)):
+        if load_vocab(run_dir / fname) != getattr(data, f"{side}_vocab"):
+            raise ValueError(
+                f"the data rebuilt from {run_dir / CONFIG_FILE} gives a different {side} "
+                f"vocabulary than {run_dir / fname}; was the data file changed?"
+            )
+
+
 def resume_run(
     run_dir: str | os.PathLike, overrides: Mapping[str, Any] | None = None, *, progress: bool = True, say: Say = _stderr
 ) -> TrainResult | str:
@@ -168,14 +147,14 @@ def resume_run(
     rank, _ = distributed_info()
     if rank == 0:
         clean_temp_checkpoints(run_dir)
+    if not list_checkpoints(run_dir):
+        # Killed (or failed) before its first checkpoint: start again in place, as `train` would have.
+        if rank == 0:
+            say(f"attnlab: {run_dir} has no checkpoint yet; training it from step 0 with its config.json")
+        return _restart(run_dir, cfg, train_config, progress)
     last = newest_intact_checkpoint(run_dir, say if rank == 0 else (lambda msg: None))
     data = load_data(cfg["data"])
-    for side, fname in (("src", SRC_VOCAB_FILE), ("tgt", TGT_VOCAB_FILE)):
-        if load_vocab(run_dir / fname) != getattr(data, f"{side}_vocab"):
-            raise ValueError(
-                f"the data rebuilt from {run_dir / CONFIG_FILE} gives a different {side} "
-                f"vocabulary than {run_dir / fname}; was the data file changed?"
-            )
+    _check_vocabularies(run_dir, data)
     model = build_model(cfg["model_type"], cfg["model"])
     load_weights(model, last / WEIGHTS_FILE, what=str(run_dir / CONFIG_FILE))
     trainer = Trainer(model, data, train_config, run_dir, progress=progress)
@@ -186,4 +165,18 @@ def resume_run(
     if overrides and trainer.is_main:
         write_json(run_dir / CONFIG_FILE, {**cfg, "train": train_config.to_dict()})
     trainer.checkpointing.log({"event": "resume", "step": trainer.state.step, "from": last.name})
+    return trainer.fit()
+
+
+def _restart(run_dir: Path, cfg: Mapping[str, Any], train_config: TrainConfig, progress: bool) -> TrainResult:
+    """Train the run at `run_dir` from step 0 as `train_run` started it: the same seeds, data and model."""
+    seed_everything(train_config.seed)
+    data = load_data(cfg["data"])
+    _check_vocabularies(run_dir, data)
+    seed_everything(train_config.seed)
+    model = build_model(cfg["model_type"], cfg["model"])
+    trainer = Trainer(model, data, train_config, run_dir, progress=progress)
+    if trainer.is_main and train_config.to_dict() != cfg.get("train"):
+        write_json(run_dir / CONFIG_FILE, {**cfg, "train": train_config.to_dict()})
+    trainer.checkpointing.log({"event": "restart", "step": 0})
     return trainer.fit()

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from attnlab.runs.checkpoints import prune_checkpoints, save_checkpoint
+from attnlab.runs.layout import LOG_FILE
 from attnlab.runs.weights import save_weights
 from attnlab.training.config import TrainConfig
 from attnlab.training.stop import StopPolicy
@@ -44,7 +45,7 @@ class RunWriter:
     def log(self, event: dict) -> None:
         """One line of log.jsonl: `event` with the wall-clock time."""
         if self.run_dir is not None:
-            append_jsonl(self.run_dir / "log.jsonl", {"time": time.time(), **event})
+            append_jsonl(self.run_dir / LOG_FILE, {"time": time.time(), **event})
 
     def checkpoint(self, model: nn.Module, step: int, trainer_state: Callable[[], dict], meta: dict) -> None:
         """checkpoints/step_NNNNNNN (weights, `trainer_state()`, `meta`), then prune the old ones.
