@@ -189,6 +189,11 @@ class SentencePieceVocab:
                 pieces.append(self.idx_to_token[i])
         return self.sp.decode_pieces(pieces).replace("\u2581", " ").strip()
 
+    def reference_text(self, text: str) -> str:
+        """A corpus sentence as decoded hypotheses read (SentencePiece decodes to cased, detokenized
+        text: only whitespace is normalised), so BLEU compares like with like."""
+        return " ".join(text.split())
+
     # -- files ----------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {
