@@ -52,3 +52,29 @@ def test_heads_with_data(run, tmp_path, capsys, one_thread):
     report = json.loads((tmp_path / "h" / "heads.json").read_text())
     assert report["split"] == "valid" and report["sentences"] == 3
     assert set(report["gradient_importance"]) == set(report["num_heads"]) and len(report["num_heads"]) == 6
+
+
+@pytest.mark.parametrize("errors", ["surrogateescape", "strict"])
+def test_translate_stdin_that_is_not_utf8(run, capsys, monkeypatch, errors, one_thread):
+    """Bytes that are not UTF-8 become U+FFFD with one warning naming the line; outputs stay aligned."""
+    import io
+    import sys
+
+    from attnlab.runs.loading import load_translator
+
+    stdin = io.TextIOWrapper(io.BytesIO(b"The cat\xff sleeps.\n\nThe dog.\n"), encoding="utf-8", errors=errors)
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert main(["translate", "--checkpoint", str(run), "--precision", "fp32"]) == 0
+    captured = capsys.readouterr()
+    want = load_translator(run).translate(["The cat\ufffd sleeps.", "The dog."])
+    assert captured.out.splitlines() == [want[0], "", want[1]]
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and "stdin line 1 is not valid UTF-8" in err, err
+
+
+def test_spm_encode_of_a_lone_surrogate_is_a_value_error(run):
+    from attnlab.data import load_vocab
+
+    vocab = load_vocab(run / "src_vocab.json")
+    with pytest.raises(ValueError, match="not a Unicode character"):
+        vocab.encode("The cat\udcff sleeps.")
