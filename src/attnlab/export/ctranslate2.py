@@ -31,6 +31,7 @@ which CTranslate2's encoder does not have.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
+from attnlab.export.pruning import restore_pruned_heads
 from attnlab.utils.files import atomic_dir
 
 if TYPE_CHECKING:
@@ -99,16 +101,28 @@ def _ffn(spec, ffn, ln: nn.LayerNorm) -> None:
     _norm(spec.layer_norm, ln)
 
 
-def _inputs(spec, stack) -> None:
-    """Embeddings (scaled by sqrt(D) in CTranslate2 too) and the explicit position table (max_len, D)."""
+def _inputs(spec, stack, scale: float) -> None:
+    """Embeddings times `scale` (CTranslate2's own sqrt(D) scaling when that is the factor, else folded into
+    the table) and the explicit position table (max_len, D)."""
     emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: a list
-    emb.weight = stack.embedding.weight.detach().float().clone()
-    spec.scale_embeddings = True
+    weight = stack.embedding.weight.detach().float().clone()
+    sqrt_d = math.sqrt(weight.shape[1])
+    spec.scale_embeddings = math.isclose(scale, sqrt_d)
+    emb.weight = weight if spec.scale_embeddings else weight * scale
     pe = stack.pos_encoding
     # attnlab computes sinusoids past max_len on the fly, CTranslate2 stops at the table's end: export
     # at least SINUSOID_ROWS of them, so long sources and outputs (attnlab caps them at 200) still fit.
     table = pe.embedding.weight if pe.learned else pe.encoding(max(pe.max_len, SINUSOID_ROWS))
     spec.position_encodings.encodings = table.detach().float().clone()
+
+
+def _activation(name: str):
+    from ctranslate2.specs import common_spec
+
+    # attnlab's gelu is the exact (erf) one, as CTranslate2's GELU; swish/silu are one function.
+    return {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}.get(
+        name, common_spec.Activation.SWISH
+    )
 
 
 def check_exportable(model: nn.Module) -> None:
@@ -131,20 +145,21 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
     """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights and vocabularies (fp32)."""
     transformer_spec = _require_ctranslate2()
     check_exportable(model)
-    model = cast("Transformer", model)  # check_exportable accepts Transformers only
+    # One num_heads for every module: pruned heads come back as zeros, which compute the same.
+    model = restore_pruned_heads(cast("Transformer", model))  # check_exportable accepts Transformers only
     c = model.config
     spec = transformer_spec.TransformerSpec.from_config(
-        (c.num_layers, c.num_layers), c.num_heads, pre_norm=c.norm_first
+        (c.num_layers, c.num_layers), c.num_heads, pre_norm=c.norm_first, activation=_activation(c.activation)
     )
     enc, dec = model.encoder, model.decoder
-    _inputs(spec.encoder, enc)
+    _inputs(spec.encoder, enc, c.embedding_scale)
     # nn.ModuleList yields plain Modules to a type checker: name what the stacks hold.
     enc_blocks = cast("list[TransformerEncoderBlock]", list(enc.blocks))
     dec_blocks = cast("list[TransformerDecoderBlock]", list(dec.blocks))
     for layer, block in zip(spec.encoder.layer, enc_blocks):
         _attention(layer.self_attention, block.attention, block.addnorm1.ln, self_attention=True)
         _ffn(layer.ffn, block.ffn, block.addnorm2.ln)
-    _inputs(spec.decoder, dec)
+    _inputs(spec.decoder, dec, c.embedding_scale)
     for layer, dblock in zip(spec.decoder.layer, dec_blocks):
         _attention(layer.self_attention, dblock.self_attention, dblock.addnorm1.ln, self_attention=True)
         _attention(layer.attention, dblock.cross_attention, dblock.addnorm2.ln, self_attention=False)
@@ -153,6 +168,12 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
         _norm(spec.encoder.layer_norm, cast(nn.LayerNorm, enc.final_norm))
         _norm(spec.decoder.layer_norm, cast(nn.LayerNorm, dec.final_norm))
     _linear(spec.decoder.projection, dec.dense)
+    if c.suppress_tokens:  # tokens attnlab never emits (Marian's <pad>): CTranslate2 never picks them either
+        bias = spec.decoder.projection.bias
+        if not isinstance(bias, torch.Tensor):
+            bias = torch.zeros(c.tgt_vocab_size)
+        bias[c.suppress_tokens] = float("-inf")
+        spec.decoder.projection.bias = bias
 
     eps = {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}
     if len(eps) != 1:
