@@ -176,7 +176,9 @@ def test_export_errors_are_one_line(exported, tmp_path, capsys):
 
 def test_local_attention_is_refused_in_one_line(tmp_path, capsys):
     vocab = Vocab(WORDS, min_freq=1)
-    cfg = TransformerConfig(len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, window=2)
+    cfg = TransformerConfig(
+        len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, window=2
+    )
     run = tmp_path / "run"
     write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
     save_weights(Transformer(cfg), run / WEIGHTS_FILE)

@@ -202,7 +202,9 @@ def test_export_refuses_options_marian_lacks(tmp_path, capsys, option, words):
     from attnlab.runs.weights import save_weights
 
     vocab = Vocab(["a", "b"], min_freq=1)
-    cfg = TransformerConfig(len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, **option)
+    cfg = TransformerConfig(
+        len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, **option
+    )
     write_run_config(tmp_path / "run", "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
     save_weights(Transformer(cfg), tmp_path / "run" / "model.safetensors")
     with pytest.raises(ValueError, match=words):

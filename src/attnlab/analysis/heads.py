@@ -92,7 +92,7 @@ def choose_split(data, asked: str | None, default: str = "valid") -> tuple[str, 
     sizes = {s: len(getattr(data, s)) for s in ("train", "valid", "test") if s != name}
     sizes = {s: n for s, n in sizes.items() if n}
     if not sizes:
-        raise ValueError(f"every split of this run is empty; pass the corpus it was trained on with --data")
+        raise ValueError("every split of this run is empty; pass the corpus it was trained on with --data")
     largest = max(sizes, key=lambda s: sizes[s])
     if asked is not None:
         others = ", ".join(f"--split {s} ({n} sentences)" for s, n in sizes.items())

@@ -35,7 +35,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--data",
         metavar="PATH",
-        help="the corpus file, if it moved since training; for an imported run (attnlab import hf), the corpus to score",
+        help="the corpus file, if it moved since training; for an imported run (import hf), the corpus to score",
     )
     p.add_argument("--limit", type=int, metavar="N", help="evaluate the first N distinct sources of the split (>= 1)")
     p.set_defaults(func=run)

@@ -26,19 +26,16 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from attnlab.attention.positional import sinusoidal_encoding
 from attnlab.data.spm import SentencePieceVocab
+from attnlab.export.hf_weights import read_hf_weights, weight_shapes, weights_file
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.models.config import ACTIVATIONS
 from attnlab.runs.config import write_run_config
@@ -233,66 +230,6 @@ def _weight_map(model) -> list[tuple[str, Tensor, int | None]]:
     return out
 
 
-def _weights_file(source: Path) -> Path:
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        if (source / name).is_file():
-            return source / name
-    raise FileNotFoundError(
-        f"{source} holds neither model.safetensors nor pytorch_model.bin; pass the folder "
-        f"written by MarianMTModel.save_pretrained (or `huggingface-cli download`)"
-    )
-
-
-def _damaged(path: Path, exc: BaseException) -> ValueError:
-    fix = (
-        "download the model again"
-        if path.suffix == ".safetensors"
-        else "save the model as model.safetensors (save_pretrained(..., safe_serialization=True)) and import that"
-    )
-    if isinstance(exc, pickle.UnpicklingError):
-        return ValueError(f"{path} holds objects other than tensors, which attnlab never unpickles (they could run code); {fix}")
-    why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-    return ValueError(f"{path} cannot be read as model weights ({type(exc).__name__}: {why}); {fix}")
-
-
-def _load_bin(path: Path, mmap: bool) -> dict[str, Tensor]:
-    # weights_only: a pickle that holds anything but tensors is refused, never executed.
-    try:
-        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing the file
-            warnings.simplefilter("ignore", UserWarning)
-            try:
-                weights = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-            except RuntimeError as exc:
-                if not mmap or "mmap" not in str(exc):
-                    raise
-                weights = torch.load(path, map_location="cpu", weights_only=True)  # the pre-zip format
-    except Exception as exc:  # noqa: BLE001 (unpickling raises whatever the file provokes)
-        raise _damaged(path, exc) from exc
-    if not isinstance(weights, dict) or not all(isinstance(v, Tensor) for v in weights.values()):
-        raise _damaged(path, TypeError("it holds no {name: tensor} state dict"))
-    return weights
-
-
-def _hf_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes of a weights file without reading its data (safetensors header, memory-mapped .bin)."""
-    if path.suffix == ".safetensors":
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (not a dict)
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise _damaged(path, exc) from exc
-    return {k: tuple(v.shape) for k, v in _load_bin(path, mmap=True).items()}
-
-
-def _read_hf_weights(path: Path) -> dict[str, Tensor]:
-    if path.suffix == ".safetensors":
-        try:
-            return load_file(path)
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise _damaged(path, exc) from exc
-    return _load_bin(path, mmap=False)
-
-
 def _lookup(table: Mapping[str, Any], *keys: str):
     for k in keys:
         for cand in (k, k.removeprefix("model.")):
@@ -415,12 +352,12 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     cfg = TransformerConfig.from_dict(cfg_dict)
     # The config is compared with the weights' shapes on a meta-device model before anything is
     # allocated: a config.json asking for gigabytes fails in one line.
-    weights_path = _weights_file(source)
+    weights_path = weights_file(source)
     with torch.device("meta"):
         skeleton = Transformer(cfg)
-    _check_shapes(skeleton, _hf_shapes(weights_path), weights_path)
+    _check_shapes(skeleton, weight_shapes(weights_path), weights_path)
     src_vocab, tgt_vocab = _marian_vocabs(source, hf, (hf.get("source_lang"), hf.get("target_lang")))
-    weights = _read_hf_weights(weights_path)
+    weights = read_hf_weights(weights_path)
 
     # Marian's positions must be the fixed split sinusoids attnlab computes (they are not trained);
     # recent transformers versions do not even save them.

@@ -14,7 +14,6 @@ import dataclasses
 
 import torch
 
-from attnlab.attention import attention_modules
 from attnlab.models import Transformer
 
 
@@ -23,19 +22,16 @@ def restore_pruned_heads(model: Transformer) -> Transformer:
     pruned = model.config.pruned_heads
     if not pruned:
         return model
-    full = Transformer(dataclasses.replace(model.config, pruned_heads=None)).eval()
-    full_modules = attention_modules(full)
+    cfg = dataclasses.replace(model.config, pruned_heads=None)
+    full = Transformer(cfg).eval()
+    H, Dh = cfg.num_heads, cfg.num_hiddens // cfg.num_heads  # pruning keeps each head's size
     target, source = full.state_dict(), model.state_dict()
     with torch.no_grad():
         for key, value in source.items():
             if key in target and target[key].shape == value.shape:
                 target[key].copy_(value)
         for name, removed in pruned.items():
-            mha = full_modules[name]
-            Dh = mha.head_dim
-            rows = torch.tensor(
-                [h * Dh + i for h in range(mha.num_heads) if h not in removed for i in range(Dh)], dtype=torch.long
-            )
+            rows = torch.tensor([h * Dh + i for h in range(H) if h not in removed for i in range(Dh)], dtype=torch.long)
             for proj in ("W_q", "W_k", "W_v"):
                 for part in ("weight", "bias"):
                     key = f"{name}.{proj}.{part}"

@@ -137,11 +137,11 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]
     if not paths:
         raise ValueError("average_checkpoints: no checkpoints given")
     # Every checkpoint folder is checked against its manifest first: a damaged one fails before any work.
-    for p in map(Path, paths):
-        why = verify_checkpoint(p) if p.is_dir() else None
+    for ckpt in map(Path, paths):
+        why = verify_checkpoint(ckpt) if ckpt.is_dir() else None
         if why is not None:
             raise ValueError(
-                f"checkpoint {p.name} ({p}) is damaged: {why}; average without it "
+                f"checkpoint {ckpt.name} ({ckpt}) is damaged: {why}; average without it "
                 f"(a smaller --last, or delete that folder)"
             )
     total: dict[str, Tensor] | None = None

@@ -57,7 +57,9 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
         raise FileNotFoundError(f"run folder {run_dir} does not exist; train one with `attnlab train --out {run_dir}`")
     path = run_dir / CONFIG_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: {run_dir} is not an attnlab run folder (`attnlab train` writes one)")
+        raise FileNotFoundError(
+            f"{path} is missing: {run_dir} is not an attnlab run folder (`attnlab train` writes one)"
+        )
     cfg = read_json_object(path, "run config")
     for key, (kind, what, required) in _SECTIONS.items():
         if key not in cfg:

@@ -12,14 +12,13 @@ from typing import Any
 
 import torch
 
+from attnlab.data import Example, TranslationData, load_data, load_vocab
+from attnlab.decoding.translator import Translator, model_max_len
+from attnlab.models import build_model
 from attnlab.runs.checkpoints import list_checkpoints
 from attnlab.runs.config import read_run_config
 from attnlab.runs.layout import CONFIG_FILE, DEFAULT_RUN, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from attnlab.runs.weights import check_weights, load_weights
-
-from attnlab.data import Example, TranslationData, load_data, load_vocab
-from attnlab.decoding.translator import Translator, model_max_len
-from attnlab.models import build_model
 from attnlab.utils.precision import prepare_for_inference, resolve_precision
 from attnlab.utils.runtime import resolve_device
 
@@ -107,7 +106,7 @@ class _Encoded(Sequence):
     def __len__(self) -> int:
         return len(self.examples)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         ex = self.examples[i]
@@ -129,6 +128,6 @@ def load_imported_data(translator: Translator, run_dir: str | os.PathLike, data_
         )
     data = load_data({"path": str(data_path)})
     src, tgt = translator.src_vocab, translator.tgt_vocab
-    splits = [_Encoded(getattr(data, name), src, tgt) for name in ("train", "valid", "test")]
+    train, valid, test = (_Encoded(getattr(data, name), src, tgt) for name in ("train", "valid", "test"))
     settings = {**data.settings, "vocabularies": f"{run_dir} (imported from {source})"}
-    return TranslationData(src, tgt, *splits, stats=dict(data.stats), settings=settings)
+    return TranslationData(src, tgt, train, valid, test, stats=dict(data.stats), settings=settings)
