@@ -17,7 +17,12 @@ What the export sets so that CTranslate2 decodes exactly as attnlab does:
 - the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's
   sinusoids interleave sin/cos (column 2j = sin, 2j+1 = cos, the book's layout) where CTranslate2's built-in
   table puts all sines first; learned position tables are passed the same way;
-- embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab);
+- embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab), or by the
+  model's own `embed_scale` folded into the exported table (imported Marian models: 1 or sqrt(D));
+- the FFN activation (relu, swish/silu, exact gelu), and `-inf` output biases for the tokens attnlab never
+  emits (`suppress_tokens`: Marian's <pad>);
+- pruned heads (`attnlab heads --prune`) as zero weights in the unpruned shape (`attnlab.export.pruning`):
+  CTranslate2 takes one head count per model, and zero heads compute what the pruned model does;
 - separate or shared embeddings (shared ones are written to each place they are used);
 - vocabularies in attnlab's index order; `<unk>`, `<bos>` and `<eos>` as attnlab names them; the
   source end token appended by CTranslate2 (`add_source_eos`), as attnlab's Translator appends it; the
