@@ -185,3 +185,40 @@ def test_heads_command_end_to_end_and_bad_input(setup, tmp_path, capsys):
         assert main(["heads", "--checkpoint", str(run), "--out", str(tmp_path / "o2"), *bad]) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err
+
+
+def test_heads_refuses_int8_in_one_line(setup, tmp_path, capsys):
+    data, model, _ = setup
+    run = tmp_path / "run"
+    write_run_config(run, "transformer", model.config.to_dict(), {}, DATA, data.src_vocab, data.tgt_vocab)
+    save_weights(model, run / "model.safetensors")
+    argv = ["heads", "--checkpoint", str(run), "--out", str(tmp_path / "out"), "--precision", "int8", "--limit", "2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "gradients" in err and "--precision fp32" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_heads_on_a_d2l_run_uses_the_split_it_has(tmp_path, capsys, one_thread):
+    """The book's d2l setting trains on every pair and holds no validation split out: the default
+    --split valid falls back to the run's largest split, says so on stderr and records it."""
+    from attnlab.data import load_data
+
+    d2l = {"loader": "d2l", "path": str(sample_data_path()), "num_examples": 40, "num_steps": 10, "min_freq": 1}
+    data = load_data(d2l)
+    assert len(data.valid) == 0 and len(data.train) > len(data.test) > 0
+    torch.manual_seed(0)
+    cfg = TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), 8, 2, 1, 16, dropout=0.0, max_len=16)
+    run = tmp_path / "d2l"
+    write_run_config(run, "transformer", cfg.to_dict(), {"num_steps": 10}, d2l, data.src_vocab, data.tgt_vocab)
+    save_weights(Transformer(cfg), run / "model.safetensors")
+    quick = ["--limit", "3", "--no-bleu", "--no-curve"]
+    assert main(["heads", "--checkpoint", str(run), "--out", str(tmp_path / "out"), *quick]) == 0
+    err = capsys.readouterr().err
+    assert "no valid split" in err and "train split" in err, err
+    report = json.loads((tmp_path / "out" / "heads.json").read_text())
+    assert report["split"] == "train" and report["sentences"] == 3
+    # Asked for by name, an empty split is refused in one line naming the splits there are.
+    assert main(["heads", "--checkpoint", str(run), "--out", str(tmp_path / "o2"), "--split", "valid", *quick]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--split train" in err and "--split test" in err, err

@@ -184,7 +184,17 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
     assert tok("the cat sleeps")["input_ids"] == vocab.encode("the cat sleeps") + [vocab.eos]
 
 
-def test_export_refuses_options_marian_lacks(tmp_path):
+@pytest.mark.parametrize(
+    "option, words",
+    [
+        (dict(norm_first=True), "norm_first"),  # the README's refusals: pre-norm,
+        (dict(window=2), "window"),  # local attention,
+        (dict(learned_positions=True), "learned_positions"),  # learned positions;
+        (dict(embed_scale=3.0), "embed_scale"),  # and a scale Marian has no setting for
+    ],
+)
+def test_export_refuses_options_marian_lacks(tmp_path, capsys, option, words):
+    from attnlab.cli import main
     from attnlab.data import Vocab
     from attnlab.export.hf_export import export_hf
     from attnlab.models import Transformer, TransformerConfig
@@ -193,11 +203,30 @@ def test_export_refuses_options_marian_lacks(tmp_path):
 
     vocab = Vocab(["a", "b"], min_freq=1)
     cfg = TransformerConfig(
-        len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, norm_first=True
+        len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, **option
     )
     write_run_config(tmp_path / "run", "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
     save_weights(Transformer(cfg), tmp_path / "run" / "model.safetensors")
-    with pytest.raises(ValueError, match="norm_first"):
+    with pytest.raises(ValueError, match=words):
+        export_hf(tmp_path / "run", tmp_path / "hf")
+    assert main(["export", "--checkpoint", str(tmp_path / "run"), "--format", "hf", "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_export_refuses_a_bahdanau_run(tmp_path):
+    from attnlab.data import Vocab
+    from attnlab.export.hf_export import export_hf
+    from attnlab.models import build_model
+    from attnlab.runs.config import write_run_config
+    from attnlab.runs.weights import save_weights
+
+    vocab = Vocab(["a", "b"], min_freq=1)
+    cfg = dict(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), embed_size=4, num_hiddens=4, num_layers=1)
+    write_run_config(tmp_path / "run", "bahdanau", cfg, {}, {}, vocab, vocab)
+    save_weights(build_model("bahdanau", cfg), tmp_path / "run" / "model.safetensors")
+    with pytest.raises(ValueError, match="only Transformer runs"):
         export_hf(tmp_path / "run", tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
 

@@ -127,6 +127,27 @@ def test_average_of_identical_checkpoints_is_the_checkpoint(run_dir, tmp_path):
     assert t.translate(["go ."]) == load_translator(run_dir).translate(["go ."])
 
 
+@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "no manifest, truncated"])
+def test_average_refuses_a_damaged_checkpoint_naming_it(run_dir, tmp_path, capsys, damage):
+    from attnlab.cli import main
+
+    run = _copy(run_dir, tmp_path)
+    bad = list_checkpoints(run)[0]
+    data = bytearray((bad / "model.safetensors").read_bytes())
+    if damage == "flip a byte":
+        data[-1] ^= 0xFF
+    else:
+        data = data[: len(data) // 2]
+    if damage.startswith("no manifest"):
+        (bad / "manifest.json").unlink()
+    (bad / "model.safetensors").write_bytes(bytes(data))
+    assert main(["average", "--checkpoint", str(run), "--last", "2", "--out", str(tmp_path / "avg.safetensors")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and bad.name in err and "damaged" in err, err
+    assert not (tmp_path / "avg.safetensors").exists()
+    assert average_checkpoints(list_checkpoints(run)[1:])  # the intact ones still average
+
+
 def test_prune_keeps_last_and_best(tmp_path):
     model = torch.nn.Linear(2, 2)
     for step, bleu in [(1, 5.0), (2, 9.0), (3, None), (4, 7.0), (5, 1.0), (6, None)]:

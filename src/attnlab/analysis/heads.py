@@ -82,6 +82,38 @@ def validation_batches(examples: Sequence, src_vocab, tgt_vocab, batch_size: int
     return list(iterate_batches(examples, src_vocab, tgt_vocab, batch_size=batch_size, shuffle=False))
 
 
+def choose_split(data, asked: str | None, default: str = "valid") -> tuple[str, Sequence, str | None]:
+    """(split name, its examples, a note for the user or None): the `asked` split, or with none asked
+    the `default` one, or when that is empty (the book's d2l setting holds nothing out) the run's
+    largest non-empty split, with a note saying so. An empty split asked for by name is a ValueError."""
+    name = asked or default
+    examples = getattr(data, name)
+    if len(examples):
+        return name, examples, None
+    sizes = {s: len(getattr(data, s)) for s in ("train", "valid", "test") if s != name}
+    sizes = {s: n for s, n in sizes.items() if n}
+    if not sizes:
+        raise ValueError("every split of this run is empty; pass the corpus it was trained on with --data")
+    largest = max(sizes, key=lambda s: sizes[s])
+    if asked is not None:
+        others = ", ".join(f"--split {s} ({n} sentences)" for s, n in sizes.items())
+        raise ValueError(f"the {name} split of this run is empty (its data settings hold none out); pass {others}")
+    note = (
+        f"the run has no {name} split (its data settings hold none out); analysing its {largest} split "
+        f"({sizes[largest]} sentences) instead — pass --split to choose"
+    )
+    return largest, getattr(data, largest), note
+
+
+def check_precision(precision: str) -> None:
+    """Head importance is a gradient: int8 quantized layers have none, so int8 is refused in one line."""
+    if precision == "int8":
+        raise ValueError(
+            "head analysis measures importance by gradients, which int8 quantized layers do not have; "
+            "pass --precision fp32 (or bf16, or auto)"
+        )
+
+
 def _loss(model: nn.Module, batch) -> tuple[Tensor, Tensor]:
     logits = model(batch.src, batch.tgt_in, batch.src_valid_lens)
     return sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens)
@@ -265,6 +297,7 @@ def analyze_heads(
     translator, examples: Sequence, batch_size: int = 64, bleu: bool = True, beam: int = 1, curve: bool = True
 ) -> dict:
     """Everything above for one model and one data split, as one JSON-ready dict."""
+    check_precision(getattr(getattr(translator, "precision", None), "picked", "fp32"))
     model = translator.model
     batches = validation_batches(examples, translator.src_vocab, translator.tgt_vocab, batch_size)
     kinds = attention_kinds(model)

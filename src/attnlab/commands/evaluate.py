@@ -5,7 +5,9 @@ per-sentence BLEU (k=2) on its four sentences, and decoding speed.
     attnlab evaluate --checkpoint runs/demo/transformer --split test --beam 4
 
 The split is rebuilt from the data settings and seed saved in the run's config.json, so it is the
-same test set the run held out. Many English sentences have several French translations in the
+same test set the run held out. An imported run (`attnlab import hf`) has no data of its own: pass
+`--data PATH` and the corpus is split as `attnlab train --data PATH` splits it by default, encoded with
+the run's own vocabularies. Many English sentences have several French translations in the
 corpus; each distinct source is translated once and scored against every reference it has in the
 split (sacreBLEU's multi-reference BLEU).
 """
@@ -30,13 +32,18 @@ def add_parser(subparsers) -> None:
         metavar="ALPHA",
         help="beam search ranks finished hypotheses by score / length ** ALPHA (default 1.0; 0..5)",
     )
-    p.add_argument("--data", metavar="PATH", help="the corpus file, if it moved since training")
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        help="the corpus file, if it moved since training; for an imported run (import hf), the corpus to score",
+    )
     p.add_argument("--limit", type=int, metavar="N", help="evaluate the first N distinct sources of the split (>= 1)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text, scores_by_length
+    from attnlab.runs.loading import imported_source, load_imported_data
     from attnlab.training.launch import load_run_data
     from attnlab.utils.checks import check_range
 
@@ -44,7 +51,10 @@ def run(args) -> int:
     check_range("--limit", args.limit, 1, integer=True, none_ok=True)
     check_range("--length-penalty", args.length_penalty, 0, 5)
     translator = open_translator(args)
-    data = load_run_data(translator, args.checkpoint, args.data)
+    if imported_source(translator.config):
+        data = load_imported_data(translator, args.checkpoint, args.data)
+    else:
+        data = load_run_data(translator, args.checkpoint, args.data)
     examples = getattr(data, args.split)
     sources, references = group_by_source(examples)
     if args.limit is not None:

@@ -10,6 +10,8 @@ writes a pruned copy of the model (a complete run folder) to OUT/pruned.
 
 from __future__ import annotations
 
+import sys
+
 from attnlab.commands._common import add_command, add_force
 from attnlab.commands.translate import add_checkpoint_args, open_translator
 
@@ -19,7 +21,11 @@ def add_parser(subparsers) -> None:
     add_checkpoint_args(p)
     p.add_argument("--out", metavar="DIR", required=True, help="folder for heads.json and the figures")
     add_force(p, "an earlier head analysis in --out")
-    p.add_argument("--split", choices=["train", "valid", "test"], default="valid")
+    p.add_argument(
+        "--split",
+        choices=["train", "valid", "test"],
+        help="the split to analyse (default valid; a run that holds none out, like the d2l preset, uses its largest)",
+    )
     p.add_argument(
         "--limit",
         type=int,
@@ -38,7 +44,11 @@ def add_parser(subparsers) -> None:
         help="also write OUT/pruned: the model without these heads (repeatable), e.g. "
         "--prune decoder.blocks.0.cross_attention:1,3",
     )
-    p.add_argument("--data", metavar="PATH", help="the corpus file, if it moved since training")
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        help="the corpus file, if it moved since training; for an imported run (attnlab import hf), the corpus to use",
+    )
     p.set_defaults(func=run)
 
 
@@ -60,7 +70,8 @@ def parse_prune(specs: list[str]) -> dict[str, list[int]]:
 def run(args) -> int:
     from attnlab.analysis import analyze_heads, save_pruned_run
     from attnlab.analysis.figures import plot_importance, plot_pruning_curves
-    from attnlab.analysis.heads import attention_kinds, head_masks_check
+    from attnlab.analysis.heads import attention_kinds, check_precision, choose_split, head_masks_check
+    from attnlab.runs.loading import imported_source, load_imported_data
     from attnlab.runs.outputs import claim_output, write_output
     from attnlab.training.launch import load_run_data
     from attnlab.utils.files import write_json
@@ -70,18 +81,25 @@ def run(args) -> int:
         raise ValueError(f"--limit must be a positive number of sentences, got {args.limit}")
     if args.beam < 1 or args.beam > 64:
         raise ValueError(f"--beam must lie in [1, 64], got {args.beam}")
+    check_precision(args.precision)
     prune = parse_prune(args.prune)
     claim = claim_output(args.out, "heads", force=args.force, sources=[args.checkpoint])
     translator = open_translator(args)
     attention_kinds(translator.model)  # a Bahdanau model fails here, before any work
     head_masks_check(translator.model, prune)  # bad module names / head indices, before any work
-    data = load_run_data(translator, args.checkpoint, args.data)
-    examples = getattr(data, args.split)[: args.limit]
+    if imported_source(translator.config):
+        data = load_imported_data(translator, args.checkpoint, args.data)
+    else:
+        data = load_run_data(translator, args.checkpoint, args.data)
+    split, examples, note = choose_split(data, args.split)
+    if note:
+        print(f"attnlab heads: {note}", file=sys.stderr)
+    examples = examples[: args.limit]
     report = analyze_heads(translator, examples, bleu=not args.no_bleu, beam=args.beam, curve=not args.no_curve)
 
     names = ["heads.json", "importance"] + (["pruning"] if "pruning_curves" in report else [])
     with write_output(claim) as tmp:  # every file appears at once, after the last check passed
-        write_json(tmp / "heads.json", {"checkpoint": str(args.checkpoint), "split": args.split, **report})
+        write_json(tmp / "heads.json", {"checkpoint": str(args.checkpoint), "split": split, **report})
         save_figure(plot_importance(report), tmp / "importance")
         if "pruning_curves" in report:
             save_figure(plot_pruning_curves(report), tmp / "pruning")

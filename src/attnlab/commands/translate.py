@@ -64,17 +64,48 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _utf8(raw: list[bytes], where: str) -> list[str]:
+    """Decode each line as UTF-8; bytes that are not UTF-8 become U+FFFD, with one warning naming the
+    lines (a stray Latin-1 byte should not stop a whole file from being translated)."""
+    lines, bad = [], []
+    for i, line in enumerate(raw, start=1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append(line.decode("utf-8", errors="replace"))
+            bad.append(i)
+    if bad:
+        shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        print(
+            f"attnlab translate: {where}{'' if len(bad) == 1 else 's'} {shown} {'is' if len(bad) == 1 else 'are'} "
+            f"not valid UTF-8; their undecodable bytes were replaced by U+FFFD (convert the input to UTF-8, "
+            f"e.g. iconv -f latin1 -t utf-8)",
+            file=sys.stderr,
+        )
+    return lines
+
+
+def _stdin_lines() -> list[str]:
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is not None:
+        return _utf8(buffer.read().splitlines(), "stdin line")
+    # A text stream without bytes underneath: undecodable input reaches it as lone surrogates.
+    return _utf8([line.rstrip("\n").encode("utf-8", "surrogateescape") for line in sys.stdin], "stdin line")
+
+
 def run(args) -> int:
     from attnlab.utils.checks import check_range
 
     check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
     translator = open_translator(args)
     if args.sentences:
-        for line in translator.translate(args.sentences, beam=args.beam, truncate=args.truncate):
+        # Arguments that are not UTF-8 reach Python as lone surrogates (surrogateescape).
+        sentences = _utf8([s.encode("utf-8", "surrogateescape") for s in args.sentences], "argument")
+        for line in translator.translate(sentences, beam=args.beam, truncate=args.truncate):
             print(line)
         return 0
     # stdin: one output line per input line (blank in -> blank out), so outputs stay aligned.
-    lines = [line.rstrip("\n") for line in sys.stdin]
+    lines = _stdin_lines()
     todo = [i for i, line in enumerate(lines) if line.strip()]
     out = [""] * len(lines)
     if todo:

@@ -31,7 +31,7 @@ def _as_list(ids) -> list[int]:
     return [ids] if isinstance(ids, int) else list(ids)
 
 
-def _processor(model_proto: bytes):
+def _processor(model_proto: bytes, source: str):
     try:
         import sentencepiece as spm
     except ImportError as exc:  # the [hf] extra
@@ -39,8 +39,26 @@ def _processor(model_proto: bytes):
             "this vocabulary needs the sentencepiece package; install it with `pip install 'attnlab[hf]'`"
         ) from exc
     sp = spm.SentencePieceProcessor()
-    sp.LoadFromSerializedProto(model_proto)
+    try:
+        sp.LoadFromSerializedProto(model_proto)
+    except (RuntimeError, TypeError) as exc:  # sentencepiece's C++ parser reports a bad proto so
+        raise ValueError(
+            f"{source} is not a SentencePiece model (its bytes do not parse); use the .spm/.model file "
+            f"the tokenizer was trained with, e.g. the source.spm that MarianTokenizer.save_pretrained writes"
+        ) from exc
     return sp
+
+
+def _not_text(text) -> str:
+    if not isinstance(text, str):
+        return f"SentencePieceVocab.encode takes a str, got {type(text).__name__}"
+    at = next((i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF), None)
+    return (
+        f"the text holds {text[at]!r} at character {at}, which is not a Unicode character (input bytes "
+        f"that are not UTF-8); decode the input as UTF-8, or replace its bad bytes"
+        if at is not None
+        else f"sentencepiece could not encode the text {text[:60]!r}"
+    )
 
 
 class SentencePieceVocab:
@@ -63,9 +81,10 @@ class SentencePieceVocab:
         specials: Mapping[str, str] | None = None,
         *,
         lang: str | None = None,
+        source: str = "the SentencePiece model",
     ):
         self.model_proto = bytes(model_proto)
-        self.sp = _processor(self.model_proto)
+        self.sp = _processor(self.model_proto, source)
         if tokens is None:
             tokens = [self.sp.IdToPiece(i) for i in range(self.sp.GetPieceSize())]
         self.idx_to_token = list(tokens)
@@ -98,7 +117,7 @@ class SentencePieceVocab:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"SentencePiece model {path} does not exist")
         with open(path, "rb") as f:
-            return cls(f.read(), tokens, specials, lang=lang)
+            return cls(f.read(), tokens, specials, lang=lang, source=path)
 
     # -- specials ---------------------------------------------------------------------------------
     def _special(self, role: str) -> int:
@@ -147,7 +166,13 @@ class SentencePieceVocab:
     # -- text ---------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
         """Raw text -> ids (no <bos>/<eos>); text is not lowercased (SentencePiece models are cased)."""
-        return self.to_indices(self.sp.encode(text, out_type=str))
+        try:
+            pieces = self.sp.encode(text, out_type=str)
+        except (RuntimeError, TypeError) as exc:
+            # sentencepiece takes UTF-8: lone surrogates (undecodable input bytes kept by Python's
+            # surrogateescape) have no UTF-8 form.
+            raise ValueError(_not_text(text)) from exc
+        return self.to_indices(pieces)
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
@@ -163,6 +188,11 @@ class SentencePieceVocab:
             if i not in drop:
                 pieces.append(self.idx_to_token[i])
         return self.sp.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+    def reference_text(self, text: str) -> str:
+        """A corpus sentence as decoded hypotheses read (SentencePiece decodes to cased, detokenized
+        text: only whitespace is normalised), so BLEU compares like with like."""
+        return " ".join(text.split())
 
     # -- files ----------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -182,9 +212,13 @@ class SentencePieceVocab:
 
     @classmethod
     def from_dict(cls, obj: dict, source: str = "<dict>") -> SentencePieceVocab:
-        if obj.get("format") != FORMAT or "model" not in obj:
+        if obj.get("format") != FORMAT or not isinstance(obj.get("model"), str):
             raise ValueError(f"{source}: not an attnlab SentencePiece vocabulary (expected format {FORMAT!r})")
-        return cls(base64.b64decode(obj["model"]), obj.get("idx_to_token"), obj.get("specials"), lang=obj.get("lang"))
+        try:
+            proto = base64.b64decode(obj["model"], validate=True)
+        except ValueError as exc:
+            raise ValueError(f"{source}: its SentencePiece model is not base64 ({exc}); restore the file") from exc
+        return cls(proto, obj.get("idx_to_token"), obj.get("specials"), lang=obj.get("lang"), source=source)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SentencePieceVocab:

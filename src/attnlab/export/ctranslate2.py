@@ -17,7 +17,12 @@ What the export sets so that CTranslate2 decodes exactly as attnlab does:
 - the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's
   sinusoids interleave sin/cos (column 2j = sin, 2j+1 = cos, the book's layout) where CTranslate2's built-in
   table puts all sines first; learned position tables are passed the same way;
-- embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab);
+- embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab), or by the
+  model's own `embed_scale` folded into the exported table (imported Marian models: 1 or sqrt(D));
+- the FFN activation (relu, swish/silu, exact gelu), and `-inf` output biases for the tokens attnlab never
+  emits (`suppress_tokens`: Marian's <pad>);
+- pruned heads (`attnlab heads --prune`) as zero weights in the unpruned shape (`attnlab.export.pruning`):
+  CTranslate2 takes one head count per model, and zero heads compute what the pruned model does;
 - separate or shared embeddings (shared ones are written to each place they are used);
 - vocabularies in attnlab's index order; `<unk>`, `<bos>` and `<eos>` as attnlab names them; the
   source end token appended by CTranslate2 (`add_source_eos`), as attnlab's Translator appends it; the
@@ -30,6 +35,7 @@ which CTranslate2's encoder does not have.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -37,6 +43,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
+from attnlab.export.pruning import restore_pruned_heads
 from attnlab.runs.outputs import claim_output, write_output
 
 if TYPE_CHECKING:
@@ -97,16 +104,28 @@ def _ffn(spec, ffn, ln: nn.LayerNorm) -> None:
     _norm(spec.layer_norm, ln)
 
 
-def _inputs(spec, stack) -> None:
-    """Embeddings (scaled by sqrt(D) in CTranslate2 too) and the explicit position table (max_len, D)."""
+def _inputs(spec, stack, scale: float) -> None:
+    """Embeddings times `scale` (CTranslate2's own sqrt(D) scaling when that is the factor, else folded into
+    the table) and the explicit position table (max_len, D)."""
     emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: a list
-    emb.weight = stack.embedding.weight.detach().float().clone()
-    spec.scale_embeddings = True
+    weight = stack.embedding.weight.detach().float().clone()
+    sqrt_d = math.sqrt(weight.shape[1])
+    spec.scale_embeddings = math.isclose(scale, sqrt_d)
+    emb.weight = weight if spec.scale_embeddings else weight * scale
     pe = stack.pos_encoding
     # attnlab computes sinusoids past max_len on the fly, CTranslate2 stops at the table's end: export
     # at least SINUSOID_ROWS of them, so long sources and outputs (attnlab caps them at 200) still fit.
     table = pe.embedding.weight if pe.learned else pe.encoding(max(pe.max_len, SINUSOID_ROWS))
     spec.position_encodings.encodings = table.detach().float().clone()
+
+
+def _activation(name: str):
+    from ctranslate2.specs import common_spec
+
+    # attnlab's gelu is the exact (erf) one, as CTranslate2's GELU; swish/silu are one function.
+    return {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}.get(
+        name, common_spec.Activation.SWISH
+    )
 
 
 def check_exportable(model: nn.Module) -> None:
@@ -129,20 +148,21 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
     """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights and vocabularies (fp32)."""
     transformer_spec = _require_ctranslate2()
     check_exportable(model)
-    model = cast("Transformer", model)  # check_exportable accepts Transformers only
+    # One num_heads for every module: pruned heads come back as zeros, which compute the same.
+    model = restore_pruned_heads(cast("Transformer", model))  # check_exportable accepts Transformers only
     c = model.config
     spec = transformer_spec.TransformerSpec.from_config(
-        (c.num_layers, c.num_layers), c.num_heads, pre_norm=c.norm_first
+        (c.num_layers, c.num_layers), c.num_heads, pre_norm=c.norm_first, activation=_activation(c.activation)
     )
     enc, dec = model.encoder, model.decoder
-    _inputs(spec.encoder, enc)
+    _inputs(spec.encoder, enc, c.embedding_scale)
     # nn.ModuleList yields plain Modules to a type checker: name what the stacks hold.
     enc_blocks = cast("list[TransformerEncoderBlock]", list(enc.blocks))
     dec_blocks = cast("list[TransformerDecoderBlock]", list(dec.blocks))
     for layer, block in zip(spec.encoder.layer, enc_blocks):
         _attention(layer.self_attention, block.attention, block.addnorm1.ln, self_attention=True)
         _ffn(layer.ffn, block.ffn, block.addnorm2.ln)
-    _inputs(spec.decoder, dec)
+    _inputs(spec.decoder, dec, c.embedding_scale)
     for layer, dblock in zip(spec.decoder.layer, dec_blocks):
         _attention(layer.self_attention, dblock.self_attention, dblock.addnorm1.ln, self_attention=True)
         _attention(layer.attention, dblock.cross_attention, dblock.addnorm2.ln, self_attention=False)
@@ -151,6 +171,12 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
         _norm(spec.encoder.layer_norm, cast(nn.LayerNorm, enc.final_norm))
         _norm(spec.decoder.layer_norm, cast(nn.LayerNorm, dec.final_norm))
     _linear(spec.decoder.projection, dec.dense)
+    if c.suppress_tokens:  # tokens attnlab never emits (Marian's <pad>): CTranslate2 never picks them either
+        bias = spec.decoder.projection.bias
+        if not isinstance(bias, torch.Tensor):
+            bias = torch.zeros(c.tgt_vocab_size)
+        bias[c.suppress_tokens] = float("-inf")
+        spec.decoder.projection.bias = bias
 
     eps = {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}
     if len(eps) != 1:

@@ -24,21 +24,24 @@ with the book's defaults, for no loss of exactness.
 
 from __future__ import annotations
 
-import json
+import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.attention.positional import sinusoidal_encoding
 from attnlab.data.spm import SentencePieceVocab
+from attnlab.export.hf_weights import read_hf_weights, weight_shapes, weights_file
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.models.config import ACTIVATIONS
 from attnlab.runs.config import write_run_config
 from attnlab.runs.outputs import claim_output, write_output
 from attnlab.runs.weights import save_weights
-from attnlab.utils.files import read_json
+from attnlab.utils.files import read_json_object
 
 __all__ = ["import_hf", "marian_to_config", "config_to_marian"]  # export: attnlab.export.hf_export
 
@@ -61,11 +64,30 @@ def _fail(option: str, got, want: str) -> None:
     )
 
 
+# Marian config keys without a default that attnlab could assume.
+_NEEDED = ("vocab_size", "d_model", "encoder_layers", "encoder_attention_heads", "encoder_ffn_dim")
+
+
+def _token_id(hf: dict, key: str, size, default=None):
+    """hf[key] (or `default`) checked to be a token id of a vocabulary of `size` tokens."""
+    value = hf.get(key, default)
+    if not isinstance(size, int) or isinstance(size, bool):
+        return value  # the vocabulary size itself is refused by TransformerConfig, naming it
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+        raise ValueError(
+            f"the model's {key}={value!r} is not a token id of its {size}-token vocabulary; "
+            f"the config.json is damaged — restore it from the model's source"
+        )
+    return value
+
+
 # --------------------------------------------------------------------------- config
 def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
     """A Marian config.json (dict) -> a `TransformerConfig` dict; one clear error per unsupported option."""
 
     generation = generation or {}
+    if not isinstance(hf, dict):
+        raise ValueError(f"a Marian config must be a JSON object, got {type(hf).__name__}")
     if hf.get("model_type") != "marian":
         _fail("model_type", hf.get("model_type"), "expected 'marian', as OPUS-MT models are")
     for key, want in _REQUIRED.items():
@@ -78,6 +100,12 @@ def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
     ):
         if hf.get(a) != hf.get(b):
             _fail(f"{a}/{b}", (hf.get(a), hf.get(b)), "the encoder and decoder must have the same shape")
+    lacking = [k for k in _NEEDED if k not in hf]
+    if lacking:
+        raise ValueError(
+            f"the model's config.json lacks {', '.join(lacking)}; it is not a complete MarianConfig — "
+            f"pass the folder written by MarianMTModel.save_pretrained"
+        )
     act = hf.get("activation_function", "gelu")
     if act not in ACTIVATIONS:
         _fail("activation_function", act, f"one of {ACTIVATIONS}")
@@ -87,9 +115,10 @@ def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
     tie = hf.get("tie_word_embeddings", True)
     if shared and src_v != tgt_v:
         _fail("decoder_vocab_size", tgt_v, f"shared embeddings need vocab_size={src_v}")
-    pad = hf.get("pad_token_id")
+    pad = _token_id(hf, "pad_token_id", tgt_v)
+    _token_id(hf, "eos_token_id", tgt_v)
     bad = generation.get("bad_words_ids", hf.get("bad_words_ids")) or []
-    if any(len(b) != 1 for b in bad):
+    if not isinstance(bad, list) or any(not isinstance(b, list) or len(b) != 1 for b in bad):
         _fail("bad_words_ids", bad, "only single forbidden tokens")
     cfg = TransformerConfig(
         src_vocab_size=src_v,
@@ -107,7 +136,7 @@ def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
         embed_scale=None if hf.get("scale_embedding", False) else 1.0,
         pos_layout="split",
         tie_output=bool(tie),
-        decoder_start_token=hf.get("decoder_start_token_id", pad),
+        decoder_start_token=_token_id(hf, "decoder_start_token_id", tgt_v, default=pad),
         suppress_tokens=sorted({b[0] for b in bad}),
     )
     if shared and not tie:
@@ -202,34 +231,43 @@ def _weight_map(model) -> list[tuple[str, Tensor, int | None]]:
     return out
 
 
-def _read_hf_weights(source: Path) -> dict[str, Tensor]:
-    st, pt = source / "model.safetensors", source / "pytorch_model.bin"
-    if st.is_file():
-        from safetensors.torch import load_file
-
-        return load_file(st)
-    if pt.is_file():
-        # weights_only: a pickle that holds anything but tensors is refused, never executed.
-        return torch.load(pt, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(
-        f"{source} holds neither model.safetensors nor pytorch_model.bin; pass the folder "
-        f"written by MarianMTModel.save_pretrained (or `huggingface-cli download`)"
-    )
-
-
-def _get(weights: dict[str, Tensor], *keys: str) -> Tensor:
+def _lookup(table: Mapping[str, Any], *keys: str):
     for k in keys:
         for cand in (k, k.removeprefix("model.")):
-            if cand in weights:
-                return weights[cand]
+            if cand in table:
+                return table[cand]
     raise ValueError(f"the Marian weights lack {keys[0]!r}; the folder is not a complete MarianMTModel")
+
+
+# Where a Marian tensor may be stored under another name (tied embeddings are saved once).
+_SHARED = ("model.shared.weight",)
+_SOURCES = {
+    "model.encoder.embed_tokens.weight": _SHARED,
+    "model.decoder.embed_tokens.weight": _SHARED,
+    "lm_head.weight": ("model.decoder.embed_tokens.weight", "model.shared.weight"),
+}
+
+
+def _check_shapes(skeleton: Transformer, shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
+    """Every tensor `skeleton` (a meta-device model: no memory) needs, against the weights file's shapes."""
+    for key, tensor, _ in _weight_map(skeleton):
+        shape = _lookup(shapes, key, *_SOURCES.get(key, ()))
+        if tuple(shape) != tuple(tensor.shape):
+            raise ValueError(
+                f"Marian tensor {key} in {path} has shape {tuple(shape)}, {path.parent / 'config.json'} "
+                f"implies {tuple(tensor.shape)}; the folder's files disagree — download the model again"
+            )
+    bias = shapes.get("final_logits_bias")
+    V = skeleton.config.tgt_vocab_size
+    if bias is not None and math.prod(bias) != V:
+        raise ValueError(f"final_logits_bias in {path} has shape {tuple(bias)}, the model's vocabulary {V} tokens")
 
 
 # --------------------------------------------------------------------------- tokenizers
 def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
     tok_cfg = {}
     if (source / "tokenizer_config.json").is_file():
-        tok_cfg = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+        tok_cfg = read_json_object(source / "tokenizer_config.json", "tokenizer config")
     for name in ("source.spm", "target.spm", "vocab.json"):
         if not (source / name).is_file():
             raise FileNotFoundError(
@@ -238,9 +276,14 @@ def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
             )
 
     def table(path: Path, size: int) -> list[str]:
-        enc = json.loads(path.read_text(encoding="utf-8"))
+        enc = read_json_object(path, "MarianTokenizer vocabulary")
         tokens: list[str | None] = [None] * size
         for tok, i in enc.items():
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise ValueError(
+                    f"{path} maps {tok!r} to {i!r}, not to an integer id; re-save the tokenizer with "
+                    f"MarianTokenizer.save_pretrained or download the model again"
+                )
             if 0 <= i < size:
                 tokens[i] = tok
         holes = [i for i, t in enumerate(tokens) if t is None]
@@ -252,27 +295,35 @@ def _marian_vocabs(source: Path, hf: dict, lang: tuple[str | None, str | None]):
         return [t for t in tokens if t is not None]  # all of them: no holes
 
     src_tokens = table(source / "vocab.json", hf["vocab_size"])
-    tgt_file = (
-        source / (tok_cfg.get("target_vocab_file") or "vocab.json")
-        if tok_cfg.get("separate_vocabs")
-        else source / "vocab.json"
-    )
+    target_file = tok_cfg.get("target_vocab_file") if tok_cfg.get("separate_vocabs") else None
+    tgt_file = source / (Path(target_file).name if isinstance(target_file, str) else "vocab.json")
     tgt_tokens = table(tgt_file, hf.get("decoder_vocab_size") or hf["vocab_size"])
     pad = hf.get("pad_token_id")
     start = hf.get("decoder_start_token_id", pad)
 
     def specials(tokens):
         # Marian's decoder starts from decoder_start_token_id (its <pad>): that is attnlab's "bos" role.
+        unk = tok_cfg.get("unk_token", "<unk>")
         return {
-            "unk": tok_cfg.get("unk_token", "<unk>"),
+            "unk": unk if isinstance(unk, str) else "<unk>",
             "pad": tokens[pad],
             "eos": tokens[hf["eos_token_id"]],
             "bos": tokens[start],
         }
 
-    src = SentencePieceVocab.from_file(source / "source.spm", src_tokens, specials(src_tokens), lang=lang[0])
-    tgt = SentencePieceVocab.from_file(source / "target.spm", tgt_tokens, specials(tgt_tokens), lang=lang[1])
-    return src, tgt
+    def vocab(spm: str, table_file: Path, tokens: list[str], language):
+        try:
+            return SentencePieceVocab.from_file(
+                source / spm, tokens, specials(tokens), lang=language if isinstance(language, str) else None
+            )
+        except ValueError as exc:
+            if str(source / spm) in str(exc):
+                raise
+            raise ValueError(f"{source / spm} with {table_file}: {exc}") from exc
+
+    return vocab("source.spm", source / "vocab.json", src_tokens, lang[0]), vocab(
+        "target.spm", tgt_file, tgt_tokens, lang[1]
+    )
 
 
 # --------------------------------------------------------------------------- import
@@ -291,12 +342,19 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike, force: bool = F
             f"save_pretrained (see README: huggingface-cli download ... --local-dir)"
         )
     claim = claim_output(out, "run", force=force, sources=[source])
-    hf = read_json(source / "config.json")
-    gen = read_json(source / "generation_config.json") if (source / "generation_config.json").is_file() else {}
+    hf = read_json_object(source / "config.json", "Hugging Face model config")
+    gen_path = source / "generation_config.json"
+    gen = read_json_object(gen_path, "generation config") if gen_path.is_file() else {}
     cfg_dict = marian_to_config(hf, gen)
     cfg = TransformerConfig.from_dict(cfg_dict)
-    weights = _read_hf_weights(source)
+    # The config is compared with the weights' shapes on a meta-device model before anything is
+    # allocated: a config.json asking for gigabytes fails in one line.
+    weights_path = weights_file(source)
+    with torch.device("meta"):
+        skeleton = Transformer(cfg)
+    _check_shapes(skeleton, weight_shapes(weights_path), weights_path)
     src_vocab, tgt_vocab = _marian_vocabs(source, hf, (hf.get("source_lang"), hf.get("target_lang")))
+    weights = read_hf_weights(weights_path)
 
     # Marian's positions must be the fixed split sinusoids attnlab computes (they are not trained);
     # recent transformers versions do not even save them.
@@ -304,26 +362,16 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike, force: bool = F
         P = weights.get(f"model.{side}.embed_positions.weight", weights.get(f"{side}.embed_positions.weight"))
         if P is None:
             continue
+        if P.dim() != 2 or P.shape[1] != cfg.num_hiddens:
+            _fail(f"{side}.embed_positions", tuple(P.shape), f"a (positions, {cfg.num_hiddens}) table")
         ref = sinusoidal_encoding(torch.arange(P.shape[0]), P.shape[1], "split")
         if not torch.allclose(P.float(), ref, atol=1e-4):
             _fail(f"{side}.embed_positions", "trained values", "fixed split sinusoids")
 
     model = Transformer(cfg)
-    shared = ("model.shared.weight",)
-    sources = {
-        "model.encoder.embed_tokens.weight": shared,
-        "model.decoder.embed_tokens.weight": shared,
-        "lm_head.weight": ("model.decoder.embed_tokens.weight", "model.shared.weight"),
-    }
     with torch.no_grad():
         for key, tensor, _ in _weight_map(model):
-            value = _get(weights, key, *sources.get(key, ()))
-            if tuple(value.shape) != tuple(tensor.shape):
-                raise ValueError(
-                    f"Marian tensor {key} has shape {tuple(value.shape)}, attnlab expects "
-                    f"{tuple(tensor.shape)} from config.json; the folder's files disagree"
-                )
-            tensor.copy_(value.float())
+            tensor.copy_(_lookup(weights, key, *_SOURCES.get(key, ())).float())
         bias = weights.get("final_logits_bias")
         zeros = torch.zeros(cfg.tgt_vocab_size)
         model.decoder.dense.bias.copy_(bias.reshape(-1).float() if bias is not None else zeros)

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from attnlab.export.hf import _weight_map, config_to_marian
+from attnlab.export.pruning import restore_pruned_heads
 from attnlab.runs.outputs import claim_output, write_output
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
     tr = load_translator(run_dir, weights=weights)
     if getattr(tr.model, "MODEL_TYPE", None) != "transformer":
         raise ValueError(f"only Transformer runs can be exported to Marian, {run_dir} holds a {tr.model.MODEL_TYPE}")
-    model = cast("Transformer", tr.model)
+    # Marian takes one head count for every module: pruned heads come back as zeros, which compute the same.
+    model = restore_pruned_heads(cast("Transformer", tr.model))
     cfg = model.config
     pad, eos = tr.tgt_vocab.pad, tr.tgt_vocab.eos
     if tr.src_vocab.pad != pad or tr.src_vocab.eos != eos:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
@@ -135,11 +136,19 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]
     float64 then cast back, as fairseq's average_checkpoints.py / OpenNMT's average_models.py."""
     if not paths:
         raise ValueError("average_checkpoints: no checkpoints given")
+    # Every checkpoint folder is checked against its manifest first: a damaged one fails before any work.
+    for ckpt in map(Path, paths):
+        why = verify_checkpoint(ckpt) if ckpt.is_dir() else None
+        if why is not None:
+            raise ValueError(
+                f"checkpoint {ckpt.name} ({ckpt}) is damaged: {why}; average without it "
+                f"(a smaller --last, or delete that folder)"
+            )
     total: dict[str, Tensor] | None = None
     dtypes = {}
     for p in paths:
         p = Path(p)
-        weights = read_weights(p / WEIGHTS_FILE if p.is_dir() else p)
+        weights = _read_checkpoint_weights(p / WEIGHTS_FILE if p.is_dir() else p)
         if total is None:
             total = {k: v.double() for k, v in weights.items()}
             dtypes = {k: v.dtype for k, v in weights.items()}
@@ -156,6 +165,16 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]
             total[k] += v.double()
     assert total is not None  # paths is not empty
     return {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
+
+
+def _read_checkpoint_weights(path: Path) -> dict[str, Tensor]:
+    try:
+        return read_weights(path)
+    except SafetensorError as exc:
+        where = path.parent.name if path.name == WEIGHTS_FILE else path.name
+        raise ValueError(
+            f"{path} cannot be read ({str(exc).strip()[:120]}): {where} is damaged; average without it"
+        ) from exc
 
 
 def save_tensors(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dict | None = None) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from attnlab import __version__
 from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE
-from attnlab.utils.files import read_json, write_json
+from attnlab.utils.files import read_json, read_json_object, write_json
 from attnlab.utils.precision import PrecisionChoice
 
 
@@ -39,14 +39,39 @@ def write_run_config(
     )
 
 
+# The sections of a run's config.json and what each must be; the sections may be absent only if not required.
+_SECTIONS: dict[str, tuple[type, str, bool]] = {
+    "model_type": (str, "a string (the model's type)", True),
+    "model": (dict, "a JSON object (the model's settings)", True),
+    "train": (dict, "a JSON object (the training settings)", False),
+    "data": (dict, "a JSON object (the data settings)", False),
+    "precision": (dict, "a JSON object (the recorded precision choice)", False),
+}
+
+
 def read_run_config(run_dir: str | os.PathLike) -> dict:
+    """A run's config.json, checked once for every command: it is a JSON object whose sections have
+    their types (a hand-edited `"data": null` is one line here, not a crash in whichever command reads it)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist; train one with `attnlab train --out {run_dir}`")
-    cfg = read_json(run_dir / CONFIG_FILE)
-    for key in ("model_type", "model"):
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: {run_dir} is not an attnlab run folder (`attnlab train` writes one)"
+        )
+    cfg = read_json_object(path, "run config")
+    for key, (kind, what, required) in _SECTIONS.items():
         if key not in cfg:
-            raise ValueError(f"{run_dir / CONFIG_FILE} lacks the key {key!r}; it was not written by attnlab train")
+            if required:
+                raise ValueError(f"{path} lacks the key {key!r}; it was not written by attnlab train")
+            continue
+        if not isinstance(cfg[key], kind):
+            got = "null" if cfg[key] is None else type(cfg[key]).__name__
+            raise ValueError(
+                f"{path}: {key!r} must be {what}, got {got}; the file was edited or damaged — restore "
+                f"the run's config.json"
+            )
     return cfg
 
 

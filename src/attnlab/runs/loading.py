@@ -6,21 +6,19 @@ against each other before a single parameter is allocated.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
+from attnlab.data import Example, TranslationData, load_data, load_vocab
+from attnlab.decoding.translator import Translator, model_max_len
+from attnlab.models import build_model
 from attnlab.runs.checkpoints import list_checkpoints
 from attnlab.runs.config import read_run_config
 from attnlab.runs.layout import CONFIG_FILE, DEFAULT_RUN, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from attnlab.runs.weights import check_weights, load_weights
-
-if TYPE_CHECKING:
-    from attnlab.decoding.translator import Translator
-from attnlab.data import load_vocab
-from attnlab.decoding.translator import Translator, model_max_len
-from attnlab.models import build_model
 from attnlab.utils.precision import prepare_for_inference, resolve_precision
 from attnlab.utils.runtime import resolve_device
 
@@ -90,3 +88,46 @@ def load_translator(
     translator = Translator(prepared, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))
     translator.precision = choice
     return translator
+
+
+# --------------------------------------------------------------------------- data for imported runs
+def imported_source(config: Mapping[str, Any]) -> str | None:
+    """The folder an imported run came from (`attnlab import hf`), or None for a run attnlab trained."""
+    data = config.get("data") or {}
+    return str(data.get("hf_source", "a Hugging Face model")) if data.get("source") == "hf" else None
+
+
+class _Encoded(Sequence):
+    """A corpus split's examples with ids from a run's own vocabularies, encoded when read."""
+
+    def __init__(self, examples: Sequence[Example], src_vocab, tgt_vocab):
+        self.examples, self.src_vocab, self.tgt_vocab = examples, src_vocab, tgt_vocab
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        ex = self.examples[i]
+        return Example(self.src_vocab.encode(ex.src_text), self.tgt_vocab.encode(ex.tgt_text), ex.src_text, ex.tgt_text)
+
+
+def load_imported_data(translator: Translator, run_dir: str | os.PathLike, data_path: str | None) -> TranslationData:
+    """The splits of the corpus `data_path` (split as `attnlab train --data` splits it by default) with
+    ids from an imported run's own vocabularies: an imported run has no training data of its own, and
+    its SentencePiece vocabularies are not the ones a corpus would build.
+
+    Raises ValueError saying to pass --data when `data_path` is None.
+    """
+    source = imported_source(translator.config)
+    if not data_path:
+        raise ValueError(
+            f"{run_dir} was imported from {source} and has no data of its own; pass --data PATH (a corpus "
+            f"such as fra-eng.zip, a TSV of source<TAB>target lines, or a folder from `attnlab prepare`)"
+        )
+    data = load_data({"path": str(data_path)})
+    src, tgt = translator.src_vocab, translator.tgt_vocab
+    train, valid, test = (_Encoded(getattr(data, name), src, tgt) for name in ("train", "valid", "test"))
+    settings = {**data.settings, "vocabularies": f"{run_dir} (imported from {source})"}
+    return TranslationData(src, tgt, train, valid, test, stats=dict(data.stats), settings=settings)

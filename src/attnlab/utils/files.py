@@ -108,5 +108,9 @@ def read_json_object(path: str | os.PathLike, what: str = "vocabulary") -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON ({exc}); re-save the {what}") from exc
     if not isinstance(obj, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+        got = "null" if obj is None else f"a JSON {_JSON_NAMES.get(type(obj), type(obj).__name__)}"
+        raise ValueError(f"{path} should hold a JSON object ({what}), it holds {got}; restore or re-save the {what}")
     return obj
+
+
+_JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}

@@ -1,0 +1,76 @@
+"""A run's config.json with sections of the wrong type: every command that opens the run says so in one
+line (read_run_config checks it once), never a traceback from whichever command reads the section."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from attnlab.cli import main
+from attnlab.data import Vocab, sample_data_path
+from attnlab.models import build_model
+from attnlab.runs.checkpoints import save_checkpoint
+from attnlab.runs.config import read_run_config, write_run_config
+from attnlab.runs.weights import save_weights
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("config") / "run"
+    vocab = Vocab(["i", "am", "home", ".", "go", "now"], min_freq=1)
+    model_cfg = dict(
+        num_hiddens=8, num_layers=1, num_heads=2, ffn_num_hiddens=16, dropout=0.0, max_len=16, src_vocab_size=len(vocab)
+    )
+    model_cfg["tgt_vocab_size"] = len(vocab)
+    torch.manual_seed(0)
+    model = build_model("transformer", model_cfg)
+    data_cfg = {"loader": "translation", "path": str(sample_data_path())}
+    write_run_config(run, "transformer", model_cfg, {"max_steps": 2}, data_cfg, vocab, vocab)
+    save_weights(model, run / "model.safetensors")
+    save_checkpoint(run, 1, model, {"step": 1}, {"step": 1})
+    return run
+
+
+COMMANDS = {
+    "translate": ["translate", "--checkpoint", "{run}", "go ."],
+    "evaluate": ["evaluate", "--checkpoint", "{run}", "--limit", "1"],
+    "heads": ["heads", "--checkpoint", "{run}", "--out", "{tmp}/heads", "--limit", "1"],
+    "attention": ["attention", "--checkpoint", "{run}", "--out", "{tmp}/att", "go ."],
+    "export": ["export", "--checkpoint", "{run}", "--format", "ctranslate2", "--out", "{tmp}/ct2"],
+    "resume": ["train", "--resume", "{run}"],
+}
+DAMAGE = {
+    "model null": ("model", None, "'model' must be a JSON object"),
+    "data null": ("data", None, "'data' must be a JSON object"),
+    "train a list": ("train", [1, 2], "'train' must be a JSON object"),
+    "model_type a number": ("model_type", 3, "'model_type' must be a string"),
+    "precision a string": ("precision", "fp32", "'precision' must be a JSON object"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_wrong_section_type_is_one_line_in_every_command(run, tmp_path, capsys, command, damage):
+    if command == "export":
+        pytest.importorskip("ctranslate2")
+    broken = tmp_path / "run"
+    shutil.copytree(run, broken)
+    key, value, words = DAMAGE[damage]
+    cfg = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**cfg, key: value}))
+    argv = [a.format(run=broken, tmp=tmp_path) for a in COMMANDS[command]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err and "config.json" in err, err
+
+
+@pytest.mark.parametrize("text, words", [("[1, 2]", "JSON array"), ("null", "holds null"), ("{", "not valid JSON")])
+def test_config_that_is_not_an_object(run, tmp_path, text, words):
+    broken = tmp_path / "run"
+    shutil.copytree(run, broken)
+    (broken / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=words):
+        read_run_config(broken)
