@@ -12,6 +12,7 @@ engine ran (its matmuls, or its quantized linears), captured once with its shape
 on ready operands, nothing in between, split evenly over the engine's workers; and the same with its
 attention kernels (SDPA) too. Any decoder of this model must compute those products, so none built on those
 PyTorch kernels translates faster than the first row; the second shows what PyTorch's attention adds.
+Each floor prints what it captured: its matmuls, quantized linears and attention kernels, counted.
 
 Each side gets the same number of threads (--threads T) and may use them its best way, each at its
 best batch size: an engine spec is `NAME[:bN][:wK]` (batch N sentences; K workers of T / K threads).
@@ -75,7 +76,8 @@ def main(argv=None) -> int:
         t.workers = workers
         engines[f"attnlab {spec}"] = ("attnlab", t, bs)
         if args.floors:
-            linear, both = floors(t, src_ids, bs)
+            linear, both, counts = floors(t, src_ids, bs)
+            print(f"floor of attnlab {spec}: captured " + ", ".join(f"{v} {k}" for k, v in counts.items()))
             engines[f"attnlab {spec}, its linear layers only (floor)"] = ("floor", linear, workers)
             engines[f"attnlab {spec}, its linear layers + attention (floor)"] = ("floor+attention", both, workers)
     for spec in args.ct2.split(","):
@@ -132,7 +134,13 @@ def main(argv=None) -> int:
     for n in names:
         sps = statistics.median(len(src_ids) / t for t in times[n])
         ratio = statistics.median(a / t for a, t in zip(times[anchor], times[n]))
-        same = "-" if outputs[n] is None else f"{sum(a == b for a, b in zip(outputs[n], outputs[fp32]))}/{len(src_ids)}"
+        same = (
+            "-"
+            if outputs[n] is None
+            else "baseline"
+            if n == fp32
+            else f"{sum(a == b for a, b in zip(outputs[n], outputs[fp32]))}/{len(src_ids)}"
+        )
         rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{statistics.median(cores[n]):.2f}", same])
     print(table(["engine", "sentences/s", f"vs {anchor}", "CPU s / wall s", f"same tokens as {fp32}"], rows))
 
@@ -157,17 +165,27 @@ LINEAR = MATMULS | {
 }
 
 
+QUANTIZED = LINEAR - MATMULS
+
+
 def floors(translator, src_ids, bs):
     """The replays of `translator` decoding src_ids: its linear layers (matmuls / quantized linears), and
-    those with its attention kernels. One capture, on one thread (a dispatch mode sees only its own
-    thread's calls)."""
+    those with its attention kernels; and the calls each kind captured (matmuls, quantized linears,
+    attention kernels). One capture, on one thread (a dispatch mode sees only its own thread's calls)."""
     workers, translator.workers = translator.workers, 1
     try:
         calls = capture_kernels(lambda: translator.decode_ids(src_ids, batch_size=bs), LINEAR | ATTENTION)
     finally:
         translator.workers = workers
     cpu = torch.device("cpu")
-    return replay_kernels([c for c in calls if c[0] in LINEAR], cpu)[0], replay_kernels(calls, cpu)[0]
+    linear, n_linear = replay_kernels([c for c in calls if c[0] in LINEAR], cpu)
+    both, n_both = replay_kernels(calls, cpu)
+    counts = {kind: sum(c[0] in ops for c in calls) for kind, ops in _KINDS.items()}
+    assert n_linear == counts["matmuls"] + counts["quantized linears"] and n_both == len(calls)
+    return linear, both, counts
+
+
+_KINDS = {"matmuls": MATMULS, "quantized linears": QUANTIZED, "attention kernels": ATTENTION}
 
 
 def parse_spec(spec: str) -> tuple[str, int, int]:

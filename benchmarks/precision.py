@@ -5,7 +5,8 @@ batches sorted by length (--batch-size, --workers: `Translator.decode`'s), as `a
 Rounds are interleaved (one pass of every variant per round, rotating who goes first) so machine load
 hits them alike; sentences/s is the median
 over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpus BLEU (sacreBLEU) of
-each variant is printed beside it. Model loading and conversion are not timed.
+each variant is printed beside it, and how many sentences it translates exactly as fp32 does (fp32 is
+always run, first: the baseline of every column). Model loading and conversion are not timed.
 
     flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3
 """
@@ -58,6 +59,14 @@ def variants(translator, names):
     return out
 
 
+def same_as_baseline(hyps: dict[str, list], baseline: str) -> dict[str, str]:
+    """name -> "k/n": how many of n outputs equal the baseline's; the baseline itself -> "baseline"."""
+    ref = hyps[baseline]
+    return {
+        n: "baseline" if n == baseline else f"{sum(a == b for a, b in zip(h, ref))}/{len(ref)}" for n, h in hyps.items()
+    }
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -73,7 +82,7 @@ def main(argv=None) -> int:
     examples = getattr(data, args.split)[: args.limit]
     src = [ex.src_ids for ex in examples]
     refs = [reference_text(ex.tgt_text, base.tgt_vocab) for ex in examples]
-    names = args.precisions.split(",")
+    names = ["fp32", *(n for n in args.precisions.split(",") if n != "fp32")]
     models = variants(base, names)
     for t in models.values():
         t.workers = args.workers
@@ -92,12 +101,12 @@ def main(argv=None) -> int:
             times[n].append(time.perf_counter() - t0)
     rows = []
     base_bleu = corpus_bleu(hyps["fp32"], refs)
+    same = same_as_baseline(hyps, "fp32")
     for n in names:
         sps = statistics.median(len(src) / t for t in times[n])
         ratio = statistics.median(b / t for b, t in zip(times["fp32"], times[n]))
         bleu = corpus_bleu(hyps[n], refs)
-        same = sum(a == b for a, b in zip(hyps[n], hyps["fp32"]))
-        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{bleu:.2f}", f"{bleu - base_bleu:+.2f}", f"{same}/{len(src)}"])
+        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{bleu:.2f}", f"{bleu - base_bleu:+.2f}", same[n]])
     print(table(["precision", "sentences/s", "vs fp32 greedy", "BLEU", "BLEU - fp32", "same output as fp32"], rows))
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

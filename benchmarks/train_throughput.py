@@ -14,6 +14,7 @@ each speed-up is the median over rounds of the paired time ratio.
     python benchmarks/train_throughput.py --quick          # a smoke run (seconds)
     python benchmarks/train_throughput.py --compile        # + torch.compile(ours), in a capped child process
     python benchmarks/train_throughput.py --profile        # + where the time goes (torch.profiler)
+    python benchmarks/train_throughput.py --plain-dropout --no-book   # + attnlab with nn.Dropout layers
     python benchmarks/train_throughput.py --device cuda --amp --batch-size 256   # GPU, bf16 autocast
     python benchmarks/train_throughput.py --precision fp32,bf16 --quality 40   # + attnlab under bf16 autocast
                                                     # (interleaved too), and a same-seed validation-loss check
@@ -43,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from baselines.d2l_transformer import from_attnlab_config
 from common import table
 
+from attnlab.attention.dropout import Dropout
 from attnlab.attention.positional import sinusoidal_encoding
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.utils.precision import cpu_features, resolve_precision
@@ -131,6 +133,7 @@ def build_models(args, names):
     )
     factories = {
         "attnlab": lambda: Transformer(config),
+        "attnlab nn.Dropout": lambda: plain_dropout(Transformer(config)),
         "nn.Transformer": lambda: TorchTransformer(config),
         "book (d2l)": lambda: from_attnlab_config(config),
     }
@@ -143,6 +146,15 @@ def build_models(args, names):
         fwd = torch.compile(m) if name.endswith("+ compile") else m
         models[name] = (fwd, m, opt)
     return config, models
+
+
+def plain_dropout(model: nn.Module) -> nn.Module:
+    """`model` with each attnlab `Dropout` (the cheaper CPU mask) replaced by the `nn.Dropout` it extends."""
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, Dropout):
+                setattr(module, name, nn.Dropout(child.p))
+    return model
 
 
 def train_step(model, opt, batch, device, amp, only_real=False):
@@ -339,6 +351,7 @@ def parse_args(argv=None):
         action="store_true",
         help="also time 'attnlab before': logits at padded positions too and torch's default Adam",
     )
+    ap.add_argument("--plain-dropout", action="store_true", help="also time attnlab with nn.Dropout layers")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(attnlab) in a child process")
     ap.add_argument("--compile-timeout", type=float, default=300.0, help="cap on the compile child, seconds")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler tables for attnlab and nn.Transformer")
@@ -370,6 +383,7 @@ def main(argv=None) -> int:
     names = (
         ours
         + (["attnlab before"] if args.before else [])
+        + (["attnlab nn.Dropout"] if args.plain_dropout else [])
         + ["nn.Transformer"]
         + ([] if args.no_book else ["book (d2l)"])
     )

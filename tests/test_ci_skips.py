@@ -1,4 +1,5 @@
-"""Under CI=true a skipped test (missing browser, missing corpus) is a failure, not a silent skip."""
+"""Under CI=true a skipped test (missing browser, corpus or optional package) is a failure, not a silent skip:
+inside a test, and while collecting a module or a folder whose conftest.py skips at import."""
 
 import subprocess
 import sys
@@ -7,24 +8,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 
+IN_TESTS = """
+import pytest
 
-def _run(tmp_path, ci: str) -> subprocess.CompletedProcess:
+@pytest.mark.skipif(True, reason="needs /usr/bin/chromium")
+def test_browser(): pass
+
+def test_corpus():
+    pytest.skip("set ATTNLAB_DATA to the shared fra-eng.zip")
+
+def test_no_procfs():
+    pytest.skip("no-procfs: no /proc/cpuinfo here")
+
+@pytest.mark.xfail(strict=False, reason="fixed elsewhere")
+def test_known(): assert False
+"""
+
+
+def _run(tmp_path, ci: str, files: dict[str, str]) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text(encoding="utf-8"), encoding="utf-8")
-    (tmp_path / "test_probe.py").write_text(
-        textwrap.dedent("""
-        import pytest
-
-        @pytest.mark.skipif(True, reason="needs /usr/bin/chromium")
-        def test_browser(): pass
-
-        def test_corpus():
-            pytest.skip("set ATTNLAB_DATA to the shared fra-eng.zip")
-
-        @pytest.mark.xfail(strict=False, reason="fixed elsewhere")
-        def test_known(): assert False
-    """),
-        encoding="utf-8",
-    )
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text), encoding="utf-8")
     env = {"PATH": "/usr/bin:/bin", "CI": ci}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
@@ -38,14 +43,52 @@ def _run(tmp_path, ci: str) -> subprocess.CompletedProcess:
 
 
 def test_skips_fail_under_ci(tmp_path):
-    res = _run(tmp_path, "true")
+    res = _run(tmp_path, "true", {"test_probe.py": IN_TESTS})
     assert res.returncode == 1, res.stdout
-    # a skipif fires in setup, so pytest counts that one as an error: both count against the run
+    # a skipif fires in setup, so pytest counts that one as an error: both count against the run;
+    # the skip under a rule named in ALLOWED_CI_SKIPS stays a skip
     assert "1 failed" in res.stdout and "1 error" in res.stdout and "1 xfailed" in res.stdout, res.stdout
+    assert "1 skipped" in res.stdout and "no-procfs" in res.stdout, res.stdout
     assert "needs /usr/bin/chromium" in res.stdout and "ATTNLAB_DATA" in res.stdout
 
 
 def test_skips_stay_skips_off_ci(tmp_path):
-    res = _run(tmp_path, "")
+    res = _run(tmp_path, "", {"test_probe.py": IN_TESTS})
     assert res.returncode == 0, res.stdout
-    assert "2 skipped" in res.stdout and "1 xfailed" in res.stdout, res.stdout
+    assert "3 skipped" in res.stdout and "1 xfailed" in res.stdout, res.stdout
+
+
+MODULE_SKIP = {
+    "test_module.py": """
+        import pytest
+        pytest.importorskip("attnlab_absent_package")
+        def test_parity(): pass
+    """,
+    "test_other.py": "def test_fine(): pass\n",
+}
+# a folder (a package, like tests/export/) whose conftest.py skips while importing
+CONFTEST_SKIP = {
+    "pkg/__init__.py": "",
+    "pkg/conftest.py": "import pytest\npytest.importorskip('attnlab_absent_package')\n",
+    "pkg/test_inside.py": "def test_parity(): pass\n",
+    "test_other.py": "def test_fine(): pass\n",
+}
+
+
+def test_module_level_skip_fails_under_ci(tmp_path):
+    res = _run(tmp_path, "true", MODULE_SKIP)
+    assert res.returncode != 0, res.stdout
+    assert "skipped while collecting under CI=true" in res.stdout, res.stdout
+    assert "attnlab_absent_package" in res.stdout and "[dev]" in res.stdout, res.stdout
+
+
+def test_conftest_skip_fails_under_ci(tmp_path):
+    res = _run(tmp_path, "true", CONFTEST_SKIP)
+    assert res.returncode != 0, res.stdout
+    assert "skipped while collecting under CI=true" in res.stdout and "attnlab_absent_package" in res.stdout
+
+
+def test_collection_skips_stay_skips_off_ci(tmp_path):
+    res = _run(tmp_path, "", {**MODULE_SKIP, **CONFTEST_SKIP})
+    assert res.returncode == 0, res.stdout
+    assert "2 skipped" in res.stdout and "1 passed" in res.stdout, res.stdout

@@ -12,8 +12,9 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 from baselines.d2l_transformer import from_attnlab_config, load_attnlab_weights  # noqa: E402
-from train_throughput import TorchTransformer, make_batches  # noqa: E402
+from train_throughput import TorchTransformer, make_batches, plain_dropout  # noqa: E402
 
+from attnlab.attention.dropout import Dropout  # noqa: E402
 from attnlab.decoding.beam import beam_search  # noqa: E402
 from attnlab.decoding.greedy_search import greedy  # noqa: E402
 from attnlab.models import Transformer, TransformerConfig  # noqa: E402
@@ -126,3 +127,15 @@ def test_decode_floor_replays_every_matmul_and_attention_kernel_of_beam_search()
         lambda: greedy(model, src, lens, 1, -1, 4), decode_bench.MATMULS | decode_bench.ATTENTION, cpu
     )
     assert n_greedy >= 4 * (2 * (6 + 2) + 1)
+
+
+def test_plain_dropout_swaps_every_attnlab_dropout():
+    """train_throughput.py --plain-dropout: the same model with nn.Dropout layers (same p), nothing else."""
+    torch.manual_seed(0)
+    config = TransformerConfig(50, 40, num_hiddens=32, num_heads=4, num_layers=2, ffn_num_hiddens=64, dropout=0.1)
+    ours = Transformer(config)
+    ps = [m.p for m in ours.modules() if isinstance(m, Dropout)]
+    plain = plain_dropout(Transformer(config))
+    assert ps and not any(isinstance(m, Dropout) for m in plain.modules())
+    assert [m.p for m in plain.modules() if type(m) is torch.nn.Dropout] == ps
+    assert [n for n, _ in plain.named_parameters()] == [n for n, _ in ours.named_parameters()]

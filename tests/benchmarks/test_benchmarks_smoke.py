@@ -26,6 +26,11 @@ def test_train_throughput_quick_prints_ratios():
         assert re.search(rf"^ratio: attnlab / {baseline} = \d+\.\d\dx target tokens/s$", out, re.M), out
 
 
+def test_train_throughput_plain_dropout_is_timed_in_the_same_run():
+    out = _run([sys.executable, "benchmarks/train_throughput.py", "--quick", "--plain-dropout", "--no-book"])
+    assert re.search(r"^ratio: attnlab / attnlab nn\.Dropout = \d+\.\d\dx target tokens/s$", out, re.M), out
+
+
 def test_train_throughput_rejects_bad_lengths():
     out = subprocess.run(
         [sys.executable, "benchmarks/train_throughput.py", "--min-len", "9", "--max-len", "3"],

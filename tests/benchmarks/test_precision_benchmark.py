@@ -1,6 +1,7 @@
 """benchmarks/precision.py and benchmarks/ct2_speed.py run end to end on a tiny run and print their tables."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -8,8 +9,24 @@ from pathlib import Path
 import pytest
 from train_helpers import SUBPROCESS_ENV, needs_data, tiny_run
 
+from attnlab.data import load_data
+from attnlab.runs.loading import load_translator
+
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [needs_data, pytest.mark.usefixtures("one_thread")]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from precision import same_as_baseline  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _row(out: str, name: str) -> list[str]:
+    line = next(line for line in out.splitlines() if line.startswith(f"| {name} "))
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def test_agreement_is_counted_against_the_baseline():
+    hyps = {"fp32": [[1, 2], [3]], "int8": [[1, 2], [4]], "bf16": [[9], [4]]}
+    assert same_as_baseline(hyps, "fp32") == {"fp32": "baseline", "int8": "1/2", "bf16": "0/2"}
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +63,20 @@ def _bench(script, run_dir, *extra):
     return out.stdout
 
 
+@needs_data
 def test_precision_benchmark_prints_speed_and_bleu(run_dir):
-    out = _bench("precision.py", run_dir)
+    out = _bench("precision.py", run_dir, "--precisions", "bf16,int8")
     assert "CPU features:" in out and "native bf16:" in out
-    for name in ("| fp32 ", "| bf16 ", "| int8 ", "| int8 (every Linear) "):
-        assert name in out
-    assert "8/8" in out  # fp32 agrees with itself: the agreement column is computed, not assumed
+    assert _row(out, "fp32")[-1] == "baseline"  # fp32 is run even when not asked for, and not compared with itself
+    base = load_translator(run_dir, precision="fp32")
+    src = [ex.src_ids for ex in load_data(base.config["data"]).test[:8]]
+    ref = base.translate_ids(src, batch_size=256)
+    for precision in ("bf16", "int8"):  # each row counts that precision's outputs equal to fp32's
+        ours = load_translator(run_dir, precision=precision).translate_ids(src, batch_size=256)
+        assert _row(out, precision)[-1] == f"{sum(a == b for a, b in zip(ours, ref))}/8", out
 
 
+@needs_data
 def test_ctranslate2_benchmark_compares_engines(run_dir):
     pytest.importorskip("ctranslate2")
     extra = ("--threads", "2", "--attnlab", "fp32:b4,fp32:b4:w2", "--ct2", "float32:b4,int8:b4:w2")
@@ -66,16 +89,26 @@ def test_ctranslate2_benchmark_compares_engines(run_dir):
     assert "best attnlab" in out
 
 
+@needs_data
 def test_ctranslate2_benchmark_floors(run_dir):
-    """--floors adds, per attnlab engine, the replay of its linear layers (and with attention) as rows."""
+    """--floors adds, per attnlab engine, the replay of its linear layers (and with attention) as rows, and
+    prints what each captured: an int8 engine's floor holds quantized linears, an fp32 one's matmuls."""
     pytest.importorskip("ctranslate2")
     extra = ("--threads", "2", "--floors", "--attnlab", "fp32:b4:w2,int8 (every Linear):b4", "--ct2", "float32:b4")
     out = _bench("ct2_speed.py", run_dir, *extra)
     lines = out.splitlines()
+    captured = {}
     for engine in ("fp32:b4:w2", "int8 (every Linear):b4"):
+        line = next(line for line in lines if line.startswith(f"floor of attnlab {engine}: captured "))
+        captured[engine] = {k: int(v) for v, k in re.findall(r"(\d+) ([a-z ]+?)(?:,|$)", line)}
+        assert set(captured[engine]) == {"matmuls", "quantized linears", "attention kernels"}, line
+        assert captured[engine]["attention kernels"] > 0, line
         for what in ("its linear layers only (floor)", "its linear layers + attention (floor)"):
             row = next(line for line in lines if line.startswith(f"| attnlab {engine}, {what}"))
             cells = [c.strip() for c in row.strip("|").split("|")]
             assert float(cells[1]) > 0 and cells[-1] == "-", row  # timed; no tokens to compare
+    assert captured["fp32:b4:w2"]["matmuls"] > 0 and captured["fp32:b4:w2"]["quantized linears"] == 0
+    int8 = captured["int8 (every Linear):b4"]
+    assert int8["quantized linears"] > 0 and int8["matmuls"] == 0, int8  # every Linear quantized: no fp32 matmul
     best = next(line for line in lines if line.startswith("best floor"))
     assert "its linear layers only (floor)" in best and "CTranslate2 float32:b4" in best

@@ -31,7 +31,7 @@ def test_cpu_features_reads_proc_cpuinfo_flags():
         with open("/proc/cpuinfo") as f:
             text = f.read()
     except OSError:
-        pytest.skip("no /proc/cpuinfo here")
+        pytest.skip("no-procfs: no /proc/cpuinfo here")
     line = next((ln for ln in text.splitlines() if ln.startswith("flags")), None)
     if line:
         assert feats == set(line.split(":", 1)[1].lower().split())

@@ -12,6 +12,8 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from .fonts import label_fonts
+
 
 def to_numpy(x) -> np.ndarray:
     """Tensor (any device, with grad) or array-like -> float64 numpy array."""
@@ -79,6 +81,9 @@ def show_heatmaps(
     # Masked = light grey, distinct from every value color (with_extremes returns a copy).
     colormap = colormaps[cmap].with_extremes(bad="#dddddd")
 
+    # tokens in any script: a family list holding their glyphs, right-to-left labels shaped (viz.fonts)
+    xticks = label_fonts(xticklabels) if xticklabels is not None else None
+    yticks = label_fonts(yticklabels) if yticklabels is not None else None
     fig = Figure(figsize=(figsize[0] * cols, figsize[1] * rows), layout="constrained")
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
     image = None
@@ -93,10 +98,10 @@ def show_heatmaps(
                 ax.set_ylabel(label)
             if titles is not None and i == 0:
                 ax.set_title(titles[j])
-            if xticklabels is not None:
-                ax.set_xticks(range(lk), labels=list(xticklabels), rotation=90)
-            if yticklabels is not None:
-                ax.set_yticks(range(lq), labels=list(yticklabels))
+            if xticks is not None:
+                ax.set_xticks(range(lk), labels=xticks[0], rotation=90, fontfamily=xticks[1])
+            if yticks is not None:
+                ax.set_yticks(range(lq), labels=yticks[0], fontfamily=yticks[1])
     assert image is not None  # subplots() refuses an empty grid, so the loop drew at least one cell
     fig.colorbar(image, ax=axes, shrink=0.6)
     return fig
