@@ -45,7 +45,9 @@ def test_a_resized_shard_is_one_line_naming_it(prep, damage, says):
     shard = prep / "train-00001.src"
     data = shard.read_bytes()
     shard.write_bytes(data[: len(data) // 3] if damage == "truncate" else data + b"\0" * 64)
-    with pytest.raises(ValueError, match=rf"train-00001.src has \d+ bytes but manifest.json says {len(data)} \({says}\)"):
+    with pytest.raises(
+        ValueError, match=rf"train-00001.src has \d+ bytes but manifest.json says {len(data)} \({says}\)"
+    ):
         open_prepared(prep)
 
 
@@ -59,12 +61,12 @@ def test_a_large_folder_hashes_all_but_the_training_tokens_unless_asked(prep, mo
     monkeypatch.setattr(manifest, "FULL_CHECK_BYTES", 0)  # every folder counts as large
     _flip(prep / "train-00000.src", at=1)
     open_prepared(prep)  # the bulk is checked by size only
-    with pytest.raises(ValueError, match="train-00000.src does not match its sha256"):
+    with pytest.raises(ValueError, match=r"train-00000\.src does not match its sha256"):
         open_prepared(prep, full_check=True)
     lens = np.load(prep / "train-00001.len.npy")
     lens[0, 0] += 1
     np.save(prep / "train-00001.len.npy", lens)  # the lengths index is always hashed: it drives batching
-    with pytest.raises(ValueError, match="train-00001.len.npy does not match its sha256"):
+    with pytest.raises(ValueError, match=r"train-00001\.len\.npy does not match its sha256"):
         open_prepared(prep)
 
 
@@ -73,7 +75,7 @@ def test_a_missing_file_or_manifest(prep):
     with pytest.raises(ValueError, match=r"test.tsv is missing \(listed in manifest.json\)"):
         open_prepared(prep)
     (prep / "manifest.json").unlink()
-    with pytest.raises(ValueError, match="manifest.json is missing, so the shards cannot be checked"):
+    with pytest.raises(ValueError, match=r"manifest\.json is missing, so the shards cannot be checked"):
         open_prepared(prep)
 
 

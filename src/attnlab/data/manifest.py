@@ -65,9 +65,7 @@ def check_manifest(folder: str | os.PathLike, pairs: dict[str, int], full: bool 
             raise ValueError(f"{root / name} is missing (listed in {MANIFEST}); {fix}") from None
         if sizes[name] != want["size"]:
             how = "truncated" if sizes[name] < want["size"] else "padded"
-            raise ValueError(
-                f"{root / name} has {sizes[name]} bytes but {MANIFEST} says {want['size']} ({how}); {fix}"
-            )
+            raise ValueError(f"{root / name} has {sizes[name]} bytes but {MANIFEST} says {want['size']} ({how}); {fix}")
     if full is False:
         return
     everything = full or sum(sizes.values()) <= FULL_CHECK_BYTES

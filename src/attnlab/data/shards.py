@@ -39,7 +39,7 @@ import numpy as np
 from attnlab.utils.files import atomic_dir
 
 from .corpus import file_sha256
-from .encode_pool import ChunkEncoder, check_workers, spec_of
+from .encode_pool import ChunkEncoder, check_workers, sigterm_unwinds, spec_of
 from .formats import CorpusReport, iter_pairs, split_spec
 from .manifest import write_manifest
 from .shard_writer import CorpusWriter
@@ -299,7 +299,12 @@ def prepare(
             ("test", held_out(test, reps["test"], 2)),
         ]
     local = (src_vocab.encode_batch, tgt_vocab.encode_batch)
-    with atomic_dir(out) as tmp, ChunkEncoder(local, spec_of(kind, src_vocab, tgt_vocab), dtype, workers) as enc:
+    # Outermost: a SIGTERM unwinds the encoder (its workers reaped) and the temporary folder first.
+    with (
+        sigterm_unwinds(),
+        atomic_dir(out) as tmp,
+        ChunkEncoder(local, spec_of(kind, src_vocab, tgt_vocab), dtype, workers) as enc,
+    ):
         writer = CorpusWriter(tmp, shard_size, dtype, max_len)
         reports = {}
         try:

@@ -220,7 +220,8 @@ def open_prepared(path: str | os.PathLike, *, full_check: bool | None = None, **
     try:
         meta = json.loads((root / META).read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{root / META} is not valid JSON ({exc}); re-run `attnlab prepare` to rebuild {root}") from None
+        fix = f"re-run `attnlab prepare` to rebuild {root}"
+        raise ValueError(f"{root / META} is not valid JSON ({exc}); {fix}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         meta = meta if isinstance(meta, dict) else {}
         raise ValueError(

@@ -16,7 +16,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-
 # Temp names carry the writer's pid and host, so a later writer can tell a dead process's leftovers
 # from a live one's: `.NAME.tmp-PID-HOST-RANDOM` (HOST: 8 hex digits of the host name's hash).
 _TEMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{8}")
@@ -40,7 +39,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_stale_temps(parent: str | os.PathLike) -> list[Path]:
+def clean_stale_temps(parent: str | os.PathLike[str]) -> list[Path]:
     """Remove the temp folders and files `atomic_dir`/`atomic_path` left in `parent` when their writer
     was killed: only those of processes of this host that no longer exist (a live writer's, another
     host's or a name without a pid are kept). Returns what was removed."""
@@ -48,7 +47,7 @@ def clean_stale_temps(parent: str | os.PathLike) -> list[Path]:
         return []
     removed, host = [], _host_tag()
     try:
-        entries = list(os.scandir(parent))
+        entries = list(os.scandir(os.fspath(parent)))
     except OSError:
         return []
     for entry in entries:
