@@ -65,3 +65,97 @@ def test_missing_file_damaged_gz_and_bad_spec(tmp_path):
         list(iter_pairs(f"{bad},{tmp_path / 'x.en'}"))
     with pytest.raises(ValueError, match="two aligned files"):
         list(iter_pairs("a,b,c"))
+
+
+def test_each_skipped_line_is_counted_once(tmp_path):
+    """A TSV line bad on both sides is one skipped line in its file's report, not one per side."""
+    p = tmp_path / "c.tsv"
+    p.write_bytes(b"ok\tfine\n\t\n" + b"x" * 50 + b"\t" + b"y" * 50 + b"\n\t" + b"z" * 50 + b"\nok\tfine\n")
+    pairs, report = _read(p, max_chars=40)
+    f = report.files[0]
+    assert [n for n, _, _ in pairs] == [1, 5] and report.pairs == 2 and report.skipped == 3
+    assert f.counts == {"empty": 2, "over-long (> 40 characters)": 1}
+    assert f.first_lines == {"empty": [2, 4], "over-long (> 40 characters)": [3]}
+    assert "2 empty (line(s) 2, 4)" in f.summary()
+    # Aligned files: each file counts its own bad lines; the pair is skipped once.
+    (tmp_path / "a.de").write_text("eins\n\ndrei\n", encoding="utf-8")
+    (tmp_path / "a.en").write_text("one\n\nthree\n", encoding="utf-8")
+    pairs, report = _read(f"{tmp_path / 'a.de'},{tmp_path / 'a.en'}")
+    assert report.skipped == 1 and [r.counts for r in report.files] == [{"empty": 1}, {"empty": 1}]
+
+
+def test_over_long_by_tokens_counts_a_tsv_line_once(tmp_path):
+    from attnlab.data import prepare
+
+    lines = [f"w{i} w{i + 1}\tv{i} v{i + 1}" for i in range(30)] + ["a b c d e f g\tq r s t u v w"]
+    (tmp_path / "c.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    meta = prepare(tmp_path / "c.tsv", tmp_path / "p", src_lang="de", tgt_lang="en", tokenizer="word", min_freq=1,
+                   max_len=4, valid_fraction=0.0, test_fraction=0.0, log=lambda line: None)  # fmt: skip
+    (f,) = meta["reports"]["data"]["files"]
+    assert f["counts"] == {"over-long (> 4 tokens)": 1} and f["first_lines"] == {"over-long (> 4 tokens)": [31]}
+    assert meta["reports"]["data"]["skipped"] == 1 and meta["splits"]["train"]["pairs"] == 30
+
+
+@pytest.mark.parametrize(
+    ("encoding", "bom", "named"),
+    [
+        ("utf-16", True, "UTF-16LE"),  # Python writes the machine's order, little-endian here, with a mark
+        ("utf-16-be", False, "UTF-16BE"),
+        ("utf-16-le", False, "UTF-16LE"),
+        ("utf-32", True, "UTF-32LE"),
+        ("utf-32-be", False, "UTF-32BE"),
+    ],
+)
+def test_utf16_and_utf32_corpora_are_refused_with_the_fix(tmp_path, encoding, bom, named):
+    text = "Hallo Welt\tHello world\nGuten Tag\tGood day\n"
+    (tmp_path / "c.tsv").write_bytes(text.encode(encoding))
+    with pytest.raises(ValueError, match=rf"c.tsv is {named} text .*not UTF-8.*iconv -f {named[:6]} -t UTF-8"):
+        list(iter_pairs(tmp_path / "c.tsv"))
+    (tmp_path / "a.de").write_text("Hallo\n", encoding="utf-8")
+    with gzip.open(tmp_path / "a.en.gz", "wb") as f:
+        f.write("Hello\n".encode(encoding))
+    with pytest.raises(ValueError, match=rf"a.en.gz is {named} text"):
+        list(iter_pairs(f"{tmp_path / 'a.de'},{tmp_path / 'a.en.gz'}"))
+
+
+def test_utf16_is_refused_by_the_book_loader_and_prepare_cli(tmp_path, capsys):
+    from attnlab.cli import main
+    from attnlab.data.corpus import read_fra_eng
+
+    (tmp_path / "fra.txt").write_bytes("Go.\tVa !\n".encode("utf-16"))
+    with pytest.raises(ValueError, match="UTF-16LE text"):
+        read_fra_eng(tmp_path / "fra.txt")
+    args = ["prepare", "--data", str(tmp_path / "fra.txt"), "--src-lang", "en", "--tgt-lang", "fr"]
+    assert main([*args, "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "iconv -f UTF-16 -t UTF-8" in err and not (tmp_path / "p").exists()
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
+    from attnlab.data.corpus import read_fra_eng
+
+    (tmp_path / "c.tsv").write_bytes(b"\xef\xbb\xbfHallo\tHello\nJa\tYes\n")
+    pairs, report = _read(tmp_path / "c.tsv")
+    assert pairs == [(1, "Hallo", "Hello"), (2, "Ja", "Yes")] and report.skipped == 0
+    (tmp_path / "a.de").write_bytes(b"\xef\xbb\xbfHallo\n")
+    (tmp_path / "a.en").write_bytes(b"\xef\xbb\xbfHello\n")
+    assert _read(f"{tmp_path / 'a.de'},{tmp_path / 'a.en'}")[0] == [(1, "Hallo", "Hello")]
+    assert read_fra_eng(tmp_path / "c.tsv")[0] == ("Hallo", "Hello")
+
+
+def test_a_nul_byte_in_a_later_line_skips_that_line(tmp_path):
+    (tmp_path / "c.tsv").write_bytes(b"Hallo\tHello\n" + b"a" * 5000 + b"\tb\nbin\x00ary\tx\nJa\tYes\n")
+    pairs, report = _read(tmp_path / "c.tsv", max_chars=10_000)
+    assert [n for n, _, _ in pairs] == [1, 2, 4]
+    assert report.files[0].first_lines == {"with NUL bytes (binary, not text)": [3]}
+
+
+def test_a_folder_given_as_a_corpus_says_so(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "train.de").write_text("a\n")
+    with pytest.raises(FileNotFoundError, match=r"is a folder \(it holds train.de\), not a corpus file; pass a file"):
+        list(iter_pairs(tmp_path / "corpus"))
+    (tmp_path / "prep").mkdir()
+    (tmp_path / "prep" / "meta.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"is a prepared corpus .*attnlab train --data"):
+        list(iter_pairs(f"{tmp_path / 'prep'},{tmp_path / 'corpus' / 'train.de'}"))

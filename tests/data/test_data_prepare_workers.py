@@ -12,13 +12,18 @@ from attnlab.data import open_prepared, prepare
 
 
 def _files(folder):
-    """Every file's bytes; meta.json without the timing (the only part allowed to differ)."""
+    """Every file's bytes; meta.json without the timing (the only part allowed to differ), so also the
+    manifest without meta.json's sha256."""
     out = {}
     for p in sorted(folder.iterdir()):
         if p.name == "meta.json":
             meta = json.loads(p.read_text())
             meta.pop("seconds")
             out[p.name] = meta
+        elif p.name == "manifest.json":
+            manifest = json.loads(p.read_text())
+            manifest["files"]["meta.json"].pop("sha256")
+            out[p.name] = manifest
         else:
             out[p.name] = p.read_bytes()
     return out

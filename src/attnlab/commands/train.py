@@ -174,7 +174,7 @@ def _check_nproc(nproc: int) -> None:
 
 def _configs(args, over: dict[str, dict]):
     """The preset with the flags applied, every part validated (nothing written, no data read)."""
-    from attnlab.data import check_data_config
+    from attnlab.data import check_data_config, check_prepared_overrides
     from attnlab.training.config import TrainConfig
     from attnlab.training.launch import check_model_config
     from attnlab.training.presets import get_preset
@@ -185,6 +185,9 @@ def _configs(args, over: dict[str, dict]):
     train_config = TrainConfig.from_dict(preset["train"])
     check_model_config(args.model, preset["model"])
     check_data_config(preset["data"])
+    # A prepared folder fixed its data settings: a data flag must agree with them (preset defaults are not asked).
+    flags = {key: f"--{flag.replace('_', '-')}" for flag, (section, key) in _FLAGS.items() if section == "data"}
+    check_prepared_overrides(preset["data"].get("path"), over["data"], flags)
     return preset, train_config
 
 

@@ -4,7 +4,7 @@
 from .batching import Batch, collate, iterate_batches, plan_batches
 from .corpus import ReadStats, cache_dir, download_fra_eng, read_fra_eng, resolve_data_path, sample_data_path
 from .formats import CorpusReport, FileReport, iter_pairs
-from .loading import check_data_config, load_data
+from .loading import check_data_config, check_prepared_overrides, load_data
 from .parallel import load_parallel_data
 from .shards import ShardedExamples, open_prepared, prepare
 from .text import detokenize, preprocess, tokenize
@@ -35,6 +35,7 @@ __all__ = [
     "BOOK_EVAL_PAIRS",
     "load_data",
     "check_data_config",
+    "check_prepared_overrides",
     "CorpusReport",
     "FileReport",
     "iter_pairs",

@@ -13,6 +13,7 @@ Malformed lines are skipped but counted: a warning says how many, and
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import urllib.error
@@ -35,6 +36,7 @@ KNOWN_CHECKSUMS = {
 ENV_VAR = "ATTNLAB_DATA"
 CACHE_FILE_NAME = "fra-eng.zip"
 DOWNLOAD_TIMEOUT_S = 30
+HEAD_BYTES = 4096  # how much of a text file is looked at to tell its encoding
 _FIXES = (
     f"fix: pass --data PATH (a fra-eng.zip or fra.txt), or set {ENV_VAR}=PATH; "
     "the data is at http://www.manythings.org/anki/ (fra-eng.zip)"
@@ -141,11 +143,47 @@ class ReadStats:
     malformed_lines: list[int] = field(default_factory=list)
 
 
+_BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
+    (codecs.BOM_UTF32_LE, "UTF-32LE"),
+    (codecs.BOM_UTF32_BE, "UTF-32BE"),
+    (codecs.BOM_UTF16_LE, "UTF-16LE"),
+    (codecs.BOM_UTF16_BE, "UTF-16BE"),
+)
+
+
+def _guess_wide(head: bytes) -> str:
+    """UTF-16/32 and byte order from where the NULs of mostly-ASCII text fall."""
+    if len(head) >= 4 and head[1:4] == b"\0\0\0":
+        return "UTF-32LE"
+    if len(head) >= 4 and head[:3] == b"\0\0\0":
+        return "UTF-32BE"
+    return "UTF-16LE" if head[1::2].count(0) >= head[0::2].count(0) else "UTF-16BE"
+
+
+def check_utf8_head(head: bytes, path: str | os.PathLike, member: str | None = None) -> None:
+    """ValueError when the first bytes of a text file (or of zip `member`) show UTF-16 or UTF-32 (a
+    byte-order mark, or NUL bytes, which UTF-8 text never holds): read as UTF-8 they would give
+    NUL-interleaved tokens."""
+    encoding = next((enc for bom, enc in _BOMS if head.startswith(bom)), None)
+    why = "its byte-order mark"
+    if encoding is None and b"\0" in head:
+        encoding, why = _guess_wide(head), "NUL bytes"
+    if encoding is None:
+        return
+    iconv = f"iconv -f {encoding[:6]} -t UTF-8"
+    name = Path(member or path).name
+    how = f"unzip -p {path} {member} | {iconv} > {name}" if member else f"{iconv} {path} > {name}.utf8"
+    where = f"{path} ({member})" if member else str(path)
+    raise ValueError(f"{where} is {encoding} text ({why}), not UTF-8; convert it (e.g. `{how}`) and pass that file")
+
+
 def read_text(path: str | os.PathLike) -> str:
     """The corpus text: `fra.txt` from a zip (any folder, `__MACOSX/` ignored) or a plain text file."""
     path = Path(path)
     if path.suffix.lower() != ".zip":
-        return path.read_bytes().decode("utf-8")
+        raw = path.read_bytes()
+        check_utf8_head(raw[:HEAD_BYTES], path)
+        return raw.decode("utf-8-sig")  # a UTF-8 byte-order mark is not part of the first sentence
     is_cache = path.resolve() == (cache_dir() / CACHE_FILE_NAME).resolve()
     fix = (
         f"delete {path} and run again to re-download it"
@@ -161,7 +199,8 @@ def read_text(path: str | os.PathLike) -> str:
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         # A truncated download or a damaged file: say so plainly instead of a zipfile traceback.
         raise ValueError(f"{path} is truncated or corrupted ({type(exc).__name__}: {exc}); {fix}") from None
-    return data.decode("utf-8")
+    check_utf8_head(data[:HEAD_BYTES], path, members[0])
+    return data.decode("utf-8-sig")
 
 
 def parse_pairs(text: str, source: str = "<text>") -> tuple[list[tuple[str, str]], ReadStats]:

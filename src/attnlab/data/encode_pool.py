@@ -9,18 +9,28 @@ Workers are forked where that is safe and cheap (Linux: no re-import of the call
 torch import), spawned elsewhere. A worker that dies fails the call (BrokenProcessPool), never hangs
 it. The encoding is the same function everywhere (the tokenizer's batch encode, or `Vocab.encode`),
 so the shards do not depend on the number of workers.
+
+No worker outlives its pool: each watches a pipe whose only writer is the parent, and exits at its end
+of file, which comes when the pool ends after an error or when the parent dies however it dies
+(SIGKILL included). Workers ignore SIGINT (a Ctrl-C reaches the whole process group; the parent stops
+them), and `sigterm_unwinds` turns a SIGTERM to the parent into an unwinding, so the pool is reaped
+and temporary folders removed before the process ends by that signal.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -106,7 +116,19 @@ def encode_chunk(encoders: tuple[Encode, Encode], dtype, sources: list[str], tar
 _WORKER: dict = {}  # the worker process's encoders and dtype, set once by _init
 
 
-def _init(spec: EncoderSpec, dtype: str) -> None:
+def _watch_parent(conn: Connection) -> None:
+    with contextlib.suppress(EOFError, OSError):
+        conn.recv_bytes()  # nothing is ever sent: this returns only at end of file
+    os._exit(1)  # the parent closed its end (the pool is being stopped) or died
+
+
+def _init(spec: EncoderSpec, dtype: str, lifeline: Connection, inherited_writer: int | None) -> None:
+    # Signals are the parent's to handle; a forked worker would otherwise run the parent's handlers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if inherited_writer is not None:  # forked: drop this copy, so that only the parent holds the writer
+        os.close(inherited_writer)
+    threading.Thread(target=_watch_parent, args=(lifeline,), daemon=True, name="attnlab-lifeline").start()
     # One thread per worker: the pool is the parallelism; tokenizers' own threads would oversubscribe.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _WORKER.update(encoders=_encoders(spec), dtype=np.dtype(dtype))
@@ -129,20 +151,30 @@ class ChunkEncoder:
     def __init__(self, local: tuple[Encode, Encode], spec: EncoderSpec, dtype, workers: int):
         self.local, self.spec, self.dtype, self.workers = local, spec, np.dtype(dtype), check_workers(workers)
         self._pool: ProcessPoolExecutor | None = None
+        self._lifeline: tuple[Connection, Connection] | None = None  # (workers' reader, our writer)
 
     def __enter__(self) -> ChunkEncoder:
         return self
 
-    def __exit__(self, *exc) -> None:
-        if self._pool is not None:
-            # After an error nothing pending is wanted; after success nothing is left.
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+    def __exit__(self, exc_type, *exc) -> None:
+        if self._pool is None:
+            return
+        assert self._lifeline is not None
+        reader, writer = self._lifeline
+        if exc_type is not None:
+            writer.close()  # an error or a signal: the workers exit now, mid-chunk
+        # Reaps the workers; after an error nothing pending is wanted, after success nothing is left.
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        writer.close()
+        reader.close()
+        self._pool, self._lifeline = None, None
 
     def _submit(self, sources: list[str], targets: list[str]) -> Future:
         if self._pool is not None:
             return self._pool.submit(_work, sources, targets)
         method = "fork" if sys.platform == "linux" else "spawn"
+        context = multiprocessing.get_context(method)
+        reader, writer = self._lifeline = context.Pipe(duplex=False)
         # Set while the workers are forked (the first submit forks them all): tokenizers then neither
         # warns about a fork after its threads ran nor starts threads in the workers.
         previous = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -150,9 +182,9 @@ class ChunkEncoder:
         try:
             self._pool = ProcessPoolExecutor(
                 self.workers,
-                mp_context=multiprocessing.get_context(method),
+                mp_context=context,
                 initializer=_init,
-                initargs=(self.spec, self.dtype.str),
+                initargs=(self.spec, self.dtype.str, reader, writer.fileno() if method == "fork" else None),
             )
             return self._pool.submit(_work, sources, targets)
         finally:
@@ -182,3 +214,32 @@ class ChunkEncoder:
         while pending:
             done, future = pending.popleft()
             yield done, future.result()
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the main thread was, so that every `with` block on the way out runs."""
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Within the block, SIGTERM unwinds the stack (pools reaped, temporary folders removed), then ends
+    the process by SIGTERM as its default action would (exit status 128 + 15 in a shell). A second
+    SIGTERM during the unwinding ends it at once. A no-op outside the main thread or where SIGTERM
+    already has a handler (the training loop's own, say)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise _Terminated
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise SystemExit(128 + signal.SIGTERM) from None  # only where the signal is not delivered at once
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

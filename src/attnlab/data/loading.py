@@ -4,9 +4,15 @@ file is read."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from .parallel import load_parallel_data, wants_parallel
+from .shards import resolve_tokenizer
+from .shards_read import META, is_prepared
 from .translation import TranslationData, load_d2l_data, load_translation_data
 
 
@@ -43,3 +49,42 @@ def load_data(data_config):
     """Rebuild a run's data from its saved settings (`loader` + the loader's keyword arguments)."""
     loader, opts = _loader(data_config)
     return loader(**opts)
+
+
+# Data settings of a run -> the prepare setting of a prepared folder they correspond to.
+_PREPARED_KEYS = {"bpe_vocab_size": "vocab_size"}
+_NOT_SETTINGS = {"path", "loader"}
+
+
+def check_prepared_overrides(
+    path: str | os.PathLike | None, overrides: Mapping[str, Any], names: Mapping[str, str] | None = None
+) -> None:
+    """ValueError when a data setting asked for (a flag, not a preset's default) disagrees with the
+    prepared folder `path` was made with, or has no meaning for it; nothing when `path` is no
+    prepared folder. `names` says how to call each key in the message (e.g. max_len -> '--max-len')."""
+    if path is None or not is_prepared(path):
+        return
+    try:
+        meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
+        made = {**meta["settings"], "src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # a damaged folder: opening it says what is wrong
+    names = names or {}
+    for key, value in overrides.items():
+        if key in _NOT_SETTINGS:
+            continue
+        name = names.get(key, f"--set data.{key}")
+        folder_key = _PREPARED_KEYS.get(key, key)
+        if folder_key not in made:
+            raise ValueError(
+                f"{name} does not apply to the prepared corpus {path} (its settings were fixed by "
+                f"`attnlab prepare`); drop {name}"
+            )
+        want = made[folder_key]
+        if key == "tokenizer" and value == "auto":
+            value = resolve_tokenizer("auto", made["src_lang"], made["tgt_lang"])
+        if value != want:
+            raise ValueError(
+                f"{name} {value!r} disagrees with the prepared corpus {path}, made with {folder_key}={want!r}; "
+                f"drop {name}, or prepare the corpus again with the setting you want"
+            )

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from .corpus import cache_dir
 from .formats import split_spec
-from .shards import _hash_specs, is_prepared, open_prepared, prepare
+from .shards import VERSION, _hash_specs, is_prepared, open_prepared, prepare
 
 _PARALLEL_KEYS = {"src_lang", "tgt_lang", "valid", "test", "normalization", "vocab_size", "shard_size"}
 # Keys of the book loader's settings (presets pass them) and what they become here.
@@ -53,9 +55,15 @@ def load_parallel_data(opts: Mapping[str, Any]):
     for spec in (path, opts.get("valid"), opts.get("test")):
         if spec is not None:
             split_spec(spec)
-    settings = json.dumps({"path": str(path), **opts}, sort_keys=True)
+    settings = json.dumps({"path": str(path), "format_version": VERSION, **opts}, sort_keys=True)
     key = hashlib.sha256((_hash_specs([path, opts.get("valid"), opts.get("test")]) + settings).encode()).hexdigest()
     folder = cache_dir() / "prepared" / key[:32]
+    if is_prepared(folder):
+        try:
+            return _opened(open_prepared(folder), path, folder)
+        except ValueError as exc:  # a damaged cache entry is ours to rebuild
+            warnings.warn(f"rebuilding the prepared cache {folder}: {exc}", stacklevel=2)
+            shutil.rmtree(folder, ignore_errors=True)
     if not is_prepared(folder):
         try:
             prepare(path, folder, **opts)
@@ -64,6 +72,9 @@ def load_parallel_data(opts: Mapping[str, Any]):
         except (OSError, ValueError):
             if not is_prepared(folder):  # another process (a DDP rank) may have prepared it first
                 raise
-    data = open_prepared(folder)
+    return _opened(open_prepared(folder), path, folder)
+
+
+def _opened(data, path, folder):
     data.settings.update(data_path=str(path), cache=str(folder))
     return data

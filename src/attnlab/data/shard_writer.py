@@ -85,13 +85,14 @@ class CorpusWriter:
         codes = np.asarray(codes, np.int8)
         if self.max_len is not None:
             long = (sl > self.max_len) | (tl > self.max_len)
-            # Reported in the file of the too-long side (the first file for a TSV).
+            # Reported in the file of the too-long side (a TSV's one file counts the line once).
             files = report.files if len(report.files) == 2 else report.files * 2
             for i in np.flatnonzero(long).tolist():
                 for f, n in zip(files, (sl[i], tl[i])):
                     if n > self.max_len:
                         f.add(f"over-long (> {self.max_len} tokens)", linenos[i])
                 report.pairs -= 1
+                report.skipped += 1
             codes = np.where(long, -1, codes)
         for code, split in enumerate(SPLIT_NAMES):
             rows = codes == code

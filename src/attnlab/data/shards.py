@@ -4,6 +4,7 @@
 vocabulary on the training side, and writes `out/`:
 
     meta.json                   format, languages, settings, per-split shard list, per-file reports
+    manifest.json               size and sha256 of every other file, pairs per split (checked on open)
     src_vocab.json, tgt_vocab.json
     train-00000.src / .tgt      flat token ids of the shard's pairs (uint16, or int32 past 65,535 types)
     train-00000.len.npy         (N, 2) int32: source and target length of each pair (the lengths index)
@@ -38,8 +39,9 @@ import numpy as np
 from attnlab.utils.files import atomic_dir
 
 from .corpus import file_sha256
-from .encode_pool import ChunkEncoder, check_workers, spec_of
+from .encode_pool import ChunkEncoder, check_workers, sigterm_unwinds, spec_of
 from .formats import CorpusReport, iter_pairs, split_spec
+from .manifest import write_manifest
 from .shard_writer import CorpusWriter
 from .shards_read import (  # noqa: F401 (reading lives there; re-exported)
     FORMAT,
@@ -297,7 +299,12 @@ def prepare(
             ("test", held_out(test, reps["test"], 2)),
         ]
     local = (src_vocab.encode_batch, tgt_vocab.encode_batch)
-    with atomic_dir(out) as tmp, ChunkEncoder(local, spec_of(kind, src_vocab, tgt_vocab), dtype, workers) as enc:
+    # Outermost: a SIGTERM unwinds the encoder (its workers reaped) and the temporary folder first.
+    with (
+        sigterm_unwinds(),
+        atomic_dir(out) as tmp,
+        ChunkEncoder(local, spec_of(kind, src_vocab, tgt_vocab), dtype, workers) as enc,
+    ):
         writer = CorpusWriter(tmp, shard_size, dtype, max_len)
         reports = {}
         try:
@@ -332,6 +339,7 @@ def prepare(
             "seconds": round(seconds, 3),
         }
         (tmp / META).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
+        write_manifest(tmp, {s: meta["splits"][s]["pairs"] for s in SPLITS})  # last: it covers every file
     log(
         f"prepared {meta['splits']['train']['pairs']} train / {meta['splits']['valid']['pairs']} valid / "
         f"{meta['splits']['test']['pairs']} test pairs in {seconds:.1f} s"

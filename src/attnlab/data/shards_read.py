@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from .batching import plan_lengths
+from .manifest import check_manifest
 from .translation import Example, TranslationData
 from .vocab import load_vocab
 
 FORMAT = "attnlab.prepared"
-VERSION = 1
+VERSION = 2  # 2: a manifest.json of every file's size and sha256
 META = "meta.json"
 SPLITS = ("train", "valid", "test")
 
@@ -203,9 +204,11 @@ def _read_texts(path: Path) -> list[tuple[str, str]]:
         return [(src, tgt) for src, tgt in (line.rstrip("\n").split("\t", 1) for line in f)]
 
 
-def open_prepared(path: str | os.PathLike, **ignored):
+def open_prepared(path: str | os.PathLike, *, full_check: bool | None = None, **ignored):
     """A prepared folder -> `TranslationData` (train lazy and memory-mapped; valid/test in memory).
 
+    The folder is first checked against its manifest (`attnlab.data.manifest`: every file's size, and
+    the sha256 of all but a large corpus' training token files; `full_check=True` hashes those too).
     Keyword arguments a preset passes for raw corpora (num_examples, min_freq, ...) are ignored: the
     folder fixed them when it was prepared (its meta.json says how)."""
 
@@ -214,12 +217,18 @@ def open_prepared(path: str | os.PathLike, **ignored):
         raise FileNotFoundError(
             f"{root} is not a prepared corpus (no {META}); create it with `attnlab prepare --data ... --out {root}`"
         )
-    meta = json.loads((root / META).read_text(encoding="utf-8"))
-    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+    try:
+        meta = json.loads((root / META).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        fix = f"re-run `attnlab prepare` to rebuild {root}"
+        raise ValueError(f"{root / META} is not valid JSON ({exc}); {fix}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        meta = meta if isinstance(meta, dict) else {}
         raise ValueError(
             f"{root / META}: format {meta.get('format')!r} v{meta.get('version')}, expected "
             f"{FORMAT!r} v{VERSION}; prepare the corpus again with this attnlab"
         )
+    check_manifest(root, {s: meta["splits"][s]["pairs"] for s in SPLITS}, full=full_check)
     src_vocab, tgt_vocab = load_vocab(root / "src_vocab.json"), load_vocab(root / "tgt_vocab.json")
     splits: dict[str, Sequence[Example]] = {}
     for split in SPLITS:

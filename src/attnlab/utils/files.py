@@ -3,27 +3,88 @@ or Ctrl-C never leaves half a file (a report, a figure, a checkpoint, a download
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import re
+import secrets
 import shutil
-import tempfile
+import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+
+# Temp names carry the writer's pid and host, so a later writer can tell a dead process's leftovers
+# from a live one's: `.NAME.tmp-PID-HOST-RANDOM` (HOST: 8 hex digits of the host name's hash).
+_TEMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{8}")
+
+
+def _host_tag() -> str:
+    return hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
+
+
+def _temp_name(name: str) -> str:
+    return f".{name}.tmp-{os.getpid()}-{_host_tag()}-{secrets.token_hex(4)}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clean_stale_temps(parent: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temp folders and files `atomic_dir`/`atomic_path` left in `parent` when their writer
+    was killed: only those of processes of this host that no longer exist (a live writer's, another
+    host's or a name without a pid are kept). Returns what was removed."""
+    if os.name != "posix":  # os.kill(pid, 0) would terminate the process on Windows
+        return []
+    removed, host = [], _host_tag()
+    try:
+        entries = list(os.scandir(os.fspath(parent)))
+    except OSError:
+        return []
+    for entry in entries:
+        m = _TEMP.match(entry.name)
+        if m is None or m["host"] != host or int(m["pid"]) == os.getpid() or _pid_alive(int(m["pid"])):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with suppress(FileNotFoundError):
+                os.unlink(entry.path)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _create_unique(parent: Path, name: str, suffix: str, make) -> Path:
+    """`make(path)` on a fresh temp name beside `name` (retried on the rare name clash)."""
+    while True:
+        tmp = parent / (_temp_name(name) + suffix)
+        try:
+            make(tmp)
+        except FileExistsError:
+            continue
+        return tmp
 
 
 @contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ".tmp"):
-    """Yield a temp path beside `path`; on a clean exit rename it to `path`, otherwise delete it."""
+    """Yield a temp path beside `path`; on a clean exit rename it to `path`, otherwise delete it.
+    The file gets the mode a plain `open(path, "w")` would give (0666 less the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    os.close(fd)
+    tmp = _create_unique(
+        path.parent, path.name, suffix, lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    )
     try:
-        yield tmp
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these files are meant to be read by others
+        yield str(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -35,10 +96,12 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp"):
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp folder beside `path`; on a clean exit it becomes `path` (a folder already there is
     swapped out, then deleted), otherwise it is deleted. Readers see the old folder or the new one, never
-    half of one (a checkpoint, an export, a prepared corpus)."""
+    half of one (a checkpoint, an export, a prepared corpus). The folder gets the mode a plain mkdir
+    would give (0777 less the umask); temp folders of killed writers beside it are removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    clean_stale_temps(path.parent)
+    tmp = _create_unique(path.parent, path.name, "", lambda p: os.mkdir(p, 0o777))
     try:
         yield tmp
         if path.exists():
