@@ -23,6 +23,7 @@ from attnlab.runs.outputs import (
     write_output,
     write_output_file,
 )
+from attnlab.utils.files import make_temp_dir
 
 
 def _made(tmp_path, kind="heads", name="out", files=("a.txt",)):
@@ -175,11 +176,10 @@ def test_a_new_file_never_replaces_one_that_appeared_meanwhile(tmp_path):
 
 
 def test_temp_folders_of_killed_writers_are_removed_live_ones_kept(tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    left = tmp_path / f".out.tmp-{dead.pid}-abc"
-    live = tmp_path / f".out.tmp-{os.getpid()}-def"
-    for folder in (left, live):
-        folder.mkdir()
+    # A writer that died mid-way (its pid is gone) left a temp folder beside the target.
+    code = f"from attnlab.utils.files import make_temp_dir; make_temp_dir({str(tmp_path / 'out')!r})"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    (left,) = tmp_path.iterdir()
+    live = make_temp_dir(tmp_path / "out")  # this process's, still writing
     _made(tmp_path)
     assert not left.exists() and live.is_dir()

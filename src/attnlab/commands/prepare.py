@@ -51,12 +51,14 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from attnlab.data.encode_pool import sigterm_unwinds
     from attnlab.data.shards import prepare
     from attnlab.runs.outputs import claim_output, write_output
 
     sources = [f for spec in (args.data, args.valid, args.test) if spec for f in spec.split(",")]
     claim = claim_output(args.out, "prepared", force=args.force, sources=sources)  # before any work
-    with write_output(claim) as tmp:
+    # SIGTERM unwinds through write_output too, so the temp folder beside --out goes with the workers.
+    with sigterm_unwinds(), write_output(claim) as tmp:
         meta = prepare(
             args.data,
             tmp,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import json
 import os
 import shutil
@@ -42,6 +41,7 @@ from attnlab.runs.layout import (
     TGT_VOCAB_FILE,
     WEIGHTS_FILE,
 )
+from attnlab.utils.files import aside_name, clean_stale_temps, make_temp_dir, make_temp_file
 
 KINDS = {
     "run": "an attnlab run",
@@ -213,28 +213,8 @@ def write_marker(folder: str | os.PathLike, kind: str, details: dict | None = No
 
 def _temp_dir(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_dead_temps(path)
-    return Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-"))
-
-
-def _remove_dead_temps(path: Path) -> None:
-    """Delete the temp folders a killed writer of `path` left beside it (their pid is gone); a live
-    writer's are left alone."""
-    for kind in ("tmp", "old"):
-        for leftover in path.parent.glob(f".{glob.escape(path.name)}.{kind}-*-*"):
-            pid = leftover.name[len(path.name) + len(kind) + 3 :].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
+    clean_stale_temps(path.parent)  # what killed writers left beside it
+    return make_temp_dir(path)
 
 
 def _refuse_rival(claim: Claim) -> ValueError:
@@ -248,7 +228,7 @@ def _commit(tmp: Path, claim: Claim) -> None:
     """Rename `tmp` to claim.path: a folder that appeared meanwhile (another writer) is never replaced."""
     path = claim.path
     if claim.replace:
-        old = path.with_name(f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        old = aside_name(path)
         try:
             os.rename(path, old)
             moved = True
@@ -287,7 +267,6 @@ def write_output(claim: Claim, details: dict | None = None) -> Iterator[Path]:
     try:
         yield tmp
         write_marker(tmp, claim.kind, details, entries=_entries(tmp))
-        os.chmod(tmp, 0o777 & ~_umask())
         _commit(tmp, claim)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -299,7 +278,7 @@ def start_in_place(claim: Claim, details: dict | None = None) -> Path:
     is removed, then the folder is created and marked. Returns the folder."""
     path = claim.path
     if claim.replace:
-        old = path.with_name(f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        old = aside_name(path)
         os.rename(path, old)
         if (read_marker(old) or {}).get("id") != claim.token:
             _rename_back(old, path)
@@ -308,7 +287,6 @@ def start_in_place(claim: Claim, details: dict | None = None) -> Path:
     tmp = _temp_dir(path)  # the marked folder appears whole, and only if the place is still free
     try:
         write_marker(tmp, claim.kind, details)
-        os.chmod(tmp, 0o777 & ~_umask())
         _rename_new(tmp, Claim(path, claim.kind, flag=claim.flag))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -343,12 +321,9 @@ def write_output_file(claim: Claim) -> Iterator[Path]:
     """Yield a temp file path beside claim.path; on a clean exit it becomes claim.path (a new file never
     replaces one that appeared meanwhile), otherwise it is deleted."""
     path = claim.path
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
+    tmp = make_temp_file(path)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())
         if claim.replace:
             if output_kind(path) not in (claim.kind, None):
                 raise _refuse_rival(claim)
@@ -362,12 +337,6 @@ def write_output_file(claim: Claim) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 __all__ = [

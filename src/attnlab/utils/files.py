@@ -74,15 +74,34 @@ def _create_unique(parent: Path, name: str, suffix: str, make) -> Path:
         return tmp
 
 
+def make_temp_dir(path: str | os.PathLike) -> Path:
+    """A new empty folder beside `path` under a temp name (removed by `clean_stale_temps` if its writer
+    dies), with the mode a plain mkdir would give (0777 less the umask)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _create_unique(path.parent, path.name, "", lambda p: os.mkdir(p, 0o777))
+
+
+def make_temp_file(path: str | os.PathLike, suffix: str = ".tmp") -> Path:
+    """A new empty file beside `path` under a temp name, with the mode a plain open(path, "w") would give."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _create_unique(
+        path.parent, path.name, suffix, lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    )
+
+
+def aside_name(path: Path) -> Path:
+    """A temp name beside `path` to move it to before it is replaced (cleaned up like any temp)."""
+    return path.with_name(_temp_name(path.name) + ".old")
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ".tmp"):
     """Yield a temp path beside `path`; on a clean exit rename it to `path`, otherwise delete it.
     The file gets the mode a plain `open(path, "w")` would give (0666 less the umask)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _create_unique(
-        path.parent, path.name, suffix, lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    )
+    tmp = make_temp_file(path, suffix)
     try:
         yield str(tmp)
         os.replace(tmp, path)
@@ -101,7 +120,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(path.parent)
-    tmp = _create_unique(path.parent, path.name, "", lambda p: os.mkdir(p, 0o777))
+    tmp = make_temp_dir(path)
     try:
         yield tmp
         if path.exists():
