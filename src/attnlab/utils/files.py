@@ -92,8 +92,9 @@ def make_temp_file(path: str | os.PathLike, suffix: str = ".tmp") -> Path:
 
 
 def aside_name(path: Path) -> Path:
-    """A temp name beside `path` to move it to before it is replaced (cleaned up like any temp)."""
-    return path.with_name(_temp_name(path.name) + ".old")
+    """A hidden name beside `path` to move it to just before it is replaced. Never removed by
+    `clean_stale_temps`: if the writer dies between the two renames, the earlier output waits there."""
+    return path.with_name(f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
 
 
 @contextmanager
