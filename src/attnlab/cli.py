@@ -8,6 +8,8 @@ import importlib
 import json
 import sys
 
+from attnlab import __version__
+
 # Module names under attnlab.commands, in the order `attnlab --help` lists them.
 COMMANDS = [
     "demo",
@@ -77,6 +79,7 @@ def build_parser() -> OneLineParser:
         prog="attnlab",
         description="Attention mechanisms and the Transformer: learn, see and use attention.",
     )
+    parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"attnlab.commands.{name}").add_parser(sub)  # a broken command fails loudly

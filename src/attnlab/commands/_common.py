@@ -6,10 +6,23 @@ import argparse
 from pathlib import Path
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The command's docstring as written, and every flag's default: a flag whose help does not say its default
+    gets ` (default: X)` appended (a default of None, False or [] means "not given" and is said in words)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help = action.help or ""
+        unset = action.default is None or action.default is False or action.default == []  # 0 is a default
+        if not help or "default" in help or not action.option_strings or unset or action.default == argparse.SUPPRESS:
+            return help
+        return f"{help} (default: %(default)s)"
+
+
 def add_command(subparsers, name: str, help: str, doc: str | None) -> argparse.ArgumentParser:
     """Register the subcommand `name` (`help`: its line in `attnlab --help`); its own --help shows `doc`,
-    the command module's docstring, with its usage lines and line breaks kept as written."""
-    return subparsers.add_parser(name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    the command module's docstring, with its usage lines and line breaks kept as written, and each flag's
+    default (`HelpFormatter`)."""
+    return subparsers.add_parser(name, help=help, description=doc, formatter_class=HelpFormatter)
 
 
 def add_force(p: argparse.ArgumentParser, what: str) -> None:

@@ -17,10 +17,16 @@ from attnlab.commands.translate import add_checkpoint_args, open_translator
 
 def add_parser(subparsers) -> None:
     p = add_command(subparsers, "attention", "save attention heatmaps of one translation", __doc__)
-    p.add_argument("sentence", help='an English sentence, e.g. "i\'m home ."')
+    p.add_argument("sentence", help="a sentence in the run's source language, e.g. \"i'm home .\"")
     add_checkpoint_args(p)
     p.add_argument("--out", metavar="DIR", help="output folder (default: <checkpoint>/attention)")
-    p.add_argument("--format", nargs="+", default=["png", "svg"], choices=["png", "svg", "pdf"])
+    p.add_argument(
+        "--format",
+        nargs="+",
+        default=["png", "svg"],
+        choices=["png", "svg", "pdf"],
+        help="figure formats (default: png svg)",
+    )
     p.add_argument("--truncate", action="store_true", help="cut a sentence longer than the model's max_len")
     add_force(p, "earlier attention figures in --out")
     p.set_defaults(func=run)

@@ -25,7 +25,7 @@ def add_parser(subparsers) -> None:
         default="full",
         help="full (≤ 10 min on 2 cores, the default) or tiny (seconds, for tests)",
     )
-    p.add_argument("--seed", type=int, default=0, help="one seed for every generator (0..2**32-1)")
+    p.add_argument("--seed", type=int, default=0, help="one seed for every generator (0..2**32-1; default 0)")
     add_force(p, "an earlier demo in --out (only if it holds nothing else)")
     p.set_defaults(func=run)
 

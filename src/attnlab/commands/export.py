@@ -21,7 +21,11 @@ def add_parser(subparsers) -> None:
         default=str(DEFAULT_RUN),
         help=f"run folder written by `attnlab train` or `attnlab demo` (default: {DEFAULT_RUN})",
     )
-    p.add_argument("--weights", metavar="FILE", help="other weights for that run (checkpoint folder or .safetensors)")
+    p.add_argument(
+        "--weights",
+        metavar="FILE",
+        help="other weights for that run (checkpoint folder or .safetensors; default: the run's model.safetensors)",
+    )
     p.add_argument("--format", required=True, choices=sorted(FORMATS), help=formats)
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write (a new one)")
     p.add_argument(

@@ -33,7 +33,12 @@ def add_parser(subparsers) -> None:
         default=200,
         help="analyse the first N sentences of the split (default 200; decoding is repeated per head)",
     )
-    p.add_argument("--beam", type=int, default=1, help="beam size for the BLEU measurements (default 1)")
+    p.add_argument(
+        "--beam",
+        type=int,
+        default=1,
+        help="beam size for the BLEU measurements (default 1: greedy, as each head is measured many times)",
+    )
     p.add_argument("--no-bleu", action="store_true", help="measure validation loss only (much faster)")
     p.add_argument("--no-curve", action="store_true", help="skip the pruning curves")
     p.add_argument(
@@ -42,12 +47,13 @@ def add_parser(subparsers) -> None:
         action="append",
         default=[],
         help="also write OUT/pruned: the model without these heads (repeatable), e.g. "
-        "--prune decoder.blocks.0.cross_attention:1,3",
+        "--prune decoder.blocks.0.cross_attention:1,3 (default: prune nothing)",
     )
     p.add_argument(
         "--data",
         metavar="PATH",
-        help="the corpus file, if it moved since training; for an imported run (attnlab import hf), the corpus to use",
+        help="the corpus file, if it moved since training; for an imported run (attnlab import hf), the corpus to use "
+        "(default: the file the run's config.json names)",
     )
     p.set_defaults(func=run)
 

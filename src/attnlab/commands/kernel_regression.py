@@ -15,7 +15,7 @@ def add_parser(subparsers) -> None:
     help = "Nadaraya-Watson kernel regression: MSE table, predictions and attention heatmaps"
     p = add_figures_command(subparsers, "kernel-regression", help, __doc__)
     p.add_argument("--seed", type=int, default=0, help="data and initial width (default 0)")
-    p.add_argument("--bandwidth", type=float, default=1.0, help="fixed kernels' bandwidth h > 0")
+    p.add_argument("--bandwidth", type=float, default=1.0, help="fixed kernels' bandwidth h > 0 (default: %(default)s)")
     p.add_argument(
         "--kernels",
         default="gaussian,boxcar,epanechnikov",

@@ -20,8 +20,8 @@ def add_parser(subparsers) -> None:
         metavar="SPEC",
         help="a TSV (src<TAB>tgt), the book's zip, or aligned files SRC,TGT; .gz ok",
     )
-    p.add_argument("--valid", metavar="SPEC", help="validation corpus (with --test) instead of a random split")
-    p.add_argument("--test", metavar="SPEC", help="test corpus (with --valid)")
+    p.add_argument("--valid", metavar="SPEC", help="validation corpus (with --test; default: a random split of --data)")
+    p.add_argument("--test", metavar="SPEC", help="test corpus (with --valid; default: a random split of --data)")
     p.add_argument("--src-lang", required=True, help="source language code, e.g. de")
     p.add_argument("--tgt-lang", required=True, help="target language code, e.g. en")
     p.add_argument("--out", required=True, metavar="DIR", help="new folder for the shards")
@@ -30,15 +30,34 @@ def add_parser(subparsers) -> None:
         "--tokenizer",
         choices=["auto", "word", "bpe", "unigram"],
         default="auto",
-        help="auto: the book's words for en-fr, BPE otherwise",
+        help="auto (default): the book's words for en-fr, BPE otherwise",
     )
     p.add_argument("--vocab-size", type=int, default=8000, help="subword vocabulary size (shared)")
-    p.add_argument("--normalization", choices=["NFKC", "NFC"], default="NFKC")
-    p.add_argument("--min-freq", type=int, default=2)
-    p.add_argument("--max-len", type=int, help="skip (and report) pairs with more tokens on a side")
-    p.add_argument("--num-examples", type=int, help="use the first N training pairs")
-    p.add_argument("--valid-fraction", type=float, default=0.01)
-    p.add_argument("--test-fraction", type=float, default=0.01)
+    p.add_argument(
+        "--normalization",
+        choices=["NFKC", "NFC"],
+        default="NFKC",
+        help="Unicode normalization of subword pairs, kept inside the tokenizer (default: %(default)s)",
+    )
+    p.add_argument(
+        "--min-freq",
+        type=int,
+        default=2,
+        help="word vocabularies: fewer occurrences become <unk> (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-len", type=int, help="skip (and report) pairs with more tokens on a side (default: keep every length)"
+    )
+    p.add_argument("--num-examples", type=int, help="use the first N training pairs (default: all)")
+    p.add_argument(
+        "--valid-fraction",
+        type=float,
+        default=0.01,
+        help="held out for validation without --valid (default: %(default)s)",
+    )
+    p.add_argument(
+        "--test-fraction", type=float, default=0.01, help="held out for testing without --test (default: %(default)s)"
+    )
     p.add_argument("--seed", type=int, default=0, help="the random split")
     p.add_argument("--shard-size", type=int, default=250_000, help="pairs per shard")
     p.add_argument(

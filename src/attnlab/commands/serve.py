@@ -65,14 +65,24 @@ def add_parser(subparsers) -> None:
         help="heads.json from `attnlab heads` for the page's head-importance strip (default: "
         "CHECKPOINT/heads/heads.json if present, else each translation's own head confidence)",
     )
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, ...")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (default: like translate and evaluate, one sentence at a time decodes fast enough on a CPU; "
+        "train's default is auto), cuda, ...",
+    )
     p.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "int8"],
         default="auto",
         help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer",
     )
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level (default: %(default)s)",
+    )
     p.set_defaults(func=run)
 
 
@@ -114,6 +124,9 @@ def load_importance(heads: str | None, run_dir: Path, model) -> dict | None:
 
 
 def run(args) -> int:
+    from attnlab.utils.extras import require
+
+    require("serve", "attnlab serve")  # before any work: the slim core has no web server
     import uvicorn
 
     from attnlab.serve.app import create_app

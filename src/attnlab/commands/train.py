@@ -3,12 +3,15 @@
 attnlab train --model transformer --preset d2l --out runs/d2l
 attnlab train --resume runs/d2l                 # continue from the newest checkpoint
 attnlab train --preset cpu-small --nproc 2      # the same through torchrun (DDP, gloo on CPU)
+attnlab train --preset laptop --lr 2e-3 --print-config > my.json   # the resolved settings, nothing trained
+attnlab train --config my.json --out runs/mine --tensorboard runs/mine-tb   # train them; curves in TensorBoard
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from attnlab.commands._common import add_command, add_force
 
@@ -57,58 +60,110 @@ _RESUMABLE = {
 }
 
 
+_PRESET = "(default: the preset's; --print-config shows it)"
+
+
 def add_parser(subparsers) -> None:
     p = add_command(
         subparsers, "train", "train a Transformer or Bahdanau translator (checkpoints, resume, DDP)", __doc__
     )
-    p.add_argument("--model", choices=["transformer", "bahdanau"], default="transformer")
+    p.add_argument(
+        "--model",
+        choices=["transformer", "bahdanau"],
+        help="the architecture (default: transformer, or the model_type of --config)",
+    )
     p.add_argument(
         "--preset", help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, d2l for Bahdanau)"
     )
-    p.add_argument("--out", help="run folder (default: runs/<model>-<preset>)")
     p.add_argument(
-        "--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint (or from step 0 if none)"
+        "--config",
+        metavar="FILE",
+        help="start from a saved config.json (a run's, or --print-config's) instead of a preset; flags still "
+        "override it (default: use --preset)",
     )
-    add_force(p, "an earlier run in --out (its checkpoints are deleted)")
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (preset or --config, then the flags) as JSON, in the sections of a "
+        "run's config.json, and exit without training; the vocabulary sizes come from the data when it trains",
+    )
+    p.add_argument(
+        "--out", help="run folder (default: runs/<model>-<preset>, or runs/<model>-<FILE's name> with --config)"
+    )
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run in DIR from its newest checkpoint, or from step 0 if none (default: start a new run)",
+    )
+    add_force(p, "an earlier run in --out (its checkpoints are deleted) and earlier event files in --tensorboard")
     p.add_argument(
         "--data",
         metavar="PATH",
         help="fra-eng.zip, a TSV, SRC,TGT aligned files (.gz ok) or an `attnlab prepare` folder "
         "(default: $ATTNLAB_DATA, then the cache)",
     )
-    p.add_argument("--seed", type=int)
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--max-steps", type=int)
-    p.add_argument("--time-budget", type=float, metavar="SECONDS")
-    p.add_argument("--batch-tokens", type=int)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--grad-accum", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--warmup-steps", type=int)
-    p.add_argument("--label-smoothing", type=float)
-    p.add_argument("--eval-every", type=int, metavar="STEPS")
-    p.add_argument("--checkpoint-every", type=int, metavar="STEPS")
-    p.add_argument("--keep-best", type=int, metavar="N")
-    p.add_argument("--keep-last", type=int, metavar="N")
-    p.add_argument("--patience", type=int, metavar="EVALS", help="early stopping on validation BLEU")
-    p.add_argument("--log-every", type=int, metavar="STEPS")
-    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:1 ...")
+    # (flag, type, metavar, what it sets): every override of a preset field, in the order --help lists them.
+    for flag, kind, metavar, what in (
+        ("--seed", int, "N", "one seed for every generator: weights, dropout, batch order, the data split"),
+        ("--epochs", int, "N", "passes over the training split"),
+        ("--max-steps", int, "N", "stop after N optimizer updates"),
+        ("--time-budget", float, "SECONDS", "stop after this much training time per invocation"),
+        ("--batch-tokens", int, "N", "target tokens per batch (token-count batching)"),
+        ("--batch-size", int, "N", "sentences per batch (the book's fixed-size batches)"),
+        ("--grad-accum", int, "N", "batches whose gradients add up to one update"),
+        ("--lr", float, "RATE", "peak learning rate (after warmup), or the constant rate"),
+        ("--warmup-steps", int, "N", "linear warmup length of the inverse-sqrt schedule"),
+        ("--label-smoothing", float, "EPS", "probability mass spread over the vocabulary (the paper's 0.1)"),
+        ("--eval-every", int, "STEPS", "steps between validation loss + BLEU (0: only at the end)"),
+        ("--checkpoint-every", int, "STEPS", "steps between checkpoints (0: only at the end)"),
+        ("--keep-best", int, "N", "checkpoints kept for the best validation BLEU"),
+        ("--keep-last", int, "N", "newest checkpoints kept (for `attnlab average --last K`)"),
+        ("--patience", int, "EVALS", "stop after this many evaluations without a better validation BLEU"),
+        ("--log-every", int, "STEPS", "steps between 'train' lines in log.jsonl (and TensorBoard points)"),
+        ("--num-examples", int, "N", "use the first N pairs of the corpus"),
+        ("--max-len", int, "N", "drop pairs longer than N tokens on a side"),
+    ):
+        p.add_argument(flag, type=kind, metavar=metavar, help=f"{what} {_PRESET}")
+    p.add_argument(
+        "--device",
+        help="auto (default: cuda if there is one, else cpu; translate, evaluate and serve default to cpu), "
+        "cpu, cuda, cuda:1 ...",
+    )
     p.add_argument("--precision", choices=["auto", "fp32", "bf16"], help="auto (default): bf16 where native, else fp32")
-    p.add_argument("--num-examples", type=int, help="use the first N pairs of the corpus")
-    p.add_argument("--max-len", type=int, help="drop pairs longer than this many words")
-    p.add_argument("--tokenizer", choices=["auto", "word", "bpe", "unigram"])
-    p.add_argument("--src-lang", help="source language code of --data (e.g. de); other pairs than en-fr get subwords")
-    p.add_argument("--tgt-lang", help="target language code of --data (e.g. en)")
-    p.add_argument("--valid", metavar="SPEC", help="validation corpus (TSV or SRC,TGT files) instead of a random split")
-    p.add_argument("--test", metavar="SPEC", help="test corpus (TSV or SRC,TGT files) instead of a random split")
+    p.add_argument(
+        "--tokenizer",
+        choices=["auto", "word", "bpe", "unigram"],
+        help="auto (default): the book's word vocabularies for en-fr, one shared BPE for other pairs",
+    )
+    p.add_argument(
+        "--src-lang",
+        help="source language code of --data (e.g. de); pairs other than en-fr get subwords (default: the "
+        "prepared folder's, or en for the book's corpus)",
+    )
+    p.add_argument(
+        "--tgt-lang",
+        help="target language code of --data (e.g. en; default: the prepared folder's, or fr for the book's corpus)",
+    )
+    p.add_argument(
+        "--valid", metavar="SPEC", help="validation corpus (TSV or SRC,TGT files; default: a random split of --data)"
+    )
+    p.add_argument(
+        "--test", metavar="SPEC", help="test corpus (TSV or SRC,TGT files; default: a random split of --data)"
+    )
     p.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="override any preset field, e.g. --set model.num_layers=3 (VALUE is JSON)",
+        help="override any preset field, e.g. --set model.num_layers=3 (VALUE is JSON; repeatable; default: none)",
     )
-    p.add_argument("--nproc", type=int, default=1, help="processes (DDP through torchrun; gloo on CPU)")
+    p.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="also write log.jsonl's numbers (loss, lr, tokens/s, validation BLEU and loss) as TensorBoard "
+        "scalars into DIR, a new folder; needs the [tensorboard] extra (default: log.jsonl only)",
+    )
+    p.add_argument("--nproc", type=int, default=1, help="processes (DDP through torchrun; gloo on CPU; default: 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -133,8 +188,10 @@ def _overrides(args) -> dict[str, dict]:
 
 def _argv(args) -> list[str]:
     """These parsed arguments as a `train` command line, without --nproc (for torchrun's workers)."""
-    argv = ["train", "--model", args.model] + (["--preset", args.preset] if args.preset else [])
-    for name in ("out", "resume", *_FLAGS):
+    argv = (
+        ["train"] + (["--model", args.model] if args.model else []) + (["--preset", args.preset] if args.preset else [])
+    )
+    for name in ("out", "resume", "config", "tensorboard", *_FLAGS):
         value = getattr(args, name)
         if value is not None:
             argv += [f"--{name.replace('_', '-')}", str(value)]
@@ -151,35 +208,26 @@ def _launch_torchrun(args) -> int:
     return 0
 
 
-def _init_distributed() -> None:
-    """Join the process group torchrun describes in the environment (gloo on CPU, nccl on GPUs)."""
-    import torch
-    import torch.distributed as dist
-
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend)
-
-
-def _check_nproc(nproc: int) -> None:
-    import torch
-
-    most = torch.cuda.device_count() if torch.cuda.is_available() else (os.cpu_count() or 1)
-    if not 1 <= nproc <= most:
-        units = "GPUs" if torch.cuda.is_available() else "CPU cores"
-        raise ValueError(f"--nproc must be between 1 and {most} (the {units} of this machine), got {nproc}")
-
-
 def _configs(args, over: dict[str, dict]):
-    """The preset with the flags applied, every part validated (nothing written, no data read)."""
+    """The preset (or --config FILE) with the flags applied, every part validated (nothing written, no data
+    read). Sets args.model to the model type it trains."""
     from attnlab.data import check_data_config, check_prepared_overrides
     from attnlab.training.config import TrainConfig
     from attnlab.training.launch import check_model_config
-    from attnlab.training.presets import get_preset
+    from attnlab.training.presets import get_preset, load_config_file
 
-    preset = get_preset(args.model, args.preset)
+    if args.config:
+        if args.preset:
+            raise ValueError("--config replaces --preset; give one of them")
+        model_type, preset = load_config_file(args.config)
+        if args.model not in (None, model_type):
+            raise ValueError(
+                f"--model {args.model} disagrees with {args.config} (model_type {model_type!r}); drop --model"
+            )
+        args.model = model_type
+    else:
+        args.model = args.model or "transformer"
+        preset = get_preset(args.model, args.preset)
     for section in preset:
         preset[section].update(over[section])
     train_config = TrainConfig.from_dict(preset["train"])
@@ -191,17 +239,60 @@ def _configs(args, over: dict[str, dict]):
     return preset, train_config
 
 
+def _default_out(args) -> str:
+    from attnlab.training.presets import DEFAULT_PRESET
+
+    name = Path(args.config).stem if args.config else (args.preset or DEFAULT_PRESET[args.model])
+    return os.path.join("runs", f"{args.model}-{name}")
+
+
+def _print_config(args, over: dict[str, dict]) -> int:
+    """--print-config: the resolved config as JSON on stdout (a new run's, or the resumed run's with its limits)."""
+    from attnlab.runs.config import read_run_config
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.presets import resolved_config
+
+    if args.resume:
+        cfg = read_run_config(args.resume)
+        cfg["train"] = TrainConfig.from_dict({**cfg.get("train", {}), **over["train"]}).to_dict()
+    else:
+        preset, train_config = _configs(args, over)
+        cfg = resolved_config(args.model, preset, train_config.to_dict())
+    print(json.dumps(cfg, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _claim_tensorboard(args, out: str | None):
+    """--tensorboard DIR, checked before any work: the extra is installed and DIR may be written."""
+    if args.tensorboard is None:
+        return None
+    from attnlab.training.tensorboard import claim_tensorboard
+    from attnlab.utils.extras import require
+
+    require("tensorboard", "attnlab train --tensorboard")
+    if out is not None and Path(args.tensorboard).resolve() == Path(out).resolve():
+        raise ValueError(
+            f"--tensorboard {args.tensorboard} is the run folder; give it a folder of its own (e.g. DIR/tb)"
+        )
+    return claim_tensorboard(args.tensorboard, force=args.force)
+
+
 def run(args) -> int:
     from attnlab.runs.config import read_run_config
     from attnlab.training.config import TrainConfig
     from attnlab.training.launch import claim_run_dir, resume_run, train_run
-    from attnlab.utils.runtime import distributed_info
+    from attnlab.utils.runtime import check_nproc, distributed_info, init_distributed
 
-    _check_nproc(args.nproc)
+    check_nproc(args.nproc)
     over = _overrides(args)
+    if args.resume and args.config:
+        raise ValueError("--config starts a new run and --resume continues one; give one of them")
+    if args.print_config:
+        return _print_config(args, over)
     launching = args.nproc > 1
     if launching and "WORLD_SIZE" in os.environ:
         raise ValueError("--nproc given inside a torchrun launch; drop --nproc (torchrun sets the processes)")
+    main_rank = "RANK" not in os.environ or os.environ["RANK"] == "0"
     if args.resume:
         bad = sorted(k for k in over["train"] if k not in _RESUMABLE) + sorted(over["data"]) + sorted(over["model"])
         if bad:
@@ -209,16 +300,16 @@ def run(args) -> int:
                 f"--resume continues a run as it was started; these cannot change: {bad}. Allowed: {sorted(_RESUMABLE)}"
             )
         TrainConfig.from_dict({**read_run_config(args.resume).get("train", {}), **over["train"]})
+        tensorboard = _claim_tensorboard(args, args.resume) if main_rank else None
     else:
         preset, train_config = _configs(args, over)
-        from attnlab.training.presets import DEFAULT_PRESET
-
-        out = args.out or os.path.join("runs", f"{args.model}-{args.preset or DEFAULT_PRESET[args.model]}")
-        if "RANK" not in os.environ or os.environ["RANK"] == "0":
+        out = args.out or _default_out(args)
+        tensorboard = _claim_tensorboard(args, out) if main_rank else None
+        if main_rank:
             claim_run_dir(out, force=args.force)
     if launching:  # everything checked once here, not once per process
         return _launch_torchrun(args)
-    _init_distributed()
+    init_distributed()
     rank, world = distributed_info()
     if args.device is None and world > 1:
         import torch
@@ -227,7 +318,7 @@ def run(args) -> int:
             over["train"]["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
     if args.resume:
-        result = resume_run(args.resume, over["train"], progress=not args.no_progress)
+        result = resume_run(args.resume, over["train"], progress=not args.no_progress, tensorboard=tensorboard)
         if isinstance(result, str):
             if rank == 0:
                 print(
@@ -245,6 +336,7 @@ def run(args) -> int:
             out,
             progress=not args.no_progress,
             force=args.force,
+            tensorboard=tensorboard,
         )
     return _report(result, args.resume or out) if rank == 0 else result.exit_code
 

@@ -1,4 +1,4 @@
-"""`attnlab translate`: English sentences (arguments, or stdin one a line) -> French, one a line.
+"""`attnlab translate`: source sentences (arguments, or stdin one a line) -> their translations, one a line.
 
 attnlab translate "i'm home ." "he's calm ."
 echo "go ." | attnlab translate --checkpoint runs/d2l --beam 4
@@ -24,9 +24,17 @@ def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
         help=f"run folder written by `attnlab train` or `attnlab demo` (default: {default})",
     )
     p.add_argument(
-        "--weights", metavar="FILE", help="other weights for that run: a checkpoint folder or an averaged .safetensors"
+        "--weights",
+        metavar="FILE",
+        help="other weights for that run: a checkpoint folder or an averaged .safetensors (default: the run's "
+        "model.safetensors)",
     )
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (default: a trained run decodes a few sentences fastest where it loads; train's default is "
+        "auto, since training is where a GPU pays), cuda, cuda:1 ...",
+    )
     add_precision_arg(p)
 
 
@@ -56,10 +64,16 @@ def open_translator(args):
 
 
 def add_parser(subparsers) -> None:
-    p = add_command(subparsers, "translate", "translate English sentences with a trained model", __doc__)
+    p = add_command(subparsers, "translate", "translate sentences with a trained model", __doc__)
     p.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
     add_checkpoint_args(p)
-    p.add_argument("--beam", type=int, default=1, help=f"beam size 1..{MAX_BEAM} (1 = greedy, the default)")
+    p.add_argument(
+        "--beam",
+        type=int,
+        default=1,
+        help=f"beam size 1..{MAX_BEAM} (default 1, greedy: the quickest answer; evaluate's default is 4, the setting "
+        f"its BLEU is reported at)",
+    )
     p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
     p.set_defaults(func=run)
 

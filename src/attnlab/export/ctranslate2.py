@@ -60,8 +60,7 @@ def _require_ctranslate2():
         from ctranslate2.specs import transformer_spec
     except ImportError as exc:
         raise ValueError(
-            "the ctranslate2 format needs the ctranslate2 package; install it with "
-            "`pip install ctranslate2` (it is in attnlab's [dev] extra)"
+            "the ctranslate2 format needs the ctranslate2 package; install it with pip install 'attnlab[ct2]'"
         ) from exc
     return transformer_spec
 

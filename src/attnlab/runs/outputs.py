@@ -53,6 +53,7 @@ KINDS = {
     "attention": "attention figures",
     "figures": "chapter figures",
     "averaged": "averaged weights",
+    "tensorboard": "TensorBoard event files",
 }
 OUTPUT_METADATA = "attnlab_output"  # safetensors metadata key: the kind of an attnlab weights file
 RUN_ENTRIES = {CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE, CHECKPOINTS, LOG_FILE, MARKER_FILE}
@@ -188,6 +189,8 @@ def claim_output(
             )
     marker = read_marker(path) or {}
     expected = set(marker.get("entries") or (RUN_ENTRIES if kind == "run" else ())) | {MARKER_FILE}
+    if kind == "tensorboard":  # written in place as training goes, one event file per training process
+        expected |= {name for name in _entries(path) if name.startswith("events.out.tfevents.")}
     extra = sorted(_entries(path) - expected)
     if extra:
         shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")

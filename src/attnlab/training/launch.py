@@ -21,6 +21,7 @@ from attnlab.runs.layout import CHECKPOINTS, CONFIG_FILE, SRC_VOCAB_FILE, TGT_VO
 from attnlab.runs.outputs import Claim, claim_output, start_in_place
 from attnlab.runs.weights import load_weights
 from attnlab.training.config import TrainConfig
+from attnlab.training.tensorboard import TensorBoardScalars
 from attnlab.training.trainer import Trainer, TrainResult
 from attnlab.utils.files import write_json
 from attnlab.utils.runtime import distributed_info, seed_everything
@@ -55,9 +56,11 @@ def train_run(
     *,
     progress: bool = True,
     force: bool = False,
+    tensorboard: Claim | None = None,
 ) -> TrainResult:
     """Check everything, load data, build the model (vocabulary sizes from the data), write the run's
-    config and vocabularies, and train. The one seed is set before the model is initialised."""
+    config and vocabularies, and train. The one seed is set before the model is initialised.
+    `tensorboard`: a claimed folder (`claim_tensorboard`) that also receives log.jsonl's numbers."""
 
     data_config = dict(data_config)
     if data_config.get("loader", "translation") == "translation":
@@ -87,7 +90,12 @@ def train_run(
             data.src_vocab,
             data.tgt_vocab,
         )
-    return Trainer(model, data, train_config, run_dir, progress=progress).fit()
+    return Trainer(model, data, train_config, run_dir, progress=progress, scalars=_scalars(tensorboard)).fit()
+
+
+def _scalars(claim: Claim | None) -> TensorBoardScalars | None:
+    """The TensorBoard mirror of log.jsonl, on rank 0 only (the rank that writes the run)."""
+    return TensorBoardScalars(claim) if claim is not None and distributed_info()[0] == 0 else None
 
 
 def load_run_data(translator, run_dir: str | os.PathLike, data_path: str | None = None):
@@ -136,7 +144,12 @@ def _check_vocabularies(run_dir: Path, data) -> None:
 
 
 def resume_run(
-    run_dir: str | os.PathLike, overrides: Mapping[str, Any] | None = None, *, progress: bool = True, say: Say = _stderr
+    run_dir: str | os.PathLike,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    progress: bool = True,
+    say: Say = _stderr,
+    tensorboard: Claim | None = None,
 ) -> TrainResult | str:
     """Continue a run from its newest intact checkpoint. Returns the TrainResult, or the reason (a
     string) when the run had already finished under its (possibly overridden) limits."""
@@ -151,7 +164,7 @@ def resume_run(
         # Killed (or failed) before its first checkpoint: start again in place, as `train` would have.
         if rank == 0:
             say(f"attnlab: {run_dir} has no checkpoint yet; training it from step 0 with its config.json")
-        return _restart(run_dir, cfg, train_config, progress)
+        return _restart(run_dir, cfg, train_config, progress, tensorboard)
     last = newest_intact_checkpoint(run_dir, say if rank == 0 else (lambda msg: None))
     data = load_data(cfg["data"])
     _check_vocabularies(run_dir, data)
@@ -162,20 +175,23 @@ def resume_run(
     done = trainer.finished()
     if done is not None:
         return done
+    trainer.writer.scalars = _scalars(tensorboard)  # only now: a finished run writes no event file
     if overrides and trainer.is_main:
         write_json(run_dir / CONFIG_FILE, {**cfg, "train": train_config.to_dict()})
     trainer.checkpointing.log({"event": "resume", "step": trainer.state.step, "from": last.name})
     return trainer.fit()
 
 
-def _restart(run_dir: Path, cfg: Mapping[str, Any], train_config: TrainConfig, progress: bool) -> TrainResult:
+def _restart(
+    run_dir: Path, cfg: Mapping[str, Any], train_config: TrainConfig, progress: bool, tensorboard: Claim | None
+) -> TrainResult:
     """Train the run at `run_dir` from step 0 as `train_run` started it: the same seeds, data and model."""
     seed_everything(train_config.seed)
     data = load_data(cfg["data"])
     _check_vocabularies(run_dir, data)
     seed_everything(train_config.seed)
     model = build_model(cfg["model_type"], cfg["model"])
-    trainer = Trainer(model, data, train_config, run_dir, progress=progress)
+    trainer = Trainer(model, data, train_config, run_dir, progress=progress, scalars=_scalars(tensorboard))
     if trainer.is_main and train_config.to_dict() != cfg.get("train"):
         write_json(run_dir / CONFIG_FILE, {**cfg, "train": train_config.to_dict()})
     trainer.checkpointing.log({"event": "restart", "step": 0})

@@ -11,7 +11,9 @@
   whole corpus up to 12 words (chosen on the validation split; see BENCHMARKS.md).
 - `tiny`: seconds-long runs for tests.
 
-Without a preset name each model gets its own default (`DEFAULT_PRESET`).
+Without a preset name each model gets its own default (`DEFAULT_PRESET`). A saved config.json (a run's, or
+what `attnlab train --print-config` printed) is a starting point too: `load_config_file`; `resolved_config`
+is what such a file holds.
 
 `model` lacks the vocabulary sizes: the trainer fills them from the data.
 """
@@ -19,6 +21,13 @@ Without a preset name each model gets its own default (`DEFAULT_PRESET`).
 from __future__ import annotations
 
 import copy
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from attnlab import __version__
+from attnlab.models import CONFIGS
+from attnlab.utils.files import read_json_object
 
 # The book's training loop for both of its seq2seq models (fixed (64, 10) batches, Adam at a constant
 # 0.005, clipping 1) and its data (the first 600 pairs); only the epochs differ. get_preset deep-copies.
@@ -185,4 +194,44 @@ def get_preset(model_type: str, name: str | None = None) -> dict:
     return copy.deepcopy(PRESETS[model_type][name])
 
 
-__all__ = ["PRESETS", "DEFAULT_PRESET", "get_preset"]
+# Keys of a saved config.json besides the three sections: what a run records about itself, ignored here.
+_RECORDED = {"attnlab_version", "precision"}
+_VOCAB_SIZES = ("src_vocab_size", "tgt_vocab_size")  # from the data, whatever a file says
+
+
+def load_config_file(path: str | os.PathLike) -> tuple[str, dict]:
+    """(model type, {"model", "train", "data"}) from a saved config.json: a preset read from a file."""
+    cfg = read_json_object(path, "config")
+    unknown = sorted(set(cfg) - {"model_type", "model", "train", "data"} - _RECORDED)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {unknown}; a config holds model_type, model, train and data")
+    model_type = cfg.get("model_type")
+    if model_type not in CONFIGS:
+        raise ValueError(f"{path}: model_type must be one of {sorted(CONFIGS)}, got {model_type!r}")
+    sections = {}
+    for name in ("model", "train", "data"):
+        section = cfg.get(name, {})
+        if not isinstance(section, dict):
+            raise ValueError(f"{path}: {name!r} must be a JSON object, got {type(section).__name__}")
+        sections[name] = {k: v for k, v in section.items() if not (name == "model" and k in _VOCAB_SIZES)}
+    return model_type, sections
+
+
+def resolved_config(model_type: str, sections: Mapping[str, Mapping[str, Any]], train: Mapping[str, Any]) -> dict:
+    """What a run of these settings records in its config.json, before the data is read: every model field
+    (the vocabulary sizes aside), every train field (`train`: a TrainConfig's `to_dict()`), and the data
+    settings with the split's seed as `train_run` fills it in."""
+    model = CONFIGS[model_type].from_dict({"src_vocab_size": 1, "tgt_vocab_size": 1, **sections["model"]}).to_dict()
+    data = dict(sections["data"])
+    if data.get("loader", "translation") == "translation":
+        data.setdefault("seed", train["seed"])  # as train_run does: the split follows --seed unless fixed
+    return {
+        "model_type": model_type,
+        "model": {k: v for k, v in model.items() if k not in _VOCAB_SIZES},
+        "train": dict(train),
+        "data": data,
+        "attnlab_version": __version__,
+    }
+
+
+__all__ = ["PRESETS", "DEFAULT_PRESET", "get_preset", "load_config_file", "resolved_config"]

@@ -36,16 +36,25 @@ class RunWriter:
     Args:
         run_dir: the run folder, or None on every rank but 0 and when training without a folder.
         keep_last, keep_best: checkpoints kept after each save (`checkpoint.prune_checkpoints`).
+        scalars: also given every logged event (`attnlab.training.tensorboard.TensorBoardScalars`), or None.
     """
 
-    def __init__(self, run_dir: Path | None, keep_last: int, keep_best: int):
-        self.run_dir, self.keep_last, self.keep_best = run_dir, keep_last, keep_best
+    def __init__(self, run_dir: Path | None, keep_last: int, keep_best: int, scalars=None):
+        self.run_dir, self.keep_last, self.keep_best, self.scalars = run_dir, keep_last, keep_best, scalars
         self.last_checkpoint: Path | None = None  # the newest checkpoint written (where --resume continues)
 
     def log(self, event: dict) -> None:
         """One line of log.jsonl: `event` with the wall-clock time."""
+        event = {"time": time.time(), **event}
         if self.run_dir is not None:
-            append_jsonl(self.run_dir / LOG_FILE, {"time": time.time(), **event})
+            append_jsonl(self.run_dir / LOG_FILE, event)
+        if self.scalars is not None:
+            self.scalars.log(event)
+
+    def close(self) -> None:
+        """Flush and close the scalars' files (log.jsonl is appended line by line and needs nothing)."""
+        if self.scalars is not None:
+            self.scalars.close()
 
     def checkpoint(self, model: nn.Module, step: int, trainer_state: Callable[[], dict], meta: dict) -> None:
         """checkpoints/step_NNNNNNN (weights, `trainer_state()`, `meta`), then prune the old ones.

@@ -77,6 +77,7 @@ class Trainer:
         run_dir: the run folder (created); None trains without writing anything (tests).
         rank, world_size: None = from torch.distributed (or 0/1).
         progress: show progress on rank 0 (a bar on a terminal, plain lines otherwise).
+        scalars: where rank 0 also sends log.jsonl's events (`TensorBoardScalars`), or None.
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class Trainer:
         rank: int | None = None,
         world_size: int | None = None,
         progress: bool = True,
+        scalars=None,
     ):
         self.cfg = config
         self.data = data
@@ -112,7 +114,12 @@ class Trainer:
         self._real_rows = "targets_mask" in inspect.signature(self.model.forward).parameters
         self.stop = StopPolicy(config, self.device, self.world_size)
         self.state = TrainState()  # where the run is; saved in trainer_state.pt
-        self.writer = RunWriter(self.run_dir if self.is_main else None, config.keep_last, config.keep_best)
+        self.writer = RunWriter(
+            self.run_dir if self.is_main else None,
+            config.keep_last,
+            config.keep_best,
+            scalars if self.is_main else None,
+        )
         self.checkpointing = Checkpointing(
             self.state, config, self.model, self.optimizer, self.stop, self.writer, self.rank, self.world_size
         )
@@ -224,8 +231,11 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
         """Train until the StopPolicy says stop; then evaluate, save and report (see `_finish`)."""
-        with intra_op_threads(self.cfg.threads):  # pinned by presets whose result must not depend on the cores
-            return self._fit()
+        try:
+            with intra_op_threads(self.cfg.threads):  # pinned by presets whose result must not depend on the cores
+                return self._fit()
+        finally:
+            self.writer.close()
 
     def _fit(self) -> TrainResult:
         cfg, stop = self.cfg, self.stop

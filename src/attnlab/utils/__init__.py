@@ -1,8 +1,10 @@
 """Building blocks that import nothing else of attnlab: atomic files and JSON (files), one message shape for
-range and type errors (checks), seeds, threads and devices (runtime), numeric precision (precision).
+range and type errors (checks), seeds, threads and devices (runtime), numeric precision (precision), and the
+optional extras each command needs (extras).
 """
 
 from .checks import SEED_MAX, check_field_types, check_range, check_seed
+from .extras import EXTRAS, missing_modules, require
 from .files import (
     append_jsonl,
     atomic_dir,
@@ -28,7 +30,9 @@ from .precision import (
     resolve_precision,
 )
 from .runtime import (
+    check_nproc,
     distributed_info,
+    init_distributed,
     interactive,
     intra_op_threads,
     resolve_device,
@@ -38,6 +42,9 @@ from .runtime import (
 )
 
 __all__ = [
+    "EXTRAS",
+    "missing_modules",
+    "require",
     "atomic_path",
     "atomic_dir",
     "atomic_write_bytes",
@@ -55,7 +62,9 @@ __all__ = [
     "rng_state",
     "set_rng_state",
     "intra_op_threads",
+    "check_nproc",
     "distributed_info",
+    "init_distributed",
     "resolve_device",
     "interactive",
     "TRAIN_PRECISIONS",

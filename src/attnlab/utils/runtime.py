@@ -5,6 +5,7 @@ Training (`attnlab.training`) and the commands import these; nothing here knows 
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import cast
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 
 def seed_everything(seed: int) -> None:
@@ -68,6 +70,24 @@ def distributed_info() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
+
+
+def init_distributed() -> None:
+    """Join the process group torchrun describes in the environment (gloo on CPU, nccl on GPUs); nothing
+    for a single process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend)
+
+
+def check_nproc(nproc: int) -> None:
+    """ValueError unless 1 <= nproc <= the GPUs (or else the CPU cores) of this machine."""
+    most = torch.cuda.device_count() if torch.cuda.is_available() else (os.cpu_count() or 1)
+    if not 1 <= nproc <= most:
+        units = "GPUs" if torch.cuda.is_available() else "CPU cores"
+        raise ValueError(f"--nproc must be between 1 and {most} (the {units} of this machine), got {nproc}")
 
 
 def resolve_device(name: str) -> torch.device:
