@@ -1,6 +1,8 @@
-"""Write notebooks/*.ipynb from the plain-Python sources in notebooks/src/ (percent format: `# %%` starts
-a code cell, `# %% [markdown]` a markdown cell whose lines start with `# `). The sources are what we
-review and diff; the .ipynb files are what readers open. Outputs are never committed.
+"""Write notebooks/*.ipynb from the plain-Python sources in notebooks/src/ (jupytext's percent format: `# %%`
+starts a code cell, `# %% [markdown]` a markdown cell whose lines start with `# `, and `# %% tags=["solution"]`
+an exercise's solution, collapsed in Jupyter and on the docs site). The sources are what we review and diff; the
+.ipynb files are what readers open. Outputs are never committed: `execute` runs the notebooks (the tests and
+the docs build do), and the docs site shows what they print and draw.
 
     python notebooks/build.py           # (re)write the .ipynb files
     python notebooks/build.py --check   # exit 1 if a .ipynb is missing or differs from its source
@@ -15,51 +17,66 @@ HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
 
 
-def percent_cells(text: str) -> list[tuple[str, str]]:
-    """A percent-format source as ("markdown" | "code", body) pairs: markdown without its `# `
-    prefixes, empty code cells dropped. tools/docs_hooks.py renders the same cells as a docs page."""
-    cells: list[tuple[str, str]] = []
-    kind, lines = None, []
-
-    def flush():
-        body = "\n".join(lines).strip("\n")
-        if kind == "markdown":
-            body = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines())
-            cells.append((kind, body))
-        elif kind == "code" and body:
-            cells.append((kind, body))
-
-    for line in text.splitlines():
-        if line.startswith("# %%"):
-            flush()
-            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
-        else:
-            lines.append(line)
-    flush()
-    return cells
-
-
-def cells_of(text: str) -> list:
-    """Split a percent-format source into nbformat cells."""
-    import nbformat
-
-    new = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
-    return [new[kind](body) for kind, body in percent_cells(text)]
+SOLUTION = "solution"  # the tag of a cell that solves the exercise above it
 
 
 def notebook_of(source: Path):
-    import nbformat  # here, not at the top: tools/docs_hooks.py loads this file for percent_cells only
+    """The notebook of one percent-format source: its cells, fixed ids, solutions collapsed."""
+    import jupytext  # here, not at the top: the [notebooks] extra (tools/docs_hooks.py loads this file too)
 
-    nb = nbformat.v4.new_notebook()
-    nb.cells = cells_of(source.read_text(encoding="utf-8"))
+    nb = jupytext.reads(source.read_text(encoding="utf-8"), fmt="py:percent")
     # Fixed ids keep rebuilt notebooks byte-identical (nbformat draws random ones).
     for i, cell in enumerate(nb.cells):
         cell.id = f"{source.stem[:2]}-{i:02d}"
+        if SOLUTION in cell.metadata.get("tags", []):
+            cell.metadata["jupyter"] = {"source_hidden": True}  # JupyterLab shows a bar to click open
     nb.metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
     }
     return nb
+
+
+def execute(notebooks: list, cwd: str | Path, timeout: int = 120) -> list:
+    """Run `notebooks` (nbformat notebooks) top to bottom in ONE kernel (starting a kernel and importing torch
+    costs more than a small notebook), with `%reset -f` before each so none leans on another's variables.
+    Returns them with their outputs. Raises nbclient's CellExecutionError at the first failing cell, with
+    `.notebook` set to the index of the notebook it belongs to. The kernel inherits the environment
+    (ATTNLAB_SMALL=1 runs each in seconds)."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    combined = nbformat.v4.new_notebook(metadata=notebooks[0].metadata if notebooks else {})
+    owner: list[tuple[int, int]] = []  # (notebook, cell) of each combined cell; -1: the reset between them
+    for n, nb in enumerate(notebooks):
+        combined.cells.append(nbformat.v4.new_code_cell("%reset -f"))
+        owner.append((n, -1))
+        for c, cell in enumerate(nb.cells):
+            combined.cells.append(nbformat.from_dict(dict(cell)))
+            owner.append((n, c))
+    # Bounded: a cell that hangs fails instead of the CI job; an error stops at its cell.
+    client = NotebookClient(
+        combined, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+    )
+    try:
+        client.execute()
+    except CellExecutionError as exc:
+        failed = next(
+            (
+                i
+                for i, cell in enumerate(combined.cells)
+                if any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+            ),
+            0,
+        )
+        exc.notebook = owner[failed][0]  # type: ignore[attr-defined]
+        raise
+    out = [nbformat.from_dict(dict(nb)) for nb in notebooks]
+    for cell, (n, c) in zip(combined.cells, owner):
+        if c >= 0:
+            out[n].cells[c] = cell
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -1,10 +1,13 @@
-"""The chapter's notebooks: in sync with their sources, committed without outputs, and each one runs
-top to bottom under ATTNLAB_SMALL=1 (the CI switch: seconds per notebook) without an error."""
+"""The chapter's notebooks: one per section of D2L chapter 11 with its number, in sync with their sources and
+committed without outputs, each with exercises whose solutions run; every notebook runs top to bottom under
+ATTNLAB_SMALL=1 (the CI switch: seconds per notebook), and every figure it draws has prose before and after."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SOURCES = sorted((ROOT / "notebooks" / "src").glob("*.py"))
 SECTIONS = [
     "attention_cues",
     "nadaraya_watson",
@@ -24,8 +28,40 @@ SECTIONS = [
 ]
 
 
+def _build():
+    spec = importlib.util.spec_from_file_location("attnlab_notebooks_build", ROOT / "notebooks" / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _shows(cell) -> bool:
+    """A code cell whose outputs are a figure, a table or an interactive view (not plain text)."""
+    kinds = ("image/png", "text/html", "text/markdown")
+    return any(kind in out.get("data", {}) for out in cell.get("outputs", []) for kind in kinds)
+
+
 def test_one_notebook_per_section_of_the_chapter():
     assert [p.stem.split("_", 1)[1] for p in NOTEBOOKS] == SECTIONS
+    assert [p.stem for p in SOURCES] == [p.stem for p in NOTEBOOKS]
+
+
+def test_each_notebook_has_its_section_number_and_exercises_with_solutions():
+    import nbformat
+
+    for number, path in enumerate(NOTEBOOKS, start=1):
+        cells = nbformat.read(path, as_version=4).cells
+        assert cells[0].cell_type == "markdown" and cells[0].source.startswith(f"# 11.{number} "), path.name
+        exercises = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## Exercise")]
+        assert 2 <= len(exercises) <= 3, (path.name, len(exercises))
+        for i in exercises:  # the next code cell solves it, tagged so Jupyter and the docs fold it away
+            solution = next(c for c in cells[i + 1 :] if c.cell_type == "code")
+            assert "solution" in solution.metadata.get("tags", []), (path.name, cells[i].source[:40])
+            assert solution.metadata.get("jupyter", {}).get("source_hidden") is True
+            assert re.search(r"\bassert\b|assert_close", solution.source), "a solution checks its answer"
+        prose = sum(len(c.source.split()) for c in cells if c.cell_type == "markdown")
+        assert prose >= 250, f"{path.name}: {prose} words of prose"
 
 
 def test_notebooks_match_their_sources_and_hold_no_outputs():
@@ -43,11 +79,11 @@ def test_notebooks_match_their_sources_and_hold_no_outputs():
             assert not cell.get("outputs") and not cell.get("execution_count"), f"{path.name} has outputs"
 
 
-def test_every_notebook_runs(tmp_path, monkeypatch):
-    """All notebooks in ONE kernel (starting a kernel and importing torch costs more than a small notebook),
-    with `%reset -f` between them so no notebook can lean on another's variables."""
+def test_every_notebook_runs_and_explains_its_figures(tmp_path, monkeypatch):
+    """All notebooks in one kernel (notebooks/build.py's `execute`), solutions included; every run of cells
+    that show a figure, table or view has a markdown cell before it (what to look for) and after it
+    (what it showed)."""
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     monkeypatch.setenv("ATTNLAB_SMALL", "1")
@@ -55,41 +91,34 @@ def test_every_notebook_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     # The kernel is a child process: it must import this checkout's attnlab.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    combined = nbformat.v4.new_notebook()
-    owner = []  # notebook name of each combined cell
-    for path in NOTEBOOKS:
-        combined.cells.append(nbformat.v4.new_code_cell("%reset -f"))
-        owner.append(path.name)
-        for cell in nbformat.read(path, as_version=4).cells:
-            combined.cells.append(cell)
-            owner.append(path.name)
-    # Bounded: a cell that hangs fails the test instead of the CI job; an error stops at its cell.
-    client = NotebookClient(
-        combined, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
+    notebooks = [nbformat.read(path, as_version=4) for path in NOTEBOOKS]
     try:
-        client.execute()
-    except CellExecutionError as exc:  # say which notebook failed
-        failed = next(
-            (
-                owner[i]
-                for i, c in enumerate(combined.cells)
-                if any(o.get("output_type") == "error" for o in c.get("outputs", []))
-            ),
-            "?",
-        )
-        pytest.fail(f"{failed} failed under ATTNLAB_SMALL=1:\n{exc}")
-    ran = sum(1 for c in combined.cells if c.cell_type == "code" and c.get("execution_count"))
-    assert ran == sum(1 for c in combined.cells if c.cell_type == "code")
+        executed = _build().execute(notebooks, tmp_path)
+    except CellExecutionError as exc:
+        pytest.fail(f"{NOTEBOOKS[getattr(exc, 'notebook', 0)].name} failed under ATTNLAB_SMALL=1:\n{exc}")
+    for path, nb in zip(NOTEBOOKS, executed):
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(c.get("execution_count") for c in code), path.name
+        assert not any(o.get("output_type") == "error" for c in code for o in c.outputs), path.name
+        shows = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _shows(c)]
+        assert shows, f"{path.name} shows nothing"
+        for i in shows:
+            before = next(j for j in range(i - 1, -1, -1) if j not in shows)
+            after = next((j for j in range(i + 1, len(nb.cells)) if j not in shows), None)
+            assert nb.cells[before].cell_type == "markdown", f"{path.name}: no prose before cell {i}"
+            assert after is not None and nb.cells[after].cell_type == "markdown", (
+                f"{path.name}: no prose after cell {i}"
+            )
 
 
 def test_a_failing_notebook_is_caught(tmp_path):
-    """The executor really reports a raising cell (so the test above can fail)."""
+    """The executor really reports a raising cell, and which notebook it was in (so the test above can fail)."""
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("%reset -f"), nbformat.v4.new_code_cell("undefined_name")]
-    with pytest.raises(CellExecutionError, match="NameError"):
-        NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    ok, bad = nbformat.v4.new_notebook(), nbformat.v4.new_notebook()
+    ok.cells = [nbformat.v4.new_code_cell("x = 1")]
+    bad.cells = [nbformat.v4.new_code_cell("undefined_name")]
+    with pytest.raises(CellExecutionError, match="NameError") as exc:
+        _build().execute([ok, bad], tmp_path, timeout=60)
+    assert exc.value.notebook == 1  # type: ignore[attr-defined]

@@ -3,7 +3,9 @@
 - tour.md         README's "What `make demo` shows" .. "The attention explorer" sections
 - benchmarks.md   BENCHMARKS.md
 - cli.md          `attnlab <command> --help` for every command, from the argument parser itself
-- notebooks/*.md  the chapter notebooks (notebooks/src/*.py), markdown cells as text, code as listings
+- notebooks/*.md  the chapter notebooks (notebooks/src/*.py), executed at small settings (ATTNLAB_SMALL=1):
+                  text, code, and what the code printed and drew (figures as PNG files beside the page,
+                  tables, the interactive attention views); exercise solutions collapsed
 - api/*.md        one mkdocstrings page per public module
 
 Links that point outside the site (source files) become plain text, so the strict build has nothing
@@ -13,9 +15,14 @@ dangling. Used by mkdocs.yml (`hooks:`); `make docs` builds the site in strict m
 from __future__ import annotations
 
 import argparse
+import base64
+import os
 import re
+import tempfile
+import textwrap
 from pathlib import Path
 
+from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,12 +111,69 @@ def _notebook_sources():
     return module
 
 
-def notebook_page(source: Path) -> str:
-    """A percent-format notebook source as markdown (the notebooks run in CI; outputs are not kept)."""
-    cells = _notebook_sources().percent_cells(source.read_text(encoding="utf-8"))
-    parts = [body if kind == "markdown" else f"```python\n{body}\n```" for kind, body in cells]
-    nb = f"notebooks/{source.stem}.ipynb"
-    return "\n\n".join(parts) + f"\n\n---\nOpen `{nb}` in Jupyter to run it (`ATTNLAB_SMALL=1` runs it in seconds).\n"
+def executed_notebooks() -> list[tuple[str, object]]:
+    """(stem, notebook with outputs) for every notebooks/src/*.py, run in one kernel at ATTNLAB_SMALL=1."""
+    build = _notebook_sources()
+    sources = sorted((ROOT / "notebooks" / "src").glob("*.py"))
+    notebooks = [build.notebook_of(source) for source in sources]
+    saved = {key: os.environ.get(key) for key in ("ATTNLAB_SMALL", "PYTHONPATH")}
+    os.environ["ATTNLAB_SMALL"] = "1"  # seconds per notebook; the kernel inherits the environment
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), saved["PYTHONPATH"]) if p)
+    try:
+        with tempfile.TemporaryDirectory() as cwd:
+            executed = build.execute(notebooks, cwd, timeout=300)
+    except Exception as exc:  # nbclient's CellExecutionError: name the notebook, keep the cell's error
+        where = sources[getattr(exc, "notebook", 0)].name
+        raise PluginError(f"notebooks/src/{where} failed under ATTNLAB_SMALL=1:\n{exc}") from exc
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return [(source.stem, nb) for source, nb in zip(sources, executed)]
+
+
+def _fence(text: str, lang: str) -> str:
+    return f"```{lang}\n{text.rstrip()}\n```"
+
+
+def _output(output, name: str, images: dict[str, bytes]) -> str:
+    """One cell output as markdown: text in a listing, a PNG as a file beside the page (`images`: uri ->
+    bytes), HTML (the attention views) and Markdown (tables) as they are."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        return _fence(output["text"], "text") if output.get("name") == "stdout" else ""
+    data = output.get("data", {})
+    if "image/png" in data:
+        images[f"notebooks/{name}.png"] = base64.b64decode(data["image/png"])
+        return f"![output]({Path(name).as_posix()}.png)"
+    if "text/html" in data:
+        return f'<div class="nb-output">\n{data["text/html"]}\n</div>'
+    if "text/markdown" in data:
+        return data["text/markdown"]
+    return _fence(data["text/plain"], "text") if "text/plain" in data else ""
+
+
+def notebook_page(stem: str, nb, images: dict[str, bytes]) -> str:
+    """An executed notebook as a docs page; a cell tagged `solution` folds into a "Solution" box."""
+    parts = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            parts.append(cell.source)
+            continue
+        pieces = [_fence(cell.source, "python")]
+        pieces += [_output(out, f"{stem}/cell{i:02d}-{k}", images) for k, out in enumerate(cell.get("outputs", []))]
+        block = "\n\n".join(piece for piece in pieces if piece)
+        if "solution" in cell.metadata.get("tags", []):
+            block = '??? success "Solution"\n\n' + textwrap.indent(block, "    ")
+        parts.append(block)
+    nb_file = f"notebooks/{stem}.ipynb"
+    return "\n\n".join(parts) + (
+        f"\n\n---\nRun at `ATTNLAB_SMALL=1` when this site was built. Open `{nb_file}` in Jupyter to run it "
+        "yourself (`pip install 'attnlab[notebooks]' jupyterlab`); without `ATTNLAB_SMALL` the training cells "
+        "run ten times longer and translate better.\n"
+    )
 
 
 def api_page(name: str) -> str:
@@ -117,10 +181,13 @@ def api_page(name: str) -> str:
     return f"# `{module}`\n\n{blurb}\n\n::: {module}\n"
 
 
-def generated_pages() -> dict[str, str]:
-    pages = {"tour.md": tour_page(), "benchmarks.md": benchmarks_page(), "cli.md": cli_page()}
-    for source in sorted((ROOT / "notebooks" / "src").glob("*.py")):
-        pages[f"notebooks/{source.stem}.md"] = notebook_page(source)
+def generated_pages() -> dict[str, str | bytes]:
+    """uri -> content of every generated page (and the notebooks' figures)."""
+    pages: dict[str, str | bytes] = {"tour.md": tour_page(), "benchmarks.md": benchmarks_page(), "cli.md": cli_page()}
+    images: dict[str, bytes] = {}
+    for stem, nb in executed_notebooks():
+        pages[f"notebooks/{stem}.md"] = notebook_page(stem, nb, images)
+    pages.update(images)
     for name in API_PAGES:
         pages[f"api/{name}.md"] = api_page(name)
     return pages

@@ -27,7 +27,7 @@ from .parameters import (
     params,
     transformer_param_table,
 )
-from .report import Section, format_cell, format_table, prepare_output_dir, write_report
+from .report import Section, TableView, format_cell, format_table, prepare_output_dir, write_report
 from .result import ChapterResult
 from .scoring_functions import scaling, scaling_stats, softmax_jacobian_norm
 from .self_attention import positional_encoding, rotation_matrix, sinusoid_reference
@@ -68,6 +68,7 @@ __all__ = [
     "Section",
     "format_cell",
     "format_table",
+    "TableView",
     "prepare_output_dir",
     "write_report",
     "PLAIN_RECIPE",

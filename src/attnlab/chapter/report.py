@@ -22,7 +22,7 @@ from pathlib import Path
 from attnlab.data import ATTRIBUTION  # the report's footer credits the data (re-exported)
 from attnlab.utils.files import atomic_write_text
 
-__all__ = ["Section", "write_report", "format_table", "format_cell", "prepare_output_dir", "ATTRIBUTION"]
+__all__ = ["Section", "TableView", "write_report", "format_table", "format_cell", "prepare_output_dir", "ATTRIBUTION"]
 
 Table = tuple[Sequence[str], Sequence[Sequence[object]]]  # (headers, rows)
 
@@ -65,6 +65,34 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     out = [line([str(h) for h in headers]), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in cells]
     return "\n".join(out)
+
+
+@dataclass
+class TableView:
+    """A table that shows itself: a Markdown table in Jupyter (and on the docs site's notebook pages), the
+    aligned plain text of `format_table` everywhere else.
+
+    Examples:
+        >>> print(TableView(["d", "heads"], [[512, 8]]))
+          d  heads
+        ---  -----
+        512      8
+    """
+
+    headers: Sequence[str]
+    rows: Sequence[Sequence[object]]
+
+    def __str__(self) -> str:
+        return format_table(self.headers, self.rows)
+
+    def _repr_markdown_(self) -> str:
+        numeric = [
+            bool(self.rows) and all(isinstance(r[i], (int, float)) for r in self.rows) for i in range(len(self.headers))
+        ]
+        lines = ["| " + " | ".join(str(h) for h in self.headers) + " |"]
+        lines.append("|" + "|".join("---:" if num else ":---" for num in numeric) + "|")
+        lines += ["| " + " | ".join(format_cell(v) for v in row) + " |" for row in self.rows]
+        return "\n".join(lines)
 
 
 def prepare_output_dir(path: str | os.PathLike) -> Path:
