@@ -1,11 +1,13 @@
 """`make docs`: the MkDocs site builds in strict mode (broken links, missing pages and references fail),
-has every generated page, and its home page and an API page render in headless Chromium."""
+has every generated page, shows the executed notebooks' figures and outputs, and its home page, an API page
+and a notebook page render in headless Chromium."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -64,6 +66,40 @@ def test_site_has_every_part(site):
         assert not external, (page.name, external[:3])
 
 
+class _Page(HTMLParser):
+    """The <img> sources and <details> boxes of one built page."""
+
+    def __init__(self):
+        super().__init__()
+        self.images: list[str] = []
+        self.details: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs.get("src") or "")
+        elif tag == "details":
+            self.details.append(attrs.get("class") or "")
+
+
+def test_notebook_pages_show_their_outputs(site):
+    """Each chapter page was executed at build time: its figures are PNG files beside it, its printed
+    output is on the page, and each exercise's solution is a collapsed box."""
+    for page in sorted((site / "notebooks").glob("*.html")):
+        parser = _Page()
+        parser.feed(page.read_text(encoding="utf-8"))
+        assert parser.images, f"{page.name} shows no figure"
+        for src in parser.images:
+            png = (page.parent / src).resolve()
+            assert png.suffix == ".png" and png.is_file(), (page.name, src)
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000, (page.name, src)
+        assert len(parser.details) >= 2, f"{page.name}: {len(parser.details)} solution boxes"
+    text = (site / "notebooks" / "03_scoring_functions.html").read_text(encoding="utf-8")
+    assert "Var(q.k) = " in text  # what a solution printed
+    assert "<table>" in text  # the scaling table, rendered from Markdown
+    assert "attnlab-view" in (site / "notebooks" / "07_transformer.html").read_text(encoding="utf-8")  # head_view
+
+
 def test_strict_build_fails_on_a_broken_link(tmp_path):
     """Our strict settings really bite: a page linking to a missing page stops the build."""
     import yaml
@@ -99,5 +135,10 @@ def test_home_and_api_pages_render(driver, site, tmp_path):
     names = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "article .doc-heading code")]
     assert any("masked_softmax" in n for n in names), names[:10]
     driver.save_screenshot(str(tmp_path / "api.png"))
+    driver.get((site / "notebooks" / "02_nadaraya_watson.html").as_uri())
+    widths = driver.execute_script(
+        "return Array.from(document.querySelectorAll('article img')).map(i => i.complete ? i.naturalWidth : 0)"
+    )
+    assert widths and all(w > 0 for w in widths), widths  # every figure of the notebook loads and draws
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not severe, severe

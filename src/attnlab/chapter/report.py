@@ -89,9 +89,13 @@ class TableView:
         numeric = [
             bool(self.rows) and all(isinstance(r[i], (int, float)) for r in self.rows) for i in range(len(self.headers))
         ]
-        lines = ["| " + " | ".join(str(h) for h in self.headers) + " |"]
+
+        def cell(text: str) -> str:
+            return text.replace("|", "\\|")  # |J|_F is a norm, not three columns
+
+        lines = ["| " + " | ".join(cell(str(h)) for h in self.headers) + " |"]
         lines.append("|" + "|".join("---:" if num else ":---" for num in numeric) + "|")
-        lines += ["| " + " | ".join(format_cell(v) for v in row) + " |" for row in self.rows]
+        lines += ["| " + " | ".join(cell(format_cell(v)) for v in row) + " |" for row in self.rows]
         return "\n".join(lines)
 
 
