@@ -18,6 +18,8 @@ MODULES = [
     "attnlab.decoding.search",
     "attnlab.decoding.translator",
     "attnlab.metrics",
+    "attnlab.chapter.report",
+    "attnlab.utils.extras",
 ]
 
 
