@@ -11,6 +11,7 @@ and source tokens) and BLEU on corpus sentences of 7-10 source words, longer tha
 import argparse
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,15 +26,17 @@ from attnlab.runs.loading import load_translator
 TRAIN_MAX_WORDS = 6  # the cpu-small preset's data.max_len
 
 
-def train(out: Path, positions: str, kv: int | None, budget: int, threads: int) -> Path:
+def train(out: Path, positions: str, kv: int | None, budget: int, threads: int) -> tuple[Path, int]:
+    """The run folder and the optimizer steps its budget allowed (the machine's load decides them)."""
     run = out / (positions + ("" if kv is None else f"-kv{kv}"))
     cmd = [sys.executable, "-m", "attnlab", "train", "--preset", "cpu-small", "--out", str(run), "--force"]
     cmd += ["--set", f"train.time_budget={budget}", "--set", f"model.positions={positions}"]
     cmd += ["--set", f"train.threads={threads}"]
     if kv is not None:
         cmd += ["--set", f"model.num_kv_heads={kv}"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return run
+    done = subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    steps = re.findall(r"step (\d+)/", done.stderr)
+    return run, int(steps[-1]) if steps else 0
 
 
 def bleu(translator, pairs) -> float:
@@ -77,14 +80,14 @@ def main():
     rows, long = [], None
     for scheme in args.schemes:
         name, _, kv = scheme.partition(":")
-        run = train(args.out, name, int(kv) if kv else None, args.time_budget, args.threads)
+        run, steps = train(args.out, name, int(kv) if kv else None, args.time_budget, args.threads)
         long = long if long is not None else long_pairs(run, args.limit)
         m = measure(run, long, args.limit)
-        rows.append([scheme, f"{m['bleu']:.3f}", f"{m['long']:.3f}", f"{m['params']:,}", f"{m['kv']:,.0f}"])
+        rows.append([scheme, steps, f"{m['bleu']:.3f}", f"{m['long']:.3f}", f"{m['params']:,}", f"{m['kv']:,.0f}"])
         print(rows[-1], flush=True)
     cpu = platform.processor() or platform.machine()
     print(f"\n{args.time_budget} s per scheme, {args.threads} threads, {cpu}, {len(long)} long sentences")
-    print(table(["scheme", "valid BLEU", "BLEU 7-10 words", "parameters", "KV bytes/sentence"], rows))
+    print(table(["scheme", "steps", "valid BLEU", "BLEU 7-10 words", "parameters", "KV bytes/sentence"], rows))
 
 
 if __name__ == "__main__":
