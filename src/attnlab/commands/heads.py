@@ -120,7 +120,7 @@ def print_table(report: dict) -> None:
     )
     print(
         f"{'module':<34} {'head':>4} {'conf':>5} {'entr':>5} {'same':>5} {'prev':>5} {'next':>5} {'eos':>5} "
-        f"{'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}"
+        f"{'bos':>5} {'first':>5} {'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}"
     )
     for names in report["kinds"].values():
         for name in names:
@@ -129,7 +129,8 @@ def print_table(report: dict) -> None:
                 masked = report["masked"][name][h][metric]
                 print(
                     f"{name:<34} {h:>4} {s['confidence'][h]:5.2f} {s['entropy'][h]:5.2f} {s['same'][h]:5.2f} "
-                    f"{s['previous'][h]:5.2f} {s['next'][h]:5.2f} {s['eos'][h]:5.2f} {s['punctuation'][h]:5.2f} "
+                    f"{s['previous'][h]:5.2f} {s['next'][h]:5.2f} {s['eos'][h]:5.2f} {s['bos'][h]:5.2f} "
+                    f"{s['first'][h]:5.2f} {s['punctuation'][h]:5.2f} "
                     f"{g:8.4f} {masked:12.3f}"
                 )
     for kind, curve in report.get("pruning_curves", {}).items():

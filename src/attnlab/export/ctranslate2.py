@@ -136,7 +136,18 @@ def check_exportable(model: nn.Module) -> None:
             f"CTranslate2 export supports the Transformer only, got a {model_type} model "
             f"(CTranslate2 has no Bahdanau RNN decoder); decode it with attnlab instead"
         )
-    window = cast("Transformer", model).config.window
+    config = cast("Transformer", model).config
+    if config.positions not in ("sinusoidal", "learned"):
+        raise ValueError(
+            f"this Transformer uses positions={config.positions!r}, which attnlab's CTranslate2 export does not "
+            f"carry (it writes a position table: sinusoidal or learned only); decode it with attnlab instead"
+        )
+    if config.kv_heads != config.num_heads:
+        raise ValueError(
+            f"this Transformer shares key/value heads (num_kv_heads={config.num_kv_heads} of {config.num_heads}), "
+            f"which CTranslate2's encoder-decoder spec cannot hold; decode it with attnlab instead"
+        )
+    window = config.window
     if window is not None:
         raise ValueError(
             f"this Transformer uses local attention (window={window}), which "

@@ -11,7 +11,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from attnlab.training.config import TrainConfig
-from attnlab.attention import PositionalEncoding
+from attnlab.attention import PositionalEncoding, T5RelativeBias
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:
@@ -25,9 +25,11 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """nanoGPT's optimizer groups: weight decay on matrices only (`p.dim() >= 2`: projections,
-    token embeddings), never on biases, LayerNorm gains or position tables (learned positions)."""
+    token embeddings), never on biases, LayerNorm gains or position tables (learned positions, T5's
+    relative-position bias)."""
 
-    positions = {id(p) for m in model.modules() if isinstance(m, PositionalEncoding) for p in m.parameters()}
+    tables = (PositionalEncoding, T5RelativeBias)
+    positions = {id(p) for m in model.modules() if isinstance(m, tables) for p in m.parameters()}
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     for p in model.parameters():  # each tied parameter once
