@@ -10,6 +10,7 @@ comparisons turn both off (the token comparisons keep both on, as shipped).
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ import torch
 from attnlab.decoding import DecodeOptions
 
 from .conftest import sentences
-from .test_hf import TEXTS, hf, imported  # noqa: F401 (fixtures)
+from .test_hf import TEXTS
 
 pytest.importorskip("transformers")
 
@@ -29,9 +30,9 @@ def _strip(row: list[int], eos: int, pad: int) -> list[int]:
     return [t for t in row if t != pad]
 
 
-def _generate(tr, hf, texts, start: int = 1, **kw):
+def _generate(tr, ref, texts, start: int = 1, **kw):
     """generate() in float32 for texts; returns (rows of ids without the start token and <eos>, scores or None)."""
-    model, tok = hf
+    model, tok = ref
     enc = tok(texts, padding=True, return_tensors="pt")
     kw.setdefault("max_new_tokens", tr.output_limit(enc["input_ids"].shape[1]))
     with torch.no_grad():
@@ -42,6 +43,21 @@ def _generate(tr, hf, texts, start: int = 1, **kw):
     rows = [_strip(r, tr.tgt_vocab.eos, tr.tgt_vocab.pad) for r in out.sequences[:, start:].tolist()]
     scores = out.sequences_scores.tolist() if getattr(out, "sequences_scores", None) is not None else None
     return rows, scores
+
+
+@pytest.fixture(scope="module")
+def imported(marian_dir, tmp_path_factory, one_thread):
+    from attnlab.export.hf import import_hf
+    from attnlab.runs.loading import load_translator
+
+    return load_translator(import_hf(marian_dir, tmp_path_factory.mktemp("run") / "opus"), precision="fp32")
+
+
+@pytest.fixture(scope="module")
+def hf(marian_dir):
+    from transformers import MarianMTModel, MarianTokenizer
+
+    return MarianMTModel.from_pretrained(marian_dir).eval(), MarianTokenizer.from_pretrained(marian_dir)
 
 
 @pytest.fixture
@@ -84,7 +100,7 @@ def test_no_repeat_ngram_and_min_len_equal_generate(imported, hf, beam):
     plain = imported.decode_ids([imported.src_vocab.encode(t) for t in SOURCES], beam=beam)
     assert ours != plain, "the controls changed nothing: the test does not exercise them"
     for row in ours:
-        pairs = list(zip(row, row[1:]))
+        pairs = list(itertools.pairwise(row))
         assert len(pairs) == len(set(pairs)) and len(row) >= 6
 
 

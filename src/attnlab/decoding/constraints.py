@@ -19,8 +19,10 @@ is producing. One step, per sentence:
    others).
 
 At the length limit the live hypotheses are cut; an output is chosen among the finished ones by the
-number of phrases produced first, then score. A phrase that another phrase begins with may be missed
-when both start at the same token (the first listed is followed), where fairseq's trie would track both.
+number of phrases produced first, then score (so in an n-best list, a runner-up cut at the limit may
+lack a phrase: it ranks after every hypothesis that holds them all). A phrase that another phrase begins
+with may be missed when both start at the same token (the first listed is followed), where fairseq's trie
+would track both.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def constrained_search(
         tokens = torch.empty((B * K, 0), dtype=torch.long, device=device)
         pos_lp = torch.empty((B * K, 0), dtype=torch.float, device=device)
         inp = torch.full((B, 1), bos, dtype=torch.long, device=device)
-        if P:
+        if prefix is not None:
             inp = torch.cat([inp, prefix.to(device)], dim=1)
         for step in range(max_len):
             n = len(active)
@@ -157,7 +159,7 @@ def constrained_search(
             logprobs = F.log_softmax(logits[:, -1].float(), dim=-1)
             if step == 0:
                 logprobs = logprobs.repeat_interleave(K, dim=0)
-                if P:
+                if prefix is not None:
                     tokens, pos_lp = prefix_history(logits, inp, K)
                     for i, b in enumerate(active):  # the prefix may already hold constraint tokens
                         for t in prefix[i].tolist():
@@ -188,19 +190,22 @@ def constrained_search(
             for (i, k, t), s in zip(want, want_s):
                 by_sentence[i][(k, t)] = s
 
-            hist, hist_lp = tokens.tolist(), pos_lp.tolist()
+            hist, hist_lp = tokens.tolist(), pos_lp.tolist()  # (n*K, t) each
             lp_flat = logprobs.view(n * K, V)
-            new_rows, new_tok, new_lp, new_scores, new_prog = [], [], [], [], []
+            new_rows: list[int] = []
+            new_tok: list[int] = []
+            new_scores: list[list[float]] = []
+            new_prog: list[list[Progress]] = []
             keep = []
             for i, b in enumerate(active):
                 cands = sorted(((s, k, t) for (k, t), s in by_sentence[i].items() if s > neg_inf), key=lambda c: -c[0])
                 for s, k, t in cands[:K]:  # <eos> among the K best finishes (only done hypotheses may say it)
                     if t == eos:
-                        row = i * K + k
+                        r = i * K + k
                         entry = (
                             s / (step + 1) ** length_penalty,
-                            hist[row],
-                            hist_lp[row] + [float(lp_flat[row, t])],
+                            hist[r],
+                            hist_lp[r] + [float(lp_flat[r, t])],
                             True,
                         )
                         if finalize(finished[b], entry, K):

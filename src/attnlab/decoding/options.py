@@ -166,9 +166,11 @@ def target_ids(
     for i, limit in enumerate(limits):
         prefix, phrases = options.for_sentence(i, n)
         p = tgt_vocab.encode(prefix) if prefix is not None else []
-        if prefix is not None and (not p or all(t == tgt_vocab.unk for t in p)):
+        if prefix is None:
+            pass
+        elif not p or all(t == tgt_vocab.unk for t in p):
             raise ValueError(f"the prefix {prefix[:60]!r} has no word the target vocabulary knows; give target words")
-        if len(p) >= limit:
+        elif len(p) >= limit:
             raise ValueError(
                 f"the prefix {prefix[:60]!r} has {len(p)} tokens but outputs of sentence {i} hold at most "
                 f"{limit - 1} before <eos>; shorten it or raise max_len"

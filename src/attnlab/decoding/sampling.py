@@ -85,7 +85,7 @@ def sample(
         finished = torch.zeros(R, dtype=torch.bool, device=device)
         alive = torch.arange(R, device=device)  # (r,) original row of each running row
         inp = torch.full((B, 1), bos, dtype=torch.long, device=device)
-        if P:
+        if prefix is not None:
             inp = torch.cat([inp, prefix.to(device)], dim=1)  # (B, 1 + P)
         state = model.start_decoding(src, src_valid_lens)
         reserve_steps(state, max_len + P)

@@ -287,8 +287,8 @@ class Translator:
         aligned: list = [[None] * len(h) for h in nbest]
         if heads is not None:
             flat = [(i, k) for i, hs in enumerate(nbest) for k in range(len(hs))]
-            texts, ids = [sentences[i] for i, _ in flat], [src_ids[i] for i, _ in flat]
-            pairs = align_batch(self, texts, ids, [nbest[i][k].tokens for i, k in flat], *heads)
+            texts, sources = [sentences[i] for i, _ in flat], [src_ids[i] for i, _ in flat]
+            pairs = align_batch(self, texts, sources, [nbest[i][k].tokens for i, k in flat], *heads)
             for (i, k), a in zip(flat, pairs):
                 aligned[i][k] = a
         out = []
