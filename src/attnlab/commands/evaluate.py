@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 
 from attnlab.commands._common import add_command
-from attnlab.commands.translate import MAX_BEAM, add_checkpoint_args, open_translator
+from attnlab.commands.translate import add_checkpoint_args, open_translator
+from attnlab.decoding.options import MAX_BEAM
 
 
 def add_parser(subparsers) -> None:
