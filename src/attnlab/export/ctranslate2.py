@@ -162,8 +162,15 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
     # One num_heads for every module: pruned heads come back as zeros, which compute the same.
     model = restore_pruned_heads(cast("Transformer", model))  # check_exportable accepts Transformers only
     c = model.config
+    # CTranslate2's return_attention then gives the attention `translate --align` reads by default: the
+    # last-but-one decoder layer's cross-attention averaged over all its heads (attnlab.decoding.alignment).
     spec = transformer_spec.TransformerSpec.from_config(
-        (c.num_layers, c.num_layers), c.num_heads, pre_norm=c.norm_first, activation=_activation(c.activation)
+        (c.num_layers, c.num_layers),
+        c.num_heads,
+        pre_norm=c.norm_first,
+        activation=_activation(c.activation),
+        alignment_layer=max(c.num_layers - 2, 0),
+        alignment_heads=c.num_heads,
     )
     enc, dec = model.encoder, model.decoder
     _inputs(spec.encoder, enc, c.embedding_scale)
