@@ -43,6 +43,7 @@ PLAN: dict[str, list[str]] = {
     "decode_levers.py": ["--checkpoint", RUN, "--beams", "1,4", "--length-penalties", "0.6,1.0", "--limit", "50"],
     "data_scale.py": ["--sizes", "20000,40000", "--rounds", "1", "--loader-batches", "20", "--train-steps", "4"],
     "time_to_quality.py": ["--budget", "40", "--points", "20,40", "--valid-limit", "100"],
+    "vit_digits.py": ["--quick"],
 }
 SKIP = {"run_all.py", "common.py", "gpu_kernels.py"}  # helpers, and GPU-only scripts (see gpu.sh)
 BUDGET_S = 570.0  # leaves a margin under 10 minutes for interpreter start-up and the tee
