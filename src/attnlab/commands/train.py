@@ -3,6 +3,7 @@
 attnlab train --model transformer --preset d2l --out runs/d2l
 attnlab train --resume runs/d2l                 # continue from the newest checkpoint
 attnlab train --preset cpu-small --nproc 2      # the same through torchrun (DDP, gloo on CPU)
+attnlab train --model decoder-only --set model.prefix_lm=true   # one stack over source + target
 attnlab train --model vit --out runs/vit        # a Vision Transformer on scikit-learn's 8x8 digits
 attnlab train --model vit --data images/ --set model.patch_size=4   # images/<class>/*.png, one size
 """
@@ -67,7 +68,7 @@ def add_parser(subparsers) -> None:
         "train a translator (Transformer, Bahdanau) or a Vision Transformer (checkpoints, resume, DDP)",
         __doc__,
     )
-    p.add_argument("--model", choices=["transformer", "bahdanau", "vit"], default="transformer")
+    p.add_argument("--model", choices=["transformer", "bahdanau", "decoder-only", "vit"], default="transformer")
     p.add_argument(
         "--preset",
         help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, d2l for Bahdanau); "

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from attnlab.models.config import ConfigMixin, TransformerConfig
+from attnlab.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from attnlab.models.kernel_regression import NadarayaWatson, NWKernelRegression
 from attnlab.models.seq2seq import (
     BahdanauConfig,
@@ -36,9 +37,10 @@ CONFIGS: dict[str, type[ConfigMixin]] = {
     "transformer": TransformerConfig,
     "bahdanau": BahdanauConfig,
     "vit": ViTConfig,
+    "decoder-only": DecoderOnlyConfig,
 }
 # Model types that translate (a run of any other type, e.g. a ViT, is refused by translator commands).
-TRANSLATORS = ("transformer", "bahdanau")
+TRANSLATORS = ("transformer", "bahdanau", "decoder-only")
 
 
 def build_model(model_type: str, config_dict: Mapping[str, Any]) -> Any:
@@ -50,6 +52,8 @@ def build_model(model_type: str, config_dict: Mapping[str, Any]) -> Any:
         return Transformer(config)
     if model_type == "vit":
         return ViT(config)
+    if model_type == "decoder-only":
+        return DecoderOnly(config)
     return EncoderDecoder.from_config(config)
 
 
@@ -74,6 +78,8 @@ __all__ = [
     "build_bahdanau",
     "ViT",
     "ViTConfig",
+    "DecoderOnly",
+    "DecoderOnlyConfig",
     "CONFIGS",
     "TRANSLATORS",
     "build_model",

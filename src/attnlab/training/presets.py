@@ -182,7 +182,7 @@ PRESETS["vit"] = {
             "num_layers": 2,
             "ffn_num_hiddens": 128,
             "dropout": 0.1,
-            "positions": "learned",
+            "positions": "sinusoidal",
         },
         "train": {
             "epochs": 60,
@@ -217,8 +217,16 @@ PRESETS["vit"] = {
     },
 }
 
+# The decoder-only translator takes the Transformer's recipes with twice the blocks in its one stack:
+# about the encoder–decoder's parameters (N encoder + N decoder blocks).
+PRESETS["decoder-only"] = copy.deepcopy(PRESETS["transformer"])
+for _spec in PRESETS["decoder-only"].values():
+    _spec["model"]["num_layers"] *= 2
+    for _key in ("learned_positions", "window"):  # options of the encoder–decoder only
+        _spec["model"].pop(_key, None)
+
 # The preset `attnlab train --model M` uses without --preset: each model's everyday recipe.
-DEFAULT_PRESET = {"transformer": "cpu-small", "bahdanau": "d2l", "vit": "digits"}
+DEFAULT_PRESET = {"transformer": "cpu-small", "bahdanau": "d2l", "vit": "digits", "decoder-only": "cpu-small"}
 
 
 def get_preset(model_type: str, name: str | None = None) -> dict:
