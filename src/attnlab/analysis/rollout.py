@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from attnlab.analysis.explanation import group_maps
 from attnlab.attention import record_attention
+from attnlab.models import ViT
 
 
 def attention_rollout(layers: Sequence[Tensor] | Tensor, residual: bool = True) -> Tensor:
@@ -74,7 +75,7 @@ class ImageExplanation:
     rollout: Tensor
 
 
-def explain_image(model: nn.Module, image: Tensor) -> ImageExplanation:
+def explain_image(model: ViT, image: Tensor) -> ImageExplanation:
     """Classify one image (C, H, W) with a `ViT` and record its attention (`record_attention`)."""
     grid = model.config.grid
     was_training = model.training

@@ -175,6 +175,7 @@ class DecoderOnly(nn.Module):
         self.src_embedding = _embedding(c.src_vocab_size, c.num_hiddens)
         self.tgt_embedding = self.src_embedding if c.share_embeddings else _embedding(c.tgt_vocab_size, c.num_hiddens)
         self.segment = nn.Parameter(torch.zeros(2, c.num_hiddens))  # source, target
+        self.P: Tensor  # (max_len, D) sinusoids: a function of the config, not a weight
         self.register_buffer("P", sinusoidal_encoding(torch.arange(c.max_len), c.num_hiddens), persistent=False)
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(DecoderOnlyBlock(c) for _ in range(c.num_layers))

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.data.images import ImageData, ImageSplit, check_image_data_config, load_image_data
-from attnlab.models import CONFIGS, build_model
+from attnlab.models import CONFIGS, ViT, build_model
 from attnlab.runs.config import read_run_config
 from attnlab.runs.layout import CONFIG_FILE, LOG_FILE, WEIGHTS_FILE
 from attnlab.runs.outputs import claim_output, start_in_place
@@ -191,7 +191,7 @@ def train_image_run(
     return train_images(model, data, train_config, path, progress)
 
 
-def load_image_run(run_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[nn.Module, dict]:
+def load_image_run(run_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[ViT, dict]:
     """(model with its final weights, config.json) of an image run; ValueError for a run of another kind."""
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
