@@ -89,7 +89,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     print("command: python benchmarks/vit_digits.py " + " ".join(sys.argv[1:] if argv is None else argv))
-    print(f"torch {torch.__version__}, {args.threads} threads, CPU features: {' '.join(sorted(cpu_features())) or '-'}")
+    simd = sorted(f for f in cpu_features() if f.startswith(("avx", "amx", "sse4")))
+    print(f"torch {torch.__version__}, {args.threads} thread(s), CPU features: {' '.join(simd) or '-'}")
 
     data = load_digits_data()
     print(f"digits: {len(data.train)} train / {len(data.valid)} valid / {len(data.test)} test images (fixed split)")
