@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from attnlab.commands._common import add_command, add_force
+from attnlab.commands._common import add_command, add_force, refuse_model_types
 from attnlab.commands.translate import add_checkpoint_args, open_translator
 
 
@@ -83,6 +83,7 @@ def run(args) -> int:
         raise ValueError(f"--beam must lie in [1, 64], got {args.beam}")
     check_precision(args.precision)
     prune = parse_prune(args.prune)
+    refuse_model_types(args.checkpoint, {"decoder-only": "translate, evaluate and attention do"}, "heads")
     claim = claim_output(args.out, "heads", force=args.force, sources=[args.checkpoint])
     translator = open_translator(args)
     attention_kinds(translator.model)  # a Bahdanau model fails here, before any work

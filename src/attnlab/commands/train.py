@@ -3,12 +3,16 @@
 attnlab train --model transformer --preset d2l --out runs/d2l
 attnlab train --resume runs/d2l                 # continue from the newest checkpoint
 attnlab train --preset cpu-small --nproc 2      # the same through torchrun (DDP, gloo on CPU)
+attnlab train --model decoder-only --set model.prefix_lm=true   # one stack over source + target
+attnlab train --model vit --out runs/vit        # a Vision Transformer on scikit-learn's 8x8 digits
+attnlab train --model vit --data images/ --set model.patch_size=4   # images/<class>/*.png, one size
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from attnlab.commands._common import add_command, add_force
 
@@ -59,11 +63,16 @@ _RESUMABLE = {
 
 def add_parser(subparsers) -> None:
     p = add_command(
-        subparsers, "train", "train a Transformer or Bahdanau translator (checkpoints, resume, DDP)", __doc__
+        subparsers,
+        "train",
+        "train a translator (Transformer, Bahdanau) or a Vision Transformer (checkpoints, resume, DDP)",
+        __doc__,
     )
-    p.add_argument("--model", choices=["transformer", "bahdanau"], default="transformer")
+    p.add_argument("--model", choices=["transformer", "bahdanau", "decoder-only", "vit"], default="transformer")
     p.add_argument(
-        "--preset", help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, d2l for Bahdanau)"
+        "--preset",
+        help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, d2l for Bahdanau); "
+        "vit: digits (default) or tiny",
     )
     p.add_argument("--out", help="run folder (default: runs/<model>-<preset>)")
     p.add_argument(
@@ -199,6 +208,8 @@ def run(args) -> int:
 
     _check_nproc(args.nproc)
     over = _overrides(args)
+    if args.model == "vit" and not args.resume:
+        return _train_images(args, over)
     launching = args.nproc > 1
     if launching and "WORLD_SIZE" in os.environ:
         raise ValueError("--nproc given inside a torchrun launch; drop --nproc (torchrun sets the processes)")
@@ -208,7 +219,13 @@ def run(args) -> int:
             raise ValueError(
                 f"--resume continues a run as it was started; these cannot change: {bad}. Allowed: {sorted(_RESUMABLE)}"
             )
-        TrainConfig.from_dict({**read_run_config(args.resume).get("train", {}), **over["train"]})
+        resumed = read_run_config(args.resume)
+        if resumed["model_type"] == "vit":
+            raise ValueError(
+                f"{args.resume} is a Vision Transformer run, which keeps no checkpoints to resume; train it "
+                f"again with `attnlab train --model vit --out {args.resume} --force`"
+            )
+        TrainConfig.from_dict({**resumed.get("train", {}), **over["train"]})
     else:
         preset, train_config = _configs(args, over)
         from attnlab.training.presets import DEFAULT_PRESET
@@ -247,6 +264,38 @@ def run(args) -> int:
             force=args.force,
         )
     return _report(result, args.resume or out) if rank == 0 else result.exit_code
+
+
+def _train_images(args, over: dict[str, dict]) -> int:
+    """`train --model vit`: the digits, or --data DIR (one subfolder per class); every flag checked first."""
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.images import check_image_configs, train_image_run
+    from attnlab.training.presets import get_preset
+
+    data_flags = sorted(f"--{f.replace('_', '-')}" for f, (sec, _) in _FLAGS.items() if sec == "data" and f != "data")
+    wrong = [flag for flag in data_flags if getattr(args, flag[2:].replace("-", "_")) is not None]
+    if wrong or args.nproc > 1:
+        raise ValueError(f"{', '.join(wrong) or '--nproc'}: not for image runs (--data DIR picks the images)")
+    preset = get_preset(args.model, args.preset)
+    for section in preset:
+        preset[section].update(over[section])
+    if "path" in preset["data"]:
+        preset["data"] = {"loader": "folder", "path": preset["data"]["path"]}
+    train_config = TrainConfig.from_dict(preset["train"])
+    check_image_configs(args.model, preset["model"], preset["data"])
+    out = args.out or os.path.join("runs", f"{args.model}-{args.preset or 'digits'}")
+    result = train_image_run(
+        args.model, preset["model"], train_config, preset["data"], out, progress=not args.no_progress, force=args.force
+    )
+    acc = "n/a" if result.valid_accuracy is None else f"{result.valid_accuracy:.3f}"
+    loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
+    print(
+        f"final training loss {loss} after {result.step} steps ({result.epoch} epochs, stopped by "
+        f"{result.stop_reason}, {result.seconds:.1f} s), valid accuracy {acc}"
+    )
+    if result.stop_reason != "non_finite_loss":
+        print(f"saved the model to {Path(out) / 'model.safetensors'}")
+    return result.exit_code
 
 
 def _report(result, run_dir) -> int:
