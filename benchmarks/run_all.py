@@ -41,8 +41,12 @@ PLAN: dict[str, list[str]] = {
     "serve_attack.py": ["--checkpoint", RUN, "--body-mb", "20", "--clients", "2", "--slow-seconds", "3"],
     "hf_decode.py": [],
     "decode_levers.py": ["--checkpoint", RUN, "--beams", "1,4", "--length-penalties", "0.6,1.0", "--limit", "50"],
+    "constraints.py": ["--checkpoint", RUN, "--limit", "50", "--rounds", "1"],
     "data_scale.py": ["--sizes", "20000,40000", "--rounds", "1", "--loader-batches", "20", "--train-steps", "4"],
     "time_to_quality.py": ["--budget", "40", "--points", "20,40", "--valid-limit", "100"],
+    "positions.py": ["--time-budget", "5", "--limit", "50", "--schemes", "sinusoidal", "rope:1"],
+    "vit_digits.py": ["--quick"],
+    "prepared_check.py": ["--sizes", "20000", "--repeats", "1"],
 }
 SKIP = {"run_all.py", "common.py", "gpu_kernels.py"}  # helpers, and GPU-only scripts (see gpu.sh)
 BUDGET_S = 570.0  # leaves a margin under 10 minutes for interpreter start-up and the tee

@@ -25,6 +25,8 @@ SECTIONS = [
     "multihead_attention",
     "self_attention_positional_encoding",
     "transformer",
+    "vision_transformer",
+    "decoder_only",
 ]
 
 

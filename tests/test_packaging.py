@@ -28,6 +28,7 @@ EXTRA_MODULES = [
     "transformers",
     "sentencepiece",
     "ctranslate2",
+    "sklearn",
     "tensorboard",
     "jupytext",
     "nbformat",
@@ -98,7 +99,7 @@ def test_the_wheel_declares_a_slim_core_and_the_extras(installed):
         "torch",
         "tqdm",
     ]
-    for extra in ("serve", "hf", "ct2", "tensorboard", "notebooks", "docs", "dev"):
+    for extra in ("serve", "hf", "ct2", "vision", "tensorboard", "notebooks", "docs", "dev"):
         assert f"Provides-Extra: {extra}" in meta, extra
     for data in ("attnlab/serve/static/index.html", "attnlab/data/sample/fra-eng-sample.txt", "attnlab/py.typed"):
         assert data in names, data

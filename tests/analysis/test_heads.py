@@ -14,7 +14,7 @@ from attnlab.analysis import (
     save_pruned_run,
 )
 from attnlab.analysis.heads import validation_batches
-from attnlab.attention import mask_heads
+from attnlab.attention import mask_heads, record_attention
 from attnlab.cli import main
 from attnlab.data import sample_data_path
 from attnlab.decoding.translator import Translator
@@ -68,11 +68,30 @@ def test_kinds_and_statistics(setup):
             assert 0 < s["confidence"][h] <= 1 and s["entropy"][h] >= 0
             assert s["same"][h] + s["previous"][h] + s["next"][h] <= 1 + 1e-9
             assert 0 <= s["eos"][h] <= 1 and 0 <= s["punctuation"][h] <= 1
+            assert 0 <= s["bos"][h] <= 1 and 0 <= s["first"][h] <= 1
         if "self_attention" in name:  # causal: nothing on the next position
             assert max(s["next"]) == 0
     # Every source sentence ends with <eos> and punctuation occurs in the sample: some weight lands there.
     enc = stats["encoder.blocks.0.attention"]
     assert min(enc["eos"]) > 0 and min(enc["punctuation"]) > 0
+    # Sinks: the source holds no <bos>; the decoder's first input is <bos>, so there both shares agree.
+    assert max(enc["bos"]) == 0 and min(enc["first"]) > 0
+    dec = stats["decoder.blocks.0.self_attention"]
+    assert dec["bos"] == pytest.approx(dec["first"]) and min(dec["first"]) > 0
+
+
+def test_sink_shares_follow_the_weights(setup):
+    """ "first" is the mean weight on key 0 over the real queries, as recorded."""
+    data, model, _ = setup
+    batches = validation_batches(data.valid, data.src_vocab, data.tgt_vocab, batch_size=4)
+    stats = head_statistics(model, batches[:1], data.src_vocab, data.tgt_vocab)
+    b = batches[0]
+    with record_attention(model) as rec:
+        model(b.src, b.tgt_in, b.src_valid_lens)
+    W = rec.weights["decoder.blocks.1.cross_attention"][0]  # (B, H, T, S)
+    real = torch.arange(W.shape[2])[None, :] < b.tgt_valid_lens[:, None]
+    want = (W[..., 0] * real[:, None]).sum(dim=(0, 2)) / real.sum()
+    assert stats["decoder.blocks.1.cross_attention"]["first"] == pytest.approx(want.tolist())
 
 
 def float64_loss(model, b):

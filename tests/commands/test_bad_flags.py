@@ -164,6 +164,10 @@ NUMBERS = [
     ("pa-heads-0", "params --num-heads 0"),
     ("pa-heads-not-dividing", "params --num-hiddens 10 --num-heads 3"),
     ("pa-ffn-0", "params --ffn-num-hiddens 0"),
+    ("pa-kv-0", "params --num-kv-heads 0"),
+    ("pa-kv-not-dividing", "params --num-heads 8 --num-kv-heads 3"),
+    ("pa-kv-above-heads", "params --num-heads 4 --num-kv-heads 8"),
+    ("pa-layers-0", "params --num-layers 0"),
     ("pa-hiddens-huge", "params --num-hiddens 1000000000000"),
     ("pa-hiddens-nan", "params --num-hiddens nan"),
     # demo

@@ -48,6 +48,15 @@ def test_params_command(capsys):
     assert "O(n²·d)" in text and "base" in text and "big" in text
 
 
+def test_params_reports_kv_cache_bytes_per_token(capsys):
+    assert main(["params", "--num-hiddens", "64", "--num-heads", "4", "--num-kv-heads", "2", "--num-layers", "3"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line}
+    # keys + values, 3 layers, KV heads of 16 features, 4 bytes: 2 * 3 * Hkv * 16 * 4
+    assert rows["multi-head"][1:5] == ["4", "16,384", "1,536", "768"]
+    assert rows["grouped-query"][1:5] == ["2", "12,288", "768", "384"]  # W_k, W_v shrink to 64 x 32
+    assert rows["multi-query"][1:5] == ["1", "10,240", "384", "192"]
+
+
 @pytest.mark.parametrize(
     "argv, flag",
     [

@@ -15,6 +15,13 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 
 from attnlab.cli import main
 from attnlab.data import Vocab
+from attnlab.decoding.alignment import (
+    align_batch,
+    alignment_heads,
+    source_word_index,
+    target_word_index,
+    word_alignment,
+)
 from attnlab.export.ctranslate2 import source_tokens
 from attnlab.models import Transformer, TransformerConfig, build_model
 from attnlab.runs.config import write_run_config
@@ -155,6 +162,31 @@ def test_greedy_is_token_identical(exported):
     assert correct >= len(sample) // 3
 
 
+def test_alignment_equals_ctranslate2_return_attention(exported):
+    """The export names the layer and heads `translate --align` reads, so CTranslate2's return_attention
+    over the same output (forced as its target prefix) gives the same attention and word alignment."""
+    translator, ct2, sample, _ = exported
+    ids = [translator.src_vocab.encode(s) for s in sample]
+    outputs = translator.decode_ids(ids, beam=1)
+    layer, heads = alignment_heads(translator.model, None, None)
+    ours = align_batch(translator, sample, ids, outputs, layer, heads)
+    res = ct2.translate_batch(
+        [source_tokens(translator.src_vocab, s) for s in sample],
+        target_prefix=[translator.tgt_vocab.to_tokens(o) for o in outputs],
+        max_decoding_length=translator.output_limit(max(map(len, ids)) + 1),
+        min_decoding_length=0,
+        return_attention=True,
+        max_batch_size=1,  # in a padded batch CTranslate2 reports the first step's attention unmasked
+    )
+    theirs = []
+    for text, src, out, r in zip(sample, ids, outputs, res):
+        attn = torch.tensor(r.attention[0])[: len(out), : len(src)]  # drop the <eos> row and column
+        tgt_words = target_word_index(translator.tgt_vocab, out)
+        theirs.append(word_alignment(attn, source_word_index(translator.src_vocab, text, src), tgt_words))
+    assert ours == theirs
+    assert sum(len(p) for p in ours) >= len(sample)  # real alignments, not empty lists compared
+
+
 def test_beam4_agrees(exported):
     translator, ct2, sample, _ = exported
     ours, theirs = _both(translator, ct2, sample, beam=4)
@@ -230,6 +262,30 @@ def test_local_attention_is_refused_in_one_line(tmp_path, capsys):
     assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "window=2" in err, err
+    assert not (tmp_path / "ct2").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        (dict(positions="rope"), "positions='rope'"),
+        (dict(positions="alibi"), "positions='alibi'"),
+        (dict(positions="t5"), "positions='t5'"),
+        (dict(positions="none"), "positions='none'"),
+        (dict(num_kv_heads=1), "num_kv_heads=1"),
+    ],
+)
+def test_positions_and_shared_kv_heads_are_refused_in_one_line(tmp_path, capsys, option, words):
+    vocab = Vocab(WORDS, min_freq=1)
+    cfg = TransformerConfig(
+        len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, **option
+    )
+    run = tmp_path / "run"
+    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
+    save_weights(Transformer(cfg), run / WEIGHTS_FILE)
+    assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
     assert not (tmp_path / "ct2").exists()
 
 

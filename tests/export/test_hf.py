@@ -191,6 +191,11 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
         (dict(window=2), "window"),  # local attention,
         (dict(learned_positions=True), "learned_positions"),  # learned positions;
         (dict(embed_scale=3.0), "embed_scale"),  # and a scale Marian has no setting for
+        (dict(positions="rope"), "positions='rope'"),  # position schemes other than the sinusoids
+        (dict(positions="alibi"), "positions='alibi'"),
+        (dict(positions="t5"), "positions='t5'"),
+        (dict(positions="none"), "positions='none'"),
+        (dict(num_kv_heads=1), "num_kv_heads=1"),  # and shared key/value heads
     ],
 )
 def test_export_refuses_options_marian_lacks(tmp_path, capsys, option, words):

@@ -7,6 +7,7 @@ from matplotlib.figure import Figure
 
 from attnlab.viz.files import save_figure
 from attnlab.viz.heatmaps import show_heatmaps
+from attnlab.viz.online_softmax import plot_online_softmax
 from attnlab.viz.plots import (
     plot_kernel_regression,
     plot_loss_curve,
@@ -93,3 +94,13 @@ def test_save_figure_atomic_formats(tmp_path, monkeypatch):
         save_figure(fig, tmp_path / "sub" / "loss.png")
     assert paths[0].read_bytes() == before
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["loss.png", "loss.svg"]
+
+
+def test_online_softmax_figure_ends_at_exact_attention():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4)
+    fig = plot_online_softmax(q, k, v, block_size=4, causal=True)
+    m_ax, l_ax, err_ax = fig.axes
+    assert len(m_ax.lines) == 3 and list(m_ax.lines[0].get_xdata()) == [4, 8, 10]
+    assert all(np.all(np.diff(line.get_ydata()) >= 0) for line in m_ax.lines)  # the running max never falls
+    assert max(line.get_ydata()[-1] for line in err_ax.lines) < 1e-5

@@ -252,7 +252,9 @@ def explain(
                 model(src, tgt, lens)
         finally:
             model.train(was_training)
-        maps = {k: v.cpu() for k, v in group_maps(model, rec).items()}
+        maps = group_maps(model, rec)
+        views = getattr(model, "attention_views", None)  # one self-attention cut into kinds (decoder-only)
+        maps = {k: v.cpu() for k, v in (views(maps, src.shape[1]) if views else maps).items()}
     model_type = getattr(model, "MODEL_TYPE", None) or translator.config.get("model_type", type(model).__name__.lower())
     return Explanation(
         text=text,

@@ -120,15 +120,19 @@ def _loss(model: nn.Module, batch) -> tuple[Tensor, Tensor]:
 
 
 # --------------------------------------------------------------------------- behaviour (Voita)
-def _special_ids(vocab) -> tuple[Tensor, Tensor]:
-    """(eos id as a 0-d tensor, ids of punctuation-only tokens)."""
+def _special_ids(vocab) -> tuple[Tensor, Tensor, Tensor]:
+    """(eos id, bos id (each a 0-d tensor), ids of punctuation-only tokens)."""
     tokens = vocab.to_tokens(list(range(len(vocab))))
     punct = [
         i
         for i, t in enumerate(tokens)
         if t and not t.startswith("<") and all(c in _PUNCT for c in t.lstrip("▁")) and t.lstrip("▁")
     ]
-    return torch.tensor(vocab.eos), torch.tensor(punct, dtype=torch.long)
+    try:
+        bos = vocab.bos
+    except ValueError:  # a vocabulary without <bos> (imported Marian): no key is one
+        bos = -1
+    return torch.tensor(vocab.eos), torch.tensor(bos), torch.tensor(punct, dtype=torch.long)
 
 
 @torch.no_grad()
@@ -138,14 +142,15 @@ def head_statistics(model: nn.Module, batches: Sequence, src_vocab, tgt_vocab) -
     - confidence: mean of the largest weight (Voita et al.'s "confidence");
     - entropy: mean entropy of the weights, in nats;
     - same / previous / next: mean weight on key position i, i - 1, i + 1 for query i;
-    - eos / punctuation: mean weight on keys that are `<eos>` / punctuation-only tokens.
+    - eos / punctuation: mean weight on keys that are `<eos>` / punctuation-only tokens;
+    - bos / first: attention sinks (Xiao et al. 2023): mean weight on `<bos>` keys (the decoder's first
+      input) and on key position 0 (the first source token, or `<bos>` in decoder self-attention).
 
     Returns {module name: {statistic: [value per head]}}.
     """
     model.eval()
     kinds = attention_kinds(model)
-    src_eos, src_punct = _special_ids(src_vocab)
-    tgt_eos, tgt_punct = _special_ids(tgt_vocab)
+    src_ids, tgt_ids = _special_ids(src_vocab), _special_ids(tgt_vocab)
     sums: dict[str, dict[str, Tensor]] = {}
     counts: dict[str, float] = {}
     for batch in batches:
@@ -154,7 +159,7 @@ def head_statistics(model: nn.Module, batches: Sequence, src_vocab, tgt_vocab) -
         for kind, names in kinds.items():
             on_source = kind != "decoder self"
             keys = batch.src if on_source else batch.tgt_in  # (B, Lk) key tokens
-            eos, punct = (src_eos, src_punct) if on_source else (tgt_eos, tgt_punct)
+            eos, bos, punct = src_ids if on_source else tgt_ids
             q_lens = batch.src_valid_lens if kind == "encoder self" else batch.tgt_valid_lens
             for name in names:
                 W = rec.weights[name][0].double()  # (B, H, Lq, Lk)
@@ -168,6 +173,8 @@ def head_statistics(model: nn.Module, batches: Sequence, src_vocab, tgt_vocab) -
                     "next": _diagonal(W, 1),
                     "eos": (W * (keys == eos)[:, None, None, :]).sum(-1),
                     "punctuation": (W * torch.isin(keys, punct)[:, None, None, :]).sum(-1),
+                    "bos": (W * (keys == bos)[:, None, None, :]).sum(-1),
+                    "first": W[..., 0],
                 }  # each (B, H, Lq)
                 acc = sums.setdefault(name, {k: torch.zeros(H, dtype=torch.float64) for k in per_query})
                 for k, v in per_query.items():

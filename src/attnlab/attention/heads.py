@@ -12,6 +12,7 @@ can serve many threads, each with its own heads switched off, without editing we
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -145,6 +146,50 @@ def prune_heads(model: nn.Module, heads: Mapping[str, Sequence[int]]) -> dict[st
         m.prune_heads(idx)
         removed[name] = idx
     return removed
+
+
+def prune_projections(m, heads: Sequence[int]) -> None:
+    """Remove heads of a multi-head attention module `m` for good (its `prune_heads`): W_q/W_k/W_v lose
+    their rows, W_o its columns; `m.num_heads`, `m.num_kv_heads` and `m.kept_heads` follow.
+
+    With grouped-query attention (groups of G = H / Hkv query heads sharing a KV head) only whole
+    groups can go, taking their KV head with them: a group left smaller than the others has no
+    equivalent grouped attention.
+    """
+    G, Dh = m.groups, m.head_dim
+    heads = sorted(set(int(h) for h in heads))
+    if any(not 0 <= h < m.num_heads for h in heads):
+        raise ValueError(f"this attention has heads 0..{m.num_heads - 1}, got head indices {heads}")
+    keep = [h for h in range(m.num_heads) if h not in heads]
+    if G > 1 and any(set(range(h // G * G, h // G * G + G)) - set(heads) for h in heads):
+        raise ValueError(
+            f"this attention shares each KV head among {G} query heads (num_kv_heads={m.num_kv_heads}): "
+            f"prune whole groups of {G} heads (g*{G} .. g*{G}+{G - 1}), got head indices {heads}"
+        )
+    rows = torch.tensor([h * Dh + i for h in keep for i in range(Dh)], dtype=torch.long)
+    kv_rows = torch.tensor([g * Dh + i for g in sorted({h // G for h in keep}) for i in range(Dh)], dtype=torch.long)
+    m.W_q = _slice_linear(m.W_q, rows, dim=0)
+    for name in ("W_k", "W_v"):
+        setattr(m, name, _slice_linear(getattr(m, name), kv_rows, dim=0))
+    m.W_o = _slice_linear(m.W_o, rows, dim=1)
+    m.kept_heads = [m.kept_heads[h] for h in keep]
+    m.num_heads, m.num_kv_heads = len(keep), len(keep) // G
+
+
+def _slice_linear(layer: nn.Linear, index: Tensor, dim: int) -> nn.Linear:
+    """A new nn.Linear keeping the output rows (dim=0) or input columns (dim=1) named by index."""
+    W = layer.weight.detach().index_select(dim, index.to(layer.weight.device)).clone()
+    has_bias = layer.bias is not None
+    with warnings.catch_warnings():  # pruning every head leaves zero-element weights: fine, not a mistake
+        warnings.simplefilter("ignore", UserWarning)
+        out = nn.Linear(W.shape[1], W.shape[0], bias=has_bias, device=W.device, dtype=W.dtype)
+    with torch.no_grad():
+        out.weight.copy_(W)
+        if has_bias:
+            b = layer.bias.detach()
+            out.bias.copy_(b.index_select(0, index.to(b.device)) if dim == 0 else b)
+    out.weight.requires_grad_(layer.weight.requires_grad)
+    return out
 
 
 def merge_pruned(

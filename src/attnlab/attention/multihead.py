@@ -4,7 +4,7 @@ decoding, and local (sliding-window) attention whose memory grows linearly with 
 from __future__ import annotations
 
 import math
-import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -12,10 +12,15 @@ from torch import Tensor, nn
 
 from .cache import KVCache, _all_finite
 from .dropout import Dropout
-from .heads import active_head_mask, check_head_mask
+from .heads import active_head_mask, check_head_mask, prune_projections
 from .masking import build_mask, lengths_to_mask, window_mask
 from .recording import Recordable
+from .rotary import RotaryEmbedding
 from .scoring import attend, check_qkv
+
+# A relative position bias: (query positions (Lq,), key positions (Lk,)) -> float (1|B, H, Lq, Lk)
+# added to the scaled scores (`attnlab.attention.bias`: ALiBi, T5).
+PositionBias = Callable[[Tensor, Tensor], Tensor]
 
 
 class MultiHeadAttention(Recordable, nn.Module):
@@ -33,6 +38,15 @@ class MultiHeadAttention(Recordable, nn.Module):
         window: if set, each query sees only keys within this distance (local attention).
         causal: default for `forward(causal=None)`: query i sees keys <= i.
         block_size: query block of the blockwise local-attention path.
+        num_kv_heads: Hkv key/value heads shared by groups of H / Hkv query heads (grouped-query
+            attention; 1 = multi-query); None = H. W_k and W_v map D to Hkv * Dh and a KV cache holds
+            Hkv heads.
+        rotary: a `RotaryEmbedding` applied to q and k after projection (self-attention; positions
+            continue from the cache's length while decoding).
+
+    `forward(..., position_bias=f)` adds f(query positions, key positions), (1, H, Lq, Lk), to the
+    scaled scores (ALiBi, T5; see `attnlab.attention.bias`); queries are the last Lq of the Lk
+    positions, as for the causal mask.
 
     Shape:
         queries (B, Lq, D), keys (B, Lk, D), values (B, Lk, D) -> (B, Lq, D).
@@ -44,7 +58,9 @@ class MultiHeadAttention(Recordable, nn.Module):
     or a key or value visible to query i, is non-finite (NaN or inf); every other row is exact. A query
     that sees no key at all gives zeros, as with finite inputs.
 
-    After `prune_heads`, H is smaller but each head keeps its size Dh, so the projections map D to H * Dh.
+    After `prune_heads`, H is smaller but each head keeps its size Dh, so the projections map D to H * Dh;
+    `kept_heads` names the original heads left (a position bias computed for all of them is cut to
+    those). With grouped-query attention only whole groups can be pruned (their KV head goes too).
 
     Examples:
         >>> import torch
@@ -63,6 +79,8 @@ class MultiHeadAttention(Recordable, nn.Module):
         window: int | None = None,
         causal: bool = False,
         block_size: int = 256,
+        num_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | None = None,
     ):
         super().__init__()
         if num_hiddens <= 0 or num_heads <= 0 or num_hiddens % num_heads:
@@ -70,20 +88,33 @@ class MultiHeadAttention(Recordable, nn.Module):
                 f"num_hiddens must be a positive multiple of num_heads, got num_hiddens={num_hiddens}, "
                 f"num_heads={num_heads}; pick num_heads dividing num_hiddens"
             )
+        kv = num_heads if num_kv_heads is None else num_kv_heads
+        if not isinstance(kv, int) or not 1 <= kv <= num_heads or num_heads % kv:
+            raise ValueError(
+                f"num_kv_heads must divide num_heads={num_heads} (1 = multi-query, {num_heads} = multi-head), "
+                f"got {num_kv_heads!r}"
+            )
         if window is not None and window < 0:
             raise ValueError(f"window must be a non-negative number of positions or None, got {window}")
-        self.num_hiddens, self.num_heads = num_hiddens, num_heads
+        self.num_hiddens, self.num_heads, self.num_kv_heads = num_hiddens, num_heads, kv
         self.head_dim = num_hiddens // num_heads
+        self.kept_heads = list(range(num_heads))
         self.window, self.causal, self.block_size = window, causal, block_size
+        self.rotary = rotary
         self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=bias)
-        self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=bias)
-        self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(num_hiddens, kv * self.head_dim, bias=bias)
+        self.W_v = nn.Linear(num_hiddens, kv * self.head_dim, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.dropout = Dropout(dropout)
 
-    def _split(self, x: Tensor) -> Tensor:
+    def _split(self, x: Tensor, heads: int | None = None) -> Tensor:
         B, L, _ = x.shape
-        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+        return x.view(B, L, heads or self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head (1 unless grouped-query attention)."""
+        return self.num_heads // self.num_kv_heads if self.num_kv_heads else 1
 
     def _project_qkv(self, queries: Tensor, keys: Tensor, values: Tensor, cache: KVCache | None):
         """Q, K, V as (B, H, L, Dh); K, V come from (and go to) the cache when there is one."""
@@ -92,10 +123,13 @@ class MultiHeadAttention(Recordable, nn.Module):
         if queries is keys and keys is values and all(type(m) is nn.Linear for m in (self.W_q, self.W_k, self.W_v)):
             # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (plain
             # float Linears only: a quantized or otherwise swapped projection runs as itself).
-            q, k, v = F.linear(queries, *self._qkv_weight()).chunk(3, dim=-1)
+            kv = self.num_kv_heads * self.head_dim
+            q, k, v = F.linear(queries, *self._qkv_weight()).split([self.W_q.out_features, kv, kv], dim=-1)
         else:
             q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
-        q, k, v = self._split(q), self._split(k), self._split(v)
+        q, k, v = self._split(q), self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
+        if self.rotary is not None and self.num_heads:
+            q, k = self.rotary(q, k, offset=len(cache) if cache is not None else 0)
         if cache is not None:
             k, v = cache.update(k, v)
         return q, k, v
@@ -132,14 +166,18 @@ class MultiHeadAttention(Recordable, nn.Module):
         cache: KVCache | None = None,
         head_mask=None,
         beam: int = 1,
+        position_bias: PositionBias | None = None,
     ) -> Tensor:
         """beam > 1 ("beamable" attention, as fairseq's BeamableMM): queries (B*beam, Lq, D) against keys
         and values (B, Lk, D); each group of `beam` consecutive query rows attends to one key row (the
         hypotheses of one sentence against its encoder memory, which is then never copied per
         hypothesis). The groups are folded into the query axis, (B, beam*Lq, D), which changes no
-        output: only key masks that are the same for every query (valid_lens (B,)) are allowed."""
+        output: only key masks that are the same for every query (valid_lens (B,)) are allowed (and no
+        position bias)."""
         rows = queries.shape[0]
         if beam > 1:
+            if position_bias is not None:
+                raise ValueError("beam > 1 folds beams into the query axis: it allows no position bias")
             queries = self._fold_beams(queries, keys, valid_lens, mask, causal, beam)
         check_qkv(queries, keys, values)
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
@@ -155,9 +193,9 @@ class MultiHeadAttention(Recordable, nn.Module):
             out = q
         elif (_all_finite(q) and cache.finite) if cache is not None else _all_finite(q, k, v):
             # With a cache only the new query is checked: the cache knows whether its keys/values are.
-            out = self._attend(q, k, v, valid_lens, mask, causal, cache, beam)
+            out = self._attend(q, k, v, valid_lens, mask, causal, cache, beam, position_bias)
         else:
-            out = self._attend_nonfinite(q, k, v, valid_lens, mask, causal, beam)
+            out = self._attend_nonfinite(q, k, v, valid_lens, mask, causal, beam, position_bias)
         if gate is not None:
             out = out * gate.to(out.dtype)[None, :, None, None]  # (B, H, Lq, Dh) * (1, H, 1, 1)
         out = out.transpose(1, 2).reshape(B, Lq, self.num_heads * self.head_dim)  # (B, Lq, H*Dh)
@@ -185,18 +223,51 @@ class MultiHeadAttention(Recordable, nn.Module):
             return head_mask if ctx is None else head_mask * ctx
         return ctx
 
-    def _attend(self, q, k, v, valid_lens, mask, causal, cache: KVCache | None = None, beam: int = 1) -> Tensor:
+    def _attend(
+        self, q, k, v, valid_lens, mask, causal, cache: KVCache | None = None, beam: int = 1, position_bias=None
+    ) -> Tensor:
         """Pick the path: math (recording), blockwise local, or fused SDPA. Returns (B, H, Lq, Dh)."""
         Lq, Lk = q.shape[2], k.shape[2]
         if self.recording:
-            out, weights = self._math(q, k, v, valid_lens, mask, causal)
+            out, weights = self._math(q, k, v, valid_lens, mask, causal, position_bias)
             self._record(_unfold_beams(weights, beam))
             return out
         if self._use_blockwise(Lq, Lk, valid_lens, mask):
-            return self._local_blockwise(q, k, v, valid_lens, causal)
+            return self._local_blockwise(q, k, v, valid_lens, causal, position_bias)
+        if position_bias is not None:
+            visible = build_mask(q.shape[0], Lq, Lk, valid_lens, mask, causal, self.window, q.device)
+            bias = self._bias(position_bias, torch.arange(Lk - Lq, Lk), torch.arange(Lk), q.device)
+            return self._sdpa_masked(q, k, v, visible, bias)
         return self._fused(q, k, v, valid_lens, mask, causal, cache)
 
-    def _attend_nonfinite(self, q, k, v, valid_lens, mask, causal, beam: int = 1) -> Tensor:
+    def _bias(self, position_bias: PositionBias, q_pos: Tensor, k_pos: Tensor, device) -> Tensor:
+        """The float bias (1|B, H, Lq, Lk) of these query/key positions, for this module's heads."""
+        bias = position_bias(q_pos.to(device), k_pos.to(device))
+        if bias.shape[1] != self.num_heads:  # pruned heads: keep the rows of the heads left
+            bias = bias[:, torch.tensor(self.kept_heads, dtype=torch.long, device=bias.device)]
+        return bias
+
+    def _sdpa(self, q, k, v, attn_mask=None, is_causal: bool = False) -> Tensor:
+        """SDPA with this module's dropout, letting groups of query heads share KV heads (GQA)."""
+        p = self.dropout.p if self.training else 0.0
+        gqa = self.groups > 1
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal, enable_gqa=gqa
+        )
+
+    def _sdpa_masked(self, q, k, v, visible: Tensor | None, bias: Tensor | None) -> Tensor:
+        """SDPA under a bool mask and/or a float bias; rows that see no key give zeros (not NaN)."""
+        if visible is None:
+            return self._sdpa(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))
+        # A fully masked row would make SDPA return NaN: let it see everything, then zero its output.
+        empty = ~visible.any(dim=-1, keepdim=True)
+        allowed = visible | empty
+        if bias is None:
+            return self._sdpa(q, k, v, attn_mask=allowed).masked_fill(empty, 0.0)
+        attn = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
+        return self._sdpa(q, k, v, attn_mask=attn).masked_fill(empty, 0.0)
+
+    def _attend_nonfinite(self, q, k, v, valid_lens, mask, causal, beam: int = 1, position_bias=None) -> Tensor:
         """Attention when some query/key/value is NaN or inf, with the semantics of the class docstring.
 
         A 0 weight times a NaN value is NaN in a matmul, so hidden positions would leak; instead attend
@@ -205,47 +276,47 @@ class MultiHeadAttention(Recordable, nn.Module):
         B, H, Lq, _ = q.shape
         Lk = k.shape[2]
         bad_q = ~torch.isfinite(q).all(dim=-1, keepdim=True)  # (B, H, Lq, 1)
-        bad_kv = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, Lk)
+        bad_kv = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, Hkv, Lk)
+        bad_kv = bad_kv.repeat_interleave(self.groups, dim=1)  # (B, H, Lk): what each query head sees
         visible = build_mask(B, Lq, Lk, valid_lens, mask, causal, self.window, q.device)
         seen = bad_kv[:, :, None, :] if visible is None else (visible & bad_kv[:, :, None, :])
         poisoned = bad_q | seen.any(dim=-1, keepdim=True)  # (B, H, Lq, 1)
         q, k, v = (torch.where(torch.isfinite(t), t, torch.zeros((), dtype=t.dtype)) for t in (q, k, v))
         if self.recording:
-            out, weights = self._math(q, k, v, valid_lens, mask, causal)
+            out, weights = self._math(q, k, v, valid_lens, mask, causal, position_bias)
             self._record(_unfold_beams(weights.masked_fill(poisoned, float("nan")), beam))
         else:
-            out = self._attend(q, k, v, valid_lens, mask, causal)
+            out = self._attend(q, k, v, valid_lens, mask, causal, position_bias=position_bias)
         return out.masked_fill(poisoned, float("nan"))
 
     def prune_heads(self, heads) -> None:
-        """Remove the given head indices for good: W_q/W_k/W_v lose their rows, W_o its columns."""
-        heads = sorted(set(int(h) for h in heads))
-        if any(not 0 <= h < self.num_heads for h in heads):
-            raise ValueError(f"this attention has heads 0..{self.num_heads - 1}, got head indices {heads}")
-        keep = [h for h in range(self.num_heads) if h not in heads]
-        Dh = self.head_dim
-        rows = torch.tensor([h * Dh + i for h in keep for i in range(Dh)], dtype=torch.long)
-        for name in ("W_q", "W_k", "W_v"):
-            setattr(self, name, _slice_linear(getattr(self, name), rows, dim=0))
-        self.W_o = _slice_linear(self.W_o, rows, dim=1)
-        self.num_heads = len(keep)
+        """Remove the given head indices for good: W_q/W_k/W_v lose their rows, W_o its columns.
+
+        With grouped-query attention (groups of G = H / Hkv query heads sharing a KV head) only whole
+        groups can go, taking their KV head with them: a group left smaller than the others has no
+        equivalent grouped attention."""
+        prune_projections(self, heads)
 
     # -- the three paths -------------------------------------------------------------------------
-    def _math(self, q, k, v, valid_lens, mask, causal) -> tuple[Tensor, Tensor]:
+    def _math(self, q, k, v, valid_lens, mask, causal, position_bias=None) -> tuple[Tensor, Tensor]:
         """Explicit scores -> masked softmax -> pooling; returns the output and (B, H, Lq, Lk) weights."""
         B, _, Lq, Dh = q.shape
-        visible = build_mask(B, Lq, k.shape[2], valid_lens, mask, causal, self.window, q.device)
+        Lk = k.shape[2]
+        if self.groups > 1:  # each KV head serves G consecutive query heads
+            k, v = k.repeat_interleave(self.groups, dim=1), v.repeat_interleave(self.groups, dim=1)
+        visible = build_mask(B, Lq, Lk, valid_lens, mask, causal, self.window, q.device)
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(Dh)
+        if position_bias is not None:
+            scores = scores + self._bias(position_bias, torch.arange(Lk - Lq, Lk), torch.arange(Lk), q.device)
         return attend(scores, v, visible, self.dropout)
 
     def _fused(self, q, k, v, valid_lens, mask, causal, cache: KVCache | None = None) -> Tensor:
         B, _, Lq, _ = q.shape
         Lk = k.shape[2]
-        p = self.dropout.p if self.training else 0.0
         if causal and Lq == 1 and self.window is None and valid_lens is None and mask is None:
             # One query at the last position (a decoding step; causal masks align bottom-right) sees
             # every key: no mask to build.
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            return self._sdpa(q, k, v)
         if (
             cache is not None
             and cache.static
@@ -258,21 +329,18 @@ class MultiHeadAttention(Recordable, nn.Module):
             # Cross-attention while decoding: the key mask is the same every step, built once per cache.
             visible, maybe_empty = cache.key_mask(valid_lens, Lq, q.device)
             if not maybe_empty:
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=p)
+                return self._sdpa(q, k, v, attn_mask=visible)
         if causal and self.window is None and valid_lens is None and mask is None and Lq == Lk:
             # SDPA's own causal flag aligns top-left, which equals ours only when Lq == Lk.
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            return self._sdpa(q, k, v, is_causal=True)
         visible = build_mask(B, Lq, Lk, valid_lens, mask, causal, self.window, q.device)
-        if visible is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
         # Causal and window masks always let a query see itself, so only a zero length or a user mask can
         # empty a row; skipping the check otherwise keeps short sequences within a few % of raw SDPA.
-        if mask is None and (valid_lens is None or not bool((torch.as_tensor(valid_lens) == 0).any())):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=p)
-        # A fully masked row would make SDPA return NaN: let it see everything, then zero its output.
-        empty = ~visible.any(dim=-1, keepdim=True)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible | empty, dropout_p=p)
-        return out.masked_fill(empty, 0.0)
+        if visible is None or (
+            mask is None and (valid_lens is None or not bool((torch.as_tensor(valid_lens) == 0).any()))
+        ):
+            return self._sdpa(q, k, v, attn_mask=visible)
+        return self._sdpa_masked(q, k, v, visible, None)
 
     def _use_blockwise(self, Lq, Lk, valid_lens, mask) -> bool:
         # Only self-attention over a long sequence with (B,) lengths at most; anything fancier falls
@@ -285,7 +353,7 @@ class MultiHeadAttention(Recordable, nn.Module):
             and (valid_lens is None or torch.as_tensor(valid_lens).dim() == 1)
         )
 
-    def _local_blockwise(self, q, k, v, valid_lens, causal) -> Tensor:
+    def _local_blockwise(self, q, k, v, valid_lens, causal, position_bias=None) -> Tensor:
         """Sliding-window attention one query block at a time.
 
         Each block of `block_size` queries attends to at most block_size + 2 * window keys, so peak memory
@@ -294,7 +362,6 @@ class MultiHeadAttention(Recordable, nn.Module):
         B, H, L, _ = q.shape
         w, bs = self.window, self.block_size
         assert w is not None  # only called when _use_blockwise saw a window
-        p = self.dropout.p if self.training else 0.0
         key_ok = None if valid_lens is None else lengths_to_mask(torch.as_tensor(valid_lens, device=q.device), L, L)
         outs = []
         for s in range(0, L, bs):
@@ -307,11 +374,8 @@ class MultiHeadAttention(Recordable, nn.Module):
             visible = visible[None, None]
             if key_ok is not None:
                 visible = visible & key_ok[..., ks:ke]
-            empty = ~visible.any(dim=-1, keepdim=True)
-            o = F.scaled_dot_product_attention(
-                q[:, :, s:e], k[:, :, ks:ke], v[:, :, ks:ke], attn_mask=visible | empty, dropout_p=p
-            )
-            outs.append(o.masked_fill(empty, 0.0))
+            bias = None if position_bias is None else self._bias(position_bias, qi[:, 0], kj[0], q.device)
+            outs.append(self._sdpa_masked(q[:, :, s:e], k[:, :, ks:ke], v[:, :, ks:ke], visible, bias))
         return torch.cat(outs, dim=2)
 
 
@@ -321,22 +385,6 @@ def _unfold_beams(weights: Tensor, beam: int) -> Tensor:
         return weights
     B, H, BLq, Lk = weights.shape
     return weights.view(B, H, beam, BLq // beam, Lk).transpose(1, 2).reshape(B * beam, H, BLq // beam, Lk)
-
-
-def _slice_linear(layer: nn.Linear, index: Tensor, dim: int) -> nn.Linear:
-    """A new nn.Linear keeping the output rows (dim=0) or input columns (dim=1) named by index."""
-    W = layer.weight.detach().index_select(dim, index.to(layer.weight.device)).clone()
-    has_bias = layer.bias is not None
-    with warnings.catch_warnings():  # pruning every head leaves zero-element weights: fine, not a mistake
-        warnings.simplefilter("ignore", UserWarning)
-        out = nn.Linear(W.shape[1], W.shape[0], bias=has_bias, device=W.device, dtype=W.dtype)
-    with torch.no_grad():
-        out.weight.copy_(W)
-        if has_bias:
-            b = layer.bias.detach()
-            out.bias.copy_(b.index_select(0, index.to(b.device)) if dim == 0 else b)
-    out.weight.requires_grad_(layer.weight.requires_grad)
-    return out
 
 
 __all__ = ["MultiHeadAttention", "KVCache", "window_mask"]

@@ -76,6 +76,34 @@ def attention_param_table(num_hiddens: int = 512, num_heads: int = 8):
     return [f"attention (d={num_hiddens}, no bias)", "heads", "head dim", "parameters", "4·d²"], rows
 
 
+class KVCacheRow(NamedTuple):
+    """One row of `kv_cache_table`."""
+
+    name: str
+    kv_heads: int
+    parameters: int  # of one attention module
+    bytes_fp32: int  # KV cache per target token, every decoder layer
+    bytes_fp16: int
+
+
+def kv_cache_table(num_hiddens: int = 512, num_heads: int = 8, num_kv_heads: int | None = None, num_layers: int = 6):
+    """Multi-head vs grouped-query vs multi-query attention: projection parameters of one module
+    (counted on real modules, meta device) and the decoder's KV cache per generated token, keys and
+    values of `num_layers` self-attention layers, `TransformerConfig.kv_cache_bytes` (cross-attention
+    adds the same per source token). Returns (headers, [KVCacheRow])."""
+    kinds = {num_heads: "multi-head", 1: "multi-query"}
+    if num_kv_heads is not None and num_kv_heads not in kinds:
+        kinds[num_kv_heads] = "grouped-query"
+    rows = []
+    for kv in sorted(kinds, reverse=True):
+        with torch.device("meta"):
+            n = count_parameters(MultiHeadAttention(num_hiddens, num_heads, bias=False, num_kv_heads=kv))
+        cfg = TransformerConfig(1, 1, num_hiddens, num_heads, num_layers, num_kv_heads=kv)
+        rows.append(KVCacheRow(kinds[kv], kv, n, cfg.kv_cache_bytes(1, 0, 4), cfg.kv_cache_bytes(1, 0, 2)))
+    headers = [f"attention (d={num_hiddens}, {num_heads} heads)", "KV heads", "parameters"]
+    return headers + [f"KV bytes/token ({num_layers} layers, fp32)", "fp16"], rows
+
+
 # The paper's Table 3 settings; both share one 37,000-token BPE vocabulary between source, target
 # and the pre-softmax projection. `paper` is the count the paper reports, for comparison only.
 TRANSFORMER_SETTINGS: dict[str, dict[str, Any]] = {
@@ -160,9 +188,16 @@ def complexity_table():
     )
 
 
-def params(num_hiddens: int = 512, num_heads: int = 8, ffn_num_hiddens: int = 2048) -> ChapterResult:
-    """The parameter tables and the complexity table (no figures)."""
+def params(
+    num_hiddens: int = 512,
+    num_heads: int = 8,
+    ffn_num_hiddens: int = 2048,
+    num_kv_heads: int | None = None,
+    num_layers: int = 6,
+) -> ChapterResult:
+    """The parameter tables, the KV-cache table and the complexity table (no figures)."""
     att = attention_param_table(num_hiddens, num_heads)
+    kv = kv_cache_table(num_hiddens, num_heads, num_kv_heads, num_layers)
     ffn = ffn_param_table(num_hiddens, ffn_num_hiddens)
     tr = transformer_param_table()
     single, multi = (row.parameters for row in att[1])
@@ -178,11 +213,19 @@ def params(num_hiddens: int = 512, num_heads: int = 8, ffn_num_hiddens: int = 20
         f"{ffn_params / multi:.1f}x the attention's. Built on the meta device, the base "
         f"Transformer has {tied['base'] / 1e6:.1f}M parameters with the paper's tied embeddings "
         f"({untied['base'] / 1e6:.1f}M untied). Self-attention connects any two positions in one step "
-        f"(path length O(1)) and runs in parallel, at a cost quadratic in sequence length."
+        f"(path length O(1)) and runs in parallel, at a cost quadratic in sequence length. "
+        f"Sharing key/value heads shrinks what decoding caches per token: {kv[1][0].bytes_fp32:,} bytes "
+        f"with {kv[1][0].kv_heads} KV heads, {kv[1][-1].bytes_fp32:,} with one (float32, {num_layers} layers)."
     )
     return ChapterResult(
         "Parameters and complexity",
         paragraph,
-        tables=[att, ffn, tr, complexity_table()],
-        data={"single_head": single, "multi_head": multi, "transformer": tied, "transformer_untied": untied},
+        tables=[att, kv, ffn, tr, complexity_table()],
+        data={
+            "single_head": single,
+            "multi_head": multi,
+            "transformer": tied,
+            "transformer_untied": untied,
+            "kv_cache": [r._asdict() for r in kv[1]],
+        },
     )

@@ -53,3 +53,14 @@ def save_figures(result, claim) -> None:
         section = result.save(tmp)
     print(f"\n{result.paragraph}\n")
     print(f"figures (PNG + SVG) in {claim.path}: {', '.join(Path(p).stem for p in section.figures)}")
+
+
+def refuse_model_types(checkpoint, refused: dict[str, str], command: str) -> None:
+    """One line naming what `command` cannot do with a run of a refused model type ({type: what instead})."""
+    from attnlab.runs.config import read_run_config
+
+    if checkpoint is None or not Path(checkpoint).is_dir():
+        return  # the command's own loading says what is missing
+    model_type = read_run_config(checkpoint)["model_type"]
+    if model_type in refused:
+        raise ValueError(f"attnlab {command} does not take {model_type} runs ({checkpoint}); {refused[model_type]}")

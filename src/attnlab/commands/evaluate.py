@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 
 from attnlab.commands._common import add_command
-from attnlab.commands.translate import MAX_BEAM, add_checkpoint_args, open_translator
+from attnlab.commands.translate import add_checkpoint_args, open_translator
+from attnlab.decoding.options import MAX_BEAM
 
 
 def add_parser(subparsers) -> None:
@@ -61,6 +62,8 @@ def run(args) -> int:
     check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
     check_range("--limit", args.limit, 1, integer=True, none_ok=True)
     check_range("--length-penalty", args.length_penalty, 0, 5)
+    if _image_accuracy(args):
+        return 0
     translator = open_translator(args)
     if imported_source(translator.config):
         data = load_imported_data(translator, args.checkpoint, args.data)
@@ -101,3 +104,21 @@ def run(args) -> int:
         f"({translator.device}, {picked}, batch 128)"
     )
     return 0
+
+
+def _image_accuracy(args) -> bool:
+    """A Vision Transformer run: print the split's accuracy and return True; any other run: False."""
+    from pathlib import Path
+
+    from attnlab.runs.config import read_run_config
+    from attnlab.training.images import IMAGE_MODELS, accuracy, load_image_run, load_run_images
+
+    if not Path(args.checkpoint).is_dir() or read_run_config(args.checkpoint)["model_type"] not in IMAGE_MODELS:
+        return False
+    model, cfg = load_image_run(args.checkpoint, args.device)
+    split = load_run_images(cfg, args.data).split(args.split)
+    if args.limit is not None:
+        split = type(split)(split.images[: args.limit], split.labels[: args.limit])
+    print(f"{args.checkpoint}: {args.split} split, {len(split)} images")
+    print(f"accuracy {accuracy(model, split, args.device):.3f}")
+    return True

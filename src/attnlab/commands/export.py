@@ -6,7 +6,7 @@ attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2
 
 from __future__ import annotations
 
-from attnlab.commands._common import add_command, add_force
+from attnlab.commands._common import add_command, add_force, refuse_model_types
 from attnlab.runs.layout import DEFAULT_RUN
 
 
@@ -46,6 +46,7 @@ def run(args) -> int:
         options["quantization"] = args.quantization
     elif args.quantization != "float32":
         raise ValueError(f"--quantization applies to --format ctranslate2 only, got --format {args.format}")
+    refuse_model_types(args.checkpoint, {"decoder-only": "translate, evaluate and attention do"}, "export")
     out = export_run(args.checkpoint, args.format, args.out, **options)
     print(f"exported {args.checkpoint} as {args.format} to {out}")
     return 0

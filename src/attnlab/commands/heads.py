@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from attnlab.commands._common import add_command, add_force
+from attnlab.commands._common import add_command, add_force, refuse_model_types
 from attnlab.commands.translate import add_checkpoint_args, open_translator
 
 
@@ -89,6 +89,7 @@ def run(args) -> int:
         raise ValueError(f"--beam must lie in [1, 64], got {args.beam}")
     check_precision(args.precision)
     prune = parse_prune(args.prune)
+    refuse_model_types(args.checkpoint, {"decoder-only": "translate, evaluate and attention do"}, "heads")
     claim = claim_output(args.out, "heads", force=args.force, sources=[args.checkpoint])
     translator = open_translator(args)
     attention_kinds(translator.model)  # a Bahdanau model fails here, before any work
@@ -126,7 +127,7 @@ def print_table(report: dict) -> None:
     )
     print(
         f"{'module':<34} {'head':>4} {'conf':>5} {'entr':>5} {'same':>5} {'prev':>5} {'next':>5} {'eos':>5} "
-        f"{'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}"
+        f"{'bos':>5} {'first':>5} {'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}"
     )
     for names in report["kinds"].values():
         for name in names:
@@ -135,7 +136,8 @@ def print_table(report: dict) -> None:
                 masked = report["masked"][name][h][metric]
                 print(
                     f"{name:<34} {h:>4} {s['confidence'][h]:5.2f} {s['entropy'][h]:5.2f} {s['same'][h]:5.2f} "
-                    f"{s['previous'][h]:5.2f} {s['next'][h]:5.2f} {s['eos'][h]:5.2f} {s['punctuation'][h]:5.2f} "
+                    f"{s['previous'][h]:5.2f} {s['next'][h]:5.2f} {s['eos'][h]:5.2f} {s['bos'][h]:5.2f} "
+                    f"{s['first'][h]:5.2f} {s['punctuation'][h]:5.2f} "
                     f"{g:8.4f} {masked:12.3f}"
                 )
     for kind, curve in report.get("pruning_curves", {}).items():

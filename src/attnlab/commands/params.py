@@ -1,4 +1,5 @@
-"""`attnlab params`: parameter counts of attention, the FFN and the whole Transformer; complexity.
+"""`attnlab params`: parameter counts of attention, the FFN and the whole Transformer; the KV cache per
+token of multi-head, grouped-query and multi-query attention; complexity.
 
 Counts come from instantiating the modules on the meta device (no memory).
 """
@@ -16,6 +17,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--num-hiddens", type=int, default=512, help="d for the attention/FFN tables")
     p.add_argument("--num-heads", type=int, default=8, help="heads (must divide --num-hiddens)")
     p.add_argument("--ffn-num-hiddens", type=int, default=2048, help="FFN hidden size")
+    p.add_argument(
+        "--num-kv-heads",
+        type=int,
+        default=None,
+        help="key/value heads of a grouped-query row (must divide --num-heads; default: no such row)",
+    )
+    p.add_argument("--num-layers", type=int, default=6, help="decoder layers in the KV-cache table")
     p.set_defaults(func=run)
 
 
@@ -29,11 +37,15 @@ def run(args: argparse.Namespace) -> int:
         ("--num-hiddens", args.num_hiddens),
         ("--num-heads", args.num_heads),
         ("--ffn-num-hiddens", args.ffn_num_hiddens),
+        ("--num-layers", args.num_layers),
     ):
         check_range(flag, v, 1, 1_000_000, integer=True)
     if args.num_hiddens % args.num_heads:
         raise ValueError(f"--num-heads ({args.num_heads}) must divide --num-hiddens ({args.num_hiddens})")
-    result = params(args.num_hiddens, args.num_heads, args.ffn_num_hiddens)
+    kv = args.num_kv_heads
+    if kv is not None and (kv < 1 or kv > args.num_heads or args.num_heads % kv):
+        raise ValueError(f"--num-kv-heads ({kv}) must divide --num-heads ({args.num_heads}) (1 = multi-query)")
+    result = params(args.num_hiddens, args.num_heads, args.ffn_num_hiddens, kv, args.num_layers)
     for headers, rows in result.tables:
         print(format_table(headers, rows))
         print()

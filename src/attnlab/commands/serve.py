@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_command, refuse_model_types
 from attnlab.runs.layout import DEFAULT_RUN
 from attnlab.serve.guard import Limits
 
@@ -142,6 +142,7 @@ def run(args) -> int:
     except ValueError as exc:  # name the flag, not the field
         field, _, rest = str(exc).partition(" ")
         raise ValueError(" ".join([next(f for f, v in LIMIT_FLAGS.items() if v[0] == field), rest])) from None
+    refuse_model_types(args.checkpoint, {"decoder-only": "translate, evaluate and attention do"}, "serve")
     translator = load_checkpoint(args.checkpoint, args.device, args.precision)
     app = create_app(
         translator,

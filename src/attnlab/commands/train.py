@@ -5,75 +5,46 @@ attnlab train --resume runs/d2l                 # continue from the newest check
 attnlab train --preset cpu-small --nproc 2      # the same through torchrun (DDP, gloo on CPU)
 attnlab train --preset laptop --lr 2e-3 --print-config > my.json   # the resolved settings, nothing trained
 attnlab train --config my.json --out runs/mine --tensorboard runs/mine-tb   # train them; curves in TensorBoard
+attnlab train --model decoder-only --set model.prefix_lm=true   # one stack over source + target
+attnlab train --model vit --out runs/vit        # a Vision Transformer on scikit-learn's 8x8 digits
+attnlab train --model vit --data images/ --set model.patch_size=4   # images/<class>/*.png, one size
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from attnlab.commands._common import add_command, add_force
-
-# flag -> (section, key): the common overrides get their own flags; `--set` reaches every field.
-_FLAGS = {
-    "seed": ("train", "seed"),
-    "epochs": ("train", "epochs"),
-    "max_steps": ("train", "max_steps"),
-    "time_budget": ("train", "time_budget"),
-    "batch_tokens": ("train", "batch_tokens"),
-    "batch_size": ("train", "batch_size"),
-    "grad_accum": ("train", "grad_accum"),
-    "lr": ("train", "lr"),
-    "warmup_steps": ("train", "warmup_steps"),
-    "label_smoothing": ("train", "label_smoothing"),
-    "eval_every": ("train", "eval_every"),
-    "checkpoint_every": ("train", "checkpoint_every"),
-    "keep_best": ("train", "keep_best"),
-    "keep_last": ("train", "keep_last"),
-    "patience": ("train", "patience"),
-    "device": ("train", "device"),
-    "log_every": ("train", "log_every"),
-    "data": ("data", "path"),
-    "num_examples": ("data", "num_examples"),
-    "max_len": ("data", "max_len"),
-    "tokenizer": ("data", "tokenizer"),
-    "precision": ("train", "precision"),
-    "src_lang": ("data", "src_lang"),
-    "tgt_lang": ("data", "tgt_lang"),
-    "valid": ("data", "valid"),
-    "test": ("data", "test"),
-}
-# Fields a resumed run may change (its limits); the rest must stay as the run was started.
-_RESUMABLE = {
-    "epochs",
-    "max_steps",
-    "time_budget",
-    "eval_every",
-    "checkpoint_every",
-    "keep_best",
-    "keep_last",
-    "patience",
-    "device",
-    "log_every",
-    "precision",
-}
-
+from attnlab.commands._train_config import (
+    FLAGS,
+    RESUMABLE,
+    claim_tensorboard_dir,
+    default_out,
+    overrides,
+    print_config,
+    resolve_configs,
+)
 
 _PRESET = "(default: the preset's; --print-config shows it)"
 
 
 def add_parser(subparsers) -> None:
     p = add_command(
-        subparsers, "train", "train a Transformer or Bahdanau translator (checkpoints, resume, DDP)", __doc__
+        subparsers,
+        "train",
+        "train a translator (Transformer, Bahdanau) or a Vision Transformer (checkpoints, resume, DDP)",
+        __doc__,
     )
     p.add_argument(
         "--model",
-        choices=["transformer", "bahdanau"],
+        choices=["transformer", "bahdanau", "decoder-only", "vit"],
         help="the architecture (default: transformer, or the model_type of --config)",
     )
     p.add_argument(
-        "--preset", help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, d2l for Bahdanau)"
+        "--preset",
+        help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, d2l for Bahdanau); "
+        "vit: digits (default) or tiny",
     )
     p.add_argument(
         "--config",
@@ -168,30 +139,12 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _overrides(args) -> dict[str, dict]:
-    out: dict[str, dict] = {"model": {}, "train": {}, "data": {}}
-    for flag, (section, key) in _FLAGS.items():
-        value = getattr(args, flag)
-        if value is not None:
-            out[section][key] = value
-    for item in args.set:
-        target, sep, raw = item.partition("=")
-        section, dot, key = target.partition(".")
-        if not sep or not dot or section not in out:
-            raise ValueError(f"--set expects SECTION.KEY=VALUE with SECTION in model/train/data, got {item!r}")
-        try:
-            out[section][key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[section][key] = raw  # a bare word such as --set data.tokenizer=bpe
-    return out
-
-
 def _argv(args) -> list[str]:
     """These parsed arguments as a `train` command line, without --nproc (for torchrun's workers)."""
     argv = (
         ["train"] + (["--model", args.model] if args.model else []) + (["--preset", args.preset] if args.preset else [])
     )
-    for name in ("out", "resume", "config", "tensorboard", *_FLAGS):
+    for name in ("out", "resume", "config", "tensorboard", *FLAGS):
         value = getattr(args, name)
         if value is not None:
             argv += [f"--{name.replace('_', '-')}", str(value)]
@@ -208,75 +161,6 @@ def _launch_torchrun(args) -> int:
     return 0
 
 
-def _configs(args, over: dict[str, dict]):
-    """The preset (or --config FILE) with the flags applied, every part validated (nothing written, no data
-    read). Sets args.model to the model type it trains."""
-    from attnlab.data import check_data_config, check_prepared_overrides
-    from attnlab.training.config import TrainConfig
-    from attnlab.training.launch import check_model_config
-    from attnlab.training.presets import get_preset, load_config_file
-
-    if args.config:
-        if args.preset:
-            raise ValueError("--config replaces --preset; give one of them")
-        model_type, preset = load_config_file(args.config)
-        if args.model not in (None, model_type):
-            raise ValueError(
-                f"--model {args.model} disagrees with {args.config} (model_type {model_type!r}); drop --model"
-            )
-        args.model = model_type
-    else:
-        args.model = args.model or "transformer"
-        preset = get_preset(args.model, args.preset)
-    for section in preset:
-        preset[section].update(over[section])
-    train_config = TrainConfig.from_dict(preset["train"])
-    check_model_config(args.model, preset["model"])
-    check_data_config(preset["data"])
-    # A prepared folder fixed its data settings: a data flag must agree with them (preset defaults are not asked).
-    flags = {key: f"--{flag.replace('_', '-')}" for flag, (section, key) in _FLAGS.items() if section == "data"}
-    check_prepared_overrides(preset["data"].get("path"), over["data"], flags)
-    return preset, train_config
-
-
-def _default_out(args) -> str:
-    from attnlab.training.presets import DEFAULT_PRESET
-
-    name = Path(args.config).stem if args.config else (args.preset or DEFAULT_PRESET[args.model])
-    return os.path.join("runs", f"{args.model}-{name}")
-
-
-def _print_config(args, over: dict[str, dict]) -> int:
-    """--print-config: the resolved config as JSON on stdout (a new run's, or the resumed run's with its limits)."""
-    from attnlab.runs.config import read_run_config
-    from attnlab.training.config import TrainConfig
-    from attnlab.training.presets import resolved_config
-
-    if args.resume:
-        cfg = read_run_config(args.resume)
-        cfg["train"] = TrainConfig.from_dict({**cfg.get("train", {}), **over["train"]}).to_dict()
-    else:
-        preset, train_config = _configs(args, over)
-        cfg = resolved_config(args.model, preset, train_config.to_dict())
-    print(json.dumps(cfg, indent=2, ensure_ascii=False))
-    return 0
-
-
-def _claim_tensorboard(args, out: str | None):
-    """--tensorboard DIR, checked before any work: the extra is installed and DIR may be written."""
-    if args.tensorboard is None:
-        return None
-    from attnlab.training.tensorboard import claim_tensorboard
-    from attnlab.utils.extras import require
-
-    require("tensorboard", "attnlab train --tensorboard")
-    if out is not None and Path(args.tensorboard).resolve() == Path(out).resolve():
-        raise ValueError(
-            f"--tensorboard {args.tensorboard} is the run folder; give it a folder of its own (e.g. DIR/tb)"
-        )
-    return claim_tensorboard(args.tensorboard, force=args.force)
-
-
 def run(args) -> int:
     from attnlab.runs.config import read_run_config
     from attnlab.training.config import TrainConfig
@@ -284,27 +168,37 @@ def run(args) -> int:
     from attnlab.utils.runtime import check_nproc, distributed_info, init_distributed
 
     check_nproc(args.nproc)
-    over = _overrides(args)
+    over = overrides(args)
     if args.resume and args.config:
         raise ValueError("--config starts a new run and --resume continues one; give one of them")
+    if args.model is None and not args.config:
+        args.model = "transformer"
     if args.print_config:
-        return _print_config(args, over)
+        return print_config(args, over)
+    if args.model == "vit" and not args.resume:
+        return _train_images(args, over)
     launching = args.nproc > 1
     if launching and "WORLD_SIZE" in os.environ:
         raise ValueError("--nproc given inside a torchrun launch; drop --nproc (torchrun sets the processes)")
     main_rank = "RANK" not in os.environ or os.environ["RANK"] == "0"
     if args.resume:
-        bad = sorted(k for k in over["train"] if k not in _RESUMABLE) + sorted(over["data"]) + sorted(over["model"])
+        bad = sorted(k for k in over["train"] if k not in RESUMABLE) + sorted(over["data"]) + sorted(over["model"])
         if bad:
             raise ValueError(
-                f"--resume continues a run as it was started; these cannot change: {bad}. Allowed: {sorted(_RESUMABLE)}"
+                f"--resume continues a run as it was started; these cannot change: {bad}. Allowed: {sorted(RESUMABLE)}"
             )
-        TrainConfig.from_dict({**read_run_config(args.resume).get("train", {}), **over["train"]})
-        tensorboard = _claim_tensorboard(args, args.resume) if main_rank else None
+        resumed = read_run_config(args.resume)
+        if resumed["model_type"] == "vit":
+            raise ValueError(
+                f"{args.resume} is a Vision Transformer run, which keeps no checkpoints to resume; train it "
+                f"again with `attnlab train --model vit --out {args.resume} --force`"
+            )
+        TrainConfig.from_dict({**resumed.get("train", {}), **over["train"]})
+        tensorboard = claim_tensorboard_dir(args, args.resume) if main_rank else None
     else:
-        preset, train_config = _configs(args, over)
-        out = args.out or _default_out(args)
-        tensorboard = _claim_tensorboard(args, out) if main_rank else None
+        preset, train_config = resolve_configs(args, over)
+        out = args.out or default_out(args)
+        tensorboard = claim_tensorboard_dir(args, out) if main_rank else None
         if main_rank:
             claim_run_dir(out, force=args.force)
     if launching:  # everything checked once here, not once per process
@@ -339,6 +233,38 @@ def run(args) -> int:
             tensorboard=tensorboard,
         )
     return _report(result, args.resume or out) if rank == 0 else result.exit_code
+
+
+def _train_images(args, over: dict[str, dict]) -> int:
+    """`train --model vit`: the digits, or --data DIR (one subfolder per class); every flag checked first."""
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.images import check_image_configs, train_image_run
+    from attnlab.training.presets import get_preset
+
+    data_flags = sorted(f"--{f.replace('_', '-')}" for f, (sec, _) in FLAGS.items() if sec == "data" and f != "data")
+    wrong = [flag for flag in data_flags if getattr(args, flag[2:].replace("-", "_")) is not None]
+    if wrong or args.nproc > 1:
+        raise ValueError(f"{', '.join(wrong) or '--nproc'}: not for image runs (--data DIR picks the images)")
+    preset = get_preset(args.model, args.preset)
+    for section in preset:
+        preset[section].update(over[section])
+    if "path" in preset["data"]:
+        preset["data"] = {"loader": "folder", "path": preset["data"]["path"]}
+    train_config = TrainConfig.from_dict(preset["train"])
+    check_image_configs(args.model, preset["model"], preset["data"])
+    out = args.out or os.path.join("runs", f"{args.model}-{args.preset or 'digits'}")
+    result = train_image_run(
+        args.model, preset["model"], train_config, preset["data"], out, progress=not args.no_progress, force=args.force
+    )
+    acc = "n/a" if result.valid_accuracy is None else f"{result.valid_accuracy:.3f}"
+    loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
+    print(
+        f"final training loss {loss} after {result.step} steps ({result.epoch} epochs, stopped by "
+        f"{result.stop_reason}, {result.seconds:.1f} s), valid accuracy {acc}"
+    )
+    if result.stop_reason != "non_finite_loss":
+        print(f"saved the model to {Path(out) / 'model.safetensors'}")
+    return result.exit_code
 
 
 def _report(result, run_dir) -> int:

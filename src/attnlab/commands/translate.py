@@ -2,17 +2,23 @@
 
 attnlab translate "i'm home ." "he's calm ."
 echo "go ." | attnlab translate --checkpoint runs/d2l --beam 4
+attnlab translate --beam 5 --n-best 3 "i'm home ."        # 0 ||| je suis chez moi . ||| -0.1234
+attnlab translate --sample --top-p 0.9 --n-best 4 --seed 1 "i'm home ."
+attnlab translate --beam 5 --constraint "à la maison" --align "i'm home ."
+
+With --n-best, each hypothesis is a line SOURCE_INDEX ||| translation ||| score (0-based index of the
+input sentence); --align appends ||| i-j ... (source word i, target word j, 0-based, whitespace words).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 from attnlab.commands._common import add_command
+from attnlab.decoding.options import MAX_BEAM
 from attnlab.runs.layout import DEFAULT_RUN
-
-MAX_BEAM = 16  # beams x output length is memory: 16 is far past where BLEU stops improving
 
 
 def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
@@ -75,7 +81,109 @@ def add_parser(subparsers) -> None:
         f"its BLEU is reported at)",
     )
     p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
-    p.set_defaults(func=run)
+    g = p.add_argument_group("decoding options (attnlab.decoding.DecodeOptions)")
+    g.add_argument(
+        "--n-best",
+        type=int,
+        default=None,
+        metavar="N",
+        help="print N hypotheses per sentence (<= --beam; with --sample, N samples) as INDEX ||| text ||| score "
+        "(default: the best one, plain)",
+    )
+    g.add_argument(
+        "--sample", action="store_true", help="sample tokens instead of searching (see --temperature/--top-k/--top-p)"
+    )
+    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature > 0 (default 1)")
+    g.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens (default 0: all)")
+    g.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        help="nucleus sampling: the likeliest tokens holding this probability, (0, 1]",
+    )
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed for --sample (same seed and input: same samples; default: a fresh draw each run)",
+    )
+    g.add_argument(
+        "--length-penalty", type=float, default=1.0, help="scores are log-prob / length ** this (0..5, default 1)"
+    )
+    g.add_argument("--min-len", type=int, default=0, help="no <eos> before this many output tokens")
+    g.add_argument(
+        "--max-len", type=int, default=None, help="most output tokens, <eos> included (default: 2 x source + 10)"
+    )
+    g.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N", help="no n-gram of size N twice in an output")
+    g.add_argument(
+        "--prefix",
+        metavar="TEXT",
+        help="target words every translation starts with (decoding continues after them; default: none)",
+    )
+    g.add_argument(
+        "--constraint",
+        action="append",
+        default=[],
+        metavar="PHRASE",
+        help="a target phrase every translation must contain (repeatable; constrained beam search; default: none)",
+    )
+    g.add_argument("--align", action="store_true", help="append ||| i-j word alignments from cross-attention")
+    g.add_argument(
+        "--align-layer", type=int, default=None, help="decoder layer for --align (default: the last but one)"
+    )
+    g.add_argument(
+        "--align-heads", default=None, metavar="H,H", help="heads averaged for --align, e.g. 0,2 (default: all)"
+    )
+    p.set_defaults(func=run)  # fmt: skip
+
+
+def decode_options(args):
+    """The flags as a validated DecodeOptions (ValueError, one line, naming the flag's option)."""
+    from attnlab.decoding.options import DecodeOptions
+
+    heads = None
+    if args.align_heads is not None:
+        try:
+            heads = tuple(int(h) for h in args.align_heads.split(","))
+        except ValueError:
+            raise ValueError(
+                f"--align-heads must be head indices separated by commas, e.g. 0,2; got {args.align_heads!r}"
+            ) from None
+    try:
+        return DecodeOptions(
+            beam=args.beam, n_best=args.n_best or 1, sample=args.sample, temperature=args.temperature,
+            top_k=args.top_k, top_p=args.top_p, seed=args.seed, length_penalty=args.length_penalty,
+            min_len=args.min_len, max_len=args.max_len, no_repeat_ngram=args.no_repeat_ngram, prefix=args.prefix,
+            constraints=tuple(args.constraint), align=args.align, align_layer=args.align_layer, align_heads=heads,
+        )  # fmt: skip
+    except ValueError as e:  # name the flag, not the field
+        msg = str(e)
+        field = re.match(r"[a-z_]+", msg)
+        if field and field.group() in FLAGS:
+            msg = FLAGS[field.group()] + msg[field.end() :]
+        raise ValueError(msg) from None
+
+
+# DecodeOptions field -> the flag that sets it (error messages name the flag).
+_FIELDS = "beam n_best temperature top_k top_p seed length_penalty min_len max_len no_repeat_ngram prefix align_layer"
+FLAGS = {f: "--" + f.replace("_", "-") for f in (*_FIELDS.split(), "align_heads", "sample")}
+FLAGS["constraints"] = "--constraint"
+
+
+def format_lines(index: int, t, n_best: bool, align: bool) -> list[str]:
+    """The output lines of one sentence's Translation: its text, or with n_best one line per hypothesis."""
+    from attnlab.decoding.alignment import pharaoh
+
+    hyps = t.nbest or [t]
+    if not n_best:
+        hyps = hyps[:1]
+    lines = []
+    for h in hyps:
+        fields = [str(index), h.text, f"{h.score:.4f}"] if n_best else [h.text]
+        if align:
+            fields.append(pharaoh(h.alignment or []))
+        lines.append(" ||| ".join(fields))
+    return lines
 
 
 def _utf8(raw: list[bytes], where: str) -> list[str]:
@@ -111,22 +219,34 @@ def run(args) -> int:
     from attnlab.utils.checks import check_range
 
     check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
+    options = decode_options(args)  # every flag checked before the model loads
     translator = open_translator(args)
+    if args.align:  # a model without cross-attention, or a layer/head it lacks: refused before decoding
+        from attnlab.decoding.alignment import alignment_heads
+
+        alignment_heads(translator.model, options.align_layer, options.align_heads)
+    plain = options.plain and not options.align
+    n_best = args.n_best is not None
     if args.sentences:
         # Arguments that are not UTF-8 reach Python as lone surrogates (surrogateescape).
         sentences = _utf8([s.encode("utf-8", "surrogateescape") for s in args.sentences], "argument")
-        for line in translator.translate(sentences, beam=args.beam, truncate=args.truncate):
-            print(line)
-        return 0
-    # stdin: one output line per input line (blank in -> blank out), so outputs stay aligned.
-    lines = _stdin_lines()
-    todo = [i for i, line in enumerate(lines) if line.strip()]
-    out = [""] * len(lines)
+        todo = list(range(len(sentences)))
+        lines = sentences
+    else:
+        # stdin: one output line per input line (blank in -> blank out), so outputs stay aligned.
+        lines = _stdin_lines()
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+    out: list[list[str]] = [[""] for _ in lines] if not n_best else [[] for _ in lines]
     if todo:
-        for i, text in zip(
-            todo, translator.translate([lines[i] for i in todo], beam=args.beam, truncate=args.truncate)
-        ):
-            out[i] = text
-    for text in out:
-        print(text)
+        texts = [lines[i] for i in todo]
+        if plain:
+            for i, text in zip(todo, translator.translate(texts, beam=args.beam, truncate=args.truncate)):
+                out[i] = [text]
+        else:
+            results = translator.translate_tokens(texts, truncate=args.truncate, options=options)
+            for i, t in zip(todo, results):
+                out[i] = format_lines(i, t, n_best, args.align)
+    for group in out:
+        for text in group:
+            print(text)
     return 0

@@ -1,5 +1,6 @@
-"""`Translator.decode`'s batching: sort by length, cut into batches, decode each (greedy or beam), put the
-hypotheses back in input order — one batch after another, or several at once on worker threads.
+"""`Translator.decode`'s batching: sort by length, cut into batches, decode each (greedy or beam; with
+`search_batches`, any `DecodeOptions`), put the hypotheses back in input order — one batch after another,
+or several at once on worker threads.
 
 Workers: a decoding step of a small model is ~100 small ops (matmuls of a few hundred rows), which
 torch's intra-op threads split poorly (on the 2-core machine of BENCHMARKS.md, two workers of one
@@ -22,13 +23,17 @@ from contextvars import copy_context
 
 import torch
 
-from attnlab.decoding.beam import beam_search
+from attnlab.decoding.beam import beam_search, nbest_search
+from attnlab.decoding.constraints import constrained_search
+from attnlab.decoding.controls import Controls
 from attnlab.decoding.greedy_search import greedy
 from attnlab.decoding.hypothesis import Hypothesis
+from attnlab.decoding.options import DecodeOptions
+from attnlab.decoding.sampling import sample
 from attnlab.utils.checks import check_range
 from attnlab.utils.runtime import intra_op_threads
 
-__all__ = ["decode_batches", "length_batches"]
+__all__ = ["decode_batches", "length_batches", "search_batches"]
 
 _THREADS_LOCK = threading.Lock()  # one worker pool at a time changes torch's thread count
 
@@ -61,30 +66,100 @@ def decode_batches(
         for i, h in zip(idx, _decode_one(translator, [src_ids[i] for i in idx], beam, scores, length_penalty)):
             results[i] = h
 
-    if workers == 1 or len(batches) < 2:
-        for idx in batches:
-            run(idx)
-        return results  # type: ignore[return-value]
-    with _THREADS_LOCK, intra_op_threads(1):
-        contexts = [copy_context() for _ in batches]  # taken here, in the caller's thread
-        with ThreadPoolExecutor(min(workers, len(batches))) as pool:
-            list(pool.map(lambda c, idx: c.run(run, idx), contexts, batches))  # list(): re-raises here
+    _run_all(batches, run, workers)
     return results  # type: ignore[return-value]
 
 
-def _decode_one(
-    translator, seqs: Sequence[Sequence[int]], beam: int, scores: bool, length_penalty: float
-) -> list[Hypothesis]:
-    """Decode one batch of source id lists (no <eos>): pad, add <eos>, cap the output length."""
+def search_batches(
+    translator,
+    src_ids: Sequence[Sequence[int]],
+    options: DecodeOptions,
+    prefixes: Sequence[Sequence[int]],
+    constraints: Sequence[Sequence[Sequence[int]]],
+    batch_size: int,
+    workers: int | None,
+) -> list[list[Hypothesis]]:
+    """`decode_batches` for any `DecodeOptions`: one list of n_best hypotheses per source, in input order.
+
+    prefixes: per source, target ids to continue from (empty: none); sentences with prefixes of the same
+    length share batches. constraints: per source, its phrases as target id lists. Sampling draws
+    from one generator per batch, seeded with options.seed + the batch's number, so the same seed,
+    input and batch size give the same samples with any number of workers."""
+    workers = torch.get_num_threads() if workers is None else workers
+    groups: dict[int, list[int]] = {}
+    for i, p in enumerate(prefixes):
+        groups.setdefault(len(p), []).append(i)
+    batches = []
+    for P in sorted(groups):
+        members = groups[P]
+        batches += [[members[j] for j in b] for b in length_batches([len(src_ids[i]) for i in members], batch_size)]
+    base = options.seed if options.seed is not None else int(torch.randint(0, 2**31 - 1, ()))
+    results: list[list[Hypothesis] | None] = [None] * len(src_ids)
+
+    def run(number: int, idx: list[int]) -> None:
+        gen = torch.Generator(device=translator.device).manual_seed(base + number) if options.sample else None
+        hyps = _search_one(translator, idx, src_ids, options, prefixes, constraints, gen)
+        for i, h in zip(idx, hyps):
+            results[i] = h
+
+    _run_all(list(enumerate(batches)), lambda nb: run(*nb), workers)
+    return results  # type: ignore[return-value]
+
+
+def _run_all(batches: list, run, workers: int) -> None:
+    """run(batch) for every batch: in turn, or on `workers` threads of one intra-op thread each."""
+    if workers == 1 or len(batches) < 2:
+        for b in batches:
+            run(b)
+        return
+    with _THREADS_LOCK, intra_op_threads(1):
+        contexts = [copy_context() for _ in batches]  # taken here, in the caller's thread
+        with ThreadPoolExecutor(min(workers, len(batches))) as pool:
+            list(pool.map(lambda c, b: c.run(run, b), contexts, batches))  # list(): re-raises here
+
+
+def _source_batch(translator, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Pad source id lists (no <eos>) into src (B, S) with <eos> added, lens (B,), and the decoder's start token."""
     eos, pad = translator.src_vocab.eos, translator.src_vocab.pad
     rows = [list(s) + [eos] for s in seqs]  # the source ends with <eos>, as in training
     S = max(len(r) for r in rows)
     device = translator.device
     src = torch.tensor([r + [pad] * (S - len(r)) for r in rows], dtype=torch.long, device=device)
     lens = torch.tensor([len(r) for r in rows], device=device)
-    tgt, limit = translator.tgt_vocab, translator.output_limit(S)
-    start_token = getattr(getattr(translator.model, "config", None), "decoder_start_token", None)  # Marian: <pad>
-    bos = tgt.bos if start_token is None else start_token
+    return src, lens, translator.bos
+
+
+def _search_one(translator, idx, src_ids, options: DecodeOptions, prefixes, constraints, gen) -> list[list[Hypothesis]]:
+    """One batch (sources at `idx`, prefixes of one length) with greedy, sampling, beam or constrained search."""
+    src, lens, bos = _source_batch(translator, [src_ids[i] for i in idx])
+    model, eos = translator.model, translator.tgt_vocab.eos
+    P = len(prefixes[idx[0]])
+    steps = max(1, translator.output_limit(src.shape[1], options.max_len) - P)
+    prefix = torch.tensor([list(prefixes[i]) for i in idx], dtype=torch.long, device=src.device) if P else None
+    controls = Controls(eos, options.min_len, options.no_repeat_ngram)
+    ctl = controls if controls.active else None
+    o = options
+    cons = [[list(c) for c in constraints[i]] for i in idx]
+    if any(cons):
+        return constrained_search(
+            model, src, lens, bos, eos, o.beam, o.n_best, steps, cons, o.length_penalty, controls=ctl, prefix=prefix
+        )
+    if o.sample or o.beam == 1:
+        return sample(
+            model, src, lens, bos, eos, steps, n=o.n_best, temperature=o.temperature, top_k=o.top_k, top_p=o.top_p,
+            generator=gen, greedy=not o.sample, length_penalty=o.length_penalty, controls=ctl, prefix=prefix,
+        )  # fmt: skip
+    return nbest_search(
+        model, src, lens, bos, eos, o.beam, o.n_best, o.length_penalty, steps, controls=ctl, prefix=prefix
+    )
+
+
+def _decode_one(
+    translator, seqs: Sequence[Sequence[int]], beam: int, scores: bool, length_penalty: float
+) -> list[Hypothesis]:
+    """Decode one batch of source id lists (no <eos>): pad, add <eos>, cap the output length."""
+    src, lens, bos = _source_batch(translator, seqs)
+    tgt, limit = translator.tgt_vocab, translator.output_limit(src.shape[1])
     if beam == 1:
         return greedy(translator.model, src, lens, bos, tgt.eos, limit, scores=scores)
     return beam_search(

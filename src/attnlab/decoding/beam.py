@@ -1,6 +1,7 @@
 """Beam search over the decoding protocol (`attnlab.decoding.protocol`): the loop around `beam_step`,
 the finalisation of hypotheses (at <eos>, or at the length limit), and the batch shrinking as
-sentences are done, shaped as fairseq's SequenceGenerator. Returns one `Hypothesis` per sentence.
+sentences are done, shaped as fairseq's SequenceGenerator. `beam_search` returns one `Hypothesis` per
+sentence, `nbest_search` the n best of each.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.decoding.controls import Controls
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.protocol import check_source, expand_state, inference, reserve_steps
 from attnlab.decoding.search import beam_step
@@ -27,6 +29,9 @@ def beam_search(
     max_len_b: int = 50,
     max_len: int | None = None,
     trace: list | None = None,
+    *,
+    controls: Controls | None = None,
+    prefix: Tensor | None = None,
 ) -> list[Hypothesis]:
     """Beam search with length-normalised finished hypotheses (GNMT/fairseq: score / len ** alpha).
 
@@ -51,9 +56,82 @@ def beam_search(
             (score / (step + 1) ** length_penalty), "status": "live" | "finished" | "pruned"}; live
             candidates keep their order, so the next step's parents index them. A hypothesis cut at the
             length limit gets status "cut". Then one {"sentence", "winner": [step, candidate index]}.
+        controls: length and repetition controls (`attnlab.decoding.controls.Controls`) or None.
+        prefix: (B, P) target ids every hypothesis starts with (fed in one decoding step after <bos>);
+            the hypotheses' tokens and positional scores include them, their score and its length
+            count only the tokens after them (as `transformers`' generate with decoder_input_ids), and
+            the length limit counts the steps after them.
     Returns:
         B best hypotheses.
     """
+    finished, finished_at = _search(
+        model, src, src_valid_lens, bos, eos, beam, length_penalty, max_len_a, max_len_b, max_len, trace, controls,
+        prefix, replace=False,
+    )  # fmt: skip
+    return _winners(finished, trace, finished_at)
+
+
+def nbest_search(
+    model: nn.Module,
+    src: Tensor,
+    src_valid_lens: Tensor | None,
+    bos: int,
+    eos: int,
+    beam: int,
+    n_best: int,
+    length_penalty: float = 1.0,
+    max_len: int = 50,
+    *,
+    controls: Controls | None = None,
+    prefix: Tensor | None = None,
+) -> list[list[Hypothesis]]:
+    """`beam_search` returning each sentence's `n_best` (<= beam) distinct finished hypotheses, best
+    first (ties in finishing order): the n-best list of `transformers`' generate(num_beams=beam,
+    num_return_sequences=n_best, early_stopping=True)."""
+    if not 1 <= n_best <= beam:
+        raise ValueError(f"n_best must be between 1 and the beam ({beam}), got {n_best}")
+    finished, _ = _search(
+        model,
+        src,
+        src_valid_lens,
+        bos,
+        eos,
+        beam,
+        length_penalty,
+        0.0,
+        0,
+        max_len,
+        None,
+        controls,
+        prefix,
+        replace=True,
+    )
+    return [[Hypothesis(t, s, e, lp) for s, t, lp, e in ranked(fin)[:n_best]] for fin in finished]
+
+
+def ranked(fin: list[Finished]) -> list[Finished]:
+    """A sentence's finished hypotheses, best normalised score first (a stable sort: ties keep finishing order)."""
+    return sorted(fin, key=lambda f: -f[0])
+
+
+def _search(
+    model,
+    src,
+    src_valid_lens,
+    bos,
+    eos,
+    beam,
+    length_penalty,
+    max_len_a,
+    max_len_b,
+    max_len,
+    trace,
+    controls,
+    prefix,
+    replace: bool,
+) -> tuple[list[list[Finished]], dict]:
+    """The search itself: every sentence's finished hypotheses, and (trace only) where each finished.
+    replace: see `finalize` (the n-best list; the 1-best is the same either way unless the limit cuts)."""
     check_source(src, src_valid_lens, max_len)
     if beam < 1:
         raise ValueError(f"beam must be at least 1, got {beam}")
@@ -66,21 +144,28 @@ def beam_search(
     finished_at: dict[int, list[list[int]]] = {}  # trace only: sentence -> [step, candidate] per finished entry
     neg_inf = float("-inf")
 
+    P = 0 if prefix is None else prefix.shape[1]
     with inference(model):
         state = model.start_decoding(src, src_valid_lens)
-        reserve_steps(state, max(limits))
+        reserve_steps(state, max(limits) + P)
         # All K copies start identical: only the first may expand, or the beam fills with duplicates.
         scores = torch.full((B, K), neg_inf, device=device)
         scores[:, 0] = 0.0
         tokens = torch.empty((B * K, 0), dtype=torch.long, device=device)  # history, without <bos>
         pos_lp = torch.empty((B * K, 0), dtype=torch.float, device=device)  # log-prob of each token
         inp = torch.full((B, 1), bos, dtype=torch.long, device=device)  # step 0: one row per source
+        if prefix is not None:  # step 0 feeds <bos> + prefix: (B, 1 + P)
+            inp = torch.cat([inp, prefix.to(device)], dim=1)
         for step in range(max(limits)):
             n = len(active)
             logits, state = model.decode_step(inp, state)
             logprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # (n*K, V), or (B, V) at step 0
             if step == 0:
                 logprobs = logprobs.repeat_interleave(K, dim=0)
+                if P:
+                    tokens, pos_lp = prefix_history(logits, inp, K)
+            if controls is not None:
+                logprobs = controls(logprobs, tokens)
             V = logprobs.shape[-1]
             top_scores, top_tok, top_beam = beam_step(logprobs.reshape(n, K, V), scores)  # (n, 2K) each
             top_lp = logprobs.reshape(n, K * V).gather(1, top_beam * V + top_tok)  # (n, 2K) this token's log-prob
@@ -94,7 +179,7 @@ def beam_search(
                 for i, r in hits:
                     row = i * K + int(top_beam[i, r])
                     entry = (float(top_scores[i, r]) / norm, hist[row], hist_lp[row] + [float(top_lp[i, r])], True)
-                    if _finalize(finished[active[i]], entry, K) and trace is not None:
+                    if finalize(finished[active[i]], entry, K, replace) and trace is not None:
                         finished_at.setdefault(active[i], []).append([step, r])
 
             # The best K continuations that are not <eos> stay live (there are at least K of 2K).
@@ -120,7 +205,7 @@ def beam_search(
                         if not torch.isfinite(scores[i, k]):
                             continue
                         entry = (float(scores[i, k]) / norm, hist[k], hist_lp[k], False)
-                        if _finalize(finished[b], entry, K) and trace is not None:  # cut at the limit
+                        if finalize(finished[b], entry, K, replace) and trace is not None:  # cut at the limit
                             r = int(pick[i, k])
                             records[i]["candidates"][r]["status"] = "cut"
                             finished_at.setdefault(b, []).append([step, r])
@@ -129,7 +214,7 @@ def beam_search(
             if not keep:
                 break
             if len(keep) < n:  # done sentences leave the batch: every part of the state shrinks
-                rows, tokens, pos_lp, new_tok, scores = _shrink(keep, K, rows, tokens, pos_lp, new_tok, scores)
+                rows, tokens, pos_lp, new_tok, scores = shrink_batch(keep, K, rows, tokens, pos_lp, new_tok, scores)
                 active = [active[i] for i in keep]
             if step == 0:  # expand once: K rows per sentence from its single row
                 state = expand_state(model, state, rows // K, K)
@@ -137,22 +222,39 @@ def beam_search(
                 state = model.reorder_state(state, rows, same_sources=len(keep) == n)
             inp = new_tok[:, None]
 
-    return _winners(finished, trace, finished_at)
+    return finished, finished_at
+
+
+def prefix_history(logits: Tensor, inp: Tensor, K: int) -> tuple[Tensor, Tensor]:
+    """The prefix as every hypothesis' history: tokens (B*K, P) and their log-probabilities (B*K, P),
+    from step 0's logits (B, 1 + P, V) over its inputs inp (B, 1 + P) = <bos> + prefix."""
+    prefix = inp[:, 1:]
+    lp = F.log_softmax(logits[:, :-1].float(), dim=-1).gather(2, prefix[:, :, None]).squeeze(2)  # (B, P)
+    return prefix.repeat_interleave(K, dim=0), lp.repeat_interleave(K, dim=0)
 
 
 # A finished hypothesis: (normalised score, tokens, positional scores, ended with <eos>).
 Finished = tuple[float, list[int], list[float], bool]
 
 
-def _finalize(fin: list[Finished], entry: Finished, K: int) -> bool:
-    """Add a finished hypothesis to its sentence's list unless it already holds K; says whether it did."""
-    if len(fin) >= K:
-        return False
-    fin.append(entry)
-    return True
+def finalize(fin: list[Finished], entry: Finished, K: int, replace: bool = False) -> bool:
+    """Add a finished hypothesis to its sentence's list unless it already holds K; says whether it did.
+
+    replace: a full list trades its worst entry for a better one instead (a sentence fills at one
+    step, so this keeps the K best of everything that finished by then: `transformers`' n-best rule).
+    """
+    if len(fin) < K:
+        fin.append(entry)
+        return True
+    if replace:
+        worst = min(range(len(fin)), key=lambda j: fin[j][0])
+        if entry[0] > fin[worst][0]:
+            fin[worst] = entry
+            return True
+    return False
 
 
-def _shrink(keep: list[int], K: int, *per_row: Tensor) -> tuple[Tensor, ...]:
+def shrink_batch(keep: list[int], K: int, *per_row: Tensor) -> tuple[Tensor, ...]:
     """Keep only the sentences at positions `keep` (of n): each tensor of n*K rows keeps their K rows
     each, and the last, `scores` (n, K), their rows."""
     kept = torch.tensor(keep, device=per_row[0].device)

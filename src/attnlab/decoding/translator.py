@@ -9,20 +9,23 @@ model's source length) for `translate`, `evaluate`, `explain` and the explorer; 
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from attnlab.decoding.alignment import align_batch, alignment_heads
+from attnlab.decoding.batches import decode_batches, search_batches
 from attnlab.decoding.hypothesis import Hypothesis
+from attnlab.decoding.options import DecodeOptions, target_ids
 from attnlab.utils.checks import check_range
 
 if TYPE_CHECKING:
     from attnlab.utils.precision import PrecisionChoice
-from attnlab.decoding.batches import decode_batches
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -99,6 +102,9 @@ class Translation:
     tgt_tokens: list[str]  # produced target tokens, without <bos>/<eos>
     text: str  # detokenized translation
     finished: bool = True  # False: decoding stopped at the length limit, not at <eos>
+    score: float = math.nan  # log-probability / length ** length_penalty (NaN: not computed)
+    alignment: list[tuple[int, int]] | None = None  # (source word, target word) pairs, with options.align
+    nbest: list[Translation] = field(default_factory=list)  # with options: the n_best hypotheses, this first
 
 
 def model_max_len(cfg: dict) -> int | None:
@@ -160,13 +166,20 @@ class Translator:
         self.precision: PrecisionChoice | None = None  # what decodes and why (set by load_translator)
         self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
 
-    def output_limit(self, src_len: int) -> int:
+    def output_limit(self, src_len: int, max_len: int | None = None) -> int:
         """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,
-        2 * src_len + 10, and the decoder's position capacity (a learned position table of P rows
-        holds the inputs <bos> + P - 1 tokens, so at most P steps)."""
-        limit = min(self.max_output_len, 2 * src_len + 10)
+        2 * src_len + 10 (or `max_len` where given: `DecodeOptions.max_len`), and the decoder's position
+        capacity (a learned position table of P rows holds the inputs <bos> + P - 1 tokens, so at most P
+        steps)."""
+        limit = min(self.max_output_len, 2 * src_len + 10) if max_len is None else max_len
         capacity = getattr(self.model, "max_target_positions", None)
         return max(1, min(limit, capacity)) if capacity else limit
+
+    @property
+    def bos(self) -> int:
+        """The decoder's first input: the target <bos>, or the model's own start token (Marian: <pad>)."""
+        start_token = getattr(getattr(self.model, "config", None), "decoder_start_token", None)
+        return self.tgt_vocab.bos if start_token is None else start_token
 
     def encode(self, sentences: Sequence[str], truncate: bool = False) -> list[list[int]]:
         """Sentences -> source id lists (no <eos>), each checked by `encode_source`."""
@@ -218,21 +231,79 @@ class Translator:
         """Source id lists (no <eos>) -> detokenized translations."""
         return [self.tgt_vocab.decode(ids) for ids in self.decode_ids(src_ids, beam, batch_size)]
 
-    def translate(self, sentences: Sequence[str], beam: int = 1, truncate: bool = False) -> list[str]:
-        """English sentences -> French translations (detokenized, lowercase as the corpus is trained)."""
-        return self.translate_ids(self.encode(sentences, truncate), beam)
+    def search(
+        self,
+        src_ids: Sequence[Sequence[int]],
+        options: DecodeOptions,
+        prefixes: Sequence[Sequence[int]] | None = None,
+        constraints: Sequence[Sequence[Sequence[int]]] | None = None,
+        batch_size: int | None = None,
+    ) -> list[list[Hypothesis]]:
+        """Source id lists (no <eos>) -> options.n_best hypotheses each, best first, in input order.
 
-    def translate_tokens(self, sentences: Sequence[str], beam: int = 1, truncate: bool = False) -> list[Translation]:
-        """Like `translate`, also returning the source and target tokens (axis labels for attention maps)."""
+        prefixes: per source, target ids to continue from; constraints: per source, phrases as target
+        id lists (`encode_targets` makes both from text). Default options decode exactly as `decode`."""
+        n = len(src_ids)
+        prefixes = prefixes if prefixes is not None else [[] for _ in range(n)]
+        constraints = constraints if constraints is not None else [[] for _ in range(n)]
+        batch_size = check_range(
+            "batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size, 1, integer=True
+        )
+        if options.plain and not any(prefixes) and not any(constraints):
+            return [[h] for h in self.decode(src_ids, options.beam, batch_size, options.length_penalty)]
+        return search_batches(self, src_ids, options, prefixes, constraints, batch_size, self.workers)
+
+    def encode_targets(
+        self, src_ids: Sequence[Sequence[int]], options: DecodeOptions
+    ) -> tuple[list[list[int]], list[list[list[int]]]]:
+        """Each sentence's prefix and constraint phrases as target ids (`options.target_ids`, within each
+        sentence's output limit)."""
+        limits = [self.output_limit(len(ids) + 1, options.max_len) for ids in src_ids]
+        return target_ids(self.tgt_vocab, options, limits)
+
+    def translate(
+        self, sentences: Sequence[str], beam: int = 1, truncate: bool = False, *, options: DecodeOptions | None = None
+    ) -> list[str]:
+        """English sentences -> French translations (detokenized, lowercase as the corpus is trained);
+        with `options`, the best hypothesis of each (`translate_tokens` gives the n-best and alignments)."""
+        if options is None:
+            return self.translate_ids(self.encode(sentences, truncate), beam)
+        return [t.text for t in self.translate_tokens(sentences, beam, truncate, options=options)]
+
+    def translate_tokens(
+        self, sentences: Sequence[str], beam: int = 1, truncate: bool = False, *, options: DecodeOptions | None = None
+    ) -> list[Translation]:
+        """Like `translate`, also returning the source and target tokens (axis labels for attention maps).
+        With `options`, each Translation also has its score, alignment (options.align) and `nbest`."""
         src_ids = self.encode(sentences, truncate)
-        hyps = self.decode(src_ids, beam, scores=False)
-        return [
-            Translation(
-                s,
-                self.src_vocab.to_tokens(ids) + ["<eos>"],
-                self.tgt_vocab.to_tokens(h.tokens),
-                self.tgt_vocab.decode(h.tokens),
-                h.finished,
-            )
-            for s, ids, h in zip(sentences, src_ids, hyps)
-        ]
+        if options is None:
+            hyps = self.decode(src_ids, beam, scores=False)
+            return [self._translation(s, ids, h) for s, ids, h in zip(sentences, src_ids, hyps)]
+        if beam != 1 and beam != options.beam:
+            raise ValueError(f"beam={beam} and options.beam={options.beam} disagree; give the beam in DecodeOptions")
+        heads = alignment_heads(self.model, options.align_layer, options.align_heads) if options.align else None
+        prefixes, constraints = self.encode_targets(src_ids, options)
+        nbest = self.search(src_ids, options, prefixes, constraints)
+        aligned: list = [[None] * len(h) for h in nbest]
+        if heads is not None:
+            flat = [(i, k) for i, hs in enumerate(nbest) for k in range(len(hs))]
+            texts, sources = [sentences[i] for i, _ in flat], [src_ids[i] for i, _ in flat]
+            pairs = align_batch(self, texts, sources, [nbest[i][k].tokens for i, k in flat], *heads)
+            for (i, k), a in zip(flat, pairs):
+                aligned[i][k] = a
+        out = []
+        for s, ids, hs, al in zip(sentences, src_ids, nbest, aligned):
+            items = [self._translation(s, ids, h, a) for h, a in zip(hs, al)]
+            out.append(replace(items[0], nbest=items))  # the list's first has no nbest of its own: no cycle
+        return out
+
+    def _translation(self, source: str, ids, h: Hypothesis, alignment=None) -> Translation:
+        return Translation(
+            source,
+            self.src_vocab.to_tokens(ids) + ["<eos>"],
+            self.tgt_vocab.to_tokens(h.tokens),
+            self.tgt_vocab.decode(h.tokens),
+            h.finished,
+            h.score,
+            alignment,
+        )

@@ -135,7 +135,18 @@ def check_exportable(model: nn.Module) -> None:
             f"CTranslate2 export supports the Transformer only, got a {model_type} model "
             f"(CTranslate2 has no Bahdanau RNN decoder); decode it with attnlab instead"
         )
-    window = cast("Transformer", model).config.window
+    config = cast("Transformer", model).config
+    if config.positions not in ("sinusoidal", "learned"):
+        raise ValueError(
+            f"this Transformer uses positions={config.positions!r}, which attnlab's CTranslate2 export does not "
+            f"carry (it writes a position table: sinusoidal or learned only); decode it with attnlab instead"
+        )
+    if config.kv_heads != config.num_heads:
+        raise ValueError(
+            f"this Transformer shares key/value heads (num_kv_heads={config.num_kv_heads} of {config.num_heads}), "
+            f"which CTranslate2's encoder-decoder spec cannot hold; decode it with attnlab instead"
+        )
+    window = config.window
     if window is not None:
         raise ValueError(
             f"this Transformer uses local attention (window={window}), which "
@@ -150,8 +161,15 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
     # One num_heads for every module: pruned heads come back as zeros, which compute the same.
     model = restore_pruned_heads(cast("Transformer", model))  # check_exportable accepts Transformers only
     c = model.config
+    # CTranslate2's return_attention then gives the attention `translate --align` reads by default: the
+    # last-but-one decoder layer's cross-attention averaged over all its heads (attnlab.decoding.alignment).
     spec = transformer_spec.TransformerSpec.from_config(
-        (c.num_layers, c.num_layers), c.num_heads, pre_norm=c.norm_first, activation=_activation(c.activation)
+        (c.num_layers, c.num_layers),
+        c.num_heads,
+        pre_norm=c.norm_first,
+        activation=_activation(c.activation),
+        alignment_layer=max(c.num_layers - 2, 0),
+        alignment_heads=c.num_heads,
     )
     enc, dec = model.encoder, model.decoder
     _inputs(spec.encoder, enc, c.embedding_scale)

@@ -152,6 +152,11 @@ def config_to_marian(cfg, pad: int, eos: int) -> dict:
         _fail("window", cfg.window, "Marian attends globally")
     if cfg.learned_positions:
         _fail("learned_positions", True, "Marian uses fixed sinusoids")
+    if cfg.positions != "sinusoidal" or cfg.kv_heads != cfg.num_heads:
+        raise ValueError(
+            f"a MarianMTModel holds sinusoidal positions and one key/value head per head; this model has "
+            f"positions={cfg.positions!r}, num_kv_heads={cfg.num_kv_heads!r}: decode it with attnlab instead"
+        )
     if cfg.embed_scale is not None and cfg.embed_scale not in (1.0, cfg.num_hiddens**0.5):
         _fail("embed_scale", cfg.embed_scale, "Marian scales embeddings by sqrt(D) or not at all")
     tie = cfg.share_embeddings or cfg.tie_output

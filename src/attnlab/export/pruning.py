@@ -22,6 +22,8 @@ def restore_pruned_heads(model: Transformer) -> Transformer:
     pruned = model.config.pruned_heads
     if not pruned:
         return model
+    if model.config.kv_heads != model.config.num_heads:
+        raise ValueError("a pruned grouped-query Transformer has no unpruned-shape copy in this format")
     cfg = dataclasses.replace(model.config, pruned_heads=None)
     full = Transformer(cfg).eval()
     H, Dh = cfg.num_heads, cfg.num_hiddens // cfg.num_heads  # pruning keeps each head's size

@@ -12,6 +12,9 @@ from attnlab.utils.checks import check_field_types
 
 # FFN nonlinearities by config name (Marian's "swish" is SiLU).
 ACTIVATIONS = ("relu", "swish", "silu", "gelu")
+# Position schemes: added to the embeddings (sinusoidal, learned), rotating self-attention's q/k (rope),
+# biasing self-attention's scores (alibi, t5), or nothing at all (none).
+POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "t5", "none")
 
 
 class ConfigMixin:
@@ -59,9 +62,15 @@ class TransformerConfig(ConfigMixin):
     norm_first: bool = False  # pre-norm blocks + final LayerNorm per stack; False = post-norm (paper)
     share_embeddings: bool = False  # one matrix for source/target embeddings and output projection
     max_len: int = 1024  # positions precomputed (sinusoidal) or learned
+    positions: str = "sinusoidal"  # one of POSITIONS: sinusoidal (paper), learned, rope, alibi, t5, none
+    rope_base: float = 10000.0  # rope: angle of feature pair f is pos * base^(-2f / rotated features)
+    rope_fraction: float = 1.0  # rope: share of each head's features that rotate (the rest pass as they are)
+    t5_num_buckets: int = 32  # t5: relative-position buckets per stack (the encoder halves them per direction)
+    t5_max_distance: int = 128  # t5: distances from here on share the last bucket
+    num_kv_heads: int | None = None  # key/value heads, dividing num_heads (1 = multi-query); None = num_heads
     bias: bool = True  # attention projection biases (as nn.Transformer); the book uses False
     window: int | None = None  # local attention in the encoder: each token sees +-window tokens
-    learned_positions: bool = False  # learned position table instead of the sinusoids
+    learned_positions: bool = False  # the same as positions="learned" (older runs say it this way)
     # Options of imported Marian (OPUS-MT) models; the defaults are the book's model.
     activation: str = "relu"  # FFN nonlinearity: relu (paper), swish (= silu, Marian) or gelu
     embed_scale: float | None = None  # embeddings are multiplied by this; None = sqrt(num_hiddens) (paper)
@@ -99,6 +108,7 @@ class TransformerConfig(ConfigMixin):
             )
         if self.window is not None and (not isinstance(self.window, int) or self.window < 0):
             raise ValueError(f"TransformerConfig.window must be None or a non-negative integer, got {self.window!r}")
+        self._check_positions()
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"TransformerConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if self.pos_layout not in ("interleaved", "split"):
@@ -119,6 +129,51 @@ class TransformerConfig(ConfigMixin):
                     f"TransformerConfig: token id {tok} (decoder_start_token / suppress_tokens) is "
                     f"outside the target vocabulary of {self.tgt_vocab_size} tokens"
                 )
+
+    def _check_positions(self) -> None:
+        if self.positions not in POSITIONS:
+            raise ValueError(f"TransformerConfig.positions must be one of {POSITIONS}, got {self.positions!r}")
+        if self.learned_positions and self.positions not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f"TransformerConfig: learned_positions=True contradicts positions={self.positions!r}; "
+                f"drop learned_positions (positions='learned' says the same)"
+            )
+        if self.learned_positions or self.positions == "learned":  # one meaning, both spellings agree
+            self.positions, self.learned_positions = "learned", True
+        kv = self.num_kv_heads
+        if kv is not None and (
+            not isinstance(kv, int) or isinstance(kv, bool) or not 1 <= kv <= self.num_heads or self.num_heads % kv
+        ):
+            raise ValueError(
+                f"TransformerConfig.num_kv_heads must divide num_heads={self.num_heads} (1 = multi-query, "
+                f"None = one per head), got {kv!r}"
+            )
+        Dh = self.num_hiddens // self.num_heads
+        if self.positions == "rope" and (
+            not 0.0 < self.rope_fraction <= 1.0 or int(Dh * self.rope_fraction) < 2 or not self.rope_base > 1.0
+        ):
+            raise ValueError(
+                f"TransformerConfig: rope needs rope_base > 1 and rope_fraction in (0, 1] rotating at least one "
+                f"pair of the {Dh} features per head, got rope_base={self.rope_base!r}, "
+                f"rope_fraction={self.rope_fraction!r}"
+            )
+        if self.positions == "t5" and (self.t5_num_buckets < 4 or self.t5_max_distance <= self.t5_num_buckets // 2):
+            raise ValueError(
+                f"TransformerConfig: t5 needs t5_num_buckets >= 4 and t5_max_distance above t5_num_buckets / 2 "
+                f"(the decoder's exact buckets), got {self.t5_num_buckets} and {self.t5_max_distance}"
+            )
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads per attention module: num_kv_heads, or num_heads when it is None."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    def kv_cache_bytes(self, target_tokens: int = 1, source_tokens: int = 0, bytes_per_value: int = 4) -> int:
+        """Bytes a decoding KV cache holds for one sentence: keys and values of every decoder layer's
+        self-attention for `target_tokens` steps, plus its cross-attention over `source_tokens` (before
+        any head pruning; 4 bytes per value in float32, 2 in float16/bfloat16)."""
+        per_token = 2 * self.num_layers * self.kv_heads * (self.num_hiddens // self.num_heads) * bytes_per_value
+        return per_token * (target_tokens + source_tokens)
 
     @property
     def embedding_scale(self) -> float:

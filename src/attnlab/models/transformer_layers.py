@@ -14,7 +14,16 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from attnlab.attention import Dropout, KVCache, MultiHeadAttention, PositionalEncoding
+from attnlab.attention import (
+    AlibiBias,
+    Dropout,
+    KVCache,
+    MultiHeadAttention,
+    PositionalEncoding,
+    PositionBias,
+    RotaryEmbedding,
+    T5RelativeBias,
+)
 
 __all__ = [
     "make_activation",
@@ -93,7 +102,8 @@ class Sublayer(AddNorm):
 class _Block(nn.Module):
     """What the encoder and decoder blocks share: their arguments, and sublayers of one width D with the
     same dropout and norm placement. `_build` (each block's own) creates the submodules in order from
-    the factories `attention(**kw)`, `sublayer()` and `ffn()`."""
+    the factories `attention(**kw)`, `sublayer()` and `ffn()`. Every attention has `num_kv_heads` key/value
+    heads (None = one per head); `rotary` (a shared `RotaryEmbedding`) rotates self-attention's q/k."""
 
     def __init__(
         self,
@@ -104,51 +114,60 @@ class _Block(nn.Module):
         bias: bool = True,
         norm_first: bool = False,
         window: int | None = None,
+        num_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | None = None,
     ):
         super().__init__()
         self._build(
-            lambda **kw: MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, **kw),
+            lambda **kw: MultiHeadAttention(
+                num_hiddens, num_heads, dropout, bias=bias, num_kv_heads=num_kv_heads, **kw
+            ),
             lambda: Sublayer(num_hiddens, dropout, norm_first),
             lambda: PositionWiseFFN(num_hiddens, ffn_num_hiddens),
             window,
+            rotary,
         )
 
-    def _build(self, attention, sublayer, ffn, window) -> None:
+    def _build(self, attention, sublayer, ffn, window, rotary) -> None:
         raise NotImplementedError
 
 
 class TransformerEncoderBlock(_Block):
     """Self-attention then FFN, each a `Sublayer` (residual + LayerNorm, post- or pre-norm).
 
-    Arguments: num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first, window (local attention).
+    Arguments: num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first, window (local attention),
+    num_kv_heads, rotary.
     Shape: X (B, S, D), valid_lens (B,) -> (B, S, D). Padded keys (positions >= valid_lens) are hidden.
+    `position_bias` (ALiBi, T5) is added to the self-attention scores.
     """
 
-    def _build(self, attention, sublayer, ffn, window) -> None:
-        self.attention = attention(window=window)
+    def _build(self, attention, sublayer, ffn, window, rotary) -> None:
+        self.attention = attention(window=window, rotary=rotary)
         self.addnorm1 = sublayer()
         self.ffn = ffn()
         self.addnorm2 = sublayer()
 
-    def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
-        X = self.addnorm1(X, lambda x: self.attention(x, x, x, valid_lens))
+    def forward(self, X: Tensor, valid_lens: Tensor | None = None, position_bias: PositionBias | None = None) -> Tensor:
+        X = self.addnorm1(X, lambda x: self.attention(x, x, x, valid_lens, position_bias=position_bias))
         return self.addnorm2(X, self.ffn)
 
 
 class TransformerDecoderBlock(_Block):
     """Causal self-attention, cross-attention over the encoder memory, FFN; each a `Sublayer`.
 
-    Arguments: num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first (no window).
+    Arguments: num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first (no window), num_kv_heads,
+    rotary (self-attention only: cross-attention compares target and source positions, which RoPE,
+    ALiBi and T5 leave to the content).
     Shape: X (B*beam, t, D), memory (B, S, D), src_valid_lens (B,) -> (B*beam, t, D).
     With caches, X holds only the new steps; `self_cache` grows by t, `cross_cache` is filled once.
     beam > 1: `beam` consecutive rows of X (hypotheses of one sentence) share one memory row ("beamable"
     cross-attention, see `MultiHeadAttention.forward`).
     """
 
-    def _build(self, attention, sublayer, ffn, window) -> None:
+    def _build(self, attention, sublayer, ffn, window, rotary) -> None:
         if window is not None:
             raise ValueError(f"the decoder has no local attention: window must be None, got {window}")
-        self.self_attention = attention(causal=True)
+        self.self_attention = attention(causal=True, rotary=rotary)
         self.addnorm1 = sublayer()
         self.cross_attention = attention()
         self.addnorm2 = sublayer()
@@ -163,10 +182,11 @@ class TransformerDecoderBlock(_Block):
         self_cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
         beam: int = 1,
+        position_bias: PositionBias | None = None,
     ) -> Tensor:
         # Causal masking is bottom-right aligned in MultiHeadAttention, so with a cache the new queries
         # see every cached step plus the new ones up to themselves.
-        X = self.addnorm1(X, lambda x: self.self_attention(x, x, x, cache=self_cache))
+        X = self.addnorm1(X, lambda x: self.self_attention(x, x, x, cache=self_cache, position_bias=position_bias))
         X = self.addnorm2(
             X, lambda x: self.cross_attention(x, memory, memory, src_valid_lens, cache=cross_cache, beam=beam)
         )
@@ -182,14 +202,22 @@ def _embedding(vocab_size: int, num_hiddens: int) -> nn.Embedding:
 
 
 class _TokenStack(nn.Module):
-    """What the encoder and the decoder share: token embedding * scale + positional encoding, then
+    """What the encoder and the decoder share: token embedding * scale (+ positional encoding), then
     `num_layers` blocks (`_block` builds one), then a final LayerNorm when pre-norm (which leaves the
     residual stream un-normalized).
 
     Keyword options: bias, norm_first, window (local self-attention, encoder only), max_len
-    (positions), learned_positions, embedding (a shared nn.Embedding), embed_scale (default sqrt(D)),
-    pos_layout (sinusoid layout, see `PositionalEncoding`).
+    (positions), positions (see `TransformerConfig.positions`; learned_positions=True means "learned"),
+    rope_base, rope_fraction, t5_num_buckets, t5_max_distance, num_kv_heads, embedding (a shared
+    nn.Embedding), embed_scale (default sqrt(D)), pos_layout (sinusoid layout, see `PositionalEncoding`).
+
+    Where positions enter: sinusoidal/learned add `pos_encoding` to the embeddings; rope rotates q/k of
+    every self-attention (`rotary`, no parameters); alibi/t5 add `relative_bias` to every
+    self-attention's scores (T5: one learned table per stack, shared by its layers; bidirectional in the
+    encoder, causal in the decoder); none adds nothing.
     """
+
+    bidirectional = True  # T5 buckets: both directions (encoder) or only the past (decoder)
 
     def __init__(
         self,
@@ -205,18 +233,38 @@ class _TokenStack(nn.Module):
         window: int | None = None,
         max_len: int = 1024,
         learned_positions: bool = False,
+        positions: str = "sinusoidal",
+        rope_base: float = 10000.0,
+        rope_fraction: float = 1.0,
+        t5_num_buckets: int = 32,
+        t5_max_distance: int = 128,
+        num_kv_heads: int | None = None,
         embedding: nn.Embedding | None = None,
         embed_scale: float | None = None,
         pos_layout: str = "interleaved",
     ):
         super().__init__()
         self.num_hiddens = num_hiddens
+        self.positions = positions = "learned" if learned_positions else positions
         self.embed_scale = math.sqrt(num_hiddens) if embed_scale is None else embed_scale
         self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
-        self.pos_encoding = PositionalEncoding(
-            num_hiddens, dropout, max_len, learned=learned_positions, layout=pos_layout
+        self.pos_encoding: PositionalEncoding | None = None
+        self.embed_dropout: Dropout | None = None
+        if positions in ("sinusoidal", "learned"):
+            self.pos_encoding = PositionalEncoding(
+                num_hiddens, dropout, max_len, learned=positions == "learned", layout=pos_layout
+            )
+        else:
+            self.embed_dropout = Dropout(dropout)
+        self.rotary = (
+            RotaryEmbedding(num_hiddens // num_heads, rope_base, rope_fraction) if positions == "rope" else None
         )
-        args = (num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first, window)
+        self.relative_bias: nn.Module | None = None
+        if positions == "alibi":
+            self.relative_bias = AlibiBias(num_heads)
+        elif positions == "t5":
+            self.relative_bias = T5RelativeBias(num_heads, self.bidirectional, t5_num_buckets, t5_max_distance)
+        args = (num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first, window, num_kv_heads, self.rotary)
         self.blocks = nn.ModuleList(self._block(*args) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
 
@@ -224,8 +272,12 @@ class _TokenStack(nn.Module):
         raise NotImplementedError
 
     def embed(self, X: Tensor, offset: int = 0) -> Tensor:
-        """Token ids (B, L) -> (B, L, D): embedding * scale + the positions from `offset` on."""
-        return self.pos_encoding(self.embedding(X) * self.embed_scale, offset=offset)
+        """Token ids (B, L) -> (B, L, D): embedding * scale (+ the positions from `offset` on)."""
+        X = self.embedding(X) * self.embed_scale
+        if self.pos_encoding is not None:
+            return self.pos_encoding(X, offset=offset)
+        assert self.embed_dropout is not None
+        return self.embed_dropout(X)
 
 
 class TransformerEncoder(_TokenStack):
@@ -243,7 +295,7 @@ class TransformerEncoder(_TokenStack):
     def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
         X = self.embed(X)
         for block in self.blocks:
-            X = block(X, valid_lens)
+            X = block(X, valid_lens, self.relative_bias)
         return self.final_norm(X)
 
 
@@ -254,6 +306,8 @@ class TransformerDecoder(_TokenStack):
     `caches`: one (self_cache, cross_cache) pair per block for incremental decoding; `offset` is the
     absolute position of X[:, 0] (the number of cached steps). Arguments as the encoder's (no window).
     """
+
+    bidirectional = False
 
     def __init__(self, vocab_size: int, *args, **kwargs):
         super().__init__(vocab_size, *args, **kwargs)
@@ -275,7 +329,7 @@ class TransformerDecoder(_TokenStack):
         X = self.embed(X, offset)
         for i, block in enumerate(self.blocks):
             self_cache, cross_cache = caches[i] if caches is not None else (None, None)
-            X = block(X, memory, src_valid_lens, self_cache, cross_cache, beam)
+            X = block(X, memory, src_valid_lens, self_cache, cross_cache, beam, self.relative_bias)
         X = self.final_norm(X)
         if targets_mask is not None:
             # Training: the (D x V) output layer, the largest matmul of a small model, and the loss's

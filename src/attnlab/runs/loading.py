@@ -14,7 +14,7 @@ import torch
 
 from attnlab.data import Example, TranslationData, load_data, load_vocab
 from attnlab.decoding.translator import Translator, model_max_len
-from attnlab.models import build_model
+from attnlab.models import TRANSLATORS, build_model
 from attnlab.runs.checkpoints import list_checkpoints
 from attnlab.runs.config import read_run_config
 from attnlab.runs.layout import CONFIG_FILE, DEFAULT_RUN, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
@@ -43,6 +43,11 @@ def load_translator(
 
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
+    if cfg["model_type"] not in TRANSLATORS:
+        raise ValueError(
+            f"{run_dir} is a {cfg['model_type']} run, not a translator; `attnlab evaluate` and "
+            f"`attnlab attention --image N` take it"
+        )
     for name in (SRC_VOCAB_FILE, TGT_VOCAB_FILE):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"{run_dir / name} is missing: the run folder lacks its vocabulary {name}")

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.autograd.graph import increment_version
 
 if TYPE_CHECKING:
     from attnlab.training.config import TrainConfig
-from attnlab.attention import PositionalEncoding
+from attnlab.attention import PositionalEncoding, T5RelativeBias
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:
@@ -25,15 +26,23 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """nanoGPT's optimizer groups: weight decay on matrices only (`p.dim() >= 2`: projections,
-    token embeddings), never on biases, LayerNorm gains or position tables (learned positions)."""
+    token embeddings), never on biases, LayerNorm gains or position tables (learned positions, T5's
+    relative-position bias)."""
 
-    positions = {id(p) for m in model.modules() if isinstance(m, PositionalEncoding) for p in m.parameters()}
+    tables = (PositionalEncoding, T5RelativeBias)
+    positions = {id(p) for m in model.modules() if isinstance(m, tables) for p in m.parameters()}
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     for p in model.parameters():  # each tied parameter once
         if p.requires_grad:
             (decay if p.dim() >= 2 and id(p) not in positions else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _bump_versions(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    # The fused kernel writes the parameters without bumping their version counters, which is how
+    # MultiHeadAttention knows its cached W_q|W_k|W_v concatenation (used without autograd) is stale.
+    increment_version([p for group in optimizer.param_groups for p in group["params"]])
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -49,7 +58,10 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     params = [p for g in param_groups(model, cfg.weight_decay) for p in g["params"]]
     if params and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params):
         try:  # (fresh groups each try: the constructor writes its settings into the group dicts)
-            return opt_cls(param_groups(model, cfg.weight_decay), fused=True, **kwargs)
+            opt = opt_cls(param_groups(model, cfg.weight_decay), fused=True, **kwargs)
         except (RuntimeError, ValueError):  # an older torch or an unsupported dtype/device
             pass
+        else:
+            opt.register_step_post_hook(_bump_versions)
+            return opt
     return opt_cls(param_groups(model, cfg.weight_decay), foreach=bool(params) or None, **kwargs)

@@ -180,8 +180,62 @@ PRESETS: dict[str, dict[str, dict]] = {
 }
 
 
+# The Vision Transformer on scikit-learn's 8x8 digits (16 patches of 2x2 + the class token), sized for
+# 2 CPU cores; `digits` was chosen on the validation split (BENCHMARKS.md, "Vision Transformer").
+PRESETS["vit"] = {
+    "digits": {
+        "model": {
+            "patch_size": 2,
+            "num_hiddens": 64,
+            "num_heads": 4,
+            "num_layers": 2,
+            "ffn_num_hiddens": 128,
+            "dropout": 0.1,
+            "positions": "sinusoidal",
+        },
+        "train": {
+            "epochs": 60,
+            "batch_size": 64,
+            "batch_tokens": None,
+            "optimizer": "adamw",
+            "weight_decay": 0.05,
+            "lr": 2e-3,
+            "schedule": "inverse_sqrt",
+            "warmup_steps": 100,
+            "label_smoothing": 0.1,
+            "log_every": 20,
+            "time_budget": 120,
+            "threads": 1,  # small matmuls: one thread is as fast on 2 shared cores, and reproducible
+        },
+        "data": {"loader": "digits"},
+    },
+    "tiny": {
+        "model": {"patch_size": 2, "num_hiddens": 32, "num_heads": 2, "num_layers": 1, "ffn_num_hiddens": 64},
+        "train": {
+            "epochs": 8,
+            "batch_size": 64,
+            "batch_tokens": None,
+            "optimizer": "adamw",
+            "lr": 3e-3,
+            "schedule": "inverse_sqrt",
+            "warmup_steps": 20,
+            "log_every": 10,
+            "threads": 1,
+        },
+        "data": {"loader": "digits"},
+    },
+}
+
+# The decoder-only translator takes the Transformer's recipes with twice the blocks in its one stack:
+# about the encoder–decoder's parameters (N encoder + N decoder blocks).
+PRESETS["decoder-only"] = copy.deepcopy(PRESETS["transformer"])
+for _spec in PRESETS["decoder-only"].values():
+    _spec["model"]["num_layers"] *= 2
+    for _key in ("learned_positions", "window"):  # options of the encoder–decoder only
+        _spec["model"].pop(_key, None)
+
 # The preset `attnlab train --model M` uses without --preset: each model's everyday recipe.
-DEFAULT_PRESET = {"transformer": "cpu-small", "bahdanau": "d2l"}
+DEFAULT_PRESET = {"transformer": "cpu-small", "bahdanau": "d2l", "vit": "digits", "decoder-only": "cpu-small"}
 
 
 def get_preset(model_type: str, name: str | None = None) -> dict:

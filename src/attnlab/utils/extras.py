@@ -13,6 +13,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("fastapi", "uvicorn"),
     "hf": ("transformers", "sentencepiece"),
     "ct2": ("ctranslate2",),
+    "vision": ("sklearn",),
     "tensorboard": ("tensorboard",),
     "notebooks": ("jupytext", "nbformat", "nbclient"),
 }

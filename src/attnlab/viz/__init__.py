@@ -2,6 +2,7 @@
 
 from .files import FIGURE_FORMATS, save_figure
 from .heatmaps import attention_figures, show_heatmaps, to_numpy
+from .online_softmax import plot_online_softmax
 from .plots import (
     plot_kernel_regression,
     plot_loss_curve,
@@ -16,6 +17,7 @@ __all__ = [
     "attention_figures",
     "plot_kernel_regression",
     "plot_loss_curve",
+    "plot_online_softmax",
     "plot_positional_encoding",
     "plot_positional_heatmap",
     "plot_scaling",

@@ -1,0 +1,109 @@
+"""Lexically constrained beam search against plain beam search on the VALIDATION split: how many of the
+constraint phrases appear, BLEU/chrF (multi-reference, as `attnlab evaluate`) and decoding time, measured
+in the same run (median of interleaved rounds after a warm-up; the time is a ratio against plain beam).
+
+Each source gets one phrase from its first reference (one or two consecutive words the target
+vocabulary knows), and every second source a second one (one more word): phrases a user who knows the
+right terminology would give.
+
+    flock /tmp/attnlab-measure.lock python benchmarks/constraints.py --checkpoint RUN --limit 200 --beam 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import table
+
+from attnlab.decoding import DecodeOptions
+from attnlab.metrics import corpus_bleu, corpus_chrf, group_by_source, reference_text
+from attnlab.runs.loading import load_translator
+from attnlab.training.launch import load_run_data
+from attnlab.utils.precision import cpu_features
+
+WATCHED = {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}
+
+
+def phrases_from(reference: str, vocab, rng: random.Random, two: bool) -> list[list[int]]:
+    """One phrase of 1-2 consecutive known words of the reference (and, if `two`, one more word)."""
+    ids = vocab.encode(reference)
+    words = [i for i, t in enumerate(ids) if t != vocab.unk and any(c.isalpha() for c in vocab.to_tokens([t])[0])]
+    if not words:
+        return []
+    start = rng.choice(words)
+    n = 2 if start + 1 in words and rng.random() < 0.5 else 1
+    out = [ids[start : start + n]]
+    rest = [i for i in words if i < start - 1 or i > start + n]
+    if two and rest:
+        out.append([ids[rng.choice(rest)]])
+    return out
+
+
+def contains(tokens: list[int], phrase: list[int]) -> bool:
+    return any(tokens[i : i + len(phrase)] == phrase for i in range(len(tokens) - len(phrase) + 1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoint", required=True, metavar="RUN")
+    ap.add_argument("--limit", type=int, default=200, help="the first N distinct validation sources")
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0, help="which reference words become phrases")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"])
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds of each (median)")
+    args = ap.parse_args(argv)
+
+    features = " ".join(sorted(cpu_features() & WATCHED))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU features: {features}")
+    print(f"load average at start: {os.getloadavg()}")
+    translator = load_translator(args.checkpoint, precision=args.precision)
+    data = load_run_data(translator, args.checkpoint)
+    sources, references = group_by_source(data.valid)
+    sources, references = sources[: args.limit], references[: args.limit]
+    src_ids = [ex.src_ids for ex in sources]
+    vocab = translator.tgt_vocab
+    refs = [[reference_text(t, vocab) for t in rs] for rs in references]
+    rng = random.Random(args.seed)
+    cons = [phrases_from(rs[0], vocab, rng, two=i % 2 == 1) for i, rs in enumerate(refs)]
+    n_phrases = sum(map(len, cons))
+    print(f"{args.checkpoint}: {len(sources)} validation sources, {n_phrases} phrases, beam {args.beam}")
+
+    opts = DecodeOptions(beam=args.beam)
+    runs = {"beam": None, "constrained beam": cons}
+    translator.search(src_ids[:8], opts, constraints=cons[:8])  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    outputs = {}
+    for _ in range(args.rounds):  # interleaved, so both see the same load
+        for name, given in runs.items():
+            start = time.perf_counter()
+            outputs[name] = translator.search(src_ids, opts, constraints=given)
+            times[name].append(time.perf_counter() - start)
+    rows = []
+    for name in runs:
+        out = [hs[0].tokens for hs in outputs[name]]
+        hits = sum(contains(o, p) for o, ps in zip(out, cons) for p in ps)
+        texts = [vocab.decode(o) for o in out]
+        seconds = statistics.median(times[name])
+        rows.append([name, f"{100 * hits / n_phrases:.1f}%", f"{corpus_bleu(texts, refs):.2f}",
+                     f"{corpus_chrf(texts, refs):.2f}", f"{sum(map(len, out)) / len(out):.1f}", f"{seconds:.2f}",
+                     f"{len(sources) / seconds:.1f}"])  # fmt: skip
+        print(" | ".join(rows[-1]), flush=True)
+    base = float(rows[0][5])
+    for r in rows:
+        r.append(f"{float(r[5]) / base:.2f}x")
+    heads = ["search", "phrases present", "BLEU", "chrF", "tokens/output", "decode s", "sentences/s", "time vs beam"]
+    print(table(heads, rows))
+    print(f"load average at end: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

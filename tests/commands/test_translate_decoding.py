@@ -1,0 +1,80 @@
+"""`attnlab translate` with decoding options on a tiny run trained on the bundled sample: output formats
+(n-best lines, alignments) and one-line refusals."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.testing import train_tiny
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, one_thread):
+    return train_tiny(tmp_path_factory.mktemp("decode") / "run", steps=20)
+
+
+def _out(capsys, argv):
+    assert main(["translate", "--checkpoint", str(argv[0]), *argv[1:]]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_n_best_lines_are_index_text_score(run_dir, capsys):
+    lines = _out(capsys, [run_dir, "--beam", "4", "--n-best", "3", "go .", "i'm home ."])
+    assert len(lines) == 6
+    fields = [line.split(" ||| ") for line in lines]
+    assert [f[0] for f in fields] == ["0"] * 3 + ["1"] * 3
+    for f in fields:
+        assert len(f) == 3 and re.fullmatch(r"-?\d+\.\d{4}", f[2])
+    scores = [float(f[2]) for f in fields]
+    assert scores[:3] == sorted(scores[:3], reverse=True) and len({f[1] for f in fields[:3]}) == 3
+    plain = _out(capsys, [run_dir, "--beam", "4", "go .", "i'm home ."])
+    assert plain == [fields[0][1], fields[3][1]]  # the n-best list starts with the plain beam's answer
+
+
+def test_align_appends_pharaoh_pairs(run_dir, capsys):
+    lines = _out(capsys, [run_dir, "--align", "--beam", "2", "i'm home ."])
+    text, pairs = lines[0].split(" ||| ")
+    got = [tuple(map(int, p.split("-"))) for p in pairs.split()]
+    assert [j for _, j in got] == list(range(len(text.split())))
+    assert all(0 <= i < 3 for i, _ in got)
+    flags = ["--align", "--align-layer", "0", "--align-heads", "0", "--n-best", "2", "--beam", "2"]
+    lines = _out(capsys, [run_dir, *flags, "i'm home ."])
+    assert all(len(line.split(" ||| ")) == 4 for line in lines)
+
+
+def test_sampling_prefix_and_constraints(run_dir, capsys):
+    a = _out(capsys, [run_dir, "--sample", "--n-best", "3", "--seed", "5", "--top-p", "0.9", "go ."])
+    assert a == _out(capsys, [run_dir, "--sample", "--n-best", "3", "--seed", "5", "--top-p", "0.9", "go ."])
+    assert len(a) == 3
+    lines = _out(capsys, [run_dir, "--prefix", "je", "--no-repeat-ngram", "2", "--min-len", "3", "go .", "i'm home ."])
+    assert all(line.startswith("je") for line in lines)
+    lines = _out(capsys, [run_dir, "--beam", "4", "--constraint", "chez moi", "--constraint", "va", "i'm home ."])
+    assert "chez moi" in lines[0] and "va" in lines[0].split()
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--beam", "2", "--n-best", "3"], "--n-best must be an integer >= 1 and <= 2"),
+        (["--sample", "--top-p", "0"], "--top-p must be a finite number > 0 and <= 1"),
+        (["--sample", "--top-p", "1.5"], "--top-p"),
+        (["--sample", "--temperature", "0"], "--temperature must be a finite number > 0"),
+        (["--sample", "--temperature", "-1"], "--temperature"),
+        (["--top-k", "5"], "add sample (--sample)"),
+        (["--beam", "3", "--constraint", ""], "empty phrase"),
+        (["--beam", "3", "--max-len", "2", "--constraint", "je suis chez moi"], "output limit is 2"),
+        (["--prefix", "zzzq qqqz"], "no word the target vocabulary knows"),
+        (["--align", "--align-layer", "7"], "align_layer must be a decoder layer"),
+        (["--align", "--align-heads", "x"], "--align-heads must be head indices"),
+        (["--max-len", "0"], "--max-len must be an integer >= 1"),
+    ],
+)
+def test_bad_decoding_flags_are_one_line_exit_2(run_dir, capsys, flags, words):
+    assert main(["translate", "--checkpoint", str(run_dir), *flags, "go ."]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1, err
