@@ -1,6 +1,6 @@
 """MkDocs hooks: pages generated at build time from the sources they document, so they never go stale.
 
-- tour.md         README's "What `make demo` shows" .. "The attention explorer" sections
+- tour.md         README's "Install", "Learn" and "Use" sections
 - benchmarks.md   BENCHMARKS.md
 - cli.md          `attnlab <command> --help` for every command, from the argument parser itself
 - notebooks/*.md  the chapter notebooks (notebooks/src/*.py), executed at small settings (ATTNLAB_SMALL=1):
@@ -61,10 +61,11 @@ def _fix_links(text: str) -> str:
 
 
 def tour_page() -> str:
+    """The README's Install, Learn and Use sections: the two paths, each linking to the page with its details."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## What `make demo` shows")
+    start = readme.index("## Install")
     end = readme.index("## Tests and benchmarks") if "## Tests and benchmarks" in readme else len(readme)
-    return "# A tour\n\nFrom the README.\n\n" + _fix_links(readme[start:end]).replace("\n## ", "\n## ")
+    return "# A tour\n\nFrom the README.\n\n" + _fix_links(readme[start:end])
 
 
 def benchmarks_page() -> str:
