@@ -95,9 +95,7 @@ def load_digits_data() -> ImageData:
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        raise ValueError(
-            "the digits need scikit-learn: install it with pip install 'attnlab[vision]'"
-        ) from None
+        raise ValueError("the digits need scikit-learn: install it with pip install 'attnlab[vision]'") from None
     digits = load_digits()
     images = (digits.images.astype(np.float32) / 16.0)[:, None]  # (N, 1, 8, 8)
     labels = digits.target.astype(np.int64)
