@@ -36,13 +36,20 @@ EXTRA_MODULES = [
     "ipykernel",
     "mkdocs",
 ]
-# Loaded first by the venv's Python (PYTHONPATH): `import fastapi` and the rest fail as if not installed.
+# Loaded first by the venv's Python (PYTHONPATH): an import of one of them from attnlab's own code fails as if it
+# were not installed. Imports from elsewhere (torch probes for optional packages) are left alone.
 BLOCKER = f"""
 import importlib.abc, sys
 class _Extras(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {EXTRA_MODULES!r}:
+        if name.split(".")[0] not in {EXTRA_MODULES!r}:
+            return None
+        frame = sys._getframe(1)
+        while frame is not None and ("<frozen" in frame.f_code.co_filename or "importlib" in frame.f_code.co_filename):
+            frame = frame.f_back  # importlib's own frames: the importer is the first frame past them
+        if frame is not None and "/attnlab/" in frame.f_code.co_filename.replace("\\\\", "/"):
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
 sys.meta_path.insert(0, _Extras())
 """
 
