@@ -50,7 +50,7 @@ def test_average_never_replaces_a_file_it_did_not_write(run, capsys):
             main(["average", "--checkpoint", str(run), "--last", "2", "--out", str(run / "model.safetensors"), *extra])
             == 2
         )
-        _refused(capsys, "attnlab never replaces it")
+        _refused(capsys, "holds a run's weights; attnlab never replaces it")
     assert _digest(run) == before
     out = run.parent / "avg.safetensors"
     assert main(["average", "--checkpoint", str(run), "--last", "2", "--out", str(out)]) == 0

@@ -152,7 +152,7 @@ def test_single_files_new_same_kind_or_refused(tmp_path):
     weights = tmp_path / "model.safetensors"
     save_file({"w": torch.zeros(2)}, str(weights), metadata={"attnlab_model_config": "{}"})  # a run's weights
     for force in (False, True):
-        with pytest.raises(ValueError, match="attnlab never replaces it"):
+        with pytest.raises(ValueError, match="holds a run's weights; attnlab never replaces it"):
             claim_output_file(weights, "averaged", force=force)
     with pytest.raises(ValueError, match=r"must end in \.safetensors"):
         claim_output_file(tmp_path / "avg.bin", "averaged")

@@ -45,6 +45,35 @@ class ConfigMixin:
         check_field_types(cls, d)  # "dropout": "x" in a config.json: one line naming the field
         return cls(**d)
 
+    def check_positive(self, *names: str) -> None:
+        """ValueError naming the first of `names` that is not a positive integer."""
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{type(self).__name__}.{name} must be a positive integer, got {value!r}")
+
+
+def check_translator_config(cfg: Any) -> None:
+    """The checks every translator config shares: sizes, heads dividing the width, dropout, and one
+    vocabulary for shared embeddings (ValueError naming the config class and field)."""
+    cls = type(cfg).__name__
+    cfg.check_positive(
+        "src_vocab_size", "tgt_vocab_size", "num_hiddens", "num_heads", "num_layers", "ffn_num_hiddens", "max_len"
+    )
+    D, H = cfg.num_hiddens, cfg.num_heads
+    if D % H:
+        raise ValueError(
+            f"{cls}: num_hiddens={D} is not divisible by num_heads={H}; pick num_heads dividing num_hiddens "
+            f"(e.g. {D} with 8 or 4)"
+        )
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"{cls}.dropout must lie in [0, 1), got {cfg.dropout}")
+    if cfg.share_embeddings and cfg.src_vocab_size != cfg.tgt_vocab_size:
+        raise ValueError(
+            f"share_embeddings needs one vocabulary for both sides, got src_vocab_size={cfg.src_vocab_size} and "
+            f"tgt_vocab_size={cfg.tgt_vocab_size}; build a joint (e.g. BPE) vocabulary or set share_embeddings=False"
+        )
+
 
 @dataclass
 class TransformerConfig(ConfigMixin):
@@ -81,31 +110,7 @@ class TransformerConfig(ConfigMixin):
     pruned_heads: dict | None = None  # {attention module name: original head indices removed} (pruning)
 
     def __post_init__(self):
-        for name in (
-            "src_vocab_size",
-            "tgt_vocab_size",
-            "num_hiddens",
-            "num_heads",
-            "num_layers",
-            "ffn_num_hiddens",
-            "max_len",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}")
-        if self.num_hiddens % self.num_heads:
-            raise ValueError(
-                f"TransformerConfig: num_hiddens={self.num_hiddens} is not divisible by num_heads="
-                f"{self.num_heads}; pick num_heads dividing num_hiddens (e.g. {self.num_hiddens} with 8 or 4)"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"TransformerConfig.dropout must lie in [0, 1), got {self.dropout}")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
-                f"share_embeddings needs one vocabulary for both sides, got src_vocab_size="
-                f"{self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}; build a joint (e.g. BPE) "
-                f"vocabulary or set share_embeddings=False"
-            )
+        check_translator_config(self)
         if self.window is not None and (not isinstance(self.window, int) or self.window < 0):
             raise ValueError(f"TransformerConfig.window must be None or a non-negative integer, got {self.window!r}")
         self._check_positions()

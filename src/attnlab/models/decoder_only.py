@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from attnlab.attention import KVCache, MultiHeadAttention
 from attnlab.attention.positional import sinusoidal_encoding
-from attnlab.models.config import ConfigMixin
+from attnlab.models.config import ConfigMixin, check_translator_config
 from attnlab.models.transformer_layers import PositionWiseFFN, Sublayer, _embedding
 
 
@@ -56,29 +56,7 @@ class DecoderOnlyConfig(ConfigMixin):
     prefix_lm: bool = False  # source tokens attend to each other both ways (prefix-LM); False = causal
 
     def __post_init__(self):
-        for name in (
-            "src_vocab_size",
-            "tgt_vocab_size",
-            "num_hiddens",
-            "num_heads",
-            "num_layers",
-            "ffn_num_hiddens",
-            "max_len",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"DecoderOnlyConfig.{name} must be a positive integer, got {value!r}")
-        if self.num_hiddens % self.num_heads:
-            raise ValueError(
-                f"DecoderOnlyConfig: num_hiddens={self.num_hiddens} is not divisible by num_heads={self.num_heads}"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"DecoderOnlyConfig.dropout must lie in [0, 1), got {self.dropout}")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
-                f"share_embeddings needs one vocabulary for both sides, got src_vocab_size={self.src_vocab_size} "
-                f"and tgt_vocab_size={self.tgt_vocab_size}; use a joint (BPE) vocabulary or share_embeddings=False"
-            )
+        check_translator_config(self)
 
 
 def prefix_mask(src_lens: Tensor, S: int, q_slots: Tensor, k_slots: Tensor, prefix_lm: bool) -> Tensor:

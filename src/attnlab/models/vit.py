@@ -46,7 +46,7 @@ class ViTConfig(ConfigMixin):
     activation: str = "gelu"  # FFN nonlinearity (ViT: gelu)
 
     def __post_init__(self):
-        for name in (
+        self.check_positive(
             "num_classes",
             "image_height",
             "image_width",
@@ -55,10 +55,7 @@ class ViTConfig(ConfigMixin):
             "num_hiddens",
             "num_heads",
             "ffn_num_hiddens",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"ViTConfig.{name} must be a positive integer, got {value!r}")
+        )
         if not isinstance(self.num_layers, int) or self.num_layers < 0:
             raise ValueError(f"ViTConfig.num_layers must be a non-negative integer, got {self.num_layers!r}")
         h, w = self.size

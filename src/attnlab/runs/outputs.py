@@ -41,6 +41,7 @@ from attnlab.runs.layout import (
     TGT_VOCAB_FILE,
     WEIGHTS_FILE,
 )
+from attnlab.runs.weights import CONFIG_METADATA
 from attnlab.utils.files import aside_name, clean_stale_temps, make_temp_dir, make_temp_file
 
 KINDS = {
@@ -54,6 +55,7 @@ KINDS = {
     "figures": "chapter figures",
     "averaged": "averaged weights",
     "tensorboard": "TensorBoard event files",
+    "weights": "a run's weights",  # model.safetensors and checkpoints: written by training, never replaced
 }
 OUTPUT_METADATA = "attnlab_output"  # safetensors metadata key: the kind of an attnlab weights file
 RUN_ENTRIES = {CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE, CHECKPOINTS, LOG_FILE, MARKER_FILE}
@@ -118,7 +120,9 @@ def _file_kind(path: Path) -> str | None:
         return None
     if meta.get(OUTPUT_METADATA) in KINDS:
         return meta[OUTPUT_METADATA]
-    return "averaged" if "averaged" in meta else None
+    if "averaged" in meta:
+        return "averaged"
+    return "weights" if CONFIG_METADATA in meta else None
 
 
 def _entries(folder: Path) -> set[str]:
