@@ -18,7 +18,19 @@ first, and the ratio is printed. Then, in interleaved rounds (size A, size B, A,
 fresh processes measure (a) the loader alone: token-bucketed batches planned from the lengths index
 and collated from the memory-mapped shards, target tokens/s over the first `--loader-batches`
 batches, and (b) `train_run` of a small Transformer for `--train-steps` steps on the prepared folder:
-the tokens/s it consumes and its peak RSS (ru_maxrss). The baseline of each ratio is named in the output.
+the tokens/s it consumes and its peak RSS (ru_maxrss). Then (c) the whole `attnlab train --preset
+cpu-small --max-steps 30` process on each size, in back-to-back rounds: its exact peak RSS (ru_maxrss
+from wait4, the kernel's VmHWM) and the sampled peaks of its anonymous and file-backed resident memory;
+`--phases` adds one more run per size that prints RSS after each phase (data opened, model built,
+epoch counted, steps, final evaluation). `--phase process` runs (c) alone. The baseline of each ratio
+is named in the output.
+
+`--heldout random` prepares without dev/test files: `prepare`'s 1% valid / 1% test split, so the
+held-out splits grow with the corpus (5,000 -> 50,000 pairs each), into prep{N}-random:
+
+    flock ... python benchmarks/data_scale.py --phase prepare --heldout random --sizes 500000,5000000 --workdir /tmp/ds
+    flock ... python benchmarks/data_scale.py --phase process --heldout random --precision fp32 --phases \\
+        --sizes 500000,5000000 --workdir /tmp/ds
 """
 
 from __future__ import annotations
@@ -171,7 +183,7 @@ def after(owner, name, label):
     setattr(owner, name, wrapped)
 after(launch, "load_data", "data opened")
 after(launch, "build_model", "model built")
-after(trainer.Trainer, "_steps_per_epoch", "epoch counted")
+after(trainer.Trainer, "_steps_per_epoch", "trainer set up, epoch counted")
 steps = [0]
 step = trainer.Trainer.train_step
 def counted(self, batches):
