@@ -6,6 +6,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from test_data_batching import greedy_reference
 
 from attnlab.data import open_prepared, plan_batches, prepare
 from attnlab.data.shards_read import HeldOutExamples, ShardedExamples
@@ -81,6 +82,17 @@ def test_planning_memory_is_flat_in_the_number_of_shards(tmp_path):
     assert whole_epoch(large)[0] == 200_000
     # One plan for the whole corpus would add >= 12 bytes per pair (an int32 order, its int64 argsort).
     assert peak_large - peak_small < 180_000, (peak_small, peak_large)
+
+
+def test_an_epoch_of_shards_gives_the_batches_of_the_cut_one_example_at_a_time(tmp_path):
+    data = lengths_index(tmp_path, [300, 500, 200], seed=5)
+    expected = []
+    for k in np.random.default_rng([3, 1, 1]).permutation(3).tolist():  # the (seed, epoch) shard order
+        padded = np.load(tmp_path / f"train-{k:05d}.len.npy").max(axis=1) + 1
+        cut = greedy_reference(padded, 64, None, True, np.random.default_rng([3, 1, 2, k]))
+        expected += [[int(data.starts[k]) + i for i in b] for b in cut]
+    plan = plan_batches(data, batch_tokens=64, seed=3, epoch=1)
+    assert list(plan) == expected and len(plan) == len(expected)
 
 
 @pytest.fixture(scope="module")
