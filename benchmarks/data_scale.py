@@ -18,7 +18,19 @@ first, and the ratio is printed. Then, in interleaved rounds (size A, size B, A,
 fresh processes measure (a) the loader alone: token-bucketed batches planned from the lengths index
 and collated from the memory-mapped shards, target tokens/s over the first `--loader-batches`
 batches, and (b) `train_run` of a small Transformer for `--train-steps` steps on the prepared folder:
-the tokens/s it consumes and its peak RSS (ru_maxrss). The baseline of each ratio is named in the output.
+the tokens/s it consumes and its peak RSS (ru_maxrss). Then (c) the whole `attnlab train --preset
+cpu-small --max-steps 30` process on each size, in back-to-back rounds: its exact peak RSS (ru_maxrss
+from wait4, the kernel's VmHWM) and the sampled peaks of its anonymous and file-backed resident memory;
+`--phases` adds one more run per size that prints RSS after each phase (data opened, model built,
+epoch counted, steps, final evaluation). `--phase process` runs (c) alone. The baseline of each ratio
+is named in the output.
+
+`--heldout random` prepares without dev/test files: `prepare`'s 1% valid / 1% test split, so the
+held-out splits grow with the corpus (5,000 -> 50,000 pairs each), into prep{N}-random:
+
+    flock ... python benchmarks/data_scale.py --phase prepare --heldout random --sizes 500000,5000000 --workdir /tmp/ds
+    flock ... python benchmarks/data_scale.py --phase process --heldout random --precision fp32 --phases \\
+        --sizes 500000,5000000 --workdir /tmp/ds
 """
 
 from __future__ import annotations
@@ -138,6 +150,144 @@ print(json.dumps({{"tokens_per_s": r.tokens_per_second, "loss": r.train_loss,
 """
 
 
+PHASES = """
+import functools, json, sys, threading, time
+import attnlab.training.launch as launch
+import attnlab.training.trainer as trainer
+from attnlab.cli import main
+
+def status():
+    fields = {{}}
+    for line in open("/proc/self/status"):
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "RssAnon", "RssFile"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields
+
+peak = {{"RssAnon": 0.0, "RssFile": 0.0}}
+def sample():
+    while True:
+        for key, mb in status().items():
+            if key in peak:
+                peak[key] = max(peak[key], mb)
+        time.sleep(0.005)
+threading.Thread(target=sample, daemon=True).start()
+marks = [("imported", status())]
+def after(owner, name, label):
+    fn = getattr(owner, name)
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        marks.append((label, status()))
+        return out
+    setattr(owner, name, wrapped)
+after(launch, "load_data", "data opened")
+after(launch, "build_model", "model built")
+after(trainer.Trainer, "_steps_per_epoch", "trainer set up, epoch counted")
+steps = [0]
+step = trainer.Trainer.train_step
+def counted(self, batches):
+    out = step(self, batches)
+    steps[0] += 1
+    if steps[0] in (1, {steps}):
+        marks.append((f"step {{steps[0]}}", status()))
+    return out
+trainer.Trainer.train_step = counted
+after(trainer.Trainer, "_evaluate_and_log", "final evaluation")
+rc = main({argv!r})
+marks.append(("end", status()))
+print(json.dumps({{"rc": rc, "marks": marks, "peak": peak}}))
+"""
+
+
+def train_command(out: Path, run: Path, args) -> list[str]:
+    """The `attnlab train` command line whose whole process is measured."""
+    cmd = ["train", "--preset", args.preset, "--max-steps", str(args.process_steps), "--data", str(out)]
+    cmd += ["--out", str(run)] + (["--precision", args.precision] if args.precision else [])
+    return cmd
+
+
+def watch(cmd: list[str], log: Path) -> dict:
+    """Run `cmd` in a fresh process: its exact peak RSS (ru_maxrss from wait4, = VmHWM) and the peaks of
+    its anonymous and file-backed resident memory (sampled every 10 ms from /proc/PID/status)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    peak = {"RssAnon": 0.0, "RssFile": 0.0}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            try:
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                    key, _, value = line.partition(":")
+                    if key in peak:
+                        peak[key] = max(peak[key], int(value.split()[0]) / 1024)
+            except OSError:
+                pass  # it is exiting
+            time.sleep(0.01)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}; see {log}")
+    return {"rss_mb": usage.ru_maxrss / 1024, "anon_mb": peak["RssAnon"], "file_mb": peak["RssFile"]}
+
+
+def measure_process(work: Path, sizes: list[int], args) -> None:
+    """The whole `attnlab train` process on each size, in back-to-back rounds (A, B, A, B, ...)."""
+    results: dict = {n: [] for n in sizes}
+    print(f"\nwhole process: python -m attnlab {' '.join(train_command(Path('DIR'), Path('RUN'), args))}")
+    for rnd in range(args.rounds):
+        for n in sizes:
+            run = work / f"proc{n}-{rnd}"
+            shutil.rmtree(run, ignore_errors=True)
+            cmd = [sys.executable, "-m", "attnlab", *train_command(prepared_folder(work, n, args), run, args)]
+            r = watch(cmd, work / f"proc{n}-{rnd}.log")
+            r["load"] = load()
+            results[n].append(r)
+            shutil.rmtree(run, ignore_errors=True)
+            print(f"round {rnd}, {n:>9,} pairs: peak RSS {r['rss_mb']:.0f} MB (anonymous {r['anon_mb']:.0f} MB, "
+                  f"file-backed {r['file_mb']:.0f} MB, sampled); load {r['load']}", flush=True)  # fmt: skip
+    base = sizes[0]
+    for n in sizes[1:]:
+        per_round = [b["rss_mb"] / a["rss_mb"] for a, b in zip(results[base], results[n])]
+        worst = max(x["rss_mb"] for x in results[n]) / max(x["rss_mb"] for x in results[base])
+        anon = max(x["anon_mb"] for x in results[n]) / max(x["anon_mb"] for x in results[base])
+        print(f"whole-process peak RSS, {n:,} vs {base:,} pairs (baseline): per round "
+              f"{', '.join(f'{x:.3f}x' for x in per_round)}; max over rounds {worst:.3f}x; "
+              f"anonymous {anon:.3f}x")  # fmt: skip
+    if args.phases:
+        measure_phases(work, sizes, args)
+
+
+def measure_phases(work: Path, sizes: list[int], args) -> None:
+    """Where the memory goes: RSS (anonymous + file-backed) after each phase of the same command."""
+    rows: dict = {}
+    for n in sizes:
+        run = work / f"phases{n}"
+        shutil.rmtree(run, ignore_errors=True)
+        argv = train_command(prepared_folder(work, n, args), run, args)
+        rows[n] = child(PHASES.format(argv=argv, steps=args.process_steps))
+        shutil.rmtree(run, ignore_errors=True)
+    print("\n| after | " + " | ".join(f"{n:,} pairs: RSS (anon + file)" for n in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for label, _ in rows[sizes[0]]["marks"]:
+        cells = [dict(rows[n]["marks"]).get(label) for n in sizes]
+        print(f"| {label} | " + " | ".join(mb(m) if m else "-" for m in cells) + " |")
+    peaks = [
+        f"{r['marks'][-1][1]['VmHWM']:.0f} MB ({r['peak']['RssAnon']:.0f}, {r['peak']['RssFile']:.0f})"
+        for r in rows.values()
+    ]
+    print("| peak: VmHWM (sampled anon, file) | " + " | ".join(peaks) + " |")
+
+
+def mb(m: dict) -> str:
+    return f"{m['RssAnon'] + m['RssFile']:.0f} MB ({m['RssAnon']:.0f} + {m['RssFile']:.0f})"
+
+
+def prepared_folder(work: Path, n: int, args) -> Path:
+    return work / (f"prep{n}" if args.heldout == "files" else f"prep{n}-random")
+
+
 def prepare_size(work: Path, n: int, dev: str, test: str, args) -> dict:
     """Generate the N-pair corpus, prepare it (and with the baseline's workers first, if asked)."""
     t = time.perf_counter()
@@ -148,8 +298,10 @@ def prepare_size(work: Path, n: int, dev: str, test: str, args) -> dict:
     raw = sum(Path(p).stat().st_size for p in spec.split(","))
     runs = []
     workers = [args.baseline_workers, args.workers] if args.baseline_workers else [args.workers]
+    if args.heldout == "random":  # `prepare`'s own split: 1% valid and 1% test, so they grow with N
+        dev = test = None
     for w in workers:
-        out = work / f"prep{n}"
+        out = prepared_folder(work, n, args)
         shutil.rmtree(out, ignore_errors=True)
         r = child(PREPARE.format(data=spec, out=str(out), valid=dev, test=test, shard_size=args.shard_size, workers=w))
         r.update(workers=w, pairs_per_s=r["pairs"] / r["seconds"], disk=du(out), raw=raw, load=load())
@@ -176,7 +328,7 @@ def measure(work: Path, sizes: list[int], args) -> None:
     results: dict = {n: {"loader": [], "train": []} for n in sizes}
     for rnd in range(args.rounds):
         for n in sizes:
-            out = work / f"prep{n}"
+            out = prepared_folder(work, n, args)
             results[n]["loader"].append(child(LOADER.format(out=str(out), batches=args.loader_batches)))
             run = work / f"run{n}-{rnd}"
             results[n]["train"].append(child(TRAIN.format(out=str(out), run=str(run), steps=args.train_steps)))
@@ -206,18 +358,29 @@ def measure(work: Path, sizes: list[int], args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="500000,5000000", help="corpus sizes in pairs, comma-separated")
-    ap.add_argument("--phase", choices=["all", "generate", "prepare", "measure"], default="all")
+    ap.add_argument("--phase", choices=["all", "generate", "prepare", "measure", "process"], default="all")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--loader-batches", type=int, default=300)
     ap.add_argument("--train-steps", type=int, default=20)
+    ap.add_argument("--preset", default="cpu-small", help="the preset of the whole-process `attnlab train` run")
+    ap.add_argument("--process-steps", type=int, default=30, help="--max-steps of the whole-process run")
+    ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], help="--precision of that run (default: its own)")
+    ap.add_argument("--phases", action="store_true", help="also print RSS after each phase of that run")
     ap.add_argument("--shard-size", type=int, default=250_000, help="pairs per shard (5M pairs: 20 shards)")
     ap.add_argument("--workers", type=int, help="prepare's encoding processes (default: the usable cores)")
     ap.add_argument("--baseline-workers", type=int, help="also prepare the first size with this many, first")
+    ap.add_argument(
+        "--heldout",
+        choices=["files", "random"],
+        default="files",
+        help="files: fixed 500-pair dev/test files; random: prepare's 1%%/1%% split of the corpus",
+    )
     ap.add_argument("--workdir", help="where the corpora go (default: a temp folder, removed at the end)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.phase != "all" and not args.workdir:
-        ap.error("--phase generate/prepare/measure need --workdir (the folder the phases share)")
+        ap.error("--phase generate/prepare/measure/process need --workdir (the folder the phases share)")
+    print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
     print(f"platform: {platform.machine()}, {os.cpu_count()} CPUs; CPU features: {cpu_features()}")
     print(f"load at start: {load()}", flush=True)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="attnlab-data-scale-"))
@@ -237,6 +400,8 @@ def main() -> None:
                 prepare_size(work, n, dev, test, args)
         if args.phase in ("all", "measure"):
             measure(work, sizes, args)
+        if args.phase in ("all", "measure", "process"):
+            measure_process(work, sizes, args)
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)

@@ -42,7 +42,8 @@ PLAN: dict[str, list[str]] = {
     "hf_decode.py": [],
     "decode_levers.py": ["--checkpoint", RUN, "--beams", "1,4", "--length-penalties", "0.6,1.0", "--limit", "50"],
     "constraints.py": ["--checkpoint", RUN, "--limit", "50", "--rounds", "1"],
-    "data_scale.py": ["--sizes", "20000,40000", "--rounds", "1", "--loader-batches", "20", "--train-steps", "4"],
+    "data_scale.py": ["--sizes", "20000,40000", "--rounds", "1", "--loader-batches", "20", "--train-steps", "4"]
+    + ["--process-steps", "4"],
     "time_to_quality.py": ["--budget", "40", "--points", "20,40", "--valid-limit", "100"],
     "positions.py": ["--time-budget", "5", "--limit", "50", "--schemes", "sinusoidal", "rope:1"],
     "vit_digits.py": ["--quick"],

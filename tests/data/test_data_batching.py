@@ -1,7 +1,9 @@
+import numpy as np
 import pytest
 import torch
 
 from attnlab.data import Example, Vocab, collate, iterate_batches, plan_batches
+from attnlab.data.batching import count_batches, plan_lengths
 
 
 def make_examples(n=500, seed=0):
@@ -88,3 +90,36 @@ def test_batch_to_and_len(vocab):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="batch_tokens"):
         plan_batches(make_examples(5))
+
+
+def greedy_reference(lengths, batch_tokens, batch_size, shuffle, rng):
+    """The cut one example at a time, as a list of lists (what a BatchPlan must equal)."""
+    if shuffle:
+        perm = rng.permutation(len(lengths))
+        order = perm[np.argsort(lengths[perm], kind="stable")]
+    else:
+        order = np.argsort(lengths, kind="stable")
+    batches, current = [], []
+    for i in order.tolist():
+        n = int(lengths[i])
+        too_many = batch_size is not None and len(current) + 1 > batch_size
+        if current and ((batch_tokens is not None and n * (len(current) + 1) > batch_tokens) or too_many):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return [batches[j] for j in rng.permutation(len(batches)).tolist()] if shuffle else batches
+
+
+@pytest.mark.parametrize("batch_tokens,batch_size", [(64, None), (7, None), (None, 5), (100, 3), (1000, 64)])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_plan_equals_the_cut_one_example_at_a_time(batch_tokens, batch_size, shuffle):
+    lengths = np.random.default_rng(0).integers(1, 40, 3000)  # some longer than 7 tokens: they go alone
+    kwargs = dict(batch_tokens=batch_tokens, batch_size=batch_size, shuffle=shuffle)
+    plan = plan_lengths(lengths, **kwargs, rng=np.random.default_rng(4), offset=10)
+    expected = greedy_reference(lengths, batch_tokens, batch_size, shuffle, np.random.default_rng(4))
+    assert list(plan) == [[i + 10 for i in b] for b in expected]
+    assert count_batches(lengths, batch_tokens=batch_tokens, batch_size=batch_size) == len(expected)
+    assert list(plan[5:9]) == list(plan)[5:9] and plan[-1] == list(plan)[-1]
+    assert plan.nbytes() <= 4 * len(lengths) + 16 * (len(plan) + 1)  # int32 order; int64 bounds, batch order

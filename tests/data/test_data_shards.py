@@ -67,7 +67,7 @@ def test_round_trip_ids_texts_and_normalization(prepared):
     assert data.src_vocab.decode(data.src_vocab.encode("Der ﬁsch.")) == "Der fisch."
     # The same source sentence never lands in two splits.
     train_src = {data.train[i].src_text for i in range(len(data.train))}
-    assert not any(e.src_text in train_src for e in data.valid + data.test)
+    assert not any(e.src_text in train_src for e in [*data.valid, *data.test])
 
 
 def test_plan_from_lengths_covers_each_example_once(prepared):

@@ -56,6 +56,40 @@ class Batch:
         return replace(self, **{f.name: fn(v) for f in fields(self) if (v := getattr(self, f.name)) is not None})
 
 
+class BatchPlan(Sequence[list[int]]):
+    """One epoch's batches held as three integer arrays, not one Python list per batch.
+
+    Batch j is `offset + order[bounds[b]:bounds[b + 1]]` with b = `batch_order[j]`: `order` lists the
+    examples sorted by length, `bounds` cuts it into batches. Items are the index lists, made when asked
+    for; a slice is a plan over the same arrays (a resumed epoch, a rank's share).
+    """
+
+    def __init__(self, order: np.ndarray, bounds: np.ndarray, batch_order: np.ndarray, offset: int = 0):
+        self.order, self.bounds, self.batch_order, self.offset = order, bounds, batch_order, offset
+
+    def __len__(self) -> int:
+        return len(self.batch_order)
+
+    def __getitem__(self, j):
+        if isinstance(j, slice):
+            return BatchPlan(self.order, self.bounds, self.batch_order[j], self.offset)
+        b = int(self.batch_order[j])
+        return (self.order[self.bounds[b] : self.bounds[b + 1]].astype(np.int64) + self.offset).tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for j in range(len(self)):
+            yield self[j]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable arrays inside, like a list
+
+    def nbytes(self) -> int:
+        """Bytes of the arrays this plan holds."""
+        return self.order.nbytes + self.bounds.nbytes + self.batch_order.nbytes
+
+
 def _lengths(examples: Sequence, num_steps: int | None) -> np.ndarray:
     """Padded length each example needs: max(source + <eos>, target + 1), or num_steps when fixed."""
     n = len(examples)
@@ -77,8 +111,9 @@ def plan_batches(
     epoch: int = 0,
     rank: int = 0,
     world_size: int = 1,
-) -> list[list[int]]:
-    """The index lists of this rank's batches for one epoch.
+) -> Sequence[list[int]]:
+    """The index lists of this rank's batches for one epoch (a `BatchPlan`; for a prepared corpus an
+    `EpochPlan` that plans one shard at a time).
 
     Examples are sorted by padded length (randomly within equal lengths when `shuffle`) and cut
     greedily, so a batch's padded size max(S, T) * B stays <= `batch_tokens` (an example longer than
@@ -121,31 +156,70 @@ def plan_batches(
     return batches
 
 
+def _batch_sizes(
+    values: np.ndarray, counts: np.ndarray, batch_tokens: int | None, batch_size: int | None
+) -> np.ndarray:
+    """Sizes of the batches a greedy cut of the length-sorted examples gives, from the distinct padded
+    lengths (ascending) and how many examples have each: one step per distinct length, not per example.
+
+    Along the sorted order the newcomer is always the batch's longest member, so a batch may grow to
+    `cap` = min(batch_tokens // length, batch_size) members (at least 1: an over-long example goes alone).
+    """
+    sizes: list = []
+    open_size = 0  # members of the batch still open, carried into the next (longer) length
+    for length, count in zip(values.tolist(), counts.tolist()):
+        cap = count + open_size  # room for all that is left: what no limit binds
+        if batch_size is not None:
+            cap = min(cap, batch_size)
+        if batch_tokens is not None and length > 0:
+            cap = min(cap, batch_tokens // length)
+        cap = max(cap, 1)
+        take = min(max(cap - open_size, 0), count)
+        open_size, count = open_size + take, count - take
+        if count == 0:
+            continue
+        sizes.append([open_size])  # the open batch cannot take an example of this length
+        full, open_size = divmod(count, cap)
+        sizes.append(np.full(full, cap, np.int64))
+    if open_size:
+        sizes.append([open_size])
+    return np.concatenate([np.asarray(x, np.int64) for x in sizes]) if sizes else np.zeros(0, np.int64)
+
+
+def count_batches(lengths: np.ndarray, *, batch_tokens: int | None, batch_size: int | None) -> int:
+    """How many batches `plan_lengths` cuts from `lengths`: the cut depends on the lengths only, not on
+    the shuffle, so it is counted from the length histogram (no sort, no index array)."""
+    values, counts = np.unique(lengths, return_counts=True)
+    return len(_batch_sizes(values, counts, batch_tokens, batch_size))
+
+
 def plan_lengths(
-    lengths: np.ndarray, *, batch_tokens: int | None, batch_size: int | None, shuffle: bool, rng: np.random.Generator
-) -> list[list[int]]:
-    """Batches (index lists into `lengths`, the padded length each example needs) cut greedily from
-    the length-sorted order; with `shuffle`, ties are broken and batches ordered at random by `rng`."""
+    lengths: np.ndarray,
+    *,
+    batch_tokens: int | None,
+    batch_size: int | None,
+    shuffle: bool,
+    rng: np.random.Generator | None,
+    offset: int = 0,
+) -> BatchPlan:
+    """Batches (index lists into `lengths`, the padded length each example needs, plus `offset`) cut
+    greedily from the length-sorted order; with `shuffle`, ties are broken and batches ordered at
+    random by `rng`. Held as a `BatchPlan`: a few bytes per example, whatever the number of examples."""
+    lengths = np.asarray(lengths)
     if shuffle:
+        if rng is None:
+            raise ValueError("plan_lengths with shuffle=True needs an rng (a numpy Generator), got None")
         perm = rng.permutation(len(lengths))
         order = perm[np.argsort(lengths[perm], kind="stable")]
     else:
         order = np.argsort(lengths, kind="stable")
-    batches: list[list[int]] = []
-    current: list[int] = []
-    max_tokens = batch_tokens if batch_tokens is not None else float("inf")
-    max_size = batch_size if batch_size is not None else len(lengths) + 1
-    # Lengths ascend along `order`, so the newcomer is always the batch's longest member.
-    for i, length in zip(order.tolist(), lengths[order].tolist()):
-        if current and (length * (len(current) + 1) > max_tokens or len(current) + 1 > max_size):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    if shuffle:
-        batches = [batches[j] for j in rng.permutation(len(batches)).tolist()]
-    return batches
+    values, counts = np.unique(lengths, return_counts=True)
+    sizes = _batch_sizes(values, counts, batch_tokens, batch_size)
+    bounds = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    batch_order = rng.permutation(len(sizes)) if rng is not None and shuffle else np.arange(len(sizes))
+    index = np.int32 if len(lengths) < 2**31 else np.int64
+    return BatchPlan(order.astype(index), bounds, batch_order.astype(np.int64), offset)
 
 
 def _with_eos(seqs: list[list[int]], eos: int, pad: int, width: int | None) -> tuple[torch.Tensor, torch.Tensor]:

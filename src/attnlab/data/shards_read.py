@@ -1,10 +1,15 @@
 """Reading prepared corpora (see `attnlab.data.shards` for the layout `prepare` writes): lazy
-memory-mapped examples, epoch plans drawn one shard at a time from the lengths index, `open_prepared`."""
+memory-mapped examples, epoch plans drawn one shard at a time from the lengths index, `open_prepared`.
+
+Nothing here holds a Python object per pair: plans are integer arrays (`BatchPlan`), batches are counted
+from a histogram of the lengths, and the held-out splits read their texts from disk when asked, so the
+memory of a training process does not grow with the corpus."""
 
 from __future__ import annotations
 
 import bisect
 import collections
+import itertools
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -12,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .batching import plan_lengths
+from .batching import BatchPlan, count_batches, plan_lengths
 from .manifest import check_manifest
 from .translation import Example, TranslationData
 from .vocab import load_vocab
@@ -98,23 +103,29 @@ class ShardedExamples(Sequence):
             src[offs[j, 0] : offs[j + 1, 0]].tolist(), tgt[offs[j, 1] : offs[j + 1, 1]].tolist(), self.vocabs
         )
 
-    def _shard_plan(self, k: int, opts: dict, shuffle: bool, rng) -> list[list[int]]:
-        lens = np.asarray(self.lengths(k), np.int64)
+    def _padded(self, k: int, opts: dict) -> np.ndarray:
+        """(N_k,) the padded length each pair of shard k needs (see `batching._lengths`)."""
+        lens = self.lengths(k)
         if opts["num_steps"] is not None:
-            padded = np.full(len(lens), opts["num_steps"], np.int64)
-        else:
-            padded = lens.max(axis=1) + 1
-        start = int(self.starts[k])
-        plan = plan_lengths(
-            padded, batch_tokens=opts["batch_tokens"], batch_size=opts["batch_size"], shuffle=shuffle, rng=rng
+            return np.full(len(lens), opts["num_steps"], np.int32)
+        return lens.max(axis=1) + 1
+
+    def _shard_plan(self, k: int, opts: dict, shuffle: bool, rng) -> BatchPlan:
+        return plan_lengths(
+            self._padded(k, opts),
+            batch_tokens=opts["batch_tokens"],
+            batch_size=opts["batch_size"],
+            shuffle=shuffle,
+            rng=rng,
+            offset=int(self.starts[k]),
         )
-        return [[start + i for i in b] for b in plan]
 
     def _count(self, k: int, opts: dict) -> int:
         """Batches in shard k: the greedy cut depends on the lengths only, so it is the same every epoch."""
         key = (k, tuple(sorted(opts.items())))
         if key not in self._counts:
-            self._counts[key] = len(self._shard_plan(k, opts, False, None))
+            padded = self._padded(k, opts)
+            self._counts[key] = count_batches(padded, batch_tokens=opts["batch_tokens"], batch_size=opts["batch_size"])
         return self._counts[key]
 
     def plan_batches(self, *, batch_tokens, batch_size, num_steps, shuffle, seed, epoch, rank, world_size):
@@ -127,6 +138,72 @@ class ShardedExamples(Sequence):
             rank,
             world_size,
         )
+
+
+class HeldOutExample:
+    """One pair of a held-out split: ids from its shard, raw texts (the BLEU references) read on access."""
+
+    __slots__ = ("_i", "_split", "src_ids", "tgt_ids")
+
+    def __init__(self, src_ids: list[int], tgt_ids: list[int], split: HeldOutExamples, i: int):
+        self.src_ids, self.tgt_ids, self._split, self._i = src_ids, tgt_ids, split, i
+
+    @property
+    def src_text(self) -> str:
+        return self._split.texts(self._i)[0]
+
+    @property
+    def tgt_text(self) -> str:
+        return self._split.texts(self._i)[1]
+
+
+class HeldOutExamples(Sequence):
+    """The valid or test split of a prepared corpus as a lazy sequence: ids memory-mapped from its shards
+    (planned like the training split), texts read from its TSV by line offsets (8 bytes a pair in memory),
+    so a 1% split of a large corpus costs no Python objects until its pairs are used."""
+
+    def __init__(self, ids: ShardedExamples, tsv: Path):
+        self.ids, self.tsv = ids, Path(tsv)
+        self.offsets = _line_offsets(self.tsv)
+        if len(self.offsets) - 1 != len(ids):
+            raise ValueError(
+                f"{self.tsv} has {len(self.offsets) - 1} lines for {len(ids)} pairs in the shards; "
+                f"the folder is damaged: prepare the corpus again"
+            )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        ex = self.ids[i]
+        return HeldOutExample(ex.src_ids, ex.tgt_ids, self, int(i) % len(self))
+
+    def texts(self, i: int) -> tuple[str, str]:
+        """(source, target) raw texts of pair i."""
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        with open(self.tsv, "rb") as f:
+            f.seek(start)
+            src, _, tgt = f.read(end - start).decode("utf-8").rstrip("\n").partition("\t")
+        return src, tgt
+
+    def plan_batches(self, **plan) -> EpochPlan:
+        return self.ids.plan_batches(**plan)
+
+
+def _line_offsets(path: Path, chunk: int = 1 << 20) -> np.ndarray:
+    """(lines + 1,) int64: where each line of `path` starts, and the file's size; read in chunks."""
+    found = [np.zeros(1, np.int64)]
+    pos = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            found.append(np.flatnonzero(np.frombuffer(block, np.uint8) == ord("\n")).astype(np.int64) + pos + 1)
+            pos += len(block)
+    offsets = np.concatenate(found)
+    if offsets[-1] != pos:  # a last line without its newline
+        offsets = np.append(offsets, pos)
+    return offsets
 
 
 class EpochPlan:
@@ -160,7 +237,7 @@ class EpochPlan:
     def __len__(self) -> int:
         return self._len
 
-    def _shard_batches(self, k: int) -> list[list[int]]:
+    def _shard_batches(self, k: int) -> BatchPlan:
         rng = np.random.default_rng([self.seed, self.epoch, 2, k]) if self.shuffle else None
         return self.data._shard_plan(k, self.opts, self.shuffle, rng)
 
@@ -185,8 +262,6 @@ class EpochPlan:
                     i += 1
 
     def __getitem__(self, index):
-        import itertools
-
         if isinstance(index, slice):
             start, stop, step = index.indices(self._len)
             return itertools.islice(iter(self), start, stop, step)
@@ -205,7 +280,7 @@ def _read_texts(path: Path) -> list[tuple[str, str]]:
 
 
 def open_prepared(path: str | os.PathLike, *, full_check: bool | None = None, **ignored):
-    """A prepared folder -> `TranslationData` (train lazy and memory-mapped; valid/test in memory).
+    """A prepared folder -> `TranslationData` (every split lazy and memory-mapped).
 
     The folder is first checked against its manifest (`attnlab.data.manifest`: every file's size, and
     the sha256 of all but a large corpus' training token files; `full_check=True` hashes those too).
@@ -237,8 +312,7 @@ def open_prepared(path: str | os.PathLike, *, full_check: bool | None = None, **
         if split == "train":
             splits[split] = lazy
             continue
-        texts = _read_texts(root / f"{split}.tsv")
-        splits[split] = [Example(ex.src_ids, ex.tgt_ids, s, t) for ex, (s, t) in zip(lazy, texts)]
+        splits[split] = HeldOutExamples(lazy, root / f"{split}.tsv")
     stats = {s: meta["splits"][s]["pairs"] for s in SPLITS}
     stats.update(src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), reports=meta["reports"])
     settings = {

@@ -24,7 +24,7 @@ import itertools
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -139,7 +139,7 @@ class Trainer:
         opts = dict(batch_tokens=c.batch_tokens, batch_size=c.batch_size, num_steps=c.num_steps)
         return {k: v for k, v in opts.items() if v is not None}
 
-    def _plan(self, epoch: int) -> list[list[int]]:
+    def _plan(self, epoch: int) -> Sequence[list[int]]:
         """This rank's batches (example indices) for `epoch`: a pure function of (seed, epoch)."""
 
         return plan_batches(
