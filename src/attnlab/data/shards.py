@@ -51,7 +51,6 @@ from .shards_read import (  # noqa: F401 (reading lives there; re-exported)
     EpochPlan,
     ShardedExamples,
     ShardExample,
-    _read_texts,
     is_prepared,
     open_prepared,
 )

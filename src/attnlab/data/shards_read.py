@@ -274,11 +274,6 @@ def is_prepared(path: str | os.PathLike) -> bool:
     return Path(path).is_dir() and (Path(path) / META).is_file()
 
 
-def _read_texts(path: Path) -> list[tuple[str, str]]:
-    with open(path, encoding="utf-8") as f:
-        return [(src, tgt) for src, tgt in (line.rstrip("\n").split("\t", 1) for line in f)]
-
-
 def open_prepared(path: str | os.PathLike, *, full_check: bool | None = None, **ignored):
     """A prepared folder -> `TranslationData` (every split lazy and memory-mapped).
 
