@@ -5,6 +5,7 @@
     GET  /api/model                                             -> config, vocabulary sizes, limits, data credit
     GET  /healthz                                               -> {"status": "ok"}
     GET  /                                                      -> the page (static/index.html + app.js + style.css)
+    GET  /docs, /openapi.json                                   -> the API reference (apidocs.py), its schema
 
 Two paths, two costs: `/api/translate` (the page's) decodes one sentence per request on a pool of
 threads with their own model copies and records every attention map (pool.py); `/api/translations`
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -35,9 +36,10 @@ from attnlab.analysis.subwords import merge_subwords
 from attnlab.data import ATTRIBUTION
 from attnlab.decoding.translator import InputError, TextTooLong
 
+from .apidocs import api_docs_html
 from .batcher import MicroBatcher
 from .guard import GuardMiddleware, Limits, safe_text
-from .pool import Busy, TranslatorPool
+from .pool import Busy, TooLarge, TranslatorPool
 from .schemas import (
     MAX_BEAM,
     ErrorResponse,
@@ -159,6 +161,8 @@ def create_app(
         title="attnlab attention explorer",
         version=_version(),
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc come from a CDN; /docs below needs nothing from outside
+        redoc_url=None,
         description="Translate English to French and see every attention map the Transformer used.",
     )
     app.state.pool, app.state.batcher, app.state.limits = pool, batcher, limits
@@ -191,8 +195,8 @@ def create_app(
         what = {
             400: "the body could not be read",
             408: f"the body took over {limits.body_timeout_s:g} s to arrive",
-            413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, or "
-            "attention maps over the response limit",
+            413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, more texts "
+            "than max_texts (GET /api/model), or attention maps over the response limit: never a retry",
             422: "empty text, too many tokens, wrong types, beam out of range, a head mask naming a "
             "kind, layer or head the model lacks",
             431: f"request head over {limits.max_header_bytes} bytes",
@@ -238,6 +242,10 @@ def create_app(
                 "(--max-texts); split them",
                 request,
             )
+        try:
+            batcher.check_fits(len(req.texts))
+        except TooLarge as exc:
+            return _error(413, str(exc), request)
         for i, text in enumerate(req.texts):
             try:
                 check_text(translator, text)
@@ -270,7 +278,7 @@ def create_app(
             max_output_tokens=translator.max_output_len,
             max_chars=MAX_CHARS,
             max_beam=MAX_BEAM,
-            max_texts=limits.max_texts,
+            max_texts=min(limits.max_texts, batcher.max_pending),
             max_body_bytes=limits.max_body_bytes,
             max_response_bytes=limits.max_response_bytes,
             workers=pool.workers,
@@ -284,6 +292,10 @@ def create_app(
     @app.get("/", include_in_schema=False)
     async def index():
         return FileResponse(STATIC_DIR / "index.html")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return HTMLResponse(api_docs_html(app.openapi()))
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
