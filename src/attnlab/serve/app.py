@@ -39,6 +39,7 @@ from attnlab.decoding.translator import InputError, TextTooLong
 from .apidocs import api_docs_html
 from .batcher import MicroBatcher
 from .guard import GuardMiddleware, Limits, safe_text
+from .memory import IdleTrim, TrimWhenIdle
 from .pool import Busy, TooLarge, TranslatorPool
 from .schemas import (
     MAX_BEAM,
@@ -137,6 +138,7 @@ def create_app(
     batch_workers: int = 1,
     max_batch_pending: int = 1024,
     importance: dict | None = None,
+    trim_interval_s: float = 1.0,
 ) -> FastAPI:
     """The explorer and the batching API for one loaded `Translator` (see `attnlab.runs.load_translator`).
 
@@ -144,6 +146,7 @@ def create_app(
     max_batch_pending: the micro-batcher's (see batcher.py); limits: see guard.Limits.
     importance: {"source": str, "values": {kind: [layer][head]}} for the head-importance strip (e.g.
     from `attnlab.analysis.load_head_importance`); None: each translation's own confidence.
+    trim_interval_s: least time between two heap trims when the server goes idle (memory.IdleTrim).
     """
     limits = limits or Limits()
     pool = TranslatorPool(translator, workers, max_pending)
@@ -165,7 +168,9 @@ def create_app(
         redoc_url=None,
         description="Translate English to French and see every attention map the Transformer used.",
     )
-    app.state.pool, app.state.batcher, app.state.limits = pool, batcher, limits
+    trim = IdleTrim(lambda: pool.pending > 0 or batcher.pending > 0, trim_interval_s)
+    app.state.pool, app.state.batcher, app.state.limits, app.state.trim = pool, batcher, limits, trim
+    app.add_middleware(TrimWhenIdle, trim=trim)  # trims after a response has gone out
     app.add_middleware(GuardMiddleware, limits=limits)
 
     @app.exception_handler(RequestValidationError)
