@@ -3,7 +3,8 @@
     attnlab serve                                   # the model `attnlab demo` saved (runs/demo/transformer)
     attnlab serve --checkpoint runs/d2l --port 8080 --workers 2
 
-Then open http://127.0.0.1:8000/ (API reference at /docs, schema at /openapi.json). It binds to localhost unless --host says otherwise.
+Then open http://127.0.0.1:8000/ (API reference at /docs, schema at /openapi.json). It binds to
+localhost unless --host says otherwise.
 Programs translating many sentences use POST /api/translations (micro-batched, no attention maps).
 Every bound below has a default; the README lists them, and BENCHMARKS.md what they hold against.
 """
