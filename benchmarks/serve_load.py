@@ -1,16 +1,18 @@
-"""Loopback load test of `attnlab serve`: C concurrent clients, one sentence per request, on three paths.
+"""Loopback load test of `attnlab serve`: the batching gain on the plain translation path, like for like.
 
-    explain   POST /api/translate    today's per-request path (decode + recorded forward + every map)
-    single    POST /api/translations on a server started with --max-batch 1 (plain path, no batching)
-    batched   POST /api/translations (micro-batched: --max-batch 32, --max-wait-ms 5)
+    single    POST /api/translations on a server started with --max-batch 1 (one sentence per decode)
+    batched   POST /api/translations on a server started with --max-batch 32 --max-wait-ms 5
+    explain   POST /api/translate (the explorer: decode + recorded forward + every map), for scale only
 
-Starts real servers (subprocesses on 127.0.0.1, free ports), runs the paths in interleaved rounds
-(explain, single, batched, explain, ...) so load drifts hit all alike, and prints sentences/s (median
-over rounds), the ratio to `explain`, p50/p95/p99 latency and the error count of each. The clients keep
-one HTTP/1.1 connection each. Prints the CPU features found and the load average.
+`single` and `batched` differ in --max-batch alone (same checkpoint, precision, --threads, workers), so
+batched / single is what batching buys. C keep-alive clients send one sentence per request. The paths run
+in interleaved rounds (single, batched, explain, single, ...) so load drifts hit all alike; it prints
+sentences/s (median over rounds), the median of the per-round ratios to `single`, p50/p95/p99 latency
+and the error count of each, the CPU features found, the torch threads and the load average.
 
     python benchmarks/serve_load.py                           # runs/demo/transformer, else a tiny model
-    flock /tmp/attnlab-measure.lock python benchmarks/serve_load.py --clients 32 --requests 10 --rounds 3
+    flock /tmp/attnlab-measure.lock python benchmarks/serve_load.py --checkpoint RUN --clients 32 --rounds 3
+    ... --threads 2                                            # every server with 2 torch threads per decode
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ import threading
 import time
 from pathlib import Path
 
+import torch
+
+from attnlab.serve.listen import decode_threads
 from attnlab.testing import start_server, stop_server, train_tiny
+from attnlab.utils.precision import cpu_features
 
 SENTENCES = [
     "i'm home .",
@@ -37,20 +43,12 @@ SENTENCES = [
     "he is tall .",
     "i like tea .",
 ]
-PATHS = {
-    "explain": ("/api/translate", lambda t: {"text": t}),
-    "single": ("/api/translations", lambda t: {"texts": [t]}),
-    "batched": ("/api/translations", lambda t: {"texts": [t]}),
+PATHS = {  # path -> (server, route, body of one sentence)
+    "single": ("single", "/api/translations", lambda t: {"texts": [t]}),
+    "batched": ("batched", "/api/translations", lambda t: {"texts": [t]}),
+    "explain": ("batched", "/api/translate", lambda t: {"text": t}),
 }
-
-
-def cpu_features() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = set(next(line for line in f if line.startswith("flags")).split())
-    except (OSError, StopIteration):
-        return "unknown"
-    return ", ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))
+SHOWN_FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni")
 
 
 def run_clients(port: int, path: str, body, clients: int, requests: int) -> tuple[float, list[float], int]:
@@ -60,7 +58,7 @@ def run_clients(port: int, path: str, body, clients: int, requests: int) -> tupl
     lock = threading.Lock()
 
     def client(k: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         for r in range(requests):
             data = json.dumps(body(SENTENCES[(k + r) % len(SENTENCES)])).encode()
             t0 = time.perf_counter()
@@ -72,7 +70,7 @@ def run_clients(port: int, path: str, body, clients: int, requests: int) -> tupl
             except OSError:
                 ok = False
                 conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
             dt = time.perf_counter() - t0
             with lock:
                 lat.append(dt)
@@ -101,6 +99,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2, help="the explorer's inference threads")
     ap.add_argument("--max-wait-ms", type=float, default=5.0, help="the batcher's wait for company")
+    ap.add_argument("--threads", type=int, help="--threads of every server (default: the server's own)")
+    ap.add_argument("--precision", default="auto", help="--precision of every server (default: auto)")
+    ap.add_argument("--no-explain", action="store_true", help="skip the explorer row")
     args = ap.parse_args()
 
     tmp = None
@@ -111,18 +112,21 @@ def main() -> None:
             tmp = tempfile.TemporaryDirectory()
             print("no runs/demo/transformer: training a tiny model on the sample pairs ...", flush=True)
             ckpt = train_tiny(Path(tmp.name) / "tiny")
+    common = ["--workers", str(args.workers), "--precision", args.precision, "--max-wait-ms", str(args.max_wait_ms)]
+    if args.threads is not None:
+        common += ["--threads", str(args.threads)]
+    paths = {m: v for m, v in PATHS.items() if not (args.no_explain and m == "explain")}
     servers = {
-        "main": start_server(ckpt, "--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)),
-        "single": start_server(ckpt, "--workers", str(args.workers), "--max-batch", "1"),
+        "single": start_server(ckpt, *common, "--max-batch", "1"),
+        "batched": start_server(ckpt, *common, "--max-batch", "32"),
     }
-    port_of = {"explain": servers["main"][1], "single": servers["single"][1], "batched": servers["main"][1]}
-    stats: dict[str, dict] = {m: {"rates": [], "lat": [], "fails": 0} for m in PATHS}
+    stats: dict[str, dict] = {m: {"rates": [], "lat": [], "fails": 0} for m in paths}
     try:
-        for mode, (path, body) in PATHS.items():  # warm-up: thread replicas, lazy init
-            run_clients(port_of[mode], path, body, 4, 2)
+        for server, route, body in paths.values():  # warm-up: lazy init, first shapes
+            run_clients(servers[server][1], route, body, 4, 4)
         for _ in range(args.rounds):
-            for mode, (path, body) in PATHS.items():
-                wall, lat, fails = run_clients(port_of[mode], path, body, args.clients, args.requests)
+            for mode, (server, route, body) in paths.items():
+                wall, lat, fails = run_clients(servers[server][1], route, body, args.clients, args.requests)
                 st = stats[mode]
                 st["rates"].append(len(lat) / wall)
                 st["lat"] += lat
@@ -133,21 +137,26 @@ def main() -> None:
         if tmp is not None:
             tmp.cleanup()
 
+    found = cpu_features()
+    features = ", ".join(f"{f}={'yes' if f in found else 'no'}" for f in SHOWN_FEATURES)
+    threads = args.threads or decode_threads(args.workers, 1)
     print(
         f"checkpoint {ckpt if tmp is None else 'tiny (trained now: 2 layers, d=32)'}; {os.cpu_count()} CPUs; "
-        f"CPU features: {cpu_features()}; torch threads per server default"
+        f"CPU features: {features}; "
+        f"torch {torch.__version__}, {threads} torch thread(s) per decode "
+        f"({'--threads' if args.threads else 'the server default'}); --precision {args.precision}"
     )
     print(
         f"{args.clients} clients x {args.requests} requests x {args.rounds} interleaved rounds; one sentence "
-        f"per request; explorer workers {args.workers}; batcher --max-wait-ms {args.max_wait_ms:g}"
+        f"per request; batcher --max-wait-ms {args.max_wait_ms:g}, 1 decode thread; explorer workers {args.workers}"
     )
-    base = statistics.median(stats["explain"]["rates"])
-    print("| path | sentences/s (median of rounds) | vs explain | p50 ms | p95 ms | p99 ms | errors |")
+    print("| path | sentences/s | vs single (median of per-round ratios) | p50 ms | p95 ms | p99 ms | errors |")
     print("|---|---|---|---|---|---|---|")
+    base = stats["single"]["rates"]
     for mode, st in stats.items():
-        rate = statistics.median(st["rates"])
+        ratio = statistics.median(r / b for r, b in zip(st["rates"], base))
         print(
-            f"| {mode} | {rate:.1f} | {rate / base:.2f}x | {pct(st['lat'], 0.5) * 1e3:.0f} | "
+            f"| {mode} | {statistics.median(st['rates']):.1f} | {ratio:.2f}x | {pct(st['lat'], 0.5) * 1e3:.0f} | "
             f"{pct(st['lat'], 0.95) * 1e3:.0f} | {pct(st['lat'], 0.99) * 1e3:.0f} | {st['fails']} |"
         )
     print("load average (1, 5, 15 min):", " ".join(f"{x:.2f}" for x in os.getloadavg()))

@@ -11,19 +11,22 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from attnlab.serve.batcher import MicroBatcher
-from attnlab.serve.pool import Busy
+from attnlab.serve.pool import Busy, TooLarge
 
 
 class FakeTranslator:
-    """Upper-cases; records every call; a sentence containing 'bad' raises ValueError like translate would."""
+    """Upper-cases; records every call; a sentence containing 'bad' raises ValueError like translate would.
+    With a `gate`, each call sets `started` and waits for the gate (the test decides when decoding ends)."""
 
-    def __init__(self, delay_s=0.05):
-        self.calls, self.delay_s, self.lock = [], delay_s, threading.Lock()
+    def __init__(self, gate: threading.Event | None = None):
+        self.calls, self.lock, self.gate, self.started = [], threading.Lock(), gate, threading.Event()
 
     def translate(self, texts, beam=1):
         with self.lock:
             self.calls.append((list(texts), beam))
-        time.sleep(self.delay_s)
+        self.started.set()
+        if self.gate is not None:
+            assert self.gate.wait(60), "the test never opened the gate"
         if any("bad" in t for t in texts):
             raise ValueError("bad sentence")
         return [f"{t.upper()}/{beam}" for t in texts]
@@ -63,8 +66,20 @@ def test_beams_are_never_mixed():
         assert all(t.upper() + f"/{beam}" in [f"T{i}/{1 + i % 3}" for i in range(12)] for t in texts)
 
 
+def test_more_sentences_than_the_queue_holds_is_too_large_not_busy():
+    b = MicroBatcher(FakeTranslator(), max_batch=2, max_pending=3)
+
+    async def scenario():
+        with pytest.raises(TooLarge, match="at most 3"):
+            await b.translate(["a", "b", "c", "d"])
+        assert b.pending == 0 and await b.translate(["a", "b", "c"]) == ["A/1", "B/1", "C/1"]
+
+    asyncio.run(scenario())
+    b.shutdown()
+
+
 def test_one_bad_sentence_fails_only_its_request():
-    fake = FakeTranslator(delay_s=0.0)
+    fake = FakeTranslator()
     b = MicroBatcher(fake, max_batch=8, max_wait_ms=20)
 
     async def scenario():
@@ -78,14 +93,16 @@ def test_one_bad_sentence_fails_only_its_request():
 
 
 def test_full_queue_is_busy():
-    fake = FakeTranslator(delay_s=0.3)
+    gate = threading.Event()
+    fake = FakeTranslator(gate)
     b = MicroBatcher(fake, max_batch=2, max_wait_ms=0, max_pending=3)
 
     async def scenario():
         first = asyncio.ensure_future(b.translate(["a", "b", "c"]))
-        await asyncio.sleep(0.05)
+        await asyncio.get_running_loop().run_in_executor(None, fake.started.wait, 60)  # its first batch decodes
         with pytest.raises(Busy):
             await b.translate(["d"])
+        gate.set()
         assert await first == ["A/1", "B/1", "C/1"]
         assert await b.translate(["d"]) == ["D/1"]  # and it recovers
 
@@ -110,15 +127,39 @@ def test_api_translations_match_translator(client, translator):
     assert r.json()["translations"] == translator.translate(texts[:2], beam=3)
 
 
-def test_api_translations_concurrent_clients_are_batched(client, translator):
-    batcher = client.app.state.batcher
-    before_batches, before_sentences = batcher.batches, batcher.sentences
+class HeldTranslator:
+    """The real translator, whose first call waits until `batcher` holds `n` sentences: the rest of the
+    clients are then certainly queued behind it, however slowly the machine lets them arrive."""
+
+    def __init__(self, translator, n: int):
+        self.base, self.n, self.batcher, self.first = translator, n, None, True
+
+    def translate(self, texts, beam=1):
+        if self.first:
+            self.first = False
+            while self.batcher.pending < self.n:  # set on the event loop's thread; read here only
+                time.sleep(0.005)
+        return self.base.translate(texts, beam)
+
+    def __getattr__(self, name):  # vocabularies, config, model: the real translator's
+        return getattr(self.base, name)
+
+
+def test_api_translations_concurrent_clients_are_batched(translator):
+    from fastapi.testclient import TestClient
+
+    from attnlab.serve.app import create_app
+
+    held = HeldTranslator(translator, 16)
     texts = ["i'm home .", "go .", "he's calm .", "i lost ."] * 4
-    with ThreadPoolExecutor(16) as ex:
-        outs = list(ex.map(lambda t: client.post("/api/translations", json={"texts": [t]}), texts))
+    with TestClient(create_app(held, max_batch=32)) as client:
+        held.batcher = batcher = client.app.state.batcher
+        with ThreadPoolExecutor(16) as ex:
+            outs = list(ex.map(lambda t: client.post("/api/translations", json={"texts": [t]}), texts))
     expected = dict(zip(texts, translator.translate(texts)))
     assert all(r.status_code == 200 and r.json()["translations"] == [expected[t]] for r, t in zip(outs, texts))
-    assert batcher.sentences - before_sentences == 16 and batcher.batches - before_batches < 16
+    # The first batch (whoever came within --max-wait-ms), then all that queued behind it in one more.
+    assert batcher.sentences == 16 and batcher.batches <= 2
 
 
 @pytest.mark.parametrize(

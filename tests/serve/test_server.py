@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from attnlab.cli import main
+from attnlab.serve.listen import decode_threads
 
 
 def test_refuses_without_demo_model(tmp_path, monkeypatch, capsys):
@@ -62,3 +64,40 @@ def test_live_server_concurrent_requests(server, translator):
     expected = dict(zip(texts, translator.translate(texts)))
     for text, (status, body) in zip(texts, results):
         assert status == 200 and body["translation"] == expected[text]
+
+
+def _one_line_refusal(capsys, argv, *words):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "http://" not in out, "the URL was printed before the server could listen"
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    for w in words:
+        assert w in err
+
+
+def test_busy_port_is_one_line_before_any_url(tiny_run, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["serve", "--checkpoint", str(tiny_run), "--port", str(port)]
+        _one_line_refusal(capsys, argv, f"--port {port}", "already listens", "free --port")
+
+
+def test_bad_host_is_one_line_before_any_url(tiny_run, capsys, monkeypatch):
+    # 192.0.2.1 (TEST-NET-1) is nobody's own address: bind fails at once, no network needed.
+    _one_line_refusal(capsys, ["serve", "--checkpoint", str(tiny_run), "--host", "192.0.2.1"], "--host 192.0.2.1")
+
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)  # a name that does not resolve, without asking DNS
+    _one_line_refusal(
+        capsys, ["serve", "--checkpoint", str(tiny_run), "--host", "no-such-host"], "--host no-such-host", "resolve"
+    )
+
+
+def test_decode_threads_leave_the_event_loop_a_core():
+    assert decode_threads(workers=2, batch_workers=1, cores=2) == 1
+    assert decode_threads(workers=1, batch_workers=1, cores=1) == 1
+    assert decode_threads(workers=2, batch_workers=1, cores=16) == 5

@@ -3,7 +3,8 @@
     attnlab serve                                   # the model `attnlab demo` saved (runs/demo/transformer)
     attnlab serve --checkpoint runs/d2l --port 8080 --workers 2
 
-Then open http://127.0.0.1:8000/ (API schema at /docs). It binds to localhost unless --host says otherwise.
+Then open http://127.0.0.1:8000/ (API reference at /docs, schema at /openapi.json). It binds to
+localhost unless --host says otherwise.
 Programs translating many sentences use POST /api/translations (micro-batched, no attention maps).
 Every bound below has a default; the README lists them, and BENCHMARKS.md what they hold against.
 """
@@ -42,6 +43,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument("--workers", type=int, default=2, help="inference threads; more requests queue (default: 2)")
     p.add_argument("--max-pending", type=int, default=128, help=_AT_ONCE.format("requests", "run", 128))
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch intra-op threads per decode (default: the cores less one, shared among --workers + "
+        "--batch-workers, at least 1)",
+    )
     b = p.add_argument_group("batching (POST /api/translations)")
     b.add_argument("--max-batch", type=int, default=32, help="most sentences decoded in one batch (default: 32)")
     b.add_argument(
@@ -124,6 +131,8 @@ def load_importance(heads: str | None, run_dir: Path, model) -> dict | None:
 
 
 def run(args) -> int:
+    import torch
+
     from attnlab.utils.extras import require
 
     require("serve", "attnlab serve")  # before any work: the slim core has no web server
@@ -131,12 +140,15 @@ def run(args) -> int:
 
     from attnlab.serve.app import create_app
     from attnlab.serve.guard import guarded_h11
+    from attnlab.serve.listen import bind_listener, decode_threads
     from attnlab.utils.checks import check_range
 
     check_range("--port", args.port, 0, 65535, integer=True)
     for flag in ("--workers", "--max-pending", "--max-batch", "--batch-workers", "--max-batch-pending"):
         check_range(flag, getattr(args, flag[2:].replace("-", "_")), 1, integer=True)
     check_range("--max-wait-ms", args.max_wait_ms, 0, 10_000)
+    if args.threads is not None:
+        check_range("--threads", args.threads, 1, integer=True)
     try:
         limits = Limits(**{field: getattr(args, field) for field, _, _ in LIMIT_FLAGS.values()})
     except ValueError as exc:  # name the flag, not the field
@@ -155,18 +167,20 @@ def run(args) -> int:
         max_batch_pending=args.max_batch_pending,
         importance=load_importance(args.heads, Path(args.checkpoint or DEFAULT_RUN), translator.model),
     )
+    threads = args.threads or decode_threads(args.workers, args.batch_workers)
+    torch.set_num_threads(threads)
+    sock = bind_listener(args.host, args.port)  # a busy port or a bad host: one line, before any URL
+    port = sock.getsockname()[1]
     where = "this machine only" if args.host in ("127.0.0.1", "localhost", "::1") else "reachable from the network"
     print(
-        f"attnlab explorer: http://{args.host}:{args.port}/ ({where}; {args.checkpoint or DEFAULT_RUN}, "
-        f"{args.workers} worker(s)); Ctrl-C to stop",
+        f"attnlab explorer: http://{args.host}:{port}/ ({where}; {args.checkpoint or DEFAULT_RUN}, "
+        f"{args.workers} worker(s), {threads} torch thread(s) each); Ctrl-C to stop",
         flush=True,
     )
     # uvicorn's production knobs (its "Settings" page): bounded connections, head size, idle time; the
     # header deadline is guard.guarded_h11's (uvicorn has none for a connection's first request).
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
-        host=args.host,
-        port=args.port,
         log_level=args.log_level,
         http=guarded_h11(limits.header_timeout_s),
         limit_concurrency=limits.max_connections,
@@ -174,4 +188,6 @@ def run(args) -> int:
         h11_max_incomplete_event_size=limits.max_header_bytes,
         server_header=False,
     )
+    with sock:
+        uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -5,6 +5,7 @@
     GET  /api/model                                             -> config, vocabulary sizes, limits, data credit
     GET  /healthz                                               -> {"status": "ok"}
     GET  /                                                      -> the page (static/index.html + app.js + style.css)
+    GET  /docs, /openapi.json                                   -> the API reference (apidocs.py), its schema
 
 Two paths, two costs: `/api/translate` (the page's) decodes one sentence per request on a pool of
 threads with their own model copies and records every attention map (pool.py); `/api/translations`
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -35,9 +36,11 @@ from attnlab.analysis.subwords import merge_subwords
 from attnlab.data import ATTRIBUTION
 from attnlab.decoding.translator import InputError, TextTooLong
 
+from .apidocs import api_docs_html
 from .batcher import MicroBatcher
 from .guard import GuardMiddleware, Limits, safe_text
-from .pool import Busy, TranslatorPool
+from .memory import IdleTrim, TrimWhenIdle
+from .pool import Busy, TooLarge, TranslatorPool
 from .schemas import (
     MAX_BEAM,
     ErrorResponse,
@@ -135,6 +138,7 @@ def create_app(
     batch_workers: int = 1,
     max_batch_pending: int = 1024,
     importance: dict | None = None,
+    trim_interval_s: float = 1.0,
 ) -> FastAPI:
     """The explorer and the batching API for one loaded `Translator` (see `attnlab.runs.load_translator`).
 
@@ -142,6 +146,7 @@ def create_app(
     max_batch_pending: the micro-batcher's (see batcher.py); limits: see guard.Limits.
     importance: {"source": str, "values": {kind: [layer][head]}} for the head-importance strip (e.g.
     from `attnlab.analysis.load_head_importance`); None: each translation's own confidence.
+    trim_interval_s: least time between two heap trims when the server goes idle (memory.IdleTrim).
     """
     limits = limits or Limits()
     pool = TranslatorPool(translator, workers, max_pending)
@@ -159,9 +164,13 @@ def create_app(
         title="attnlab attention explorer",
         version=_version(),
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc come from a CDN; /docs below needs nothing from outside
+        redoc_url=None,
         description="Translate English to French and see every attention map the Transformer used.",
     )
-    app.state.pool, app.state.batcher, app.state.limits = pool, batcher, limits
+    trim = IdleTrim(lambda: pool.pending > 0 or batcher.pending > 0, trim_interval_s)
+    app.state.pool, app.state.batcher, app.state.limits, app.state.trim = pool, batcher, limits, trim
+    app.add_middleware(TrimWhenIdle, trim=trim)  # trims after a response has gone out
     app.add_middleware(GuardMiddleware, limits=limits)
 
     @app.exception_handler(RequestValidationError)
@@ -191,8 +200,8 @@ def create_app(
         what = {
             400: "the body could not be read",
             408: f"the body took over {limits.body_timeout_s:g} s to arrive",
-            413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, or "
-            "attention maps over the response limit",
+            413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, more texts "
+            "than max_texts (GET /api/model), or attention maps over the response limit: never a retry",
             422: "empty text, too many tokens, wrong types, beam out of range, a head mask naming a "
             "kind, layer or head the model lacks",
             431: f"request head over {limits.max_header_bytes} bytes",
@@ -238,6 +247,10 @@ def create_app(
                 "(--max-texts); split them",
                 request,
             )
+        try:
+            batcher.check_fits(len(req.texts))
+        except TooLarge as exc:
+            return _error(413, str(exc), request)
         for i, text in enumerate(req.texts):
             try:
                 check_text(translator, text)
@@ -270,7 +283,7 @@ def create_app(
             max_output_tokens=translator.max_output_len,
             max_chars=MAX_CHARS,
             max_beam=MAX_BEAM,
-            max_texts=limits.max_texts,
+            max_texts=min(limits.max_texts, batcher.max_pending),
             max_body_bytes=limits.max_body_bytes,
             max_response_bytes=limits.max_response_bytes,
             workers=pool.workers,
@@ -284,6 +297,10 @@ def create_app(
     @app.get("/", include_in_schema=False)
     async def index():
         return FileResponse(STATIC_DIR / "index.html")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return HTMLResponse(api_docs_html(app.openapi()))
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

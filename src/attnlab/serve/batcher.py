@@ -7,7 +7,8 @@ them as one batch on a decode thread. While a batch decodes, new requests pile u
 larger batch: under load, batches grow by themselves; alone, a request waits at most `max_wait_ms`.
 
 No attention is recorded here, so every decode thread shares the one model (no copies).
-Bounded like the explorer: beyond `max_pending` waiting sentences `translate` raises Busy (HTTP 503).
+Bounded like the explorer: beyond `max_pending` waiting sentences `translate` raises Busy (HTTP 503);
+a request of more than `max_pending` sentences could never fit, so it raises TooLarge (HTTP 413) instead.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass
 
-from .pool import Busy, Threads
+from .pool import Busy, Threads, TooLarge
 
 
 @dataclass
@@ -63,6 +64,7 @@ class MicroBatcher:
 
     async def translate(self, texts: list[str], beam: int = 1) -> list[str]:
         """Translations of `texts` (already validated), decoded together with other requests' sentences."""
+        self.check_fits(len(texts))
         if self.pending + len(texts) > self.max_pending:
             raise Busy(
                 f"the translation queue is full ({self.pending} sentences waiting, at most "
@@ -78,6 +80,14 @@ class MicroBatcher:
             return list(await asyncio.gather(*(it.future for it in items)))
         finally:
             self.pending -= len(items)
+
+    def check_fits(self, n: int) -> None:
+        """TooLarge if `n` sentences exceed the queue itself: Busy would be a lie, no retry makes room."""
+        if n > self.max_pending:
+            raise TooLarge(
+                f"{n} texts in one request; the translation queue holds at most {self.max_pending} "
+                "sentences (--max-batch-pending); split them"
+            )
 
     def _start(self) -> None:
         if self._task is None or self._task.done():

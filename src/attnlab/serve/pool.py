@@ -14,6 +14,10 @@ class Busy(Exception):
     """More requests are waiting than the server accepts (HTTP 503 + Retry-After: the client should retry)."""
 
 
+class TooLarge(ValueError):
+    """A request no amount of waiting could fit under a bound (HTTP 413: the client must split it)."""
+
+
 class Threads:
     """A named ThreadPoolExecutor made on first use, and again after `shutdown`: an app may be served
     again after its lifespan ended (test clients run one lifespan per client)."""
@@ -64,4 +68,4 @@ class TranslatorPool:
         self.threads.shutdown()
 
 
-__all__ = ["Busy", "Threads", "TranslatorPool"]
+__all__ = ["Busy", "Threads", "TooLarge", "TranslatorPool"]

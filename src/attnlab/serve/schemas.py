@@ -148,7 +148,7 @@ class ModelInfo(BaseModel):
     max_output_tokens: int
     max_chars: int
     max_beam: int
-    max_texts: int = Field(description="most texts in one POST /api/translations")
+    max_texts: int = Field(description="most texts in one POST /api/translations (--max-texts, within the queue)")
     max_body_bytes: int
     max_response_bytes: int = Field(description="the explorer refuses sentences whose attention maps exceed this")
     workers: int
