@@ -14,6 +14,7 @@ always run, first: the baseline of every column). Model loading and conversion a
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import shlex
 import statistics
@@ -28,7 +29,7 @@ from common import add_decoding_args, table
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.runs.loading import load_translator
-from attnlab.utils.precision import cpu_features, native_bf16, prepare_for_inference, resolve_precision
+from attnlab.utils.precision import DECODE_PRECISIONS, cpu_features, native_bf16, prepare_for_inference, resolve_precision
 
 
 def header(argv) -> None:
@@ -44,17 +45,28 @@ def header(argv) -> None:
     print(f"native bf16: {ok} ({why}); `auto` picks {resolve_precision('auto', 'cpu').picked}")
 
 
-def variants(translator, names):
-    """name -> a Translator sharing vocabularies, with the model prepared for that precision."""
-    import copy
+# int8 variants beyond `--precision int8` (every Linear, fbgemm per-channel): NAME -> prepare_for_inference options.
+INT8_VARIANTS = {
+    "int8": {},
+    "int8 (fp32 output)": {"keep_fp32": ("decoder.dense",)},
+    "int8 (per-tensor)": {"kernel": "fbgemm-tensor"},
+    "int8 (per-row)": {"kernel": "int_mm"},
+}
 
+
+def variants(translator, names):
+    """name -> a Translator sharing vocabularies, with the model prepared for that precision
+    (fp32, bf16, auto, or one of INT8_VARIANTS)."""
     out = {}
     for name in names:
         t = copy.copy(translator)
-        if name == "int8 (every Linear)":
-            t.model = prepare_for_inference(translator.model, "int8", keep_fp32=())
-        else:
+        if name in INT8_VARIANTS:
+            t.model = prepare_for_inference(translator.model, "int8", **INT8_VARIANTS[name])
+        elif name in DECODE_PRECISIONS:
             t.model = prepare_for_inference(translator.model, name)
+        else:
+            raise SystemExit(f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS} or {list(INT8_VARIANTS)}")
+        t.precision = resolve_precision("int8" if name in INT8_VARIANTS else name)
         out[name] = t
     return out
 
@@ -71,7 +83,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_decoding_args(ap)
-    ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (every Linear)")
+    ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (fp32 output)")
     ap.add_argument("--batch-size", type=int, default=256, help="sentences per batch")
     ap.add_argument("--workers", type=int, default=1, help="batches decoded at once (Translator.decode)")
     args = ap.parse_args(argv)

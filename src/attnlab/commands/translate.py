@@ -35,8 +35,9 @@ def add_precision_arg(p) -> None:
     p.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "int8"],
-        default="auto",
-        help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer",
+        default="fp32",
+        help="fp32 (default: the same output on every machine), bf16, int8 (CPU, Transformer), or auto: the "
+        "fastest this hardware computes natively and measured to pay (attnlab.utils.precision)",
     )
 
 

@@ -12,17 +12,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
 from attnlab.decoding.hypothesis import Hypothesis
-from attnlab.utils.checks import check_range
-
-if TYPE_CHECKING:
-    from attnlab.utils.precision import PrecisionChoice
 from attnlab.decoding.batches import decode_batches
+from attnlab.utils.checks import check_range
+from attnlab.utils.precision import PrecisionChoice, prepare_for_inference, resolve_precision
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -126,6 +122,8 @@ class Translator:
             sentence of S source tokens may produce at most 2 * S + 10 (fairseq's max_len_a/b), and
             never more than the decoder has positions for (`model.max_target_positions`), so an
             undertrained model that never says <eos> still stops soon.
+        precision: 'fp32' (default), 'bf16', 'int8' or 'auto' (`attnlab.utils.precision`): the model is
+            decoded as a converted copy in that precision; `translator.precision` says what runs and why.
 
     Examples:
         >>> import torch
@@ -150,14 +148,16 @@ class Translator:
         device="cpu",
         max_len: int | None = None,
         max_output_len: int | None = None,
+        precision: str | PrecisionChoice = "fp32",
     ):
-        self.model = model.to(device).eval()
+        choice = precision if isinstance(precision, PrecisionChoice) else resolve_precision(precision, device)
+        self.model = prepare_for_inference(model.to(device), choice, device).eval()
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
         self.config = config or {}
         self.device = torch.device(device)
         self.max_len = max_len
         self.max_output_len = max_output_len or DEFAULT_MAX_OUTPUT_LEN
-        self.precision: PrecisionChoice | None = None  # what decodes and why (set by load_translator)
+        self.precision = choice  # what decodes and why
         self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
 
     def output_limit(self, src_len: int) -> int:

@@ -25,16 +25,20 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from attnlab.utils.quantize import quantize_linears
+
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16")
 DECODE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 # CPU flags (as /proc/cpuinfo names them) that mean bf16 matmuls run natively.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-# Linear layers int8 leaves in fp32, by qualified-name suffix. The output projection (decoder.dense) turns
-# a D-wide state into V logits whose argmax *is* the translation, so its rounding moves greedy choices on
-# near-ties; on the cpu-small model quantizing it too changed more outputs, lost BLEU and decoded slower
-# than keeping it fp32 (benchmarks/precision.py, the "int8 (every Linear)" row; BENCHMARKS.md). It is
-# also the layer tied to the embeddings under share_embeddings, which must stay one fp32 matrix.
-INT8_KEEP_FP32 = ("decoder.dense",)
+# Linear layers int8 leaves in float, by qualified-name suffix: none. The output projection
+# (decoder.dense, about half of a decoding step's multiply-adds) is quantized too: chosen on the validation
+# split, where quantizing it kept BLEU within 0.5 of fp32 (benchmarks/precision.py; BENCHMARKS.md). Under
+# share_embeddings it is tied to the embeddings: int8 quantizes a copy, the embedding stays float.
+INT8_KEEP_FP32: tuple[str, ...] = ()
+# The int8 kernel: fbgemm's dynamic Linear with per-channel weight scales (fastest at the decoder's shapes
+# on AVX2 and AVX512-VNNI CPUs; benchmarks/precision_kernels.py), or 'int_mm' (per-row activation scales).
+INT8_KERNEL = "fbgemm"
 
 
 @dataclass(frozen=True)
@@ -131,9 +135,11 @@ def prepare_for_inference(
     device: torch.device | str = "cpu",
     *,
     keep_fp32: tuple[str, ...] = INT8_KEEP_FP32,
+    kernel: str | None = None,
 ) -> nn.Module:
     """A model ready to decode in `precision` (the model itself for fp32, else a converted copy, so the
-    caller's fp32 weights are never changed). `keep_fp32` overrides which Linear layers int8 skips.
+    caller's fp32 weights are never changed). `keep_fp32` overrides which Linear layers int8 skips;
+    `kernel` which int8 kernel runs ('fbgemm' or 'int_mm', see attnlab.utils.quantize; default INT8_KERNEL).
 
     Raises ValueError for an unknown precision, or int8 on a model or device it does not support.
     """
@@ -154,21 +160,7 @@ def prepare_for_inference(
     names = int8_layers(model, keep_fp32)
     if not names:
         raise ValueError("int8: this model has no nn.Linear layer to quantize; use --precision fp32")
-    if not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm", "qnnpack", "onednn")):
-        raise ValueError("int8: this PyTorch build has no quantized CPU engine; use --precision fp32")
-    from torch.ao.quantization import quantize_dynamic
-
-    with _quiet_deprecations():
-        return quantize_dynamic(model.eval(), set(names), dtype=torch.qint8, inplace=False)
-
-
-@contextlib.contextmanager
-def _quiet_deprecations():
-    # torch.ao.quantization announces its move to torchao on every call; the API still works and
-    # torchao is not a dependency, so the warning is noise for users.
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=UserWarning, module="torch.ao")
-        yield
+    kernel = kernel or INT8_KERNEL
+    if kernel == "fbgemm" and not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")):
+        kernel = "int_mm"  # no fbgemm in this build (ARM): the per-row kernel runs on any CPU
+    return quantize_linears(model, names, kernel)
