@@ -94,11 +94,11 @@ def test_ctranslate2_benchmark_floors(run_dir):
     """--floors adds, per attnlab engine, the replay of its linear layers (and with attention) as rows, and
     prints what each captured: an int8 engine's floor holds quantized linears, an fp32 one's matmuls."""
     pytest.importorskip("ctranslate2")
-    extra = ("--threads", "2", "--floors", "--attnlab", "fp32:b4:w2,int8 (every Linear):b4", "--ct2", "float32:b4")
+    extra = ("--threads", "2", "--floors", "--attnlab", "fp32:b4:w2,int8:b4", "--ct2", "float32:b4")
     out = _bench("ct2_speed.py", run_dir, *extra)
     lines = out.splitlines()
     captured = {}
-    for engine in ("fp32:b4:w2", "int8 (every Linear):b4"):
+    for engine in ("fp32:b4:w2", "int8:b4"):
         line = next(line for line in lines if line.startswith(f"floor of attnlab {engine}: captured "))
         captured[engine] = {k: int(v) for v, k in re.findall(r"(\d+) ([a-z ]+?)(?:,|$)", line)}
         assert set(captured[engine]) == {"matmuls", "quantized linears", "attention kernels"}, line
@@ -108,7 +108,7 @@ def test_ctranslate2_benchmark_floors(run_dir):
             cells = [c.strip() for c in row.strip("|").split("|")]
             assert float(cells[1]) > 0 and cells[-1] == "-", row  # timed; no tokens to compare
     assert captured["fp32:b4:w2"]["matmuls"] > 0 and captured["fp32:b4:w2"]["quantized linears"] == 0
-    int8 = captured["int8 (every Linear):b4"]
+    int8 = captured["int8:b4"]
     assert int8["quantized linears"] > 0 and int8["matmuls"] == 0, int8  # every Linear quantized: no fp32 matmul
     best = next(line for line in lines if line.startswith("best floor"))
     assert "its linear layers only (floor)" in best and "CTranslate2 float32:b4" in best

@@ -93,6 +93,8 @@ class MultiHeadAttention(Recordable, nn.Module):
             # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (plain
             # float Linears only: a quantized or otherwise swapped projection runs as itself).
             q, k, v = F.linear(queries, *self._qkv_weight()).chunk(3, dim=-1)
+        elif queries is keys and keys is values and getattr(self, "W_qkv", None) is not None:
+            q, k, v = self.W_qkv(queries).chunk(3, dim=-1)  # a fused replacement (int8: attnlab.utils.quantize)
         else:
             q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
         q, k, v = self._split(q), self._split(k), self._split(v)
@@ -245,7 +247,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         if causal and Lq == 1 and self.window is None and valid_lens is None and mask is None:
             # One query at the last position (a decoding step; causal masks align bottom-right) sees
             # every key: no mask to build.
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            return _few_queries(q, k, v) if _decoding_on_cpu(q) else F.scaled_dot_product_attention(q, k, v, dropout_p=p)
         if (
             cache is not None
             and cache.static
@@ -258,6 +260,8 @@ class MultiHeadAttention(Recordable, nn.Module):
             # Cross-attention while decoding: the key mask is the same every step, built once per cache.
             visible, maybe_empty = cache.key_mask(valid_lens, Lq, q.device)
             if not maybe_empty:
+                if _decoding_on_cpu(q):
+                    return _few_queries(q, k, v, visible)
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=p)
         if causal and self.window is None and valid_lens is None and mask is None and Lq == Lk:
             # SDPA's own causal flag aligns top-left, which equals ours only when Lq == Lk.
@@ -313,6 +317,21 @@ class MultiHeadAttention(Recordable, nn.Module):
             )
             outs.append(o.masked_fill(empty, 0.0))
         return torch.cat(outs, dim=2)
+
+
+def _decoding_on_cpu(q: Tensor) -> bool:
+    # A decoding step's few queries on the CPU: SDPA's flash kernel costs more than three plain ops here
+    # (~3x in bf16, ~1.1-1.6x in fp32 at B 256, Lk 10-20; benchmarks/precision_kernels.py --attention).
+    return q.device.type == "cpu" and q.shape[2] <= 8 and not q.requires_grad
+
+
+def _few_queries(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(Dh)) v without SDPA, for rows that each see at least one key.
+    Shape: q (B, H, Lq, Dh), k, v (B, H, Lk, Dh), visible broadcastable to (B, H, Lq, Lk) -> (B, H, Lq, Dh)."""
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))  # (B, H, Lq, Lk)
+    if visible is not None:
+        scores = scores.masked_fill_(~visible, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
 def _unfold_beams(weights: Tensor, beam: int) -> Tensor:

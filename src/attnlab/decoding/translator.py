@@ -150,7 +150,8 @@ class Translator:
         max_output_len: int | None = None,
         precision: str | PrecisionChoice = "fp32",
     ):
-        choice = precision if isinstance(precision, PrecisionChoice) else resolve_precision(precision, device)
+        model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
+        choice = precision if isinstance(precision, PrecisionChoice) else resolve_precision(precision, device, model_type=model_type)
         self.model = prepare_for_inference(model.to(device), choice, device).eval()
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
         self.config = config or {}
