@@ -16,8 +16,8 @@ Each floor prints what it captured: its matmuls, quantized linears and attention
 
 Each side gets the same number of threads (--threads T) and may use them its best way, each at its
 best batch size: an engine spec is `NAME[:bN][:wK]` (batch N sentences; K workers of T / K threads).
-attnlab NAME is a precision (fp32, int8, bf16, or a variant of benchmarks/precision.py such as "int8 (per-row)"); its workers are
-`Translator.decode(workers=K)`. CTranslate2 NAME is a compute_type; its workers are inter_threads
+attnlab NAME is a precision (fp32, int8, bf16) or a variant of benchmarks/precision.py ("int8 (per-row)");
+its workers are `Translator.decode(workers=K)`. CTranslate2 NAME is a compute_type; its workers are inter_threads
 (batches submitted asynchronously, so K run at once).
 
     flock /tmp/attnlab-measure.lock python benchmarks/ct2_speed.py --checkpoint /tmp/speed-run --rounds 3 \

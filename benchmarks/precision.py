@@ -31,8 +31,13 @@ from decode import capture_kernels, replay_kernels
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.runs.loading import load_translator
-from attnlab.utils.precision import DECODE_PRECISIONS, cpu_features, native_bf16, prepare_for_inference, resolve_precision
-
+from attnlab.utils.precision import (
+    DECODE_PRECISIONS,
+    cpu_features,
+    native_bf16,
+    prepare_for_inference,
+    resolve_precision,
+)
 
 # The kernels a floor replays. Under inference_mode linear and SDPA reach a dispatch mode whole, a decoding
 # step's attention as matmul (`_few_queries`); the per-row int8 kernel's own quantize/rescale ops are not
@@ -87,7 +92,9 @@ def variants(translator, names):
         elif name in DECODE_PRECISIONS:
             t.model = prepare_for_inference(translator.model, name)
         else:
-            raise SystemExit(f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS} or {list(INT8_VARIANTS)}")
+            raise SystemExit(
+                f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS} or {list(INT8_VARIANTS)}"
+            )
         t.precision = resolve_precision("int8" if name in INT8_VARIANTS else name)
         out[name] = t
     return out

@@ -10,9 +10,7 @@ from torch import nn
 from train_helpers import needs_data, tiny_run
 
 from attnlab.data import Vocab
-from attnlab.data import Vocab
 from attnlab.decoding.greedy_search import greedy
-from attnlab.decoding.translator import Translator
 from attnlab.decoding.translator import Translator
 from attnlab.models import Transformer, TransformerConfig, build_model
 from attnlab.utils.precision import autocast, cpu_features, int8_layers, prepare_for_inference, resolve_precision

@@ -93,8 +93,8 @@ class MultiHeadAttention(Recordable, nn.Module):
             # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (plain
             # float Linears only: a quantized or otherwise swapped projection runs as itself).
             q, k, v = F.linear(queries, *self._qkv_weight()).chunk(3, dim=-1)
-        elif queries is keys and keys is values and getattr(self, "W_qkv", None) is not None:
-            q, k, v = self.W_qkv(queries).chunk(3, dim=-1)  # a fused replacement (int8: attnlab.utils.quantize)
+        elif queries is keys and keys is values and isinstance(fused := getattr(self, "W_qkv", None), nn.Module):
+            q, k, v = fused(queries).chunk(3, dim=-1)  # a fused replacement (int8: attnlab.utils.quantize)
         else:
             q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
         q, k, v = self._split(q), self._split(k), self._split(v)
@@ -247,7 +247,9 @@ class MultiHeadAttention(Recordable, nn.Module):
         if causal and Lq == 1 and self.window is None and valid_lens is None and mask is None:
             # One query at the last position (a decoding step; causal masks align bottom-right) sees
             # every key: no mask to build.
-            return _few_queries(q, k, v) if _decoding_on_cpu(q) else F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            return (
+                _few_queries(q, k, v) if _decoding_on_cpu(q) else F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            )
         if (
             cache is not None
             and cache.static
@@ -320,8 +322,8 @@ class MultiHeadAttention(Recordable, nn.Module):
 
 
 def _decoding_on_cpu(q: Tensor) -> bool:
-    # A decoding step's few queries on the CPU: SDPA's flash kernel costs more than three plain ops here
-    # (~3x in bf16, ~1.1-1.6x in fp32 at B 256, Lk 10-20; benchmarks/precision_kernels.py --attention).
+    # A decoding step's few queries on the CPU: SDPA's flash kernel costs more than three plain ops here,
+    # ~3x in bf16 and ~1.1-1.6x in fp32 at B 256, Lk 10-20 (BENCHMARKS.md, "Precision").
     return q.device.type == "cpu" and q.shape[2] <= 8 and not q.requires_grad
 
 

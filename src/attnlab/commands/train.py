@@ -93,7 +93,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--patience", type=int, metavar="EVALS", help="early stopping on validation BLEU")
     p.add_argument("--log-every", type=int, metavar="STEPS")
     p.add_argument("--device", help="auto (default), cpu, cuda, cuda:1 ...")
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], help="fp32 (default), bf16 (autocast), or auto: bf16 where native and measured to pay")
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        help="fp32 (default), bf16 (autocast), or auto: bf16 where native and measured to pay",
+    )
     p.add_argument("--num-examples", type=int, help="use the first N pairs of the corpus")
     p.add_argument("--max-len", type=int, help="drop pairs longer than this many words")
     p.add_argument("--tokenizer", choices=["auto", "word", "bpe", "unigram"])

@@ -12,11 +12,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+
 import torch
 from torch import nn
 
-from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.batches import decode_batches
+from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.utils.checks import check_range
 from attnlab.utils.precision import PrecisionChoice, prepare_for_inference, resolve_precision
 
@@ -151,7 +152,11 @@ class Translator:
         precision: str | PrecisionChoice = "fp32",
     ):
         model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
-        choice = precision if isinstance(precision, PrecisionChoice) else resolve_precision(precision, device, model_type=model_type)
+        choice = (
+            precision
+            if isinstance(precision, PrecisionChoice)
+            else resolve_precision(precision, device, model_type=model_type)
+        )
         self.model = prepare_for_inference(model.to(device), choice, device).eval()
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
         self.config = config or {}

@@ -68,6 +68,10 @@ class Int8Linear(nn.Module):
     The weight is kept transposed (K, N) and contiguous, the layout `torch._int_mm` runs fastest.
     """
 
+    weight_t: Tensor
+    scale: Tensor
+    bias: Tensor | None
+
     def __init__(self, weight_t: Tensor, scale: Tensor, bias: Tensor | None):
         super().__init__()
         self.in_features, self.out_features = weight_t.shape
@@ -117,8 +121,8 @@ def int8_kernel(features: set[str]) -> str:
 
 def quantize_linears(model: nn.Module, names: list[str], kernel: str = "int_mm") -> nn.Module:
     """A copy of `model` whose nn.Linear layers named in `names` are int8: `Int8Linear` (kernel 'int_mm'),
-    fbgemm's per-channel dynamic Linear ('fbgemm') or its per-tensor one ('fbgemm-tensor'). Tied weights (an output layer sharing the
-    embedding) are quantized in the copy only: the embedding stays float.
+    fbgemm's per-channel dynamic Linear ('fbgemm') or its per-tensor one ('fbgemm-tensor'). Tied weights
+    (an output layer sharing the embedding) are quantized in the copy only: the embedding stays float.
 
     Raises ValueError for an unknown kernel or a name that is not an nn.Linear of the model.
     """
@@ -146,7 +150,9 @@ def _fuse_qkv(out: nn.Module, model: nn.Module, names: set[str], kernel: str) ->
     matmul per step instead of three (each row of the fused weight keeps its own scale)."""
     for name, m in model.named_modules():
         parts = [f"{name}.{w}" if name else w for w in ("W_q", "W_k", "W_v")]
-        if not all(p in names for p in parts) or not all(type(getattr(m, w)) is nn.Linear for w in ("W_q", "W_k", "W_v")):
+        if not all(p in names for p in parts) or not all(
+            type(getattr(m, w)) is nn.Linear for w in ("W_q", "W_k", "W_v")
+        ):
             continue
         ws = [getattr(m, w) for w in ("W_q", "W_k", "W_v")]
         fused = nn.Linear(ws[0].in_features, sum(w.out_features for w in ws), bias=ws[0].bias is not None)
