@@ -51,9 +51,12 @@ def open_translator(args):
             f"no trained model at {run_dir}; make one with `attnlab demo` (writes {DEFAULT_RUN}) or "
             f"`attnlab train --model transformer --preset d2l --out {run_dir}`"
         )
-    return load_translator(
+    translator = load_translator(
         run_dir, device=args.device, weights=args.weights, precision=getattr(args, "precision", "fp32")
     )
+    if translator.precision.asked == "auto":  # say what `auto` chose on this machine, and why
+        print(f"attnlab: --precision {translator.precision.reason}", file=sys.stderr)
+    return translator
 
 
 def add_parser(subparsers) -> None:
