@@ -6,9 +6,12 @@ Rounds are interleaved (one pass of every variant per round, rotating who goes f
 hits them alike; sentences/s is the median
 over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpus BLEU (sacreBLEU) of
 each variant is printed beside it, and how many sentences it translates exactly as fp32 does (fp32 is
-always run, first: the baseline of every column). Model loading and conversion are not timed.
+always run, first: the baseline of every column). Model loading and conversion are not timed. --floors adds
+each precision's kernel floor: its linear-layer kernels, captured once from a decode and replayed back to
+back on ready operands (LINEAR), timed in the same interleaved rounds.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3
+    flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3 \
+        --split valid --workers 2 --floors --precisions 'fp32,bf16,int8,int8 (fp32 output),int8 (per-row)'
 """
 
 from __future__ import annotations

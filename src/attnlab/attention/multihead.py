@@ -322,9 +322,15 @@ class MultiHeadAttention(Recordable, nn.Module):
 
 
 def _decoding_on_cpu(q: Tensor) -> bool:
-    # A decoding step's few queries on the CPU: SDPA's flash kernel costs more than three plain ops here,
-    # ~3x in bf16 and ~1.1-1.6x in fp32 at B 256, Lk 10-20 (BENCHMARKS.md, "Precision").
-    return q.device.type == "cpu" and q.shape[2] <= 8 and not q.requires_grad
+    # A decoding step's few bf16/fp16 queries on the CPU: SDPA's flash kernel costs ~3x three plain ops
+    # there (B 256, Lk 10-20), and bf16 greedy decodes ~1.3x faster without it; fp32 gained nothing, so it
+    # keeps SDPA (BENCHMARKS.md, "Precision").
+    return (
+        q.device.type == "cpu"
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and q.shape[2] <= 8
+        and not q.requires_grad
+    )
 
 
 def _few_queries(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | None = None) -> Tensor:
