@@ -77,6 +77,33 @@ def test_precision_benchmark_prints_speed_and_bleu(run_dir):
 
 
 @needs_data
+def test_precision_floors_replay_each_precisions_linear_kernels(run_dir):
+    out = _bench("precision.py", run_dir, "--precisions", "int8,int8 (per-row)", "--floors")
+    assert "linear layers alone (floor)" in out
+    for name in ("fp32", "int8", "int8 (per-row)"):
+        cells = _row(out, name)
+        assert re.fullmatch(r"[\d.]+ \(\d+ calls\)", cells[-2]) and int(cells[-2].split("(")[1].split()[0]) > 0, out
+    assert _row(out, "fp32")[-1] == "1.00x"
+
+
+def test_kernel_benchmark_prints_every_kernel():
+    out = subprocess.run(
+        [sys.executable, "benchmarks/precision_kernels.py", "--rounds", "1", "--rows", "1,8", "--shapes", "16x24"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**SUBPROCESS_ENV, "PYTHONPATH": str(ROOT / "src")},
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "CPU features:" in out.stdout
+    for kernel in ("bf16", "int8 dyn (tensor)", "int8 dyn (channel)", "int8 _int_mm (row)"):
+        assert f"{kernel} vs fp32" in out.stdout
+    assert _row(out.stdout, "8x16->24")
+
+
+@needs_data
 def test_ctranslate2_benchmark_compares_engines(run_dir):
     pytest.importorskip("ctranslate2")
     extra = ("--threads", "2", "--attnlab", "fp32:b4,fp32:b4:w2", "--ct2", "float32:b4,int8:b4:w2")

@@ -9,8 +9,8 @@ Every command and the Python API default to `fp32`: the same model gives the sam
 - `fp32`: plain float32.
 - `bf16`: training uses autocast (fp32 master weights and Adam state; matmuls in bf16; the loss and
   softmax in fp32, as autocast and `sequence_loss` keep them); decoding casts the weights to bf16 once and
-  keeps the activations bf16 from layer to layer (a decoding step's attention runs as plain matmuls: the
-  CPU's SDPA kernel is slow on one bf16 query).
+  keeps the activations bf16 from layer to layer (a decoding step's bf16 attention runs as plain matmuls:
+  the CPU's SDPA kernel is slow on one bf16 query).
 - `int8`: decoding only, Transformer only, CPU only: every nn.Linear, the output projection included
   (`INT8_KEEP_FP32`), gets int8 weights with one scale per output channel (`attnlab.utils.quantize`);
   the kernel (`INT8_KERNEL`) is fbgemm's dynamic Linear, which quantizes each activation tensor as it
@@ -18,11 +18,11 @@ Every command and the Python API default to `fp32`: the same model gives the sam
 - `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
-      (1.7-1.9x fp32 greedy, BLEU within 0.2 on an AVX512-VNNI EPYC);
-    else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.6-1.7x);
+      (1.6-2.9x fp32 greedy, BLEU within 0.2, on an AVX512-VNNI EPYC; faster than bf16 on validation);
+    else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.3-2.4x there);
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU; else fp32 (autocast on an AVX512-BF16 CPU
-    without AMX measured no faster than fp32 at these model sizes).
+    without AMX measured 0.31x fp32's tokens/s at the laptop preset's sizes).
   A config.json that says "auto" means this rule wherever it runs; pass fp32 to reproduce a result.
 """
 
