@@ -155,3 +155,13 @@ def test_greedy_tokens_agree_with_fp32_on_a_trained_model(trained, precision, ke
     got = [h.tokens for h in greedy(fast, src, lens, BOS, EOS, max_len=10)]
     same = sum(a == b for a, b in zip(got, ref)) / len(ref)
     assert same >= INT8_AGREEMENT, f"{precision} {kernel}: {same:.2f} of sentences as fp32"
+
+
+def test_per_row_int8_gives_a_sentence_the_same_output_in_any_batch(trained):
+    # Each token's activations get their own scale, so what a sentence decodes to does not depend on the
+    # sentences beside it (fbgemm's per-tensor activation scale is shared by the whole batch).
+    model, src, lens = trained
+    fast = prepare_for_inference(model, "int8", kernel="int_mm")
+    together = [h.tokens for h in greedy(fast, src[:12], lens[:12], BOS, EOS, max_len=10)]
+    alone = [greedy(fast, src[i : i + 1], lens[i : i + 1], BOS, EOS, max_len=10)[0].tokens for i in range(12)]
+    assert together == alone
