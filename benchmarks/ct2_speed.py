@@ -16,8 +16,8 @@ Each floor prints what it captured: its matmuls, quantized linears and attention
 
 Each side gets the same number of threads (--threads T) and may use them its best way, each at its
 best batch size: an engine spec is `NAME[:bN][:wK]` (batch N sentences; K workers of T / K threads).
-attnlab NAME is a precision (fp32, int8, bf16, "int8 (every Linear)"); its workers are
-`Translator.decode(workers=K)`. CTranslate2 NAME is a compute_type; its workers are inter_threads
+attnlab NAME is a precision (fp32, int8, bf16) or a variant of benchmarks/precision.py ("int8 (per-row)");
+its workers are `Translator.decode(workers=K)`. CTranslate2 NAME is a compute_type; its workers are inter_threads
 (batches submitted asynchronously, so K run at once).
 
     flock /tmp/attnlab-measure.lock python benchmarks/ct2_speed.py --checkpoint /tmp/speed-run --rounds 3 \
@@ -43,8 +43,8 @@ import ctranslate2
 
 sys.path.append(_HERE)
 from common import add_decoding_args, table
-from decode import ATTENTION, MATMULS, capture_kernels, replay_kernels
-from precision import header, variants
+from decode import capture_kernels, replay_kernels
+from precision import ATTENTION, LINEAR, QUANTIZED, header, variants
 
 from attnlab.data import load_data
 from attnlab.decoding.batches import length_batches
@@ -156,18 +156,6 @@ def main(argv=None) -> int:
     return 0
 
 
-# The kernels a floor replays: the linear layers, as matmuls or as the int8 precisions' quantized linears.
-# (Under inference_mode attention reaches a dispatch mode as SDPA, not as matmuls: LINEAR holds none of it.)
-LINEAR = MATMULS | {
-    getattr(torch.ops.quantized, name).default
-    for name in ("linear_dynamic", "linear_dynamic_fp16", "linear")
-    if hasattr(torch.ops.quantized, name)
-}
-
-
-QUANTIZED = LINEAR - MATMULS
-
-
 def floors(translator, src_ids, bs):
     """The replays of `translator` decoding src_ids: its linear layers (matmuls / quantized linears), and
     those with its attention kernels; and the calls each kind captured (matmuls, quantized linears,
@@ -185,7 +173,7 @@ def floors(translator, src_ids, bs):
     return linear, both, counts
 
 
-_KINDS = {"matmuls": MATMULS, "quantized linears": QUANTIZED, "attention kernels": ATTENTION}
+_KINDS = {"matmuls": LINEAR - QUANTIZED, "quantized linears": QUANTIZED, "attention kernels": ATTENTION}
 
 
 def parse_spec(spec: str) -> tuple[str, int, int]:

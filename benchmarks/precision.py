@@ -6,14 +6,18 @@ Rounds are interleaved (one pass of every variant per round, rotating who goes f
 hits them alike; sentences/s is the median
 over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpus BLEU (sacreBLEU) of
 each variant is printed beside it, and how many sentences it translates exactly as fp32 does (fp32 is
-always run, first: the baseline of every column). Model loading and conversion are not timed.
+always run, first: the baseline of every column). Model loading and conversion are not timed. --floors adds
+each precision's kernel floor: its linear-layer kernels, captured once from a decode and replayed back to
+back on ready operands (LINEAR), timed in the same interleaved rounds.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3
+    flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3 \
+        --split valid --workers 2 --floors --precisions 'fp32,bf16,int8,int8 (fp32 output),int8 (per-row)'
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import shlex
 import statistics
@@ -24,11 +28,38 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import add_decoding_args, table
+from decode import ATTENTION as SDPA
+from decode import capture_kernels, replay_kernels
 
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.runs.loading import load_translator
-from attnlab.utils.precision import cpu_features, native_bf16, prepare_for_inference, resolve_precision
+from attnlab.utils.precision import (
+    DECODE_PRECISIONS,
+    cpu_features,
+    native_bf16,
+    prepare_for_inference,
+    resolve_precision,
+)
+
+# The kernels a floor replays. Under inference_mode linear and SDPA reach a dispatch mode whole, a decoding
+# step's attention as matmul (`_few_queries`); the per-row int8 kernel's own quantize/rescale ops are not
+# in LINEAR (only its torch._int_mm), so its floor is the int8 products alone.
+_aten = torch.ops.aten
+QUANTIZED = {
+    getattr(torch.ops.quantized, name).default
+    for name in ("linear_dynamic", "linear_dynamic_fp16", "linear")
+    if hasattr(torch.ops.quantized, name)
+}
+LINEAR = {_aten.linear.default, _aten.addmm.default, _aten.mm.default, _aten._int_mm.default} | QUANTIZED
+ATTENTION = SDPA | {_aten.matmul.default, _aten.bmm.default}
+
+
+def linear_floor(translator, src_ids, batch_size):
+    """A replay of every linear-layer kernel `translator` runs decoding src_ids (one capture, one thread),
+    and the number of calls: what no decoder on those kernels can cost less than."""
+    calls = capture_kernels(lambda: translator.decode_ids(src_ids, batch_size=batch_size), LINEAR)
+    return replay_kernels(calls, torch.device("cpu"))
 
 
 def header(argv) -> None:
@@ -44,17 +75,30 @@ def header(argv) -> None:
     print(f"native bf16: {ok} ({why}); `auto` picks {resolve_precision('auto', 'cpu').picked}")
 
 
-def variants(translator, names):
-    """name -> a Translator sharing vocabularies, with the model prepared for that precision."""
-    import copy
+# int8 variants beyond `--precision int8` (every Linear, fbgemm per-channel): NAME -> prepare_for_inference options.
+INT8_VARIANTS = {
+    "int8": {},
+    "int8 (fp32 output)": {"keep_fp32": ("decoder.dense",)},
+    "int8 (per-tensor)": {"kernel": "fbgemm-tensor"},
+    "int8 (per-row)": {"kernel": "int_mm"},
+}
 
+
+def variants(translator, names):
+    """name -> a Translator sharing vocabularies, with the model prepared for that precision
+    (fp32, bf16, auto, or one of INT8_VARIANTS)."""
     out = {}
     for name in names:
         t = copy.copy(translator)
-        if name == "int8 (every Linear)":
-            t.model = prepare_for_inference(translator.model, "int8", keep_fp32=())
-        else:
+        if name in INT8_VARIANTS:
+            t.model = prepare_for_inference(translator.model, "int8", **INT8_VARIANTS[name])
+        elif name in DECODE_PRECISIONS:
             t.model = prepare_for_inference(translator.model, name)
+        else:
+            raise SystemExit(
+                f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS} or {list(INT8_VARIANTS)}"
+            )
+        t.precision = resolve_precision("int8" if name in INT8_VARIANTS else name)
         out[name] = t
     return out
 
@@ -71,9 +115,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_decoding_args(ap)
-    ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (every Linear)")
+    ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (fp32 output)")
     ap.add_argument("--batch-size", type=int, default=256, help="sentences per batch")
     ap.add_argument("--workers", type=int, default=1, help="batches decoded at once (Translator.decode)")
+    ap.add_argument("--floors", action="store_true", help="also each precision's linear layers alone, replayed")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     header(argv)
@@ -90,14 +135,23 @@ def main(argv=None) -> int:
         f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, greedy, batch "
         f"{args.batch_size}, {args.workers} worker(s), {args.rounds} interleaved rounds\n"
     )
-    times = {n: [] for n in names}
     hyps = {}
     for n in names:  # warm-up pass (also gives the outputs: decoding is deterministic)
         hyps[n] = models[n].translate_ids(src, batch_size=args.batch_size)
+    runs = {n: (lambda t=models[n]: t.translate_ids(src, batch_size=args.batch_size)) for n in names}
+    floors = {}
+    for n in names if args.floors else ():
+        models[n].workers = 1  # one capture on one thread; the replay deals the calls over the workers
+        replay, calls = linear_floor(models[n], src, args.batch_size)
+        models[n].workers = args.workers
+        floors[n] = f"{calls} calls"
+        runs[f"{n}, floor"] = lambda replay=replay: replay(args.workers)
+    times: dict[str, list[float]] = {n: [] for n in runs}
+    order = list(runs)
     for r in range(args.rounds):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
+        for n in order[r % len(order) :] + order[: r % len(order)]:
             t0 = time.perf_counter()
-            models[n].translate_ids(src, batch_size=args.batch_size)
+            runs[n]()
             times[n].append(time.perf_counter() - t0)
     rows = []
     base_bleu = corpus_bleu(hyps["fp32"], refs)
@@ -106,8 +160,16 @@ def main(argv=None) -> int:
         sps = statistics.median(len(src) / t for t in times[n])
         ratio = statistics.median(b / t for b, t in zip(times["fp32"], times[n]))
         bleu = corpus_bleu(hyps[n], refs)
-        rows.append([n, f"{sps:.1f}", f"{ratio:.2f}x", f"{bleu:.2f}", f"{bleu - base_bleu:+.2f}", same[n]])
-    print(table(["precision", "sentences/s", "vs fp32 greedy", "BLEU", "BLEU - fp32", "same output as fp32"], rows))
+        row = [n, f"{sps:.1f}", f"{ratio:.2f}x", f"{bleu:.2f}", f"{bleu - base_bleu:+.2f}", same[n]]
+        if args.floors:
+            f, f32 = times[f"{n}, floor"], times["fp32, floor"]
+            fsps = statistics.median(len(src) / t for t in f)
+            row += [f"{fsps:.1f} ({floors[n]})", f"{statistics.median(b / t for b, t in zip(f32, f)):.2f}x"]
+        rows.append(row)
+    heads = ["precision", "sentences/s", "vs fp32 greedy", "BLEU", "BLEU - fp32", "same output as fp32"]
+    if args.floors:
+        heads += ["linear layers alone (floor), sentences/s", "floor vs fp32 floor"]
+    print(table(heads, rows))
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -77,6 +77,33 @@ def test_precision_benchmark_prints_speed_and_bleu(run_dir):
 
 
 @needs_data
+def test_precision_floors_replay_each_precisions_linear_kernels(run_dir):
+    out = _bench("precision.py", run_dir, "--precisions", "int8,int8 (per-row)", "--floors")
+    assert "linear layers alone (floor)" in out
+    for name in ("fp32", "int8", "int8 (per-row)"):
+        cells = _row(out, name)
+        assert re.fullmatch(r"[\d.]+ \(\d+ calls\)", cells[-2]) and int(cells[-2].split("(")[1].split()[0]) > 0, out
+    assert _row(out, "fp32")[-1] == "1.00x"
+
+
+def test_kernel_benchmark_prints_every_kernel():
+    out = subprocess.run(
+        [sys.executable, "benchmarks/precision_kernels.py", "--rounds", "1", "--rows", "1,8", "--shapes", "16x24"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**SUBPROCESS_ENV, "PYTHONPATH": str(ROOT / "src")},
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "CPU features:" in out.stdout
+    for kernel in ("bf16", "int8 dyn (tensor)", "int8 dyn (channel)", "int8 _int_mm (row)"):
+        assert f"{kernel} vs fp32" in out.stdout
+    assert _row(out.stdout, "8x16->24")
+
+
+@needs_data
 def test_ctranslate2_benchmark_compares_engines(run_dir):
     pytest.importorskip("ctranslate2")
     extra = ("--threads", "2", "--attnlab", "fp32:b4,fp32:b4:w2", "--ct2", "float32:b4,int8:b4:w2")
@@ -94,11 +121,11 @@ def test_ctranslate2_benchmark_floors(run_dir):
     """--floors adds, per attnlab engine, the replay of its linear layers (and with attention) as rows, and
     prints what each captured: an int8 engine's floor holds quantized linears, an fp32 one's matmuls."""
     pytest.importorskip("ctranslate2")
-    extra = ("--threads", "2", "--floors", "--attnlab", "fp32:b4:w2,int8 (every Linear):b4", "--ct2", "float32:b4")
+    extra = ("--threads", "2", "--floors", "--attnlab", "fp32:b4:w2,int8:b4", "--ct2", "float32:b4")
     out = _bench("ct2_speed.py", run_dir, *extra)
     lines = out.splitlines()
     captured = {}
-    for engine in ("fp32:b4:w2", "int8 (every Linear):b4"):
+    for engine in ("fp32:b4:w2", "int8:b4"):
         line = next(line for line in lines if line.startswith(f"floor of attnlab {engine}: captured "))
         captured[engine] = {k: int(v) for v, k in re.findall(r"(\d+) ([a-z ]+?)(?:,|$)", line)}
         assert set(captured[engine]) == {"matmuls", "quantized linears", "attention kernels"}, line
@@ -108,7 +135,7 @@ def test_ctranslate2_benchmark_floors(run_dir):
             cells = [c.strip() for c in row.strip("|").split("|")]
             assert float(cells[1]) > 0 and cells[-1] == "-", row  # timed; no tokens to compare
     assert captured["fp32:b4:w2"]["matmuls"] > 0 and captured["fp32:b4:w2"]["quantized linears"] == 0
-    int8 = captured["int8 (every Linear):b4"]
+    int8 = captured["int8:b4"]
     assert int8["quantized linears"] > 0 and int8["matmuls"] == 0, int8  # every Linear quantized: no fp32 matmul
     best = next(line for line in lines if line.startswith("best floor"))
     assert "its linear layers only (floor)" in best and "CTranslate2 float32:b4" in best

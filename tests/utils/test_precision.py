@@ -9,7 +9,9 @@ import torch
 from torch import nn
 from train_helpers import needs_data, tiny_run
 
+from attnlab.data import Vocab
 from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.translator import Translator
 from attnlab.models import Transformer, TransformerConfig, build_model
 from attnlab.utils.precision import autocast, cpu_features, int8_layers, prepare_for_inference, resolve_precision
 
@@ -38,14 +40,23 @@ def test_cpu_features_reads_proc_cpuinfo_flags():
 
 
 @pytest.mark.parametrize(
-    "flags, picked",
-    [({"avx2"}, "fp32"), ({"avx2", "avx512_bf16"}, "bf16"), ({"amx_bf16", "amx_tile"}, "bf16"), (set(), "fp32")],
+    "flags, training, model_type, picked",
+    [
+        ({"avx2"}, False, "transformer", "fp32"),
+        ({"avx2", "avx512_bf16"}, False, "transformer", "bf16"),
+        ({"avx2", "avx512_bf16", "avx512_vnni"}, False, "transformer", "int8"),
+        ({"avx2", "avx_vnni"}, False, "transformer", "int8"),
+        ({"avx2", "avx512_bf16", "avx512_vnni"}, False, "bahdanau", "bf16"),  # int8 decodes Transformers only
+        ({"avx2", "avx512_bf16", "avx512_vnni"}, True, "transformer", "fp32"),  # training: bf16 needs AMX
+        ({"amx_bf16", "amx_tile"}, True, "transformer", "bf16"),
+        (set(), False, "transformer", "fp32"),
+    ],
 )
-def test_auto_picks_bf16_only_with_native_support(monkeypatch, flags, picked):
+def test_auto_picks_what_is_native_and_measured_to_pay(monkeypatch, flags, training, model_type, picked):
     monkeypatch.setattr("attnlab.utils.precision.cpu_features", lambda: flags)
-    choice = resolve_precision("auto", "cpu", training=True)
+    choice = resolve_precision("auto", "cpu", training=training, model_type=model_type)
     assert choice.asked == "auto" and choice.picked == picked
-    assert ("absent" in choice.reason) == (picked == "fp32")  # the reason says why
+    assert choice.reason.startswith("auto: ") and choice.reason.endswith(f"-> {picked}")  # the reason says why
 
 
 def test_explicit_precisions_are_kept_and_bad_names_rejected():
@@ -88,27 +99,22 @@ def test_bf16_inference_is_a_bf16_copy_that_decodes_like_fp32():
     assert prepare_for_inference(model, "fp32") is model
 
 
-def test_int8_quantizes_linear_layers_except_the_output_projection():
+def test_int8_quantizes_every_linear_and_decodes_like_fp32():
     model = tiny_transformer()
     q = prepare_for_inference(model, "int8")
     kinds = {name: type(m) for name, m in q.named_modules()}
-    assert kinds["decoder.dense"] is nn.Linear  # kept in fp32 (INT8_KEEP_FP32)
     quantized = [n for n, t in kinds.items() if "quantized" in t.__module__ and t.__name__ == "Linear"]
-    assert "encoder.blocks.0.attention.W_q" in quantized and "decoder.blocks.0.ffn.dense1" in quantized
-    assert sorted(quantized) == sorted(int8_layers(model))
+    assert "decoder.dense" in quantized and "encoder.blocks.0.attention.W_q" in quantized  # INT8_KEEP_FP32 = ()
+    assert sorted(n for n in quantized if not n.endswith(".W_qkv")) == sorted(int8_layers(model))
+    assert "encoder.blocks.0.attention.W_qkv" in quantized  # self-attention's three projections, fused
     assert type(model.encoder.blocks[0].attention.W_q) is nn.Linear  # the original stays fp32
     src = torch.randint(3, 20, (8, 7))
     torch.testing.assert_close(q(src, src[:, :5]), model(src, src[:, :5]), atol=0.1, rtol=0.05)
     # Decoding runs through the quantized model with the same protocol.
     hyps = greedy(q, src, None, bos=1, eos=2, max_len=6)
     assert len(hyps) == 8
-
-
-def test_int8_with_a_custom_keep_list_and_tied_embeddings():
-    model = tiny_transformer(share_embeddings=True)
-    q = prepare_for_inference(model, "int8", keep_fp32=())
-    assert "quantized" in type(q.decoder.dense).__module__
-    assert int8_layers(model, keep_fp32=()) == [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    kept = prepare_for_inference(model, "int8", keep_fp32=("decoder.dense",))
+    assert type(kept.decoder.dense) is nn.Linear
 
 
 def test_int8_refuses_unsupported_models_and_devices():
@@ -134,7 +140,7 @@ def test_train_config_rejects_unknown_precision():
 
     with pytest.raises(ValueError, match="precision must be one of"):
         TrainConfig(precision="fp16")
-    assert TrainConfig().precision == "auto"
+    assert TrainConfig().precision == "fp32"
 
 
 @needs_data
@@ -190,3 +196,43 @@ def test_train_flag_reaches_the_config():
         with pytest.raises(SystemExit):
             build_parser().parse_args([cmd, "--precision", "fp16"])
     assert build_parser().parse_args(["serve", "--precision", "int8"]).precision == "int8"
+
+
+def _precision_defaults(parser, path=()):
+    """(command path, --precision default) for every (sub)command of the CLI that has the flag."""
+    import argparse
+
+    for action in parser._actions:
+        if "--precision" in action.option_strings:
+            yield path, action.default
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _precision_defaults(sub, (*path, name))
+
+
+def test_fp32_is_the_default_everywhere():
+    import inspect
+
+    from attnlab.cli import build_parser
+    from attnlab.decoding.translator import Translator
+    from attnlab.runs.loading import load_translator
+    from attnlab.training.config import TrainConfig
+
+    found = dict(_precision_defaults(build_parser()))
+    for cmd in ("train", "translate", "evaluate", "attention", "heads", "serve"):
+        assert (cmd,) in found, f"attnlab {cmd} has no --precision"
+    # train's flag only overrides the preset/config when given (None); the config's default is fp32.
+    assert {p: d for p, d in found.items() if p != ("train",)} == {p: "fp32" for p in found if p != ("train",)}
+    assert found[("train",)] is None and TrainConfig().precision == "fp32"
+    for fn in (load_translator, Translator.__init__):
+        assert inspect.signature(fn).parameters["precision"].default == "fp32"
+    tr = Translator(tiny_transformer(), Vocab([["a"]], min_freq=1), Vocab([["b"]], min_freq=1))
+    assert tr.precision.picked == "fp32"
+
+
+def test_auto_choice_is_recorded_on_the_translator(monkeypatch):
+    monkeypatch.setattr("attnlab.utils.precision.cpu_features", lambda: {"avx2", "avx512_vnni"})
+    vocab = Vocab([["a", "b"]], min_freq=1)
+    tr = Translator(tiny_transformer(), vocab, vocab, precision="auto")
+    assert tr.precision.asked == "auto" and tr.precision.picked == "int8" and "avx512_vnni" in tr.precision.reason
+    assert any("quantized" in type(m).__module__ for m in tr.model.modules())

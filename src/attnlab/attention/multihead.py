@@ -123,8 +123,10 @@ class MultiHeadAttention(Recordable, nn.Module):
         if queries is keys and keys is values and all(type(m) is nn.Linear for m in (self.W_q, self.W_k, self.W_v)):
             # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (plain
             # float Linears only: a quantized or otherwise swapped projection runs as itself).
-            kv = self.num_kv_heads * self.head_dim
-            q, k, v = F.linear(queries, *self._qkv_weight()).split([self.W_q.out_features, kv, kv], dim=-1)
+            q, k, v = F.linear(queries, *self._qkv_weight()).split(self._qkv_sizes(), dim=-1)
+        elif queries is keys and keys is values and isinstance(fused := getattr(self, "W_qkv", None), nn.Module):
+            # a fused replacement (int8: attnlab.utils.quantize)
+            q, k, v = fused(queries).split(self._qkv_sizes(), dim=-1)
         else:
             q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
         q, k, v = self._split(q), self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
@@ -133,6 +135,11 @@ class MultiHeadAttention(Recordable, nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)
         return q, k, v
+
+    def _qkv_sizes(self) -> list[int]:
+        """Widths of Q, K and V in the fused projection's output (K and V hold only the KV heads)."""
+        kv = self.num_kv_heads * self.head_dim
+        return [self.W_q.out_features, kv, kv]
 
     def _qkv_weight(self) -> tuple[Tensor, Tensor | None]:
         """W_q, W_k, W_v (and biases) concatenated: (3*H*Dh, D), (3*H*Dh,). Without autograd (decoding)
@@ -255,6 +262,12 @@ class MultiHeadAttention(Recordable, nn.Module):
             q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal, enable_gqa=gqa
         )
 
+    def _few_queries(self, q, k, v, visible: Tensor | None = None) -> Tensor:
+        """`_few_queries` with KV heads repeated for their query groups (GQA)."""
+        if self.groups > 1:
+            k, v = k.repeat_interleave(self.groups, dim=1), v.repeat_interleave(self.groups, dim=1)
+        return _few_queries(q, k, v, visible)
+
     def _sdpa_masked(self, q, k, v, visible: Tensor | None, bias: Tensor | None) -> Tensor:
         """SDPA under a bool mask and/or a float bias; rows that see no key give zeros (not NaN)."""
         if visible is None:
@@ -316,7 +329,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         if causal and Lq == 1 and self.window is None and valid_lens is None and mask is None:
             # One query at the last position (a decoding step; causal masks align bottom-right) sees
             # every key: no mask to build.
-            return self._sdpa(q, k, v)
+            return self._few_queries(q, k, v) if _decoding_on_cpu(q) else self._sdpa(q, k, v)
         if (
             cache is not None
             and cache.static
@@ -329,6 +342,8 @@ class MultiHeadAttention(Recordable, nn.Module):
             # Cross-attention while decoding: the key mask is the same every step, built once per cache.
             visible, maybe_empty = cache.key_mask(valid_lens, Lq, q.device)
             if not maybe_empty:
+                if _decoding_on_cpu(q):
+                    return self._few_queries(q, k, v, visible)
                 return self._sdpa(q, k, v, attn_mask=visible)
         if causal and self.window is None and valid_lens is None and mask is None and Lq == Lk:
             # SDPA's own causal flag aligns top-left, which equals ours only when Lq == Lk.
@@ -377,6 +392,27 @@ class MultiHeadAttention(Recordable, nn.Module):
             bias = None if position_bias is None else self._bias(position_bias, qi[:, 0], kj[0], q.device)
             outs.append(self._sdpa_masked(q[:, :, s:e], k[:, :, ks:ke], v[:, :, ks:ke], visible, bias))
         return torch.cat(outs, dim=2)
+
+
+def _decoding_on_cpu(q: Tensor) -> bool:
+    # A decoding step's few bf16/fp16 queries on the CPU: SDPA's flash kernel costs ~3x three plain ops
+    # there (B 256, Lk 10-20), and bf16 greedy decodes ~1.3x faster without it; fp32 gained nothing, so it
+    # keeps SDPA (BENCHMARKS.md, "Precision").
+    return (
+        q.device.type == "cpu"
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and q.shape[2] <= 8
+        and not q.requires_grad
+    )
+
+
+def _few_queries(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(Dh)) v without SDPA, for rows that each see at least one key.
+    Shape: q (B, H, Lq, Dh), k, v (B, H, Lk, Dh), visible broadcastable to (B, H, Lq, Lk) -> (B, H, Lq, Dh)."""
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))  # (B, H, Lq, Lk)
+    if visible is not None:
+        scores = scores.masked_fill_(~visible, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
 def _unfold_beams(weights: Tensor, beam: int) -> Tensor:

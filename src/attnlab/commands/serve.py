@@ -81,8 +81,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "int8"],
-        default="auto",
-        help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer",
+        default="fp32",
+        help="fp32 (default: the same output on every machine), bf16, int8 (CPU, Transformer), or auto",
     )
     p.add_argument(
         "--log-level",

@@ -100,7 +100,11 @@ def add_parser(subparsers) -> None:
         help="auto (default: cuda if there is one, else cpu; translate, evaluate and serve default to cpu), "
         "cpu, cuda, cuda:1 ...",
     )
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], help="auto (default): bf16 where native, else fp32")
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        help="fp32 (default), bf16 (autocast), or auto: bf16 where native and measured to pay",
+    )
     p.add_argument(
         "--tokenizer",
         choices=["auto", "word", "bpe", "unigram"],

@@ -49,8 +49,9 @@ def add_precision_arg(p) -> None:
     p.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "int8"],
-        default="auto",
-        help="auto (default): bf16 where the hardware has it natively, else fp32; int8: CPU, Transformer",
+        default="fp32",
+        help="fp32 (default: the same output on every machine), bf16, int8 (CPU, Transformer), or auto: the "
+        "fastest this hardware computes natively and measured to pay (attnlab.utils.precision)",
     )
 
 
@@ -64,9 +65,12 @@ def open_translator(args):
             f"no trained model at {run_dir}; make one with `attnlab demo` (writes {DEFAULT_RUN}) or "
             f"`attnlab train --model transformer --preset d2l --out {run_dir}`"
         )
-    return load_translator(
+    translator = load_translator(
         run_dir, device=args.device, weights=args.weights, precision=getattr(args, "precision", "fp32")
     )
+    if translator.precision.asked == "auto":  # say what `auto` chose on this machine, and why
+        print(f"attnlab: --precision {translator.precision.reason}", file=sys.stderr)
+    return translator
 
 
 def add_parser(subparsers) -> None:

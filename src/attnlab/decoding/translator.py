@@ -13,7 +13,6 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -23,9 +22,7 @@ from attnlab.decoding.batches import decode_batches, search_batches
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions, target_ids
 from attnlab.utils.checks import check_range
-
-if TYPE_CHECKING:
-    from attnlab.utils.precision import PrecisionChoice
+from attnlab.utils.precision import PrecisionChoice, prepare_for_inference, resolve_precision
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -132,6 +129,8 @@ class Translator:
             sentence of S source tokens may produce at most 2 * S + 10 (fairseq's max_len_a/b), and
             never more than the decoder has positions for (`model.max_target_positions`), so an
             undertrained model that never says <eos> still stops soon.
+        precision: 'fp32' (default), 'bf16', 'int8' or 'auto' (`attnlab.utils.precision`): the model is
+            decoded as a converted copy in that precision; `translator.precision` says what runs and why.
 
     Examples:
         >>> import torch
@@ -156,14 +155,21 @@ class Translator:
         device="cpu",
         max_len: int | None = None,
         max_output_len: int | None = None,
+        precision: str | PrecisionChoice = "fp32",
     ):
-        self.model = model.to(device).eval()
+        model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
+        choice = (
+            precision
+            if isinstance(precision, PrecisionChoice)
+            else resolve_precision(precision, device, model_type=model_type)
+        )
+        self.model = prepare_for_inference(model.to(device), choice, device).eval()
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
         self.config = config or {}
         self.device = torch.device(device)
         self.max_len = max_len
         self.max_output_len = max_output_len or DEFAULT_MAX_OUTPUT_LEN
-        self.precision: PrecisionChoice | None = None  # what decodes and why (set by load_translator)
+        self.precision = choice  # what decodes and why
         self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
 
     def output_limit(self, src_len: int, max_len: int | None = None) -> int:

@@ -19,7 +19,6 @@ from attnlab.runs.checkpoints import list_checkpoints
 from attnlab.runs.config import read_run_config
 from attnlab.runs.layout import CONFIG_FILE, DEFAULT_RUN, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from attnlab.runs.weights import check_weights, load_weights
-from attnlab.utils.precision import prepare_for_inference, resolve_precision
 from attnlab.utils.runtime import resolve_device
 
 
@@ -88,11 +87,7 @@ def load_translator(
     model = build_model(cfg["model_type"], model_cfg)
     load_weights(model, weights_path, what)
 
-    choice = resolve_precision(precision, device)
-    prepared = prepare_for_inference(model.to(device), choice, device)
-    translator = Translator(prepared, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg))
-    translator.precision = choice
-    return translator
+    return Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg), precision=precision)
 
 
 # --------------------------------------------------------------------------- data for imported runs

@@ -40,7 +40,7 @@ class TrainConfig:
     keep_best: int = 1  # checkpoints kept for the best validation BLEU
     patience: int | None = None  # stop after this many evaluations without a better BLEU
     amp: bool = True  # False forces fp32 whatever `precision` says (older configs)
-    precision: str = "auto"  # 'auto' (bf16 where native: AVX512-BF16/AMX CPUs, bf16 GPUs), 'fp32', 'bf16'
+    precision: str = "fp32"  # 'fp32' (reproducible everywhere), 'bf16' (autocast), 'auto' (attnlab.utils.precision)
     log_every: int = 10  # steps between 'train' events in log.jsonl
     device: str = "auto"  # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...
     threads: int | None = None  # torch intra-op threads while training; None = torch's default (the cores).

@@ -1,19 +1,29 @@
 """Numeric precision: what the hardware computes natively, and how training and decoding use it.
 
-    cpu_features()                          -> {"avx2", "avx512_bf16", "amx_bf16", ...}
-    resolve_precision("auto", device)       -> PrecisionChoice(asked="auto", picked="fp32", reason="...")
+    cpu_features()                          -> {"avx2", "avx512_bf16", "avx512_vnni", ...}
+    resolve_precision("auto", device)       -> PrecisionChoice(asked="auto", picked="int8", reason="...")
     autocast(choice, device)                -> context for a training step (bf16 autocast, or nothing)
-    prepare_for_inference(model, "int8")    -> a copy with int8 dynamically quantized nn.Linear layers
+    prepare_for_inference(model, "int8")    -> a copy whose nn.Linear layers are int8
 
+Every command and the Python API default to `fp32`: the same model gives the same output on every machine.
 - `fp32`: plain float32.
 - `bf16`: training uses autocast (fp32 master weights and Adam state; matmuls in bf16; the loss and
-  softmax in fp32, as autocast and `sequence_loss` keep them); decoding casts the weights to bf16.
-- `int8`: decoding only, Transformer only, CPU only: `torch.ao.quantization.quantize_dynamic` on the
-  nn.Linear layers (int8 weights, activations quantized per batch), except the layers in `INT8_KEEP_FP32`
-  (the output projection: see the comment there).
-- `auto`: bf16 where the hardware computes it natively — a CPU with AVX512-BF16 or AMX-BF16, or a
-  bf16-capable CUDA device — else fp32. Without native support bf16 is emulated and slower than fp32,
-  so `auto` never picks it; `int8` is never picked automatically either (it changes results slightly).
+  softmax in fp32, as autocast and `sequence_loss` keep them); decoding casts the weights to bf16 once and
+  keeps the activations bf16 from layer to layer (a decoding step's bf16 attention runs as plain matmuls:
+  the CPU's SDPA kernel is slow on one bf16 query).
+- `int8`: decoding only, Transformer only, CPU only: every nn.Linear, the output projection included
+  (`INT8_KEEP_FP32`), gets int8 weights with one scale per output channel (`attnlab.utils.quantize`);
+  the kernel (`INT8_KERNEL`) is fbgemm's dynamic Linear, which quantizes each activation tensor as it
+  comes; `kernel="int_mm"` gives every activation row (token) its own scale, on `torch._int_mm`.
+- `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
+  (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
+    decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
+      (1.6-2.9x fp32 greedy, BLEU within 0.2, on an AVX512-VNNI EPYC; faster than bf16 on validation);
+    else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.3-2.4x there);
+    else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
+    Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU; else fp32 (autocast on an AVX512-BF16 CPU
+    without AMX measured 0.31x fp32's tokens/s at the laptop preset's sizes).
+  A config.json that says "auto" means this rule wherever it runs; pass fp32 to reproduce a result.
 """
 
 from __future__ import annotations
@@ -25,16 +35,20 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from attnlab.utils.quantize import VNNI_FLAGS, quantize_linears
+
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16")
 DECODE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 # CPU flags (as /proc/cpuinfo names them) that mean bf16 matmuls run natively.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-# Linear layers int8 leaves in fp32, by qualified-name suffix. The output projection (decoder.dense) turns
-# a D-wide state into V logits whose argmax *is* the translation, so its rounding moves greedy choices on
-# near-ties; on the cpu-small model quantizing it too changed more outputs, lost BLEU and decoded slower
-# than keeping it fp32 (benchmarks/precision.py, the "int8 (every Linear)" row; BENCHMARKS.md). It is
-# also the layer tied to the embeddings under share_embeddings, which must stay one fp32 matrix.
-INT8_KEEP_FP32 = ("decoder.dense",)
+# Linear layers int8 leaves in float, by qualified-name suffix: none. The output projection
+# (decoder.dense, about half of a decoding step's multiply-adds) is quantized too: chosen on the validation
+# split, where quantizing it kept BLEU within 0.5 of fp32 (benchmarks/precision.py; BENCHMARKS.md). Under
+# share_embeddings it is tied to the embeddings: int8 quantizes a copy, the embedding stays float.
+INT8_KEEP_FP32: tuple[str, ...] = ()
+# The int8 kernel: fbgemm's dynamic Linear with per-channel weight scales (fastest at the decoder's shapes
+# on AVX2 and AVX512-VNNI CPUs; benchmarks/precision_kernels.py), or 'int_mm' (per-row activation scales).
+INT8_KERNEL = "fbgemm"
 
 
 @dataclass(frozen=True)
@@ -81,8 +95,11 @@ def native_bf16(device: torch.device | str = "cpu") -> tuple[bool, str]:
     return False, f"this CPU has no native bf16 ({'/'.join(NATIVE_BF16_FLAGS)} absent; bf16 would be emulated)"
 
 
-def resolve_precision(name: str, device: torch.device | str = "cpu", *, training: bool = False) -> PrecisionChoice:
-    """Turn a `--precision` value into the precision that will run.
+def resolve_precision(
+    name: str, device: torch.device | str = "cpu", *, training: bool = False, model_type: str = "transformer"
+) -> PrecisionChoice:
+    """Turn a `--precision` value into the precision that will run (for `auto`, the rule of the module
+    docstring; `model_type` matters to it, since int8 decodes the Transformer only).
 
     Raises ValueError for an unknown name, for int8 in training, and for int8 on a non-CPU device.
     """
@@ -92,8 +109,7 @@ def resolve_precision(name: str, device: torch.device | str = "cpu", *, training
         raise ValueError(f"unknown precision {name!r} for {what}; expected one of {', '.join(allowed)}")
     device = torch.device(device)
     if name == "auto":
-        ok, why = native_bf16(device)
-        return PrecisionChoice("auto", "bf16" if ok else "fp32", f"auto: {why} -> {'bf16' if ok else 'fp32'}")
+        return _auto(device, training, model_type)
     if name == "int8" and device.type != "cpu":
         raise ValueError(
             f"int8 decoding runs on the CPU only (PyTorch dynamic quantization), got device "
@@ -103,6 +119,19 @@ def resolve_precision(name: str, device: torch.device | str = "cpu", *, training
         ok, why = native_bf16(device)
         return PrecisionChoice(name, name, f"asked for bf16 ({why})")
     return PrecisionChoice(name, name, f"asked for {name}")
+
+
+def _auto(device: torch.device, training: bool, model_type: str) -> PrecisionChoice:
+    ok, why = native_bf16(device)
+    if device.type == "cpu":
+        feats = cpu_features()
+        vnni = [f for f in VNNI_FLAGS if f in feats]
+        if not training and vnni and model_type == "transformer":
+            return PrecisionChoice("auto", "int8", f"auto: this CPU has int8 dot products ({', '.join(vnni)}) -> int8")
+        if training and ok and "amx_bf16" not in feats:
+            why = f"{why}, but without AMX bf16 autocast training measured no faster than fp32"
+            ok = False
+    return PrecisionChoice("auto", "bf16" if ok else "fp32", f"auto: {why} -> {'bf16' if ok else 'fp32'}")
 
 
 def autocast(choice: PrecisionChoice, device: torch.device | str):
@@ -131,9 +160,11 @@ def prepare_for_inference(
     device: torch.device | str = "cpu",
     *,
     keep_fp32: tuple[str, ...] = INT8_KEEP_FP32,
+    kernel: str | None = None,
 ) -> nn.Module:
     """A model ready to decode in `precision` (the model itself for fp32, else a converted copy, so the
-    caller's fp32 weights are never changed). `keep_fp32` overrides which Linear layers int8 skips.
+    caller's fp32 weights are never changed). `keep_fp32` overrides which Linear layers int8 skips;
+    `kernel` which int8 kernel runs ('fbgemm' or 'int_mm', see attnlab.utils.quantize; default INT8_KERNEL).
 
     Raises ValueError for an unknown precision, or int8 on a model or device it does not support.
     """
@@ -154,21 +185,7 @@ def prepare_for_inference(
     names = int8_layers(model, keep_fp32)
     if not names:
         raise ValueError("int8: this model has no nn.Linear layer to quantize; use --precision fp32")
-    if not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm", "qnnpack", "onednn")):
-        raise ValueError("int8: this PyTorch build has no quantized CPU engine; use --precision fp32")
-    from torch.ao.quantization import quantize_dynamic
-
-    with _quiet_deprecations():
-        return quantize_dynamic(model.eval(), set(names), dtype=torch.qint8, inplace=False)
-
-
-@contextlib.contextmanager
-def _quiet_deprecations():
-    # torch.ao.quantization announces its move to torchao on every call; the API still works and
-    # torchao is not a dependency, so the warning is noise for users.
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=UserWarning, module="torch.ao")
-        yield
+    kernel = kernel or INT8_KERNEL
+    if kernel == "fbgemm" and not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")):
+        kernel = "int_mm"  # no fbgemm in this build (ARM): the per-row kernel runs on any CPU
+    return quantize_linears(model, names, kernel)
