@@ -93,7 +93,7 @@ class DecodeOptions:
         check_range("no_repeat_ngram", self.no_repeat_ngram, 0, MAX_NGRAM, integer=True)
         check_range("align_layer", self.align_layer, 0, integer=True, none_ok=True)
         if self.align_heads is not None:
-            if isinstance(self.align_heads, (str, bytes)) or not self.align_heads:
+            if not isinstance(self.align_heads, (list, tuple)) or not self.align_heads:
                 raise ValueError(f"align_heads must be a non-empty list of head indices, got {self.align_heads!r}")
             for h in self.align_heads:
                 check_range("align_heads", h, 0, integer=True)
@@ -102,6 +102,8 @@ class DecodeOptions:
         _check_texts("prefix", self.prefix, allow_none=True)
         if isinstance(self.constraints, (str, bytes)):
             raise ValueError(f"constraints must be a list of phrases, got one string {self.constraints!r}")
+        if not isinstance(self.constraints, (list, tuple)):
+            raise ValueError(f"constraints must be a list of phrases, got {self.constraints!r}")
         for c in self.constraints:
             _check_texts("constraints", c, allow_none=False)
 

@@ -40,6 +40,7 @@ from .apidocs import api_docs_html
 from .batcher import MicroBatcher
 from .guard import GuardMiddleware, Limits, safe_text
 from .memory import IdleTrim, TrimWhenIdle
+from .options import decode_options, translation_result
 from .pool import Busy, TooLarge, TranslatorPool
 from .schemas import (
     MAX_BEAM,
@@ -258,12 +259,24 @@ def create_app(
                 return _error(413, f"texts[{i}]: {exc}", request)
             except InputError as exc:
                 return _error(422, f"texts[{i}]: {exc}", request)
+        options = None
+        if req.options is not None:
+            try:
+                options = decode_options(req.options, req.beam)
+            except ValueError as exc:
+                return _error(422, f"options: {exc}", request)
         try:
-            out = await batcher.translate(req.texts, req.beam)
+            out = await batcher.translate(req.texts, req.beam, options)
         except Busy as exc:
             return _busy(request, exc)
+        except ValueError as exc:  # options that do not fit these texts (a prefix per text, say)
+            return _error(422, f"options: {exc}", request)
+        elapsed = round((time.perf_counter() - t0) * 1000, 1)
+        if options is None:
+            return TranslationsResponse(translations=out, beam=req.beam, results=None, elapsed_ms=elapsed)
+        results = [translation_result(t) for t in out]
         return TranslationsResponse(
-            translations=out, beam=req.beam, elapsed_ms=round((time.perf_counter() - t0) * 1000, 1)
+            translations=[r.text for r in results], beam=req.beam, results=results, elapsed_ms=elapsed
         )
 
     @app.get("/api/model", response_model=ModelInfo, responses=doc(431, 500))

@@ -14,8 +14,11 @@ a request of more than `max_pending` sentences could never fit, so it raises Too
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from .pool import Busy, Threads, TooLarge
 
@@ -25,6 +28,8 @@ class _Item:
     text: str
     beam: int
     future: asyncio.Future
+    options: Any = None  # DecodeOptions: decoded with the other sentences of its own request only
+    group: int = 0  # the request an item with options belongs to
 
 
 class MicroBatcher:
@@ -61,9 +66,12 @@ class MicroBatcher:
         self._task: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
         self.threads = Threads(self.workers, "attnlab-batch")
+        self._groups = itertools.count(1)
 
-    async def translate(self, texts: list[str], beam: int = 1) -> list[str]:
-        """Translations of `texts` (already validated), decoded together with other requests' sentences."""
+    async def translate(self, texts: list[str], beam: int = 1, options: Any = None) -> list:
+        """Translations of `texts` (already validated), decoded together with other requests' sentences.
+        With `options` (a DecodeOptions) the texts form a batch of their own, in order (per-text prefixes
+        and constraints follow them), and each result is a `Translation`."""
         self.check_fits(len(texts))
         if self.pending + len(texts) > self.max_pending:
             raise Busy(
@@ -72,7 +80,8 @@ class MicroBatcher:
             )
         self._start()
         loop = asyncio.get_running_loop()
-        items = [_Item(t, beam, loop.create_future()) for t in texts]
+        group = next(self._groups) if options is not None else 0
+        items = [_Item(t, beam, loop.create_future(), options, group) for t in texts]
         self.pending += len(items)
         self._queue.extend(items)
         self._arrived.set()
@@ -114,37 +123,43 @@ class MicroBatcher:
             task.add_done_callback(self._running.discard)
 
     def _take(self) -> list[_Item]:
-        """Up to max_batch waiting sentences with the oldest one's beam, in arrival order (no starvation)."""
-        beam = self._queue[0].beam
+        """Up to max_batch waiting sentences with the oldest one's beam (and request, if it has options),
+        in arrival order (no starvation)."""
+        key = (self._queue[0].beam, self._queue[0].group)
         batch: list[_Item] = []
         rest: deque[_Item] = deque()
-        while self._queue and len(batch) < self.max_batch:
+        while self._queue and (len(batch) < self.max_batch or key[1]):  # a request with options stays whole
             it = self._queue.popleft()
             if it.future.done():  # its request was cancelled (client gone)
                 continue
-            (batch if it.beam == beam else rest).append(it)
+            (batch if (it.beam, it.group) == key else rest).append(it)
         self._queue.extendleft(reversed(rest))
-        return sorted(batch, key=lambda it: len(it.text))
+        return batch if key[1] else sorted(batch, key=lambda it: len(it.text))
 
     async def _decode(self, batch: list[_Item]) -> None:
         loop = asyncio.get_running_loop()
         try:
             if not batch:
                 return
-            texts, beam = [it.text for it in batch], batch[0].beam
+            texts, beam, options = [it.text for it in batch], batch[0].beam, batch[0].options
             try:
-                out = await loop.run_in_executor(self.threads.get(), self.translator.translate, texts, beam)
+                if options is not None:
+                    decode = functools.partial(self.translator.translate_tokens, texts, options=options)
+                    out = await loop.run_in_executor(self.threads.get(), decode)
+                else:
+                    out = await loop.run_in_executor(self.threads.get(), self.translator.translate, texts, beam)
                 results: list = list(out)
-            except ValueError:
-                # One sentence the checks let through must not fail the others: decode them one by one.
-                results = []
-                for t in texts:
-                    try:
-                        results.append(
-                            (await loop.run_in_executor(self.threads.get(), self.translator.translate, [t], beam))[0]
-                        )
-                    except Exception as exc:  # noqa: BLE001 - handed to that sentence's request
-                        results.append(exc)
+            except ValueError as exc:
+                if options is not None:  # the options do not fit these texts: that request's error (422)
+                    results = [exc] * len(batch)
+                else:  # one sentence the checks let through must not fail the others: decode one by one
+                    results = []
+                    for t in texts:
+                        try:
+                            one = self.translator.translate
+                            results.append((await loop.run_in_executor(self.threads.get(), one, [t], beam))[0])
+                        except Exception as err:  # noqa: BLE001 - handed to that sentence's request
+                            results.append(err)
             except Exception as exc:  # noqa: BLE001 - a bug: every request of the batch gets it (-> 500)
                 results = [exc] * len(batch)
             self.batches += 1

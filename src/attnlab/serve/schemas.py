@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -67,6 +67,15 @@ class TranslationsRequest(BaseModel):
         examples=[["i'm home .", "go ."]],
     )
     beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy decoding")
+    options: dict[str, Any] | None = Field(
+        None,
+        description="decoding options, as `attnlab translate` takes them (attnlab.decoding.DecodeOptions, beam "
+        "aside): n_best, sample, temperature, top_k, top_p, seed, length_penalty, min_len, max_len, "
+        "no_repeat_ngram, prefix (a text, or one per text), constraints (phrases, or a list of them per text), "
+        f"align, align_layer, align_heads; n_best at most {MAX_BEAM}. With options the response also holds "
+        "`results` (scores, n-best lists, alignments), and the texts are decoded as a batch of their own",
+        examples=[{"n_best": 2, "align": True}],
+    )
 
     @field_validator("texts")
     @classmethod
@@ -76,9 +85,22 @@ class TranslationsRequest(BaseModel):
         return texts
 
 
+class Hypothesis(BaseModel):
+    text: str = Field(description="detokenized translation")
+    score: float | None = Field(description="log-probability / length ** length_penalty (null: not computed)")
+    alignment: list[Pair] | None = Field(
+        None, description="[source word, target word] pairs, 0-based, whitespace words (with options.align)"
+    )
+
+
+class TranslationResult(Hypothesis):
+    nbest: list[Hypothesis] = Field(description="the n_best hypotheses, best first (this one first)")
+
+
 class TranslationsResponse(BaseModel):
-    translations: list[str] = Field(description="one detokenized French translation per text, in order")
+    translations: list[str] = Field(description="one detokenized translation per text, in order")
     beam: int
+    results: list[TranslationResult] | None = Field(None, description="with options: one per text, in order")
     elapsed_ms: float = Field(description="server time from arrival to answer, queueing included")
 
 
