@@ -104,3 +104,38 @@ def test_large_model_view_draws(driver, tmp_path):
     path = model_view(fake_explanation(layers=6, heads=8, ls=40, lt=40)).save_html(tmp_path / "big.html")
     driver.get(path.as_uri())
     assert driver.execute_script("return document.querySelectorAll('canvas.attn-canvas').length") == 48
+
+
+def test_views_name_the_position_scheme_and_key_value_heads():
+    ex = fake_explanation()
+    ex.positions, ex.num_heads, ex.num_kv_heads = "alibi", 4, 2
+    for view in (head_view(ex), model_view(ex)):
+        layout = re.search(r'<div class="layout">([^<]*)</div>', view._repr_html_())
+        assert layout is not None
+        assert layout.group(1) == "transformer · positions: alibi · 2 key/value heads for 4 query heads (grouped-query)"
+    ex.positions, ex.num_kv_heads = "rope", 1
+    assert "positions: rope · 1 key/value head shared by 4 query heads (multi-query)" in head_view(ex)._repr_html_()
+    assert '<div class="layout">bahdanau</div>' in head_view(fake_explanation(bahdanau=True))._repr_html_()
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("transformer", ("rope", 4, 2)),
+        ("decoder-only", ("sinusoidal", 4, 4)),
+        ("bahdanau", (None, None, None)),
+    ],
+)
+def test_attention_layout_reads_the_models_config(model, expected):
+    from attnlab.analysis.explanation import attention_layout
+    from attnlab.models import DecoderOnly, DecoderOnlyConfig, Transformer, TransformerConfig
+    from attnlab.models.seq2seq import BahdanauConfig, EncoderDecoder
+
+    small = {"num_hiddens": 16, "num_heads": 4, "num_layers": 1, "ffn_num_hiddens": 16}
+    if model == "transformer":
+        m = Transformer(TransformerConfig(10, 10, **small, positions="rope", num_kv_heads=2))
+    elif model == "decoder-only":
+        m = DecoderOnly(DecoderOnlyConfig(10, 10, **small))
+    else:
+        m = EncoderDecoder.from_config(BahdanauConfig(10, 10, embed_size=8, num_hiddens=8, num_layers=1))
+    assert attention_layout(m) == expected

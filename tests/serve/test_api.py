@@ -121,6 +121,8 @@ def test_model_info_and_health(client, translator):
     assert "Tatoeba" in m["data_attribution"] and "CC-BY 2.0 (France)" in m["data_attribution"]
     assert m["max_beam"] == 8 and m["max_chars"] == 500 and m["workers"] == 2
     assert m["max_texts"] == 64 and m["max_body_bytes"] == 65536 and m["max_response_bytes"] == 2_000_000
+    cfg = translator.model.config  # the header's label: position scheme and key/value heads
+    assert m["positions"] == cfg.positions == "sinusoidal" and m["num_kv_heads"] == cfg.kv_heads == cfg.num_heads
     assert client.get("/healthz").json() == {"status": "ok"}
 
 

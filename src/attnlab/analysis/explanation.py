@@ -26,6 +26,8 @@ from attnlab.attention.recording import attention_maps
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.trace import trace_path
 from attnlab.decoding.translator import InputError, TextTooLong, encode_source
+from attnlab.models.config import TransformerConfig
+from attnlab.models.decoder_only import DecoderOnlyConfig
 
 MAX_CHARS = 500  # longest request text, in characters, before tokenization
 KINDS = ("encoder_self", "decoder_self", "cross")  # every kind a model may declare, in display order
@@ -46,6 +48,8 @@ class Explanation:
     beam_trace: with beam > 1 and trace=True, the search itself (`attnlab.decoding.beam_search`'s trace,
         tokens as strings, and "path": the (step, candidate) of each token of the winner); else None.
     subwords: the tokens are SentencePiece pieces ("▁" starts a word); `merge_subwords` joins them.
+    positions, num_heads, num_kv_heads: how the model's attention knows word order and how many query and
+        key/value heads each attention has (`attention_layout`); None for a model without them.
     """
 
     text: str
@@ -61,6 +65,9 @@ class Explanation:
     beam_trace: dict | None = None
     subwords: bool = False
     merged: bool = False
+    positions: str | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
 
     # The three kinds by name; a kind the model lacks is an empty tensor (N = 0 layers).
     @property
@@ -99,6 +106,19 @@ def _rounded(w: Tensor, decimals: int) -> list:
     # float64 before rounding: a rounded float32 printed as a double would carry ~8 junk digits.
     scale = 10.0**decimals
     return (w.double() * scale).round().div(scale).tolist()
+
+
+def attention_layout(model) -> tuple[str | None, int | None, int | None]:
+    """(position scheme, query heads, key/value heads) of a translator's attention, as configured (before
+    any head pruning): the Transformer's `positions`, `num_heads` and `kv_heads`; the decoder-only model's
+    sinusoids with one key/value head per head; (None, None, None) for a model without heads or a
+    position scheme (the Bahdanau RNN reads order from its recurrence)."""
+    cfg = getattr(model, "config", None)
+    if isinstance(cfg, TransformerConfig):
+        return cfg.positions, cfg.num_heads, cfg.kv_heads
+    if isinstance(cfg, DecoderOnlyConfig):
+        return "sinusoidal", cfg.num_heads, cfg.num_heads
+    return None, None, None
 
 
 def check_text(translator, text: str, max_chars: int = MAX_CHARS, truncate: bool = False) -> list[int]:
@@ -256,6 +276,7 @@ def explain(
         views = getattr(model, "attention_views", None)  # one self-attention cut into kinds (decoder-only)
         maps = {k: v.cpu() for k, v in (views(maps, src.shape[1]) if views else maps).items()}
     model_type = getattr(model, "MODEL_TYPE", None) or translator.config.get("model_type", type(model).__name__.lower())
+    positions, num_heads, num_kv_heads = attention_layout(model)
     return Explanation(
         text=text,
         translation=tgt_vocab.decode(out),
@@ -269,6 +290,9 @@ def explain(
         heads_off=_canonical_heads_off(heads_off),
         beam_trace=_readable_trace(steps, tgt_vocab) if steps is not None else None,
         subwords=getattr(tgt_vocab, "kind", None) == "spm" or getattr(src_vocab, "kind", None) == "spm",
+        positions=positions,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
     )
 
 
@@ -278,6 +302,7 @@ __all__ = [
     "Explanation",
     "InputError",
     "TextTooLong",
+    "attention_layout",
     "check_text",
     "explain",
     "group_maps",

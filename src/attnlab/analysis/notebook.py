@@ -54,7 +54,7 @@ _ids = itertools.count()
 
 _STYLE = """
 .attnlab-view{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;color:#1b2233}
-.attnlab-view .controls{margin:4px 0 8px}.attnlab-view .controls label{margin-right:12px}
+.attnlab-view .layout{color:#5b6478}.attnlab-view .controls{margin:4px 0 8px}.attnlab-view .controls label{margin-right:12px}
 .attnlab-view .grid{display:grid;gap:6px;align-items:start}
 .attnlab-view svg text{font:11px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;fill:#1b2233}
 .attnlab-view .attn-title{font-weight:600}
@@ -118,6 +118,23 @@ _VIEW_JS = """
 """
 
 
+def layout_caption(explanation) -> str:
+    """One line naming the model's position scheme and its key/value heads, e.g. "transformer · positions:
+    rope · 2 key/value heads for 8 query heads (grouped-query)"; the model type alone where neither is known."""
+    parts = [explanation.model_type]
+    if explanation.positions is not None:
+        parts.append(f"positions: {explanation.positions}")
+    H, kv = explanation.num_heads, explanation.num_kv_heads
+    if H is not None and kv is not None:
+        if kv == H:
+            parts.append(f"{H} heads, each with its own keys/values (multi-head)")
+        elif kv == 1:
+            parts.append(f"1 key/value head shared by {H} query heads (multi-query)")
+        else:
+            parts.append(f"{kv} key/value heads for {H} query heads (grouped-query)")
+    return " · ".join(parts)
+
+
 def _drawing_js() -> str:
     return resources.files("attnlab.serve").joinpath("static/heatmap.js").read_text(encoding="utf-8")
 
@@ -156,9 +173,11 @@ class AttentionView:
         data = json.dumps(self.data, ensure_ascii=False).replace("</", "<\\/")  # no early </script>
         script = _drawing_js() + _VIEW_JS % {"id": json.dumps(view_id), "data": data}
         caption = html.escape(f"{self.explanation.text} → {self.explanation.translation}")
+        layout = html.escape(layout_caption(self.explanation))
         return (
             f'<div class="attnlab-view" id="{view_id}" data-view="{self.view}"><style>{_STYLE}</style>'
-            f'<div class="caption">{caption}</div><div class="controls"></div><div class="out"></div>'
+            f'<div class="caption">{caption}</div><div class="layout">{layout}</div>'
+            f'<div class="controls"></div><div class="out"></div>'
             f"<script>{script}</script></div>"
         )
 
@@ -198,12 +217,13 @@ class AttentionView:
 
 def head_view(explanation, kind: str = "cross", layer: int = 0, merge_subwords: bool = False) -> AttentionView:
     """bertviz-style head view: lines from query to key tokens, one colour per head (click a head to hide
-    it), one layer at a time (a selector switches layer and attention kind). merge_subwords: show words
-    instead of SentencePiece pieces (keys summed over a word's pieces, queries averaged)."""
+    it), one layer at a time (a selector switches layer and attention kind). A caption line names the
+    position scheme and the key/value heads (`layout_caption`). merge_subwords: show words instead of
+    SentencePiece pieces (keys summed over a word's pieces, queries averaged)."""
     return AttentionView("head", explanation, kind, layer, merge_subwords)
 
 
 def model_view(explanation, kind: str = "cross", merge_subwords: bool = False) -> AttentionView:
-    """Every layer x head of one attention kind as small heatmaps (a selector switches the kind);
-    merge_subwords as in `head_view`."""
+    """Every layer x head of one attention kind as small heatmaps (a selector switches the kind), under the
+    same caption as `head_view`; merge_subwords as in `head_view`."""
     return AttentionView("model", explanation, kind, merge_subwords=merge_subwords)

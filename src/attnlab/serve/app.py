@@ -30,7 +30,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab import __version__
-from attnlab.analysis.explanation import MAX_CHARS, check_text, explain, head_masks_for
+from attnlab.analysis.explanation import MAX_CHARS, attention_layout, check_text, explain, head_masks_for
 from attnlab.analysis.heads import head_confidence
 from attnlab.analysis.subwords import merge_subwords
 from attnlab.data import ATTRIBUTION
@@ -283,12 +283,15 @@ def create_app(
     async def model_info():
         cfg = translator.config
         model = translator.model
+        positions, _, num_kv_heads = attention_layout(model)
         return ModelInfo(
             model_type=cfg.get("model_type", type(model).__name__.lower()),
             model=cfg.get("model", {}),
             origin=model_origin(cfg),
             parameters=sum(p.numel() for p in model.parameters()),
             heads={k: [getattr(m, "num_heads", 1) for m in ms] for k, ms in model.attention_kinds().items()},
+            positions=positions,
+            num_kv_heads=num_kv_heads,
             importance_source=importance["source"] if importance else CONFIDENCE_SOURCE,
             src_vocab_size=len(translator.src_vocab),
             tgt_vocab_size=len(translator.tgt_vocab),

@@ -163,6 +163,14 @@ class ModelInfo(BaseModel):
     origin: str = Field(description="trained here, or imported (from where)")
     parameters: int = Field(description="number of weights")
     heads: dict[str, list[int]] = Field(description="kind -> heads per layer (what heads_off may name)")
+    positions: str | None = Field(
+        description="how attention knows word order: sinusoidal, learned, rope, alibi, t5 or none; "
+        "null for a model without a position scheme (an RNN reads order from its recurrence)"
+    )
+    num_kv_heads: int | None = Field(
+        description="key/value heads per attention as configured: num_heads (multi-head), fewer "
+        "(grouped-query) or 1 (multi-query); null for a model without heads"
+    )
     importance_source: str = Field(description="what the head-importance strip shows")
     src_vocab_size: int
     tgt_vocab_size: int

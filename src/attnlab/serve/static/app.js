@@ -53,6 +53,7 @@ fetch("/api/model").then((r) => r.json()).then((m) => {
   opts.innerHTML = "";
   for (const [k, v] of Object.entries(c)) el("span", { class: "opt" }, opts, `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`);
   $("text").maxLength = m.max_chars;
+  $("model-layout").textContent = m.positions ? `· ${m.positions} positions, ${m.num_kv_heads} KV heads` : "";
 }).catch(() => { $("model-info").textContent = "model info unavailable"; });
 
 $("translate-form").addEventListener("submit", (e) => { e.preventDefault(); translate(); });
