@@ -1,6 +1,7 @@
-"""The chapter's notebooks: one per section of D2L chapter 11 with its number, in sync with their sources and
-committed without outputs, each with exercises whose solutions run; every notebook runs top to bottom under
-ATTNLAB_SMALL=1 (the CI switch: seconds per notebook), and every figure it draws has prose before and after."""
+"""The chapter's notebooks: one per section of D2L chapter 11 with its number, then 11.10 (attention since the
+book), in sync with their sources and committed without outputs, each with exercises whose solutions run; every
+notebook runs top to bottom under ATTNLAB_SMALL=1 (the CI switch: seconds per notebook), and every figure it draws
+has prose before and after."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ SECTIONS = [
     "transformer",
     "vision_transformer",
     "decoder_only",
+    "attention_since_the_book",
 ]
 
 
