@@ -85,7 +85,9 @@ cos, _ = rope.cos_sin(64)  # (L, rot_dim): half-split pairs share an angle, so p
 fig = Figure(figsize=(9, 3), layout="constrained")
 left, right = fig.subplots(1, 2)
 image = left.imshow(cos[:, : rope.rot_dim // 2].T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
-left.set(xlabel="position", ylabel="feature pair f", yticks=range(rope.rot_dim // 2), title="cos(pos · θ_f), head_dim 8")
+left.set(
+    xlabel="position", ylabel="feature pair f", yticks=range(rope.rot_dim // 2), title="cos(pos · θ_f), head_dim 8"
+)
 fig.colorbar(image, ax=left)
 vectors = torch.randn(1, 256, 1, 64)  # 256 random heads' worth of vectors, as (B, H, L, Dh)
 offsets = torch.arange(0, 200)

@@ -54,7 +54,8 @@ _ids = itertools.count()
 
 _STYLE = """
 .attnlab-view{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;color:#1b2233}
-.attnlab-view .layout{color:#5b6478}.attnlab-view .controls{margin:4px 0 8px}.attnlab-view .controls label{margin-right:12px}
+.attnlab-view .layout{color:#5b6478}
+.attnlab-view .controls{margin:4px 0 8px}.attnlab-view .controls label{margin-right:12px}
 .attnlab-view .grid{display:grid;gap:6px;align-items:start}
 .attnlab-view svg text{font:11px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;fill:#1b2233}
 .attnlab-view .attn-title{font-weight:600}
