@@ -1,6 +1,8 @@
-"""Lexically constrained beam search against plain beam search on the VALIDATION split: how many of the
-constraint phrases appear, BLEU/chrF (multi-reference, as `attnlab evaluate`) and decoding time, measured
-in the same run (median of interleaved rounds after a warm-up; the time is a ratio against plain beam).
+"""Lexically constrained beam search, n-best lists and sampling against plain beam search on the VALIDATION
+split: how many of the constraint phrases appear, BLEU/chrF of the first hypothesis (multi-reference, as
+`attnlab evaluate`) and decoding time, measured in the same run (median of interleaved rounds after a
+warm-up; the time is a ratio against plain beam). n-best: the same beam returning --n-best hypotheses;
+sampling: --n-best samples per source (temperature 1, seeded), no beam.
 
 Each source gets one phrase from its first reference (one or two consecutive words the target
 vocabulary knows), and every second source a second one (one more word): phrases a user who knows the
@@ -59,6 +61,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="which reference words become phrases")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"])
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds of each (median)")
+    ap.add_argument("--n-best", type=int, default=5, help="hypotheses of the n-best row, samples of the sampling row")
     args = ap.parse_args(argv)
 
     features = " ".join(sorted(cpu_features() & WATCHED))
@@ -77,14 +80,21 @@ def main(argv=None) -> int:
     print(f"{args.checkpoint}: {len(sources)} validation sources, {n_phrases} phrases, beam {args.beam}")
 
     opts = DecodeOptions(beam=args.beam)
-    runs = {"beam": None, "constrained beam": cons}
-    translator.search(src_ids[:8], opts, constraints=cons[:8])  # warm-up
+    n = args.n_best
+    runs = {
+        "beam": (opts, None),
+        "constrained beam": (opts, cons),
+        f"n-best (n_best {n})": (DecodeOptions(beam=args.beam, n_best=min(n, args.beam)), None),
+        f"sampling ({n} samples)": (DecodeOptions(sample=True, n_best=n, seed=args.seed), None),
+    }
+    for o, given in runs.values():  # warm-up
+        translator.search(src_ids[:8], o, constraints=given and given[:8])
     times: dict[str, list[float]] = {name: [] for name in runs}
     outputs = {}
-    for _ in range(args.rounds):  # interleaved, so both see the same load
-        for name, given in runs.items():
+    for _ in range(args.rounds):  # interleaved, so all see the same load
+        for name, (o, given) in runs.items():
             start = time.perf_counter()
-            outputs[name] = translator.search(src_ids, opts, constraints=given)
+            outputs[name] = translator.search(src_ids, o, constraints=given)
             times[name].append(time.perf_counter() - start)
     rows = []
     for name in runs:

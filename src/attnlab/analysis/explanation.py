@@ -15,6 +15,7 @@ encoder_self, decoder_self and cross; the Bahdanau model only cross), not from m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -23,7 +24,10 @@ from torch import Tensor
 
 from attnlab.attention import mask_heads, record_attention
 from attnlab.attention.recording import attention_maps
+from attnlab.decoding.alignment import align_batch, alignment_heads, source_word_index, target_word_index
 from attnlab.decoding.beam import beam_search
+from attnlab.decoding.hypothesis import Hypothesis
+from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.trace import trace_path
 from attnlab.decoding.translator import InputError, TextTooLong, encode_source
 from attnlab.models.config import TransformerConfig
@@ -50,6 +54,12 @@ class Explanation:
     subwords: the tokens are SentencePiece pieces ("▁" starts a word); `merge_subwords` joins them.
     positions, num_heads, num_kv_heads: how the model's attention knows word order and how many query and
         key/value heads each attention has (`attention_layout`); None for a model without them.
+    nbest: the hypotheses found, best first (the first is the one whose maps these are): {"text", "score"
+        (None where not finite), "finished", "constraints_met" (with constraints: it holds every phrase;
+        else None)}.
+    alignment: with options.align, the best hypothesis's word alignment: {"pairs": [[source word, target
+        word], ...], "source_words", "target_words" (whitespace words), "source_token_words",
+        "target_token_words" (the word of each source token, <eos> aside, and of each output token)}.
     """
 
     text: str
@@ -68,6 +78,8 @@ class Explanation:
     positions: str | None = None
     num_heads: int | None = None
     num_kv_heads: int | None = None
+    nbest: list[dict] = field(default_factory=list)
+    alignment: dict | None = None
 
     # The three kinds by name; a kind the model lacks is an empty tensor (N = 0 layers).
     @property
@@ -98,6 +110,8 @@ class Explanation:
             "beam_trace": self.beam_trace,
             "subwords": self.subwords,
             "merged": self.merged,
+            "nbest": self.nbest,
+            "alignment": self.alignment,
             "attention": {kind: _rounded(self.maps[kind], decimals) if kind in self.maps else [] for kind in KINDS},
         }
 
@@ -191,11 +205,11 @@ def _canonical_heads_off(heads_off: Mapping[str, Sequence] | None) -> dict[str, 
     return {k: [list(p) for p in sorted({(int(a), int(b)) for a, b in v})] for k, v in (heads_off or {}).items() if v}
 
 
-def _decode(translator, ids: list[int], beam: int, trace: list | None):
+def _decode(translator, ids: list[int], beam: int, trace: list | None, length_penalty: float = 1.0):
     """translator.decode for one sentence; with a trace list, the same beam search called directly
     (Translator.decode has no trace argument), with the same start token and length limit."""
     if trace is None or beam == 1:
-        (hyp,) = translator.decode([ids], beam=beam)
+        (hyp,) = translator.decode([ids], beam=beam, length_penalty=length_penalty)
         return hyp
 
     src_ids = ids + [translator.src_vocab.eos]
@@ -210,10 +224,43 @@ def _decode(translator, ids: list[int], beam: int, trace: list | None):
         bos,
         translator.tgt_vocab.eos,
         beam=beam,
+        length_penalty=length_penalty,
         max_len=translator.output_limit(len(src_ids)),
         trace=trace,
     )
     return hyp
+
+
+def _contains(tokens: list[int], phrase: list[int]) -> bool:
+    return any(tokens[i : i + len(phrase)] == phrase for i in range(len(tokens) - len(phrase) + 1))
+
+
+def _search(translator, text: str, ids: list[int], options: DecodeOptions, trace: list | None) -> tuple:
+    """The hypotheses `Translator.translate_tokens` finds for `text` with `options` (the same calls, so the
+    same results), each as an nbest entry, and the best one's alignment (options.align) or None."""
+    heads = alignment_heads(translator.model, options.align_layer, options.align_heads) if options.align else None
+    prefixes, constraints = translator.encode_targets([ids], options)
+    if options.plain:  # as Translator.search: the plain decode (here with its trace, if asked)
+        hyps = [_decode(translator, ids, options.beam, trace, options.length_penalty)]
+    else:
+        (hyps,) = translator.search([ids], options, prefixes, constraints)
+    phrases = constraints[0]
+    vocab = translator.tgt_vocab
+    met = [all(_contains(h.tokens, p) for p in phrases) if phrases else None for h in hyps]
+    nbest = [{**_entry(vocab, h), "constraints_met": m} for h, m in zip(hyps, met)]
+    alignment = None
+    if heads is not None:
+        # All n-best outputs in one batch, as translate_tokens aligns them (same padding, same numbers).
+        pairs = align_batch(translator, [text] * len(hyps), [ids] * len(hyps), [h.tokens for h in hyps], *heads)
+        best = hyps[0].tokens
+        alignment = {
+            "pairs": [list(p) for p in pairs[0]],
+            "source_words": text.split(),
+            "target_words": vocab.decode(best).split(),
+            "source_token_words": source_word_index(translator.src_vocab, text, ids),
+            "target_token_words": target_word_index(vocab, best),
+        }
+    return hyps[0], nbest, alignment
 
 
 def _readable_trace(trace: list, vocab) -> dict:
@@ -235,12 +282,17 @@ def explain(
     truncate: bool = False,
     heads_off: Mapping[str, Sequence] | None = None,
     trace: bool = False,
+    options: DecodeOptions | None = None,
 ) -> Explanation:
     """Translate `text` (greedy for beam=1, else beam search) and record every attention map.
 
     heads_off: {kind: [[layer, head], ...]} heads masked (output gated to 0 before W_o) while decoding
         and recording, in this thread only (`mask_heads`); see `head_masks_for`.
-    trace: with beam > 1, also return the beam search step by step (`Explanation.beam_trace`).
+    trace: with beam > 1, also return the beam search step by step (`Explanation.beam_trace`); with
+        options, only where they decode as plain beam search (no n-best, prefix, constraints or controls).
+    options: decode as `Translator.translate_tokens(options=...)` does (options.beam replaces `beam`):
+        the maps are those of its best hypothesis; `nbest` and `alignment` hold the rest. A prefix or
+        constraint the target vocabulary cannot hold, or alignment heads the model lacks, raise ValueError.
 
     Raises InputError (a ValueError) for text that is empty, too long or untokenizable, for a beam
     below 1 (the HTTP API caps it at 8) and for a bad head mask.
@@ -255,9 +307,18 @@ def explain(
         translator.device,
     )
     masks = head_masks_for(model, heads_off)
+    if options is not None:
+        beam = options.beam
+        if not options.plain:
+            trace = False
     steps: list | None = [] if trace and beam > 1 else None
+    nbest, alignment = [], None
     with torch.inference_mode(), mask_heads(model, masks):
-        hyp = _decode(translator, ids, beam, steps)
+        if options is None:
+            hyp = _decode(translator, ids, beam, steps)
+            nbest = [_entry(tgt_vocab, hyp)]
+        else:
+            hyp, nbest, alignment = _search(translator, text, ids, options, steps)
         out = hyp.tokens
         # A decode cut at the length limit has no query that produced <eos>: its last token is
         # not fed back, so the forward takes one input fewer and no <eos> row is shown.
@@ -293,7 +354,14 @@ def explain(
         positions=positions,
         num_heads=num_heads,
         num_kv_heads=num_kv_heads,
+        nbest=nbest,
+        alignment=alignment,
     )
+
+
+def _entry(vocab, h: Hypothesis) -> dict:
+    score = h.score if math.isfinite(h.score) else None
+    return {"text": vocab.decode(h.tokens), "score": score, "finished": h.finished, "constraints_met": None}
 
 
 __all__ = [

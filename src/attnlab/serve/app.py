@@ -40,7 +40,7 @@ from .apidocs import api_docs_html
 from .batcher import MicroBatcher
 from .guard import GuardMiddleware, Limits, safe_text
 from .memory import IdleTrim, TrimWhenIdle
-from .options import decode_options, translation_result
+from .options import decode_options, explorer_options, options_bytes, translation_result
 from .pool import Busy, TooLarge, TranslatorPool
 from .schemas import (
     MAX_BEAM,
@@ -71,9 +71,10 @@ def _explain_timed(
     trace: bool = True,
     merge: bool = False,
     importance: dict | None = None,
+    options=None,
 ) -> dict:
     t0 = time.perf_counter()
-    exp = explain(translator, text, beam, heads_off=heads_off, trace=trace)
+    exp = explain(translator, text, beam, heads_off=heads_off, trace=trace, options=options)
     # Confidence on the model's own tokens (before any merge): it describes the heads, not the words.
     imp = importance or {"source": CONFIDENCE_SOURCE, "values": head_confidence(exp)}
     out = (merge_subwords(exp) if merge else exp).to_dict()
@@ -90,21 +91,23 @@ def model_origin(config: dict) -> str:
     return "trained with attnlab" + (f" on {Path(str(data['path'])).name}" if data.get("path") else "")
 
 
-def explain_bytes_bound(translator, src_len: int, beam: int = 1) -> int:
+def explain_bytes_bound(translator, src_len: int, beam: int = 1, options=None) -> int:
     """Most bytes the JSON of one explanation can take for a source of `src_len` tokens (<eos> included).
 
     Every weight is printed with 4 decimals ("0.1234," = 7 bytes; 8 counted for brackets); the output
-    may run to the decoder's limit, + its <eos> row. Shape: N layers x H heads x (Ls² + Lt² + Lt·Ls).
-    With beam > 1 the trace adds 2 x beam candidates of ~300 bytes per step.
+    may run to the decoder's limit (options.max_len where given), + its <eos> row. Shape: N layers x H
+    heads x (Ls² + Lt² + Lt·Ls). With beam > 1 the trace adds 2 x beam candidates of ~300 bytes per
+    step; the n-best list and alignment add `options_bytes`.
     """
     m = translator.config.get("model", {})
-    Ls, Lt = src_len, translator.output_limit(src_len) + 1
+    max_len = None if options is None else options.max_len
+    Ls, Lt = src_len, translator.output_limit(src_len, max_len) + 1
     if translator.config.get("model_type", "transformer") == "transformer":
         numbers = int(m.get("num_layers", 1)) * int(m.get("num_heads", 1)) * (Ls * Ls + Lt * Lt + Lt * Ls)
     else:  # one additive attention (Bahdanau): cross only
         numbers = Lt * Ls
     trace = Lt * 2 * beam * 300 if beam > 1 else 0
-    return 8 * numbers + 64 * (Ls + 2 * Lt) + 1024 + trace
+    return 8 * numbers + 64 * (Ls + 2 * Lt) + 1024 + trace + options_bytes(Lt, Ls, options)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -204,7 +207,7 @@ def create_app(
             413: f"body over {limits.max_body_bytes} bytes, text over {MAX_CHARS} characters, more texts "
             "than max_texts (GET /api/model), or attention maps over the response limit: never a retry",
             422: "empty text, too many tokens, wrong types, beam out of range, a head mask naming a "
-            "kind, layer or head the model lacks",
+            "kind, layer or head the model lacks, decoding options it refuses (the detail names the option)",
             431: f"request head over {limits.max_header_bytes} bytes",
             500: "a bug in the server (the detail carries only a request id)",
             503: "too many requests waiting; retry after Retry-After seconds",
@@ -219,7 +222,12 @@ def create_app(
             ids = check_text(translator, req.text)
             heads_off = req.heads_off.model_dump() if req.heads_off is not None else None
             head_masks_for(translator.model, heads_off)  # a bad mask is a 422 before any queueing
-            size = explain_bytes_bound(translator, len(ids) + 1, req.beam if req.trace else 1)
+            try:
+                options = None if req.options is None else explorer_options(translator, ids, req.options, req.beam)
+            except ValueError as exc:
+                return _error(422, f"options: {exc}", request)
+            traced = req.trace and (options is None or options.plain)
+            size = explain_bytes_bound(translator, len(ids) + 1, req.beam if traced else 1, options)
             if size > limits.max_response_bytes:
                 return _error(
                     413,
@@ -229,7 +237,7 @@ def create_app(
                     request,
                 )
             return await pool.run(
-                _explain_timed, req.text, req.beam, heads_off, req.trace, req.merge_subwords, importance
+                _explain_timed, req.text, req.beam, heads_off, req.trace, req.merge_subwords, importance, options
             )
         except Busy as exc:
             return _busy(request, exc)

@@ -1,11 +1,14 @@
 """Decoding options in the JSON API: the body's `options` as a `DecodeOptions` within the server's bounds,
-and a `Translation` as the response's result."""
+checked against one sentence for the explorer (`explorer_options`), the bytes they add to its response,
+and a `Translation` as the batching API's result."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from attnlab.analysis.explanation import MAX_CHARS
+from attnlab.decoding.alignment import alignment_heads
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import Translation
 
@@ -23,6 +26,31 @@ def decode_options(options: dict[str, Any], beam: int) -> DecodeOptions:
     return DecodeOptions.from_dict({**options, "beam": beam})
 
 
+def explorer_options(translator, ids: list[int], options: dict[str, Any], beam: int) -> DecodeOptions:
+    """`decode_options` for POST /api/translate, also checked against this sentence and model before any
+    queueing: its prefix and constraints in the target vocabulary and output limit, and the alignment's
+    layer and heads. ValueError (-> 422) says what is wrong."""
+    opts = decode_options(options, beam)
+    if not isinstance(opts.prefix, (str, type(None))):
+        raise ValueError("prefix: give one text (the explorer translates one sentence)")
+    if opts.constraints and not isinstance(opts.constraints[0], str):
+        raise ValueError("constraints: give a list of phrases (the explorer translates one sentence)")
+    translator.encode_targets([ids], opts)
+    if opts.align:
+        alignment_heads(translator.model, opts.align_layer, opts.align_heads)
+    return opts
+
+
+def options_bytes(Lt: int, Ls: int, options: DecodeOptions | None) -> int:
+    """Most bytes the n-best list and the alignment add to one explanation (Lt output rows, Ls source
+    tokens): per hypothesis its text (64 bytes a token, escapes included) and fields; the alignment's
+    pairs, words (the source's at most MAX_CHARS characters, 6 bytes each escaped) and token indices."""
+    n = 1 if options is None else options.n_best
+    nbest = n * (64 * Lt + 128)
+    align = 0 if options is None or not options.align else 16 * Lt + 64 * Lt + 6 * MAX_CHARS + 8 * (Ls + Lt) + 256
+    return nbest + align
+
+
 def _hypothesis(t: Translation) -> dict[str, Any]:
     score = None if math.isnan(t.score) else t.score
     alignment = None if t.alignment is None else [list(p) for p in t.alignment]
@@ -34,4 +62,4 @@ def translation_result(t: Translation) -> TranslationResult:
     return TranslationResult(**_hypothesis(t), nbest=nbest)
 
 
-__all__ = ["decode_options", "translation_result"]
+__all__ = ["decode_options", "explorer_options", "options_bytes", "translation_result"]

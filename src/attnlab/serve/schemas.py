@@ -10,6 +10,10 @@ from attnlab.analysis.explanation import MAX_CHARS
 
 MAX_BEAM = 8
 MAX_HEADS_OFF = 512  # most [layer, head] pairs per attention kind in one request
+OPTIONS_FIELDS = (
+    "n_best, sample, temperature, top_k, top_p, seed, length_penalty, min_len, max_len, no_repeat_ngram, "
+    "prefix, constraints, align, align_layer, align_heads"
+)
 
 
 def _utf8(text: str) -> str:
@@ -53,6 +57,14 @@ class TranslateRequest(BaseModel):
         description="SentencePiece models: join pieces into words (attention "
         "summed over a word's pieces as keys, averaged over them as queries)",
     )
+    options: dict[str, Any] | None = Field(
+        None,
+        description="decoding options, as `attnlab translate` takes them (attnlab.decoding.DecodeOptions, beam "
+        f"aside): {OPTIONS_FIELDS}; prefix: a text, constraints: a list of phrases; n_best at most {MAX_BEAM}. "
+        "The maps are those of the best hypothesis; `nbest` lists them all, `alignment` (with align) links "
+        "words. beam_trace is given only when the options leave the search plain beam search",
+        examples=[{"n_best": 2, "align": True}],
+    )
 
     _check_text = field_validator("text")(_utf8)
 
@@ -70,9 +82,8 @@ class TranslationsRequest(BaseModel):
     options: dict[str, Any] | None = Field(
         None,
         description="decoding options, as `attnlab translate` takes them (attnlab.decoding.DecodeOptions, beam "
-        "aside): n_best, sample, temperature, top_k, top_p, seed, length_penalty, min_len, max_len, "
-        "no_repeat_ngram, prefix (a text, or one per text), constraints (phrases, or a list of them per text), "
-        f"align, align_layer, align_heads; n_best at most {MAX_BEAM}. With options the response also holds "
+        f"aside): {OPTIONS_FIELDS}; prefix: a text, or one per text; constraints: phrases, or a list of them "
+        f"per text; n_best at most {MAX_BEAM}. With options the response also holds "
         "`results` (scores, n-best lists, alignments), and the texts are decoded as a batch of their own",
         examples=[{"n_best": 2, "align": True}],
     )
@@ -140,6 +151,21 @@ class HeadImportance(BaseModel):
     values: dict[str, list[list[float]]] = Field(description="kind -> [layer][head]")
 
 
+class NBestEntry(BaseModel):
+    text: str = Field(description="detokenized translation")
+    score: float | None = Field(description="log-probability / length ** length_penalty (null: not finite)")
+    finished: bool = Field(description="False if it stopped at the length limit without <eos>")
+    constraints_met: bool | None = Field(description="with constraints: it holds every phrase; else null")
+
+
+class WordAlignment(BaseModel):
+    pairs: list[Pair] = Field(description="[source word, target word] pairs, 0-based (Pharaoh i-j)")
+    source_words: list[str] = Field(description="the source's whitespace words (what pairs index first)")
+    target_words: list[str] = Field(description="the translation's whitespace words (what pairs index second)")
+    source_token_words: list[int] = Field(description="the source word of each source token (<eos> aside)")
+    target_token_words: list[int] = Field(description="the target word of each output token (<eos> aside)")
+
+
 class TranslateResponse(BaseModel):
     text: str
     translation: str = Field(description="the detokenized translation")
@@ -154,6 +180,10 @@ class TranslateResponse(BaseModel):
     subwords: bool = Field(description="tokens are SentencePiece pieces")
     merged: bool = Field(description="pieces were merged into words")
     importance: HeadImportance
+    nbest: list[NBestEntry] = Field(description="the hypotheses found, best first (the maps are the first's)")
+    alignment: WordAlignment | None = Field(
+        None, description="with options.align: the best hypothesis's word alignment (unmerged tokens only)"
+    )
     elapsed_ms: float = Field(description="server time for decoding and recording")
 
 
@@ -204,8 +234,10 @@ __all__ = [
     "HeadsOff",
     "Health",
     "ModelInfo",
+    "NBestEntry",
     "TranslateRequest",
     "TranslateResponse",
     "TranslationsRequest",
     "TranslationsResponse",
+    "WordAlignment",
 ]

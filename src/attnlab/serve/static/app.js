@@ -38,6 +38,14 @@ document.querySelectorAll(".tab").forEach((tab) => tab.addEventListener("click",
 const S = { data: null, layer: 0, head: "mean", step: 0, off: {} };  // off: kind -> Set of "layer,head"
 
 for (let b = 1; b <= 8; b++) el("option", { value: b }, $("beam"), b === 1 ? "1 (greedy)" : String(b));
+for (let n = 1; n <= 8; n++) el("option", { value: n }, $("nbest"), String(n));
+// n-best hypotheses come from the beam: keep n-best <= beam, moving the other select when one moves.
+$("nbest").addEventListener("change", () => {
+  if (Number($("nbest").value) > Number($("beam").value)) $("beam").value = $("nbest").value;
+});
+$("beam").addEventListener("change", () => {
+  if (Number($("nbest").value) > Number($("beam").value)) $("nbest").value = $("beam").value;
+});
 EXAMPLES.forEach((ex) => {
   const chip = el("button", { type: "button", class: "chip" }, $("examples"), ex);
   chip.addEventListener("click", () => { $("text").value = ex; translate(); });
@@ -62,19 +70,45 @@ $("translate-form").addEventListener("submit", (e) => { e.preventDefault(); tran
 if (!$("text").value.trim()) $("text").value = EXAMPLES[0];
 translate();
 
+// The options object of POST /api/translate (attnlab.decoding.DecodeOptions); null when all are defaults.
+function decodeOptions() {
+  const o = {}, n = Number($("nbest").value), prefix = $("prefix").value.trim();
+  const phrases = $("constraints").value.split("\n").map((p) => p.trim()).filter(Boolean);
+  if (n > 1) o.n_best = n;
+  if (prefix) o.prefix = prefix;
+  if (phrases.length) o.constraints = phrases;
+  if ($("align").checked) o.align = true;
+  return Object.keys(o).length ? o : null;
+}
+
+async function postJSON(url, payload) {
+  const resp = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(payload) });
+  const body = await resp.json().catch(() => ({ detail: `HTTP ${resp.status}` }));
+  if (!resp.ok) throw new Error(typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail));
+  return body;
+}
+
+// A few samples beside the beam's best (POST /api/translations: no maps), or null when sampling is off.
+function samplesRequest(text) {
+  if (!$("sample").checked) return Promise.resolve(null);
+  const options = { sample: true, n_best: Number($("samples").value) || 3, temperature: Number($("temperature").value),
+    top_p: Number($("top-p").value), seed: Math.trunc(Number($("seed").value)) };
+  return postJSON("/api/translations", { texts: [text], options }).then((b) => ({ options, nbest: b.results[0].nbest }));
+}
+
 async function translate() {
   const button = $("translate"), error = $("error");
   error.hidden = true;
   button.disabled = true;
   button.textContent = "Translating…";
   try {
-    const resp = await fetch("/api/translate", {
-      method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ text: $("text").value, beam: Number($("beam").value), heads_off: headsOff(),
-        merge_subwords: $("merge").checked }),
-    });
-    const body = await resp.json().catch(() => ({ detail: `HTTP ${resp.status}` }));
-    if (!resp.ok) throw new Error(typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail));
+    const payload = { text: $("text").value, beam: Number($("beam").value), heads_off: headsOff(),
+      merge_subwords: $("merge").checked };
+    const options = decodeOptions();
+    if (options) payload.options = options;
+    const [body, samples] = await Promise.all([postJSON("/api/translate", payload), samplesRequest(payload.text)]);
+    body.samples = samples;
+    body.options = options;
     show(body);
   } catch (err) {
     error.textContent = err.message || String(err);
@@ -94,7 +128,11 @@ function show(data) {
   fillSelect($("layer"), Array.from({ length: layers }, (_, i) => [i, `${i + 1} of ${layers}`]), S.layer);
   fillSelect($("head"), [["mean", "mean over heads"], ...Array.from({ length: heads }, (_, h) => [h, `head ${h + 1}`])], S.head);
   $("translation").textContent = data.translation || "(empty translation)";
-  $("meta").textContent = `${data.beam === 1 ? "greedy" : `beam ${data.beam}`} · ${data.src_tokens.length} source tokens → ` +
+  const o = data.options || {};
+  const extra = [o.n_best ? `n-best ${o.n_best}` : "", o.prefix ? `prefix “${o.prefix}”` : "",
+    o.constraints ? `${o.constraints.length} constraint${o.constraints.length > 1 ? "s" : ""}` : ""].filter(Boolean);
+  $("meta").textContent = `${data.beam === 1 ? "greedy" : `beam ${data.beam}`}${extra.map((x) => ` · ${x}`).join("")} · ` +
+    `${data.src_tokens.length} source tokens → ` +
     `${data.tgt_tokens.length} output tokens${data.finished ? "" : " (stopped at the length limit)"} · ${data.elapsed_ms} ms`;
   $("enc-card").hidden = !A.encoder_self.length;
   $("dec-card").hidden = !A.decoder_self.length;
@@ -106,7 +144,52 @@ function show(data) {
   $("result").hidden = false;
   renderHeads();
   renderBeam();
+  renderSamples();
   renderMaps();
+}
+
+// One <li class="hyp"> per hypothesis: its text and score, and whether it holds every constraint phrase.
+function hypList(list, items, best) {
+  list.innerHTML = "";
+  items.forEach((h, i) => {
+    const li = el("li", { class: "hyp" + (best && i === 0 ? " best" : "") }, list);
+    el("span", { class: "hyp-text" }, li, h.text || "(empty)");
+    el("span", { class: "hyp-score" }, li, h.score === null || h.score === undefined ? "" : h.score.toFixed(3));
+    if (h.constraints_met === true) el("span", { class: "badge met", title: "holds every constraint phrase" }, li, "constrained ✓");
+    if (h.constraints_met === false) el("span", { class: "badge unmet", title: "cut at the length limit before holding every phrase" }, li, "a phrase missing");
+    if (h.finished === false) el("span", { class: "badge unmet" }, li, "length limit");
+  });
+}
+
+function renderSamples() {
+  const d = S.data, box = $("samples-box");
+  box.hidden = !d.samples;
+  if (!d.samples) return;
+  const o = d.samples.options;
+  $("samples-meta").textContent = `(temperature ${o.temperature}, top-p ${o.top_p}, seed ${o.seed}; the beam's best is above)`;
+  hypList($("samples-list"), d.samples.nbest, false);
+}
+
+// Word alignment over the encoder–decoder heatmap: one <rect class="align-link"> around the cells of each
+// linked (target word, source word) pair, and the pairs as text below it.
+function renderAlignment() {
+  const d = S.data, box = $("alignment"), al = d.alignment;
+  box.hidden = !al;
+  box.innerHTML = "";
+  if (!al) return;
+  el("span", {}, box, al.pairs.length ? "word alignment: " : "word alignment: no links");
+  al.pairs.forEach(([i, j]) => el("span", { class: "pair" }, box, `${al.target_words[j]} → ${al.source_words[i]}`));
+  const svg = $("cross-heatmap").querySelector("svg"), first = svg && svg.querySelector("rect.cell");
+  if (!first || d.merged) return;  // the token → word indices are those of unmerged tokens
+  const x0 = Number(first.getAttribute("x")), y0 = Number(first.getAttribute("y")), cell = Number(first.getAttribute("height"));
+  const span = (index, w) => index.reduce((acc, v, t) => (v === w ? [Math.min(acc[0], t), Math.max(acc[1], t)] : acc), [Infinity, -1]);
+  al.pairs.forEach(([i, j]) => {
+    const [c0, c1] = span(al.source_token_words, i), [r0, r1] = span(al.target_token_words, j);
+    if (c1 < 0 || r1 < 0) return;
+    const link = el("svg:rect", { x: x0 + c0 * cell, y: y0 + r0 * cell, width: (c1 - c0 + 1) * cell, height: (r1 - r0 + 1) * cell,
+      class: "align-link", "data-src-word": i, "data-tgt-word": j }, svg);
+    el("svg:title", {}, link, `${al.target_words[j]} → ${al.source_words[i]}`);
+  });
 }
 
 function fillSelect(sel, options, value) {
@@ -141,6 +224,7 @@ function renderMaps() {
   const d = S.data, A = d.attention;
   const who = { src: "source", out: "output", in: "decoder input" };
   heatmap($("cross-heatmap"), pick(A.cross), d.tgt_tokens, d.src_tokens, [who.out, who.src], true);
+  renderAlignment();
   if (A.encoder_self.length) heatmap($("enc-heatmap"), pick(A.encoder_self), d.src_tokens, d.src_tokens, [who.src, who.src], false);
   if (A.decoder_self.length) heatmap($("dec-heatmap"), pick(A.decoder_self), d.tgt_tokens, d.tgt_input_tokens, [who.out, who.in], true);
   renderLines();
@@ -255,8 +339,12 @@ $("merge").addEventListener("change", () => translate());
 // One column per decoding step: the 2 × beam best continuations, best first; the winner's path is marked.
 function renderBeam() {
   const d = S.data, card = $("beam-card"), box = $("beam-steps");
-  const tr = d.beam_trace;
-  card.hidden = !tr;
+  const tr = d.beam_trace, nbest = d.nbest || [];
+  const listed = nbest.length > 1 || nbest.some((h) => h.constraints_met !== null);
+  card.hidden = !tr && !listed;
+  $("nbest-box").hidden = !listed;
+  if (listed) hypList($("nbest-list"), nbest, true);
+  $("trace-box").hidden = !tr;
   box.innerHTML = "";
   if (!tr) return;
   const onPath = new Set(tr.path.map(([s, i]) => `${s},${i}`));
