@@ -49,6 +49,8 @@ PLAN: dict[str, list[str]] = {
     "positions.py": ["--time-budget", "5", "--limit", "50", "--schemes", "sinusoidal", "rope:1"],
     "vit_digits.py": ["--quick"],
     "prepared_check.py": ["--sizes", "20000", "--repeats", "1"],
+    "decoder_only.py": ["--budget", "10", "--points", "5,10", "--num-examples", "3000", "--valid-limit", "50"]
+    + ["--rounds", "1"],
 }
 SKIP = {"run_all.py", "common.py", "gpu_kernels.py"}  # helpers, and GPU-only scripts (see gpu.sh)
 BUDGET_S = 570.0  # leaves a margin under 10 minutes for interpreter start-up and the tee

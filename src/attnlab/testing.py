@@ -115,15 +115,16 @@ def tiny_marian(
     return d
 
 
-def train_tiny(run_dir: str | Path, steps: int = 20) -> Path:
-    """A 2-layer, 2-head Transformer (the `tiny` preset) trained `steps` steps on attnlab's bundled
-    sample pairs into `run_dir` (seconds): enough to emit words, for the server's tests and benchmarks."""
+def train_tiny(run_dir: str | Path, steps: int = 20, model: str = "transformer", **overrides) -> Path:
+    """A 2-layer, 2-head translator (the `tiny` preset; `model` "transformer" or "decoder-only", whose
+    2 blocks form one stack) trained `steps` steps on attnlab's bundled sample pairs into `run_dir`
+    (seconds): enough to emit words, for the server's tests and benchmarks. `overrides`: model fields."""
 
-    preset = get_preset("transformer", "tiny")
+    preset = get_preset(model, "tiny")
     fast = {"max_steps": steps, "epochs": 100, "schedule": "constant", "lr": 1e-2, "eval_limit": 4}
     cfg = TrainConfig.from_dict({**preset["train"], **fast})
     data = {**preset["data"], "path": str(sample_data_path())}
-    train_run("transformer", {**preset["model"], "num_layers": 2}, cfg, data, run_dir, progress=False)
+    train_run(model, {**preset["model"], "num_layers": 2, **overrides}, cfg, data, run_dir, progress=False)
     return Path(run_dir)
 
 

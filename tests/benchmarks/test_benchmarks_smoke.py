@@ -97,3 +97,17 @@ def test_gpu_script_explains_missing_data(tmp_path):
     )
     assert out.returncode == 2
     assert "ATTNLAB_DATA" in out.stderr and "not found" in out.stderr
+
+
+@pytest.mark.slow
+def test_decoder_only_comparison_smoke():
+    data = os.environ.get("ATTNLAB_DATA") or str(ROOT.parent / "shared" / "data" / "fra-eng.zip")
+    if not Path(data).exists():
+        pytest.skip("the fra-eng corpus is absent (set ATTNLAB_DATA)")
+    args = ["--budget", "3", "--points", "3", "--num-examples", "2000", "--valid-limit", "20", "--rounds", "1"]
+    out = _run([sys.executable, "benchmarks/decoder_only.py", *args], env={"ATTNLAB_DATA": data})
+    assert out.startswith("command: python benchmarks/decoder_only.py --budget 3")
+    assert "CPU features:" in out and "decoder-only blocks: " in out
+    for name in ("decoder-only causal", "decoder-only prefix-LM"):
+        assert re.search(rf"^ratio: {name} / encoder-decoder = \d+\.\d\dx greedy sentences/s$", out, re.M), out
+    assert re.search(r"^chosen on validation: ", out, re.M), out

@@ -40,12 +40,11 @@ def test_its_run_translates_evaluates_and_draws(run_dir, tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["serve", "--checkpoint", "{run}"],
         ["export", "--checkpoint", "{run}", "--format", "hf", "--out", "{tmp}"],
         ["heads", "--checkpoint", "{run}", "--out", "{tmp}"],
     ],
 )
-def test_commands_that_cannot_serve_it_refuse_in_one_line(run_dir, tmp_path, capsys, argv):
+def test_commands_that_cannot_take_it_refuse_in_one_line(run_dir, tmp_path, capsys, argv):
     argv = [a.format(run=run_dir, tmp=tmp_path / "out") for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

@@ -153,17 +153,29 @@ def group_maps(model, rec) -> dict[str, Tensor]:
     return out
 
 
+def head_kinds(model) -> dict[str, list]:
+    """The kinds a head mask may name -> their modules, in layer order: the model's own attention kinds,
+    and for a model whose maps are cut into views (`attention_views`: the decoder-only translator's one
+    self-attention shown as encoder_self, decoder_self and cross) every view, naming the attention it is
+    cut from, so switching a head off in one view switches it off in all three."""
+    kinds = model.attention_kinds()
+    if getattr(model, "attention_views", None) is not None and len(kinds) == 1:
+        (modules,) = kinds.values()
+        return {kind: modules for kind in KINDS}
+    return kinds
+
+
 def head_masks_for(model, heads_off: Mapping[str, Sequence] | None) -> dict[str, Tensor]:
     """{kind: [[layer, head], ...]} -> {module name: (H,) 0/1 mask} for `attnlab.attention.mask_heads`.
 
-    Kinds are the model's own (`model.attention_kinds()`: encoder_self, decoder_self, cross); layers and
+    Kinds are `head_kinds(model)` (the model's own: encoder_self, decoder_self, cross); layers and
     heads count from 0. Raises InputError (a ValueError) naming the bad kind, pair, layer or head.
     """
     if not heads_off:
         return {}
     if not isinstance(heads_off, Mapping):
         raise InputError(f"heads_off must map an attention kind to [[layer, head], ...], got {heads_off!r}")
-    kinds = model.attention_kinds()
+    kinds = head_kinds(model)
     names = {id(m): name for name, m in model.named_modules()}
     masks: dict[str, Tensor] = {}
     for kind, pairs in heads_off.items():
@@ -374,5 +386,6 @@ __all__ = [
     "check_text",
     "explain",
     "group_maps",
+    "head_kinds",
     "head_masks_for",
 ]

@@ -2,6 +2,7 @@
 
     attnlab serve                                   # the model `attnlab demo` saved (runs/demo/transformer)
     attnlab serve --checkpoint runs/d2l --port 8080 --workers 2
+    attnlab serve --checkpoint runs/do              # a decoder-only run: its self-attention cut in three views
 
 Then open http://127.0.0.1:8000/ (API reference at /docs, schema at /openapi.json). It binds to
 localhost unless --host says otherwise.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.commands._common import add_command, refuse_model_types
+from attnlab.commands._common import add_command
 from attnlab.runs.layout import DEFAULT_RUN
 from attnlab.serve.guard import Limits
 
@@ -154,7 +155,6 @@ def run(args) -> int:
     except ValueError as exc:  # name the flag, not the field
         field, _, rest = str(exc).partition(" ")
         raise ValueError(" ".join([next(f for f, v in LIMIT_FLAGS.items() if v[0] == field), rest])) from None
-    refuse_model_types(args.checkpoint, {"decoder-only": "translate, evaluate and attention do"}, "serve")
     translator = load_checkpoint(args.checkpoint, args.device, args.precision)
     app = create_app(
         translator,

@@ -30,7 +30,14 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab import __version__
-from attnlab.analysis.explanation import MAX_CHARS, attention_layout, check_text, explain, head_masks_for
+from attnlab.analysis.explanation import (
+    MAX_CHARS,
+    attention_layout,
+    check_text,
+    explain,
+    head_kinds,
+    head_masks_for,
+)
 from attnlab.analysis.heads import head_confidence
 from attnlab.analysis.subwords import merge_subwords
 from attnlab.data import ATTRIBUTION
@@ -52,6 +59,7 @@ from .schemas import (
     TranslationsRequest,
     TranslationsResponse,
 )
+from .sizes import attention_numbers
 
 STATIC_DIR = Path(str(resources.files("attnlab.serve") / "static"))
 log = logging.getLogger("attnlab.serve")
@@ -96,16 +104,13 @@ def explain_bytes_bound(translator, src_len: int, beam: int = 1, options=None) -
 
     Every weight is printed with 4 decimals ("0.1234," = 7 bytes; 8 counted for brackets); the output
     may run to the decoder's limit (options.max_len where given), + its <eos> row. Shape: N layers x H
-    heads x (Ls² + Lt² + Lt·Ls). With beam > 1 the trace adds 2 x beam candidates of ~300 bytes per
-    step; the n-best list and alignment add `options_bytes`.
+    heads x (Ls² + Lt² + Lt·Ls) for a Transformer or a decoder-only model (its three views), Lt·Ls for
+    Bahdanau. With beam > 1 the trace adds 2 x beam candidates of ~300 bytes per step; the n-best list and
+    alignment add `options_bytes`.
     """
-    m = translator.config.get("model", {})
     max_len = None if options is None else options.max_len
     Ls, Lt = src_len, translator.output_limit(src_len, max_len) + 1
-    if translator.config.get("model_type", "transformer") == "transformer":
-        numbers = int(m.get("num_layers", 1)) * int(m.get("num_heads", 1)) * (Ls * Ls + Lt * Lt + Lt * Ls)
-    else:  # one additive attention (Bahdanau): cross only
-        numbers = Lt * Ls
+    numbers = attention_numbers(translator, Ls, Lt)  # per model type (sizes.py)
     trace = Lt * 2 * beam * 300 if beam > 1 else 0
     return 8 * numbers + 64 * (Ls + 2 * Lt) + 1024 + trace + options_bytes(Lt, Ls, options)
 
@@ -297,7 +302,7 @@ def create_app(
             model=cfg.get("model", {}),
             origin=model_origin(cfg),
             parameters=sum(p.numel() for p in model.parameters()),
-            heads={k: [getattr(m, "num_heads", 1) for m in ms] for k, ms in model.attention_kinds().items()},
+            heads={k: [getattr(m, "num_heads", 1) for m in ms] for k, ms in head_kinds(model).items()},
             positions=positions,
             num_kv_heads=num_kv_heads,
             importance_source=importance["source"] if importance else CONFIDENCE_SOURCE,
