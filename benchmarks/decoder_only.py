@@ -20,7 +20,6 @@ The test split is touched only by `--test-run DIR` (a model saved with `--save`)
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -42,6 +41,7 @@ from attnlab.runs.weights import save_weights
 from attnlab.training.config import TrainConfig
 from attnlab.training.presets import get_preset
 from attnlab.training.trainer import Trainer
+from attnlab.utils.files import write_json
 from attnlab.utils.precision import cpu_features, native_bf16
 
 # name -> (model type, model overrides)
@@ -266,10 +266,7 @@ def main(argv=None) -> int:
         print(f"saved {best['recipe']} as a run folder: {args.save_best}")
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
     if args.json:
-        from attnlab.utils.files import atomic_path
-
-        with atomic_path(args.json) as tmp, open(tmp, "w") as f:
-            json.dump(public, f, indent=1)
+        write_json(args.json, public)
     if args.figure:
         figure(public, args.figure)
     return 0

@@ -44,6 +44,7 @@ from attnlab.runs.config import write_run_config
 from attnlab.runs.layout import WEIGHTS_FILE
 from attnlab.runs.weights import save_weights
 from attnlab.training.presets import get_preset
+from attnlab.utils.files import write_json
 from attnlab.utils.precision import cpu_features, native_bf16
 
 
@@ -368,10 +369,7 @@ def main(argv=None) -> int:
         ratio = results[0]["curve"][-1]["valid_bleu"] / results[1]["curve"][-1]["valid_bleu"]
         print(f"\n{results[0]['recipe']} / {results[1]['recipe']} validation BLEU at {args.budget:.0f} s: {ratio:.2f}x")
     if args.json:
-        from attnlab.utils.files import atomic_path
-
-        with atomic_path(args.json) as tmp, open(tmp, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json(args.json, results)
     if args.figure:
         figure(results, args.figure)
     return 0

@@ -2,7 +2,7 @@
 
 import torch
 
-from attnlab.attention import multihead
+from attnlab.attention.steps import decoding_on_cpu, few_queries_attention
 
 
 def test_few_queries_matches_sdpa_in_bf16_with_and_without_a_key_mask():
@@ -10,9 +10,9 @@ def test_few_queries_matches_sdpa_in_bf16_with_and_without_a_key_mask():
     q, k, v = (torch.randn(6, 4, n, 16).bfloat16() for n in (1, 9, 9))
     visible = torch.rand(6, 1, 1, 9) > 0.3
     visible[..., 0] = True  # every row sees a key, as the decoding paths guarantee
-    assert multihead._decoding_on_cpu(q) and not multihead._decoding_on_cpu(q.float())
+    assert decoding_on_cpu(q) and not decoding_on_cpu(q.float())
     for mask in (None, visible):
         ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
-        got = multihead._few_queries(q, k, v, mask)
+        got = few_queries_attention(q, k, v, mask)
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got.float(), ref, atol=3e-2, rtol=3e-2)

@@ -17,6 +17,7 @@ from .masking import build_mask, lengths_to_mask, window_mask
 from .recording import Recordable
 from .rotary import RotaryEmbedding
 from .scoring import attend, check_qkv
+from .steps import decoding_on_cpu, few_queries_attention, unfold_beams
 
 # A relative position bias: (query positions (Lq,), key positions (Lk,)) -> float (1|B, H, Lq, Lk)
 # added to the scaled scores (`attnlab.attention.bias`: ALiBi, T5).
@@ -237,7 +238,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         Lq, Lk = q.shape[2], k.shape[2]
         if self.recording:
             out, weights = self._math(q, k, v, valid_lens, mask, causal, position_bias)
-            self._record(_unfold_beams(weights, beam))
+            self._record(unfold_beams(weights, beam))
             return out
         if self._use_blockwise(Lq, Lk, valid_lens, mask):
             return self._local_blockwise(q, k, v, valid_lens, causal, position_bias)
@@ -262,11 +263,14 @@ class MultiHeadAttention(Recordable, nn.Module):
             q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal, enable_gqa=gqa
         )
 
-    def _few_queries(self, q, k, v, visible: Tensor | None = None) -> Tensor:
-        """`_few_queries` with KV heads repeated for their query groups (GQA)."""
+    def _repeat_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """K, V with each KV head repeated for the G query heads it serves (GQA; as is for G = 1)."""
         if self.groups > 1:
             k, v = k.repeat_interleave(self.groups, dim=1), v.repeat_interleave(self.groups, dim=1)
-        return _few_queries(q, k, v, visible)
+        return k, v
+
+    def _few_queries(self, q, k, v, visible: Tensor | None = None) -> Tensor:
+        return few_queries_attention(q, *self._repeat_kv(k, v), visible)
 
     def _sdpa_masked(self, q, k, v, visible: Tensor | None, bias: Tensor | None) -> Tensor:
         """SDPA under a bool mask and/or a float bias; rows that see no key give zeros (not NaN)."""
@@ -297,7 +301,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         q, k, v = (torch.where(torch.isfinite(t), t, torch.zeros((), dtype=t.dtype)) for t in (q, k, v))
         if self.recording:
             out, weights = self._math(q, k, v, valid_lens, mask, causal, position_bias)
-            self._record(_unfold_beams(weights.masked_fill(poisoned, float("nan")), beam))
+            self._record(unfold_beams(weights.masked_fill(poisoned, float("nan")), beam))
         else:
             out = self._attend(q, k, v, valid_lens, mask, causal, position_bias=position_bias)
         return out.masked_fill(poisoned, float("nan"))
@@ -315,8 +319,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         """Explicit scores -> masked softmax -> pooling; returns the output and (B, H, Lq, Lk) weights."""
         B, _, Lq, Dh = q.shape
         Lk = k.shape[2]
-        if self.groups > 1:  # each KV head serves G consecutive query heads
-            k, v = k.repeat_interleave(self.groups, dim=1), v.repeat_interleave(self.groups, dim=1)
+        k, v = self._repeat_kv(k, v)  # each KV head serves G consecutive query heads
         visible = build_mask(B, Lq, Lk, valid_lens, mask, causal, self.window, q.device)
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(Dh)
         if position_bias is not None:
@@ -329,7 +332,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         if causal and Lq == 1 and self.window is None and valid_lens is None and mask is None:
             # One query at the last position (a decoding step; causal masks align bottom-right) sees
             # every key: no mask to build.
-            return self._few_queries(q, k, v) if _decoding_on_cpu(q) else self._sdpa(q, k, v)
+            return self._few_queries(q, k, v) if decoding_on_cpu(q) else self._sdpa(q, k, v)
         if (
             cache is not None
             and cache.static
@@ -342,7 +345,7 @@ class MultiHeadAttention(Recordable, nn.Module):
             # Cross-attention while decoding: the key mask is the same every step, built once per cache.
             visible, maybe_empty = cache.key_mask(valid_lens, Lq, q.device)
             if not maybe_empty:
-                if _decoding_on_cpu(q):
+                if decoding_on_cpu(q):
                     return self._few_queries(q, k, v, visible)
                 return self._sdpa(q, k, v, attn_mask=visible)
         if causal and self.window is None and valid_lens is None and mask is None and Lq == Lk:
@@ -392,35 +395,6 @@ class MultiHeadAttention(Recordable, nn.Module):
             bias = None if position_bias is None else self._bias(position_bias, qi[:, 0], kj[0], q.device)
             outs.append(self._sdpa_masked(q[:, :, s:e], k[:, :, ks:ke], v[:, :, ks:ke], visible, bias))
         return torch.cat(outs, dim=2)
-
-
-def _decoding_on_cpu(q: Tensor) -> bool:
-    # A decoding step's few bf16/fp16 queries on the CPU: SDPA's flash kernel costs ~3x three plain ops
-    # there (B 256, Lk 10-20), and bf16 greedy decodes ~1.3x faster without it; fp32 gained nothing, so it
-    # keeps SDPA (BENCHMARKS.md, "Precision").
-    return (
-        q.device.type == "cpu"
-        and q.dtype in (torch.bfloat16, torch.float16)
-        and q.shape[2] <= 8
-        and not q.requires_grad
-    )
-
-
-def _few_queries(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | None = None) -> Tensor:
-    """softmax(q k^T / sqrt(Dh)) v without SDPA, for rows that each see at least one key.
-    Shape: q (B, H, Lq, Dh), k, v (B, H, Lk, Dh), visible broadcastable to (B, H, Lq, Lk) -> (B, H, Lq, Dh)."""
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))  # (B, H, Lq, Lk)
-    if visible is not None:
-        scores = scores.masked_fill_(~visible, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
-
-
-def _unfold_beams(weights: Tensor, beam: int) -> Tensor:
-    """Recorded weights of folded queries (B, H, beam*Lq, Lk) -> (B*beam, H, Lq, Lk), one row per hypothesis."""
-    if beam == 1:
-        return weights
-    B, H, BLq, Lk = weights.shape
-    return weights.view(B, H, beam, BLq // beam, Lk).transpose(1, 2).reshape(B * beam, H, BLq // beam, Lk)
 
 
 __all__ = ["MultiHeadAttention", "KVCache", "window_mask"]
