@@ -36,6 +36,18 @@ def test_n_best_lines_are_index_text_score(run_dir, capsys):
     assert plain == [fields[0][1], fields[3][1]]  # the n-best list starts with the plain beam's answer
 
 
+def test_default_is_beam_4_and_sampling_needs_no_beam(run_dir, capsys):
+    from attnlab.runs.loading import load_translator
+
+    texts = ["go .", "i'm home .", "he's calm ."]
+    tr = load_translator(run_dir)
+    beam4, greedy = tr.translate(texts, beam=4), tr.translate(texts, beam=1)
+    assert beam4 != greedy  # else the first check could not tell the defaults apart
+    assert _out(capsys, [run_dir, *texts]) == beam4
+    assert _out(capsys, [run_dir, "--beam", "1", *texts]) == greedy
+    assert len(_out(capsys, [run_dir, "--sample", "--seed", "1", *texts])) == 3  # --sample alone: no beam clash
+
+
 def test_align_appends_pharaoh_pairs(run_dir, capsys):
     lines = _out(capsys, [run_dir, "--align", "--beam", "2", "i'm home ."])
     text, pairs = lines[0].split(" ||| ")
