@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table
-from time_to_quality import evaluate_test, figure, score
+from time_to_quality import evaluate_split, figure, score
 
 from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import iterate_batches, load_translation_data
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
     )
     if args.test_run:
-        evaluate_test(args.test_run, beams=(1,))
+        evaluate_split(args.test_run, beams=(1,))
         return 0
     data_cfg = dict(get_preset("transformer", args.preset)["data"])
     data_cfg.pop("loader", None)

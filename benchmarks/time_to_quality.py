@@ -15,6 +15,7 @@ ignores padding, recomputing greedy decoding; the same word vocabulary and train
     python benchmarks/time_to_quality.py                       # the run in BENCHMARKS.md (2 x 600 s)
     python benchmarks/time_to_quality.py --budget 20 --points 10,20 --num-examples 3000 --valid-limit 50  # smoke
     python benchmarks/time_to_quality.py --recipes laptop --set model.num_layers=3   # one recipe, a variant
+    python benchmarks/time_to_quality.py --valid-run RUN   # a saved run on the same validation sources, beams 1 and 4
 
 Prints a table per recipe, writes the curve as JSON (`--json`) and a figure (`--figure`).
 """
@@ -230,9 +231,10 @@ def run_recipe(name, data, args, overrides, log=print) -> dict:
     }
 
 
-def evaluate_test(run_dir, beams=(1, 4)) -> None:
-    """The test figure, touched once for the chosen recipe: 3-10-word held-out test sources, each scored
-    against all of its references (multi-reference sacreBLEU BLEU and chrF), greedy and beam search."""
+def evaluate_split(run_dir, split: str = "test", limit: int = 10**9, beams=(1, 4)) -> None:
+    """A saved run on a split, greedy and beam search: its 3-10-word held-out sources (the first `limit`;
+    for valid, the ones the curves score), each against all of its references (multi-reference sacreBLEU
+    BLEU and chrF). The test figure is touched once, for the chosen recipe."""
     from attnlab.data import load_data
     from attnlab.metrics import book_bleu, corpus_chrf
     from attnlab.runs.config import read_run_config
@@ -240,10 +242,10 @@ def evaluate_test(run_dir, beams=(1, 4)) -> None:
 
     translator = load_translator(run_dir)
     data = load_data(read_run_config(run_dir)["data"])
-    sources = held_out_sources(data.test, data.tgt_vocab, limit=10**9)
+    sources = held_out_sources(getattr(data, split), data.tgt_vocab, limit=limit)
     refs = [r for _, _, r in sources]
     pairs = sum(len(r) for r in refs)
-    print(f"{run_dir}: test split, {len(sources)} distinct sources of 3-10 words ({pairs} reference pairs)")
+    print(f"{run_dir}: {split} split, {len(sources)} distinct sources of 3-10 words ({pairs} reference pairs)")
     for beam in beams:
         hyps = translator.translate_ids([ids for _, ids, _ in sources], beam=beam)
         print(f"  beam {beam}: BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}")
@@ -292,6 +294,9 @@ def parse_args(argv=None):
     ap.add_argument("--label", help="name this run's laptop curve (e.g. a candidate's settings)")
     ap.add_argument("--plot", metavar="JSON[,JSON]", help="only draw --figure from curves saved with --json")
     ap.add_argument("--test-run", metavar="DIR", help="only score a saved run on the test split (touch it once)")
+    ap.add_argument(
+        "--valid-run", metavar="DIR", help="only score a saved run on the curves' validation sources, greedy and beam 4"
+    )
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     if not (args.budget > 0 and math.isfinite(args.budget)):
@@ -319,9 +324,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.test_run:
+    if args.test_run or args.valid_run:
         torch.set_num_threads(args.threads)
-        evaluate_test(args.test_run)
+        if args.test_run:
+            evaluate_split(args.test_run)
+        else:
+            evaluate_split(args.valid_run, "valid", args.valid_limit)
         return 0
     if args.plot:
         if not args.figure:

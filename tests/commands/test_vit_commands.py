@@ -63,3 +63,24 @@ def test_images_of_different_sizes_are_refused_before_training(tmp_path, capsys)
     argv = ["train", "--model", "vit", "--data", str(tmp_path / "img"), "--out", str(tmp_path / "run")]
     assert main(argv) == 2
     assert "images of different sizes" in capsys.readouterr().err
+
+
+def test_print_config_and_config_file_train_the_same_vit(vit_run, tmp_path, capsys):
+    import json
+
+    capsys.readouterr()
+    assert main(["train", "--model", "vit", "--preset", "tiny", "--print-config"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["model_type"] == "vit" and printed["data"] == {"loader": "digits"}
+    assert printed["model"]["patch_size"] == 2 and "warmup_steps" in printed["train"]
+    path = tmp_path / "vit.json"
+    path.write_text(json.dumps(printed), encoding="utf-8")
+    out = tmp_path / "from-file"
+    assert main(["train", "--config", str(path), "--out", str(out), "--no-progress"]) == 0
+    saved, direct = (json.loads((d / "config.json").read_text()) for d in (out, vit_run))
+    assert saved["model"] == direct["model"] and saved["train"] == direct["train"]
+    bad = {**printed, "model": {**printed["model"], "patch_size": 3}}
+    path.write_text(json.dumps(bad), encoding="utf-8")
+    assert main(["train", "--config", str(path), "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "patch" in err and err.count("\n") == 1

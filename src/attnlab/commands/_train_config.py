@@ -82,23 +82,24 @@ def resolve_configs(args, over: dict[str, dict]):
         if args.preset:
             raise ValueError("--config replaces --preset; give one of them")
         model_type, preset = load_config_file(args.config)
-        if model_type == "vit":
-            raise ValueError(f"{args.config} is a Vision Transformer config; train one with --model vit and flags")
         if args.model not in (None, model_type):
             raise ValueError(
                 f"--model {args.model} disagrees with {args.config} (model_type {model_type!r}); drop --model"
             )
         args.model = model_type
     else:
-        if args.model == "vit":
-            raise ValueError(
-                "--print-config and --config cover the translators; --model vit takes its settings by flag"
-            )
         args.model = args.model or "transformer"
         preset = get_preset(args.model, args.preset)
     for section in preset:
         preset[section].update(over[section])
     train_config = TrainConfig.from_dict(preset["train"])
+    if args.model == "vit":
+        from attnlab.training.images import check_image_configs
+
+        if "path" in preset["data"]:  # --data DIR: a folder of images, one subfolder per class
+            preset["data"] = {"loader": "folder", "path": preset["data"]["path"]}
+        check_image_configs(args.model, preset["model"], preset["data"])
+        return preset, train_config
     check_model_config(args.model, preset["model"])
     check_data_config(preset["data"])
     # A prepared folder fixed its data settings: a data flag must agree with them (preset defaults are not asked).
@@ -125,7 +126,10 @@ def print_config(args, over: dict[str, dict]) -> int:
         cfg["train"] = TrainConfig.from_dict({**cfg.get("train", {}), **over["train"]}).to_dict()
     else:
         preset, train_config = resolve_configs(args, over)
-        cfg = resolved_config(args.model, preset, train_config.to_dict())
+        if args.model == "vit":  # the image sizes and classes come from the data: the preset's fields as given
+            cfg = {"model_type": "vit", **preset, "train": train_config.to_dict()}
+        else:
+            cfg = resolved_config(args.model, preset, train_config.to_dict())
     print(json.dumps(cfg, indent=2, ensure_ascii=False))
     return 0
 

@@ -179,6 +179,10 @@ def run(args) -> int:
         args.model = "transformer"
     if args.print_config:
         return print_config(args, over)
+    if args.config and args.model is None:
+        from attnlab.training.presets import load_config_file
+
+        args.model = load_config_file(args.config)[0]  # a ViT config trains as --model vit does
     if args.model == "vit" and not args.resume:
         return _train_images(args, over)
     launching = args.nproc > 1
@@ -241,22 +245,14 @@ def run(args) -> int:
 
 def _train_images(args, over: dict[str, dict]) -> int:
     """`train --model vit`: the digits, or --data DIR (one subfolder per class); every flag checked first."""
-    from attnlab.training.config import TrainConfig
-    from attnlab.training.images import check_image_configs, train_image_run
-    from attnlab.training.presets import get_preset
+    from attnlab.training.images import train_image_run
 
     data_flags = sorted(f"--{f.replace('_', '-')}" for f, (sec, _) in FLAGS.items() if sec == "data" and f != "data")
     wrong = [flag for flag in data_flags if getattr(args, flag[2:].replace("-", "_")) is not None]
     if wrong or args.nproc > 1:
         raise ValueError(f"{', '.join(wrong) or '--nproc'}: not for image runs (--data DIR picks the images)")
-    preset = get_preset(args.model, args.preset)
-    for section in preset:
-        preset[section].update(over[section])
-    if "path" in preset["data"]:
-        preset["data"] = {"loader": "folder", "path": preset["data"]["path"]}
-    train_config = TrainConfig.from_dict(preset["train"])
-    check_image_configs(args.model, preset["model"], preset["data"])
-    out = args.out or os.path.join("runs", f"{args.model}-{args.preset or 'digits'}")
+    preset, train_config = resolve_configs(args, over)
+    out = args.out or default_out(args)
     result = train_image_run(
         args.model, preset["model"], train_config, preset["data"], out, progress=not args.no_progress, force=args.force
     )
