@@ -114,7 +114,7 @@ def laptop_recipe(data, overrides):
     for section, key, value in overrides:
         preset[section][key] = value
     cfg = {**preset["model"], "src_vocab_size": len(data.src_vocab), "tgt_vocab_size": len(data.tgt_vocab)}
-    torch.manual_seed(0)
+    torch.manual_seed(preset["train"].get("seed", 0))  # --set train.seed=N: another initialisation and batch order
     model = build_model("transformer", cfg)
     train_cfg = TrainConfig.from_dict({**preset["train"], "time_budget": None, "device": "cpu"})
     trainer = Trainer(model, data, train_cfg, None, progress=False)
@@ -145,6 +145,7 @@ def laptop_recipe(data, overrides):
         save_weights(model, os.path.join(run_dir, WEIGHTS_FILE))
 
     step.save = save
+    step.seed = preset["train"].get("seed", 0)
     return model, step, decode, {k: v for k, v in opts.items() if v is not None}, preset
 
 
@@ -194,7 +195,13 @@ def run_recipe(name, data, args, overrides, log=print) -> dict:
     load = os.getloadavg()[0]
     while points:
         for batch in iterate_batches(
-            data.train, data.src_vocab, data.tgt_vocab, shuffle=True, seed=0, epoch=epoch, **batching
+            data.train,
+            data.src_vocab,
+            data.tgt_vocab,
+            shuffle=True,
+            seed=getattr(step, "seed", 0),
+            epoch=epoch,
+            **batching,
         ):
             t0 = time.perf_counter()
             loss = step(batch)
