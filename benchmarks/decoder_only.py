@@ -187,6 +187,7 @@ def parse_args(argv=None):
     ap.add_argument("--num-examples", type=int, help="first N corpus pairs only (smoke runs)")
     ap.add_argument("--rounds", type=int, default=3, help="decode-speed repetitions (the best is kept)")
     ap.add_argument("--save-best", metavar="DIR", help="save the model with the best final validation BLEU here")
+    ap.add_argument("--save-all", metavar="DIR", help="save every model as a run folder DIR/<model name>")
     ap.add_argument("--test-run", metavar="DIR", help="only score a saved run on the test split (touch it once)")
     ap.add_argument("--json", help="write the curves here")
     ap.add_argument("--figure", help="write the time-to-quality picture here (PNG)")
@@ -264,6 +265,10 @@ def main(argv=None) -> int:
     if args.save_best:
         save_run(best, data, run_data_cfg, args.save_best)
         print(f"saved {best['recipe']} as a run folder: {args.save_best}")
+    for r in results if args.save_all else []:
+        run_dir = os.path.join(args.save_all, r["recipe"].replace(" ", "-"))
+        save_run(r, data, run_data_cfg, run_dir)
+        print(f"saved {r['recipe']} as a run folder: {run_dir}")
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
     if args.json:
         write_json(args.json, public)
