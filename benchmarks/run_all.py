@@ -46,7 +46,7 @@ PLAN: dict[str, list[str]] = {
     "data_scale.py": ["--sizes", "20000,40000", "--rounds", "1", "--loader-batches", "20", "--train-steps", "4"]
     + ["--process-steps", "4"],
     "time_to_quality.py": ["--budget", "40", "--points", "20,40", "--valid-limit", "100"],
-    "positions.py": ["--time-budget", "5", "--limit", "50", "--schemes", "sinusoidal", "rope:1"],
+    "positions.py": ["--budget", "5", "--limit", "50", "--num-examples", "3000", "--schemes", "sinusoidal", "rope:1"],
     "vit_digits.py": ["--quick"],
     "prepared_check.py": ["--sizes", "20000", "--repeats", "1"],
     "decoder_only.py": ["--budget", "10", "--points", "5,10", "--num-examples", "3000", "--valid-limit", "50"]
