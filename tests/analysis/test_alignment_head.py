@@ -52,7 +52,9 @@ def test_word_confidence_equals_one_sentence_at_a_time(setup):
     unpadded, from the recorded weights without <eos> row and column."""
     data, model = setup
     examples = data.valid[:5]
-    scores = word_confidence(model, validation_batches(examples, data.src_vocab, data.tgt_vocab, 3), data.src_vocab, data.tgt_vocab)
+    scores = word_confidence(
+        model, validation_batches(examples, data.src_vocab, data.tgt_vocab, 3), data.src_vocab, data.tgt_vocab
+    )
     names = ["decoder.blocks.0.cross_attention", "decoder.blocks.1.cross_attention"]
     assert list(scores) == names
     per_token: dict[str, list[torch.Tensor]] = {n: [] for n in names}

@@ -60,7 +60,7 @@ def exhaustive(model, phrases, max_len):
             if not all(contains(seq, p) for p in phrases):
                 continue
             toks = [BOS, *seq, EOS]
-            lp = sum(float(model.logp[a, b]) for a, b in zip(toks, toks[1:]))
+            lp = sum(float(model.logp[a, b]) for a, b in itertools.pairwise(toks))
             best = max(best, (lp / (n + 1), seq), key=lambda t: t[0])
     return best
 
@@ -73,7 +73,7 @@ def search(phrases, beam, max_len):
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
 def test_phrases_sharing_a_first_token_are_both_followed(beam):
-    """"le chat" and "le chien": after "le" both are in progress, so "le chien" counts as the second phrase
+    """Phrases "le chat" and "le chien": after "le" both are in progress, so "le chien" counts as the second phrase
     and the search finds the best output holding both (the exhaustive search's), not "le chat le chien"."""
     phrases = [[LE, CHAT], [LE, CHIEN]]
     h = search(phrases, beam, max_len=5)
@@ -83,7 +83,7 @@ def test_phrases_sharing_a_first_token_are_both_followed(beam):
 
 
 def test_a_phrase_that_another_begins_is_met_inside_it():
-    """"le" and "le chat" fit in 2 tokens: "le chat" holds both; following only the first listed would
+    """Phrases "le" and "le chat" fit in 2 tokens: "le chat" holds both; following only the first listed would
     need "le le chat", which the limit (3 steps, <eos> included) has no room for."""
     h = search([[LE], [LE, CHAT]], beam=2, max_len=3)
     assert h.finished and h.tokens == [LE, CHAT]

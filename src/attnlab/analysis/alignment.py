@@ -14,6 +14,7 @@ argmax skips <eos> too). The (layer, head) with the highest word confidence is c
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -45,8 +46,7 @@ def word_confidence(model: nn.Module, batches: Sequence, src_vocab, tgt_vocab) -
         (['decoder.blocks.0.cross_attention', 'decoder.blocks.1.cross_attention'], 2)
     """
     model.eval()
-    names = {id(m): n for n, m in model.named_modules()}
-    cross = [names[id(m)] for m in model.attention_kinds().get("cross", [])]
+    cross = _cross_names(model)
     sums: dict[str, torch.Tensor] = {}
     count = 0.0
     for batch in batches:
@@ -65,12 +65,17 @@ def word_confidence(model: nn.Module, batches: Sequence, src_vocab, tgt_vocab) -
     return {name: (v / max(count, 1.0)).tolist() for name, v in sums.items()}
 
 
+def _cross_names(model: nn.Module) -> list[str]:
+    """The qualified names of the model's cross-attention modules, in decoder layer order."""
+    names = {id(m): n for n, m in model.named_modules()}
+    return [names[id(m)] for m in cast(Any, model).attention_kinds().get("cross", [])]
+
+
 def choose_alignment(model: nn.Module, scores: Mapping[str, Sequence[float]]) -> dict | None:
     """{"layer": L, "heads": [h], "criterion": CRITERION, "score": s}: the decoder layer and head (its index
     in that module as it is now, pruned heads gone) with the highest score, the first such in layer order;
     None when no cross-attention head was scored (no cross-attention, or every head pruned)."""
-    names = {id(m): n for n, m in model.named_modules()}
-    cross = [names[id(m)] for m in model.attention_kinds().get("cross", [])]
+    cross = _cross_names(model)
     best: tuple[float, int, int] | None = None
     for layer, name in enumerate(cross):
         for h, s in enumerate(scores.get(name, [])):

@@ -136,7 +136,7 @@ def add_parser(subparsers) -> None:
         "--align-layer",
         type=int,
         default=None,
-        help="decoder layer for --align (default: the run's alignment.json from `attnlab heads`, else the last but one)",
+        help="decoder layer for --align (default: the run's alignment.json from `attnlab heads`, else last but one)",
     )
     g.add_argument(
         "--align-heads",

@@ -28,7 +28,15 @@ from attnlab.attention import record_attention
 from attnlab.attention.recording import attention_maps
 from attnlab.decoding.protocol import inference
 
-__all__ = ["SavedAlignment", "align_batch", "alignment_heads", "pharaoh", "source_word_index", "target_word_index", "word_alignment"]
+__all__ = [
+    "SavedAlignment",
+    "align_batch",
+    "alignment_heads",
+    "pharaoh",
+    "source_word_index",
+    "target_word_index",
+    "word_alignment",
+]
 
 
 @dataclass(frozen=True)

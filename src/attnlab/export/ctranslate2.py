@@ -166,7 +166,7 @@ def alignment_export(model: nn.Module, alignment: tuple[int, list[int]] | None =
     model lacks, or a reordering grouped key/value heads cannot take."""
     layer, heads = alignment_heads(model, *(alignment or (None, None)))
     c = cast("Transformer", model).config
-    module = model.attention_kinds()["cross"][layer]
+    module = cast("Transformer", model).attention_kinds()["cross"][layer]
     name = next(n for n, m in model.named_modules() if m is module)
     removed = set((c.pruned_heads or {}).get(name, ()))
     kept = [h for h in range(c.num_heads) if h not in removed]  # the exported index of each head left

@@ -59,7 +59,16 @@ KINDS = {
     "weights": "a run's weights",  # model.safetensors and checkpoints: written by training, never replaced
 }
 OUTPUT_METADATA = "attnlab_output"  # safetensors metadata key: the kind of an attnlab weights file
-RUN_ENTRIES = {CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE, CHECKPOINTS, LOG_FILE, MARKER_FILE, ALIGNMENT_FILE}
+RUN_ENTRIES = {
+    CONFIG_FILE,
+    SRC_VOCAB_FILE,
+    TGT_VOCAB_FILE,
+    WEIGHTS_FILE,
+    CHECKPOINTS,
+    LOG_FILE,
+    MARKER_FILE,
+    ALIGNMENT_FILE,
+}
 
 
 @dataclass(frozen=True)
