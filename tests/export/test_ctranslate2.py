@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import struct
 from pathlib import Path
 
@@ -162,13 +163,12 @@ def test_greedy_is_token_identical(exported):
     assert correct >= len(sample) // 3
 
 
-def test_alignment_equals_ctranslate2_return_attention(exported):
-    """The export names the layer and heads `translate --align` reads, so CTranslate2's return_attention
-    over the same output (forced as its target prefix) gives the same attention and word alignment."""
-    translator, ct2, sample, _ = exported
+def _alignments(translator, ct2, sample) -> tuple[list, list]:
+    """attnlab's `--align` pairs for its greedy outputs (the layer and heads of translator.alignment, else the
+    default) and those CTranslate2's return_attention gives over the same outputs (forced as its prefix)."""
     ids = [translator.src_vocab.encode(s) for s in sample]
     outputs = translator.decode_ids(ids, beam=1)
-    layer, heads = alignment_heads(translator.model, None, None)
+    layer, heads = alignment_heads(translator.model, None, None, translator.alignment)
     ours = align_batch(translator, sample, ids, outputs, layer, heads)
     res = ct2.translate_batch(
         [source_tokens(translator.src_vocab, s) for s in sample],
@@ -183,8 +183,35 @@ def test_alignment_equals_ctranslate2_return_attention(exported):
         attn = torch.tensor(r.attention[0])[: len(out), : len(src)]  # drop the <eos> row and column
         tgt_words = target_word_index(translator.tgt_vocab, out)
         theirs.append(word_alignment(attn, source_word_index(translator.src_vocab, text, src), tgt_words))
+    return ours, theirs
+
+
+def test_alignment_equals_ctranslate2_return_attention(exported):
+    """The export names the layer and heads `translate --align` reads, so CTranslate2's return_attention
+    over the same output (forced as its target prefix) gives the same attention and word alignment."""
+    translator, ct2, sample, _ = exported
+    ours, theirs = _alignments(translator, ct2, sample)
     assert ours == theirs
     assert sum(len(p) for p in ours) >= len(sample)  # real alignments, not empty lists compared
+
+
+@pytest.mark.parametrize("layer, heads", [(1, [2]), (0, [3, 1])])
+def test_the_runs_alignment_head_is_exported_first(exported, tmp_path, layer, heads):
+    """With RUN/alignment.json choosing other heads, the export reorders that layer's cross-attention heads
+    so CTranslate2 averages the chosen ones: its alignments equal `--align`'s, and greedy tokens stay identical."""
+    translator, ct2, sample, out = exported
+    run = tmp_path / "run"
+    shutil.copytree(json.loads((out / "attnlab-output.json").read_text())["source_run"], run)
+    choice = {"layer": layer, "heads": heads, "criterion": "test", "score": 0.5, "attnlab_version": "test"}
+    (run / "alignment.json").write_text(json.dumps(choice))
+    assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 0
+    chosen, ct2_chosen = load_translator(run), ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
+    assert alignment_heads(chosen.model, None, None, chosen.alignment) == (layer, heads)
+    ours, theirs = _alignments(chosen, ct2_chosen, sample)
+    assert ours == theirs
+    assert ours != _alignments(translator, ct2, sample)[0]  # the choice changed the alignments: a real test
+    ours_greedy, theirs_greedy = _both(chosen, ct2_chosen, sample, beam=1)
+    assert ours_greedy == theirs_greedy == _both(translator, ct2, sample, beam=1)[1]  # reordered heads, same outputs
 
 
 def test_beam4_agrees(exported):

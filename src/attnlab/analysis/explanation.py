@@ -250,7 +250,8 @@ def _contains(tokens: list[int], phrase: list[int]) -> bool:
 def _search(translator, text: str, ids: list[int], options: DecodeOptions, trace: list | None) -> tuple:
     """The hypotheses `Translator.translate_tokens` finds for `text` with `options` (the same calls, so the
     same results), each as an nbest entry, and the best one's alignment (options.align) or None."""
-    heads = alignment_heads(translator.model, options.align_layer, options.align_heads) if options.align else None
+    layer, chosen, saved = options.align_layer, options.align_heads, translator.alignment  # saved: alignment.json
+    heads = alignment_heads(translator.model, layer, chosen, saved) if options.align else None
     prefixes, constraints = translator.encode_targets([ids], options)
     if options.plain:  # as Translator.search: the plain decode (here with its trace, if asked)
         hyps = [_decode(translator, ids, options.beam, trace, options.length_penalty)]

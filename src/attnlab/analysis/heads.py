@@ -6,6 +6,7 @@ name, e.g. "encoder.blocks.0.attention"), ready for JSON, a table, a figure or t
 
     batches = validation_batches(examples, translator.src_vocab, translator.tgt_vocab)
     stats = head_statistics(model, batches, src_vocab, tgt_vocab)     # confidence, entropy, positions...
+    words = word_confidence(model, batches, src_vocab, tgt_vocab)      # the alignment head's criterion
     grad = gradient_importance(model, batches)                         # Michel's |dL/d gate|
     curve = pruning_curve(translator, examples, batches, grad, kind="encoder self")
 """
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
+from attnlab.analysis.alignment import choose_alignment, word_confidence
 from attnlab.analysis.explanation import Explanation
 
 if TYPE_CHECKING:
@@ -309,6 +311,7 @@ def analyze_heads(
     batches = validation_batches(examples, translator.src_vocab, translator.tgt_vocab, batch_size)
     kinds = attention_kinds(model)
     grad = gradient_importance(model, batches)
+    words = word_confidence(model, batches, translator.src_vocab, translator.tgt_vocab)  # cross-attention only
     report = {
         "sentences": len(examples),
         "beam": beam,
@@ -317,6 +320,8 @@ def analyze_heads(
         "baseline": evaluate_with_masks(translator, examples, batches, {}, bleu, beam),
         "statistics": head_statistics(model, batches, translator.src_vocab, translator.tgt_vocab),
         "gradient_importance": grad,
+        "word_confidence": words,
+        "alignment": choose_alignment(model, words),
         "masked": masked_head_scores(translator, examples, batches, bleu, beam),
     }
     if curve:

@@ -31,7 +31,9 @@ from attnlab.chapter.time_to_quality import time_to_quality_section
 from attnlab.chapter.transformer import norm_comparison
 from attnlab.data import ATTRIBUTION, BOOK_EVAL_PAIRS, load_data, resolve_data_path, sample_data_path
 from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text
+from attnlab.runs.alignment import save_alignment
 from attnlab.runs.config import read_run_config
+from attnlab.runs.layout import ALIGNMENT_FILE
 from attnlab.runs.loading import load_translator
 from attnlab.runs.outputs import claim_output, write_output
 from attnlab.training.config import TrainConfig
@@ -161,6 +163,8 @@ def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
     heads_dir.mkdir(exist_ok=True)
     # The checkpoint is named as the run's folder in the finished demo, not the temp folder it is built in.
     write_json(heads_dir / "heads.json", {"checkpoint": trained.name, "split": "valid", **report})
+    if report["alignment"] is not None:  # the run's --align default, as `attnlab heads` saves it
+        save_alignment(trained.run_dir / ALIGNMENT_FILE, report["alignment"], "valid", len(examples))
     figures = [
         save_figure(plot_importance(report), fig_dir / f"{trained.name}_head_importance", ("png", "svg"))[0],
         save_figure(plot_pruning_curves(report), fig_dir / f"{trained.name}_pruning", ("png", "svg"))[0],

@@ -6,6 +6,11 @@ al. 2019), on a split of the run's data.
 Writes heads.json (every number), importance.png/svg (layers x heads per attention kind) and
 pruning.png/svg (validation BLEU as heads are removed, least important first). With --prune it also
 writes a pruned copy of the model (a complete run folder) to OUT/pruned.
+
+It also chooses the cross-attention head word alignments read: the one with the highest word confidence
+(the mean, over real target tokens, of the head's largest weight on a real source token, <eos> and
+padding left out; the table's `wconf` column), saved as RUN/alignment.json, the default of `translate
+--align`, the explorer's alignment and the CTranslate2 export (--no-save-alignment: heads.json only).
 """
 
 from __future__ import annotations
@@ -50,6 +55,11 @@ def add_parser(subparsers) -> None:
         "--prune decoder.blocks.0.cross_attention:1,3 (default: prune nothing)",
     )
     p.add_argument(
+        "--no-save-alignment",
+        action="store_true",
+        help="do not write RUN/alignment.json (default: save the chosen alignment head into the run folder)",
+    )
+    p.add_argument(
         "--data",
         metavar="PATH",
         help="the corpus file, if it moved since training; for an imported run (attnlab import hf), the corpus to use "
@@ -77,6 +87,7 @@ def run(args) -> int:
     from attnlab.analysis import analyze_heads, save_pruned_run
     from attnlab.analysis.figures import plot_importance, plot_pruning_curves
     from attnlab.analysis.heads import attention_kinds, check_precision, choose_split, head_masks_check
+    from attnlab.runs.alignment import alignment_target, save_alignment
     from attnlab.runs.loading import imported_source, load_imported_data
     from attnlab.runs.outputs import claim_output, write_output
     from attnlab.training.launch import load_run_data
@@ -91,6 +102,11 @@ def run(args) -> int:
     prune = parse_prune(args.prune)
     refuse_model_types(args.checkpoint, {"decoder-only": "translate, evaluate and attention do"}, "heads")
     claim = claim_output(args.out, "heads", force=args.force, sources=[args.checkpoint])
+    target, why = None, None
+    if not args.no_save_alignment:  # checked before any work: a user's alignment.json is never replaced
+        target, why = alignment_target(args.checkpoint)
+        if target is not None and args.weights:
+            target, why = None, "--weights are not the run's own; the alignment choice is not saved (see heads.json)"
     translator = open_translator(args)
     attention_kinds(translator.model)  # a Bahdanau model fails here, before any work
     head_masks_check(translator.model, prune)  # bad module names / head indices, before any work
@@ -115,6 +131,16 @@ def run(args) -> int:
             names.append("pruned")
     print_table(report)
     print(f"wrote {claim.path}: " + ", ".join(names))
+    choice = report.get("alignment")
+    if choice is not None:
+        layer, head = choice["layer"], choice["heads"][0]
+        said = f"alignment head: decoder layer {layer}, head {head} (word confidence {choice['score']:.3f})"
+        if target is not None:
+            save_alignment(target, choice, split, len(examples))
+            said += f"; wrote {target}"
+        print(said)
+    if why is not None:
+        print(f"attnlab heads: {why}", file=sys.stderr)
     return 0
 
 
@@ -127,17 +153,19 @@ def print_table(report: dict) -> None:
     )
     print(
         f"{'module':<34} {'head':>4} {'conf':>5} {'entr':>5} {'same':>5} {'prev':>5} {'next':>5} {'eos':>5} "
-        f"{'bos':>5} {'first':>5} {'punct':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}"
+        f"{'bos':>5} {'first':>5} {'punct':>5} {'wconf':>5} {'|dL/dg|':>8} {'masked ' + metric:>12}"
     )
+    words = report.get("word_confidence", {})
     for names in report["kinds"].values():
         for name in names:
             s = report["statistics"][name]
             for h, g in enumerate(report["gradient_importance"][name]):
                 masked = report["masked"][name][h][metric]
+                wconf = f"{words[name][h]:5.2f}" if name in words else f"{'':5}"
                 print(
                     f"{name:<34} {h:>4} {s['confidence'][h]:5.2f} {s['entropy'][h]:5.2f} {s['same'][h]:5.2f} "
                     f"{s['previous'][h]:5.2f} {s['next'][h]:5.2f} {s['eos'][h]:5.2f} {s['bos'][h]:5.2f} "
-                    f"{s['first'][h]:5.2f} {s['punctuation'][h]:5.2f} "
+                    f"{s['first'][h]:5.2f} {s['punctuation'][h]:5.2f} {wconf} "
                     f"{g:8.4f} {masked:12.3f}"
                 )
     for kind, curve in report.get("pruning_curves", {}).items():

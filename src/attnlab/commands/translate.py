@@ -133,10 +133,16 @@ def add_parser(subparsers) -> None:
     )
     g.add_argument("--align", action="store_true", help="append ||| i-j word alignments from cross-attention")
     g.add_argument(
-        "--align-layer", type=int, default=None, help="decoder layer for --align (default: the last but one)"
+        "--align-layer",
+        type=int,
+        default=None,
+        help="decoder layer for --align (default: the run's alignment.json from `attnlab heads`, else last but one)",
     )
     g.add_argument(
-        "--align-heads", default=None, metavar="H,H", help="heads averaged for --align, e.g. 0,2 (default: all)"
+        "--align-heads",
+        default=None,
+        metavar="H,H",
+        help="heads averaged for --align, e.g. 0,2 (default: the run's alignment.json, else all of the layer)",
     )
     p.set_defaults(func=run)  # fmt: skip
 
@@ -230,7 +236,7 @@ def run(args) -> int:
     if args.align:  # a model without cross-attention, or a layer/head it lacks: refused before decoding
         from attnlab.decoding.alignment import alignment_heads
 
-        alignment_heads(translator.model, options.align_layer, options.align_heads)
+        alignment_heads(translator.model, options.align_layer, options.align_heads, translator.alignment)
     plain = options.plain and not options.align
     n_best = args.n_best is not None
     if args.sentences:

@@ -9,13 +9,17 @@ exactly decoding step t, whatever search found the output). Tokens are merged in
 `attnlab.analysis.subwords` merges maps: keys summed over a word's tokens, queries averaged; each
 target word is then linked to the source word it attends to most (<eos> and padding left out).
 
-Default layer: the last but one (the penultimate layer's attention aligns best in Garg et al. 2019's
-measurements; a one-layer model uses its only layer), averaged over all its heads.
+Default: the run's choice when `attnlab heads` saved one (RUN/alignment.json, read by `load_translator` as
+a `SavedAlignment`: the cross-attention head with the highest word confidence); otherwise the last but one
+layer (the penultimate layer's attention aligns best in Garg et al. 2019's measurements; a one-layer model
+uses its only layer), averaged over all its heads. A layer or heads given explicitly replace either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -24,16 +28,58 @@ from attnlab.attention import record_attention
 from attnlab.attention.recording import attention_maps
 from attnlab.decoding.protocol import inference
 
-__all__ = ["align_batch", "alignment_heads", "pharaoh", "source_word_index", "target_word_index", "word_alignment"]
+__all__ = [
+    "SavedAlignment",
+    "align_batch",
+    "alignment_heads",
+    "pharaoh",
+    "source_word_index",
+    "target_word_index",
+    "word_alignment",
+]
 
 
-def alignment_heads(model: nn.Module, layer: int | None, heads: Sequence[int] | None) -> tuple[int, list[int]]:
+@dataclass(frozen=True)
+class SavedAlignment:
+    """A run's saved alignment choice (RUN/alignment.json as read: `data` its JSON, or None with `error`
+    saying why it could not be read); checked against the model only when an alignment is asked for, so a
+    damaged file never stops plain translation (nor `attnlab heads`, which rewrites it)."""
+
+    path: str  # where it was read, for messages
+    data: Any = None  # the parsed JSON
+    error: str | None = None  # why it could not be read
+
+    def resolve(self, model: nn.Module) -> tuple[int, list[int]]:
+        """(layer, heads) it chooses, or ValueError (one line) naming the file and how to mend it."""
+        fix = "run `attnlab heads` on this run again, or delete the file"
+        if self.error is not None:
+            raise ValueError(f"{self.path} cannot be read ({self.error}); {fix}")
+        d = self.data
+        ok = isinstance(d, dict) and _index(d.get("layer")) and isinstance(d.get("heads"), list) and d["heads"]
+        if not ok or not all(_index(h) for h in d["heads"]):
+            raise ValueError(f'{self.path} must hold {{"layer": L, "heads": [H, ...]}} (indices >= 0); {fix}')
+        try:
+            return alignment_heads(model, d["layer"], d["heads"])
+        except ValueError as exc:
+            raise ValueError(f"{self.path} does not fit this model: {exc}; {fix}") from None
+
+
+def _index(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def alignment_heads(
+    model: nn.Module, layer: int | None, heads: Sequence[int] | None, saved: SavedAlignment | None = None
+) -> tuple[int, list[int]]:
     """The (layer, heads) alignments read, checked against the model; ValueError for a model without
-    cross-attention or indices it does not have."""
+    cross-attention or indices it does not have. With neither layer nor heads given, `saved` (a run's
+    alignment.json) chooses, if there is one."""
     kinds = model.attention_kinds() if hasattr(model, "attention_kinds") else {}
     cross = kinds.get("cross") or []
     if not cross:
         raise ValueError(f"alignments need cross-attention; this {type(model).__name__} has none (drop --align)")
+    if layer is None and heads is None and saved is not None:
+        return saved.resolve(model)
     N = len(cross)
     layer = max(N - 2, 0) if layer is None else layer
     if not 0 <= layer < N:

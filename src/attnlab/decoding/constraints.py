@@ -4,12 +4,16 @@ contains given target phrases, in any order, wherever the length limit leaves ro
     hyps = constrained_search(model, src, lens, bos, eos, beam=5, n_best=1, max_len=50,
                               constraints=[[[12, 40]], [[7], [30, 31]]])   # per sentence: phrases as ids
 
-Each hypothesis carries a `Progress`: which phrases it has produced, and how far it is into the one it
-is producing. One step, per sentence:
+Each hypothesis carries a `Progress`: which phrases it has produced, and every phrase it may be inside
+(each unmet phrase whose first tokens end its output, with how many): phrases that share a first token,
+or one whose start continues another, are followed together, as fairseq's constraint trie follows them
+("le chat" and "le chien": after "le" both are in progress, and "chien" completes the second). A phrase
+counts once it occurs anywhere in the output (occurrences may overlap: "le" and "le chat" are both met by
+"le chat"); a phrase given twice must occur twice. One step, per sentence:
 
 1. candidates: the 2K best continuations overall (as plain beam search), plus for every live
-   hypothesis the token that continues its phrase in progress (or the first token of each phrase it
-   has not produced), plus its own single best token;
+   hypothesis the tokens that continue the phrases it is inside (or, inside none, the first token of
+   each phrase it has not produced), plus its own single best token;
 2. <eos> is forbidden to hypotheses that have not produced every phrase; <eos> candidates among the
    K best candidates finish;
 3. the others are put into banks by the number of constraint tokens they have produced, and the K live
@@ -20,9 +24,7 @@ is producing. One step, per sentence:
 
 At the length limit the live hypotheses are cut; an output is chosen among the finished ones by the
 number of phrases produced first, then score (so in an n-best list, a runner-up cut at the limit may
-lack a phrase: it ranks after every hypothesis that holds them all). A phrase that another phrase begins
-with may be missed when both start at the same token (the first listed is followed), where fairseq's trie
-would track both.
+lack a phrase: it ranks after every hypothesis that holds them all).
 """
 
 from __future__ import annotations
@@ -46,19 +48,22 @@ __all__ = ["Progress", "constrained_search"]
 class Progress:
     """How far one hypothesis is through its sentence's phrases (token id lists).
 
-    met: which phrases it has produced; current: the phrase it is producing (-1: none); pos: tokens of
-    it produced so far.
+    met: which phrases it has produced; partial: (phrase, tokens of it produced) for every unmet phrase
+    whose start the output ends with, sorted.
 
     Examples:
         >>> p = Progress.start(2)
         >>> p = p.advance([[5, 6], [9]], 5).advance([[5, 6], [9]], 6)
         >>> p.met, p.produced([[5, 6], [9]]), p.done
         ((True, False), 2, False)
+        >>> shared = [[5, 6], [5, 7]]                         # two phrases with the same first token
+        >>> p = Progress.start(2).advance(shared, 5)
+        >>> p.partial, p.wanted(shared), p.advance(shared, 7).met
+        (((0, 1), (1, 1)), [6, 7], (False, True))
     """
 
     met: tuple[bool, ...]
-    current: int = -1
-    pos: int = 0
+    partial: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def start(cls, n: int) -> Progress:
@@ -69,30 +74,30 @@ class Progress:
         return all(self.met)
 
     def produced(self, phrases: list[list[int]]) -> int:
-        """Constraint tokens produced: whole phrases met plus the progress into the current one (the bank)."""
-        return sum(len(p) for p, m in zip(phrases, self.met) if m) + self.pos
+        """Constraint tokens produced: whole phrases met plus the furthest progress into one (the bank)."""
+        return sum(len(p) for p, m in zip(phrases, self.met) if m) + max((n for _, n in self.partial), default=0)
 
     def wanted(self, phrases: list[list[int]]) -> list[int]:
-        """Tokens that would advance a phrase: the next of the current one, else the first of each unmet one."""
-        if self.current >= 0:
-            return [phrases[self.current][self.pos]]
+        """Tokens that would advance a phrase: the next of each phrase it is inside, else the first of each
+        unmet one."""
+        if self.partial:
+            return sorted({phrases[c][n] for c, n in self.partial})
         return sorted({p[0] for p, m in zip(phrases, self.met) if not m})
 
     def advance(self, phrases: list[list[int]], token: int) -> Progress:
-        """The progress after appending `token`."""
-        if self.current >= 0:
-            phrase = phrases[self.current]
-            if phrase[self.pos] == token:
-                return self._moved(self.current, self.pos + 1, phrase)
-        for c, (p, m) in enumerate(zip(phrases, self.met)):  # (re)start a phrase at this token
-            if not m and p[0] == token:
-                return self._moved(c, 1, p)
-        return Progress(self.met) if self.current >= 0 else self
-
-    def _moved(self, c: int, pos: int, phrase: list[int]) -> Progress:
-        if pos == len(phrase):
-            return Progress(tuple(m or i == c for i, m in enumerate(self.met)))
-        return Progress(self.met, c, pos)
+        """The progress after appending `token`: every phrase it continues moves on, every unmet phrase it
+        begins starts; one that ends is met (of identical phrases, one per occurrence)."""
+        moved = [(c, n + 1) for c, n in self.partial if phrases[c][n] == token]
+        moved += [(c, 1) for c, (p, m) in enumerate(zip(phrases, self.met)) if not m and p[0] == token]
+        if not moved and not self.partial:
+            return self
+        met, ended = list(self.met), set()
+        for c, n in moved:
+            if n == len(phrases[c]) and tuple(phrases[c]) not in ended:
+                met[c] = True
+                ended.add(tuple(phrases[c]))
+        partial = sorted({(c, n) for c, n in moved if n < len(phrases[c]) and not met[c]})
+        return Progress(tuple(met), tuple(partial))
 
 
 def allocate(cands: list[tuple[float, int, int, Progress]], phrases: list[list[int]], K: int) -> list:

@@ -52,8 +52,8 @@ class DecodeOptions:
     prefix: str | Sequence[str | None] | None = None  # decoding continues after these target words
     constraints: Sequence[Any] = ()  # phrases that must appear (lexically constrained beam search)
     align: bool = False  # word alignments from cross-attention
-    align_layer: int | None = None  # decoder layer for alignments; None = the last but one
-    align_heads: Sequence[int] | None = None  # heads averaged for alignments; None = all
+    align_layer: int | None = None  # decoder layer for alignments; None = the run's alignment.json, else last but one
+    align_heads: Sequence[int] | None = None  # heads averaged for alignments; None = the run's choice, else all
 
     def __post_init__(self) -> None:
         self.validate()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from attnlab.decoding.alignment import align_batch, alignment_heads
+from attnlab.decoding.alignment import SavedAlignment, align_batch, alignment_heads
 from attnlab.decoding.batches import decode_batches, search_batches
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions, target_ids
@@ -171,6 +171,7 @@ class Translator:
         self.max_output_len = max_output_len or DEFAULT_MAX_OUTPUT_LEN
         self.precision = choice  # what decodes and why
         self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
+        self.alignment: SavedAlignment | None = None  # a run's alignment.json: the default layer and heads of align
 
     def output_limit(self, src_len: int, max_len: int | None = None) -> int:
         """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,
@@ -287,7 +288,11 @@ class Translator:
             return [self._translation(s, ids, h) for s, ids, h in zip(sentences, src_ids, hyps)]
         if beam != 1 and beam != options.beam:
             raise ValueError(f"beam={beam} and options.beam={options.beam} disagree; give the beam in DecodeOptions")
-        heads = alignment_heads(self.model, options.align_layer, options.align_heads) if options.align else None
+        heads = (
+            alignment_heads(self.model, options.align_layer, options.align_heads, self.alignment)
+            if options.align
+            else None
+        )
         prefixes, constraints = self.encode_targets(src_ids, options)
         nbest = self.search(src_ids, options, prefixes, constraints)
         aligned: list = [[None] * len(h) for h in nbest]

@@ -27,7 +27,11 @@ What the export sets so that CTranslate2 decodes exactly as attnlab does:
 - vocabularies in attnlab's index order; `<unk>`, `<bos>` and `<eos>` as attnlab names them; the
   source end token appended by CTranslate2 (`add_source_eos`), as attnlab's Translator appends it; the
   decoder starts from `<bos>`;
-- the layer-norm epsilon of the model's LayerNorm modules.
+- the layer-norm epsilon of the model's LayerNorm modules;
+- the alignment `translate --align` reads (the run's alignment.json, else the last-but-one layer's heads):
+  CTranslate2's `return_attention` averages the first `alignment_heads` heads of `alignment_layer`, so that
+  layer's cross-attention heads are exported in an order that puts the chosen ones first (query, key and
+  value rows per head and the output projection's columns move together: the same function of the input).
 
 Not exportable (one-line ValueError): the Bahdanau RNN model, and local (windowed) encoder attention,
 which CTranslate2's encoder does not have.
@@ -43,6 +47,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
+from attnlab.decoding.alignment import alignment_heads
 from attnlab.export.pruning import restore_pruned_heads
 from attnlab.runs.outputs import claim_output, write_output
 
@@ -154,22 +159,54 @@ def check_exportable(model: nn.Module) -> None:
         )
 
 
-def build_spec(model: nn.Module, src_vocab, tgt_vocab):
-    """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights and vocabularies (fp32)."""
+def alignment_export(model: nn.Module, alignment: tuple[int, list[int]] | None = None) -> tuple[int, list[int], int]:
+    """(layer, head order, heads averaged) that make CTranslate2's return_attention the attention attnlab
+    aligns with: `alignment` = (layer, heads) as attnlab numbers them (pruned heads gone; None: attnlab's
+    default), mapped to the exported unpruned heads, the chosen ones first. ValueError (one line) for heads the
+    model lacks, or a reordering grouped key/value heads cannot take."""
+    layer, heads = alignment_heads(model, *(alignment or (None, None)))
+    c = cast("Transformer", model).config
+    module = cast("Transformer", model).attention_kinds()["cross"][layer]
+    name = next(n for n, m in model.named_modules() if m is module)
+    removed = set((c.pruned_heads or {}).get(name, ()))
+    kept = [h for h in range(c.num_heads) if h not in removed]  # the exported index of each head left
+    chosen = list(dict.fromkeys(kept[h] for h in heads))  # a head listed twice averages as itself
+    order = chosen + [h for h in range(c.num_heads) if h not in chosen]
+    if order != sorted(order) and getattr(c, "kv_heads", c.num_heads) != c.num_heads:
+        raise ValueError(
+            f"alignment heads {heads} of layer {layer} cannot be put first in a grouped-query cross-attention; "
+            "choose heads 0..k-1 (--align-heads) or export without the run's alignment.json"
+        )
+    return layer, order, len(chosen)
+
+
+def _heads_first(spec, order: list[int], head_dim: int) -> None:
+    """Reorder the heads of a filled cross-attention spec (Q, fused K|V, output projection) to `order`."""
+    rows = torch.cat([torch.arange(h * head_dim, (h + 1) * head_dim) for h in order])  # (H * Dh,)
+    D = len(order) * head_dim
+    for lin, index in ((spec.linear[0], rows), (spec.linear[1], torch.cat([rows, rows + D]))):
+        lin.weight = lin.weight[index].contiguous()
+        if isinstance(getattr(lin, "bias", None), torch.Tensor):
+            lin.bias = lin.bias[index].contiguous()
+    spec.linear[-1].weight = spec.linear[-1].weight[:, rows].contiguous()  # its bias is per output feature
+
+
+def build_spec(model: nn.Module, src_vocab, tgt_vocab, alignment: tuple[int, list[int]] | None = None):
+    """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights and vocabularies (fp32); `alignment`:
+    the (layer, heads) CTranslate2's return_attention averages (None: attnlab's default, `alignment_heads`)."""
     transformer_spec = _require_ctranslate2()
     check_exportable(model)
+    align_layer, align_order, align_count = alignment_export(model, alignment)  # before pruned heads return
     # One num_heads for every module: pruned heads come back as zeros, which compute the same.
     model = restore_pruned_heads(cast("Transformer", model))  # check_exportable accepts Transformers only
     c = model.config
-    # CTranslate2's return_attention then gives the attention `translate --align` reads by default: the
-    # last-but-one decoder layer's cross-attention averaged over all its heads (attnlab.decoding.alignment).
     spec = transformer_spec.TransformerSpec.from_config(
         (c.num_layers, c.num_layers),
         c.num_heads,
         pre_norm=c.norm_first,
         activation=_activation(c.activation),
-        alignment_layer=max(c.num_layers - 2, 0),
-        alignment_heads=c.num_heads,
+        alignment_layer=align_layer,
+        alignment_heads=align_count,
     )
     enc, dec = model.encoder, model.decoder
     _inputs(spec.encoder, enc, c.embedding_scale)
@@ -184,6 +221,7 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab):
         _attention(layer.self_attention, dblock.self_attention, dblock.addnorm1.ln, self_attention=True)
         _attention(layer.attention, dblock.cross_attention, dblock.addnorm2.ln, self_attention=False)
         _ffn(layer.ffn, dblock.ffn, dblock.addnorm3.ln)
+    _heads_first(spec.decoder.layer[align_layer].attention, align_order, c.num_hiddens // c.num_heads)
     if c.norm_first:  # pre-norm stacks end with a LayerNorm; post-norm ones have none (pre_norm=False)
         _norm(spec.encoder.layer_norm, cast(nn.LayerNorm, enc.final_norm))
         _norm(spec.decoder.layer_norm, cast(nn.LayerNorm, dec.final_norm))
@@ -242,13 +280,16 @@ def export(
     claim = claim_output(out_dir, "export-ctranslate2", force=force, sources=sources)
     _require_ctranslate2()
     translator = load_translator(run_dir, weights=weights)
-    spec = build_spec(translator.model, translator.src_vocab, translator.tgt_vocab)
+    check_exportable(translator.model)
+    alignment = alignment_heads(translator.model, None, None, translator.alignment)  # the run's alignment.json
+    spec = build_spec(translator.model, translator.src_vocab, translator.tgt_vocab, alignment)
     spec.validate()
     spec.optimize(quantization=quantization)
     note = {
         "source_run": str(Path(run_dir).resolve()),
         "weights": None if weights is None else str(weights),
         "quantization": quantization,
+        "alignment": {"layer": alignment[0], "heads": alignment[1]},  # as attnlab numbers the heads
         "model": translator.config.get("model", {}),
         "input": "source tokens as attnlab tokenizes them (attnlab.export.ctranslate2.source_tokens); "
         "<eos> is appended by the model",
@@ -258,4 +299,4 @@ def export(
     return claim.path
 
 
-__all__ = ["QUANTIZATIONS", "build_spec", "check_exportable", "export", "source_tokens"]
+__all__ = ["QUANTIZATIONS", "alignment_export", "build_spec", "check_exportable", "export", "source_tokens"]

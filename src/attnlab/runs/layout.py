@@ -6,6 +6,7 @@ run_dir/
   model.safetensors    final weights
   checkpoints/step_0000500/{model.safetensors, trainer_state.pt, meta.json, manifest.json}
   log.jsonl            one JSON object per event (train / eval / end)
+  alignment.json       the cross-attention head `attnlab heads` chose for word alignments (runs.alignment)
   attnlab-output.json  the marker: this folder is an attnlab run (runs.outputs)
 """
 
@@ -21,5 +22,6 @@ MANIFEST_FILE = "manifest.json"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
 CHECKPOINTS = "checkpoints"
 LOG_FILE = "log.jsonl"
+ALIGNMENT_FILE = "alignment.json"
 MARKER_FILE = "attnlab-output.json"  # what kind of attnlab output a folder is (runs.outputs)
 DEFAULT_RUN = Path("runs") / "demo" / "transformer"

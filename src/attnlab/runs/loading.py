@@ -15,6 +15,7 @@ import torch
 from attnlab.data import Example, TranslationData, load_data, load_vocab
 from attnlab.decoding.translator import Translator, model_max_len
 from attnlab.models import TRANSLATORS, build_model
+from attnlab.runs.alignment import read_alignment
 from attnlab.runs.checkpoints import list_checkpoints
 from attnlab.runs.config import read_run_config
 from attnlab.runs.layout import CONFIG_FILE, DEFAULT_RUN, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
@@ -87,7 +88,11 @@ def load_translator(
     model = build_model(cfg["model_type"], model_cfg)
     load_weights(model, weights_path, what)
 
-    return Translator(model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg), precision=precision)
+    translator = Translator(
+        model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg), precision=precision
+    )
+    translator.alignment = read_alignment(run_dir)  # `attnlab heads`' choice: the default of align
+    return translator
 
 
 # --------------------------------------------------------------------------- data for imported runs

@@ -33,6 +33,7 @@ from safetensors import SafetensorError, safe_open
 
 from attnlab import __version__
 from attnlab.runs.layout import (
+    ALIGNMENT_FILE,
     CHECKPOINTS,
     CONFIG_FILE,
     LOG_FILE,
@@ -58,7 +59,16 @@ KINDS = {
     "weights": "a run's weights",  # model.safetensors and checkpoints: written by training, never replaced
 }
 OUTPUT_METADATA = "attnlab_output"  # safetensors metadata key: the kind of an attnlab weights file
-RUN_ENTRIES = {CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE, CHECKPOINTS, LOG_FILE, MARKER_FILE}
+RUN_ENTRIES = {
+    CONFIG_FILE,
+    SRC_VOCAB_FILE,
+    TGT_VOCAB_FILE,
+    WEIGHTS_FILE,
+    CHECKPOINTS,
+    LOG_FILE,
+    MARKER_FILE,
+    ALIGNMENT_FILE,
+}
 
 
 @dataclass(frozen=True)
@@ -192,7 +202,8 @@ def claim_output(
                 f"replaces its own input)"
             )
     marker = read_marker(path) or {}
-    expected = set(marker.get("entries") or (RUN_ENTRIES if kind == "run" else ())) | {MARKER_FILE}
+    # a run also gains files after it was written (alignment.json, from `attnlab heads`)
+    expected = set(marker.get("entries") or ()) | (RUN_ENTRIES if kind == "run" else set()) | {MARKER_FILE}
     if kind == "tensorboard":  # written in place as training goes, one event file per training process
         expected |= {name for name in _entries(path) if name.startswith("events.out.tfevents.")}
     extra = sorted(_entries(path) - expected)

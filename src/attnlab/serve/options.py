@@ -37,7 +37,7 @@ def explorer_options(translator, ids: list[int], options: dict[str, Any], beam: 
         raise ValueError("constraints: give a list of phrases (the explorer translates one sentence)")
     translator.encode_targets([ids], opts)
     if opts.align:
-        alignment_heads(translator.model, opts.align_layer, opts.align_heads)
+        alignment_heads(translator.model, opts.align_layer, opts.align_heads, translator.alignment)
     return opts
 
 

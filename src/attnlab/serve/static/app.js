@@ -341,7 +341,14 @@ function renderBeam() {
   const d = S.data, card = $("beam-card"), box = $("beam-steps");
   const tr = d.beam_trace, nbest = d.nbest || [];
   const listed = nbest.length > 1 || nbest.some((h) => h.constraints_met !== null);
-  card.hidden = !tr && !listed;
+  // The trace records plain beam search only: a constrained, n-best or prefixed search is said untraced.
+  const o = d.options || {}, searched = [o.constraints ? "constrained" : "", o.n_best ? "n-best" : "",
+    o.prefix ? "prefixed" : ""].filter(Boolean);
+  const untraced = !tr && d.beam > 1 && searched.length > 0;
+  $("trace-note").hidden = !untraced;
+  $("trace-note").textContent = untraced ? `No step-by-step view: it traces plain beam search only, and this ` +
+    `${searched.join(", ")} search is not plain (the hypotheses above are what it found).` : "";
+  card.hidden = !tr && !listed && !untraced;
   $("nbest-box").hidden = !listed;
   if (listed) hypList($("nbest-list"), nbest, true);
   $("trace-box").hidden = !tr;
