@@ -15,15 +15,20 @@ The test split is touched only by `--test-run DIR` (a model saved with `--save`)
     python benchmarks/decoder_only.py                                  # the run in BENCHMARKS.md (3 x 240 s)
     python benchmarks/decoder_only.py --budget 10 --points 5,10 --num-examples 3000 --valid-limit 50  # smoke
     python benchmarks/decoder_only.py --save-best runs/chosen   # then, once: --test-run runs/chosen
+    python benchmarks/decoder_only.py --models encoder-decoder --json ed.json --save-all runs   # one at a time,
+    python benchmarks/decoder_only.py --report ed.json,causal.json,prefix.json --figure f.png  # then one table
+    python benchmarks/decoder_only.py --speed-runs runs/encoder-decoder,runs/decoder-only-causal  # interleaved
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -105,6 +110,25 @@ def decode_speed(model, data, sources, rounds: int) -> float:
     return len(sources) / best
 
 
+def interleaved_speeds(run_dirs: list[str], rounds: int) -> None:
+    """Greedy sentences/s of saved runs on the same validation sources, in alternating rounds (median
+    ratio to the first), so that a shared machine's load falls on every model alike."""
+    from attnlab.runs.loading import load_translator
+
+    models = [load_translator(d) for d in run_dirs]
+    data = load_translation_data(**{k: v for k, v in models[0].config["data"].items() if k != "loader"})
+    ids = [s for _, s, _ in held_out_sources(data.valid, data.tgt_vocab, 500)]
+    times: list[list[float]] = [[] for _ in models]
+    for _ in range(rounds):
+        for tr, t in zip(models, times):
+            t0 = time.perf_counter()
+            tr.decode_ids(ids, beam=1)
+            t.append(time.perf_counter() - t0)
+    for d, t in zip(run_dirs, times):
+        ratio = sorted(a / b for a, b in zip(times[0], t))[len(t) // 2]
+        print(f"{d}: {len(ids) / min(t):.0f} greedy sentences/s (best of {rounds}), {ratio:.2f}x the first")
+
+
 def run_model(name, data, args, sources, layers: int) -> dict:
     model_type, model, train_cfg = build(name, args.preset, data, layers)
     params = count(model)
@@ -177,6 +201,38 @@ def save_run(result, data, data_cfg, run_dir) -> None:
     save_weights(model, os.path.join(run_dir, WEIGHTS_FILE))
 
 
+def report(results: list[dict], budget: float) -> None:
+    """The curves, the table at the end of the budget and each model's ratios to the first."""
+    rows = []
+    for r in results:
+        last = r["curve"][-1]
+        rows.append(
+            (
+                r["recipe"],
+                f"{r['params']:,}",
+                last["steps"],
+                f"{last['loss']:.3f}",
+                f"{last['valid_bleu']:.2f}",
+                f"{max(p['valid_bleu'] for p in r['curve']):.2f}",
+                f"{r['sentences_per_s']:.0f}",
+                r["load_at_start"],
+            )
+        )
+        curve = [(p["seconds"], p["steps"], f"{p['valid_bleu']:.2f}", p["load"]) for p in r["curve"]]
+        print(f"\n{r['recipe']}:\n" + table(["train s", "steps", "valid BLEU", "load"], curve))
+    head = ["model", "params", "steps", "loss", "valid BLEU", "best", "greedy sent/s", "load"]
+    print(f"\nat {budget:.0f} s of training each:\n" + table(head, rows))
+    base = results[0]
+    for r in results[1:]:
+        if base["curve"][-1]["valid_bleu"] > 0:
+            ratio = r["curve"][-1]["valid_bleu"] / base["curve"][-1]["valid_bleu"]
+            print(f"ratio: {r['recipe']} / {base['recipe']} = {ratio:.2f}x validation BLEU")
+        print(
+            f"ratio: {r['recipe']} / {base['recipe']} = {r['sentences_per_s'] / base['sentences_per_s']:.2f}x "
+            "greedy sentences/s"
+        )
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {list(MODELS)}")
@@ -190,6 +246,10 @@ def parse_args(argv=None):
     ap.add_argument("--save-all", metavar="DIR", help="save every model as a run folder DIR/<model name>")
     ap.add_argument("--test-run", metavar="DIR", help="only score a saved run on the test split (touch it once)")
     ap.add_argument("--json", help="write the curves here")
+    ap.add_argument("--speed-runs", metavar="DIR,DIR", help="only time greedy decoding of saved runs, interleaved")
+    ap.add_argument(
+        "--report", metavar="JSON[,JSON]", help="only print the table and figure of curves saved with --json"
+    )
     ap.add_argument("--figure", help="write the time-to-quality picture here (PNG)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
@@ -217,6 +277,15 @@ def main(argv=None) -> int:
     if args.test_run:
         evaluate_split(args.test_run, beams=(1,))
         return 0
+    if args.speed_runs:
+        interleaved_speeds(args.speed_runs.split(","), args.rounds)
+        return 0
+    if args.report:  # models trained by separate invocations (--models one at a time, --json each)
+        results = [r for path in args.report.split(",") for r in json.loads(Path(path).read_text())]
+        report(results, args.budget)
+        if args.figure:
+            figure(results, args.figure)
+        return 0
     data_cfg = dict(get_preset("transformer", args.preset)["data"])
     data_cfg.pop("loader", None)
     if args.num_examples:
@@ -232,34 +301,7 @@ def main(argv=None) -> int:
     layers = matched_layers(args.preset, data)
     print(f"decoder-only blocks: {layers} (the parameter count closest to the encoder-decoder's)")
     results = [run_model(name, data, args, sources, layers) for name in args.models]
-    rows = []
-    for r in results:
-        last = r["curve"][-1]
-        rows.append(
-            (
-                r["recipe"],
-                f"{r['params']:,}",
-                last["steps"],
-                f"{last['loss']:.3f}",
-                f"{last['valid_bleu']:.2f}",
-                f"{max(p['valid_bleu'] for p in r['curve']):.2f}",
-                f"{r['sentences_per_s']:.0f}",
-                r["load_at_start"],
-            )
-        )
-        curve = [(p["seconds"], p["steps"], f"{p['valid_bleu']:.2f}", p["load"]) for p in r["curve"]]
-        print(f"\n{r['recipe']}:\n" + table(["train s", "steps", "valid BLEU", "load"], curve))
-    head = ["model", "params", "steps", "loss", "valid BLEU", "best", "greedy sent/s", "load"]
-    print(f"\nat {args.budget:.0f} s of training each:\n" + table(head, rows))
-    base = results[0]
-    for r in results[1:]:
-        if base["curve"][-1]["valid_bleu"] > 0:
-            ratio = r["curve"][-1]["valid_bleu"] / base["curve"][-1]["valid_bleu"]
-            print(f"ratio: {r['recipe']} / {base['recipe']} = {ratio:.2f}x validation BLEU")
-        print(
-            f"ratio: {r['recipe']} / {base['recipe']} = {r['sentences_per_s'] / base['sentences_per_s']:.2f}x "
-            "greedy sentences/s"
-        )
+    report(results, args.budget)
     best = max(results, key=lambda r: r["curve"][-1]["valid_bleu"])
     print(f"chosen on validation: {best['recipe']}")
     if args.save_best:
