@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 11.10 Attention since the book
+# # After 11.7: attention since the book
 #
 # The chapter's Transformer adds sinusoids to its embeddings and gives every head its own keys and values.
 # The models trained since mostly do neither. Positions now enter attention itself: **RoPE** rotates
