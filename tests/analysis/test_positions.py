@@ -38,7 +38,9 @@ def test_alibi_maps_are_minus_slope_times_distance():
             for j in range(S):
                 assert maps["encoder_self"][h][i][j] == pytest.approx(-slope * abs(i - j), abs=1e-4)
         for i in range(T):
-            assert maps["decoder_self"][h][i][: i + 1] == pytest.approx([-slope * (i - j) for j in range(i + 1)], abs=1e-4)
+            assert maps["decoder_self"][h][i][: i + 1] == pytest.approx(
+                [-slope * (i - j) for j in range(i + 1)], abs=1e-4
+            )
             assert maps["decoder_self"][h][i][i + 1 :] == [None] * (T - i - 1)  # hidden by the causal mask
 
 
@@ -46,7 +48,10 @@ def test_t5_maps_are_the_model_tables_bucket_values():
     model = _model(positions="t5", t5_num_buckets=8, t5_max_distance=10)
     maps = position_maps(model, S, T)
     assert (maps["num_buckets"], maps["max_distance"]) == (8, 10)
-    for kind, stack, L, bidirectional in (("encoder_self", model.encoder, S, True), ("decoder_self", model.decoder, T, False)):
+    for kind, stack, L, bidirectional in (
+        ("encoder_self", model.encoder, S, True),
+        ("decoder_self", model.decoder, T, False),
+    ):
         table = stack.relative_bias.embedding.weight  # (buckets, H)
         for i in range(L):
             for j in range(L if bidirectional else i + 1):
@@ -73,7 +78,7 @@ def test_position_figure_is_a_figure(positions):
     fig = position_figure(_model(positions=positions), head=1, source_len=S, target_len=T)
     assert isinstance(fig, Figure) and fig.axes
     if positions in ("alibi", "t5"):
-        with pytest.raises(ValueError, match="head must be in 0..3"):
+        with pytest.raises(ValueError, match=r"head must be in 0\.\.3"):
             position_figure(_model(positions=positions), head=4)
 
 

@@ -38,7 +38,9 @@ def plot_position_maps(maps: dict, head: int = 0, figsize: tuple[float, float] =
             ax.set_ylabel("query position")
             fig.colorbar(im, ax=ax, shrink=0.8)
             _integer_ticks(ax)
-        what = f"slope {maps['slopes'][head]:.4g}: bias = -slope * |i - j|" if scheme == "alibi" else "learned bucket bias"
+        what = (
+            f"slope {maps['slopes'][head]:.4g}: bias = -slope * |i - j|" if scheme == "alibi" else "learned bucket bias"
+        )
         fig.suptitle(f"{scheme} · head {head + 1} · {what}", fontsize=10)
     elif scheme == "rope":
         ax = fig.subplots()
