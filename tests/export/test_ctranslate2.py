@@ -292,30 +292,6 @@ def test_local_attention_is_refused_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "ct2").exists()
 
 
-@pytest.mark.parametrize(
-    ("option", "words"),
-    [
-        (dict(positions="rope"), "positions='rope'"),
-        (dict(positions="alibi"), "positions='alibi'"),
-        (dict(positions="t5"), "positions='t5'"),
-        (dict(positions="none"), "positions='none'"),
-        (dict(num_kv_heads=1), "num_kv_heads=1"),
-    ],
-)
-def test_positions_and_shared_kv_heads_are_refused_in_one_line(tmp_path, capsys, option, words):
-    vocab = Vocab(WORDS, min_freq=1)
-    cfg = TransformerConfig(
-        len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, **option
-    )
-    run = tmp_path / "run"
-    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
-    save_weights(Transformer(cfg), run / WEIGHTS_FILE)
-    assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and words in err, err
-    assert not (tmp_path / "ct2").exists()
-
-
 def test_empty_translation_needs_min_decoding_length_0(tmp_path):
     """A model whose first choice is <eos> translates to nothing in attnlab; CTranslate2 does the same only
     with min_decoding_length=0 (its default, 1, forbids it): the setting the docs and benchmarks pass."""

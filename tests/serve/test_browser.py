@@ -58,6 +58,7 @@ def test_page_end_to_end(driver, server, translator, tmp_path):
     assert driver.find_element(By.ID, "text").get_attribute("value") == first
     assert driver.find_element(By.ID, "translation").text == translator.translate([first])[0]
     assert driver.find_elements(By.CSS_SELECTOR, "#enc-heatmap rect.cell")
+    wait.until(lambda d: "sinusoidal positions" in d.find_element(By.ID, "positions-note").text)  # positions.js
 
     text = "i'm home ."
     box = driver.find_element(By.ID, "text")

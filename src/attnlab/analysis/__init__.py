@@ -10,6 +10,7 @@ from .heads import (
     pruning_curve,
     save_pruned_run,
 )
+from .positions import position_figure, position_maps
 
 __all__ = [
     "analyze_heads",
@@ -18,6 +19,8 @@ __all__ = [
     "gradient_importance",
     "head_statistics",
     "masked_head_scores",
+    "position_figure",
+    "position_maps",
     "pruning_curve",
     "save_pruned_run",
 ]

@@ -16,7 +16,8 @@ What the export sets so that CTranslate2 decodes exactly as attnlab does:
 - post-norm (`pre_norm=False`, no final norms) or pre-norm (`norm_first`: final norms from `final_norm`);
 - the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's
   sinusoids interleave sin/cos (column 2j = sin, 2j+1 = cos, the book's layout) where CTranslate2's built-in
-  table puts all sines first; learned position tables are passed the same way;
+  table puts all sines first; learned position tables are passed the same way; rope, t5, none and grouped- or
+  multi-query attention (num_kv_heads) as `attnlab.export.ct2_positions` maps them;
 - embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab), or by the
   model's own `embed_scale` folded into the exported table (imported Marian models: 1 or sqrt(D));
 - the FFN activation (relu, swish/silu, exact gelu), and `-inf` output biases for the tokens attnlab never
@@ -33,8 +34,8 @@ What the export sets so that CTranslate2 decodes exactly as attnlab does:
   layer's cross-attention heads are exported in an order that puts the chosen ones first (query, key and
   value rows per head and the output projection's columns move together: the same function of the input).
 
-Not exportable (one-line ValueError): the Bahdanau RNN model, and local (windowed) encoder attention,
-which CTranslate2's encoder does not have.
+Not exportable (one-line ValueError): the Bahdanau RNN model, and local (windowed) encoder attention and
+alibi positions, which CTranslate2's encoder does not have.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import torch
 from torch import nn
 
 from attnlab.decoding.alignment import alignment_heads
+from attnlab.export.ct2_positions import check_positions, set_positions, transformer_spec_for
 from attnlab.export.pruning import restore_pruned_heads
 from attnlab.runs.outputs import claim_output, write_output
 
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
 from attnlab.runs.loading import load_translator
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32")
-SINUSOID_ROWS = 1024  # positions exported for sinusoidal models (whatever their max_len)
 
 
 def _require_ctranslate2():
@@ -110,17 +111,13 @@ def _ffn(spec, ffn, ln: nn.LayerNorm) -> None:
 
 def _inputs(spec, stack, scale: float) -> None:
     """Embeddings times `scale` (CTranslate2's own sqrt(D) scaling when that is the factor, else folded into
-    the table) and the explicit position table (max_len, D)."""
+    the table) and the stack's positions (`attnlab.export.ct2_positions.set_positions`)."""
     emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: a list
     weight = stack.embedding.weight.detach().float().clone()
     sqrt_d = math.sqrt(weight.shape[1])
     spec.scale_embeddings = math.isclose(scale, sqrt_d)
     emb.weight = weight if spec.scale_embeddings else weight * scale
-    pe = stack.pos_encoding
-    # attnlab computes sinusoids past max_len on the fly, CTranslate2 stops at the table's end: export
-    # at least SINUSOID_ROWS of them, so long sources and outputs (attnlab caps them at 200) still fit.
-    table = pe.embedding.weight if pe.learned else pe.encoding(max(pe.max_len, SINUSOID_ROWS))
-    spec.position_encodings.encodings = table.detach().float().clone()
+    set_positions(spec, stack)
 
 
 def _activation(name: str):
@@ -141,16 +138,7 @@ def check_exportable(model: nn.Module) -> None:
             f"(CTranslate2 has no Bahdanau RNN decoder); decode it with attnlab instead"
         )
     config = cast("Transformer", model).config
-    if config.positions not in ("sinusoidal", "learned"):
-        raise ValueError(
-            f"this Transformer uses positions={config.positions!r}, which attnlab's CTranslate2 export does not "
-            f"carry (it writes a position table: sinusoidal or learned only); decode it with attnlab instead"
-        )
-    if config.kv_heads != config.num_heads:
-        raise ValueError(
-            f"this Transformer shares key/value heads (num_kv_heads={config.num_kv_heads} of {config.num_heads}), "
-            f"which CTranslate2's encoder-decoder spec cannot hold; decode it with attnlab instead"
-        )
+    check_positions(config)
     window = config.window
     if window is not None:
         raise ValueError(
@@ -200,9 +188,9 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab, alignment: tuple[int, lis
     # One num_heads for every module: pruned heads come back as zeros, which compute the same.
     model = restore_pruned_heads(cast("Transformer", model))  # check_exportable accepts Transformers only
     c = model.config
-    spec = transformer_spec.TransformerSpec.from_config(
-        (c.num_layers, c.num_layers),
-        c.num_heads,
+    spec = transformer_spec_for(
+        c,
+        transformer_spec,
         pre_norm=c.norm_first,
         activation=_activation(c.activation),
         alignment_layer=align_layer,

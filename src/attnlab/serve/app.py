@@ -3,6 +3,7 @@
     POST /api/translate    {"text": "i'm home .", "beam": 1}  -> tokens, translation, every attention map
     POST /api/translations {"texts": ["go .", ...], "beam": 1} -> translations only, micro-batched
     GET  /api/model                                             -> config, vocabulary sizes, limits, data credit
+    GET  /api/positions?source_len=5&target_len=4               -> the position scheme's bias or rotation per head
     GET  /healthz                                               -> {"status": "ok"}
     GET  /                                                      -> the page (static/index.html + app.js + style.css)
     GET  /docs, /openapi.json                                   -> the API reference (apidocs.py), its schema
@@ -39,6 +40,7 @@ from attnlab.analysis.explanation import (
     head_masks_for,
 )
 from attnlab.analysis.heads import head_confidence
+from attnlab.analysis.positions import position_maps
 from attnlab.analysis.subwords import merge_subwords
 from attnlab.data import ATTRIBUTION
 from attnlab.decoding.translator import InputError, TextTooLong
@@ -54,6 +56,7 @@ from .schemas import (
     ErrorResponse,
     Health,
     ModelInfo,
+    PositionMaps,
     TranslateRequest,
     TranslateResponse,
     TranslationsRequest,
@@ -61,6 +64,7 @@ from .schemas import (
 )
 from .sizes import attention_numbers
 
+POSITION_MAX_LEN = 1024  # longest /api/positions source for a model without a source limit
 STATIC_DIR = Path(str(resources.files("attnlab.serve") / "static"))
 log = logging.getLogger("attnlab.serve")
 
@@ -318,6 +322,20 @@ def create_app(
             workers=pool.workers,
             data_attribution=ATTRIBUTION,
         )
+
+    @app.get("/api/positions", response_model=PositionMaps, response_model_exclude_none=True, responses=doc(422, 431))
+    async def positions(source_len: int, target_len: int, request: Request):
+        """What the position scheme adds to each head for a source of `source_len` tokens (<eos> included)
+        and an output of `target_len`: ALiBi's or T5's bias, RoPE's angles, or the scheme's name only."""
+        S, T = translator.max_len or POSITION_MAX_LEN, translator.max_output_len + 1
+        if not (1 <= source_len <= S and 1 <= target_len <= T):
+            return _error(
+                422,
+                f"source_len must lie in 1..{S} and target_len in 1..{T} (the longest source and output), "
+                f"got {source_len} and {target_len}",
+                request,
+            )
+        return position_maps(translator.model, source_len, target_len)
 
     @app.get("/healthz", response_model=Health, responses=doc(431))
     async def healthz():

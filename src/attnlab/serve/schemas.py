@@ -215,6 +215,29 @@ class ModelInfo(BaseModel):
     data_attribution: str
 
 
+class PositionMaps(BaseModel):
+    """What the model's position scheme adds per head for one sentence's lengths (GET /api/positions;
+    `attnlab.analysis.positions.position_maps`)."""
+
+    scheme: str | None = Field(description="sinusoidal, learned, rope, alibi, t5 or none; null without a scheme")
+    num_heads: int | None = Field(description="H, query heads per attention as configured (before pruning)")
+    slopes: list[float] | None = Field(None, description="alibi: each head's slope; bias = -slope * |i - j|")
+    encoder_self: list[list[list[float | None]]] | None = Field(
+        None, description="alibi, t5: (H, S, S) bias added to the encoder self-attention scores"
+    )
+    decoder_self: list[list[list[float | None]]] | None = Field(
+        None, description="alibi, t5: (H, T, T) bias of the decoder self-attention; null above the diagonal (causal)"
+    )
+    num_buckets: int | None = Field(None, description="t5: relative-position buckets per stack")
+    max_distance: int | None = Field(None, description="t5: distances from here on share the last bucket")
+    rot_dim: int | None = Field(None, description="rope: rotated features per head")
+    base: float | None = Field(None, description="rope: theta_f = base^(-2f / rot_dim)")
+    inv_freq: list[float] | None = Field(None, description="rope: theta_f of each feature pair f, (rot_dim / 2,)")
+    angles: list[list[float]] | None = Field(
+        None, description="rope: (max(S, T), rot_dim / 2) rotation angle pos * theta_f in radians, alike for every head"
+    )
+
+
 class ErrorResponse(BaseModel):
     detail: str
     request_id: str | None = Field(None, description="quote it when reporting a server error (500)")
@@ -235,6 +258,7 @@ __all__ = [
     "Health",
     "ModelInfo",
     "NBestEntry",
+    "PositionMaps",
     "TranslateRequest",
     "TranslateResponse",
     "TranslationsRequest",

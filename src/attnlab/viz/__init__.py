@@ -10,6 +10,7 @@ from .plots import (
     plot_positional_heatmap,
     plot_scaling,
 )
+from .positions import plot_position_maps
 
 __all__ = [
     "to_numpy",
@@ -20,6 +21,7 @@ __all__ = [
     "plot_online_softmax",
     "plot_positional_encoding",
     "plot_positional_heatmap",
+    "plot_position_maps",
     "plot_scaling",
     "FIGURE_FORMATS",
     "save_figure",

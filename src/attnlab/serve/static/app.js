@@ -146,6 +146,7 @@ function show(data) {
   renderBeam();
   renderSamples();
   renderMaps();
+  document.dispatchEvent(new CustomEvent("attn:shown", { detail: data }));  // positions.js draws its card
 }
 
 // One <li class="hyp"> per hypothesis: its text and score, and whether it holds every constraint phrase.

@@ -1,0 +1,98 @@
+"""What a translator's position scheme adds to each head's attention, as plain numbers and as a figure.
+
+    maps = position_maps(translator.model, source_len=5, target_len=4)   # what GET /api/positions returns
+    position_figure(translator.model, head=2, source_len=5, target_len=4)  # a matplotlib Figure, for notebooks
+
+- alibi: the fixed bias -slope_h * |i - j| of each head (`slopes`), per self-attention kind, for these lengths;
+- t5: the learned bias of each head's bucket for (query i, key j), one table per stack (`T5RelativeBias`);
+- rope: the rotation angle pos * theta_f of every feature pair f at every position (the same for all heads:
+  RoPE has no per-head parameter), `inv_freq` the theta_f;
+- sinusoidal, learned, none: the scheme's name only (nothing is added per head).
+
+Biases are those of every configured head (before any head pruning); the decoder's causal mask hides
+keys after the query, which come back as None (JSON null).
+"""
+
+from __future__ import annotations
+
+import torch
+from matplotlib.figure import Figure
+
+from attnlab.models.config import TransformerConfig
+from attnlab.models.decoder_only import DecoderOnlyConfig
+from attnlab.viz.positions import plot_position_maps
+
+DECIMALS = 4  # enough to read a bias off; keeps a 100-token sentence's maps small
+
+
+def _scheme(model) -> str | None:
+    cfg = getattr(model, "config", None)
+    if isinstance(cfg, TransformerConfig):
+        return cfg.positions
+    if isinstance(cfg, DecoderOnlyConfig):
+        return "sinusoidal"
+    return None
+
+
+def _bias_maps(bias, length: int, causal: bool) -> list[list[list[float | None]]]:
+    """(H, L, L) nested lists of `bias(positions, positions)`, keys after the query None when causal."""
+    pos = torch.arange(length)
+    with torch.no_grad():
+        values = bias(pos, pos)[0].double()  # (H, L, L); float64 so the rounded numbers print as such
+    out = (torch.round(values, decimals=DECIMALS) + 0.0).tolist()  # + 0.0: -0.0 becomes 0.0
+    if causal:
+        for head in out:
+            for i, row in enumerate(head):
+                row[i + 1 :] = [None] * (length - i - 1)
+    return out
+
+
+def position_maps(model, source_len: int, target_len: int) -> dict:
+    """The position scheme of `model` and, for alibi / t5 / rope, what it adds per head for a source of
+    `source_len` tokens and an output of `target_len` (see the module's docstring).
+
+    Keys: scheme (str | None), num_heads (int | None); alibi: slopes (H,); alibi / t5: encoder_self
+    (H, S, S), decoder_self (H, T, T); t5: num_buckets, max_distance; rope: rot_dim, base, inv_freq
+    (rot_dim / 2,), angles (max(S, T), rot_dim / 2) in radians.
+
+    Examples:
+        >>> from attnlab.models import Transformer, TransformerConfig
+        >>> m = Transformer(TransformerConfig(8, 8, num_hiddens=8, num_heads=2, num_layers=1, positions="alibi"))
+        >>> maps = position_maps(m, 3, 2)
+        >>> maps["slopes"], maps["encoder_self"][0][0]
+        ([0.0625, 0.00390625], [0.0, -0.0625, -0.125])
+    """
+    if source_len < 1 or target_len < 1:
+        raise ValueError(f"position maps need lengths of at least 1, got source {source_len}, target {target_len}")
+    scheme = _scheme(model)
+    cfg = getattr(model, "config", None)
+    out: dict = {"scheme": scheme, "num_heads": getattr(cfg, "num_heads", None)}
+    if scheme in ("alibi", "t5"):
+        enc, dec = model.encoder.relative_bias, model.decoder.relative_bias
+        out["encoder_self"] = _bias_maps(enc, source_len, causal=False)
+        out["decoder_self"] = _bias_maps(dec, target_len, causal=True)
+        if scheme == "alibi":
+            out["slopes"] = enc.slopes.tolist()
+        else:
+            out.update(num_buckets=enc.num_buckets, max_distance=enc.max_distance)
+    elif scheme == "rope":
+        rope = model.encoder.rotary
+        pos = torch.arange(max(source_len, target_len), dtype=torch.float32)
+        angles = (pos[:, None] * rope.inv_freq[None, :]).double()  # (L, rot/2): the angles of cos_sin
+        out.update(
+            rot_dim=rope.rot_dim,
+            base=rope.base,
+            inv_freq=rope.inv_freq.tolist(),
+            angles=torch.round(angles, decimals=DECIMALS).tolist(),
+        )
+    return out
+
+
+def position_figure(model, head: int = 0, source_len: int = 8, target_len: int = 8) -> Figure:
+    """A matplotlib Figure of what `model`'s positions add to `head`: the ALiBi or T5 bias heatmaps
+    (encoder and decoder self-attention), the RoPE angle of each feature pair at each position, or a
+    note naming a scheme that adds nothing per head (`attnlab.viz.plot_position_maps`)."""
+    return plot_position_maps(position_maps(model, source_len, target_len), head)
+
+
+__all__ = ["position_figure", "position_maps"]
