@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.utils.quantize import VNNI_FLAGS, quantize_linears
 
@@ -134,15 +135,30 @@ def _auto(device: torch.device, training: bool, model_type: str) -> PrecisionCho
     return PrecisionChoice("auto", "bf16" if ok else "fp32", f"auto: {why} -> {'bf16' if ok else 'fp32'}")
 
 
+def bf16_attention(device: torch.device | str):
+    """The context a bf16 training step's attention runs in: on the CPU, SDPA restricted to its math path
+    (explicit matmuls and softmax, which upcasts bf16 to fp32), because the CPU flash kernel's bf16
+    backward measured 6-10x slower than its fp32 one at a Transformer's short sentences (8.1 ms against
+    1.4 ms at (B, H, L, Dh) = (80, 4, 18, 48) on 2 AVX512-BF16 cores; the math path's: 0.9 ms;
+    benchmarks/train_precision.py --attention); elsewhere nothing.
+    sdpa_kernel sets process-wide flags for as long as the context is open."""
+    if torch.device(device).type != "cpu":
+        return contextlib.nullcontext()
+    return sdpa_kernel(SDPBackend.MATH)
+
+
 def autocast(choice: PrecisionChoice, device: torch.device | str):
     """The context a training/evaluation forward runs in: bf16 autocast (CPU or CUDA) or nothing.
 
     Autocast keeps the parameters (and so the optimizer state) in fp32 and runs matmuls in bf16, while
     softmax, log-softmax, layer norm and the loss stay in fp32 (autocast's fp32 op list; `sequence_loss`
-    also casts the logits to fp32)."""
+    also casts the logits to fp32). On the CPU attention runs on SDPA's math path (`bf16_attention`)."""
     if choice.picked != "bf16":
         return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16))
+    stack.enter_context(bf16_attention(device))
+    return stack
 
 
 def int8_layers(model: nn.Module, keep_fp32: tuple[str, ...] = INT8_KEEP_FP32) -> list[str]:
