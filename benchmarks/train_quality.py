@@ -1,12 +1,16 @@
-"""Validation loss after the same steps, per training precision (`train_throughput.py --quality STEPS`).
+"""Validation loss after the same steps, per training precision (also `train_throughput.py --quality STEPS`).
 
 The cpu-small recipe at D=64 trains from one seed for STEPS updates on the real corpus ($ATTNLAB_DATA) once
 per precision (same batches), through attnlab's Trainer, and its teacher-forced validation loss is compared
 with fp32's.
+
+    flock /tmp/attnlab-measure.lock python benchmarks/train_quality.py --steps 40 --precision fp32,bf16
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 
 from attnlab.data import load_data
@@ -58,3 +62,21 @@ def quality(steps: int, precisions: list[str], width: int = 64) -> str:
             f"  {p} vs fp32: {100 * (losses[p] / losses['fp32'] - 1):+.2f}% validation loss (target: within 2%)"
         )
     return f"\n## quality: cpu-small recipe at D={width}, seed 0, same batches\n" + "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--precision", default="fp32,bf16", help="the first is the baseline: fp32,...")
+    ap.add_argument("--d", type=int, default=64, help="model width D (FFN 2D)")
+    args = ap.parse_args(argv)
+    precisions = [p for p in args.precision.split(",") if p]
+    if not precisions or precisions[0] != "fp32":
+        raise SystemExit(f"--precision must start with fp32 (the baseline), got {args.precision!r}")
+    print(f"command: python benchmarks/train_quality.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    print(quality(args.steps, precisions, args.d))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -170,7 +170,10 @@ def train_step(model, opt, batch, device, amp, only_real=False):
     if mixed is not None:
         mixed.refresh()
         model = mixed.model
-    ctx = bf16_attention(device) if mixed else torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp)
+    if mixed is not None:
+        ctx = bf16_attention(device)
+    else:
+        ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp)
     with ctx:
         if only_real:
             real = torch.arange(tgt_in.shape[1], device=tgt_in.device)[None] < tgt_lens[:, None]

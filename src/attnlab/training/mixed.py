@@ -47,8 +47,8 @@ class Bf16Compute:
         self.master = master
         self.model = copy.deepcopy(master).to(torch.bfloat16)
         # parameters() lists each tied tensor once, in the same order in the deep copy.
-        self._masters = list(master.parameters())
-        self._copies = list(self.model.parameters())
+        self._masters: list[torch.Tensor] = list(master.parameters())
+        self._copies: list[torch.Tensor] = list(self.model.parameters())
         if len(self._masters) != len(self._copies):
             raise ValueError("the bf16 copy has other parameters than its master; train it under autocast")
 
@@ -68,7 +68,9 @@ class Bf16Compute:
             m.grad = None if c.grad is None else c.grad.float()
 
 
-def compute_copy(model: nn.Module, choice: PrecisionChoice, device: torch.device, world_size: int) -> Bf16Compute | None:
+def compute_copy(
+    model: nn.Module, choice: PrecisionChoice, device: torch.device, world_size: int
+) -> Bf16Compute | None:
     """The bf16 compute copy the Trainer runs, or None where it trains `model` itself (fp32; bf16 under
     autocast on CUDA, in multi-process runs, and for models outside COMPUTE_COPY_MODELS)."""
     if choice.picked != "bf16" or device.type != "cpu" or world_size > 1:

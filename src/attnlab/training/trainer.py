@@ -104,7 +104,12 @@ class Trainer:
         self.progress = progress and self.is_main
         self.device = resolve_device(config.device)
         self.model = model.to(self.device)
-        self.precision = resolve_precision(config.precision if config.amp else "fp32", self.device, training=True)
+        self.precision = resolve_precision(
+            config.precision if config.amp else "fp32",
+            self.device,
+            training=True,
+            model_type=getattr(model, "MODEL_TYPE", "transformer"),
+        )
         self.ddp_model = self.model
         if self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
