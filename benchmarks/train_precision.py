@@ -177,7 +177,9 @@ def main(argv=None) -> int:
         med = {p: {ph: statistics.median(times[p][ph]) * 1e3 for ph in PHASES} for p in precisions}
         step = {p: statistics.median(sum(x) for x in zip(*(times[p][ph] for ph in PHASES))) * 1e3 for p in precisions}
         base = step[precisions[0]]
-        rows = [[p, *(f"{med[p][ph]:.1f}" for ph in PHASES), f"{step[p]:.1f}", f"{base / step[p]:.2f}x"] for p in precisions]
+        rows = [
+            [p, *(f"{med[p][ph]:.1f}" for ph in PHASES), f"{step[p]:.1f}", f"{base / step[p]:.2f}x"] for p in precisions
+        ]
         print(table(["precision", "forward ms", "backward ms", "optimizer ms", "step ms", "speed vs first"], rows))
         for p in precisions:
             prof = phase_profile(steppers[p], batches[0])

@@ -10,8 +10,8 @@ Every command and the Python API default to `fp32`: the same model gives the sam
 - `bf16`: training keeps fp32 master weights and Adam state; on the CPU a bf16 copy of the model runs
   forward and backward (refreshed from the masters each step; SDPA on its math path, `bf16_attention`;
   layer norm and softmax accumulate in fp32, the loss is fp32), on CUDA autocast. Decoding casts the
-  weights to bf16 once and keeps the activations bf16 from layer to layer (a decoding step's bf16 attention runs as plain matmuls:
-  the CPU's SDPA kernel is slow on one bf16 query).
+  weights to bf16 once and keeps the activations bf16 from layer to layer (a decoding step's bf16
+  attention runs as plain matmuls: the CPU's SDPA kernel is slow on one bf16 query).
 - `int8`: decoding only, Transformer only, CPU only: every nn.Linear, the output projection included
   (`INT8_KEEP_FP32`), gets int8 weights with one scale per output channel (`attnlab.utils.quantize`);
   the kernel (`INT8_KERNEL`) is fbgemm's dynamic Linear, which quantizes each activation tensor as it
@@ -23,8 +23,8 @@ Every command and the Python API default to `fp32`: the same model gives the sam
     else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.3-2.4x there);
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
-    native bf16 (the bf16 compute copy of `attnlab.training.mixed`: 2.1-2.3x fp32's tokens/s at the
-    laptop preset's sizes on an AVX512-BF16 EPYC without AMX, validation loss within 0.1%); else fp32.
+    native bf16 (the bf16 compute copy of `attnlab.training.mixed`: 1.9-2.3x fp32's tokens/s at the
+    laptop preset's sizes on an AVX512-BF16 EPYC without AMX, validation loss +0.01%); else fp32.
   A config.json that says "auto" means this rule wherever it runs; pass fp32 to reproduce a result.
 """
 
