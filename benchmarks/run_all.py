@@ -32,6 +32,8 @@ RUN = "{run}"
 PLAN: dict[str, list[str]] = {
     "attention.py": ["--quick"],
     "train_throughput.py": ["--steps", "5", "--warmup", "1"],  # full model sizes, fewer rounds
+    "train_precision.py": ["--threads", "2", "--steps", "3"],
+    "train_quality.py": ["--steps", "20"],
     "decode.py": ["--rounds", "2", "--skip-uncached"],
     "data.py": [],
     "serve_load.py": ["--clients", "32", "--requests", "10"],  # the load: 32 clients x 10 requests

@@ -16,8 +16,8 @@ each speed-up is the median over rounds of the paired time ratio.
     python benchmarks/train_throughput.py --profile        # + where the time goes (torch.profiler)
     python benchmarks/train_throughput.py --plain-dropout --no-book   # + attnlab with nn.Dropout layers
     python benchmarks/train_throughput.py --device cuda --amp --batch-size 256   # GPU, bf16 autocast
-    python benchmarks/train_throughput.py --precision fp32,bf16 --quality 40   # + attnlab under bf16 autocast
-                                                    # (interleaved too), and a same-seed validation-loss check
+    python benchmarks/train_throughput.py --precision fp32,bf16,bf16-autocast --quality 40   # + attnlab's bf16
+                            # step and plain autocast (interleaved too), and a same-seed validation-loss check
 
 `--quality STEPS` trains the cpu-small recipe (a narrower model, D=64) from one seed for STEPS steps on the
 real corpus ($ATTNLAB_DATA) once per precision and compares the validation loss with fp32's.
@@ -43,11 +43,13 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from baselines.d2l_transformer import from_attnlab_config
 from common import table
+from train_quality import quality
 
 from attnlab.attention.dropout import Dropout
 from attnlab.attention.positional import sinusoidal_encoding
 from attnlab.models import Transformer, TransformerConfig
-from attnlab.utils.precision import cpu_features, resolve_precision
+from attnlab.training.mixed import Bf16Compute
+from attnlab.utils.precision import TRAIN_PRECISIONS, bf16_attention, cpu_features, resolve_precision
 
 PAD = 0
 
@@ -139,11 +141,13 @@ def build_models(args, names):
     }
     models = {}
     for name in names:
-        base = name.removesuffix(" + compile").removesuffix(" bf16").removesuffix(" before")
-        m = factories[base]().to(args.device).train()
+        base = name.removesuffix(" + compile").removesuffix(" bf16").removesuffix(" bf16-autocast")
+        m = factories[base.removesuffix(" before")]().to(args.device).train()
         # attnlab: the optimizer `attnlab.training.build_optimizer` picks (fused where torch has it).
         opt = torch.optim.Adam(m.parameters(), lr=1e-4, fused=True if real_rows(name) else None)
         fwd = torch.compile(m) if name.endswith("+ compile") else m
+        if name.endswith(" bf16") and torch.device(args.device).type == "cpu":
+            fwd = Bf16Compute(m)  # what the Trainer runs for bf16 on the CPU
         models[name] = (fwd, m, opt)
     return config, models
 
@@ -158,15 +162,27 @@ def plain_dropout(model: nn.Module) -> nn.Module:
 
 
 def train_step(model, opt, batch, device, amp, only_real=False):
+    """One update. `model` a Bf16Compute: the Trainer's CPU bf16 step (bf16 copy, fp32 masters, SDPA's
+    math path); else `amp` = plain torch.autocast around the forward (default SDPA kernels)."""
     src, src_lens, tgt_in, tgt_out, tgt_lens = batch
     opt.zero_grad(set_to_none=True)
-    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+    mixed = model if isinstance(model, Bf16Compute) else None
+    if mixed is not None:
+        mixed.refresh()
+        model = mixed.model
+    if mixed is not None:
+        ctx = bf16_attention(device)
+    else:
+        ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp)
+    with ctx:
         if only_real:
             real = torch.arange(tgt_in.shape[1], device=tgt_in.device)[None] < tgt_lens[:, None]
             logits = model(src, tgt_in, src_lens, targets_mask=real)
         else:
             logits = model(src, tgt_in, src_lens)
     masked_loss(logits, tgt_out, tgt_lens).backward()
+    if mixed is not None:
+        mixed.grads_to_masters()
     opt.step()
 
 
@@ -193,7 +209,7 @@ def measure(args, names, log=print):
             fwd, _, opt = models[name]
             sync(device)
             t0 = time.perf_counter()
-            train_step(fwd, opt, batch, device, args.amp or name.endswith(" bf16"), real_rows(name))
+            train_step(fwd, opt, batch, device, args.amp or " bf16" in name, real_rows(name))
             sync(device)
             dt = time.perf_counter() - t0
             if r == 0:
@@ -240,55 +256,6 @@ def profile(args, name, steps=3):
             sync(device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     return p.key_averages().table(sort_by=key, row_limit=args.profile_rows)
-
-
-def quality(steps: int, precisions: list[str]) -> str:
-    """Same seed, same batches, `steps` updates per precision on the real corpus; validation loss of each."""
-    from attnlab.data import load_data
-    from attnlab.models import build_model
-    from attnlab.training.config import TrainConfig
-    from attnlab.training.presets import get_preset
-    from attnlab.training.trainer import Trainer
-    from attnlab.utils.runtime import seed_everything
-
-    preset = get_preset("transformer", "cpu-small")
-    data = load_data({**preset["data"], "seed": 0})
-    model_cfg = {
-        **preset["model"],
-        "num_hiddens": 64,
-        "ffn_num_hiddens": 128,
-        "src_vocab_size": len(data.src_vocab),
-        "tgt_vocab_size": len(data.tgt_vocab),
-    }
-    losses, lines = {}, []
-    for p in precisions:
-        seed_everything(0)
-        model = build_model("transformer", model_cfg)
-        cfg = TrainConfig.from_dict(
-            {
-                **preset["train"],
-                "time_budget": None,
-                "max_steps": steps,
-                "precision": p,
-                "eval_limit": 1,
-                "checkpoint_every": 0,
-                "device": "cpu",
-            }
-        )
-        trainer = Trainer(model, data, cfg, None, progress=False)
-        t0 = time.perf_counter()
-        trainer.fit()
-        seconds = time.perf_counter() - t0
-        losses[p] = trainer.evaluate()["valid_loss"]  # teacher-forced, under the same autocast as training
-        lines.append(
-            f"  {p}: validation loss {losses[p]:.4f} after {steps} steps ({seconds:.0f} s, "
-            f"{len(data.valid)} validation sentences)"
-        )
-    for p in precisions[1:]:
-        lines.append(
-            f"  {p} vs fp32: {100 * (losses[p] / losses['fp32'] - 1):+.2f}% validation loss (target: within 2%)"
-        )
-    return "\n## quality: cpu-small recipe at D=64, seed 0, same batches\n" + "\n".join(lines)
 
 
 def compile_child(args) -> int:
@@ -356,8 +323,14 @@ def parse_args(argv=None):
     ap.add_argument("--compile-timeout", type=float, default=300.0, help="cap on the compile child, seconds")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler tables for attnlab and nn.Transformer")
     ap.add_argument("--profile-rows", type=int, default=15)
-    ap.add_argument("--precision", default="fp32", help="attnlab precisions to time, e.g. fp32,bf16 (bf16: autocast)")
+    ap.add_argument(
+        "--precision",
+        default="fp32",
+        help="attnlab precisions to time, e.g. fp32,bf16,bf16-autocast (bf16: the Trainer's step, a bf16 "
+        "compute copy on the CPU; bf16-autocast: plain torch.autocast with the default SDPA kernels)",
+    )
     ap.add_argument("--quality", type=int, metavar="STEPS", help="also compare validation loss after STEPS real steps")
+    ap.add_argument("--quality-d", type=int, default=64, help="model width D of the --quality runs")
     ap.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -404,13 +377,17 @@ def main(argv=None) -> int:
     times, tokens, _ = measure(args, names)
     print(report(times, tokens))
     print()
+    for mine in ours[1:]:  # each precision against fp32 attnlab, paired per round
+        ratio = statistics.median(f / t for t, f in zip(times[mine], times["attnlab"]))
+        print(f"ratio: {mine} / attnlab (fp32) = {ratio:.2f}x target tokens/s")
     for mine in ours:
         for name in names:
             if name not in ours:
                 ratio = statistics.median(t / o for t, o in zip(times[name], times[mine]))
                 print(f"ratio: {mine} / {name} = {ratio:.2f}x target tokens/s")
     if args.quality:
-        print(quality(args.quality, ["fp32"] + [p for p in args.precision.split(",") if p not in ("", "fp32")]))
+        trained = [p for p in args.precision.split(",") if p in TRAIN_PRECISIONS and p != "fp32"]
+        print(quality(args.quality, ["fp32", *trained], args.quality_d))
     if args.compile:
         print(run_compile(args, [a for a in argv if a != "--compile"]))
     if args.profile:

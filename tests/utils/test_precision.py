@@ -47,7 +47,9 @@ def test_cpu_features_reads_proc_cpuinfo_flags():
         ({"avx2", "avx512_bf16", "avx512_vnni"}, False, "transformer", "int8"),
         ({"avx2", "avx_vnni"}, False, "transformer", "int8"),
         ({"avx2", "avx512_bf16", "avx512_vnni"}, False, "bahdanau", "bf16"),  # int8 decodes Transformers only
-        ({"avx2", "avx512_bf16", "avx512_vnni"}, True, "transformer", "fp32"),  # training: bf16 needs AMX
+        ({"avx2", "avx512_bf16", "avx512_vnni"}, True, "transformer", "bf16"),  # the bf16 compute copy pays
+        ({"avx2", "avx512_bf16"}, True, "bahdanau", "fp32"),  # bf16 training measured for the Transformer only
+        ({"avx2"}, True, "transformer", "fp32"),
         ({"amx_bf16", "amx_tile"}, True, "transformer", "bf16"),
         (set(), False, "transformer", "fp32"),
     ],
@@ -155,7 +157,7 @@ def test_training_records_what_auto_picked_and_bf16_trains(tmp_path, monkeypatch
     result = tiny_run(tmp_path / "bf16", precision="bf16")
     assert all(torch.isfinite(torch.tensor(result.losses)))
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["precision"]["picked"] == "bf16"
-    # The run's weights stay fp32 (autocast keeps fp32 master weights).
+    # The run's weights stay fp32 (the optimizer holds fp32 master weights).
     from attnlab.runs.loading import load_translator
     from attnlab.runs.weights import read_weights
 

@@ -2,7 +2,8 @@
 
     data (attnlab.data) -> iterate_batches (token-count or fixed-shape, sharded by rank)
       -> masked cross-entropy, summed over real tokens / number of real tokens
-      -> Adam + warmup/inverse-sqrt (or constant) lr, gradient clipping, accumulation, bf16 on CUDA
+      -> Adam + warmup/inverse-sqrt (or constant) lr, gradient clipping, accumulation
+      -> bf16: on the CPU a bf16 compute copy with fp32 masters (training/mixed.py), on CUDA autocast
       -> every N steps: validation loss + corpus BLEU, atomic checkpoints, log.jsonl
 
 Everything a resumed run needs lives in `checkpoints/step_NNNNNNN/`: weights (safetensors), the
@@ -38,12 +39,13 @@ from attnlab.data import collate, plan_batches
 from attnlab.runs.config import record_choice
 from attnlab.training.config import TrainConfig
 from attnlab.training.loss import sequence_loss, target_mask
+from attnlab.training.mixed import compute_copy
 from attnlab.training.optim import build_optimizer, learning_rate
 from attnlab.training.progress import LossWindow, Progress
 from attnlab.training.state import Checkpointing, RunWriter, TrainState, weights_finite
 from attnlab.training.stop import StopPolicy
 from attnlab.training.validation import validation_scores
-from attnlab.utils.precision import autocast, resolve_precision
+from attnlab.utils.precision import autocast, bf16_attention, resolve_precision
 from attnlab.utils.runtime import distributed_info, intra_op_threads, resolve_device
 
 # Test hook: SIGKILL this process right after finishing the given step (the kill-and-resume test).
@@ -102,7 +104,12 @@ class Trainer:
         self.progress = progress and self.is_main
         self.device = resolve_device(config.device)
         self.model = model.to(self.device)
-        self.precision = resolve_precision(config.precision if config.amp else "fp32", self.device, training=True)
+        self.precision = resolve_precision(
+            config.precision if config.amp else "fp32",
+            self.device,
+            training=True,
+            model_type=getattr(model, "MODEL_TYPE", "transformer"),
+        )
         self.ddp_model = self.model
         if self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -110,6 +117,8 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.ddp_model = DistributedDataParallel(self.model, device_ids=ids)
         self.optimizer = build_optimizer(self.model, config)
+        # bf16 on the CPU: forward and backward run on a bf16 copy; the optimizer holds the fp32 masters.
+        self.mixed = compute_copy(self.model, self.precision, self.device, self.world_size)
         # Models whose forward can skip the padded target positions (the Transformer) are asked to.
         self._real_rows = "targets_mask" in inspect.signature(self.model.forward).parameters
         self.stop = StopPolicy(config, self.device, self.world_size)
@@ -165,6 +174,10 @@ class Trainer:
     def _autocast(self):
         return autocast(self.precision, self.device)
 
+    def _forward_context(self):
+        # The compute copy is bf16 already: no autocast, only the attention kernel choice.
+        return bf16_attention(self.device) if self.mixed is not None else self._autocast()
+
     def train_step(self, batches: list) -> tuple[float, int]:
         """One optimizer update over `batches` (gradient accumulation); returns (mean loss, tokens).
 
@@ -172,7 +185,11 @@ class Trainer:
         (on every rank), so accumulation and DDP give exactly the gradient of one big batch. A
         non-finite loss skips the update, so the weights stay those of the last finite step.
         """
+        model = self.ddp_model if self.mixed is None else self.mixed.model
+        if self.mixed is not None:
+            self.mixed.refresh()  # this step's bf16 weights, from the fp32 masters
         self.ddp_model.train()
+        model.train()
         local_tokens = sum(int(b.num_tokens) for b in batches)
         total = torch.tensor([float(local_tokens)], device=self.device)
         if self.world_size > 1:
@@ -186,12 +203,12 @@ class Trainer:
             # Not syncing implies world_size > 1, where ddp_model is the DistributedDataParallel wrapper.
             ctx = cast("DistributedDataParallel", self.ddp_model).no_sync() if not sync else contextlib.nullcontext()
             with ctx:
-                with self._autocast():
+                with self._forward_context():
                     if self._real_rows:  # logits of the real target positions only, (N, V)
                         real = target_mask(batch.tgt_valid_lens, batch.tgt_in.shape[1])
-                        logits = self.ddp_model(batch.src, batch.tgt_in, batch.src_valid_lens, targets_mask=real)
+                        logits = model(batch.src, batch.tgt_in, batch.src_valid_lens, targets_mask=real)
                     else:
-                        logits = self.ddp_model(batch.src, batch.tgt_in, batch.src_valid_lens)
+                        logits = model(batch.src, batch.tgt_in, batch.src_valid_lens)
                 loss, _ = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens, self.cfg.label_smoothing)
                 # DDP averages gradients over ranks; multiplying by world_size turns that into a sum.
                 (loss * (self.world_size / total_tokens)).backward()
@@ -202,6 +219,8 @@ class Trainer:
         mean = stats.item() / total_tokens
         if not math.isfinite(mean):
             return mean, total_tokens
+        if self.mixed is not None:
+            self.mixed.grads_to_masters()
         if self.cfg.grad_clip is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         lr = learning_rate(self.state.step + 1, self.cfg)

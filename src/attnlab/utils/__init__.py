@@ -23,6 +23,7 @@ from .precision import (
     TRAIN_PRECISIONS,
     PrecisionChoice,
     autocast,
+    bf16_attention,
     cpu_features,
     int8_layers,
     native_bf16,
@@ -76,6 +77,7 @@ __all__ = [
     "native_bf16",
     "resolve_precision",
     "autocast",
+    "bf16_attention",
     "int8_layers",
     "prepare_for_inference",
 ]

@@ -7,10 +7,11 @@
 
 Every command and the Python API default to `fp32`: the same model gives the same output on every machine.
 - `fp32`: plain float32.
-- `bf16`: training uses autocast (fp32 master weights and Adam state; matmuls in bf16; the loss and
-  softmax in fp32, as autocast and `sequence_loss` keep them); decoding casts the weights to bf16 once and
-  keeps the activations bf16 from layer to layer (a decoding step's bf16 attention runs as plain matmuls:
-  the CPU's SDPA kernel is slow on one bf16 query).
+- `bf16`: training keeps fp32 master weights and Adam state; on the CPU a bf16 copy of the model runs
+  forward and backward (refreshed from the masters each step; SDPA on its math path, `bf16_attention`;
+  layer norm and softmax accumulate in fp32, the loss is fp32), on CUDA autocast. Decoding casts the
+  weights to bf16 once and keeps the activations bf16 from layer to layer (a decoding step's bf16
+  attention runs as plain matmuls: the CPU's SDPA kernel is slow on one bf16 query).
 - `int8`: decoding only, Transformer only, CPU only: every nn.Linear, the output projection included
   (`INT8_KEEP_FP32`), gets int8 weights with one scale per output channel (`attnlab.utils.quantize`);
   the kernel (`INT8_KERNEL`) is fbgemm's dynamic Linear, which quantizes each activation tensor as it
@@ -21,8 +22,9 @@ Every command and the Python API default to `fp32`: the same model gives the sam
       (1.6-2.9x fp32 greedy, BLEU within 0.2, on an AVX512-VNNI EPYC; faster than bf16 on validation);
     else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.3-2.4x there);
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
-    Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU; else fp32 (autocast on an AVX512-BF16 CPU
-    without AMX measured 0.31x fp32's tokens/s at the laptop preset's sizes).
+    Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
+    native bf16 (the bf16 compute copy of `attnlab.training.mixed`: 1.9-2.3x fp32's tokens/s at the
+    laptop preset's sizes on an AVX512-BF16 EPYC without AMX, validation loss +0.01%); else fp32.
   A config.json that says "auto" means this rule wherever it runs; pass fp32 to reproduce a result.
 """
 
@@ -34,6 +36,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.utils.quantize import VNNI_FLAGS, quantize_linears
 
@@ -128,10 +131,22 @@ def _auto(device: torch.device, training: bool, model_type: str) -> PrecisionCho
         vnni = [f for f in VNNI_FLAGS if f in feats]
         if not training and vnni and model_type == "transformer":
             return PrecisionChoice("auto", "int8", f"auto: this CPU has int8 dot products ({', '.join(vnni)}) -> int8")
-        if training and ok and "amx_bf16" not in feats:
-            why = f"{why}, but without AMX bf16 autocast training measured no faster than fp32"
+        if training and ok and "amx_bf16" not in feats and model_type != "transformer":
+            why = f"{why}, but without AMX bf16 training is measured to pay for the Transformer only"
             ok = False
     return PrecisionChoice("auto", "bf16" if ok else "fp32", f"auto: {why} -> {'bf16' if ok else 'fp32'}")
+
+
+def bf16_attention(device: torch.device | str):
+    """The context a bf16 training step's attention runs in: on the CPU, SDPA restricted to its math path
+    (explicit matmuls and softmax, which upcasts bf16 to fp32), because the CPU flash kernel's bf16
+    backward measured 6-10x slower than its fp32 one at a Transformer's short sentences (8.1 ms against
+    1.4 ms at (B, H, L, Dh) = (80, 4, 18, 48) on 2 AVX512-BF16 cores; the math path's: 0.9 ms;
+    benchmarks/train_precision.py --attention); elsewhere nothing.
+    sdpa_kernel sets process-wide flags for as long as the context is open."""
+    if torch.device(device).type != "cpu":
+        return contextlib.nullcontext()
+    return sdpa_kernel(SDPBackend.MATH)
 
 
 def autocast(choice: PrecisionChoice, device: torch.device | str):
@@ -139,10 +154,13 @@ def autocast(choice: PrecisionChoice, device: torch.device | str):
 
     Autocast keeps the parameters (and so the optimizer state) in fp32 and runs matmuls in bf16, while
     softmax, log-softmax, layer norm and the loss stay in fp32 (autocast's fp32 op list; `sequence_loss`
-    also casts the logits to fp32)."""
+    also casts the logits to fp32). On the CPU attention runs on SDPA's math path (`bf16_attention`)."""
     if choice.picked != "bf16":
         return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16))
+    stack.enter_context(bf16_attention(device))
+    return stack
 
 
 def int8_layers(model: nn.Module, keep_fp32: tuple[str, ...] = INT8_KEEP_FP32) -> list[str]:
