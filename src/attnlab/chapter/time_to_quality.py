@@ -30,8 +30,9 @@ from attnlab.viz.files import save_figure
 PLAIN_RECIPE = "torch-tutorial"  # the benchmark's name for the plain nn.Transformer recipe
 
 
-def measured_curves_path() -> Path:
-    return Path(str(resources.files("attnlab") / "measured" / "time_to_quality.json"))
+def measured_curves_path(name: str = "time_to_quality") -> Path:
+    """A curve file attnlab ships: 'time_to_quality' (the presets) or 'positions' (the position schemes)."""
+    return Path(str(resources.files("attnlab") / "measured" / f"{name}.json"))
 
 
 def load_measured_curves(path: str | os.PathLike | None = None) -> dict:

@@ -1,0 +1,60 @@
+"""Where a greedy decode's time goes, per precision: sentences/s of one worker, then `torch.profiler`'s
+operators by self time (the kernels a faster path would have to shrink).
+
+    python benchmarks/decode_profile.py --checkpoint RUN --split valid --limit 500 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import add_decoding_args
+
+from attnlab.chapter.time_to_quality import held_out_sources
+from attnlab.data import load_data
+from attnlab.runs.loading import load_translator
+from attnlab.utils.precision import cpu_features
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_decoding_args(ap, "run folder (a translator)")
+    ap.add_argument("--precisions", default="fp32,bf16,int8")
+    ap.add_argument("--rows", type=int, default=12, help="operators shown per precision")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    feats = " ".join(sorted(f for f in cpu_features() if f.startswith(("avx", "amx", "fma"))))
+    print(f"CPU features: {feats}; torch {torch.__version__}, {args.threads} threads, load {os.getloadavg()[0]:.2f}")
+    base = load_translator(args.checkpoint)
+    data = load_data(base.config["data"])
+    ids = [s for _, s, _ in held_out_sources(getattr(data, args.split), data.tgt_vocab, args.limit or 500)]
+    for precision in args.precisions.split(","):
+        tr = load_translator(args.checkpoint, precision=precision)
+        tr.workers = 1  # one batch at a time: the profile of one decoding loop
+        tr.decode_ids(ids, beam=1)  # warm-up: kernels chosen, caches allocated
+        best = min(_timed(tr, ids) for _ in range(args.rounds))
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            tr.decode_ids(ids, beam=1)
+        print(
+            f"\n== {precision}: {len(ids) / best:.0f} sentences/s "
+            f"({len(ids)} {args.split} sources, best of {args.rounds})"
+        )
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=45))
+    return 0
+
+
+def _timed(tr, ids) -> float:
+    t0 = time.perf_counter()
+    tr.decode_ids(ids, beam=1)
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
