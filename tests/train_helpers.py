@@ -14,6 +14,17 @@ needs_data = pytest.mark.skipif(
 
 
 # Subprocesses (`python -m attnlab train ...`) get the same through the environment.
+# The bundled sample split for head analyses: a fifth held out for validation, a tenth for test.
+SAMPLE_SPLIT = {"loader": "translation", "min_freq": 1, "valid_fraction": 0.2, "test_fraction": 0.1, "use_cache": False}
+
+
+def sample_split() -> dict:
+    """SAMPLE_SPLIT on the sample corpus that ships with attnlab."""
+    from attnlab.data import sample_data_path
+
+    return {**SAMPLE_SPLIT, "path": str(sample_data_path())}
+
+
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", **({"ATTNLAB_DATA": DATA} if DATA else {})}
 
 

@@ -5,12 +5,13 @@ import json
 
 import pytest
 import torch
+from train_helpers import sample_split
 
 from attnlab.analysis.alignment import CRITERION, choose_alignment, word_confidence
 from attnlab.analysis.heads import validation_batches
 from attnlab.attention import record_attention
 from attnlab.cli import main
-from attnlab.data import load_data, sample_data_path
+from attnlab.data import load_data
 from attnlab.decoding import DecodeOptions
 from attnlab.decoding.alignment import alignment_heads
 from attnlab.models import Transformer, TransformerConfig
@@ -19,14 +20,7 @@ from attnlab.runs.loading import load_translator
 from attnlab.runs.outputs import claim_output
 from attnlab.runs.weights import save_weights
 
-DATA = {
-    "loader": "translation",
-    "path": str(sample_data_path()),
-    "min_freq": 1,
-    "valid_fraction": 0.2,
-    "test_fraction": 0.1,
-    "use_cache": False,
-}
+DATA = sample_split()
 QUICK = ["--limit", "6", "--no-bleu", "--no-curve"]
 
 

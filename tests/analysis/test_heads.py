@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from train_helpers import sample_split
 
 from attnlab.analysis import (
     attention_kinds,
@@ -23,14 +24,7 @@ from attnlab.runs.config import write_run_config
 from attnlab.runs.loading import load_translator
 from attnlab.runs.weights import save_weights
 
-DATA = {
-    "loader": "translation",
-    "path": str(sample_data_path()),
-    "min_freq": 1,
-    "valid_fraction": 0.2,
-    "test_fraction": 0.1,
-    "use_cache": False,
-}
+DATA = sample_split()
 
 
 @pytest.fixture(scope="module")
