@@ -1,7 +1,7 @@
-"""The chapter's notebooks: one per section of D2L chapter 11 with its number, and after 11.7 (the
-Transformer) attention since the book, in sync with their sources and committed without outputs, each with exercises whose solutions run; every
-notebook runs top to bottom under ATTNLAB_SMALL=1 (the CI switch: seconds per notebook), and every figure it draws
-has prose before and after."""
+"""The chapter's notebooks: one per section of D2L chapter 11 with its number, and after 11.7 (the Transformer)
+attention since the book, in sync with their sources and committed without outputs, each with exercises whose
+solutions run; every notebook runs top to bottom under ATTNLAB_SMALL=1 (the CI switch: seconds per notebook),
+and every figure it draws has prose before and after."""
 
 from __future__ import annotations
 
