@@ -3,9 +3,12 @@ sentences/s in interleaved rounds on the same sentences (tokens checked identica
 
     python benchmarks/compile_decode.py --checkpoint RUN --split valid --limit 1000 --rounds 3 --workers 1,2
 
-The compiled variant replaces the model's `decode_step` by `torch.compile(decode_step, dynamic=True)`
-(batch size and cache length vary every step; the KV cache's Python bookkeeping is left to graph breaks).
-The first pass over the sentences (compilation included) is timed apart as the compile cost.
+--step module compiles the model's `decode_step` as it is (`torch.compile(decode_step, dynamic=True)`: the
+KV cache's Python bookkeeping and the head-mask context variable break the graph); --step functional
+compiles a tensor-only rewrite of the step for a post-norm, sinusoidal, plain multi-head decoder
+(`FunctionalStep`, one graph per step up to 0/1 specialisations); functional-eager runs that rewrite
+uncompiled (what the rewrite alone changes). The first compiled pass over the sentences (compilation
+included) is timed apart. Figures and verdict: BENCHMARKS.md, "Tried, not kept".
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 import torch._dynamo
 import torch._inductor.config as inductor_config
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import add_decoding_args
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             got = _run(comp, ids, 1)
             first = time.perf_counter() - t0
-        except Exception as exc:  # a backend that cannot compile this precision's ops is a result too
+        except RuntimeError as exc:  # dynamo and inductor raise RuntimeErrors: a failure is a result too
             print(f"\n== {precision}: compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
             continue
         c = torch._dynamo.utils.counters
@@ -114,7 +117,8 @@ class FunctionalStep:
         self.inner = model
         # Self-attention's fused Q/K/V projection, concatenated once (int8 has its own quantized W_qkv).
         self.qkv = [
-            b.self_attention.W_qkv if isinstance(getattr(b.self_attention, "W_qkv", None), torch.nn.Module)
+            b.self_attention.W_qkv
+            if isinstance(getattr(b.self_attention, "W_qkv", None), torch.nn.Module)
             else _concat(b.self_attention)
             for b in model.decoder.blocks
         ]
@@ -128,7 +132,9 @@ class FunctionalStep:
         memory = self.inner.encoder(src, lens)  # (n, S, D)
         S, n = memory.shape[1], memory.shape[0]
         visible = torch.arange(S)[None, :] < lens[:, None] if lens is not None else torch.ones(n, S, dtype=torch.bool)
-        cross = [(_heads(b.cross_attention.W_k(memory), b), _heads(b.cross_attention.W_v(memory), b)) for b in self.blocks]
+        cross = [
+            (_heads(b.cross_attention.W_k(memory), b), _heads(b.cross_attention.W_v(memory), b)) for b in self.blocks
+        ]
         return _State(cross=cross, mask=visible[:, None, None, :])
 
     @property
@@ -139,13 +145,14 @@ class FunctionalStep:
         if state.bufs is None:
             a = self.blocks[0].self_attention
             shape = (inp.shape[0], a.num_heads, state.max_len, a.head_dim)
-            state.bufs = [(torch.empty(shape), torch.empty(shape)) for _ in self.blocks]
+            dtype = state.cross[0][0].dtype  # bf16: the caches in the model's dtype
+            state.bufs = [(torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype)) for _ in self.blocks]
         L = state.L
-        P = self.inner.decoder.pos_encoding.encoding(1, L, inp.device)[None]  # (1, 1, D)
+        P = self.inner.decoder.pos_encoding.encoding(1, L, inp.device)[None].to(state.cross[0][0].dtype)
         past = [(k[:, :, :L], v[:, :, :L]) for k, v in state.bufs]
         logits, new = self.step(inp, P, state.cross, state.mask, past)
-        # The new step's keys/values are written here, not in the graph: inductor's in-place write into
-        # a slice of an input buffer at a symbolic position gave wrong caches from the second step on.
+        # The new step's keys/values are written here, not in the graph: written in the compiled graph (into
+        # a slice of an input buffer at a symbolic position), the caches differed from eager from step 2 on.
         for (kb, vb), (k, v) in zip(state.bufs, new):
             kb[:, :, L : L + 1] = k
             vb[:, :, L : L + 1] = v
