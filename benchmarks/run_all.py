@@ -41,6 +41,7 @@ PLAN: dict[str, list[str]] = {
     "precision.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100"],
     "precision_kernels.py": ["--rounds", "1", "--rows", "1,64", "--shapes", "192x384,192x4000"],
     "decode_profile.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--rounds", "1", "--rows", "5"],
+    "compile_decode.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--quick"],
     "ct2_speed.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100", "--floors"],
     "serve_attack.py": ["--checkpoint", RUN, "--body-mb", "20", "--clients", "2", "--slow-seconds", "3"],
     "hf_decode.py": [],
