@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks: medians of repeated runs, tables, the decoding benchmarks' flags."""
 
+import math
 import statistics
 import time
 
@@ -29,3 +30,12 @@ def add_decoding_args(ap, checkpoint_help: str = "run folder") -> None:
     ap.add_argument("--limit", type=int, help="first N sentences of the split")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+
+
+def budget_points(ap, args) -> None:
+    """Check --budget (seconds of training) and turn --points ("s,s,...", default 6 points over the budget)
+    into args.points, a list of seconds: what every time-to-quality benchmark scores along the way."""
+    if not (args.budget > 0 and math.isfinite(args.budget)):
+        ap.error(f"--budget must be a positive number of seconds, got {args.budget}")
+    default = [args.budget * f for f in (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)]
+    args.points = [float(p) for p in args.points.split(",")] if args.points else default

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import budget_points, table
 from time_to_quality import evaluate_split, figure, score
 
 from attnlab.chapter.time_to_quality import held_out_sources
@@ -253,10 +253,7 @@ def parse_args(argv=None):
     ap.add_argument("--figure", help="write the time-to-quality picture here (PNG)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    if not (args.budget > 0 and math.isfinite(args.budget)):
-        ap.error(f"--budget must be a positive number of seconds, got {args.budget}")
-    default = [args.budget * f for f in (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)]
-    args.points = [float(p) for p in args.points.split(",")] if args.points else default
+    budget_points(ap, args)
     args.models = args.models.split(",")
     for m in args.models:
         if m not in MODELS:

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import budget_points, table
 
 from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import iterate_batches
@@ -306,10 +306,7 @@ def parse_args(argv=None):
     )
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    if not (args.budget > 0 and math.isfinite(args.budget)):
-        ap.error(f"--budget must be a positive number of seconds, got {args.budget}")
-    default = [args.budget * f for f in (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)]
-    args.points = [float(p) for p in args.points.split(",")] if args.points else default
+    budget_points(ap, args)
     args.recipes = args.recipes.split(",")
     for r in args.recipes:
         if r not in RECIPES:
