@@ -227,8 +227,7 @@ def _decode(translator, ids: list[int], beam: int, trace: list | None, length_pe
     src_ids = ids + [translator.src_vocab.eos]
     src = torch.tensor([src_ids], dtype=torch.long, device=translator.device)
     lens = torch.tensor([len(src_ids)], device=translator.device)
-    start = getattr(getattr(translator.model, "config", None), "decoder_start_token", None)
-    bos = translator.tgt_vocab.bos if start is None else start
+    bos = translator.bos
     (hyp,) = beam_search(
         translator.model,
         src,

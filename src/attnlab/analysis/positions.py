@@ -18,20 +18,10 @@ from __future__ import annotations
 import torch
 from matplotlib.figure import Figure
 
-from attnlab.models.config import TransformerConfig
-from attnlab.models.decoder_only import DecoderOnlyConfig
+from attnlab.analysis.explanation import attention_layout
 from attnlab.viz.positions import plot_position_maps
 
 DECIMALS = 4  # enough to read a bias off; keeps a 100-token sentence's maps small
-
-
-def _scheme(model) -> str | None:
-    cfg = getattr(model, "config", None)
-    if isinstance(cfg, TransformerConfig):
-        return cfg.positions
-    if isinstance(cfg, DecoderOnlyConfig):
-        return "sinusoidal"
-    return None
 
 
 def _bias_maps(bias, length: int, causal: bool) -> list[list[list[float | None]]]:
@@ -64,7 +54,7 @@ def position_maps(model, source_len: int, target_len: int) -> dict:
     """
     if source_len < 1 or target_len < 1:
         raise ValueError(f"position maps need lengths of at least 1, got source {source_len}, target {target_len}")
-    scheme = _scheme(model)
+    scheme = attention_layout(model)[0]
     cfg = getattr(model, "config", None)
     out: dict = {"scheme": scheme, "num_heads": getattr(cfg, "num_heads", None)}
     if scheme in ("alibi", "t5"):

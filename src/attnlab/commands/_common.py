@@ -55,12 +55,18 @@ def save_figures(result, claim) -> None:
     print(f"figures (PNG + SVG) in {claim.path}: {', '.join(Path(p).stem for p in section.figures)}")
 
 
-def refuse_model_types(checkpoint, refused: dict[str, str], command: str) -> None:
-    """One line naming what `command` cannot do with a run of a refused model type ({type: what instead})."""
+def run_model_type(checkpoint) -> str | None:
+    """The model type a run folder's config.json names; None for no folder (the command's own loading
+    then says what is missing)."""
     from attnlab.runs.config import read_run_config
 
     if checkpoint is None or not Path(checkpoint).is_dir():
-        return  # the command's own loading says what is missing
-    model_type = read_run_config(checkpoint)["model_type"]
+        return None
+    return read_run_config(checkpoint)["model_type"]
+
+
+def refuse_model_types(checkpoint, refused: dict[str, str], command: str) -> None:
+    """One line naming what `command` cannot do with a run of a refused model type ({type: what instead})."""
+    model_type = run_model_type(checkpoint)
     if model_type in refused:
         raise ValueError(f"attnlab {command} does not take {model_type} runs ({checkpoint}); {refused[model_type]}")

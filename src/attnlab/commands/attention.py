@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.commands._common import add_command, add_force
+from attnlab.commands._common import add_command, add_force, run_model_type
 from attnlab.commands.translate import add_checkpoint_args, open_translator
 
 
@@ -65,10 +65,9 @@ def run(args) -> int:
 
 
 def _is_image_run(args) -> bool:
-    from attnlab.runs.config import read_run_config
     from attnlab.training.images import IMAGE_MODELS
 
-    return Path(args.checkpoint).is_dir() and read_run_config(args.checkpoint)["model_type"] in IMAGE_MODELS
+    return run_model_type(args.checkpoint) in IMAGE_MODELS
 
 
 def _image(args, out_dir: Path) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_command, run_model_type
 from attnlab.commands.translate import add_checkpoint_args, open_translator
 from attnlab.decoding.options import DEFAULT_BEAM, MAX_BEAM
 
@@ -108,12 +108,9 @@ def run(args) -> int:
 
 def _image_accuracy(args) -> bool:
     """A Vision Transformer run: print the split's accuracy and return True; any other run: False."""
-    from pathlib import Path
-
-    from attnlab.runs.config import read_run_config
     from attnlab.training.images import IMAGE_MODELS, accuracy, load_image_run, load_run_images
 
-    if not Path(args.checkpoint).is_dir() or read_run_config(args.checkpoint)["model_type"] not in IMAGE_MODELS:
+    if run_model_type(args.checkpoint) not in IMAGE_MODELS:
         return False
     model, cfg = load_image_run(args.checkpoint, args.device)
     split = load_run_images(cfg, args.data).split(args.split)

@@ -237,7 +237,6 @@ def run(args) -> int:
         from attnlab.decoding.alignment import alignment_heads
 
         alignment_heads(translator.model, options.align_layer, options.align_heads, translator.alignment)
-    plain = options.plain and not options.align
     n_best = args.n_best is not None
     if args.sentences:
         # Arguments that are not UTF-8 reach Python as lone surrogates (surrogateescape).
@@ -251,13 +250,10 @@ def run(args) -> int:
     out: list[list[str]] = [[""] for _ in lines] if not n_best else [[] for _ in lines]
     if todo:
         texts = [lines[i] for i in todo]
-        if plain:
-            for i, text in zip(todo, translator.translate(texts, beam=args.beam, truncate=args.truncate)):
-                out[i] = [text]
-        else:
-            results = translator.translate_tokens(texts, truncate=args.truncate, options=options)
-            for i, t in zip(todo, results):
-                out[i] = format_lines(i, t, n_best, args.align)
+        # Plain options take Translator.decode inside `search`, with the options' length penalty.
+        results = translator.translate_tokens(texts, truncate=args.truncate, options=options)
+        for i, t in zip(todo, results):
+            out[i] = format_lines(i, t, n_best, args.align)
     for group in out:
         for text in group:
             print(text)

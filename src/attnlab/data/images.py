@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.utils.extras import require
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 SPLITS = ("train", "valid", "test")
 LOADERS = ("digits", "folder")
@@ -92,10 +94,9 @@ def load_image_data(data_config: Mapping[str, Any]) -> ImageData:
 
 def load_digits_data() -> ImageData:
     """scikit-learn's 8x8 handwritten digits (1,797 images, values 0..16 scaled to [0, 1]), split by index."""
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:
-        raise ValueError("the digits need scikit-learn: install it with pip install 'attnlab[vision]'") from None
+    require("vision", "the digits")
+    from sklearn.datasets import load_digits
+
     digits = load_digits()
     images = (digits.images.astype(np.float32) / 16.0)[:, None]  # (N, 1, 8, 8)
     labels = digits.target.astype(np.int64)

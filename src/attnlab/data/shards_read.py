@@ -143,18 +143,24 @@ class ShardedExamples(Sequence):
 class HeldOutExample:
     """One pair of a held-out split: ids from its shard, raw texts (the BLEU references) read on access."""
 
-    __slots__ = ("_i", "_split", "src_ids", "tgt_ids")
+    __slots__ = ("_i", "_split", "_texts", "src_ids", "tgt_ids")
 
     def __init__(self, src_ids: list[int], tgt_ids: list[int], split: HeldOutExamples, i: int):
         self.src_ids, self.tgt_ids, self._split, self._i = src_ids, tgt_ids, split, i
+        self._texts: tuple[str, str] | None = None
+
+    def _pair(self) -> tuple[str, str]:
+        if self._texts is None:  # one read of its TSV line serves both texts
+            self._texts = self._split.texts(self._i)
+        return self._texts
 
     @property
     def src_text(self) -> str:
-        return self._split.texts(self._i)[0]
+        return self._pair()[0]
 
     @property
     def tgt_text(self) -> str:
-        return self._split.texts(self._i)[1]
+        return self._pair()[1]
 
 
 class HeldOutExamples(Sequence):

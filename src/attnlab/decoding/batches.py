@@ -93,7 +93,8 @@ def search_batches(
     for P in sorted(groups):
         members = groups[P]
         batches += [[members[j] for j in b] for b in length_batches([len(src_ids[i]) for i in members], batch_size)]
-    base = options.seed if options.seed is not None else int(torch.randint(0, 2**31 - 1, ()))
+    # Only sampling draws a seed: other searches leave torch's global random stream alone.
+    base = (options.seed if options.seed is not None else int(torch.randint(0, 2**31 - 1, ()))) if options.sample else 0
     results: list[list[Hypothesis] | None] = [None] * len(src_ids)
 
     def run(number: int, idx: list[int]) -> None:

@@ -195,7 +195,6 @@ def constrained_search(
             for (i, k, t), s in zip(want, want_s):
                 by_sentence[i][(k, t)] = s
 
-            hist, hist_lp = tokens.tolist(), pos_lp.tolist()  # (n*K, t) each
             lp_flat = logprobs.view(n * K, V)
             new_rows: list[int] = []
             new_tok: list[int] = []
@@ -209,8 +208,8 @@ def constrained_search(
                         r = i * K + k
                         entry = (
                             s / (step + 1) ** length_penalty,
-                            hist[r],
-                            hist_lp[r] + [float(lp_flat[r, t])],
+                            tokens[r].tolist(),  # only a finishing row's history leaves the tensors
+                            pos_lp[r].tolist() + [float(lp_flat[r, t])],
                             True,
                         )
                         if finalize(finished[b], entry, K):

@@ -43,7 +43,7 @@ from attnlab.runs.layout import (
     WEIGHTS_FILE,
 )
 from attnlab.runs.weights import CONFIG_METADATA
-from attnlab.utils.files import aside_name, clean_stale_temps, make_temp_dir, make_temp_file
+from attnlab.utils.files import aside_name, fresh_temp_dir, make_temp_file
 
 KINDS = {
     "run": "an attnlab run",
@@ -229,12 +229,6 @@ def write_marker(folder: str | os.PathLike, kind: str, details: dict | None = No
     (folder / MARKER_FILE).write_text(text, encoding="utf-8")
 
 
-def _temp_dir(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(path.parent)  # what killed writers left beside it
-    return make_temp_dir(path)
-
-
 def _refuse_rival(claim: Claim) -> ValueError:
     return ValueError(
         f"{claim.flag} {claim.path} was written by another process while this one ran; nothing was replaced "
@@ -281,7 +275,7 @@ def _rename_back(old: Path, path: Path) -> None:
 def write_output(claim: Claim, details: dict | None = None) -> Iterator[Path]:
     """Yield a temp folder beside claim.path; on a clean exit mark it (kind, `details`) and rename it into
     place, checking again that nothing else was written there meanwhile; otherwise delete it."""
-    tmp = _temp_dir(claim.path)
+    tmp = fresh_temp_dir(claim.path)
     try:
         yield tmp
         write_marker(tmp, claim.kind, details, entries=_entries(tmp))
@@ -302,7 +296,7 @@ def start_in_place(claim: Claim, details: dict | None = None) -> Path:
             _rename_back(old, path)
             raise _refuse_rival(claim)
         shutil.rmtree(old, ignore_errors=True)
-    tmp = _temp_dir(path)  # the marked folder appears whole, and only if the place is still free
+    tmp = fresh_temp_dir(path)  # the marked folder appears whole, and only if the place is still free
     try:
         write_marker(tmp, claim.kind, details)
         _rename_new(tmp, Claim(path, claim.kind, flag=claim.flag))

@@ -13,8 +13,9 @@ a time decodes many times slower (BENCHMARKS.md, "Serving").
 from __future__ import annotations
 
 import errno
-import os
 import socket
+
+from attnlab.data.encode_pool import usable_cores
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -56,7 +57,7 @@ def decode_threads(workers: int, batch_workers: int, cores: int | None = None) -
     """torch intra-op threads for a server with `workers` explorer and `batch_workers` batch threads:
     the cores less one (the event loop's), shared among the threads that may decode at once, at least 1."""
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = usable_cores()
     return max(1, (cores - 1) // (workers + batch_workers))
 
 

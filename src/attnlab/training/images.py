@@ -27,14 +27,15 @@ from torch import nn
 from attnlab.data.images import ImageData, ImageSplit, check_image_data_config, load_image_data
 from attnlab.models import CONFIGS, ViT, build_model
 from attnlab.runs.config import read_run_config
-from attnlab.runs.layout import CONFIG_FILE, LOG_FILE, WEIGHTS_FILE
+from attnlab.runs.layout import CONFIG_FILE, WEIGHTS_FILE
 from attnlab.runs.outputs import claim_output, start_in_place
 from attnlab.runs.weights import check_weights, load_weights, save_weights
 from attnlab.training.config import TrainConfig
 from attnlab.training.optim import build_optimizer, learning_rate
 from attnlab.training.progress import Progress
+from attnlab.training.state import RunWriter
 from attnlab.training.stop import StopPolicy
-from attnlab.utils.files import append_jsonl, write_json
+from attnlab.utils.files import write_json
 from attnlab.utils.runtime import intra_op_threads, resolve_device, seed_everything
 
 IMAGE_MODELS = ("vit",)
@@ -113,7 +114,7 @@ def train_images(
     steps_per_epoch = math.ceil(len(data.train) / batch_size)
     total = steps_per_epoch * cfg.epochs if cfg.max_steps is None else min(cfg.max_steps, steps_per_epoch * cfg.epochs)
     bar = Progress(total) if progress else None
-    log = (lambda e: append_jsonl(run_dir / LOG_FILE, {"time": time.time(), **e})) if run_dir else (lambda e: None)
+    log = RunWriter(run_dir, 0, 0).log  # log.jsonl, or nothing without a run folder
     start = stop.start = time.monotonic()
     with intra_op_threads(cfg.threads), stop.catching_signals():
         while reason is None:
@@ -125,7 +126,8 @@ def train_images(
                 loss = F.cross_entropy(model(x), y, label_smoothing=cfg.label_smoothing)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                if not math.isfinite(loss.item()):
+                value = loss.item()
+                if not math.isfinite(value):
                     reason = stop.diverged()
                     break
                 if cfg.grad_clip is not None:
@@ -134,11 +136,11 @@ def train_images(
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate(step, cfg)
                 optimizer.step()
-                losses.append(loss.item())
+                losses.append(value)
                 if step % cfg.log_every == 0:
-                    log({"event": "train", "step": step, "epoch": epoch, "loss": loss.item()})
+                    log({"event": "train", "step": step, "epoch": epoch, "loss": value})
                 if bar is not None:
-                    bar.update(step, loss=f"{loss.item():.3f}", epoch=epoch)
+                    bar.update(step, loss=f"{value:.3f}", epoch=epoch)
                 if reason := stop.after_step(step, epoch):
                     break
             else:

@@ -112,6 +112,13 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp"):
         raise
 
 
+def fresh_temp_dir(path: Path) -> Path:
+    """A new temp folder beside `path` (`make_temp_dir`), after removing what killed writers left there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(path.parent)
+    return make_temp_dir(path)
+
+
 @contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp folder beside `path`; on a clean exit it becomes `path` (a folder already there is
@@ -119,9 +126,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     half of one (a checkpoint, an export, a prepared corpus). The folder gets the mode a plain mkdir
     would give (0777 less the umask); temp folders of killed writers beside it are removed first."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(path.parent)
-    tmp = make_temp_dir(path)
+    tmp = fresh_temp_dir(path)
     try:
         yield tmp
         if path.exists():
