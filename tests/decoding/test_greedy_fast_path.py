@@ -90,6 +90,32 @@ def test_fast_greedy_gives_the_tokens_and_scores_of_the_plain_path():
         assert h.score == pytest.approx(sum(h.positional_scores) / len(h.positional_scores))
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 2.0])
+def test_finished_rows_leaving_late_or_never_change_nothing(monkeypatch, fraction):
+    """Finished rows leave the batch at every step (0), once a quarter or half of it is done, or never
+    (2.0): the tokens, scores and finished flags stay those of the plain path."""
+    tr = tiny_translator()
+    torch.manual_seed(1)
+    src = torch.randint(4, 300, (12, 6))
+    lens = torch.tensor([6, 5, 6, 2, 3, 6, 1, 4, 6, 6, 5, 2])
+    bos = tr.tgt_vocab.bos
+    free = plain_greedy(tr.model, src, lens, bos, -1, 10)
+    eos = next(t for t in free[0] if sum(t in row for row in free) < len(free))
+    ref = plain_greedy(tr.model, src, lens, bos, eos, 10)
+    every_step = greedy(tr.model, src, lens, bos, eos, 10)
+    monkeypatch.setattr("attnlab.decoding.greedy_search.COMPACT_FRACTION", fraction)
+    calls = []
+    reorder = tr.model.reorder_state
+    monkeypatch.setattr(tr.model, "reorder_state", lambda state, keep: calls.append(keep.numel()) or reorder(state, keep))
+    got = greedy(tr.model, src, lens, bos, eos, 10)
+    assert [h.tokens for h in got] == ref
+    assert [h.finished for h in got] == [h.finished for h in every_step]
+    for h, e in zip(got, every_step):
+        assert h.positional_scores == pytest.approx(e.positional_scores, abs=1e-5)
+    assert (calls == []) == (fraction > 1)
+    assert all(n < 12 for n in calls)
+
+
 @pytest.mark.parametrize("batch_size, workers", [(4, 2), (5, 3), (64, 2), (3, 1)])
 def test_workers_and_batch_sizes_give_the_same_translations(batch_size, workers):
     tr = tiny_translator()

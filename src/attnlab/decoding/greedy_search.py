@@ -13,6 +13,9 @@ from attnlab.decoding.argmax import pick
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.protocol import check_source, inference, reserve_steps
 
+# Finished rows leave the batch once they are at least this fraction of it (see `_greedy_cached`).
+COMPACT_FRACTION = 0.25
+
 
 def greedy(
     model: nn.Module,
@@ -77,11 +80,14 @@ def _greedy_cached(
 ) -> list[Hypothesis]:
     """Greedy against the model's cache, with the batch shrinking as sentences end.
 
-    Per step only the n sentences still running are decoded: a sentence that produced <eos> leaves the
-    batch (`reorder_state` drops its rows from the encoder memory and every cache), so short sentences
-    stop costing anything. Tokens and log-probabilities go into preallocated (B, max_len) tables,
-    written at the rows of the running sentences; nothing is copied to Python until the end. The
-    choice is `greedy_pick.pick`: arg-max of the logits, log-probability only if `scores`.
+    Per step only the sentences still in the batch are decoded. A sentence that produced <eos> is
+    finished at once (its length recorded), but its row leaves the batch (`reorder_state` drops it from
+    the encoder memory and every cache) only once at least `COMPACT_FRACTION` of the rows are finished:
+    dropping rows copies every cache, so doing it at every step where some sentence ends cost more
+    than decoding a few finished rows a little longer (what they produce past their <eos> is never
+    read). Tokens and log-probabilities go into preallocated (B, max_len) tables, written at the rows
+    of the batch; nothing is copied to Python until the end. The choice is `argmax.pick`: arg-max of
+    the logits, log-probability only if `scores`.
     """
     B, device = src.shape[0], src.device
     shrink = hasattr(model, "reorder_state")
@@ -90,38 +96,34 @@ def _greedy_cached(
         lps = torch.zeros((B, max_len), dtype=torch.float, device=device)  # (B, max_len)
         lengths = torch.full((B,), max_len, dtype=torch.long, device=device)  # tokens kept per sentence
         finished = torch.zeros(B, dtype=torch.bool, device=device)
-        alive = torch.arange(B, device=device)  # original row of each running sentence, (n,)
+        rows = torch.arange(B, device=device)  # original sentence of each batch row, (n,)
+        done = torch.zeros(B, dtype=torch.bool, device=device)  # (n,) batch rows already finished
         inp = torch.full((B, 1), bos, dtype=torch.long, device=device)  # (n, 1)
         state = model.start_decoding(src, src_valid_lens)
         reserve_steps(state, max_len)
-        steps = 0
+        steps, dead = 0, 0
         for step in range(max_len):
             logits, state = model.decode_step(inp, state)
             nxt, lp = pick(logits[:, -1], scores)  # (n,), (n,) or None
             steps = step + 1
-            if shrink:
-                tokens[alive, step] = nxt
-                if lp is not None:
-                    lps[alive, step] = lp
-            else:  # rows never leave: ignore what finished ones produce after their <eos>
-                tokens[:, step] = torch.where(finished, tokens[:, step], nxt)
-                if lp is not None:
-                    lps[:, step] = torch.where(finished, lps[:, step], lp)
-            ended = nxt == eos
-            if not shrink:
-                ended &= ~finished
+            # A finished row's token lands past its length (never read), so every row is written as is.
+            tokens[rows, step] = nxt
+            if lp is not None:
+                lps[rows, step] = lp
+            ended = (nxt == eos) & ~done
             if bool(ended.any()):
-                done_rows = alive[ended] if shrink else ended.nonzero().squeeze(1)
-                lengths[done_rows] = step
-                finished[done_rows] = True
-                if bool(finished.all()):
+                lengths[rows[ended]] = step
+                finished[rows[ended]] = True
+                done |= ended
+                dead += int(ended.sum())
+                if dead == done.numel():
                     break
-                if shrink:
-                    keep = (~ended).nonzero().squeeze(1)  # (n',) positions among the running rows
+                if shrink and dead >= COMPACT_FRACTION * done.numel():
+                    keep = (~done).nonzero().squeeze(1)  # (n',) positions among the batch rows
                     state = model.reorder_state(state, keep)
-                    alive, nxt = alive[keep], nxt[keep]
+                    rows, nxt, done, dead = rows[keep], nxt[keep], done[keep], 0
             inp = nxt[:, None]
-        rows = tokens[:, :steps].tolist()
+        token_rows = tokens[:, :steps].tolist()
         lp_rows = lps[:, :steps].tolist() if scores else None
-        out = _hypotheses(rows, lp_rows, lengths.tolist(), finished.tolist())
+        out = _hypotheses(token_rows, lp_rows, lengths.tolist(), finished.tolist())
     return out
