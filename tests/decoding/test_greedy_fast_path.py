@@ -104,9 +104,14 @@ def test_finished_rows_leaving_late_or_never_change_nothing(monkeypatch, fractio
     ref = plain_greedy(tr.model, src, lens, bos, eos, 10)
     every_step = greedy(tr.model, src, lens, bos, eos, 10)
     monkeypatch.setattr("attnlab.decoding.greedy_search.COMPACT_FRACTION", fraction)
-    calls = []
+    calls = []  # rows kept at each compaction
     reorder = tr.model.reorder_state
-    monkeypatch.setattr(tr.model, "reorder_state", lambda state, keep: calls.append(keep.numel()) or reorder(state, keep))
+
+    def counted(state, keep):
+        calls.append(keep.numel())
+        return reorder(state, keep)
+
+    monkeypatch.setattr(tr.model, "reorder_state", counted)
     got = greedy(tr.model, src, lens, bos, eos, 10)
     assert [h.tokens for h in got] == ref
     assert [h.finished for h in got] == [h.finished for h in every_step]

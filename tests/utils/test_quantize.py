@@ -15,7 +15,6 @@ from attnlab.utils.precision import int8_layers, prepare_for_inference
 from attnlab.utils.quantize import (
     INT8_KERNELS,
     Int8Linear,
-    int8_kernel,
     quantize_channels,
     quantize_linears,
     quantize_rows,
@@ -108,11 +107,6 @@ def test_int8_quantizes_every_linear_including_the_output_layer(kernel, share):
     assert q.decoder.embedding.weight.dtype == torch.float32
     if share:
         assert model.decoder.dense.weight is model.decoder.embedding.weight
-
-
-def test_kernel_choice_follows_the_cpu():
-    assert int8_kernel({"avx2", "avx512_vnni"}) == "int_mm" and int8_kernel({"avx_vnni"}) == "int_mm"
-    assert int8_kernel({"avx2", "fma"}) == "fbgemm"
 
 
 def _reverse_batch(g: torch.Generator, B: int):

@@ -9,9 +9,11 @@
 The recipe is CTranslate2's: every weight row (output channel) gets its own scale, 127 / max|row|, and so
 does every activation row (one token of one sentence), so a long sentence or a large logit never coarsens
 the others' grid. The products accumulate in int32; `torch._int_mm` runs them on the CPU's int8 dot-product
-instructions (AVX512-VNNI, AVX-VNNI, AMX) through oneDNN. Without those instructions `_int_mm` is slower
-than fbgemm, whose dynamic Linear quantizes a whole activation tensor with one scale (per-tensor) and then
-runs AVX2 int8 kernels; `int8_kernel()` picks between them.
+instructions (AVX512-VNNI, AVX-VNNI, AMX) through oneDNN. fbgemm's dynamic Linear, which quantizes a whole
+activation tensor with one scale (per-tensor) and uses VNNI where the CPU has it, is faster at the decoder's
+shapes on both AVX2 and AVX512-VNNI CPUs (BENCHMARKS.md, "Precision"), so it is the default
+(`attnlab.utils.precision.INT8_KERNEL`); the per-row kernel makes a sentence's output independent of its
+batch.
 """
 
 from __future__ import annotations
@@ -29,13 +31,12 @@ __all__ = [
     "VNNI_FLAGS",
     "Int8Linear",
     "fbgemm_linear",
-    "int8_kernel",
     "quantize_channels",
     "quantize_linears",
     "quantize_rows",
 ]
 
-# CPU flags (as /proc/cpuinfo names them) of int8 dot-product instructions, which `torch._int_mm` uses.
+# CPU flags (as /proc/cpuinfo names them) of int8 dot-product instructions (`torch._int_mm`, fbgemm).
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 INT8_KERNELS = ("fbgemm", "fbgemm-tensor", "int_mm")
 _TINY = 1e-12  # an all-zero row gets this scale instead of 0 (its values quantize to 0 either way)
@@ -112,11 +113,6 @@ def quiet_deprecations():
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module="torch.ao")
         yield
-
-
-def int8_kernel(features: set[str]) -> str:
-    """'int_mm' where the CPU has int8 dot-product instructions (VNNI_FLAGS), else 'fbgemm'."""
-    return "int_mm" if any(f in features for f in VNNI_FLAGS) else "fbgemm"
 
 
 def quantize_linears(model: nn.Module, names: list[str], kernel: str = "int_mm") -> nn.Module:
