@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.utils.packed import PackedLinear, can_pack, is_float_linear, linear, pack_weight, weight_key
+
 from .cache import KVCache, _all_finite
 from .dropout import Dropout
 from .heads import active_head_mask, check_head_mask, prune_projections
@@ -121,10 +123,10 @@ class MultiHeadAttention(Recordable, nn.Module):
         """Q, K, V as (B, H, L, Dh); K, V come from (and go to) the cache when there is one."""
         if cache is not None and cache.static and cache.k is not None:
             return self._split(self.W_q(queries)), cache.k, cache.v  # cross-attention: projected once
-        if queries is keys and keys is values and all(type(m) is nn.Linear for m in (self.W_q, self.W_k, self.W_v)):
-            # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (plain
-            # float Linears only: a quantized or otherwise swapped projection runs as itself).
-            q, k, v = F.linear(queries, *self._qkv_weight()).split(self._qkv_sizes(), dim=-1)
+        if queries is keys and keys is values and all(is_float_linear(m) for m in (self.W_q, self.W_k, self.W_v)):
+            # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (float
+            # Linears only: a quantized or otherwise swapped projection runs as itself).
+            q, k, v = linear(queries, *self._qkv_weight()).split(self._qkv_sizes(), dim=-1)
         elif queries is keys and keys is values and isinstance(fused := getattr(self, "W_qkv", None), nn.Module):
             # a fused replacement (int8: attnlab.utils.quantize)
             q, k, v = fused(queries).split(self._qkv_sizes(), dim=-1)
@@ -142,15 +144,16 @@ class MultiHeadAttention(Recordable, nn.Module):
         kv = self.num_kv_heads * self.head_dim
         return [self.W_q.out_features, kv, kv]
 
-    def _qkv_weight(self) -> tuple[Tensor, Tensor | None]:
-        """W_q, W_k, W_v (and biases) concatenated: (3*H*Dh, D), (3*H*Dh,). Without autograd (decoding)
-        the concatenation is kept until a weight changes (version counter) or moves, not redone per step."""
+    def _qkv_weight(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """W_q, W_k, W_v (and biases) concatenated: (3*H*Dh, D), (3*H*Dh,), and that weight reordered for
+        oneDNN when the three are `PackedLinear`s (else None). Without autograd (decoding) they are kept
+        until a weight changes in place, moves or changes dtype (`weight_key`), not redone per step."""
         ws: list[Tensor] = [self.W_q.weight, self.W_k.weight, self.W_v.weight]
         bs: list[Tensor] | None = None if self.W_q.bias is None else [self.W_q.bias, self.W_k.bias, self.W_v.bias]
         if torch.is_grad_enabled():  # training: the concatenation is part of the graph
-            return torch.cat(ws), None if bs is None else torch.cat(bs)
+            return torch.cat(ws), None if bs is None else torch.cat(bs), None
         params = ws + (bs or [])
-        versions = [t._version for t in params]
+        versions = [weight_key(t) for t in params]
         cached = self.__dict__.get("_qkv_cached")  # (params, versions, W, b); holding the params keeps
         # their identity meaningful (a freed tensor's address could be reused by a new one)
         if (
@@ -159,9 +162,16 @@ class MultiHeadAttention(Recordable, nn.Module):
             or any(x is not y for x, y in zip(cached[0], params))
             or cached[1] != versions
         ):
-            cached = (params, versions, torch.cat(ws), None if bs is None else torch.cat(bs))
+            W = torch.cat(ws)
+            packed = pack_weight(W) if type(self.W_q) is PackedLinear and can_pack(W) else None
+            cached = (params, versions, W, None if bs is None else torch.cat(bs), packed)
             self.__dict__["_qkv_cached"] = cached
-        return cached[2], cached[3]
+        return cached[2], cached[3], cached[4]
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_qkv_cached", None)  # a cache (it may hold an opaque oneDNN weight): rebuilt on use
+        return state
 
     def forward(
         self,

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attnlab.utils.packed import ONEDNN, is_float_linear, pack_linears
 from attnlab.utils.quantize import VNNI_FLAGS, quantize_linears
 
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16")
@@ -168,7 +169,7 @@ def int8_layers(model: nn.Module, keep_fp32: tuple[str, ...] = INT8_KEEP_FP32) -
     return [
         name
         for name, m in model.named_modules()
-        if type(m) is nn.Linear and not any(name == k or name.endswith("." + k) for k in keep_fp32)
+        if is_float_linear(m) and not any(name == k or name.endswith("." + k) for k in keep_fp32)
     ]
 
 
@@ -180,15 +181,18 @@ def prepare_for_inference(
     keep_fp32: tuple[str, ...] = INT8_KEEP_FP32,
     kernel: str | None = None,
 ) -> nn.Module:
-    """A model ready to decode in `precision` (the model itself for fp32, else a converted copy, so the
-    caller's fp32 weights are never changed). `keep_fp32` overrides which Linear layers int8 skips;
-    `kernel` which int8 kernel runs ('fbgemm' or 'int_mm', see attnlab.utils.quantize; default INT8_KERNEL).
+    """A model ready to decode in `precision`: a converted copy, so the caller's weights are never changed
+    (fp32 on a GPU, or without oneDNN: the model itself). On the CPU, fp32 linear layers are
+    `PackedLinear`s (`attnlab.utils.packed`: the same results, the weights reordered once for oneDNN).
+    `keep_fp32` overrides which Linear layers int8 skips; `kernel` which int8 kernel runs ('fbgemm' or
+    'int_mm', see attnlab.utils.quantize; default INT8_KERNEL).
 
     Raises ValueError for an unknown precision, or int8 on a model or device it does not support.
     """
     choice = precision if isinstance(precision, PrecisionChoice) else resolve_precision(precision, device)
+    cpu = torch.device(device).type == "cpu"
     if choice.picked == "fp32":
-        return model
+        return pack_linears(model) if cpu and ONEDNN else model
     if choice.picked == "bf16":
         return copy.deepcopy(model).to(torch.bfloat16).eval()
     # int8

@@ -26,6 +26,8 @@ import torch
 from torch import Tensor, nn
 from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
+from attnlab.utils.packed import is_float_linear, plain_linear
+
 __all__ = [
     "INT8_KERNELS",
     "VNNI_FLAGS",
@@ -129,7 +131,7 @@ def quantize_linears(model: nn.Module, names: list[str], kernel: str = "int_mm")
         parent_name, _, child = name.rpartition(".")
         parent = out.get_submodule(parent_name) if parent_name else out
         linear = getattr(parent, child, None)
-        if type(linear) is not nn.Linear:
+        if not is_float_linear(linear):
             raise ValueError(f"int8: {name!r} is not an nn.Linear of this model")
         setattr(parent, child, _int8(linear, kernel))
     _fuse_qkv(out, model, set(names), kernel)
@@ -137,6 +139,7 @@ def quantize_linears(model: nn.Module, names: list[str], kernel: str = "int_mm")
 
 
 def _int8(linear: nn.Linear, kernel: str) -> nn.Module:
+    linear = plain_linear(linear)  # torch.ao quantizes nn.Linear by exact type
     return Int8Linear.from_float(linear) if kernel == "int_mm" else fbgemm_linear(linear, kernel == "fbgemm")
 
 
@@ -146,9 +149,7 @@ def _fuse_qkv(out: nn.Module, model: nn.Module, names: set[str], kernel: str) ->
     matmul per step instead of three (each row of the fused weight keeps its own scale)."""
     for name, m in model.named_modules():
         parts = [f"{name}.{w}" if name else w for w in ("W_q", "W_k", "W_v")]
-        if not all(p in names for p in parts) or not all(
-            type(getattr(m, w)) is nn.Linear for w in ("W_q", "W_k", "W_v")
-        ):
+        if not all(p in names for p in parts) or not all(is_float_linear(getattr(m, w)) for w in ("W_q", "W_k", "W_v")):
             continue
         ws = [getattr(m, w) for w in ("W_q", "W_k", "W_v")]
         fused = nn.Linear(ws[0].in_features, sum(w.out_features for w in ws), bias=ws[0].bias is not None)

@@ -1,0 +1,100 @@
+"""Linear layers on oneDNN-reordered weights: F.linear's results, kept in step with the weights, and
+a decoding model that gives the same tokens."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlab.decoding.greedy_search import greedy
+from attnlab.models import Transformer, TransformerConfig
+from attnlab.utils.packed import MIN_WORK, ONEDNN, PackedLinear, linear, pack_linears, pack_weight, packable
+from attnlab.utils.precision import prepare_for_inference
+
+pytestmark = pytest.mark.skipif(not ONEDNN, reason="this PyTorch build has no oneDNN")
+
+
+def _layer(K=48, N=160, bias=True, seed=0) -> nn.Linear:
+    torch.manual_seed(seed)
+    return nn.Linear(K, N, bias=bias)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64, 300])
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_linear_gives_f_linear_results(rows, bias):
+    layer = _layer(bias=bias)
+    packed = PackedLinear.from_linear(layer)
+    assert packed.weight is layer.weight and packed.bias is layer.bias  # shared, not copied
+    x = torch.randn(rows, 3, 48)
+    with torch.inference_mode():
+        want, got = F.linear(x, layer.weight, layer.bias), packed(x)
+        assert packable(x, layer.weight) == (rows * 3 * 160 >= MIN_WORK)
+    assert not packable(x, layer.weight)  # autograd on: F.linear
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_packed_weight_follows_the_weight_in_place_replaced_and_converted():
+    packed = PackedLinear.from_linear(_layer())
+    x = torch.randn(64, 48)
+    with torch.inference_mode():
+        first = packed.packed_weight()
+        assert packed.packed_weight() is first  # kept between calls
+        with torch.no_grad():
+            packed.weight.mul_(2.0)  # in place: the version counter moves
+        torch.testing.assert_close(packed(x), F.linear(x, packed.weight, packed.bias), rtol=1e-5, atol=1e-5)
+        packed.weight = nn.Parameter(torch.randn(160, 48))  # replaced
+        torch.testing.assert_close(packed(x), F.linear(x, packed.weight, packed.bias), rtol=1e-5, atol=1e-5)
+        packed.to(torch.float64).to(torch.float32)  # same Parameter, new storage: packed again
+        torch.testing.assert_close(packed(x), F.linear(x, packed.weight, packed.bias), rtol=1e-5, atol=1e-5)
+        packed.to(torch.bfloat16)  # not packed in bf16: F.linear, bit for bit
+        xb = x.bfloat16()
+        assert packed.packed_weight() is None and torch.equal(packed(xb), F.linear(xb, packed.weight, packed.bias))
+
+
+def test_training_and_copies_see_a_plain_linear():
+    layer = _layer()
+    packed = PackedLinear.from_linear(layer)
+    packed.packed_weight()
+    x = torch.randn(64, 48, requires_grad=True)
+    packed(x).sum().backward()  # autograd: F.linear, gradients as usual
+    assert layer.weight.grad is not None and x.grad is not None
+    for clone in (copy.deepcopy(packed), pickle.loads(pickle.dumps(packed))):  # the opaque copy stays behind
+        assert "_packed" not in clone.__dict__
+        with torch.inference_mode():
+            torch.testing.assert_close(clone(x), packed(x), rtol=1e-5, atol=1e-5)
+    assert packed.state_dict().keys() == layer.state_dict().keys()
+    assert linear(x.detach(), layer.weight, layer.bias, None).shape == (64, 160)  # no packed weight: F.linear
+    assert pack_weight(layer.weight).shape == layer.weight.shape
+
+
+def _tiny(**over) -> Transformer:
+    torch.manual_seed(0)
+    cfg = dict(src_vocab_size=300, tgt_vocab_size=300, num_hiddens=32, num_heads=4, num_layers=2, ffn_num_hiddens=64)
+    return Transformer(TransformerConfig(**(cfg | over))).eval()
+
+
+@pytest.mark.parametrize("over", [{}, {"norm_first": True, "share_embeddings": True}])
+def test_a_packed_model_decodes_the_same_tokens(over):
+    model = _tiny(**over)
+    fast = prepare_for_inference(model, "fp32")
+    assert all(type(m) is nn.Linear for m in model.modules() if isinstance(m, nn.Linear))  # the caller's: as is
+    assert not any(type(m) is nn.Linear for m in fast.modules())  # every linear packed
+    if over.get("share_embeddings"):
+        assert fast.decoder.dense.weight is fast.decoder.embedding.weight  # still tied
+    torch.manual_seed(1)
+    src, lens = torch.randint(3, 300, (40, 9)), torch.randint(2, 10, (40,))
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(src, src[:, :6], lens), model(src, src[:, :6], lens), rtol=1e-5, atol=1e-5)
+    want = [h.tokens for h in greedy(model, src, lens, 1, 2, 12)]
+    assert [h.tokens for h in greedy(fast, src, lens, 1, 2, 12)] == want
+
+
+def test_pack_linears_in_place_or_as_a_copy():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    assert type(pack_linears(model)[0]) is PackedLinear and type(model[0]) is nn.Linear
+    assert pack_linears(model, copy=False) is model and type(model[2]) is PackedLinear
