@@ -59,7 +59,17 @@ def book_greedy(model, src, lens, bos, eos, T):
 # Under torch.inference_mode (greedy decoding) composite ops such as linear and SDPA reach a dispatch mode
 # whole; otherwise they arrive decomposed (addmm, the SDPA backend). Each call is seen once either way.
 _aten = torch.ops.aten
-MATMULS = {_aten.addmm.default, _aten.mm.default, _aten.bmm.default, _aten.linear.default, _aten.matmul.default}
+# mkldnn::_linear_pointwise: fp32 linear layers on packed weights (attnlab.utils.packed, CPU decoding).
+PACKED_LINEAR = (
+    {torch.ops.mkldnn._linear_pointwise.default} if hasattr(torch.ops.mkldnn, "_linear_pointwise") else set()
+)
+MATMULS = {
+    _aten.addmm.default,
+    _aten.mm.default,
+    _aten.bmm.default,
+    _aten.linear.default,
+    _aten.matmul.default,
+} | PACKED_LINEAR
 ATTENTION = {
     getattr(torch.ops.aten, name).default
     for name in (
@@ -89,8 +99,11 @@ class _Kernels(TorchDispatchMode):
 
 
 def _spec(a):
-    """A tensor argument as ("tensor", shape, dtype); anything else as itself."""
-    return ("tensor", tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
+    """A tensor argument as ("tensor", shape, dtype); anything else, and a weight in oneDNN's opaque
+    packed layout (which no random tensor can stand for), as itself."""
+    if isinstance(a, torch.Tensor) and a.layout != torch._mkldnn:
+        return ("tensor", tuple(a.shape), a.dtype)
+    return a
 
 
 def kernel_floor(fn, ops, device):

@@ -6,7 +6,8 @@ Rounds are interleaved (one pass of every variant per round, rotating who goes f
 hits them alike; sentences/s is the median
 over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpus BLEU (sacreBLEU) of
 each variant is printed beside it, and how many sentences it translates exactly as fp32 does (fp32 is
-always run, first: the baseline of every column). Model loading and conversion are not timed. --floors adds
+always run, first: the baseline of every column; 'fp32 (F.linear)' is fp32 without its packed linear
+layers, as attnlab decoded before them). Model loading and conversion are not timed. --floors adds
 each precision's kernel floor: its linear-layer kernels, captured once from a decode and replayed back to
 back on ready operands (LINEAR), timed in the same interleaved rounds.
 
@@ -29,11 +30,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import add_decoding_args, table
 from decode import ATTENTION as SDPA
+from decode import PACKED_LINEAR as PACKED
 from decode import capture_kernels, replay_kernels
 
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.runs.loading import load_translator
+from attnlab.utils.packed import PackedLinear, plain_linear
 from attnlab.utils.precision import (
     DECODE_PRECISIONS,
     cpu_features,
@@ -51,7 +54,7 @@ QUANTIZED = {
     for name in ("linear_dynamic", "linear_dynamic_fp16", "linear")
     if hasattr(torch.ops.quantized, name)
 }
-LINEAR = {_aten.linear.default, _aten.addmm.default, _aten.mm.default, _aten._int_mm.default} | QUANTIZED
+LINEAR = {_aten.linear.default, _aten.addmm.default, _aten.mm.default, _aten._int_mm.default} | QUANTIZED | PACKED
 ATTENTION = SDPA | {_aten.matmul.default, _aten.bmm.default}
 
 
@@ -84,21 +87,38 @@ INT8_VARIANTS = {
 }
 
 
+# fp32 as it ran before its linear layers were packed for oneDNN (F.linear: the weight reordered per call).
+UNPACKED = "fp32 (F.linear)"
+
+
+def unpacked(model):
+    """A copy of `model` whose PackedLinears are plain nn.Linears again."""
+    out = copy.deepcopy(model)
+    for name, m in list(out.named_modules()):
+        if type(m) is PackedLinear:
+            parent, _, child = name.rpartition(".")
+            setattr(out.get_submodule(parent) if parent else out, child, plain_linear(m))
+    return out
+
+
 def variants(translator, names):
     """name -> a Translator sharing vocabularies, with the model prepared for that precision
-    (fp32, bf16, auto, or one of INT8_VARIANTS)."""
+    (fp32, bf16, auto, UNPACKED or one of INT8_VARIANTS)."""
     out = {}
     for name in names:
         t = copy.copy(translator)
-        if name in INT8_VARIANTS:
+        if name == UNPACKED:
+            t.model = unpacked(translator.model)
+        elif name in INT8_VARIANTS:
             t.model = prepare_for_inference(translator.model, "int8", **INT8_VARIANTS[name])
         elif name in DECODE_PRECISIONS:
             t.model = prepare_for_inference(translator.model, name)
         else:
             raise SystemExit(
-                f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS} or {list(INT8_VARIANTS)}"
+                f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS}, "
+                f"{UNPACKED!r} or {list(INT8_VARIANTS)}"
             )
-        t.precision = resolve_precision("int8" if name in INT8_VARIANTS else name)
+        t.precision = resolve_precision("int8" if name in INT8_VARIANTS else "fp32" if name == UNPACKED else name)
         out[name] = t
     return out
 

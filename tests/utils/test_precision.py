@@ -98,9 +98,7 @@ def test_bf16_inference_is_a_bf16_copy_that_decodes_like_fp32():
     ref = model(src, src[:, :5])
     out = fast(src, src[:, :5]).float()
     torch.testing.assert_close(out, ref, atol=0.15, rtol=0.05)
-    plain = prepare_for_inference(model, "fp32")  # a copy with packed linears, the same numbers
-    assert plain is not model and type(model.decoder.dense) is nn.Linear
-    torch.testing.assert_close(plain(src, src[:, :5]), ref, atol=1e-5, rtol=1e-5)
+    assert prepare_for_inference(model, "fp32") is model
 
 
 def test_int8_quantizes_every_linear_and_decodes_like_fp32():

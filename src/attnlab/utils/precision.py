@@ -181,9 +181,9 @@ def prepare_for_inference(
     keep_fp32: tuple[str, ...] = INT8_KEEP_FP32,
     kernel: str | None = None,
 ) -> nn.Module:
-    """A model ready to decode in `precision`: a converted copy, so the caller's weights are never changed
-    (fp32 on a GPU, or without oneDNN: the model itself). On the CPU, fp32 linear layers are
-    `PackedLinear`s (`attnlab.utils.packed`: the same results, the weights reordered once for oneDNN).
+    """A model ready to decode in `precision`, without changing the caller's weights. fp32: the model
+    itself; on the CPU its nn.Linear layers become `PackedLinear`s in place (`attnlab.utils.packed`: the
+    same Parameters and results, the weights reordered once for oneDNN). bf16 and int8: a converted copy.
     `keep_fp32` overrides which Linear layers int8 skips; `kernel` which int8 kernel runs ('fbgemm' or
     'int_mm', see attnlab.utils.quantize; default INT8_KERNEL).
 
@@ -192,7 +192,7 @@ def prepare_for_inference(
     choice = precision if isinstance(precision, PrecisionChoice) else resolve_precision(precision, device)
     cpu = torch.device(device).type == "cpu"
     if choice.picked == "fp32":
-        return pack_linears(model) if cpu and ONEDNN else model
+        return pack_linears(model, copy=False) if cpu and ONEDNN else model
     if choice.picked == "bf16":
         return copy.deepcopy(model).to(torch.bfloat16).eval()
     # int8

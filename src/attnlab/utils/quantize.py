@@ -131,7 +131,7 @@ def quantize_linears(model: nn.Module, names: list[str], kernel: str = "int_mm")
         parent_name, _, child = name.rpartition(".")
         parent = out.get_submodule(parent_name) if parent_name else out
         linear = getattr(parent, child, None)
-        if not is_float_linear(linear):
+        if linear is None or not is_float_linear(linear):
             raise ValueError(f"int8: {name!r} is not an nn.Linear of this model")
         setattr(parent, child, _int8(linear, kernel))
     _fuse_qkv(out, model, set(names), kernel)
