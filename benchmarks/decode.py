@@ -18,7 +18,10 @@ finished sentences leave the batch at different steps):
 Methods are timed in interleaved rounds (one run of each per round, medians over rounds), so a change
 of machine load during the run hits every method alike; the ratios are the result.
 
-    python benchmarks/decode.py [--threads N] [--rounds 5] [--eos ID] [--device cuda]
+    python benchmarks/decode.py [--threads N] [--rounds 5] [--eos ID] [--device cuda] [--unpacked]
+
+The model is prepared as `Translator` prepares it (`prepare_for_inference(model, "fp32")`: on the CPU its
+linear layers packed for oneDNN); --unpacked leaves them as F.linear.
 """
 
 import argparse
@@ -37,6 +40,7 @@ from common import table
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy_search import greedy
 from attnlab.models import Transformer, TransformerConfig
+from attnlab.utils.precision import prepare_for_inference
 from attnlab.utils.runtime import intra_op_threads
 
 
@@ -179,6 +183,7 @@ def main(argv=None):
     p.add_argument("--eos", type=int, default=-1, help="token id that ends a sentence (default -1: none)")
     p.add_argument("--skip-uncached", action="store_true", help="leave out the slowest baseline (re-encoding)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--unpacked", action="store_true", help="fp32 linear layers as F.linear, not packed for oneDNN")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -188,6 +193,8 @@ def main(argv=None):
     torch.manual_seed(0)
     cfg = TransformerConfig(1000, 1000, num_hiddens=256, num_heads=4, num_layers=3, ffn_num_hiddens=1024, dropout=0.1)
     model = Transformer(cfg).to(device)
+    if not args.unpacked:  # as `Translator` decodes: fp32 linear layers packed for oneDNN on the CPU
+        model = prepare_for_inference(model, "fp32", device)
     src = torch.randint(3, 1000, (args.sentences, args.src_len), device=device)
     lens = torch.full((args.sentences,), args.src_len, device=device)
     bos, eos, T = 1, args.eos, args.steps
