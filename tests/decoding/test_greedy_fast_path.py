@@ -68,7 +68,9 @@ def plain_greedy(model, src, lens, bos, eos, max_len):
     return out
 
 
-def test_fast_greedy_gives_the_tokens_and_scores_of_the_plain_path():
+def rows_ending_apart():
+    """A tiny translator, 12 sources, and an <eos> that ends rows at different steps: (tr, src, lens,
+    bos, eos, the plain path's tokens)."""
     tr = tiny_translator()
     torch.manual_seed(1)
     src = torch.randint(4, 300, (12, 6))
@@ -78,7 +80,11 @@ def test_fast_greedy_gives_the_tokens_and_scores_of_the_plain_path():
     # so rows end at different steps (they leave the batch) and some run to the length limit.
     free = plain_greedy(tr.model, src, lens, bos, -1, 10)
     eos = next(t for t in free[0] if sum(t in row for row in free) < len(free))
-    ref = plain_greedy(tr.model, src, lens, bos, eos, 10)
+    return tr, src, lens, bos, eos, plain_greedy(tr.model, src, lens, bos, eos, 10)
+
+
+def test_fast_greedy_gives_the_tokens_and_scores_of_the_plain_path():
+    tr, src, lens, bos, eos, ref = rows_ending_apart()
     with_scores = greedy(tr.model, src, lens, bos, eos, 10)
     no_scores = greedy(tr.model, src, lens, bos, eos, 10, scores=False)
     assert [h.tokens for h in with_scores] == ref == [h.tokens for h in no_scores]
@@ -94,15 +100,8 @@ def test_fast_greedy_gives_the_tokens_and_scores_of_the_plain_path():
 def test_finished_rows_leaving_late_or_never_change_nothing(monkeypatch, fraction):
     """Finished rows leave the batch at every step (0), once a quarter or half of it is done, or never
     (2.0): the tokens, scores and finished flags stay those of the plain path."""
-    tr = tiny_translator()
-    torch.manual_seed(1)
-    src = torch.randint(4, 300, (12, 6))
-    lens = torch.tensor([6, 5, 6, 2, 3, 6, 1, 4, 6, 6, 5, 2])
-    bos = tr.tgt_vocab.bos
-    free = plain_greedy(tr.model, src, lens, bos, -1, 10)
-    eos = next(t for t in free[0] if sum(t in row for row in free) < len(free))
-    ref = plain_greedy(tr.model, src, lens, bos, eos, 10)
-    every_step = greedy(tr.model, src, lens, bos, eos, 10)
+    tr, src, lens, bos, eos, ref = rows_ending_apart()
+    default = greedy(tr.model, src, lens, bos, eos, 10)
     monkeypatch.setattr("attnlab.decoding.greedy_search.COMPACT_FRACTION", fraction)
     calls = []  # rows kept at each compaction
     reorder = tr.model.reorder_state
@@ -114,8 +113,8 @@ def test_finished_rows_leaving_late_or_never_change_nothing(monkeypatch, fractio
     monkeypatch.setattr(tr.model, "reorder_state", counted)
     got = greedy(tr.model, src, lens, bos, eos, 10)
     assert [h.tokens for h in got] == ref
-    assert [h.finished for h in got] == [h.finished for h in every_step]
-    for h, e in zip(got, every_step):
+    assert [h.finished for h in got] == [h.finished for h in default]
+    for h, e in zip(got, default):
         assert h.positional_scores == pytest.approx(e.positional_scores, abs=1e-5)
     assert (calls == []) == (fraction > 1)
     assert all(n < 12 for n in calls)
