@@ -26,6 +26,7 @@ import sys
 import time
 
 import torch
+from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import add_decoding_args, table
@@ -36,7 +37,7 @@ from decode import capture_kernels, replay_kernels
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.runs.loading import load_translator
-from attnlab.utils.packed import PackedLinear, plain_linear
+from attnlab.utils.packed import PackedLinear, retype_linears
 from attnlab.utils.precision import (
     DECODE_PRECISIONS,
     cpu_features,
@@ -93,12 +94,7 @@ UNPACKED = "fp32 (F.linear)"
 
 def unpacked(model):
     """A copy of `model` whose PackedLinears are plain nn.Linears again."""
-    out = copy.deepcopy(model)
-    for name, m in list(out.named_modules()):
-        if type(m) is PackedLinear:
-            parent, _, child = name.rpartition(".")
-            setattr(out.get_submodule(parent) if parent else out, child, plain_linear(m))
-    return out
+    return retype_linears(model, PackedLinear, nn.Linear, copy=True)
 
 
 def variants(translator, names):

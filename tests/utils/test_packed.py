@@ -13,7 +13,17 @@ from torch import nn
 
 from attnlab.decoding.greedy_search import greedy
 from attnlab.models import Transformer, TransformerConfig
-from attnlab.utils.packed import MIN_WORK, ONEDNN, PackedLinear, linear, pack_linears, pack_weight, packable
+from attnlab.utils.packed import (
+    MIN_WORK,
+    ONEDNN,
+    PackedLinear,
+    can_pack,
+    linear,
+    pack_linears,
+    pack_weight,
+    packable,
+    retype_linears,
+)
 from attnlab.utils.precision import prepare_for_inference
 
 pytestmark = pytest.mark.skipif(not ONEDNN, reason="this PyTorch build has no oneDNN")
@@ -28,8 +38,9 @@ def _layer(K=48, N=160, bias=True, seed=0) -> nn.Linear:
 @pytest.mark.parametrize("bias", [True, False])
 def test_packed_linear_gives_f_linear_results(rows, bias):
     layer = _layer(bias=bias)
-    packed = PackedLinear.from_linear(layer)
-    assert packed.weight is layer.weight and packed.bias is layer.bias  # shared, not copied
+    weight = layer.weight
+    packed = retype_linears(layer, nn.Linear, PackedLinear)
+    assert packed is layer and type(layer) is PackedLinear and layer.weight is weight  # in place
     x = torch.randn(rows, 3, 48)
     with torch.inference_mode():
         want, got = F.linear(x, layer.weight, layer.bias), packed(x)
@@ -39,7 +50,7 @@ def test_packed_linear_gives_f_linear_results(rows, bias):
 
 
 def test_the_packed_weight_follows_the_weight_in_place_replaced_and_converted():
-    packed = PackedLinear.from_linear(_layer())
+    packed = retype_linears(_layer(), nn.Linear, PackedLinear)
     x = torch.randn(64, 48)
     with torch.inference_mode():
         first = packed.packed_weight()
@@ -56,20 +67,67 @@ def test_the_packed_weight_follows_the_weight_in_place_replaced_and_converted():
         assert packed.packed_weight() is None and torch.equal(packed(xb), F.linear(xb, packed.weight, packed.bias))
 
 
-def test_training_and_copies_see_a_plain_linear():
-    layer = _layer()
-    packed = PackedLinear.from_linear(layer)
-    packed.packed_weight()
+def test_training_autocast_and_copies_see_a_plain_linear():
+    layer = retype_linears(_layer(), nn.Linear, PackedLinear)
+    layer.packed_weight()
     x = torch.randn(64, 48, requires_grad=True)
-    packed(x).sum().backward()  # autograd: F.linear, gradients as usual
+    layer(x).sum().backward()  # autograd: F.linear, gradients as usual
     assert layer.weight.grad is not None and x.grad is not None
-    for clone in (copy.deepcopy(packed), pickle.loads(pickle.dumps(packed))):  # the opaque copy stays behind
-        assert "_packed" not in clone.__dict__
-        with torch.inference_mode():
-            torch.testing.assert_close(clone(x), packed(x), rtol=1e-5, atol=1e-5)
-    assert packed.state_dict().keys() == layer.state_dict().keys()
-    assert linear(x.detach(), layer.weight, layer.bias, None).shape == (64, 160)  # no packed weight: F.linear
+    with torch.no_grad():
+        frozen = torch.randn(64, 48)
+        layer.weight.requires_grad_(False)
+    with torch.enable_grad():  # only the bias trains: still F.linear, so its gradient exists
+        layer(frozen).sum().backward()
+    assert layer.bias.grad is not None
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not packable(frozen, layer.weight) and layer(frozen).dtype == torch.bfloat16  # as nn.Linear
+    with torch.inference_mode():
+        for clone in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):  # the opaque copy stays behind
+            assert "_packed" not in clone.__dict__
+            torch.testing.assert_close(clone(frozen), layer(frozen), rtol=1e-5, atol=1e-5)
+        made_here = nn.Linear(48, 160)  # an inference tensor has no version counter: never packed
+        assert not can_pack(made_here.weight) and torch.equal(
+            retype_linears(made_here, nn.Linear, PackedLinear)(frozen),
+            F.linear(frozen, made_here.weight, made_here.bias),
+        )
+    assert layer.state_dict().keys() == nn.Linear(48, 160).state_dict().keys()
+    assert linear(frozen, layer.weight, layer.bias, None).shape == (64, 160)  # no packed weight: F.linear
     assert pack_weight(layer.weight).shape == layer.weight.shape
+
+
+def test_retyping_keeps_the_module_its_hooks_and_ties():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    model[2].weight = model[0].weight  # tied
+    seen = []
+    model[0].register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    first = model[0]
+    retype_linears(model, nn.Linear, PackedLinear)
+    assert model[0] is first and model[2].weight is model[0].weight
+    model(torch.randn(3, 8))
+    assert seen == [torch.Size([3, 8])]
+    retype_linears(model, PackedLinear, nn.Linear)
+    assert type(model[0]) is nn.Linear
+
+
+def test_the_fused_qkv_weight_is_packed_once_the_projections_are():
+    from attnlab.attention import MultiHeadAttention
+
+    mha = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(64, 1, 32)
+    with torch.no_grad():
+        before = mha(x, x, x)  # the concatenated Q/K/V weight is cached here, unpacked
+        assert mha._qkv_cached[-1] is None
+        pack_linears(mha, copy=False)
+        after = mha(x, x, x)
+    assert mha._qkv_cached[-1] is not None  # rebuilt and packed: the projections' type is part of its key
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    assert "_qkv_cached" not in copy.deepcopy(mha).__dict__
+    plain = retype_linears(mha, PackedLinear, nn.Linear, copy=True)
+    for m in (mha, plain):
+        m.prune_heads([1])  # a decoding model pruned in place keeps its kind of layers
+    assert type(mha.W_q) is PackedLinear and type(plain.W_q) is nn.Linear
+    with torch.no_grad():
+        torch.testing.assert_close(mha(x, x, x), plain(x, x, x), rtol=1e-5, atol=1e-5)
 
 
 def _tiny(**over) -> Transformer:

@@ -22,6 +22,8 @@ from typing import Protocol, cast
 import torch
 from torch import Tensor, nn
 
+from attnlab.utils.packed import is_float_linear
+
 
 class HeadedAttention(Protocol):
     """What head masking and pruning need of an attention module (MultiHeadAttention has it)."""
@@ -177,12 +179,14 @@ def prune_projections(m, heads: Sequence[int]) -> None:
 
 
 def _slice_linear(layer: nn.Linear, index: Tensor, dim: int) -> nn.Linear:
-    """A new nn.Linear keeping the output rows (dim=0) or input columns (dim=1) named by index."""
+    """A new layer of the same kind (nn.Linear, or a PackedLinear: a decoding model stays packed) keeping
+    the output rows (dim=0) or input columns (dim=1) named by index."""
     W = layer.weight.detach().index_select(dim, index.to(layer.weight.device)).clone()
     has_bias = layer.bias is not None
     with warnings.catch_warnings():  # pruning every head leaves zero-element weights: fine, not a mistake
         warnings.simplefilter("ignore", UserWarning)
-        out = nn.Linear(W.shape[1], W.shape[0], bias=has_bias, device=W.device, dtype=W.dtype)
+        kind = type(layer) if is_float_linear(layer) else nn.Linear
+        out = kind(W.shape[1], W.shape[0], bias=has_bias, device=W.device, dtype=W.dtype)
     with torch.no_grad():
         out.weight.copy_(W)
         if has_bias:

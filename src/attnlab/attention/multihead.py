@@ -153,7 +153,8 @@ class MultiHeadAttention(Recordable, nn.Module):
         if torch.is_grad_enabled():  # training: the concatenation is part of the graph
             return torch.cat(ws), None if bs is None else torch.cat(bs), None
         params = ws + (bs or [])
-        versions = [weight_key(t) for t in params]
+        # The projections' type is part of the key: packing them in place (pack_linears) rebuilds it.
+        versions = [type(self.W_q), *(weight_key(t) for t in params)]
         cached = self.__dict__.get("_qkv_cached")  # (params, versions, W, b); holding the params keeps
         # their identity meaningful (a freed tensor's address could be reused by a new one)
         if (
@@ -169,7 +170,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         return cached[2], cached[3], cached[4]
 
     def __getstate__(self):
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state.pop("_qkv_cached", None)  # a cache (it may hold an opaque oneDNN weight): rebuilt on use
         return state
 

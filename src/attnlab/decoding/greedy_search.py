@@ -94,8 +94,8 @@ def _greedy_cached(
     with inference(model), torch.inference_mode():
         tokens = torch.zeros((B, max_len), dtype=torch.long, device=device)  # (B, max_len)
         lps = torch.zeros((B, max_len), dtype=torch.float, device=device)  # (B, max_len)
-        lengths = torch.full((B,), max_len, dtype=torch.long, device=device)  # tokens kept per sentence
-        finished = torch.zeros(B, dtype=torch.bool, device=device)
+        # Tokens kept per sentence: max_len until its <eos> (at step < max_len), so finished = lengths < max_len.
+        lengths = torch.full((B,), max_len, dtype=torch.long, device=device)
         rows = torch.arange(B, device=device)  # original sentence of each batch row, (n,)
         done = torch.zeros(B, dtype=torch.bool, device=device)  # (n,) batch rows already finished
         inp = torch.full((B, 1), bos, dtype=torch.long, device=device)  # (n, 1)
@@ -110,12 +110,14 @@ def _greedy_cached(
             tokens[rows, step] = nxt
             if lp is not None:
                 lps[rows, step] = lp
-            ended = (nxt == eos) & ~done
-            if bool(ended.any()):
+            ended = nxt == eos
+            if dead:  # rows already finished may say <eos> again
+                ended &= ~done
+            n_ended = int(ended.sum())  # one read of the step's result
+            if n_ended:
                 lengths[rows[ended]] = step
-                finished[rows[ended]] = True
                 done |= ended
-                dead += int(ended.sum())
+                dead += n_ended
                 if dead == done.numel():
                     break
                 if shrink and dead >= COMPACT_FRACTION * done.numel():
@@ -125,5 +127,5 @@ def _greedy_cached(
             inp = nxt[:, None]
         token_rows = tokens[:, :steps].tolist()
         lp_rows = lps[:, :steps].tolist() if scores else None
-        out = _hypotheses(token_rows, lp_rows, lengths.tolist(), finished.tolist())
+        out = _hypotheses(token_rows, lp_rows, lengths.tolist(), (lengths < max_len).tolist())
     return out

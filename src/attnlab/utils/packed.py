@@ -1,7 +1,8 @@
 """Linear layers on weights reordered once for oneDNN, for decoding on the CPU.
 
-    PackedLinear.from_linear(linear)  -> an nn.Linear (same parameters) whose inference forward runs oneDNN
-    pack_linears(model)               -> a copy of model with every nn.Linear a PackedLinear
+    PackedLinear                      -> an nn.Linear whose inference forward on the CPU runs oneDNN
+    pack_linears(model, copy=True)    -> model (or a copy) with every nn.Linear a PackedLinear, packed
+    retype_linears(model, frm, to)    -> every layer of exact type `frm` made a `to` (in place, or a copy)
     linear(x, weight, bias, packed)   -> F.linear(x, weight, bias), on `packed` where that is faster
 
 Why: a decoding step's matmuls are small (a few hundred rows), and `F.linear` reorders the weight into the
@@ -15,7 +16,6 @@ path is faster, so those calls stay on it; so do training (autograd), other devi
 from __future__ import annotations
 
 import copy as _copy
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +30,8 @@ __all__ = [
     "linear",
     "pack_linears",
     "pack_weight",
-    "plain_linear",
     "packable",
+    "retype_linears",
     "weight_key",
 ]
 
@@ -55,29 +55,44 @@ def is_float_linear(m: nn.Module) -> bool:
 
 
 def can_pack(weight: Tensor) -> bool:
-    """Whether this build reorders `weight` for oneDNN's CPU linear (fp32, on the CPU, not empty: a layer
-    whose heads were all pruned has a (0, K) weight)."""
-    return ONEDNN and weight.device.type == "cpu" and weight.dtype in _DTYPES and weight.numel() > 0
-
-
-def packable(x: Tensor, weight: Tensor) -> bool:
-    """Whether `linear` would run x (..., K) @ weight (N, K).T on a packed weight."""
+    """Whether this build reorders `weight` for oneDNN's CPU linear: fp32, on the CPU, not empty (a layer
+    whose heads were all pruned has a (0, K) weight), and not an inference tensor (which has no version
+    counter to tell when it changes)."""
     return (
-        can_pack(weight)
+        ONEDNN
+        and weight.device.type == "cpu"
+        and weight.dtype in _DTYPES
+        and weight.numel() > 0
+        and not weight.is_inference()
+    )
+
+
+def packable(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
+    """Whether `linear` would run x (..., K) @ weight (N, K).T + bias on a packed weight: never under
+    autocast (which would have cast the inputs) or when autograd needs the result (the packed op has no
+    backward), and only from MIN_WORK rows x outputs."""
+    return (
+        not (
+            torch.is_grad_enabled()
+            and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+        )
+        and not torch.is_autocast_enabled("cpu")
+        and can_pack(weight)
         and x.device.type == "cpu"
         and x.dtype == weight.dtype
-        and x.numel() > 0
-        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
         and x.dim() >= 2
-        and (x.numel() // max(x.shape[-1], 1)) * weight.shape[0] >= MIN_WORK
+        and x.numel() > 0
+        and (x.numel() // x.shape[-1]) * weight.shape[0] >= MIN_WORK
     )
 
 
 def weight_key(t: Tensor) -> tuple:
     """What identifies a weight's current values for a cache built from it: its version counter (moved by
     in-place changes) and its storage, dtype and device (changed by `.to()`, which keeps the Parameter).
-    A tensor made under inference_mode has no version counter: its storage stands for it."""
-    return (-1 if t.is_inference() else t._version), t.data_ptr(), t.dtype, t.device
+    An inference tensor has no version counter: its key equals nothing, so nothing is cached for it."""
+    if t.is_inference():
+        return (object(),)
+    return t._version, t.data_ptr(), t.dtype, t.device
 
 
 def pack_weight(weight: Tensor) -> Tensor:
@@ -87,7 +102,7 @@ def pack_weight(weight: Tensor) -> Tensor:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None) -> Tensor:
     """x (..., K) -> (..., N): on `packed` (= pack_weight(weight)) where `packable`, else F.linear."""
-    if packed is not None and packable(x, weight):
+    if packed is not None and packable(x, weight, bias):
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
@@ -95,23 +110,19 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None
 class PackedLinear(nn.Linear):
     """An nn.Linear that keeps its weight reordered for oneDNN and runs inference on the CPU there.
 
-    Parameters, state_dict and training are nn.Linear's. The reordered copy is made on first use and
-    again whenever the weight is replaced or changed in place (its version counter moves), so a layer
-    edited after packing never runs stale weights. Copies (deepcopy, pickle) leave it behind.
+    Parameters, state_dict, hooks and training are nn.Linear's (it adds no state: `retype_linears` turns
+    layers into PackedLinears and back in place). The reordered copy is made on first use and again
+    whenever the weight is replaced, moved or changed in place (`weight_key`). Copies (deepcopy, pickle)
+    leave it behind.
 
     Shape: x (..., K) -> (..., N).
     """
 
-    @classmethod
-    def from_linear(cls, layer: nn.Linear) -> PackedLinear:
-        """A PackedLinear sharing `layer`'s weight and bias (the same Parameter objects)."""
-        return _sharing(cls, layer)
-
     def packed_weight(self) -> Tensor | None:
         """The reordered weight, remade if the weight changed (`weight_key`); None where it cannot be packed."""
-        if not can_pack(self.weight):
-            return None
         w = self.weight
+        if not can_pack(w):
+            return None
         cached = self.__dict__.get("_packed")  # (weight, weight_key, packed)
         if cached is None or cached[0] is not w or cached[1] != weight_key(w):
             cached = (w, weight_key(w), pack_weight(w))
@@ -119,42 +130,31 @@ class PackedLinear(nn.Linear):
         return cached[2]
 
     def forward(self, x: Tensor) -> Tensor:
-        if not packable(x, self.weight):
+        if not packable(x, self.weight, self.bias):
             return F.linear(x, self.weight, self.bias)
-        return linear(x, self.weight, self.bias, self.packed_weight())
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight(), self.bias, "none", [], "")
 
     def __getstate__(self):
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state.pop("_packed", None)  # an opaque oneDNN tensor: remade on first use instead of copied
         return state
 
 
-def plain_linear(layer: nn.Linear) -> nn.Linear:
-    """`layer` as a plain nn.Linear sharing its weight and bias (a PackedLinear unpacked; else itself)."""
-    if type(layer) is nn.Linear:
-        return layer
-    return _sharing(nn.Linear, layer)
-
-
-def _sharing(cls, layer: nn.Linear):
-    """A `cls` (nn.Linear or a subclass) holding `layer`'s own weight and bias Parameters."""
-    with warnings.catch_warnings():  # a pruned layer's (0, K) weight: initialising nothing is fine here
-        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
-        out = cls(layer.in_features, layer.out_features, bias=layer.bias is not None, device="meta")
-    out.weight, out.bias = layer.weight, layer.bias
-    return out.train(layer.training)
+def retype_linears(model: nn.Module, frm: type, to: type, copy: bool = False) -> nn.Module:
+    """Every module of exact type `frm` (nn.Linear or PackedLinear) made a `to`, keeping the module object,
+    its Parameters, hooks and ties; on the model itself, or (copy=True) on a deep copy."""
+    out = _copy.deepcopy(model) if copy else model
+    for m in out.modules():
+        if type(m) is frm:
+            m.__class__ = to
+    return out
 
 
 def pack_linears(model: nn.Module, copy: bool = True) -> nn.Module:
-    """A copy of `model` (or, copy=False, the model itself) in which every nn.Linear is a PackedLinear,
-    packed now (not on the first call, which decoding workers could otherwise race to)."""
-    out = _copy.deepcopy(model) if copy else model
-    for name, layer in list(out.named_modules()):
-        if type(layer) is not nn.Linear:
-            continue
-        parent_name, _, child = name.rpartition(".")
-        parent = out.get_submodule(parent_name) if parent_name else out
-        packed = PackedLinear.from_linear(layer)
-        packed.packed_weight()
-        setattr(parent, child, packed)
+    """`model` (copy=False) or a copy in which every nn.Linear is a PackedLinear, packed now (not on the
+    first call, which decoding workers could otherwise race to)."""
+    out = retype_linears(model, nn.Linear, PackedLinear, copy)
+    for m in out.modules():
+        if type(m) is PackedLinear:
+            m.packed_weight()
     return out

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
-from attnlab.utils.packed import is_float_linear, plain_linear
+from attnlab.utils.packed import PackedLinear, is_float_linear, retype_linears
 
 __all__ = [
     "INT8_KERNELS",
@@ -126,12 +126,12 @@ def quantize_linears(model: nn.Module, names: list[str], kernel: str = "int_mm")
     """
     if kernel not in INT8_KERNELS:
         raise ValueError(f"unknown int8 kernel {kernel!r}; expected one of {', '.join(INT8_KERNELS)}")
-    out = copy.deepcopy(model).eval()
+    out = retype_linears(copy.deepcopy(model).eval(), PackedLinear, nn.Linear)  # torch.ao matches nn.Linear exactly
     for name in names:
         parent_name, _, child = name.rpartition(".")
         parent = out.get_submodule(parent_name) if parent_name else out
         linear = getattr(parent, child, None)
-        if linear is None or not is_float_linear(linear):
+        if type(linear) is not nn.Linear:
             raise ValueError(f"int8: {name!r} is not an nn.Linear of this model")
         setattr(parent, child, _int8(linear, kernel))
     _fuse_qkv(out, model, set(names), kernel)
@@ -139,7 +139,6 @@ def quantize_linears(model: nn.Module, names: list[str], kernel: str = "int_mm")
 
 
 def _int8(linear: nn.Linear, kernel: str) -> nn.Module:
-    linear = plain_linear(linear)  # torch.ao quantizes nn.Linear by exact type
     return Int8Linear.from_float(linear) if kernel == "int_mm" else fbgemm_linear(linear, kernel == "fbgemm")
 
 
