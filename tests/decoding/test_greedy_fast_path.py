@@ -34,6 +34,15 @@ def test_argmax_rows_is_the_first_maximum_like_max(V, dtype):
     assert torch.equal(argmax_rows(logits), logits.max(dim=-1).indices)
 
 
+def test_pick_on_bf16_logits_chooses_as_max_does_ties_included():
+    torch.manual_seed(5)
+    logits = (torch.randn(33, 4000) * 3).bfloat16()  # bf16's coarse grid: rows with tied maxima
+    logits[0, 10] = logits[0, 3000] = 40.0
+    tokens, lp = pick(logits, scores=True)
+    assert torch.equal(tokens, logits.max(dim=-1).indices) and tokens[0] == 10
+    assert lp is not None and lp.dtype == torch.float32
+
+
 def test_pick_scores_are_log_softmax_of_the_choice():
     torch.manual_seed(0)
     logits = torch.randn(7, 300) * 4
