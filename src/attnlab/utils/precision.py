@@ -7,7 +7,7 @@
 
 Every command and the Python API default to `fp32`: the same model gives the same output on every machine.
 - `fp32`: plain float32; decoding on the CPU runs the linear layers on weights packed once for oneDNN
-  (`attnlab.utils.packed`), which gives the same tokens 1.3-1.5x faster.
+  (`attnlab.utils.packed`), which gives the same tokens 1.25-1.55x faster.
 - `bf16`: training keeps fp32 master weights and Adam state; on the CPU a bf16 copy of the model runs
   forward and backward (refreshed from the masters each step; SDPA on its math path, `bf16_attention`;
   layer norm and softmax accumulate in fp32, the loss is fp32), on CUDA autocast. Decoding casts the
@@ -20,8 +20,9 @@ Every command and the Python API default to `fp32`: the same model gives the sam
 - `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
-      (1.22-1.35x fp32 greedy with packed linears, BLEU within 0.1, on an AVX512-VNNI EPYC; faster than bf16);
-    else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.06-1.23x there);
+      (1.22-1.48x fp32 greedy with packed linears, BLEU within 0.1, on an AVX512-VNNI EPYC; faster than bf16
+      on the test split there);
+    else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.24-1.31x there);
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
     native bf16 (the bf16 compute copy of `attnlab.training.mixed`: 1.9-2.3x fp32's tokens/s at the
