@@ -112,8 +112,8 @@ class PackedLinear(nn.Linear):
 
     Parameters, state_dict, hooks and training are nn.Linear's (it adds no state: `retype_linears` turns
     layers into PackedLinears and back in place). The reordered copy is made on first use and again
-    whenever the weight is replaced, moved or changed in place (`weight_key`). Copies (deepcopy, pickle)
-    leave it behind.
+    whenever the weight is replaced, moved or changed in place (`weight_key`); it takes as much memory as
+    the weight. Copies (deepcopy, pickle) leave it behind.
 
     Shape: x (..., K) -> (..., N).
     """
