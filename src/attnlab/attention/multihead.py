@@ -15,7 +15,8 @@ from attnlab.utils.packed import PackedLinear, can_pack, is_float_linear, linear
 from .cache import KVCache, _all_finite
 from .dropout import Dropout
 from .heads import active_head_mask, check_head_mask, prune_projections
-from .masking import build_mask, lengths_to_mask, window_mask
+from .local import local_blockwise
+from .masking import build_mask, window_mask
 from .recording import Recordable
 from .rotary import RotaryEmbedding
 from .scoring import attend, check_qkv
@@ -383,29 +384,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         )
 
     def _local_blockwise(self, q, k, v, valid_lens, causal, position_bias=None) -> Tensor:
-        """Sliding-window attention one query block at a time.
-
-        Each block of `block_size` queries attends to at most block_size + 2 * window keys, so peak memory
-        is O(L * (block_size + window)) instead of O(L^2).
-        """
-        B, H, L, _ = q.shape
-        w, bs = self.window, self.block_size
-        assert w is not None  # only called when _use_blockwise saw a window
-        key_ok = None if valid_lens is None else lengths_to_mask(torch.as_tensor(valid_lens, device=q.device), L, L)
-        outs = []
-        for s in range(0, L, bs):
-            e = min(s + bs, L)
-            ks, ke = max(0, s - w), e if causal else min(L, e + w)
-            # Band for queries [s, e) over keys [ks, ke): same rule as window_mask, shifted by the offsets.
-            qi = torch.arange(s, e, device=q.device)[:, None]
-            kj = torch.arange(ks, ke, device=q.device)[None, :]
-            visible = ((qi - kj).abs() <= w) & ((kj <= qi) if causal else True)
-            visible = visible[None, None]
-            if key_ok is not None:
-                visible = visible & key_ok[..., ks:ke]
-            bias = None if position_bias is None else self._bias(position_bias, qi[:, 0], kj[0], q.device)
-            outs.append(self._sdpa_masked(q[:, :, s:e], k[:, :, ks:ke], v[:, :, ks:ke], visible, bias))
-        return torch.cat(outs, dim=2)
+        return local_blockwise(self, q, k, v, valid_lens, causal, position_bias)
 
 
 __all__ = ["MultiHeadAttention", "KVCache", "window_mask"]
