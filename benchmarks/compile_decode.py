@@ -28,6 +28,7 @@ from common import add_decoding_args
 
 from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import load_data
+from attnlab.runs.config import read_run_config
 from attnlab.runs.loading import load_translator
 from attnlab.utils.precision import cpu_features
 
@@ -57,8 +58,7 @@ def main(argv=None) -> int:
     feats = " ".join(sorted(f for f in cpu_features() if f.startswith(("avx", "amx", "fma"))))
     print(f"CPU features: {feats}; torch {torch.__version__}, {args.threads} threads, load {os.getloadavg()[0]:.2f}")
     print("command: python benchmarks/compile_decode.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-    base = load_translator(args.checkpoint)
-    data = load_data(base.config["data"])
+    data = load_data(read_run_config(args.checkpoint)["data"])
     ids = [s for _, s, _ in held_out_sources(getattr(data, args.split), data.tgt_vocab, args.limit or 1000)]
     worker_counts = [int(w) for w in args.workers.split(",")]
     print(f"{len(ids)} {args.split} sources, greedy, default batch size")

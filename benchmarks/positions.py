@@ -31,12 +31,12 @@ from time_to_quality import figure
 from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, corpus_chrf
+from attnlab.runs.config import read_run_config
 from attnlab.runs.loading import load_translator
 from attnlab.utils.precision import cpu_features
 
 HERE = Path(__file__).resolve().parent
 SCHEMES = ["sinusoidal", "rope", "learned", "alibi", "t5", "none", "sinusoidal:1", "sinusoidal:2"]
-TRAIN_MAX_WORDS = 12  # the laptop preset's data.max_len (word tokens)
 LONG_WORDS = (13, 20)
 
 
@@ -125,7 +125,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     feats = " ".join(sorted(f for f in cpu_features() if f.startswith(("avx", "amx", "fma"))))
     print(f"CPU features: {feats}; torch {torch.__version__}, {args.threads} threads")
-    long = long_sources(load_translator(args.out / run_name(args.schemes[0])).config["data"], args.limit)
+    long = long_sources(read_run_config(args.out / run_name(args.schemes[0]))["data"], args.limit)
     rows = []
     for scheme in args.schemes:
         curve = json.loads((args.out / f"{run_name(scheme)}.json").read_text())[0]["curve"]

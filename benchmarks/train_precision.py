@@ -35,6 +35,7 @@ from train_throughput import make_batches, masked_loss
 
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.training.mixed import Bf16Compute
+from attnlab.training.presets import get_preset
 from attnlab.utils.precision import bf16_attention, cpu_features
 
 PHASES = ("forward", "backward", "optimizer")
@@ -152,16 +153,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=8, help="operators shown per phase")
     ap.add_argument("--attention", action="store_true", help="also time one SDPA call per kernel")
     args = ap.parse_args(argv)
-    config = TransformerConfig(
-        src_vocab_size=4000,
-        tgt_vocab_size=4000,
-        num_hiddens=192,
-        num_heads=4,
-        num_layers=2,
-        ffn_num_hiddens=384,
-        dropout=0.0,
-        share_embeddings=True,
-    )
+    config = TransformerConfig(src_vocab_size=4000, tgt_vocab_size=4000, **get_preset("transformer", "laptop")["model"])
     batches = make_batches(4, args.batch_size, args.min_len, args.max_len, 4000, 4000)
     tokens = statistics.median(int(b[4].sum()) for b in batches)
     feats = sorted(f for f in cpu_features() if f.startswith(("avx512f", "avx512_bf16", "avx512_vnni", "amx")))

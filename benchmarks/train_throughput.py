@@ -168,10 +168,8 @@ def train_step(model, opt, batch, device, amp, only_real=False):
     opt.zero_grad(set_to_none=True)
     mixed = model if isinstance(model, Bf16Compute) else None
     if mixed is not None:
-        mixed.refresh()
-        model = mixed.model
-    if mixed is not None:
-        ctx = bf16_attention(device)
+        mixed.refresh()  # this step's bf16 weights, from the fp32 masters
+        model, ctx = mixed.model, bf16_attention(device)
     else:
         ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp)
     with ctx:

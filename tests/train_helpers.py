@@ -12,8 +12,6 @@ needs_data = pytest.mark.skipif(
     not DATA or not Path(DATA).is_file(), reason="set ATTNLAB_DATA to the fra-eng.zip corpus to run training tests"
 )
 
-
-# Subprocesses (`python -m attnlab train ...`) get the same through the environment.
 # The bundled sample split for head analyses: a fifth held out for validation, a tenth for test.
 SAMPLE_SPLIT = {"loader": "translation", "min_freq": 1, "valid_fraction": 0.2, "test_fraction": 0.1, "use_cache": False}
 
@@ -25,6 +23,28 @@ def sample_split() -> dict:
     return {**SAMPLE_SPLIT, "path": str(sample_data_path())}
 
 
+def sample_transformer(data):
+    """The head analyses' tiny Transformer (2 layers, 4 heads, D 16) for a loaded `sample_split()`, seed 0."""
+    import torch
+
+    from attnlab.models import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), 16, 4, 2, 32, dropout=0.0, max_len=64)
+    return Transformer(cfg).eval()
+
+
+def save_sample_run(run, model, data):
+    """`model` as an attnlab run at `run` (config.json with `sample_split()`, vocabularies, weights)."""
+    from attnlab.runs.config import write_run_config
+    from attnlab.runs.weights import save_weights
+
+    write_run_config(run, "transformer", model.config.to_dict(), {}, sample_split(), data.src_vocab, data.tgt_vocab)
+    save_weights(model, run / "model.safetensors")
+    return run
+
+
+# Subprocesses (`python -m attnlab train ...`) get the same through the environment.
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", **({"ATTNLAB_DATA": DATA} if DATA else {})}
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from train_helpers import sample_split
+from train_helpers import sample_split, sample_transformer, save_sample_run
 
 from attnlab.analysis.alignment import CRITERION, choose_alignment, word_confidence
 from attnlab.analysis.heads import validation_batches
@@ -14,11 +14,8 @@ from attnlab.cli import main
 from attnlab.data import load_data
 from attnlab.decoding import DecodeOptions
 from attnlab.decoding.alignment import alignment_heads
-from attnlab.models import Transformer, TransformerConfig
-from attnlab.runs.config import write_run_config
 from attnlab.runs.loading import load_translator
 from attnlab.runs.outputs import claim_output
-from attnlab.runs.weights import save_weights
 
 DATA = sample_split()
 QUICK = ["--limit", "6", "--no-bleu", "--no-curve"]
@@ -27,18 +24,13 @@ QUICK = ["--limit", "6", "--no-bleu", "--no-curve"]
 @pytest.fixture(scope="module")
 def setup(one_thread):
     data = load_data(DATA)
-    torch.manual_seed(0)
-    cfg = TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), 16, 4, 2, 32, dropout=0.0, max_len=64)
-    return data, Transformer(cfg).eval()
+    return data, sample_transformer(data)
 
 
 @pytest.fixture
 def run(setup, tmp_path):
     data, model = setup
-    run = tmp_path / "run"
-    write_run_config(run, "transformer", model.config.to_dict(), {}, DATA, data.src_vocab, data.tgt_vocab)
-    save_weights(model, run / "model.safetensors")
-    return run
+    return save_sample_run(tmp_path / "run", model, data)
 
 
 def test_word_confidence_equals_one_sentence_at_a_time(setup):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from train_helpers import sample_split
+from train_helpers import sample_split, sample_transformer, save_sample_run
 
 from attnlab.analysis import (
     attention_kinds,
@@ -32,18 +32,7 @@ def setup(one_thread):
     from attnlab.data import load_data
 
     data = load_data(DATA)
-    torch.manual_seed(0)
-    cfg = TransformerConfig(
-        len(data.src_vocab),
-        len(data.tgt_vocab),
-        num_hiddens=16,
-        num_heads=4,
-        num_layers=2,
-        ffn_num_hiddens=32,
-        dropout=0.0,
-        max_len=64,
-    )
-    model = Transformer(cfg).eval()
+    model = sample_transformer(data)
     return data, model, Translator(model, data.src_vocab, data.tgt_vocab, {"data": DATA}, max_len=64)
 
 
@@ -118,8 +107,7 @@ def test_gradient_importance_matches_finite_differences(setup):
 def test_pruned_model_equals_masked_and_saves_loads(setup, tmp_path):
     data, model, translator = setup
     run = tmp_path / "run"
-    write_run_config(run, "transformer", model.config.to_dict(), {}, DATA, data.src_vocab, data.tgt_vocab)
-    save_weights(model, run / "model.safetensors")
+    save_sample_run(run, model, data)
     heads = {
         "encoder.blocks.0.attention": [1, 2],
         "decoder.blocks.1.cross_attention": [0],
@@ -165,8 +153,7 @@ def test_pruning_curve_starts_at_the_full_model(setup):
 def test_heads_command_end_to_end_and_bad_input(setup, tmp_path, capsys):
     data, model, _ = setup
     run = tmp_path / "run"
-    write_run_config(run, "transformer", model.config.to_dict(), {}, DATA, data.src_vocab, data.tgt_vocab)
-    save_weights(model, run / "model.safetensors")
+    save_sample_run(run, model, data)
     out = tmp_path / "out"
     assert (
         main(
@@ -203,8 +190,7 @@ def test_heads_command_end_to_end_and_bad_input(setup, tmp_path, capsys):
 def test_heads_refuses_int8_in_one_line(setup, tmp_path, capsys):
     data, model, _ = setup
     run = tmp_path / "run"
-    write_run_config(run, "transformer", model.config.to_dict(), {}, DATA, data.src_vocab, data.tgt_vocab)
-    save_weights(model, run / "model.safetensors")
+    save_sample_run(run, model, data)
     argv = ["heads", "--checkpoint", str(run), "--out", str(tmp_path / "out"), "--precision", "int8", "--limit", "2"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

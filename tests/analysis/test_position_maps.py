@@ -4,13 +4,14 @@ and the explorer's endpoint returns the same numbers, with a one-line 422 for le
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 from matplotlib.figure import Figure
 
-from attnlab.analysis.positions import position_figure, position_maps
+from attnlab.analysis.positions import position_figure, position_maps, position_numbers
 from attnlab.attention.bias import alibi_slopes, t5_relative_bucket
 from attnlab.data import Vocab
 from attnlab.decoding.translator import Translator
@@ -97,3 +98,7 @@ def test_api_positions_field_values(tmp_path):
         bad = client.get("/api/positions", params={"source_len": 0, "target_len": T})
         assert bad.status_code == 422 and "source_len must lie in 1.." in bad.json()["detail"]
         assert "/api/positions" in client.get("/openapi.json").json()["paths"]
+        big = client.get("/api/positions", params={"source_len": 1000, "target_len": T})  # 4 x 1000² biases
+        assert big.status_code == 413 and "--max-response-bytes" in big.json()["detail"]
+    assert position_numbers(model, S, T) == 4 * (S * S + T * T)
+    assert len(json.dumps(position_maps(model, S, T))) < 12 * position_numbers(model, S, T)

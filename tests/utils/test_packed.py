@@ -114,7 +114,7 @@ def test_the_fused_qkv_weight_is_packed_once_the_projections_are():
 
     mha = MultiHeadAttention(32, 4).eval()
     x = torch.randn(64, 1, 32)
-    with torch.no_grad():
+    with torch.inference_mode():  # as decoding runs
         before = mha(x, x, x)  # the concatenated Q/K/V weight is cached here, unpacked
         assert mha._qkv_cached[-1] is None
         pack_linears(mha, copy=False)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from attnlab.attention import mask_heads, record_attention
 from attnlab.attention.recording import attention_maps
-from attnlab.decoding.alignment import align_batch, alignment_heads, source_word_index, target_word_index
+from attnlab.decoding.alignment import align_batch, source_word_index, target_word_index
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions
@@ -249,8 +249,7 @@ def _contains(tokens: list[int], phrase: list[int]) -> bool:
 def _search(translator, text: str, ids: list[int], options: DecodeOptions, trace: list | None) -> tuple:
     """The hypotheses `Translator.translate_tokens` finds for `text` with `options` (the same calls, so the
     same results), each as an nbest entry, and the best one's alignment (options.align) or None."""
-    layer, chosen, saved = options.align_layer, options.align_heads, translator.alignment  # saved: alignment.json
-    heads = alignment_heads(translator.model, layer, chosen, saved) if options.align else None
+    heads = translator.alignment_heads(options.align_layer, options.align_heads) if options.align else None
     prefixes, constraints = translator.encode_targets([ids], options)
     if options.plain:  # as Translator.search: the plain decode (here with its trace, if asked)
         hyps = [_decode(translator, ids, options.beam, trace, options.length_penalty)]

@@ -54,9 +54,8 @@ def position_maps(model, source_len: int, target_len: int) -> dict:
     """
     if source_len < 1 or target_len < 1:
         raise ValueError(f"position maps need lengths of at least 1, got source {source_len}, target {target_len}")
-    scheme = attention_layout(model)[0]
-    cfg = getattr(model, "config", None)
-    out: dict = {"scheme": scheme, "num_heads": getattr(cfg, "num_heads", None)}
+    scheme, num_heads, _ = attention_layout(model)
+    out: dict = {"scheme": scheme, "num_heads": num_heads}
     if scheme in ("alibi", "t5"):
         enc, dec = model.encoder.relative_bias, model.decoder.relative_bias
         out["encoder_self"] = _bias_maps(enc, source_len, causal=False)
@@ -78,6 +77,17 @@ def position_maps(model, source_len: int, target_len: int) -> dict:
     return out
 
 
+def position_numbers(model, source_len: int, target_len: int) -> int:
+    """How many numbers `position_maps` returns for these lengths (a server bounds its answer with it):
+    H x (S² + T²) biases for alibi / t5, max(S, T) x rot_dim / 2 angles for rope, none otherwise."""
+    scheme, num_heads, _ = attention_layout(model)
+    if scheme in ("alibi", "t5"):
+        return (num_heads or 0) * (source_len**2 + target_len**2)
+    if scheme == "rope":
+        return max(source_len, target_len) * model.encoder.rotary.rot_dim // 2
+    return 0
+
+
 def position_figure(model, head: int = 0, source_len: int = 8, target_len: int = 8) -> Figure:
     """A matplotlib Figure of what `model`'s positions add to `head`: the ALiBi or T5 bias heatmaps
     (encoder and decoder self-attention), the RoPE angle of each feature pair at each position, or a
@@ -85,4 +95,4 @@ def position_figure(model, head: int = 0, source_len: int = 8, target_len: int =
     return plot_position_maps(position_maps(model, source_len, target_len), head)
 
 
-__all__ = ["position_figure", "position_maps"]
+__all__ = ["position_figure", "position_maps", "position_numbers"]

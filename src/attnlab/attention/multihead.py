@@ -164,9 +164,13 @@ class MultiHeadAttention(Recordable, nn.Module):
             or any(x is not y for x, y in zip(cached[0], params))
             or cached[1] != versions
         ):
-            W = torch.cat(ws)
+            # Made outside inference mode: an inference tensor could not be packed (no version counter),
+            # and its staleness is the Parameters' to tell anyway (`versions`).
+            with torch.inference_mode(False):
+                W = torch.cat([w.detach() for w in ws])
+                b = None if bs is None else torch.cat([t.detach() for t in bs])
             packed = pack_weight(W) if type(self.W_q) is PackedLinear and can_pack(W) else None
-            cached = (params, versions, W, None if bs is None else torch.cat(bs), packed)
+            cached = (params, versions, W, b, packed)
             self.__dict__["_qkv_cached"] = cached
         return cached[2], cached[3], cached[4]
 
@@ -253,7 +257,7 @@ class MultiHeadAttention(Recordable, nn.Module):
             self._record(unfold_beams(weights, beam))
             return out
         if self._use_blockwise(Lq, Lk, valid_lens, mask):
-            return self._local_blockwise(q, k, v, valid_lens, causal, position_bias)
+            return local_blockwise(self, q, k, v, valid_lens, causal, position_bias)
         if position_bias is not None:
             visible = build_mask(q.shape[0], Lq, Lk, valid_lens, mask, causal, self.window, q.device)
             bias = self._bias(position_bias, torch.arange(Lk - Lq, Lk), torch.arange(Lk), q.device)
@@ -382,9 +386,6 @@ class MultiHeadAttention(Recordable, nn.Module):
             and Lq > 2 * self.block_size
             and (valid_lens is None or torch.as_tensor(valid_lens).dim() == 1)
         )
-
-    def _local_blockwise(self, q, k, v, valid_lens, causal, position_bias=None) -> Tensor:
-        return local_blockwise(self, q, k, v, valid_lens, causal, position_bias)
 
 
 __all__ = ["MultiHeadAttention", "KVCache", "window_mask"]

@@ -27,6 +27,11 @@ def half_split_permutation(rot_dim: int) -> Tensor:
     return torch.cat([torch.arange(0, rot_dim, 2), torch.arange(1, rot_dim, 2)])
 
 
+def rotary_dim(head_dim: int, fraction: float) -> int:
+    """Features of a head that RoPE rotates: the `fraction` share of head_dim, rounded down to pairs."""
+    return int(head_dim * fraction) // 2 * 2
+
+
 class RotaryEmbedding(nn.Module):
     """Rotates the first `rot_dim` features of each head of q and k by position-dependent angles.
 
@@ -58,7 +63,7 @@ class RotaryEmbedding(nn.Module):
                 f"RotaryEmbedding needs head_dim > 0, 0 < fraction <= 1 and base > 1, got head_dim={head_dim}, "
                 f"fraction={fraction}, base={base}"
             )
-        rot = int(head_dim * fraction) // 2 * 2
+        rot = rotary_dim(head_dim, fraction)
         if rot == 0:
             raise ValueError(
                 f"rotary fraction {fraction} of head_dim {head_dim} rotates no feature pair; raise the fraction"

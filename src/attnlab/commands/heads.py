@@ -103,10 +103,10 @@ def run(args) -> int:
     refuse_model_types(args.checkpoint, {"decoder-only": "translate, evaluate and attention do"}, "heads")
     claim = claim_output(args.out, "heads", force=args.force, sources=[args.checkpoint])
     target, why = None, None
-    if not args.no_save_alignment:  # checked before any work: a user's alignment.json is never replaced
+    if args.weights and not args.no_save_alignment:
+        why = "--weights are not the run's own; the alignment choice is not saved (see heads.json)"
+    elif not args.no_save_alignment:  # checked before any work: a user's alignment.json is never replaced
         target, why = alignment_target(args.checkpoint)
-        if target is not None and args.weights:
-            target, why = None, "--weights are not the run's own; the alignment choice is not saved (see heads.json)"
     translator = open_translator(args)
     attention_kinds(translator.model)  # a Bahdanau model fails here, before any work
     head_masks_check(translator.model, prune)  # bad module names / head indices, before any work

@@ -234,9 +234,7 @@ def run(args) -> int:
     options = decode_options(args)  # every flag checked before the model loads
     translator = open_translator(args)
     if args.align:  # a model without cross-attention, or a layer/head it lacks: refused before decoding
-        from attnlab.decoding.alignment import alignment_heads
-
-        alignment_heads(translator.model, options.align_layer, options.align_heads, translator.alignment)
+        translator.alignment_heads(options.align_layer, options.align_heads)
     n_best = args.n_best is not None
     if args.sentences:
         # Arguments that are not UTF-8 reach Python as lone surrogates (surrogateescape).

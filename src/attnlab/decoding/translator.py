@@ -173,6 +173,11 @@ class Translator:
         self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
         self.alignment: SavedAlignment | None = None  # a run's alignment.json: the default layer and heads of align
 
+    def alignment_heads(self, layer: int | None = None, heads=None) -> tuple[int, list[int]]:
+        """The (layer, heads) an alignment reads: those given, else the run's alignment.json, else the
+        last-but-one layer's heads (`attnlab.decoding.alignment.alignment_heads`)."""
+        return alignment_heads(self.model, layer, heads, self.alignment)
+
     def output_limit(self, src_len: int, max_len: int | None = None) -> int:
         """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,
         2 * src_len + 10 (or `max_len` where given: `DecodeOptions.max_len`), and the decoder's position
@@ -288,11 +293,7 @@ class Translator:
             return [self._translation(s, ids, h) for s, ids, h in zip(sentences, src_ids, hyps)]
         if beam != 1 and beam != options.beam:
             raise ValueError(f"beam={beam} and options.beam={options.beam} disagree; give the beam in DecodeOptions")
-        heads = (
-            alignment_heads(self.model, options.align_layer, options.align_heads, self.alignment)
-            if options.align
-            else None
-        )
+        heads = self.alignment_heads(options.align_layer, options.align_heads) if options.align else None
         prefixes, constraints = self.encode_targets(src_ids, options)
         nbest = self.search(src_ids, options, prefixes, constraints)
         aligned: list = [[None] * len(h) for h in nbest]

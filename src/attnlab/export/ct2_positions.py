@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from attnlab.attention.rotary import rotary_dim
+
 if TYPE_CHECKING:
     from attnlab.models import TransformerConfig
 
@@ -58,10 +60,8 @@ def _stack_options(config: TransformerConfig) -> dict[str, Any]:
     if config.kv_heads != config.num_heads:
         options["num_heads_kv"] = config.kv_heads
     if config.positions == "rope":
-        head_dim = config.num_hiddens // config.num_heads
-        # attnlab's RotaryEmbedding rounds the rotated share down to an even count of features
         options.update(
-            rotary_dim=int(head_dim * config.rope_fraction) // 2 * 2,
+            rotary_dim=rotary_dim(config.num_hiddens // config.num_heads, config.rope_fraction),
             rotary_interleave=False,
             rotary_base=config.rope_base,
         )

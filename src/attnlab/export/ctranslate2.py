@@ -160,7 +160,7 @@ def alignment_export(model: nn.Module, alignment: tuple[int, list[int]] | None =
     kept = [h for h in range(c.num_heads) if h not in removed]  # the exported index of each head left
     chosen = list(dict.fromkeys(kept[h] for h in heads))  # a head listed twice averages as itself
     order = chosen + [h for h in range(c.num_heads) if h not in chosen]
-    if order != sorted(order) and getattr(c, "kv_heads", c.num_heads) != c.num_heads:
+    if order != sorted(order) and c.kv_heads != c.num_heads:
         raise ValueError(
             f"alignment heads {heads} of layer {layer} cannot be put first in a grouped-query cross-attention; "
             "choose heads 0..k-1 (--align-heads) or export without the run's alignment.json"
@@ -270,7 +270,7 @@ def export(
     _require_ctranslate2()
     translator = load_translator(run_dir, weights=weights)
     check_exportable(translator.model)
-    alignment = alignment_heads(translator.model, None, None, translator.alignment)  # the run's alignment.json
+    alignment = translator.alignment_heads()  # the run's alignment.json, else the default
     spec = build_spec(translator.model, translator.src_vocab, translator.tgt_vocab, alignment)
     spec.validate()
     spec.optimize(quantization=quantization)

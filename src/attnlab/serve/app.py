@@ -18,6 +18,7 @@ only "internal error" with the request id (the traceback goes to the server's lo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -40,7 +41,7 @@ from attnlab.analysis.explanation import (
     head_masks_for,
 )
 from attnlab.analysis.heads import head_confidence
-from attnlab.analysis.positions import position_maps
+from attnlab.analysis.positions import position_maps, position_numbers
 from attnlab.analysis.subwords import merge_subwords
 from attnlab.data import ATTRIBUTION
 from attnlab.decoding.translator import InputError, TextTooLong
@@ -323,7 +324,9 @@ def create_app(
             data_attribution=ATTRIBUTION,
         )
 
-    @app.get("/api/positions", response_model=PositionMaps, response_model_exclude_none=True, responses=doc(422, 431))
+    @app.get(
+        "/api/positions", response_model=PositionMaps, response_model_exclude_none=True, responses=doc(413, 422, 431)
+    )
     async def positions(source_len: int, target_len: int, request: Request):
         """What the position scheme adds to each head for a source of `source_len` tokens (<eos> included)
         and an output of `target_len`: ALiBi's or T5's bias, RoPE's angles, or the scheme's name only."""
@@ -335,7 +338,16 @@ def create_app(
                 f"got {source_len} and {target_len}",
                 request,
             )
-        return position_maps(translator.model, source_len, target_len)
+        # Each number prints as "-0.0625," or so: 12 bytes counted. Built off the event loop.
+        size = 12 * position_numbers(translator.model, source_len, target_len) + 1024
+        if size > limits.max_response_bytes:
+            return _error(
+                413,
+                f"these position maps could take {size} bytes, over the explorer's limit of "
+                f"{limits.max_response_bytes} (--max-response-bytes); ask for shorter lengths",
+                request,
+            )
+        return await asyncio.to_thread(position_maps, translator.model, source_len, target_len)
 
     @app.get("/healthz", response_model=Health, responses=doc(431))
     async def healthz():

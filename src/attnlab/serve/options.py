@@ -8,7 +8,6 @@ import math
 from typing import Any
 
 from attnlab.analysis.explanation import MAX_CHARS
-from attnlab.decoding.alignment import alignment_heads
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import Translation
 
@@ -37,7 +36,7 @@ def explorer_options(translator, ids: list[int], options: dict[str, Any], beam: 
         raise ValueError("constraints: give a list of phrases (the explorer translates one sentence)")
     translator.encode_targets([ids], opts)
     if opts.align:
-        alignment_heads(translator.model, opts.align_layer, opts.align_heads, translator.alignment)
+        translator.alignment_heads(opts.align_layer, opts.align_heads)
     return opts
 
 

@@ -188,8 +188,9 @@ class Trainer:
         model = self.ddp_model if self.mixed is None else self.mixed.model
         if self.mixed is not None:
             self.mixed.refresh()  # this step's bf16 weights, from the fp32 masters
-        self.ddp_model.train()
         model.train()
+        if self.mixed is not None:
+            self.ddp_model.train()  # the masters' mode, which validation and checkpoints read
         local_tokens = sum(int(b.num_tokens) for b in batches)
         total = torch.tensor([float(local_tokens)], device=self.device)
         if self.world_size > 1:

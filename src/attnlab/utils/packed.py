@@ -1,7 +1,7 @@
 """Linear layers on weights reordered once for oneDNN, for decoding on the CPU.
 
     PackedLinear                      -> an nn.Linear whose inference forward on the CPU runs oneDNN
-    pack_linears(model, copy=True)    -> model (or a copy) with every nn.Linear a PackedLinear, packed
+    pack_linears(model, copy=True)    -> model (or a copy) with every nn.Linear a PackedLinear
     retype_linears(model, frm, to)    -> every layer of exact type `frm` made a `to` (in place, or a copy)
     linear(x, weight, bias, packed)   -> F.linear(x, weight, bias), on `packed` where that is faster
 
@@ -120,19 +120,20 @@ class PackedLinear(nn.Linear):
 
     def packed_weight(self) -> Tensor | None:
         """The reordered weight, remade if the weight changed (`weight_key`); None where it cannot be packed."""
-        w = self.weight
-        if not can_pack(w):
-            return None
+        return self._packed_weight() if can_pack(self.weight) else None
+
+    def _packed_weight(self) -> Tensor:
+        w, key = self.weight, weight_key(self.weight)
         cached = self.__dict__.get("_packed")  # (weight, weight_key, packed)
-        if cached is None or cached[0] is not w or cached[1] != weight_key(w):
-            cached = (w, weight_key(w), pack_weight(w))
+        if cached is None or cached[0] is not w or cached[1] != key:
+            cached = (w, key, pack_weight(w))
             self.__dict__["_packed"] = cached
         return cached[2]
 
     def forward(self, x: Tensor) -> Tensor:
-        if not packable(x, self.weight, self.bias):
+        if not packable(x, self.weight, self.bias):  # packable implies can_pack
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight(), self.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(), self.bias, "none", [], "")
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -151,10 +152,7 @@ def retype_linears(model: nn.Module, frm: type, to: type, copy: bool = False) ->
 
 
 def pack_linears(model: nn.Module, copy: bool = True) -> nn.Module:
-    """`model` (copy=False) or a copy in which every nn.Linear is a PackedLinear, packed now (not on the
-    first call, which decoding workers could otherwise race to)."""
-    out = retype_linears(model, nn.Linear, PackedLinear, copy)
-    for m in out.modules():
-        if type(m) is PackedLinear:
-            m.packed_weight()
-    return out
+    """`model` (copy=False) or a copy in which every nn.Linear is a PackedLinear. Each packs on its first
+    inference call, so layers that never run alone (self-attention's W_q, W_k, W_v, which run fused) take
+    no memory for it; two decoding workers reaching a layer first at once both pack it, the same way."""
+    return retype_linears(model, nn.Linear, PackedLinear, copy)

@@ -160,10 +160,14 @@ def autocast(choice: PrecisionChoice, device: torch.device | str):
     also casts the logits to fp32). On the CPU attention runs on SDPA's math path (`bf16_attention`)."""
     if choice.picked != "bf16":
         return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16))
-    stack.enter_context(bf16_attention(device))
-    return stack
+    return _bf16_autocast(device)
+
+
+@contextlib.contextmanager
+def _bf16_autocast(device: torch.device | str):
+    # entered by `with`, not when `autocast` is called: sdpa_kernel sets process-wide flags
+    with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16), bf16_attention(device):
+        yield
 
 
 def int8_layers(model: nn.Module, keep_fp32: tuple[str, ...] = INT8_KEEP_FP32) -> list[str]:
