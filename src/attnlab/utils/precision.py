@@ -20,9 +20,9 @@ Every command and the Python API default to `fp32`: the same model gives the sam
 - `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
-      (1.22-1.48x fp32 greedy with packed linears, BLEU within 0.1, on an AVX512-VNNI EPYC; as fast as bf16
+      (1.22-1.52x fp32 greedy with packed linears, BLEU within 0.1, on an AVX512-VNNI EPYC; as fast as bf16
       on validation there, 1.22-1.27x against 1.23-1.31x, and closer to fp32's BLEU, -0.03 against -0.16);
-    else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.24-1.31x there);
+    else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.14-1.31x there);
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
     native bf16 (the bf16 compute copy of `attnlab.training.mixed`: 1.9-2.3x fp32's tokens/s at the
