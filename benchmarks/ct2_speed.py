@@ -16,7 +16,7 @@ Each floor prints what it captured: its matmuls, quantized linears and attention
 
 Each side gets the same number of threads (--threads T) and may use them its best way, each at its
 best batch size: an engine spec is `NAME[:bN][:wK]` (batch N sentences; K workers of T / K threads).
-attnlab NAME is a precision (fp32, int8, bf16) or a variant of benchmarks/precision.py ("int8 (per-row)");
+attnlab NAME is a precision (fp32, int8, bf16) or a variant of benchmarks/precision.py ("int8 (fbgemm)");
 its workers are `Translator.decode(workers=K)`. CTranslate2 NAME is a compute_type; its workers are inter_threads
 (batches submitted asynchronously, so K run at once).
 

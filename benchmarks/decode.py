@@ -25,6 +25,7 @@ linear layers packed for oneDNN); --unpacked leaves them as F.linear.
 """
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -40,6 +41,7 @@ from common import table
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy_search import greedy
 from attnlab.models import Transformer, TransformerConfig
+from attnlab.utils import native
 from attnlab.utils.precision import prepare_for_inference
 from attnlab.utils.runtime import intra_op_threads
 
@@ -119,8 +121,10 @@ def kernel_floor(fn, ops, device):
 
 def capture_kernels(fn, ops) -> list:
     """The calls of `ops` that `fn` makes, in order: (op, args, kwargs), tensors as ("tensor", shape,
-    dtype). Capture once, then replay subsets (`replay_kernels` of the calls whose op is in a smaller set)."""
-    with _Kernels(ops) as rec:
+    dtype). Capture once, then replay subsets (`replay_kernels` of the calls whose op is in a smaller set).
+    With ATTENTION among `ops` the capture runs with attnlab's C kernels off (no dispatch mode sees a C
+    call): the attention floor is PyTorch's kernels, which the C few-queries kernel beats."""
+    with native.off() if ops & ATTENTION else contextlib.nullcontext(), _Kernels(ops) as rec:
         fn()
     return rec.calls
 

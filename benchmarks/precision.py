@@ -7,17 +7,19 @@ hits them alike; sentences/s is the median
 over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpus BLEU (sacreBLEU) of
 each variant is printed beside it, and how many sentences it translates exactly as fp32 does (fp32 is
 always run, first: the baseline of every column; 'fp32 (F.linear)' is fp32 without its packed linear
-layers, as attnlab decoded before them). Model loading and conversion are not timed. --floors adds
+layers, as attnlab decoded before them; a name followed by ' without C kernels' is that variant on
+PyTorch's operators alone, `attnlab.utils.native.off`). Model loading and conversion are not timed. --floors adds
 each precision's kernel floor: its linear-layer kernels, captured once from a decode and replayed back to
 back on ready operands (LINEAR), timed in the same interleaved rounds.
 
     flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3 \
-        --split valid --workers 2 --floors --precisions 'fp32,bf16,int8,int8 (fp32 output),int8 (per-row)'
+        --split valid --workers 2 --floors --precisions 'fp32,bf16,int8,int8 (fbgemm),fp32 without C kernels'
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import shlex
@@ -37,6 +39,7 @@ from decode import capture_kernels, replay_kernels
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.runs.loading import load_translator
+from attnlab.utils import native
 from attnlab.utils.packed import PackedLinear, retype_linears
 from attnlab.utils.precision import (
     DECODE_PRECISIONS,
@@ -54,8 +57,8 @@ QUANTIZED = {
     getattr(torch.ops.quantized, name).default
     for name in ("linear_dynamic", "linear_dynamic_fp16", "linear")
     if hasattr(torch.ops.quantized, name)
-}
-LINEAR = {_aten.linear.default, _aten.addmm.default, _aten.mm.default, _aten._int_mm.default} | QUANTIZED | PACKED
+} | {_aten._int_mm.default}  # the int8 products of `Int8Linear` (per-row scales)
+LINEAR = {_aten.linear.default, _aten.addmm.default, _aten.mm.default} | QUANTIZED | PACKED
 ATTENTION = SDPA | {_aten.matmul.default, _aten.bmm.default}
 
 
@@ -83,9 +86,12 @@ def header(argv) -> None:
 INT8_VARIANTS = {
     "int8": {},
     "int8 (fp32 output)": {"keep_fp32": ("decoder.dense",)},
+    "int8 (fbgemm)": {"kernel": "fbgemm"},
     "int8 (per-tensor)": {"kernel": "fbgemm-tensor"},
-    "int8 (per-row)": {"kernel": "int_mm"},
 }
+# Appended to any variant's name: that variant with attnlab's C kernels off (`attnlab.utils.native.off`),
+# PyTorch's operators in their place.
+NO_NATIVE = " without C kernels"
 
 
 # fp32 as it ran before its linear layers were packed for oneDNN (F.linear: the weight reordered per call).
@@ -101,7 +107,8 @@ def variants(translator, names):
     """name -> a Translator sharing vocabularies, with the model prepared for that precision
     (fp32, bf16, auto, UNPACKED or one of INT8_VARIANTS)."""
     out = {}
-    for name in names:
+    for full in names:
+        name = full.removesuffix(NO_NATIVE)
         t = copy.copy(translator)
         if name == UNPACKED:
             t.model = unpacked(translator.model)
@@ -112,11 +119,17 @@ def variants(translator, names):
         else:
             raise SystemExit(
                 f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS}, "
-                f"{UNPACKED!r} or {list(INT8_VARIANTS)}"
+                f"{UNPACKED!r} or {list(INT8_VARIANTS)}, any of them followed by {NO_NATIVE!r}"
             )
         t.precision = resolve_precision("int8" if name in INT8_VARIANTS else "fp32" if name == UNPACKED else name)
-        out[name] = t
+        out[full] = t
     return out
+
+
+def translate(t, src, batch_size, name):
+    """t's outputs for src, with the C kernels off when the variant's name says so."""
+    with native.off() if name.endswith(NO_NATIVE) else contextlib.nullcontext():
+        return t.translate_ids(src, batch_size=batch_size)
 
 
 def same_as_baseline(hyps: dict[str, list], baseline: str) -> dict[str, str]:
@@ -153,8 +166,8 @@ def main(argv=None) -> int:
     )
     hyps = {}
     for n in names:  # warm-up pass (also gives the outputs: decoding is deterministic)
-        hyps[n] = models[n].translate_ids(src, batch_size=args.batch_size)
-    runs = {n: (lambda t=models[n]: t.translate_ids(src, batch_size=args.batch_size)) for n in names}
+        hyps[n] = translate(models[n], src, args.batch_size, n)
+    runs = {n: (lambda t=models[n], n=n: translate(t, src, args.batch_size, n)) for n in names}
     floors = {}
     for n in names if args.floors else ():
         models[n].workers = 1  # one capture on one thread; the replay deals the calls over the workers

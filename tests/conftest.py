@@ -83,6 +83,15 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def c_kernels():
+    """attnlab's C kernels built here; skips where no C compiler is found (a failure under CI=true)."""
+    from attnlab.utils import native
+
+    if native.load("few_queries") is None:
+        pytest.skip(f"needs a C compiler for attnlab's C kernels: {native.status('few_queries')} (.ci/run installs it)")
+
+
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     """One headless Chromium (selenium) per test module, keeping its console for the no-errors checks.

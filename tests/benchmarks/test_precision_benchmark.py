@@ -78,9 +78,9 @@ def test_precision_benchmark_prints_speed_and_bleu(run_dir):
 
 @needs_data
 def test_precision_floors_replay_each_precisions_linear_kernels(run_dir):
-    out = _bench("precision.py", run_dir, "--precisions", "int8,int8 (per-row)", "--floors")
+    out = _bench("precision.py", run_dir, "--precisions", "int8,int8 (fbgemm)", "--floors")
     assert "linear layers alone (floor)" in out
-    for name in ("fp32", "int8", "int8 (per-row)"):
+    for name in ("fp32", "int8", "int8 (fbgemm)"):
         cells = _row(out, name)
         assert re.fullmatch(r"[\d.]+ \(\d+ calls\)", cells[-2]) and int(cells[-2].split("(")[1].split()[0]) > 0, out
     assert _row(out, "fp32")[-1] == "1.00x"

@@ -11,6 +11,7 @@ from torch import nn
 from attnlab.decoding.greedy_search import greedy
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.training.loss import masked_cross_entropy
+from attnlab.utils import native
 from attnlab.utils.precision import int8_layers, prepare_for_inference
 from attnlab.utils.quantize import (
     INT8_KERNELS,
@@ -53,6 +54,31 @@ def test_quantize_rows_matches_a_reference_quantize_dequantize():
     err = (q * scale - x).abs()
     assert bool((err <= scale / 2 + 1e-7).all())  # each row on its own grid: the small row is not crushed
     assert q[3].abs().sum() == 0  # an all-zero row quantizes to zeros, not NaN
+
+
+@pytest.mark.usefixtures("c_kernels")
+def test_the_c_passes_give_what_the_pytorch_ops_give():
+    # Rows with halves on the grid (round half to even, as torch.round), an all-zero row, a large one.
+    x = torch.tensor([[127.0, 63.5, -0.5, 1.5, 2.5, -2.5], [0.0] * 6, [3e4, -1e-3, 7.0, 0.25, -0.75, 1.0]])
+    lin = nn.Linear(6, 40)
+    m = Int8Linear.from_float(lin)
+    with torch.inference_mode():
+        got = m(x)
+        with native.off():
+            ref = m(x)
+    assert native.function("int8_rows", "attnlab_quantize_rows_f32", []) is not None  # the C path ran above
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-6)
+    q, scale = quantize_rows(x)
+    assert q[0].tolist() == [127, 64, 0, 2, 2, -2]
+    torch.manual_seed(0)
+    xs = torch.randn(2, 17, 6) * 5  # leading dimensions, and a bias-free layer
+    m = Int8Linear.from_float(nn.Linear(6, 40, bias=False))
+    with torch.inference_mode():
+        got = m(xs)
+        with native.off():
+            ref = m(xs)
+    assert got.shape == (2, 17, 40)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-6)
 
 
 def test_per_channel_weight_scales_against_torch_quantize_per_channel():

@@ -20,7 +20,7 @@ from .masking import build_mask, window_mask
 from .recording import Recordable
 from .rotary import RotaryEmbedding
 from .scoring import attend, check_qkv
-from .steps import decoding_on_cpu, few_queries_attention, unfold_beams
+from .steps import decoding_on_cpu, few_queries_attention, fold_beams, integer_lengths, native_few_queries, unfold_beams
 
 # A relative position bias: (query positions (Lq,), key positions (Lk,)) -> float (1|B, H, Lq, Lk)
 # added to the scaled scores (`attnlab.attention.bias`: ALiBi, T5).
@@ -202,7 +202,8 @@ class MultiHeadAttention(Recordable, nn.Module):
         if beam > 1:
             if position_bias is not None:
                 raise ValueError("beam > 1 folds beams into the query axis: it allows no position bias")
-            queries = self._fold_beams(queries, keys, valid_lens, mask, causal, beam)
+            folded_causal = self.causal if causal is None else causal
+            queries = fold_beams(queries, keys, valid_lens, mask, folded_causal, self.window, beam)
         check_qkv(queries, keys, values)
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
             if t.shape[-1] != self.num_hiddens:
@@ -224,20 +225,6 @@ class MultiHeadAttention(Recordable, nn.Module):
             out = out * gate.to(out.dtype)[None, :, None, None]  # (B, H, Lq, Dh) * (1, H, 1, 1)
         out = out.transpose(1, 2).reshape(B, Lq, self.num_heads * self.head_dim)  # (B, Lq, H*Dh)
         return self.W_o(out).view(rows, Lq // beam, self.num_hiddens)  # unfolds the beams (free: a view)
-
-    def _fold_beams(self, queries: Tensor, keys: Tensor, valid_lens, mask, causal, beam: int) -> Tensor:
-        """(B*beam, Lq, D) -> (B, beam*Lq, D), after checking that folding changes no output."""
-        R, Lq, D = queries.shape
-        if keys.shape[0] * beam != R:
-            raise ValueError(
-                f"with beam={beam}, queries must have {beam} rows per key row: got queries {tuple(queries.shape)} "
-                f"and keys {tuple(keys.shape)}"
-            )
-        if mask is not None or causal or (causal is None and self.causal) or self.window is not None:
-            raise ValueError("beam > 1 folds beams into the query axis: it allows no mask, causal or window")
-        if valid_lens is not None and torch.as_tensor(valid_lens).dim() != 1:
-            raise ValueError(f"beam > 1 needs valid_lens of shape (B,), got {tuple(torch.as_tensor(valid_lens).shape)}")
-        return queries.reshape(R // beam, beam * Lq, D)
 
     def _gate(self, head_mask) -> Tensor | None:
         """The explicit head_mask times any mask `mask_heads` set for this module in this context."""
@@ -284,6 +271,13 @@ class MultiHeadAttention(Recordable, nn.Module):
         if self.groups > 1:
             k, v = k.repeat_interleave(self.groups, dim=1), v.repeat_interleave(self.groups, dim=1)
         return k, v
+
+    def _native(self, q, k, v, lens: Tensor | None = None) -> Tensor | None:
+        """A decoding step's fp32 queries on attnlab's C kernel (3-7x SDPA's speed at one query over
+        5-30 keys, BENCHMARKS.md); None where it does not apply (`native_few_queries`)."""
+        if self.training and self.dropout.p > 0:
+            return None
+        return native_few_queries(q, k, v, lens, self.groups)
 
     def _few_queries(self, q, k, v, visible: Tensor | None = None) -> Tensor:
         return few_queries_attention(q, *self._repeat_kv(k, v), visible)
@@ -348,7 +342,18 @@ class MultiHeadAttention(Recordable, nn.Module):
         if causal and Lq == 1 and self.window is None and valid_lens is None and mask is None:
             # One query at the last position (a decoding step; causal masks align bottom-right) sees
             # every key: no mask to build.
+            if (out := self._native(q, k, v)) is not None:
+                return out
             return self._few_queries(q, k, v) if decoding_on_cpu(q) else self._sdpa(q, k, v)
+        # Every query of row b sees keys [0, valid_lens[b]): the C kernel takes the lengths as they are.
+        if (
+            not causal
+            and self.window is None
+            and mask is None
+            and integer_lengths(valid_lens)
+            and (out := self._native(q, k, v, valid_lens)) is not None
+        ):
+            return out
         if (
             cache is not None
             and cache.static

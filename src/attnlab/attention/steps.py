@@ -1,12 +1,22 @@
-"""Attention for a decoding step: a few queries on the CPU without SDPA's kernel, and recorded weights of
-beam-folded queries unfolded per hypothesis."""
+"""Attention for a decoding step: a few queries on the CPU without SDPA's kernel (attnlab's C kernel in
+fp32, three PyTorch ops in bf16), and recorded weights of beam-folded queries unfolded per hypothesis."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import torch
 from torch import Tensor
+
+from attnlab.utils import native
+
+# Beyond 8 queries, the most queries x keys the kernel takes: it computes each query alone, which beats
+# SDPA's blocked GEMMs up to about 80 x 80 (2.8x at 10 x 10, 1.2x at 80 x 80, 0.88x at 160 x 160).
+_MAX_QUERIES_KEYS = 64 * 64
+# Work (row-head pairs x keys x head size) from which the C kernel splits a call across torch's threads:
+# below it, starting a thread costs more than it saves.
+_THREAD_WORK = 1 << 18
 
 
 def decoding_on_cpu(q: Tensor) -> bool:
@@ -30,6 +40,79 @@ def few_queries_attention(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | Non
     return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
+def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = None, groups: int = 1) -> Tensor | None:
+    """softmax(q k^T / sqrt(Dh)) v by attnlab's C kernel (`csrc/few_queries.c`), or None where it does not
+    apply: not fp32 on the CPU, autograd on, more than 8 queries unless queries x keys <= 4096 (a short
+    sentence's self-attention), a head dimension that is not contiguous, or no kernel on this machine
+    (`attnlab.utils.native.status`). Query i of row b sees keys [0, lens[b])
+    (all Lk when lens is None; none gives zeros); query head h reads KV head h // groups.
+
+    Shape: q (B, H, Lq, Dh), k, v (B, H / groups, Lk, Dh) (any strides but the last), lens (B,) ->
+    (B, H, Lq, Dh), a transposed view of a contiguous (B, Lq, H, Dh): the output projection's input.
+
+    Examples:
+        >>> q, k = torch.randn(2, 4, 1, 8), torch.randn(2, 4, 5, 8)
+        >>> out = native_few_queries(q, k, k)
+        >>> out is None or torch.allclose(out, torch.softmax(q @ k.mT / 8**0.5, -1) @ k, atol=1e-6)
+        True
+    """
+    B, H, Lq, Dh = q.shape
+    Lk = k.shape[2]
+    if (
+        (Lq > 8 and Lq * Lk > _MAX_QUERIES_KEYS)
+        or q.device.type != "cpu"
+        or not q.dtype == k.dtype == v.dtype == torch.float32
+        or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+        or not q.stride(3) == k.stride(3) == v.stride(3) == 1
+        or k.shape[1] * groups != H
+    ):
+        return None
+    kernel = _few_queries_kernel()
+    if kernel is None:
+        return None
+    if lens is not None:
+        lens = lens.to(device="cpu", dtype=torch.int64).contiguous()
+    out = torch.empty((B, Lq, H, Dh), dtype=torch.float32)
+    threads = torch.get_num_threads() if B * H * Lk * Dh >= _THREAD_WORK else 1
+    status = kernel(
+        q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
+        None if lens is None else lens.data_ptr(), out.data_ptr(),
+        B, H, groups, Lq, Lk, Dh, 1.0 / math.sqrt(Dh), threads,
+    )  # fmt: skip
+    if status:
+        raise MemoryError("attnlab's few-queries attention kernel ran out of memory")
+    return out.transpose(1, 2)
+
+
+def _few_queries_kernel():
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    argtypes = [ptr, i64, i64, i64] * 3 + [ptr, ptr] + [i64] * 6 + [ctypes.c_float, i64]
+    return native.function("few_queries", "attnlab_few_queries_f32", argtypes, ctypes.c_int)
+
+
+def fold_beams(queries: Tensor, keys: Tensor, valid_lens, mask, causal: bool, window, beam: int) -> Tensor:
+    """Beam-folded queries (`MultiHeadAttention.forward(beam=...)`): (B*beam, Lq, D) -> (B, beam*Lq, D),
+    after checking that folding changes no output (no mask, causal or window; valid_lens (B,) at most)."""
+    R, Lq, D = queries.shape
+    if keys.shape[0] * beam != R:
+        raise ValueError(
+            f"with beam={beam}, queries must have {beam} rows per key row: got queries {tuple(queries.shape)} "
+            f"and keys {tuple(keys.shape)}"
+        )
+    if mask is not None or causal or window is not None:
+        raise ValueError("beam > 1 folds beams into the query axis: it allows no mask, causal or window")
+    if valid_lens is not None and torch.as_tensor(valid_lens).dim() != 1:
+        raise ValueError(f"beam > 1 needs valid_lens of shape (B,), got {tuple(torch.as_tensor(valid_lens).shape)}")
+    return queries.reshape(R // beam, beam * Lq, D)
+
+
+def integer_lengths(valid_lens) -> bool:
+    """None, or (B,) integer lengths (as `native_few_queries` reads them)."""
+    return valid_lens is None or (
+        isinstance(valid_lens, Tensor) and valid_lens.dim() == 1 and not valid_lens.is_floating_point()
+    )
+
+
 def unfold_beams(weights: Tensor, beam: int) -> Tensor:
     """Recorded weights of folded queries (B, H, beam*Lq, Lk) -> (B*beam, H, Lq, Lk), one row per hypothesis."""
     if beam == 1:
@@ -38,4 +121,11 @@ def unfold_beams(weights: Tensor, beam: int) -> Tensor:
     return weights.view(B, H, beam, BLq // beam, Lk).transpose(1, 2).reshape(B * beam, H, BLq // beam, Lk)
 
 
-__all__ = ["decoding_on_cpu", "few_queries_attention", "unfold_beams"]
+__all__ = [
+    "decoding_on_cpu",
+    "few_queries_attention",
+    "fold_beams",
+    "integer_lengths",
+    "native_few_queries",
+    "unfold_beams",
+]

@@ -54,7 +54,7 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 INT8_KEEP_FP32: tuple[str, ...] = ()
 # The int8 kernel: fbgemm's dynamic Linear with per-channel weight scales (fastest at the decoder's shapes
 # on AVX2 and AVX512-VNNI CPUs; benchmarks/precision_kernels.py), or 'int_mm' (per-row activation scales).
-INT8_KERNEL = "fbgemm"
+INT8_KERNEL = "int_mm"
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import warnings
 
 import torch
 from torch import Tensor, nn
 from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
+from attnlab.utils import native
 from attnlab.utils.packed import PackedLinear, is_float_linear, retype_linears
 
 __all__ = [
@@ -90,13 +92,45 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
-        xq, row_scale = quantize_rows(x.reshape(-1, self.in_features))  # (M, K), (M, 1)
-        y = torch._int_mm(xq, self.weight_t).float().mul_(row_scale)  # (M, N)
-        y = y.mul_(self.scale) if self.bias is None else torch.addcmul(self.bias, y, self.scale)
+        x2 = x.reshape(-1, self.in_features)  # (M, K)
+        y = _native_int8_linear(x2, self.weight_t, self.scale, self.bias)
+        if y is None:
+            xq, row_scale = quantize_rows(x2)  # (M, K), (M, 1)
+            y = torch._int_mm(xq, self.weight_t).float().mul_(row_scale)  # (M, N)
+            y = y.mul_(self.scale) if self.bias is None else torch.addcmul(self.bias, y, self.scale)
         return y.view(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel x per-row"
+
+
+def _native_int8_linear(x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor | None:
+    """`Int8Linear`'s forward with its two element-wise passes in attnlab's C kernels (`csrc/int8_rows.c`:
+    1.25-1.55x the layer's speed at the decoder's shapes, BENCHMARKS.md), or None where they do not apply
+    (not fp32 on the CPU, autograd, no kernel here). Shape: x (M, K) -> (M, N) float32."""
+    M, K = x.shape
+    if (
+        M == 0
+        or x.device.type != "cpu"
+        or x.dtype != torch.float32
+        or x.stride(1) != 1
+        or (torch.is_grad_enabled() and x.requires_grad)
+        or not all(t.dtype == torch.float32 and t.is_contiguous() for t in (scale, *([] if bias is None else [bias])))
+    ):
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    quantize = native.function("int8_rows", "attnlab_quantize_rows_f32", [ptr, i64, i64, i64, ptr, ptr])
+    dequantize = native.function("int8_rows", "attnlab_dequantize_f32", [ptr, i64, i64, ptr, ptr, ptr, ptr])
+    if quantize is None or dequantize is None:
+        return None
+    xq = torch.empty((M, K), dtype=torch.int8)
+    row_scale = torch.empty(M, dtype=torch.float32)
+    quantize(x.data_ptr(), x.stride(0), M, K, xq.data_ptr(), row_scale.data_ptr())
+    acc = torch._int_mm(xq, weight_t)  # (M, N) int32, converted to float32 in place
+    N = acc.shape[1]
+    bias_ptr = None if bias is None else bias.data_ptr()
+    dequantize(acc.data_ptr(), M, N, row_scale.data_ptr(), scale.data_ptr(), bias_ptr, acc.data_ptr())
+    return acc.view(torch.float32)
 
 
 def fbgemm_linear(linear: nn.Linear, per_channel: bool = True) -> nn.Module:

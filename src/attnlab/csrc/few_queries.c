@@ -1,0 +1,231 @@
+/* Attention of a decoding step's few queries over cached keys and values, fp32, on the CPU.
+
+   softmax(q k^T * scale) v for every (batch row, query head, query), reading the keys/values where
+   they lie (strided views of the KV cache) and writing (B, Lq, H, Dh), the layout the output
+   projection reads. One call covers the whole batch: PyTorch's SDPA runs a small GEMM per
+   (row, head), which at one query over 5-30 keys costs several times the arithmetic.
+
+   Built at first use by attnlab.utils.native with the machine's C compiler (-march=native). Head sizes
+   that are a multiple of 16 up to 128 run on 16-float vectors (GCC/Clang vector extensions: one
+   AVX-512 register, or two AVX2 ones) with the query and the output held in registers; other sizes
+   take a plain loop. The softmax subtracts the row maximum, exponentiates (Cephes' expf polynomial,
+   ~1 ulp) and divides once at the end, as SDPA's flash kernel does. */
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+#define W 16
+
+typedef struct {
+    const float *q, *k, *v;
+    const int64_t *lens;
+    float *out;
+    int64_t qsb, qsh, qsi, ksb, ksh, kst, vsb, vsh, vst;
+    int64_t H, G, Lq, Lk, Dh;
+    float scale;
+    int64_t begin, end; /* (row, head) pairs b * H + h in [begin, end) */
+    int status;
+} job_t;
+
+static inline vf load(const float *p) {
+    vf x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+static inline void store(float *p, vf x) { memcpy(p, &x, sizeof x); }
+
+static inline vf splat(float x) { return (vf){0} + x; }
+
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf4 __attribute__((vector_size(16)));
+
+/* Sum of the lanes by halves (16 -> 8 -> 4 -> 1): register extracts, no trip through memory. */
+static inline float hsum(vf x) {
+    vf8 lo, hi;
+    memcpy(&lo, &x, sizeof lo);
+    memcpy(&hi, (const char *)&x + sizeof lo, sizeof hi);
+    lo += hi;
+    vf4 a, b;
+    memcpy(&a, &lo, sizeof a);
+    memcpy(&b, (const char *)&lo + sizeof a, sizeof b);
+    a += b;
+    return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+static inline float hmax(vf x) {
+    float m = x[0];
+    for (int i = 1; i < W; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+static inline vf select(vi mask, vf a, vf b) { return (vf)((mask & (vi)a) | (~mask & (vi)b)); }
+
+/* e^x for x <= 0 (a softmax's shifted scores), Cephes' expf: range reduction by ln 2, degree-6 polynomial. */
+static inline vf vexp(vf x) {
+    x = select(x < splat(-87.33654f), splat(-87.33654f), x);
+    vf fx = x * 1.44269504088896341f + 0.5f;
+    vf t = __builtin_convertvector(__builtin_convertvector(fx, vi), vf); /* toward zero */
+    fx = select(t > fx, t - 1.0f, t);                                    /* floor */
+    x = x - fx * 0.693359375f - fx * -2.12194440e-4f;
+    vf y = splat(1.9875691500e-4f);
+    y = y * x + 1.3981999507e-3f;
+    y = y * x + 8.3334519073e-3f;
+    y = y * x + 4.1665795894e-2f;
+    y = y * x + 1.6666665459e-1f;
+    y = y * x + 5.0000001201e-1f;
+    y = y * x * x + x + 1.0f;
+    vi e = (__builtin_convertvector(fx, vi) + 127) << 23;
+    return y * (vf)e;
+}
+
+/* exp(s - max) in place over s[0, n), lanes up to the next multiple of W zeroed (the buffer holds them);
+   returns the sum. */
+static float softmax_numerators(float *s, int64_t n) {
+    const vi lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    vf mv = splat(-INFINITY);
+    for (int64_t t = 0; t < n; t += W) {
+        const vi valid = lane < (vi){0} + (int32_t)(n - t);
+        mv = select(valid & (load(s + t) > mv), load(s + t), mv);
+    }
+    const float m = hmax(mv);
+    vf sum = {0};
+    for (int64_t t = 0; t < n; t += W) {
+        const vi valid = lane < (vi){0} + (int32_t)(n - t);
+        const vf e = select(valid, vexp(load(s + t) - m), (vf){0});
+        store(s + t, e);
+        sum += e;
+    }
+    return hsum(sum);
+}
+
+/* One query against n keys, head size NC * W: query, dot sums and output in registers. */
+#define DEFINE_HEAD(NC)                                                                                 \
+    static void head_##NC(const float *q, const float *k, int64_t kst, const float *v, int64_t vst,      \
+                          int64_t n, float scale, float *s, float *o) {                                 \
+        vf qc[NC], acc[NC];                                                                              \
+        for (int c = 0; c < NC; c++) qc[c] = load(q + c * W);                                            \
+        int64_t t = 0;                                                                                   \
+        for (; t + 4 <= n; t += 4) {                                                                     \
+            vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                                   \
+            for (int c = 0; c < NC; c++) {                                                               \
+                a0 += qc[c] * load(k + t * kst + c * W);                                                 \
+                a1 += qc[c] * load(k + (t + 1) * kst + c * W);                                           \
+                a2 += qc[c] * load(k + (t + 2) * kst + c * W);                                           \
+                a3 += qc[c] * load(k + (t + 3) * kst + c * W);                                           \
+            }                                                                                            \
+            s[t] = hsum(a0) * scale;                                                                     \
+            s[t + 1] = hsum(a1) * scale;                                                                 \
+            s[t + 2] = hsum(a2) * scale;                                                                 \
+            s[t + 3] = hsum(a3) * scale;                                                                 \
+        }                                                                                                \
+        for (; t < n; t++) {                                                                             \
+            vf a = {0};                                                                                  \
+            for (int c = 0; c < NC; c++) a += qc[c] * load(k + t * kst + c * W);                         \
+            s[t] = hsum(a) * scale;                                                                      \
+        }                                                                                                \
+        const float l = softmax_numerators(s, n);                                                        \
+        for (int c = 0; c < NC; c++) acc[c] = (vf){0};                                                   \
+        for (t = 0; t < n; t++) {                                                                        \
+            const vf p = splat(s[t]);                                                                    \
+            for (int c = 0; c < NC; c++) acc[c] += p * load(v + t * vst + c * W);                        \
+        }                                                                                                \
+        const float inv = n > 0 ? 1.0f / l : 0.0f; /* no visible key: zeros */                          \
+        for (int c = 0; c < NC; c++) store(o + c * W, acc[c] * inv);                                     \
+    }
+
+DEFINE_HEAD(1)
+DEFINE_HEAD(2)
+DEFINE_HEAD(3)
+DEFINE_HEAD(4)
+DEFINE_HEAD(5)
+DEFINE_HEAD(6)
+DEFINE_HEAD(7)
+DEFINE_HEAD(8)
+
+typedef void (*head_fn)(const float *, const float *, int64_t, const float *, int64_t, int64_t, float, float *,
+                        float *);
+static const head_fn HEADS[9] = {NULL, head_1, head_2, head_3, head_4, head_5, head_6, head_7, head_8};
+
+/* Any head size. */
+static void head_any(const float *q, const float *k, int64_t kst, const float *v, int64_t vst, int64_t n,
+                     int64_t Dh, float scale, float *s, float *o) {
+    for (int64_t t = 0; t < n; t++) {
+        float a = 0.0f;
+        for (int64_t d = 0; d < Dh; d++) a += q[d] * k[t * kst + d];
+        s[t] = a * scale;
+    }
+    const float l = softmax_numerators(s, n);
+    for (int64_t d = 0; d < Dh; d++) o[d] = 0.0f;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t d = 0; d < Dh; d++) o[d] += s[t] * v[t * vst + d];
+    const float inv = n > 0 ? 1.0f / l : 0.0f;
+    for (int64_t d = 0; d < Dh; d++) o[d] *= inv;
+}
+
+static void run(job_t *j) {
+    const int64_t Dh = j->Dh, padded = (j->Lk + W - 1) / W * W;
+    float stack_scores[1024];
+    float *s = padded <= 1024 ? stack_scores : malloc(sizeof(float) * (size_t)padded);
+    if (!s) {
+        j->status = 1;
+        return;
+    }
+    const head_fn fast = Dh % W == 0 && Dh / W <= 8 ? HEADS[Dh / W] : NULL;
+    for (int64_t bh = j->begin; bh < j->end; bh++) {
+        const int64_t b = bh / j->H, h = bh % j->H, kvh = h / j->G;
+        int64_t n = j->lens ? j->lens[b] : j->Lk;
+        n = n < 0 ? 0 : n > j->Lk ? j->Lk : n;
+        const float *k = j->k + b * j->ksb + kvh * j->ksh;
+        const float *v = j->v + b * j->vsb + kvh * j->vsh;
+        for (int64_t i = 0; i < j->Lq; i++) {
+            const float *q = j->q + b * j->qsb + h * j->qsh + i * j->qsi;
+            float *o = j->out + ((b * j->Lq + i) * j->H + h) * Dh;
+            if (fast)
+                fast(q, k, j->kst, v, j->vst, n, j->scale, s, o);
+            else
+                head_any(q, k, j->kst, v, j->vst, n, Dh, j->scale, s, o);
+        }
+    }
+    if (s != stack_scores) free(s);
+}
+
+static void *run_thread(void *arg) {
+    run((job_t *)arg);
+    return NULL;
+}
+
+/* Returns 0, or 1 when memory ran out. Threads split the (row, head) pairs; 1 = the caller's alone. */
+int attnlab_few_queries_f32(const float *q, int64_t qsb, int64_t qsh, int64_t qsi, const float *k, int64_t ksb,
+                            int64_t ksh, int64_t kst, const float *v, int64_t vsb, int64_t vsh, int64_t vst,
+                            const int64_t *lens, float *out, int64_t B, int64_t H, int64_t G, int64_t Lq,
+                            int64_t Lk, int64_t Dh, float scale, int64_t threads) {
+    enum { MAX_THREADS = 64 };
+    job_t jobs[MAX_THREADS];
+    pthread_t tids[MAX_THREADS];
+    const int64_t pairs = B * H;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > pairs) threads = pairs;
+    if (threads < 1) threads = 1;
+    for (int64_t w = 0; w < threads; w++) {
+        job_t j = {q, k, v, lens, out, qsb, qsh, qsi, ksb, ksh, kst, vsb, vsh, vst, H, G, Lq, Lk, Dh, scale,
+                   pairs * w / threads, pairs * (w + 1) / threads, 0};
+        jobs[w] = j;
+    }
+    int64_t started = 0;
+    for (int64_t w = 1; w < threads; w++) {
+        if (pthread_create(&tids[w], NULL, run_thread, &jobs[w]) != 0) break;
+        started++;
+    }
+    for (int64_t w = started + 1; w < threads; w++) run(&jobs[w]); /* threads that could not start */
+    run(&jobs[0]);
+    int status = 0;
+    for (int64_t w = 1; w <= started; w++) pthread_join(tids[w], NULL);
+    for (int64_t w = 0; w < threads; w++) status |= jobs[w].status;
+    return status;
+}

@@ -1,0 +1,180 @@
+"""attnlab's C kernels (`src/attnlab/csrc/*.c`), built at first use with the machine's C compiler.
+
+    load("few_queries")   -> the ctypes library, or None (no compiler, a failed build, ATTNLAB_NATIVE=0)
+    function("few_queries", "attnlab_few_queries_f32", argtypes) -> that C function, or None
+    status("few_queries") -> one line: where the library lies, or why there is none
+
+A kernel is plain C with no PyTorch headers, so a build takes a fraction of a second (a PyTorch C++
+extension compiles for a minute). It is compiled for this CPU (`-march=native`) and kept under
+`$ATTNLAB_CACHE` (default `~/.cache/attnlab`)/native, in a file named by a hash of the source, the flags,
+the compiler and the CPU's features, so a changed kernel, compiler or machine gets its own build. ctypes
+releases the GIL during a call, so the batch workers run the kernels in parallel. Every caller keeps a
+PyTorch path for when `load` gives None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+__all__ = ["FLAGS", "cache_dir", "function", "load", "off", "reset", "status"]
+
+log = logging.getLogger(__name__)
+
+SOURCES = Path(__file__).resolve().parents[1] / "csrc"
+# Vectorised for this CPU; `omp simd` loops without the OpenMP runtime (torch ships its own).
+FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fopenmp-simd", "-fPIC", "-shared", "-std=c11")
+_LIBS = ("-lm", "-lpthread")
+
+_lock = threading.Lock()
+_loaded: dict[str, ctypes.CDLL | None] = {}
+_why: dict[str, str] = {}
+_functions: dict[tuple[str, str], Callable | None] = {}
+_off = 0  # > 0 inside `off()`
+
+
+def cache_dir() -> Path:
+    """Where built kernels are kept: $ATTNLAB_CACHE/native, else ~/.cache/attnlab/native."""
+    root = os.environ.get("ATTNLAB_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "attnlab"
+    )
+    return Path(root) / "native"
+
+
+def load(name: str) -> ctypes.CDLL | None:
+    """The built library of csrc/NAME.c (built now if needed), or None when it cannot be had here."""
+    with _lock:
+        if name not in _loaded:
+            _loaded[name] = _build_and_load(name)
+        return _loaded[name]
+
+
+def function(name: str, symbol: str, argtypes: list, restype=None) -> Callable | None:
+    """The C function `symbol` of csrc/NAME.c with its ctypes signature, or None (see `load`, `off`);
+    looked up once."""
+    if _off:
+        return None
+    key = (name, symbol)
+    if key in _functions:  # the hot path: a dict read, no lock
+        return _functions[key]
+    lib = load(name)
+    fn = None
+    if lib is not None:
+        fn = getattr(lib, symbol)
+        fn.argtypes, fn.restype = argtypes, restype
+    with _lock:
+        _functions[key] = fn
+    return fn
+
+
+@contextlib.contextmanager
+def off() -> Iterator[None]:
+    """Inside the block every caller takes its PyTorch path (benchmarks measure what the kernels give)."""
+    global _off
+    with _lock:
+        _off += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _off -= 1
+
+
+def reset() -> None:
+    """Forget what was loaded, so the next call looks again (after ATTNLAB_NATIVE or CC changed)."""
+    with _lock:
+        _loaded.clear()
+        _functions.clear()
+        _why.clear()
+
+
+def status(name: str) -> str:
+    """What `load(name)` gave, in one line (benchmarks print it)."""
+    load(name)
+    return _why[name]
+
+
+def _compiler() -> list[str] | None:
+    if os.environ.get("CC"):
+        return shlex.split(os.environ["CC"])
+    for cc in ("cc", "gcc", "clang"):
+        if path := shutil.which(cc):
+            return [path]
+    return None
+
+
+def _cpu_features() -> str:
+    """The CPU's identity as -march=native sees it (a build for one CPU may not run on another)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build_and_load(name: str) -> ctypes.CDLL | None:
+    if os.environ.get("ATTNLAB_NATIVE", "1") == "0":
+        _why[name] = "off (ATTNLAB_NATIVE=0)"
+        return None
+    source = SOURCES / f"{name}.c"
+    cc = _compiler()
+    if cc is None:
+        _why[name] = "no C compiler found (set CC, or install gcc): PyTorch's kernels run instead"
+        return None
+    try:
+        version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        _why[name] = f"the C compiler {cc[0]} did not run ({e}): PyTorch's kernels run instead"
+        return None
+    key = "\0".join([source.read_text(), *FLAGS, *cc, version, _cpu_features(), platform.machine()])
+    target = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
+    if not target.exists():
+        error = _compile(cc, source, target)
+        if error:
+            _why[name] = f"building {source.name} failed ({error}): PyTorch's kernels run instead"
+            log.warning("attnlab: %s", _why[name])
+            return None
+    try:
+        lib = ctypes.CDLL(str(target))
+    except OSError as e:
+        _why[name] = f"loading {target} failed ({e}): PyTorch's kernels run instead"
+        return None
+    _why[name] = f"built with {Path(cc[0]).name} {' '.join(FLAGS)}: {target}"
+    return lib
+
+
+def _compile(cc: list[str], source: Path, target: Path) -> str | None:
+    """Build into a temporary file beside `target`, then rename it: a concurrent build or an interrupted one
+    never leaves a half-written library under the final name. Returns None, or the compiler's complaint."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=".so", dir=target.parent)
+        os.close(fd)
+    except OSError as e:
+        return f"cannot write {target.parent}: {e}"
+    try:
+        res = subprocess.run([*cc, *FLAGS, "-o", tmp, str(source), *_LIBS], capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            lines = (res.stderr or res.stdout).strip().splitlines()
+            return lines[0] if lines else f"exit status {res.returncode}"
+        os.replace(tmp, target)
+        return None
+    except (OSError, subprocess.SubprocessError) as e:
+        return str(e)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

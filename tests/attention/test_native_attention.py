@@ -1,0 +1,107 @@
+"""The C few-queries kernel (`native_few_queries`) against SDPA: head sizes on and off its vector path, strided
+cache views, grouped KV heads, key lengths (0 and past the end included), threads; and MultiHeadAttention's
+decoding and encoder paths giving what PyTorch's kernels give."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.attention import MultiHeadAttention
+from attnlab.attention.cache import KVCache
+from attnlab.attention.steps import native_few_queries
+from attnlab.models import Transformer, TransformerConfig
+from attnlab.utils import native
+
+pytestmark = pytest.mark.usefixtures("c_kernels")
+
+
+def _sdpa(q, k, v, lens, groups):
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    if lens is None:
+        return F.scaled_dot_product_attention(q, k, v)
+    visible = (torch.arange(k.shape[2])[None, :] < lens[:, None])[:, None, None, :]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible | ~visible.any(-1, keepdim=True))
+    return out.masked_fill(~visible.any(-1, keepdim=True), 0.0)  # no visible key: zeros
+
+
+@pytest.mark.parametrize("Dh", [16, 48, 128, 20, 144])  # multiples of 16 up to 128 take the vector path
+@pytest.mark.parametrize("Lk", [1, 5, 17, 33])
+@pytest.mark.parametrize("Lq,groups", [(1, 1), (3, 2)])
+def test_matches_sdpa(Dh, Lk, Lq, groups):
+    torch.manual_seed(Dh + Lk)
+    B, H = 5, 4
+    q = torch.randn(B, Lq, 3 * H * Dh)[..., : H * Dh].view(B, Lq, H, Dh).transpose(1, 2)  # a strided view
+    cap = Lk + 7  # keys/values as the decoding cache holds them: (B, Hkv, capacity, Dh), the first Lk steps
+    k = torch.randn(B, H // groups, cap, Dh)[:, :, :Lk]
+    v = torch.randn(B, H // groups, cap, Dh)[:, :, :Lk]
+    lens = torch.tensor([Lk, 1, 0, Lk + 4, max(Lk - 2, 1)])
+    for key_lens in (None, lens):
+        got = native_few_queries(q, k, v, key_lens, groups)
+        assert got is not None and got.shape == (B, H, Lq, Dh)
+        torch.testing.assert_close(got, _sdpa(q, k, v, key_lens, groups), atol=2e-6, rtol=1e-5)
+    # the layout the output projection reads: (B, Lq, H, Dh) contiguous
+    assert got.transpose(1, 2).is_contiguous()
+
+
+def test_threads_split_the_work_without_changing_it():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(64, 4, 1, 64), torch.randn(64, 4, 40, 64), torch.randn(64, 4, 40, 64)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = native_few_queries(q, k, v)
+        torch.set_num_threads(3)
+        three = native_few_queries(q, k, v)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, three)
+
+
+def test_declines_what_it_does_not_compute():
+    q, k = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 4, 16)
+    assert native_few_queries(q.bfloat16(), k.bfloat16(), k.bfloat16()) is None
+    assert native_few_queries(q.requires_grad_(), k, k) is None
+    long_q, long_k = torch.randn(1, 2, 80, 16), torch.randn(1, 2, 80, 16)  # 80 x 80 > 4096: SDPA's
+    assert native_few_queries(long_q, long_k, long_k) is None
+    assert native_few_queries(torch.randn(2, 2, 1, 32)[..., ::2], k, k) is None  # head dim not contiguous
+
+
+def test_multihead_decoding_and_encoder_paths_match_pytorch_kernels():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4, num_kv_heads=2).eval()
+    x = torch.randn(3, 6, 32)
+    lens = torch.tensor([6, 2, 4])
+    with torch.inference_mode():
+        got = mha(x, x, x, valid_lens=lens)  # an encoder's self-attention: 6 x 6 with key lengths
+        with native.off():
+            ref = mha(x, x, x, valid_lens=lens)
+        torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-5)
+        outs = {}
+        for name, ctx in (("native", torch.inference_mode), ("off", native.off)):
+            with ctx():
+                cache, steps = KVCache(), []
+                for t in range(5):  # causal decoding, one query a step against the growing cache
+                    steps.append(mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], causal=True, cache=cache))
+                outs[name] = torch.cat(steps, 1)
+        torch.testing.assert_close(outs["native"], outs["off"], atol=2e-6, rtol=1e-5)
+
+
+def test_a_transformer_decodes_the_same_tokens_with_and_without_the_kernel():
+    from attnlab.decoding.beam import beam_search
+    from attnlab.decoding.greedy_search import greedy
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(40, 40, num_hiddens=32, num_heads=2, num_layers=2, ffn_num_hiddens=64, dropout=0.0)
+    model = Transformer(cfg).eval()
+    src, lens = torch.randint(3, 40, (6, 9)), torch.tensor([9, 3, 7, 1, 9, 5])
+    got = greedy(model, src, lens, 1, 2, 12)
+    beams = beam_search(model, src, lens, 1, 2, beam=3, max_len=12)
+    with native.off():
+        ref = greedy(model, src, lens, 1, 2, 12)
+        ref_beams = beam_search(model, src, lens, 1, 2, beam=3, max_len=12)
+    assert [h.tokens for h in got] == [h.tokens for h in ref]
+    assert [h.tokens for h in beams] == [h.tokens for h in ref_beams]
+    for a, b in zip(got, ref):
+        assert a.score == pytest.approx(b.score, abs=1e-5)
