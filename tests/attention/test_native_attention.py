@@ -105,3 +105,29 @@ def test_a_transformer_decodes_the_same_tokens_with_and_without_the_kernel():
     assert [h.tokens for h in beams] == [h.tokens for h in ref_beams]
     for a, b in zip(got, ref):
         assert a.score == pytest.approx(b.score, abs=1e-5)
+
+
+def test_add_layer_norm_matches_pytorch_and_declines_the_rest():
+    from attnlab.models.transformer_layers import AddNorm, add_layer_norm
+
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(24)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    x, y = torch.randn(3, 5, 24) * 4, torch.randn(3, 5, 24)
+    ln64 = torch.nn.LayerNorm(24).double()
+    with torch.inference_mode():
+        got = add_layer_norm(x, y, ln)
+        torch.testing.assert_close(got, ln(x + y), atol=3e-6, rtol=1e-5)
+        plain = torch.nn.LayerNorm(24, elementwise_affine=False)
+        torch.testing.assert_close(add_layer_norm(x, y, plain), plain(x + y), atol=3e-6, rtol=1e-5)
+        assert add_layer_norm(x.transpose(0, 1), y.transpose(0, 1), ln) is None  # not contiguous
+        assert add_layer_norm(x.double(), y.double(), ln64) is None
+        assert add_layer_norm(x, y, torch.nn.LayerNorm((5, 24))) is None  # over two dimensions
+    assert add_layer_norm(x, y, ln) is None  # autograd: the weights need gradients
+    block = AddNorm(24, dropout=0.5)
+    block.ln = ln
+    torch.manual_seed(1)
+    out = block(x, y)  # training with dropout: PyTorch's path, which drops
+    assert not torch.allclose(out, ln(x + y))

@@ -60,8 +60,8 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     Lk = k.shape[2]
     if (
         (Lq > 8 and Lq * Lk > _MAX_QUERIES_KEYS)
-        or q.device.type != "cpu"
-        or not q.dtype == k.dtype == v.dtype == torch.float32
+        or not q.is_cpu
+        or not q.dtype is k.dtype is v.dtype is torch.float32
         or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
         or not q.stride(3) == k.stride(3) == v.stride(3) == 1
         or k.shape[1] * groups != H
@@ -70,7 +70,7 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     kernel = _few_queries_kernel()
     if kernel is None:
         return None
-    if lens is not None:
+    if lens is not None and not (lens.is_cpu and lens.dtype is torch.int64 and lens.is_contiguous()):
         lens = lens.to(device="cpu", dtype=torch.int64).contiguous()
     out = torch.empty((B, Lq, H, Dh), dtype=torch.float32)
     threads = torch.get_num_threads() if B * H * Lk * Dh >= _THREAD_WORK else 1
@@ -84,10 +84,12 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     return out.transpose(1, 2)
 
 
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_FEW_QUERIES_ARGS = [_PTR, _I64, _I64, _I64] * 3 + [_PTR, _PTR] + [_I64] * 6 + [ctypes.c_float, _I64]
+
+
 def _few_queries_kernel():
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    argtypes = [ptr, i64, i64, i64] * 3 + [ptr, ptr] + [i64] * 6 + [ctypes.c_float, i64]
-    return native.function("few_queries", "attnlab_few_queries_f32", argtypes, ctypes.c_int)
+    return native.function("few_queries", "attnlab_few_queries_f32", _FEW_QUERIES_ARGS, ctypes.c_int)
 
 
 def fold_beams(queries: Tensor, keys: Tensor, valid_lens, mask, causal: bool, window, beam: int) -> Tensor:

@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Callable
 
+import torch
 from torch import Tensor, nn
 
 from attnlab.attention import (
@@ -24,11 +26,13 @@ from attnlab.attention import (
     RotaryEmbedding,
     T5RelativeBias,
 )
+from attnlab.utils import native
 
 __all__ = [
     "make_activation",
     "PositionWiseFFN",
     "AddNorm",
+    "add_layer_norm",
     "Sublayer",
     "TransformerEncoderBlock",
     "TransformerDecoderBlock",
@@ -76,7 +80,42 @@ class AddNorm(nn.Module):
         self.ln = nn.LayerNorm(num_hiddens)
 
     def forward(self, X: Tensor, Y: Tensor) -> Tensor:
+        if not (self.training and self.dropout.p > 0) and (out := add_layer_norm(X, Y, self.ln)) is not None:
+            return out
         return self.ln(X + self.dropout(Y))
+
+
+_PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
+_ADD_LN_ARGS = [_PTR, _PTR, _I64, _I64, _PTR, _PTR, ctypes.c_float, _PTR]
+
+
+def add_layer_norm(X: Tensor, Y: Tensor, ln: nn.LayerNorm) -> Tensor | None:
+    """ln(X + Y) in one C pass per row (`csrc/layer_norm.c`), or None where it does not apply: not fp32 on
+    the CPU, autograd, a LayerNorm over more than the last dimension, shapes or strides that differ, or no
+    kernel here. Shape: X, Y (..., D) -> (..., D)."""
+    D = X.shape[-1]
+    w, b = ln.weight, ln.bias
+    if (
+        type(ln) is not nn.LayerNorm
+        or ln.normalized_shape != (D,)
+        or not X.is_cpu
+        or X.dtype is not torch.float32
+        or Y.dtype is not torch.float32
+        or X.shape != Y.shape
+        or not X.is_contiguous()
+        or not Y.is_contiguous()
+        or (w is None) != (b is None)
+        or (w is not None and (w.dtype is not torch.float32 or b.dtype is not torch.float32))
+        or (torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad or (w is not None and w.requires_grad)))
+    ):
+        return None
+    fn = native.function("layer_norm", "attnlab_add_layer_norm_f32", _ADD_LN_ARGS)
+    if fn is None:
+        return None
+    out = torch.empty_like(X)
+    wp, bp = (None, None) if w is None else (w.data_ptr(), b.data_ptr())
+    fn(X.data_ptr(), Y.data_ptr(), X.numel() // D if D else 0, D, wp, bp, ln.eps, out.data_ptr())
+    return out
 
 
 class Sublayer(AddNorm):

@@ -104,6 +104,11 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel x per-row"
 
 
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_QUANTIZE_ARGS = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
+_DEQUANTIZE_ARGS = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR]
+
+
 def _native_int8_linear(x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor | None:
     """`Int8Linear`'s forward with its two element-wise passes in attnlab's C kernels (`csrc/int8_rows.c`:
     1.25-1.55x the layer's speed at the decoder's shapes, BENCHMARKS.md), or None where they do not apply
@@ -111,25 +116,27 @@ def _native_int8_linear(x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor
     M, K = x.shape
     if (
         M == 0
-        or x.device.type != "cpu"
-        or x.dtype != torch.float32
+        or not x.is_cpu
+        or x.dtype is not torch.float32
         or x.stride(1) != 1
-        or (torch.is_grad_enabled() and x.requires_grad)
-        or not all(t.dtype == torch.float32 and t.is_contiguous() for t in (scale, *([] if bias is None else [bias])))
+        or scale.dtype is not torch.float32
+        or not scale.is_contiguous()
+        or (bias is not None and (bias.dtype is not torch.float32 or not bias.is_contiguous()))
+        or (x.requires_grad and torch.is_grad_enabled())
     ):
         return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    quantize = native.function("int8_rows", "attnlab_quantize_rows_f32", [ptr, i64, i64, i64, ptr, ptr])
-    dequantize = native.function("int8_rows", "attnlab_dequantize_f32", [ptr, i64, i64, ptr, ptr, ptr, ptr])
+    quantize = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
+    dequantize = native.function("int8_rows", "attnlab_dequantize_f32", _DEQUANTIZE_ARGS)
     if quantize is None or dequantize is None:
         return None
     xq = torch.empty((M, K), dtype=torch.int8)
     row_scale = torch.empty(M, dtype=torch.float32)
     quantize(x.data_ptr(), x.stride(0), M, K, xq.data_ptr(), row_scale.data_ptr())
     acc = torch._int_mm(xq, weight_t)  # (M, N) int32, converted to float32 in place
-    N = acc.shape[1]
-    bias_ptr = None if bias is None else bias.data_ptr()
-    dequantize(acc.data_ptr(), M, N, row_scale.data_ptr(), scale.data_ptr(), bias_ptr, acc.data_ptr())
+    ptr = acc.data_ptr()
+    dequantize(
+        ptr, M, acc.shape[1], row_scale.data_ptr(), scale.data_ptr(), bias.data_ptr() if bias is not None else None, ptr
+    )
     return acc.view(torch.float32)
 
 
