@@ -5,9 +5,12 @@ kernel includes what it costs to get there from an fp32 activation and back (qua
 dequantizing the result); operands are ready (weights converted once). Time per call is the median over
 interleaved rounds; ratios are medians of paired ratios against fp32 `F.linear` in the same round.
 
+    fp32 packed         the weight reordered once for oneDNN (`attnlab.utils.packed`: what fp32 decoding runs)
     int8 dyn (tensor)   fbgemm dynamic quantization, per-tensor weight scale (`quantize_dynamic` default)
     int8 dyn (channel)  fbgemm dynamic quantization, per-output-channel weight scales
-    int8 _int_mm (row)  attnlab.utils.quantize.Int8Linear: per-row activation scales, torch._int_mm (VNNI)
+    int8 _int_mm (row)  attnlab.utils.quantize.Int8Linear: per-row activation scales, torch._int_mm (VNNI),
+                        the activation quantized and the sums rescaled by attnlab's C passes (what int8 runs)
+    int8 (row), ops     the same with PyTorch's operators for those two passes (`attnlab.utils.native.off`)
     bf16                F.linear on bf16 operands (activation cast included unless --bf16-resident)
 
     flock /tmp/attnlab-measure.lock python benchmarks/precision_kernels.py --rounds 5
@@ -29,6 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table
 from precision import header
 
+from attnlab.utils import native
+from attnlab.utils.packed import can_pack, linear, pack_weight
 from attnlab.utils.quantize import Int8Linear, fbgemm_linear
 
 
@@ -38,12 +43,20 @@ def kernels(lin: nn.Linear, bf16_resident: bool) -> dict:
     per_tensor = fbgemm_linear(lin, per_channel=False)
     per_channel = fbgemm_linear(lin, per_channel=True)
     ours = Int8Linear.from_float(lin)
+    wp = pack_weight(w) if can_pack(w) else None
+
+    def ours_on_ops(x):
+        with native.off():
+            return ours(x)
+
     out = {
         "fp32": lambda x: F.linear(x, w, b),
+        "fp32 packed": lambda x: linear(x, w, b, wp),
         "bf16": (lambda x: F.linear(x, wb, bb)) if bf16_resident else (lambda x: F.linear(x.bfloat16(), wb, bb)),
         "int8 dyn (tensor)": per_tensor,
         "int8 dyn (channel)": per_channel,
         "int8 _int_mm (row)": ours,
+        "int8 (row), ops": ours_on_ops,
     }
     return out
 
@@ -71,8 +84,9 @@ def main(argv=None) -> int:
     with torch.inference_mode():
         for shape in args.shapes.split(","):
             d_in, d_out = (int(v) for v in shape.split("x"))
-            lin = nn.Linear(d_in, d_out)
-            ks = kernels(lin, args.bf16_resident)
+            with torch.inference_mode(False):  # an inference-tensor weight could not be packed
+                lin = nn.Linear(d_in, d_out)
+                ks = kernels(lin, args.bf16_resident)
             for rows in (int(r) for r in args.rows.split(",")):
                 x = torch.randn(rows, d_in)
                 xin = {n: (x.bfloat16() if n == "bf16" and args.bf16_resident else x) for n in ks}

@@ -40,6 +40,7 @@ PLAN: dict[str, list[str]] = {
     "fused_qkv.py": ["--rounds", "3"],
     "precision.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100"],
     "precision_kernels.py": ["--rounds", "1", "--rows", "1,64", "--shapes", "192x384,192x4000"],
+    "native_kernels.py": ["--rounds", "1", "--reps", "2", "--batch", "12"],
     "decode_profile.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--rounds", "1", "--rows", "5"],
     "compile_decode.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--quick"],
     "ct2_speed.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100", "--floors"],

@@ -111,3 +111,15 @@ def test_decoder_only_comparison_smoke():
     for name in ("decoder-only causal", "decoder-only prefix-LM"):
         assert re.search(rf"^ratio: {name} / encoder-decoder = \d+\.\d\dx greedy sentences/s$", out, re.M), out
     assert re.search(r"^chosen on validation: ", out, re.M), out
+
+
+@pytest.mark.usefixtures("c_kernels")
+def test_native_kernels_benchmark_times_each_kernel_against_pytorch():
+    out = _run([sys.executable, "benchmarks/native_kernels.py", "--rounds", "1", "--reps", "1", "--batch", "12"])
+    assert "CPU features:" in out and "C kernel few_queries: built with" in out
+    rows = [line for line in out.splitlines() if line.startswith("| one query") or line.startswith("| encoder")]
+    assert len(rows) == 12, out
+    for row in rows + [line for line in out.splitlines() if line.startswith("| add + LayerNorm")]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[1]) > 0 and float(cells[2]) > 0 and cells[3].endswith("x")
+        assert float(cells[4]) < 1e-4, row  # the kernels compute what PyTorch computes

@@ -21,8 +21,8 @@ _THREAD_WORK = 1 << 18
 
 def decoding_on_cpu(q: Tensor) -> bool:
     # A decoding step's few bf16/fp16 queries on the CPU: SDPA's flash kernel costs ~3x three plain ops
-    # there (B 256, Lk 10-20), and bf16 greedy decodes ~1.3x faster without it; fp32 gained nothing, so it
-    # keeps SDPA (BENCHMARKS.md, "Precision").
+    # there (B 256, Lk 10-20), and bf16 greedy decodes ~1.3x faster without it (fp32 takes the C kernel,
+    # `native_few_queries`; BENCHMARKS.md, "Precision").
     return (
         q.device.type == "cpu"
         and q.dtype in (torch.bfloat16, torch.float16)

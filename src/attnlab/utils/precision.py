@@ -7,7 +7,9 @@
 
 Every command and the Python API default to `fp32`: the same model gives the same output on every machine.
 - `fp32`: plain float32; decoding on the CPU runs the linear layers on weights packed once for oneDNN
-  (`attnlab.utils.packed`), which gives the same tokens 1.25-1.55x faster.
+  (`attnlab.utils.packed`), which gives the same tokens 1.25-1.55x faster, and a decoding step's
+  attention, an encoder's short self-attention and the post-norm residual's LayerNorm on attnlab's C
+  kernels (`attnlab.utils.native`), which give the same tokens another 1.15-1.17x faster.
 - `bf16`: training keeps fp32 master weights and Adam state; on the CPU a bf16 copy of the model runs
   forward and backward (refreshed from the masters each step; SDPA on its math path, `bf16_attention`;
   layer norm and softmax accumulate in fp32, the loss is fp32), on CUDA autocast. Decoding casts the
@@ -15,14 +17,15 @@ Every command and the Python API default to `fp32`: the same model gives the sam
   attention runs as plain matmuls: the CPU's SDPA kernel is slow on one bf16 query).
 - `int8`: decoding only, Transformer only, CPU only: every nn.Linear, the output projection included
   (`INT8_KEEP_FP32`), gets int8 weights with one scale per output channel (`attnlab.utils.quantize`);
-  the kernel (`INT8_KERNEL`) is fbgemm's dynamic Linear, which quantizes each activation tensor as it
-  comes; `kernel="int_mm"` gives every activation row (token) its own scale, on `torch._int_mm`.
+  the kernel (`INT8_KERNEL`) gives every activation row (token) its own scale too (CTranslate2's recipe,
+  so a sentence's output does not depend on its batch) and multiplies on `torch._int_mm`, with the
+  activations quantized and the sums rescaled by C passes; `kernel="fbgemm"` is fbgemm's dynamic Linear
+  (one activation scale per call).
 - `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
-      (1.22-1.52x fp32 greedy with packed linears, BLEU within 0.1, on an AVX512-VNNI EPYC; as fast as bf16
-      on validation there, 1.22-1.27x against 1.23-1.31x, and closer to fp32's BLEU, -0.03 against -0.16);
-    else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16 (1.14-1.31x there);
+      (1.5-1.6x fp32 greedy, BLEU within 0.1, on an AVX512-VNNI EPYC, where bf16 decodes at 0.94x fp32);
+    else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16;
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
     native bf16 (the bf16 compute copy of `attnlab.training.mixed`: 1.9-2.3x fp32's tokens/s at the
@@ -52,8 +55,9 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # split, where quantizing it kept BLEU within 0.5 of fp32 (benchmarks/precision.py; BENCHMARKS.md). Under
 # share_embeddings it is tied to the embeddings: int8 quantizes a copy, the embedding stays float.
 INT8_KEEP_FP32: tuple[str, ...] = ()
-# The int8 kernel: fbgemm's dynamic Linear with per-channel weight scales (fastest at the decoder's shapes
-# on AVX2 and AVX512-VNNI CPUs; benchmarks/precision_kernels.py), or 'int_mm' (per-row activation scales).
+# The int8 kernel: per-row activation scales on torch._int_mm with attnlab's C quantize/rescale passes
+# (1.1-1.4x fbgemm's dynamic Linear per layer at the decoder's shapes on an AVX512-VNNI EPYC, and no
+# batch-dependence; benchmarks/precision_kernels.py), or 'fbgemm' (one activation scale per call).
 INT8_KERNEL = "int_mm"
 
 
@@ -190,8 +194,8 @@ def prepare_for_inference(
     """A model ready to decode in `precision`, without changing the caller's weights. fp32: the model
     itself; on the CPU its nn.Linear layers become `PackedLinear`s in place (`attnlab.utils.packed`: the
     same Parameters and results, the weights reordered once for oneDNN). bf16 and int8: a converted copy.
-    `keep_fp32` overrides which Linear layers int8 skips; `kernel` which int8 kernel runs ('fbgemm' or
-    'int_mm', see attnlab.utils.quantize; default INT8_KERNEL).
+    `keep_fp32` overrides which Linear layers int8 skips; `kernel` which int8 kernel runs ('int_mm',
+    'fbgemm' or 'fbgemm-tensor', see attnlab.utils.quantize; default INT8_KERNEL).
 
     Raises ValueError for an unknown precision, or int8 on a model or device it does not support.
     """
@@ -214,6 +218,7 @@ def prepare_for_inference(
     if not names:
         raise ValueError("int8: this model has no nn.Linear layer to quantize; use --precision fp32")
     kernel = kernel or INT8_KERNEL
-    if kernel == "fbgemm" and not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")):
+    engines = torch.backends.quantized.supported_engines
+    if kernel.startswith("fbgemm") and not any(e in engines for e in ("x86", "fbgemm")):
         kernel = "int_mm"  # no fbgemm in this build (ARM): the per-row kernel runs on any CPU
     return quantize_linears(model, names, kernel)

@@ -8,12 +8,13 @@
 
 The recipe is CTranslate2's: every weight row (output channel) gets its own scale, 127 / max|row|, and so
 does every activation row (one token of one sentence), so a long sentence or a large logit never coarsens
-the others' grid. The products accumulate in int32; `torch._int_mm` runs them on the CPU's int8 dot-product
-instructions (AVX512-VNNI, AVX-VNNI, AMX) through oneDNN. fbgemm's dynamic Linear, which quantizes a whole
-activation tensor with one scale (per-tensor) and uses VNNI where the CPU has it, is faster at the decoder's
-shapes on both AVX2 and AVX512-VNNI CPUs (BENCHMARKS.md, "Precision"), so it is the default
-(`attnlab.utils.precision.INT8_KERNEL`); the per-row kernel makes a sentence's output independent of its
-batch.
+the others' grid, and a sentence's output does not depend on the batch it is decoded in. The products
+accumulate in int32; `torch._int_mm` runs them on the CPU's int8 dot-product instructions (AVX512-VNNI,
+AVX-VNNI, AMX) through oneDNN, and attnlab's C passes (`csrc/int8_rows.c`) quantize the activations and
+rescale the sums, one pass each: the default (`attnlab.utils.precision.INT8_KERNEL`), 1.1-1.4x fbgemm's
+dynamic Linear per layer at the decoder's shapes (BENCHMARKS.md, "Precision"). Without a C compiler the
+two passes are PyTorch operators (slower than fbgemm, the same values). fbgemm's dynamic Linear
+('fbgemm') quantizes a whole activation tensor with one scale (per-tensor).
 """
 
 from __future__ import annotations
@@ -111,8 +112,8 @@ _DEQUANTIZE_ARGS = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR]
 
 def _native_int8_linear(x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor | None:
     """`Int8Linear`'s forward with its two element-wise passes in attnlab's C kernels (`csrc/int8_rows.c`:
-    1.25-1.55x the layer's speed at the decoder's shapes, BENCHMARKS.md), or None where they do not apply
-    (not fp32 on the CPU, autograd, no kernel here). Shape: x (M, K) -> (M, N) float32."""
+    1.3-1.8x the layer on PyTorch's operators at the decoder's shapes, BENCHMARKS.md), or None where they
+    do not apply (not fp32 on the CPU, autograd, no kernel here). Shape: x (M, K) -> (M, N) float32."""
     M, K = x.shape
     if (
         M == 0
