@@ -126,10 +126,10 @@ def variants(translator, names):
     return out
 
 
-def translate(t, src, batch_size, name):
+def translate(t, src, batch_size, name, beam=1):
     """t's outputs for src, with the C kernels off when the variant's name says so."""
     with native.off() if name.endswith(NO_NATIVE) else contextlib.nullcontext():
-        return t.translate_ids(src, batch_size=batch_size)
+        return t.translate_ids(src, beam, batch_size=batch_size)
 
 
 def same_as_baseline(hyps: dict[str, list], baseline: str) -> dict[str, str]:
@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     add_decoding_args(ap)
     ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (fp32 output)")
     ap.add_argument("--batch-size", type=int, default=256, help="sentences per batch")
+    ap.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
     ap.add_argument("--workers", type=int, default=1, help="batches decoded at once (Translator.decode)")
     ap.add_argument("--floors", action="store_true", help="also each precision's linear layers alone, replayed")
     args = ap.parse_args(argv)
@@ -161,13 +162,14 @@ def main(argv=None) -> int:
     for t in models.values():
         t.workers = args.workers
     print(
-        f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, greedy, batch "
+        f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, "
+        f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}, batch "
         f"{args.batch_size}, {args.workers} worker(s), {args.rounds} interleaved rounds\n"
     )
     hyps = {}
     for n in names:  # warm-up pass (also gives the outputs: decoding is deterministic)
-        hyps[n] = translate(models[n], src, args.batch_size, n)
-    runs = {n: (lambda t=models[n], n=n: translate(t, src, args.batch_size, n)) for n in names}
+        hyps[n] = translate(models[n], src, args.batch_size, n, args.beam)
+    runs = {n: (lambda t=models[n], n=n: translate(t, src, args.batch_size, n, args.beam)) for n in names}
     floors = {}
     for n in names if args.floors else ():
         models[n].workers = 1  # one capture on one thread; the replay deals the calls over the workers
@@ -195,7 +197,8 @@ def main(argv=None) -> int:
             fsps = statistics.median(len(src) / t for t in f)
             row += [f"{fsps:.1f} ({floors[n]})", f"{statistics.median(b / t for b, t in zip(f32, f)):.2f}x"]
         rows.append(row)
-    heads = ["precision", "sentences/s", "vs fp32 greedy", "BLEU", "BLEU - fp32", "same output as fp32"]
+    search = "greedy" if args.beam == 1 else f"beam {args.beam}"
+    heads = ["precision", "sentences/s", f"vs fp32 {search}", "BLEU", "BLEU - fp32", "same output as fp32"]
     if args.floors:
         heads += ["linear layers alone (floor), sentences/s", "floor vs fp32 floor"]
     print(table(heads, rows))

@@ -73,6 +73,10 @@ def test_greedy_stops_at_eos_and_restores_mode():
     model.eval()
     greedy(model, src, lens, BOS, EOS, max_len=3)
     assert not model.training
+    # a model in eval mode only at the root still decodes in eval mode (its dropout off: the same tokens)
+    model.decoder.train()
+    assert toks(greedy(model, src, lens, BOS, eos=-1, max_len=10)) == full
+    assert not model.training
 
 
 @pytest.mark.parametrize("make", [transformer, bahdanau])
