@@ -16,6 +16,7 @@ from attnlab.decoding.argmax import argmax_rows, pick
 from attnlab.decoding.greedy_search import greedy
 from attnlab.decoding.translator import Translator
 from attnlab.models import Transformer, TransformerConfig
+from attnlab.utils import native
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -32,6 +33,31 @@ def test_argmax_rows_is_the_first_maximum_like_max(V, dtype):
     logits[5, V // 3] = float("nan")  # NaN counts as the maximum, as in max()
     logits[6, -1] = logits[6, 0] = 60.0  # first of two equal maxima at both ends
     assert torch.equal(argmax_rows(logits), logits.max(dim=-1).indices)
+
+
+@pytest.mark.usefixtures("c_kernels")
+@pytest.mark.parametrize("V", [1, 5, 16, 129, 4000, 3755])
+def test_pick_in_c_chooses_and_scores_as_pytorch(V):
+    torch.manual_seed(V)
+    logits = torch.randn(10, V) * 4
+    logits[1, : V // 2] = logits[1, V // 2 :].max()  # ties: the first one wins
+    logits[2, -1] = 50.0
+    logits[3] = 1.0  # a constant row
+    logits[4, V // 3] = float("nan")  # NaN is the maximum
+    logits[5] = float("-inf")  # nothing allowed
+    logits[6, -1] = float("inf")
+    logits[7, V // 2] = logits[7, -1] = float("nan")  # the first NaN
+    for scores in (False, True):
+        got = pick(logits, scores)
+        with native.off():
+            ref = pick(logits, scores)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[0], logits.max(dim=-1).indices)
+        if scores:
+            assert got[1] is not None and ref[1] is not None
+            torch.testing.assert_close(got[1], ref[1], atol=2e-6, rtol=0, equal_nan=True)
+        else:
+            assert got[1] is None
+    assert pick(logits[:0], True)[0].shape == (0,)
 
 
 def test_pick_on_bf16_logits_chooses_as_max_does_ties_included():

@@ -6,9 +6,8 @@
    (row, head), which at one query over 5-30 keys costs several times the arithmetic.
 
    Built at first use by attnlab.utils.native with the machine's C compiler (-march=native). Head sizes
-   that are a multiple of 16 up to 128 run on 16-float vectors (GCC/Clang vector extensions: one
-   AVX-512 register, or two AVX2 ones) with the query and the output held in registers; other sizes
-   take a plain loop. The softmax subtracts the row maximum, exponentiates (Cephes' expf polynomial,
+   that are a multiple of 16 up to 128 run on 16-float vectors (vec.h) with the query and the output
+   held in registers; other sizes take a plain loop. The softmax subtracts the row maximum, exponentiates (Cephes' expf polynomial,
    ~1 ulp) and divides once at the end, as SDPA's flash kernel does. */
 
 #include <math.h>
@@ -17,9 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
-#define W 16
+#include "vec.h"
 
 typedef struct {
     const float *q, *k, *v;
@@ -31,58 +28,6 @@ typedef struct {
     int64_t begin, end; /* (row, head) pairs b * H + h in [begin, end) */
     int status;
 } job_t;
-
-static inline vf load(const float *p) {
-    vf x;
-    memcpy(&x, p, sizeof x);
-    return x;
-}
-
-static inline void store(float *p, vf x) { memcpy(p, &x, sizeof x); }
-
-static inline vf splat(float x) { return (vf){0} + x; }
-
-typedef float vf8 __attribute__((vector_size(32)));
-typedef float vf4 __attribute__((vector_size(16)));
-
-/* Sum of the lanes by halves (16 -> 8 -> 4 -> 1): register extracts, no trip through memory. */
-static inline float hsum(vf x) {
-    vf8 lo, hi;
-    memcpy(&lo, &x, sizeof lo);
-    memcpy(&hi, (const char *)&x + sizeof lo, sizeof hi);
-    lo += hi;
-    vf4 a, b;
-    memcpy(&a, &lo, sizeof a);
-    memcpy(&b, (const char *)&lo + sizeof a, sizeof b);
-    a += b;
-    return (a[0] + a[2]) + (a[1] + a[3]);
-}
-
-static inline float hmax(vf x) {
-    float m = x[0];
-    for (int i = 1; i < W; i++) m = x[i] > m ? x[i] : m;
-    return m;
-}
-
-static inline vf select(vi mask, vf a, vf b) { return (vf)((mask & (vi)a) | (~mask & (vi)b)); }
-
-/* e^x for x <= 0 (a softmax's shifted scores), Cephes' expf: range reduction by ln 2, degree-6 polynomial. */
-static inline vf vexp(vf x) {
-    x = select(x < splat(-87.33654f), splat(-87.33654f), x);
-    vf fx = x * 1.44269504088896341f + 0.5f;
-    vf t = __builtin_convertvector(__builtin_convertvector(fx, vi), vf); /* toward zero */
-    fx = select(t > fx, t - 1.0f, t);                                    /* floor */
-    x = x - fx * 0.693359375f - fx * -2.12194440e-4f;
-    vf y = splat(1.9875691500e-4f);
-    y = y * x + 1.3981999507e-3f;
-    y = y * x + 8.3334519073e-3f;
-    y = y * x + 4.1665795894e-2f;
-    y = y * x + 1.6666665459e-1f;
-    y = y * x + 5.0000001201e-1f;
-    y = y * x * x + x + 1.0f;
-    vi e = (__builtin_convertvector(fx, vi) + 127) << 23;
-    return y * (vf)e;
-}
 
 /* exp(s - max) in place over s[0, n), lanes up to the next multiple of W zeroed (the buffer holds them);
    returns the sum. */

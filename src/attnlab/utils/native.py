@@ -1,4 +1,4 @@
-"""attnlab's C kernels (`src/attnlab/csrc/*.c`), built at first use with the machine's C compiler.
+"""attnlab's C kernels (`src/attnlab/csrc/*.c`, sharing `*.h`), built at first use with the machine's C compiler.
 
     load("few_queries")   -> the ctypes library, or None (no compiler, a failed build, ATTNLAB_NATIVE=0)
     function("few_queries", "attnlab_few_queries_f32", argtypes) -> that C function, or None
@@ -6,8 +6,8 @@
 
 A kernel is plain C with no PyTorch headers, so a build takes a fraction of a second (a PyTorch C++
 extension compiles for a minute). It is compiled for this CPU (`-march=native`) and kept under
-`$ATTNLAB_CACHE` (default `~/.cache/attnlab`)/native, in a file named by a hash of the source, the flags,
-the compiler and the CPU's features, so a changed kernel, compiler or machine gets its own build. ctypes
+`$ATTNLAB_CACHE` (default `~/.cache/attnlab`)/native, in a file named by a hash of the source and headers,
+the flags, the compiler and the CPU's features, so a changed kernel, compiler or machine gets its own build. ctypes
 releases the GIL during a call, so the batch workers run the kernels in parallel. Every caller keeps a
 PyTorch path for when `load` gives None.
 """
@@ -140,7 +140,8 @@ def _build_and_load(name: str) -> ctypes.CDLL | None:
     except (OSError, subprocess.SubprocessError) as e:
         _why[name] = f"the C compiler {cc[0]} did not run ({e}): PyTorch's kernels run instead"
         return None
-    key = "\0".join([source.read_text(), *FLAGS, *cc, version, _cpu_features(), platform.machine()])
+    headers = [h.read_text() for h in sorted(SOURCES.glob("*.h"))]  # what a source may include
+    key = "\0".join([source.read_text(), *headers, *FLAGS, *cc, version, _cpu_features(), platform.machine()])
     target = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
     if not target.exists():
         error = _compile(cc, source, target)
