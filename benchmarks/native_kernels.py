@@ -4,8 +4,10 @@
     one query, lens  a step's cross-attention: 1 query over the first lens[b] of Lk source keys
     encoder          a sentence's self-attention, Lq = Lk, key lengths per sentence
     add + LayerNorm  the post-norm residual LayerNorm(x + y) at M rows
+    pick             greedy's choice from (B, V 4000) logits: arg-max, and with scores the log-probability
 
-Each line: PyTorch's time (SDPA with the mask the model would build; `layer_norm(x + y)`), the C kernel's
+Each line: PyTorch's time (SDPA with the mask the model would build; `layer_norm(x + y)`; `pick`'s
+block maxima and logsumexp), the C kernel's
 (`attnlab.utils.native.off` switches it off), the ratio (median of paired ratios over interleaved rounds),
 and the largest difference between the two outputs. The int8 linear layers' C passes are measured by
 `precision_kernels.py` ("int8 _int_mm (row)" against "int8 (row), ops").
@@ -29,6 +31,7 @@ from common import table
 from precision import header
 
 from attnlab.attention.steps import native_few_queries
+from attnlab.decoding.argmax import pick
 from attnlab.models.transformer_layers import add_layer_norm
 from attnlab.utils import native
 
@@ -75,6 +78,26 @@ def layer_norm_cases():
         yield f"add + LayerNorm, {M} rows", (lambda x=x, y=y: ln(x + y)), (lambda x=x, y=y: add_layer_norm(x, y, ln))
 
 
+def pick_cases(B: int):
+    for rows in (B // 4, B):
+        logits = torch.randn(rows, 1, 4000)[:, -1]  # a decoding step's last-position logits
+        for scores in (False, True):
+
+            def on_ops(logits=logits, scores=scores):
+                with native.off():
+                    return pick(logits, scores)
+
+            fast = lambda logits=logits, scores=scores: pick(logits, scores)
+            name = f"pick{', scores' if scores else ''}, B {rows}"
+            yield name, (lambda f=on_ops: _pick_value(f())), (lambda f=fast: _pick_value(f()))
+
+
+def _pick_value(picked):
+    """The chosen tokens (and log-probabilities) as one float tensor, to compare the two paths."""
+    tokens, lp = picked
+    return tokens.float() if lp is None else torch.cat([tokens.float(), lp])
+
+
 def time_call(fn, reps: int) -> float:
     t0 = time.perf_counter()
     for _ in range(reps):
@@ -92,12 +115,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     header(argv)
-    for lib in ("few_queries", "layer_norm", "int8_rows"):
+    for lib in ("few_queries", "layer_norm", "argmax", "int8_rows"):
         print(f"C kernel {lib}: {native.status(lib)}")
     torch.manual_seed(0)
     rows = []
     with torch.inference_mode():
-        for name, ref, fast in [*attention_cases(args.batch), *layer_norm_cases()]:
+        for name, ref, fast in [*attention_cases(args.batch), *layer_norm_cases(), *pick_cases(args.batch)]:
             got = fast()
             if got is None:
                 raise SystemExit(f"{name}: the C kernel declined or is missing ({native.status('few_queries')})")
