@@ -110,6 +110,9 @@ def test_the_wheel_declares_a_slim_core_and_the_extras(installed):
         assert f"Provides-Extra: {extra}" in meta, extra
     for data in ("attnlab/serve/static/index.html", "attnlab/data/sample/fra-eng-sample.txt", "attnlab/py.typed"):
         assert data in names, data
+    # the C kernels' sources, built on the user's machine at first use
+    sources = {p.name for p in (ROOT / "src" / "attnlab" / "csrc").iterdir()}
+    assert sources and all(f"attnlab/csrc/{name}" in names for name in sources), sources
 
 
 def test_the_installed_cli_runs_on_the_slim_core(installed):
