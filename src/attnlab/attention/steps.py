@@ -14,9 +14,6 @@ from attnlab.utils import native
 # Beyond 8 queries, the most queries x keys the kernel takes: it computes each query alone, which beats
 # SDPA's blocked GEMMs up to about 80 x 80 (2.8x at 10 x 10, 1.2x at 80 x 80, 0.88x at 160 x 160).
 _MAX_QUERIES_KEYS = 64 * 64
-# Work (row-head pairs x keys x head size) from which the C kernel splits a call across torch's threads:
-# below it, starting a thread costs more than it saves.
-_THREAD_WORK = 1 << 18
 
 
 def decoding_on_cpu(q: Tensor) -> bool:
@@ -73,11 +70,10 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     if lens is not None and not (lens.is_cpu and lens.dtype is torch.int64 and lens.is_contiguous()):
         lens = lens.to(device="cpu", dtype=torch.int64).contiguous()
     out = torch.empty((B, Lq, H, Dh), dtype=torch.float32)
-    threads = torch.get_num_threads() if B * H * Lk * Dh >= _THREAD_WORK else 1
     status = kernel(
         q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
         None if lens is None else lens.data_ptr(), out.data_ptr(),
-        B, H, groups, Lq, Lk, Dh, 1.0 / math.sqrt(Dh), threads,
+        B, H, groups, Lq, Lk, Dh, 1.0 / math.sqrt(Dh),
     )  # fmt: skip
     if status:
         raise MemoryError("attnlab's few-queries attention kernel ran out of memory")
@@ -85,7 +81,7 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
 
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
-_FEW_QUERIES_ARGS = [_PTR, _I64, _I64, _I64] * 3 + [_PTR, _PTR] + [_I64] * 6 + [ctypes.c_float, _I64]
+_FEW_QUERIES_ARGS = [_PTR, _I64, _I64, _I64] * 3 + [_PTR, _PTR] + [_I64] * 6 + [ctypes.c_float]
 
 
 def _few_queries_kernel():

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 SOURCES = Path(__file__).resolve().parents[1] / "csrc"
 # Vectorised for this CPU; `omp simd` loops without the OpenMP runtime (torch ships its own).
 FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fopenmp-simd", "-fPIC", "-shared", "-std=c11")
-_LIBS = ("-lm", "-lpthread")
+_LIBS = ("-lm",)
 
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL | None] = {}
