@@ -45,6 +45,24 @@ def test_matches_sdpa(Dh, Lk, Lq, groups):
     assert got.transpose(1, 2).is_contiguous()
 
 
+def test_more_keys_than_its_stack_buffer():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 1100, 16), torch.randn(2, 2, 1100, 16)
+    lens = torch.tensor([1100, 700])
+    got = native_few_queries(q, k, v, lens)
+    assert got is not None
+    torch.testing.assert_close(got, _sdpa(q, k, v, lens, 1), atol=2e-6, rtol=1e-5)
+
+
+def test_lengths_of_the_wrong_size_get_pytorchs_error():
+    q = torch.randn(3, 2, 1, 16)
+    assert native_few_queries(q, q, q, torch.tensor([1])) is None
+    mha = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(3, 5, 32)
+    with torch.inference_mode(), pytest.raises(ValueError, match="valid_lens has batch size 1"):
+        mha(x, x, x, valid_lens=torch.tensor([3]))
+
+
 def test_declines_what_it_does_not_compute():
     q, k = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 4, 16)
     assert native_few_queries(q.bfloat16(), k.bfloat16(), k.bfloat16()) is None

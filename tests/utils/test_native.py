@@ -9,7 +9,9 @@ import stat
 import pytest
 import torch
 
+from attnlab.attention.steps import _FEW_QUERIES_ARGS
 from attnlab.utils import native
+from attnlab.utils.quantize import _QUANTIZE_ARGS
 
 
 @pytest.fixture
@@ -37,15 +39,15 @@ def test_built_once_and_reused_from_the_cache(fresh):
     assert native.load("few_queries") is not None
     assert _built(fresh / "cache") == [so] and so.stat().st_mtime_ns == mtime  # not rebuilt
     # a function comes with its signature, looked up once
-    fn = native.function("int8_rows", "attnlab_quantize_rows_f32", [])
-    assert fn is native.function("int8_rows", "attnlab_quantize_rows_f32", [])
+    fn = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
+    assert fn is native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
 
 
 @pytest.mark.usefixtures("c_kernels")
 def test_off_by_environment_and_in_a_block(fresh, monkeypatch):
     with native.off():
-        assert native.function("few_queries", "attnlab_few_queries_f32", []) is None
-    assert native.function("few_queries", "attnlab_few_queries_f32", []) is not None
+        assert native.function("few_queries", "attnlab_few_queries_f32", _FEW_QUERIES_ARGS) is None
+    assert native.function("few_queries", "attnlab_few_queries_f32", _FEW_QUERIES_ARGS) is not None
     native.reset()
     monkeypatch.setenv("ATTNLAB_NATIVE", "0")
     assert native.load("int8_rows") is None
@@ -75,6 +77,13 @@ def test_no_compiler(fresh, monkeypatch):
     monkeypatch.setenv("PATH", str(fresh))  # no cc, gcc or clang on it
     assert native.load("int8_rows") is None
     assert native.status("int8_rows").startswith("no C compiler found")
+    # int8 then runs fbgemm's dynamic Linear, faster than the per-row kernel on PyTorch's operators
+    from attnlab.models import Transformer, TransformerConfig
+    from attnlab.utils.precision import prepare_for_inference
+
+    cfg = TransformerConfig(20, 20, num_hiddens=16, num_heads=2, num_layers=1, ffn_num_hiddens=32, dropout=0.0)
+    fast = prepare_for_inference(Transformer(cfg).eval(), "int8")
+    assert "quantized" in type(fast.decoder.dense).__module__
 
 
 def test_the_cache_directory(monkeypatch, tmp_path):

@@ -66,7 +66,7 @@ def test_the_c_passes_give_what_the_pytorch_ops_give():
         got = m(x)
         with native.off():
             ref = m(x)
-    assert native.function("int8_rows", "attnlab_quantize_rows_f32", []) is not None  # the C path ran above
+    assert native.load("int8_rows") is not None  # the C path ran above
     torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-6)
     q, scale = quantize_rows(x)
     assert q[0].tolist() == [127, 64, 0, 2, 2, -2]
@@ -79,6 +79,16 @@ def test_the_c_passes_give_what_the_pytorch_ops_give():
             ref = m(xs)
     assert got.shape == (2, 17, 40)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-6)
+    # a non-finite activation makes its own row NaN and leaves the others alone, as on PyTorch's path
+    bad = torch.randn(4, 6)
+    bad[1, 2], bad[3, 0] = float("nan"), float("inf")
+    with torch.inference_mode():
+        got = m(bad)
+        with native.off():
+            ref = m(bad)
+    assert bool(got[1].isnan().all()) and bool(ref[1].isnan().all())
+    assert not bool(got[3].isfinite().any()) and not bool(ref[3].isfinite().any())
+    torch.testing.assert_close(got[[0, 2]], ref[[0, 2]], atol=1e-5, rtol=1e-6)
 
 
 def test_per_channel_weight_scales_against_torch_quantize_per_channel():

@@ -40,9 +40,10 @@ def few_queries_attention(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | Non
 def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = None, groups: int = 1) -> Tensor | None:
     """softmax(q k^T / sqrt(Dh)) v by attnlab's C kernel (`csrc/few_queries.c`), or None where it does not
     apply: not fp32 on the CPU, autograd on, more than 8 queries unless queries x keys <= 4096 (a short
-    sentence's self-attention), a head dimension that is not contiguous, or no kernel on this machine
-    (`attnlab.utils.native.status`). Query i of row b sees keys [0, lens[b])
-    (all Lk when lens is None; none gives zeros); query head h reads KV head h // groups.
+    sentence's self-attention), a head dimension that is not contiguous, shapes that do not match (the
+    PyTorch path then says what is wrong), or no kernel on this machine (`attnlab.utils.native.status`).
+    Query i of row b sees keys [0, lens[b]) (all Lk when lens is None; none gives zeros); query head h
+    reads KV head h // groups.
 
     Shape: q (B, H, Lq, Dh), k, v (B, H / groups, Lk, Dh) (any strides but the last), lens (B,) ->
     (B, H, Lq, Dh), a transposed view of a contiguous (B, Lq, H, Dh): the output projection's input.
@@ -57,8 +58,12 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     Lk = k.shape[2]
     if (
         (Lq > 8 and Lq * Lk > _MAX_QUERIES_KEYS)
-        or not q.is_cpu
+        or not (q.is_cpu and k.is_cpu and v.is_cpu)
         or not q.dtype is k.dtype is v.dtype is torch.float32
+        or k.shape[0] != B
+        or k.shape[3] != Dh
+        or v.shape != k.shape
+        or (lens is not None and tuple(lens.shape) != (B,))
         or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
         or not q.stride(3) == k.stride(3) == v.stride(3) == 1
         or k.shape[1] * groups != H

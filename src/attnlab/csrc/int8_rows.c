@@ -13,16 +13,23 @@ void attnlab_quantize_rows_f32(const float *x, int64_t ldx, int64_t M, int64_t K
     for (int64_t m = 0; m < M; m++) {
         const float *row = x + m * ldx;
         float amax = 0.0f;
-#pragma omp simd reduction(max : amax)
+        int nan = 0;
+#pragma omp simd reduction(max : amax) reduction(| : nan)
         for (int64_t k = 0; k < K; k++) {
             const float a = fabsf(row[k]);
             amax = a > amax ? a : amax;
+            nan |= row[k] != row[k];
         }
-        const float s = (amax > 1e-12f ? amax : 1e-12f) / 127.0f;
+        /* A NaN makes the row's scale NaN, so its outputs are NaN, as on PyTorch's path; an inf gives an
+           inf scale (zeros times inf: NaN) likewise. */
+        const float s = nan ? NAN : (amax > 1e-12f ? amax : 1e-12f) / 127.0f;
         scale[m] = s;
         int8_t *out = q + m * K;
 #pragma omp simd
-        for (int64_t k = 0; k < K; k++) out[k] = (int8_t)nearbyintf(row[k] / s);
+        for (int64_t k = 0; k < K; k++) {
+            const float r = nearbyintf(row[k] / s);
+            out[k] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r == r ? r : 0.0f); /* defined cast */
+        }
     }
 }
 

@@ -27,6 +27,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = ["FLAGS", "cache_dir", "function", "load", "off", "reset", "status"]
 
@@ -41,6 +42,9 @@ _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL | None] = {}
 _why: dict[str, str] = {}
 _functions: dict[tuple[str, str], Callable | None] = {}
+_build_locks: dict[str, threading.Lock] = {}
+_UNSET: Any = object()
+_versions: dict[tuple[str, ...], str | None] = {}  # compiler -> its --version output (None: it did not run)
 _off = 0  # > 0 inside `off()`
 
 
@@ -54,20 +58,27 @@ def cache_dir() -> Path:
 
 def load(name: str) -> ctypes.CDLL | None:
     """The built library of csrc/NAME.c (built now if needed), or None when it cannot be had here."""
+    lib = _loaded.get(name, _UNSET)
+    if lib is not _UNSET:
+        return lib
     with _lock:
-        if name not in _loaded:
-            _loaded[name] = _build_and_load(name)
-        return _loaded[name]
+        build_lock = _build_locks.setdefault(name, threading.Lock())
+    with build_lock:  # one build per kernel at a time; other kernels and `off` do not wait for it
+        lib = _loaded.get(name, _UNSET)
+        if lib is _UNSET:
+            lib = _loaded[name] = _build_and_load(name)
+    return lib
 
 
 def function(name: str, symbol: str, argtypes: list, restype=None) -> Callable | None:
     """The C function `symbol` of csrc/NAME.c with its ctypes signature, or None (see `load`, `off`);
-    looked up once."""
+    looked up once: every caller of a symbol passes its one signature (the kernel's wrapper keeps it)."""
     if _off:
         return None
     key = (name, symbol)
-    if key in _functions:  # the hot path: a dict read, no lock
-        return _functions[key]
+    fn = _functions.get(key, _UNSET)  # the hot path: a dict read, no lock
+    if fn is not _UNSET:
+        return fn
     lib = load(name)
     fn = None
     if lib is not None:
@@ -97,6 +108,7 @@ def reset() -> None:
         _loaded.clear()
         _functions.clear()
         _why.clear()
+        _versions.clear()
 
 
 def status(name: str) -> str:
@@ -135,10 +147,9 @@ def _build_and_load(name: str) -> ctypes.CDLL | None:
     if cc is None:
         _why[name] = "no C compiler found (set CC, or install gcc): PyTorch's kernels run instead"
         return None
-    try:
-        version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        _why[name] = f"the C compiler {cc[0]} did not run ({e}): PyTorch's kernels run instead"
+    version = _version(cc)
+    if version is None:
+        _why[name] = f"the C compiler {cc[0]} did not run: PyTorch's kernels run instead"
         return None
     headers = [h.read_text() for h in sorted(SOURCES.glob("*.h"))]  # what a source may include
     key = "\0".join([source.read_text(), *headers, *FLAGS, *cc, version, _cpu_features(), platform.machine()])
@@ -153,9 +164,21 @@ def _build_and_load(name: str) -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(target))
     except OSError as e:
         _why[name] = f"loading {target} failed ({e}): PyTorch's kernels run instead"
+        log.warning("attnlab: %s", _why[name])
         return None
     _why[name] = f"built with {Path(cc[0]).name} {' '.join(FLAGS)}: {target}"
     return lib
+
+
+def _version(cc: list[str]) -> str | None:
+    """`cc --version`, asked once per process (part of each build's hash)."""
+    key = tuple(cc)
+    if key not in _versions:
+        try:
+            _versions[key] = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            _versions[key] = None
+    return _versions[key]
 
 
 def _compile(cc: list[str], source: Path, target: Path) -> str | None:

@@ -8,8 +8,8 @@
 Every command and the Python API default to `fp32`: the same model gives the same output on every machine.
 - `fp32`: plain float32; decoding on the CPU runs the linear layers on weights packed once for oneDNN
   (`attnlab.utils.packed`), which gives the same tokens 1.25-1.55x faster, and a decoding step's
-  attention, an encoder's short self-attention and the post-norm residual's LayerNorm on attnlab's C
-  kernels (`attnlab.utils.native`), which give the same tokens another 1.15-1.17x faster.
+  attention, an encoder's short self-attention, the post-norm residual's LayerNorm and greedy's arg-max
+  on attnlab's C kernels (`attnlab.utils.native`), which give the same tokens another 1.16-1.23x faster.
 - `bf16`: training keeps fp32 master weights and Adam state; on the CPU a bf16 copy of the model runs
   forward and backward (refreshed from the masters each step; SDPA on its math path, `bf16_attention`;
   layer norm and softmax accumulate in fp32, the loss is fp32), on CUDA autocast. Decoding casts the
@@ -20,11 +20,12 @@ Every command and the Python API default to `fp32`: the same model gives the sam
   the kernel (`INT8_KERNEL`) gives every activation row (token) its own scale too (CTranslate2's recipe,
   so a sentence's output does not depend on its batch) and multiplies on `torch._int_mm`, with the
   activations quantized and the sums rescaled by C passes; `kernel="fbgemm"` is fbgemm's dynamic Linear
-  (one activation scale per call).
+  (one activation scale per call), what int8 runs where the C passes cannot be built.
 - `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
-      (1.5-1.6x fp32 greedy, BLEU within 0.1, on an AVX512-VNNI EPYC, where bf16 decodes at 0.94x fp32);
+      (1.46-1.58x fp32 greedy with 2 workers, 1.88x at 1 thread, BLEU within 0.1, on an AVX512-VNNI EPYC,
+      where bf16 decodes at 0.85-0.94x fp32);
     else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16;
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
@@ -43,6 +44,7 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attnlab.utils import native
 from attnlab.utils.packed import ONEDNN, is_float_linear, pack_linears
 from attnlab.utils.quantize import VNNI_FLAGS, quantize_linears
 
@@ -57,7 +59,8 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 INT8_KEEP_FP32: tuple[str, ...] = ()
 # The int8 kernel: per-row activation scales on torch._int_mm with attnlab's C quantize/rescale passes
 # (1.1-1.4x fbgemm's dynamic Linear per layer at the decoder's shapes on an AVX512-VNNI EPYC, and no
-# batch-dependence; benchmarks/precision_kernels.py), or 'fbgemm' (one activation scale per call).
+# batch-dependence; benchmarks/precision_kernels.py). Where those C passes cannot be built, int8 runs
+# 'fbgemm' (one activation scale per call), which is then the faster.
 INT8_KERNEL = "int_mm"
 
 
@@ -217,8 +220,10 @@ def prepare_for_inference(
     names = int8_layers(model, keep_fp32)
     if not names:
         raise ValueError("int8: this model has no nn.Linear layer to quantize; use --precision fp32")
-    kernel = kernel or INT8_KERNEL
-    engines = torch.backends.quantized.supported_engines
-    if kernel.startswith("fbgemm") and not any(e in engines for e in ("x86", "fbgemm")):
+    fbgemm = any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
+    if kernel is None:
+        # Without its C passes the per-row kernel is slower than fbgemm's (0.90x against 0.98x fp32, test)
+        kernel = INT8_KERNEL if native.load("int8_rows") is not None or not fbgemm else "fbgemm"
+    if kernel.startswith("fbgemm") and not fbgemm:
         kernel = "int_mm"  # no fbgemm in this build (ARM): the per-row kernel runs on any CPU
     return quantize_linears(model, names, kernel)

@@ -13,8 +13,8 @@ accumulate in int32; `torch._int_mm` runs them on the CPU's int8 dot-product ins
 AVX-VNNI, AMX) through oneDNN, and attnlab's C passes (`csrc/int8_rows.c`) quantize the activations and
 rescale the sums, one pass each: the default (`attnlab.utils.precision.INT8_KERNEL`), 1.1-1.4x fbgemm's
 dynamic Linear per layer at the decoder's shapes (BENCHMARKS.md, "Precision"). Without a C compiler the
-two passes are PyTorch operators (slower than fbgemm, the same values). fbgemm's dynamic Linear
-('fbgemm') quantizes a whole activation tensor with one scale (per-tensor).
+two passes are PyTorch operators (the same values, slower than fbgemm, so `prepare_for_inference` then
+picks fbgemm). fbgemm's dynamic Linear ('fbgemm') quantizes a whole activation tensor with one scale.
 """
 
 from __future__ import annotations
@@ -120,9 +120,8 @@ def _native_int8_linear(x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor
         or not x.is_cpu
         or x.dtype is not torch.float32
         or x.stride(1) != 1
-        or scale.dtype is not torch.float32
-        or not scale.is_contiguous()
-        or (bias is not None and (bias.dtype is not torch.float32 or not bias.is_contiguous()))
+        or not (scale.is_cpu and scale.dtype is torch.float32 and scale.is_contiguous())
+        or (bias is not None and not (bias.is_cpu and bias.dtype is torch.float32 and bias.is_contiguous()))
         or (x.requires_grad and torch.is_grad_enabled())
     ):
         return None
