@@ -2,6 +2,7 @@
 
     one query        a greedy step's self-attention: 1 query over Lk cached keys (strided cache views)
     one query, lens  a step's cross-attention: 1 query over the first lens[b] of Lk source keys
+    one query, bf16  bf16 decoding's step (PyTorch: its three bf16 operators, `few_queries_attention`)
     encoder          a sentence's self-attention, Lq = Lk, key lengths per sentence
     add + LayerNorm  the post-norm residual LayerNorm(x + y) at M rows
     pick             greedy's choice from (B, V 4000) logits: arg-max, and with scores the log-probability
@@ -30,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table
 from precision import header
 
-from attnlab.attention.steps import native_few_queries
+from attnlab.attention.steps import few_queries_attention, native_few_queries
 from attnlab.decoding.argmax import pick
 from attnlab.models.transformer_layers import add_layer_norm
 from attnlab.utils import native
@@ -55,6 +56,14 @@ def attention_cases(B: int):
             f"one query, lens, B {B}, Lk {Lk}",
             (lambda q=q, k=k, v=v, m=visible: F.scaled_dot_product_attention(q, k, v, attn_mask=m)),
             (lambda q=q, k=k, v=v, lens=lens: native_few_queries(q, k, v, lens)),
+        )
+    for Lk in (10, 20):  # bf16 decoding: its cache in bf16; PyTorch's path is three bf16 ops (`few_queries_attention`)
+        k, v = (torch.randn(B, H, 64, DH)[:, :, :Lk].bfloat16() for _ in range(2))
+        q = torch.randn(B, H, 1, DH).bfloat16()
+        yield (
+            f"one query, bf16, B {B}, Lk {Lk}",
+            (lambda q=q, k=k, v=v: few_queries_attention(q, k, v).float()),
+            (lambda q=q, k=k, v=v: native_few_queries(q, k, v).float()),
         )
     for L, b in ((10, B), (20, B // 2), (40, B // 4), (64, B // 6)):  # up to 64 x 64 (beyond: SDPA)
         x = torch.randn(b, L, 3 * H * DH)

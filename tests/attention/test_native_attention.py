@@ -45,6 +45,21 @@ def test_matches_sdpa(Dh, Lk, Lq, groups):
     assert got.transpose(1, 2).is_contiguous()
 
 
+@pytest.mark.parametrize("Dh", [48, 20])
+def test_bf16_inputs_are_computed_in_fp32(Dh):
+    torch.manual_seed(0)
+    B, H, Lk = 4, 4, 13
+    q = torch.randn(B, 1, 3 * H * Dh)[..., : H * Dh].view(B, 1, H, Dh).transpose(1, 2).bfloat16()
+    k, v = (torch.randn(B, H // 2, Lk + 3, Dh)[:, :, :Lk].bfloat16() for _ in range(2))
+    lens = torch.tensor([13, 1, 7, 0])
+    got = native_few_queries(q, k, v, lens, groups=2)
+    assert got is not None and got.dtype == torch.bfloat16
+    ref = _sdpa(q.float(), k.float(), v.float(), lens, 2)  # exact arithmetic on the same bf16 values
+    # one rounding, at the end: within a bf16 step of the exact result (SDPA in bf16 rounds at every stage)
+    torch.testing.assert_close(got.float(), ref, atol=1e-6, rtol=2**-8)
+    assert native_few_queries(q, k.float(), v.float()) is None  # mixed dtypes: PyTorch's path
+
+
 def test_more_keys_than_its_stack_buffer():
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 1100, 16), torch.randn(2, 2, 1100, 16)
@@ -65,7 +80,7 @@ def test_lengths_of_the_wrong_size_get_pytorchs_error():
 
 def test_declines_what_it_does_not_compute():
     q, k = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 4, 16)
-    assert native_few_queries(q.bfloat16(), k.bfloat16(), k.bfloat16()) is None
+    assert native_few_queries(q.half(), k.half(), k.half()) is None
     assert native_few_queries(q.requires_grad_(), k, k) is None
     long_q, long_k = torch.randn(1, 2, 80, 16), torch.randn(1, 2, 80, 16)  # 80 x 80 > 4096: SDPA's
     assert native_few_queries(long_q, long_k, long_k) is None

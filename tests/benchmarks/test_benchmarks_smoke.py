@@ -118,10 +118,10 @@ def test_native_kernels_benchmark_times_each_kernel_against_pytorch():
     out = _run([sys.executable, "benchmarks/native_kernels.py", "--rounds", "1", "--reps", "1", "--batch", "12"])
     assert "CPU features:" in out and "C kernel few_queries: built with" in out
     rows = [line for line in out.splitlines() if line.startswith("| one query") or line.startswith("| encoder")]
-    assert len(rows) == 12, out
+    assert len(rows) == 14, out
     others = [line for line in out.splitlines() if line.startswith(("| add + LayerNorm", "| pick"))]
     assert len(others) == 7, out
     for row in rows + others:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert float(cells[1]) > 0 and float(cells[2]) > 0 and cells[3].endswith("x")
-        assert float(cells[4]) < 1e-4, row  # the kernels compute what PyTorch computes
+        assert float(cells[4]) < (0.1 if "bf16" in row else 1e-4), row  # what PyTorch computes (bf16: its rounding)

@@ -273,8 +273,8 @@ class MultiHeadAttention(Recordable, nn.Module):
         return k, v
 
     def _native(self, q, k, v, lens: Tensor | None = None) -> Tensor | None:
-        """A decoding step's fp32 queries on attnlab's C kernel (3-7x SDPA's speed at one query over
-        5-30 keys, BENCHMARKS.md); None where it does not apply (`native_few_queries`)."""
+        """A decoding step's fp32 or bf16 queries on attnlab's C kernel (2.6-4.6x SDPA's speed at one query
+        over 5-30 keys, BENCHMARKS.md); None where it does not apply (`native_few_queries`)."""
         if self.training and self.dropout.p > 0:
             return None
         return native_few_queries(q, k, v, lens, self.groups)

@@ -38,10 +38,11 @@ def few_queries_attention(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | Non
 
 
 def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = None, groups: int = 1) -> Tensor | None:
-    """softmax(q k^T / sqrt(Dh)) v by attnlab's C kernel (`csrc/few_queries.c`), or None where it does not
-    apply: not fp32 on the CPU, autograd on, more than 8 queries unless queries x keys <= 4096 (a short
-    sentence's self-attention), a head dimension that is not contiguous, shapes that do not match (the
-    PyTorch path then says what is wrong), or no kernel on this machine (`attnlab.utils.native.status`).
+    """softmax(q k^T / sqrt(Dh)) v by attnlab's C kernel (`csrc/few_queries.c`: fp32 arithmetic on fp32 or
+    bf16 inputs, the output in q's dtype), or None where it does not apply: not fp32 or bf16 on the CPU,
+    autograd on, more than 8 queries unless queries x keys <= 4096 (a short sentence's self-attention), a
+    head dimension that is not contiguous, shapes that do not match (the PyTorch path then says what is
+    wrong), or no kernel on this machine (`attnlab.utils.native.status`).
     Query i of row b sees keys [0, lens[b]) (all Lk when lens is None; none gives zeros); query head h
     reads KV head h // groups.
 
@@ -59,7 +60,8 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     if (
         (Lq > 8 and Lq * Lk > _MAX_QUERIES_KEYS)
         or not (q.is_cpu and k.is_cpu and v.is_cpu)
-        or not q.dtype is k.dtype is v.dtype is torch.float32
+        or q.dtype not in _DTYPES
+        or not k.dtype is v.dtype is q.dtype
         or k.shape[0] != B
         or k.shape[3] != Dh
         or v.shape != k.shape
@@ -69,11 +71,13 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
         or k.shape[1] * groups != H
     ):
         return None
-    kernel = _few_queries_kernel()
+    kernel = _few_queries_kernel(k.dtype)
     if kernel is None:
         return None
     if lens is not None and not (lens.is_cpu and lens.dtype is torch.int64 and lens.is_contiguous()):
         lens = lens.to(device="cpu", dtype=torch.int64).contiguous()
+    dtype = q.dtype
+    q = q.float()  # bf16: the (B, H, Lq, Dh) queries widened (keys and values are read as they are)
     out = torch.empty((B, Lq, H, Dh), dtype=torch.float32)
     status = kernel(
         q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
@@ -82,15 +86,19 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     )  # fmt: skip
     if status:
         raise MemoryError("attnlab's few-queries attention kernel ran out of memory")
-    return out.transpose(1, 2)
+    return out.to(dtype).transpose(1, 2)
 
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _FEW_QUERIES_ARGS = [_PTR, _I64, _I64, _I64] * 3 + [_PTR, _PTR] + [_I64] * 6 + [ctypes.c_float]
 
 
-def _few_queries_kernel():
-    return native.function("few_queries", "attnlab_few_queries_f32", _FEW_QUERIES_ARGS, ctypes.c_int)
+_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _few_queries_kernel(kv_dtype: torch.dtype = torch.float32):
+    symbol = "attnlab_few_queries_f32" if kv_dtype is torch.float32 else "attnlab_few_queries_bf16kv"
+    return native.function("few_queries", symbol, _FEW_QUERIES_ARGS, ctypes.c_int)
 
 
 def fold_beams(queries: Tensor, keys: Tensor, valid_lens, mask, causal: bool, window, beam: int) -> Tensor:

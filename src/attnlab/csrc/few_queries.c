@@ -7,7 +7,8 @@
 
    Built at first use by attnlab.utils.native with the machine's C compiler (-march=native). Head sizes
    that are a multiple of 16 up to 128 run on 16-float vectors (vec.h) with the query and the output
-   held in registers; other sizes take a plain loop. The softmax subtracts the row maximum, exponentiates (Cephes' expf polynomial,
+   held in registers; other sizes take a plain loop. Keys and values are fp32, or bf16 (bf16 decoding's
+   cache, widened to fp32 as they are read); queries, sums and outputs are fp32. The softmax subtracts the row maximum, exponentiates (Cephes' expf polynomial,
    ~1 ulp) and divides once at the end, as SDPA's flash kernel does. */
 
 #include <math.h>
@@ -18,14 +19,13 @@
 #include "vec.h"
 
 typedef struct {
-    const float *q, *k, *v;
+    const float *q;
+    const void *k, *v; /* float or bf16 (uint16_t), as the entry point says */
     const int64_t *lens;
     float *out;
     int64_t qsb, qsh, qsi, ksb, ksh, kst, vsb, vsh, vst;
-    int64_t H, G, Lq, Lk, Dh;
+    int64_t B, H, G, Lq, Lk, Dh;
     float scale;
-    int64_t begin, end; /* (row, head) pairs b * H + h in [begin, end) */
-    int status;
 } job_t;
 
 /* exp(s - max) in place over s[0, n), lanes up to the next multiple of W zeroed (the buffer holds them);
@@ -48,20 +48,43 @@ static float softmax_numerators(float *s, int64_t n) {
     return hsum(sum);
 }
 
+/* Keys and values as stored: fp32, or bf16 (the upper half of an fp32: widened by a shift). */
+static inline vf load_f32(const float *p) { return load(p); }
+static inline float scalar_f32(const float *p) { return *p; }
+
+typedef uint16_t vu16 __attribute__((vector_size(32)));
+typedef uint32_t vu32 __attribute__((vector_size(64)));
+
+static inline vf load_bf16(const uint16_t *p) {
+    vu16 h;
+    memcpy(&h, p, sizeof h);
+    const vu32 w = __builtin_convertvector(h, vu32) << 16;
+    vf f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
+static inline float scalar_bf16(const uint16_t *p) {
+    const uint32_t w = (uint32_t)*p << 16;
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
 /* One query against n keys, head size NC * W: query, dot sums and output in registers. */
-#define DEFINE_HEAD(NC)                                                                                 \
-    static void head_##NC(const float *q, const float *k, int64_t kst, const float *v, int64_t vst,      \
-                          int64_t n, float scale, float *s, float *o) {                                 \
+#define DEFINE_HEAD(NC, SUF, KT)                                                                         \
+    static void head_##SUF##_##NC(const float *q, const KT *k, int64_t kst, const KT *v, int64_t vst,      \
+                                  int64_t n, float scale, float *s, float *o) {                           \
         vf qc[NC], acc[NC];                                                                              \
         for (int c = 0; c < NC; c++) qc[c] = load(q + c * W);                                            \
         int64_t t = 0;                                                                                   \
         for (; t + 4 <= n; t += 4) {                                                                     \
             vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                                   \
             for (int c = 0; c < NC; c++) {                                                               \
-                a0 += qc[c] * load(k + t * kst + c * W);                                                 \
-                a1 += qc[c] * load(k + (t + 1) * kst + c * W);                                           \
-                a2 += qc[c] * load(k + (t + 2) * kst + c * W);                                           \
-                a3 += qc[c] * load(k + (t + 3) * kst + c * W);                                           \
+                a0 += qc[c] * load_##SUF(k + t * kst + c * W);                                           \
+                a1 += qc[c] * load_##SUF(k + (t + 1) * kst + c * W);                                     \
+                a2 += qc[c] * load_##SUF(k + (t + 2) * kst + c * W);                                     \
+                a3 += qc[c] * load_##SUF(k + (t + 3) * kst + c * W);                                     \
             }                                                                                            \
             s[t] = hsum(a0) * scale;                                                                     \
             s[t + 1] = hsum(a1) * scale;                                                                 \
@@ -70,82 +93,96 @@ static float softmax_numerators(float *s, int64_t n) {
         }                                                                                                \
         for (; t < n; t++) {                                                                             \
             vf a = {0};                                                                                  \
-            for (int c = 0; c < NC; c++) a += qc[c] * load(k + t * kst + c * W);                         \
+            for (int c = 0; c < NC; c++) a += qc[c] * load_##SUF(k + t * kst + c * W);                   \
             s[t] = hsum(a) * scale;                                                                      \
         }                                                                                                \
         const float l = softmax_numerators(s, n);                                                        \
         for (int c = 0; c < NC; c++) acc[c] = (vf){0};                                                   \
         for (t = 0; t < n; t++) {                                                                        \
             const vf p = splat(s[t]);                                                                    \
-            for (int c = 0; c < NC; c++) acc[c] += p * load(v + t * vst + c * W);                        \
+            for (int c = 0; c < NC; c++) acc[c] += p * load_##SUF(v + t * vst + c * W);                  \
         }                                                                                                \
         const float inv = n > 0 ? 1.0f / l : 0.0f; /* no visible key: zeros */                          \
         for (int c = 0; c < NC; c++) store(o + c * W, acc[c] * inv);                                     \
     }
 
-DEFINE_HEAD(1)
-DEFINE_HEAD(2)
-DEFINE_HEAD(3)
-DEFINE_HEAD(4)
-DEFINE_HEAD(5)
-DEFINE_HEAD(6)
-DEFINE_HEAD(7)
-DEFINE_HEAD(8)
-
-typedef void (*head_fn)(const float *, const float *, int64_t, const float *, int64_t, int64_t, float, float *,
-                        float *);
-static const head_fn HEADS[9] = {NULL, head_1, head_2, head_3, head_4, head_5, head_6, head_7, head_8};
-
 /* Any head size. */
-static void head_any(const float *q, const float *k, int64_t kst, const float *v, int64_t vst, int64_t n,
-                     int64_t Dh, float scale, float *s, float *o) {
-    for (int64_t t = 0; t < n; t++) {
-        float a = 0.0f;
-        for (int64_t d = 0; d < Dh; d++) a += q[d] * k[t * kst + d];
-        s[t] = a * scale;
+#define DEFINE_HEAD_ANY(SUF, KT)                                                                         \
+    static void head_##SUF##_any(const float *q, const KT *k, int64_t kst, const KT *v, int64_t vst,       \
+                                 int64_t n, int64_t Dh, float scale, float *s, float *o) {                \
+        for (int64_t t = 0; t < n; t++) {                                                                \
+            float a = 0.0f;                                                                              \
+            for (int64_t d = 0; d < Dh; d++) a += q[d] * scalar_##SUF(k + t * kst + d);                  \
+            s[t] = a * scale;                                                                            \
+        }                                                                                                \
+        const float l = softmax_numerators(s, n);                                                        \
+        for (int64_t d = 0; d < Dh; d++) o[d] = 0.0f;                                                    \
+        for (int64_t t = 0; t < n; t++)                                                                  \
+            for (int64_t d = 0; d < Dh; d++) o[d] += s[t] * scalar_##SUF(v + t * vst + d);               \
+        const float inv = n > 0 ? 1.0f / l : 0.0f;                                                       \
+        for (int64_t d = 0; d < Dh; d++) o[d] *= inv;                                                    \
     }
-    const float l = softmax_numerators(s, n);
-    for (int64_t d = 0; d < Dh; d++) o[d] = 0.0f;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t d = 0; d < Dh; d++) o[d] += s[t] * v[t * vst + d];
-    const float inv = n > 0 ? 1.0f / l : 0.0f;
-    for (int64_t d = 0; d < Dh; d++) o[d] *= inv;
-}
 
-static void run(job_t *j) {
-    const int64_t Dh = j->Dh, padded = (j->Lk + W - 1) / W * W;
-    float stack_scores[1024];
-    float *s = padded <= 1024 ? stack_scores : malloc(sizeof(float) * (size_t)padded);
-    if (!s) {
-        j->status = 1;
-        return;
+/* Every (row, head) pair of the job; returns 0, or 1 when memory ran out. */
+#define DEFINE_KERNEL(SUF, KT)                                                                           \
+    DEFINE_HEAD(1, SUF, KT)                                                                              \
+    DEFINE_HEAD(2, SUF, KT)                                                                              \
+    DEFINE_HEAD(3, SUF, KT)                                                                              \
+    DEFINE_HEAD(4, SUF, KT)                                                                              \
+    DEFINE_HEAD(5, SUF, KT)                                                                              \
+    DEFINE_HEAD(6, SUF, KT)                                                                              \
+    DEFINE_HEAD(7, SUF, KT)                                                                              \
+    DEFINE_HEAD(8, SUF, KT)                                                                              \
+    DEFINE_HEAD_ANY(SUF, KT)                                                                             \
+    typedef void (*head_##SUF##_fn)(const float *, const KT *, int64_t, const KT *, int64_t, int64_t, float, \
+                                    float *, float *);                                                   \
+    static const head_##SUF##_fn HEADS_##SUF[9] = {NULL,          head_##SUF##_1, head_##SUF##_2,         \
+                                                   head_##SUF##_3, head_##SUF##_4, head_##SUF##_5,         \
+                                                   head_##SUF##_6, head_##SUF##_7, head_##SUF##_8};        \
+    static int run_##SUF(const job_t *j) {                                                               \
+        const int64_t Dh = j->Dh, padded = (j->Lk + W - 1) / W * W;                                      \
+        float stack_scores[1024];                                                                        \
+        float *s = padded <= 1024 ? stack_scores : malloc(sizeof(float) * (size_t)padded);               \
+        if (!s) return 1;                                                                                \
+        const head_##SUF##_fn fast = Dh % W == 0 && Dh / W <= 8 ? HEADS_##SUF[Dh / W] : NULL;            \
+        for (int64_t bh = 0; bh < j->B * j->H; bh++) {                                                   \
+            const int64_t b = bh / j->H, h = bh % j->H, kvh = h / j->G;                                  \
+            int64_t n = j->lens ? j->lens[b] : j->Lk;                                                    \
+            n = n < 0 ? 0 : n > j->Lk ? j->Lk : n;                                                       \
+            const KT *k = (const KT *)j->k + b * j->ksb + kvh * j->ksh;                                  \
+            const KT *v = (const KT *)j->v + b * j->vsb + kvh * j->vsh;                                  \
+            for (int64_t i = 0; i < j->Lq; i++) {                                                        \
+                const float *q = j->q + b * j->qsb + h * j->qsh + i * j->qsi;                            \
+                float *o = j->out + ((b * j->Lq + i) * j->H + h) * Dh;                                   \
+                if (fast)                                                                                \
+                    fast(q, k, j->kst, v, j->vst, n, j->scale, s, o);                                    \
+                else                                                                                     \
+                    head_##SUF##_any(q, k, j->kst, v, j->vst, n, Dh, j->scale, s, o);                    \
+            }                                                                                            \
+        }                                                                                                \
+        if (s != stack_scores) free(s);                                                                  \
+        return 0;                                                                                        \
     }
-    const head_fn fast = Dh % W == 0 && Dh / W <= 8 ? HEADS[Dh / W] : NULL;
-    for (int64_t bh = j->begin; bh < j->end; bh++) {
-        const int64_t b = bh / j->H, h = bh % j->H, kvh = h / j->G;
-        int64_t n = j->lens ? j->lens[b] : j->Lk;
-        n = n < 0 ? 0 : n > j->Lk ? j->Lk : n;
-        const float *k = j->k + b * j->ksb + kvh * j->ksh;
-        const float *v = j->v + b * j->vsb + kvh * j->vsh;
-        for (int64_t i = 0; i < j->Lq; i++) {
-            const float *q = j->q + b * j->qsb + h * j->qsh + i * j->qsi;
-            float *o = j->out + ((b * j->Lq + i) * j->H + h) * Dh;
-            if (fast)
-                fast(q, k, j->kst, v, j->vst, n, j->scale, s, o);
-            else
-                head_any(q, k, j->kst, v, j->vst, n, Dh, j->scale, s, o);
-        }
-    }
-    if (s != stack_scores) free(s);
-}
 
-/* Returns 0, or 1 when memory ran out. One thread: decoding's batch workers each call it on their own
+DEFINE_KERNEL(f32, float)
+DEFINE_KERNEL(bf16, uint16_t)
+
+/* q fp32 (B, H, Lq, Dh) and k, v (B, H / G, Lk, Dh) by their strides in elements; out (B, Lq, H, Dh).
+   Returns 0, or 1 when memory ran out. One thread: decoding's batch workers each call it on their own
    batch (splitting a call across threads measured no faster, up to 1.3x slower, at B 64-256). */
 int attnlab_few_queries_f32(const float *q, int64_t qsb, int64_t qsh, int64_t qsi, const float *k, int64_t ksb,
                             int64_t ksh, int64_t kst, const float *v, int64_t vsb, int64_t vsh, int64_t vst,
                             const int64_t *lens, float *out, int64_t B, int64_t H, int64_t G, int64_t Lq,
                             int64_t Lk, int64_t Dh, float scale) {
-    job_t j = {q, k, v, lens, out, qsb, qsh, qsi, ksb, ksh, kst, vsb, vsh, vst, H, G, Lq, Lk, Dh, scale, 0, B * H, 0};
-    run(&j);
-    return j.status;
+    const job_t j = {q, k, v, lens, out, qsb, qsh, qsi, ksb, ksh, kst, vsb, vsh, vst, B, H, G, Lq, Lk, Dh, scale};
+    return run_f32(&j);
+}
+
+/* The same with bf16 keys and values (bf16 decoding's cache), computed in fp32. */
+int attnlab_few_queries_bf16kv(const float *q, int64_t qsb, int64_t qsh, int64_t qsi, const uint16_t *k,
+                               int64_t ksb, int64_t ksh, int64_t kst, const uint16_t *v, int64_t vsb, int64_t vsh,
+                               int64_t vst, const int64_t *lens, float *out, int64_t B, int64_t H, int64_t G,
+                               int64_t Lq, int64_t Lk, int64_t Dh, float scale) {
+    const job_t j = {q, k, v, lens, out, qsb, qsh, qsi, ksb, ksh, kst, vsb, vsh, vst, B, H, G, Lq, Lk, Dh, scale};
+    return run_bf16(&j);
 }
