@@ -9,12 +9,13 @@ Every command and the Python API default to `fp32`: the same model gives the sam
 - `fp32`: plain float32; decoding on the CPU runs the linear layers on weights packed once for oneDNN
   (`attnlab.utils.packed`), which gives the same tokens 1.25-1.55x faster, and a decoding step's
   attention, an encoder's short self-attention, the post-norm residual's LayerNorm and greedy's arg-max
-  on attnlab's C kernels (`attnlab.utils.native`), which give the same tokens another 1.16-1.23x faster.
+  on attnlab's C kernels (`attnlab.utils.native`), which give the same tokens another 1.16-1.25x faster.
 - `bf16`: training keeps fp32 master weights and Adam state; on the CPU a bf16 copy of the model runs
   forward and backward (refreshed from the masters each step; SDPA on its math path, `bf16_attention`;
   layer norm and softmax accumulate in fp32, the loss is fp32), on CUDA autocast. Decoding casts the
   weights to bf16 once and keeps the activations bf16 from layer to layer (a decoding step's bf16
-  attention runs as plain matmuls: the CPU's SDPA kernel is slow on one bf16 query).
+  attention runs on the C kernel in fp32, else as plain matmuls: the CPU's SDPA kernel is slow on one
+  bf16 query).
 - `int8`: decoding only, Transformer only, CPU only: every nn.Linear, the output projection included
   (`INT8_KEEP_FP32`), gets int8 weights with one scale per output channel (`attnlab.utils.quantize`);
   the kernel (`INT8_KERNEL`) gives every activation row (token) its own scale too (CTranslate2's recipe,
@@ -24,8 +25,8 @@ Every command and the Python API default to `fp32`: the same model gives the sam
 - `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
-      (1.46-1.58x fp32 greedy with 2 workers, 1.88x at 1 thread, BLEU within 0.1, on an AVX512-VNNI EPYC,
-      where bf16 decodes at 0.85-0.94x fp32);
+      (1.46-1.58x fp32 greedy with 2 workers, 1.71-1.89x at 1 thread, BLEU within 0.1, on an AVX512-VNNI
+      EPYC, where bf16 decodes at 0.99-1.23x fp32);
     else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16;
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
