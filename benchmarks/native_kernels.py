@@ -3,7 +3,7 @@
     one query        a greedy step's self-attention: 1 query over Lk cached keys (strided cache views)
     one query, lens  a step's cross-attention: 1 query over the first lens[b] of Lk source keys
     one query, bf16  bf16 decoding's step (PyTorch: its three bf16 operators, `few_queries_attention`)
-    encoder          a sentence's self-attention, Lq = Lk, key lengths per sentence
+    encoder          a sentence's self-attention, Lq = Lk, key lengths per sentence (fp32, and bf16)
     add + LayerNorm  the post-norm residual LayerNorm(x + y) at M rows
     pick             greedy's choice from (B, V 4000) logits: arg-max, and with scores the log-probability
 
@@ -74,6 +74,14 @@ def attention_cases(B: int):
             f"encoder, B {b}, L {L}",
             (lambda q=q, k=k, v=v, m=visible: F.scaled_dot_product_attention(q, k, v, attn_mask=m)),
             (lambda q=q, k=k, v=v, lens=lens: native_few_queries(q, k, v, lens)),
+        )
+        if L * L > 40 * 40:  # bf16's bound (`steps._MAX_QUERIES_KEYS`): SDPA's from there
+            continue
+        qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
+        yield (
+            f"encoder, bf16, B {b}, L {L}",
+            (lambda q=qb, k=kb, v=vb, m=visible: F.scaled_dot_product_attention(q, k, v, attn_mask=m).float()),
+            (lambda q=qb, k=kb, v=vb, lens=lens: native_few_queries(q, k, v, lens).float()),
         )
 
 

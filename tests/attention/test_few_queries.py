@@ -1,4 +1,5 @@
-"""A bf16 decoding step's attention on the CPU runs as matmul-softmax-matmul: the same result as SDPA."""
+"""Where the C kernel does not run, a bf16 decoding step's attention on the CPU runs as matmul-softmax-matmul:
+the same result as SDPA."""
 
 import torch
 

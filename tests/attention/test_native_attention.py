@@ -36,21 +36,27 @@ def test_matches_sdpa(Dh, Lk, Lq, groups):
     cap = Lk + 7  # keys/values as the decoding cache holds them: (B, Hkv, capacity, Dh), the first Lk steps
     k = torch.randn(B, H // groups, cap, Dh)[:, :, :Lk]
     v = torch.randn(B, H // groups, cap, Dh)[:, :, :Lk]
-    lens = torch.tensor([Lk, 1, 0, Lk + 4, max(Lk - 2, 1)])
+    lens = torch.tensor([Lk, 1, 0, Lk, max(Lk - 2, 1)])
     for key_lens in (None, lens):
         got = native_few_queries(q, k, v, key_lens, groups)
         assert got is not None and got.shape == (B, H, Lq, Dh)
         torch.testing.assert_close(got, _sdpa(q, k, v, key_lens, groups), atol=2e-6, rtol=1e-5)
     # the layout the output projection reads: (B, Lq, H, Dh) contiguous
     assert got.transpose(1, 2).is_contiguous()
+    # lengths PyTorch's path refuses (past the keys, negative, booleans) are left to it, which names them
+    for bad in (torch.tensor([Lk + 1, 1, 1, 1, 1]), torch.tensor([-1, 1, 1, 1, 1]), torch.ones(B, dtype=torch.bool)):
+        assert native_few_queries(q, k, v, bad, groups) is None
 
 
 @pytest.mark.parametrize("Dh", [48, 20])
-def test_bf16_inputs_are_computed_in_fp32(Dh):
+@pytest.mark.parametrize("Lq", [1, 6])
+def test_bf16_inputs_are_computed_in_fp32(Dh, Lq):
     torch.manual_seed(0)
     B, H, Lk = 4, 4, 13
-    q = torch.randn(B, 1, 3 * H * Dh)[..., : H * Dh].view(B, 1, H, Dh).transpose(1, 2).bfloat16()
-    k, v = (torch.randn(B, H // 2, Lk + 3, Dh)[:, :, :Lk].bfloat16() for _ in range(2))
+    bf16 = torch.bfloat16
+    q = torch.randn(B, Lq, 3 * H * Dh, dtype=bf16)[..., : H * Dh].view(B, Lq, H, Dh).transpose(1, 2)
+    k, v = (torch.randn(B, H // 2, Lk + 3, Dh, dtype=bf16)[:, :, :Lk] for _ in range(2))  # cache views
+    assert k.stride(1) != Lk * Dh and q.stride(0) != H * Lq * Dh  # neither contiguous
     lens = torch.tensor([13, 1, 7, 0])
     got = native_few_queries(q, k, v, lens, groups=2)
     assert got is not None and got.dtype == torch.bfloat16
@@ -105,6 +111,27 @@ def test_multihead_decoding_and_encoder_paths_match_pytorch_kernels():
                     steps.append(mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], causal=True, cache=cache))
                 outs[name] = torch.cat(steps, 1)
         torch.testing.assert_close(outs["native"], outs["off"], atol=2e-6, rtol=1e-5)
+
+
+def test_multihead_bf16_decoding_and_encoder_paths_match_pytorch_kernels():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(64, 4, num_kv_heads=2).eval().bfloat16()
+    x = torch.randn(3, 6, 64).bfloat16()
+    lens = torch.tensor([6, 2, 4])
+    with torch.inference_mode():
+        got = mha(x, x, x, valid_lens=lens)  # an encoder's self-attention with key lengths
+        with native.off():
+            ref = mha(x, x, x, valid_lens=lens)
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), ref.float(), atol=3e-2, rtol=3e-2)
+        outs = {}
+        for name, ctx in (("native", torch.inference_mode), ("off", native.off)):
+            with ctx():
+                cache, steps = KVCache(), []
+                for t in range(5):
+                    steps.append(mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], causal=True, cache=cache))
+                outs[name] = torch.cat(steps, 1).float()
+        torch.testing.assert_close(outs["native"], outs["off"], atol=3e-2, rtol=3e-2)
 
 
 def test_a_transformer_decodes_the_same_tokens_with_and_without_the_kernel():

@@ -118,7 +118,7 @@ def test_native_kernels_benchmark_times_each_kernel_against_pytorch():
     out = _run([sys.executable, "benchmarks/native_kernels.py", "--rounds", "1", "--reps", "1", "--batch", "12"])
     assert "CPU features:" in out and "C kernel few_queries: built with" in out
     rows = [line for line in out.splitlines() if line.startswith("| one query") or line.startswith("| encoder")]
-    assert len(rows) == 14, out
+    assert len(rows) == 17, out
     others = [line for line in out.splitlines() if line.startswith(("| add + LayerNorm", "| pick"))]
     assert len(others) == 7, out
     for row in rows + others:

@@ -77,13 +77,21 @@ def test_no_compiler(fresh, monkeypatch):
     monkeypatch.setenv("PATH", str(fresh))  # no cc, gcc or clang on it
     assert native.load("int8_rows") is None
     assert native.status("int8_rows").startswith("no C compiler found")
-    # int8 then runs fbgemm's dynamic Linear, faster than the per-row kernel on PyTorch's operators
+    # int8 then runs fbgemm's dynamic Linear (where this build has it), faster than the per-row kernel on
+    # PyTorch's operators; ATTNLAB_NATIVE=0 keeps the per-row values
     from attnlab.models import Transformer, TransformerConfig
     from attnlab.utils.precision import prepare_for_inference
+    from attnlab.utils.quantize import Int8Linear
 
     cfg = TransformerConfig(20, 20, num_hiddens=16, num_heads=2, num_layers=1, ffn_num_hiddens=32, dropout=0.0)
-    fast = prepare_for_inference(Transformer(cfg).eval(), "int8")
-    assert "quantized" in type(fast.decoder.dense).__module__
+    model = Transformer(cfg).eval()
+    fbgemm = any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
+    fast = prepare_for_inference(model, "int8")
+    dense = fast.decoder.dense
+    assert ("quantized" in type(dense).__module__) if fbgemm else isinstance(dense, Int8Linear)
+    monkeypatch.setenv("ATTNLAB_NATIVE", "0")
+    native.reset()
+    assert isinstance(prepare_for_inference(model, "int8").decoder.dense, Int8Linear)
 
 
 def test_the_cache_directory(monkeypatch, tmp_path):

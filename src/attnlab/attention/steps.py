@@ -1,5 +1,6 @@
-"""Attention for a decoding step: a few queries on the CPU without SDPA's kernel (attnlab's C kernel in
-fp32, three PyTorch ops in bf16), and recorded weights of beam-folded queries unfolded per hypothesis."""
+"""Attention for a decoding step: a few queries on the CPU without SDPA's kernel (attnlab's C kernel for
+fp32 and bf16; three PyTorch ops for bf16/fp16 where it does not run), and recorded weights of beam-folded
+queries unfolded per hypothesis."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from torch import Tensor
 from attnlab.utils import native
 
 # Beyond 8 queries, the most queries x keys the kernel takes: it computes each query alone, which beats
-# SDPA's blocked GEMMs up to about 80 x 80 (2.8x at 10 x 10, 1.2x at 80 x 80, 0.88x at 160 x 160).
-_MAX_QUERIES_KEYS = 64 * 64
+# SDPA's blocked GEMMs up to about 80 x 80 in fp32 (2.8x at 10 x 10, 1.2x at 80 x 80, 0.88x at 160 x 160)
+# and 40 x 40 in bf16 (3.8x at 10 x 10, 1.3x at 40 x 40, 0.91x at 64 x 64; benchmarks/native_kernels.py).
+_MAX_QUERIES_KEYS = {torch.float32: 64 * 64, torch.bfloat16: 40 * 40}
 
 
 def decoding_on_cpu(q: Tensor) -> bool:
-    # A decoding step's few bf16/fp16 queries on the CPU: SDPA's flash kernel costs ~3x three plain ops
-    # there (B 256, Lk 10-20), and bf16 greedy decodes ~1.3x faster without it (fp32 takes the C kernel,
-    # `native_few_queries`; BENCHMARKS.md, "Precision").
+    # A decoding step's few bf16/fp16 queries on the CPU where the C kernel (`native_few_queries`) does not
+    # run: SDPA's flash kernel costs ~3x three plain ops there (B 256, Lk 10-20; BENCHMARKS.md, "Precision").
     return (
         q.device.type == "cpu"
         and q.dtype in (torch.bfloat16, torch.float16)
@@ -40,11 +41,11 @@ def few_queries_attention(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | Non
 def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = None, groups: int = 1) -> Tensor | None:
     """softmax(q k^T / sqrt(Dh)) v by attnlab's C kernel (`csrc/few_queries.c`: fp32 arithmetic on fp32 or
     bf16 inputs, the output in q's dtype), or None where it does not apply: not fp32 or bf16 on the CPU,
-    autograd on, more than 8 queries unless queries x keys <= 4096 (a short sentence's self-attention), a
-    head dimension that is not contiguous, shapes that do not match (the PyTorch path then says what is
-    wrong), or no kernel on this machine (`attnlab.utils.native.status`).
-    Query i of row b sees keys [0, lens[b]) (all Lk when lens is None; none gives zeros); query head h
-    reads KV head h // groups.
+    autograd on, more than 8 queries unless queries x keys <= 4096 (bf16: 1600; a short sentence's
+    self-attention), a head dimension that is not contiguous, shapes that do not match (the PyTorch path
+    then says what is wrong), or no kernel on this machine (`attnlab.utils.native.status`).
+    Query i of row b sees keys [0, lens[b]) (all Lk when lens is None; none gives zeros; a length outside
+    [0, Lk] gives None); query head h reads KV head h // groups.
 
     Shape: q (B, H, Lq, Dh), k, v (B, H / groups, Lk, Dh) (any strides but the last), lens (B,) ->
     (B, H, Lq, Dh), a transposed view of a contiguous (B, Lq, H, Dh): the output projection's input.
@@ -58,14 +59,14 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     B, H, Lq, Dh = q.shape
     Lk = k.shape[2]
     if (
-        (Lq > 8 and Lq * Lk > _MAX_QUERIES_KEYS)
+        q.dtype not in _MAX_QUERIES_KEYS
+        or (Lq > 8 and Lq * Lk > _MAX_QUERIES_KEYS[q.dtype])
         or not (q.is_cpu and k.is_cpu and v.is_cpu)
-        or q.dtype not in _DTYPES
         or not k.dtype is v.dtype is q.dtype
         or k.shape[0] != B
         or k.shape[3] != Dh
         or v.shape != k.shape
-        or (lens is not None and tuple(lens.shape) != (B,))
+        or (lens is not None and (tuple(lens.shape) != (B,) or lens.dtype is torch.bool))
         or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
         or not q.stride(3) == k.stride(3) == v.stride(3) == 1
         or k.shape[1] * groups != H
@@ -84,6 +85,8 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
         None if lens is None else lens.data_ptr(), out.data_ptr(),
         B, H, groups, Lq, Lk, Dh, 1.0 / math.sqrt(Dh),
     )  # fmt: skip
+    if status == 2:  # a length outside [0, Lk]: PyTorch's path says so
+        return None
     if status:
         raise MemoryError("attnlab's few-queries attention kernel ran out of memory")
     return out.to(dtype).transpose(1, 2)
@@ -91,9 +94,6 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _FEW_QUERIES_ARGS = [_PTR, _I64, _I64, _I64] * 3 + [_PTR, _PTR] + [_I64] * 6 + [ctypes.c_float]
-
-
-_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _few_queries_kernel(kv_dtype: torch.dtype = torch.float32):

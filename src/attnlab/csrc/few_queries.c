@@ -142,13 +142,15 @@ static inline float scalar_bf16(const uint16_t *p) {
     static int run_##SUF(const job_t *j) {                                                               \
         const int64_t Dh = j->Dh, padded = (j->Lk + W - 1) / W * W;                                      \
         float stack_scores[1024];                                                                        \
+        if (j->lens)                                                                                     \
+            for (int64_t b = 0; b < j->B; b++)                                                           \
+                if (j->lens[b] < 0 || j->lens[b] > j->Lk) return 2; /* PyTorch's path names the error */ \
         float *s = padded <= 1024 ? stack_scores : malloc(sizeof(float) * (size_t)padded);               \
         if (!s) return 1;                                                                                \
         const head_##SUF##_fn fast = Dh % W == 0 && Dh / W <= 8 ? HEADS_##SUF[Dh / W] : NULL;            \
         for (int64_t bh = 0; bh < j->B * j->H; bh++) {                                                   \
             const int64_t b = bh / j->H, h = bh % j->H, kvh = h / j->G;                                  \
-            int64_t n = j->lens ? j->lens[b] : j->Lk;                                                    \
-            n = n < 0 ? 0 : n > j->Lk ? j->Lk : n;                                                       \
+            const int64_t n = j->lens ? j->lens[b] : j->Lk;                                              \
             const KT *k = (const KT *)j->k + b * j->ksb + kvh * j->ksh;                                  \
             const KT *v = (const KT *)j->v + b * j->vsb + kvh * j->vsh;                                  \
             for (int64_t i = 0; i < j->Lq; i++) {                                                        \
@@ -168,7 +170,7 @@ DEFINE_KERNEL(f32, float)
 DEFINE_KERNEL(bf16, uint16_t)
 
 /* q fp32 (B, H, Lq, Dh) and k, v (B, H / G, Lk, Dh) by their strides in elements; out (B, Lq, H, Dh).
-   Returns 0, or 1 when memory ran out. One thread: decoding's batch workers each call it on their own
+   Returns 0; 1 when memory ran out; 2 when a length lies outside [0, Lk] (nothing computed). One thread: decoding's batch workers each call it on their own
    batch (splitting a call across threads measured no faster, up to 1.3x slower, at B 64-256). */
 int attnlab_few_queries_f32(const float *q, int64_t qsb, int64_t qsh, int64_t qsi, const float *k, int64_t ksb,
                             int64_t ksh, int64_t kst, const float *v, int64_t vsb, int64_t vsh, int64_t vst,

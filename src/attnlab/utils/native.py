@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FLAGS", "cache_dir", "function", "load", "off", "reset", "status"]
+__all__ = ["FLAGS", "cache_dir", "function", "load", "off", "reset", "status", "switched_off"]
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,9 @@ _why: dict[str, str] = {}
 _functions: dict[tuple[str, str], Callable | None] = {}
 _build_locks: dict[str, threading.Lock] = {}
 _UNSET: Any = object()
-_versions: dict[tuple[str, ...], str | None] = {}  # compiler -> its --version output (None: it did not run)
+_versions: dict[tuple[str, ...], str] = {}  # compiler -> its --version output
 _off = 0  # > 0 inside `off()`
+_generation = 0  # moved by `reset`
 
 
 def cache_dir() -> Path:
@@ -63,10 +64,14 @@ def load(name: str) -> ctypes.CDLL | None:
         return lib
     with _lock:
         build_lock = _build_locks.setdefault(name, threading.Lock())
+        generation = _generation
     with build_lock:  # one build per kernel at a time; other kernels and `off` do not wait for it
         lib = _loaded.get(name, _UNSET)
         if lib is _UNSET:
-            lib = _loaded[name] = _build_and_load(name)
+            lib, why = _build_and_load(name)
+            with _lock:
+                if generation == _generation:  # a `reset` meanwhile: this build answered the old settings
+                    _loaded[name], _why[name] = lib, why
     return lib
 
 
@@ -79,13 +84,16 @@ def function(name: str, symbol: str, argtypes: list, restype=None) -> Callable |
     fn = _functions.get(key, _UNSET)  # the hot path: a dict read, no lock
     if fn is not _UNSET:
         return fn
+    with _lock:
+        generation = _generation
     lib = load(name)
     fn = None
     if lib is not None:
         fn = getattr(lib, symbol)
         fn.argtypes, fn.restype = argtypes, restype
     with _lock:
-        _functions[key] = fn
+        if generation == _generation:
+            _functions[key] = fn
     return fn
 
 
@@ -104,7 +112,9 @@ def off() -> Iterator[None]:
 
 def reset() -> None:
     """Forget what was loaded, so the next call looks again (after ATTNLAB_NATIVE or CC changed)."""
+    global _generation
     with _lock:
+        _generation += 1
         _loaded.clear()
         _functions.clear()
         _why.clear()
@@ -114,7 +124,7 @@ def reset() -> None:
 def status(name: str) -> str:
     """What `load(name)` gave, in one line (benchmarks print it)."""
     load(name)
-    return _why[name]
+    return _why.get(name, "not looked up yet")
 
 
 def _compiler() -> list[str] | None:
@@ -138,46 +148,50 @@ def _cpu_features() -> str:
     return platform.processor() or platform.machine()
 
 
-def _build_and_load(name: str) -> ctypes.CDLL | None:
-    if os.environ.get("ATTNLAB_NATIVE", "1") == "0":
-        _why[name] = "off (ATTNLAB_NATIVE=0)"
-        return None
+def switched_off() -> bool:
+    """Whether the user turned the kernels off (ATTNLAB_NATIVE=0): then every caller computes what the
+    kernels would, on PyTorch's operators."""
+    return os.environ.get("ATTNLAB_NATIVE", "1") == "0"
+
+
+def _build_and_load(name: str) -> tuple[ctypes.CDLL | None, str]:
+    """The library of csrc/NAME.c, built if needed, and one line on what happened (`status`)."""
+    if switched_off():
+        return None, "off (ATTNLAB_NATIVE=0)"
     source = SOURCES / f"{name}.c"
     cc = _compiler()
     if cc is None:
-        _why[name] = "no C compiler found (set CC, or install gcc): PyTorch's kernels run instead"
-        return None
+        return None, "no C compiler found (set CC, or install gcc): PyTorch's kernels run instead"
     version = _version(cc)
     if version is None:
-        _why[name] = f"the C compiler {cc[0]} did not run: PyTorch's kernels run instead"
-        return None
+        return None, f"the C compiler {cc[0]} did not run: PyTorch's kernels run instead"
     headers = [h.read_text() for h in sorted(SOURCES.glob("*.h"))]  # what a source may include
     key = "\0".join([source.read_text(), *headers, *FLAGS, *cc, version, _cpu_features(), platform.machine()])
     target = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
     if not target.exists():
         error = _compile(cc, source, target)
         if error:
-            _why[name] = f"building {source.name} failed ({error}): PyTorch's kernels run instead"
-            log.warning("attnlab: %s", _why[name])
-            return None
+            why = f"building {source.name} failed ({error}): PyTorch's kernels run instead"
+            log.warning("attnlab: %s", why)
+            return None, why
     try:
         lib = ctypes.CDLL(str(target))
     except OSError as e:
-        _why[name] = f"loading {target} failed ({e}): PyTorch's kernels run instead"
-        log.warning("attnlab: %s", _why[name])
-        return None
-    _why[name] = f"built with {Path(cc[0]).name} {' '.join(FLAGS)}: {target}"
-    return lib
+        why = f"loading {target} failed ({e}): PyTorch's kernels run instead"
+        log.warning("attnlab: %s", why)
+        return None, why
+    return lib, f"built with {Path(cc[0]).name} {' '.join(FLAGS)}: {target}"
 
 
 def _version(cc: list[str]) -> str | None:
-    """`cc --version`, asked once per process (part of each build's hash)."""
+    """`cc --version` (part of each build's hash), asked once per process once it has answered."""
     key = tuple(cc)
     if key not in _versions:
         try:
-            _versions[key] = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+            res = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.SubprocessError):
-            _versions[key] = None
+            return None  # not kept: a compiler that timed out under load may answer next time
+        _versions[key] = res.stdout
     return _versions[key]
 
 

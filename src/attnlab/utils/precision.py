@@ -26,7 +26,7 @@ Every command and the Python API default to `fp32`: the same model gives the sam
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
       (1.46-1.58x fp32 greedy with 2 workers, 1.71-1.89x at 1 thread, BLEU within 0.1, on an AVX512-VNNI
-      EPYC, where bf16 decodes at 0.99-1.23x fp32);
+      EPYC, where bf16 decodes at 0.99x fp32 on the test split and 1.23x on validation);
     else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16;
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from dataclasses import asdict, dataclass
 
 import torch
@@ -48,6 +49,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from attnlab.utils import native
 from attnlab.utils.packed import ONEDNN, is_float_linear, pack_linears
 from attnlab.utils.quantize import VNNI_FLAGS, quantize_linears
+
+log = logging.getLogger(__name__)
 
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16")
 DECODE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
@@ -61,7 +64,7 @@ INT8_KEEP_FP32: tuple[str, ...] = ()
 # The int8 kernel: per-row activation scales on torch._int_mm with attnlab's C quantize/rescale passes
 # (1.1-1.4x fbgemm's dynamic Linear per layer at the decoder's shapes on an AVX512-VNNI EPYC, and no
 # batch-dependence; benchmarks/precision_kernels.py). Where those C passes cannot be built, int8 runs
-# 'fbgemm' (one activation scale per call), which is then the faster.
+# 'fbgemm' (one activation scale per call), which is then the faster (not under ATTNLAB_NATIVE=0).
 INT8_KERNEL = "int_mm"
 
 
@@ -223,8 +226,12 @@ def prepare_for_inference(
         raise ValueError("int8: this model has no nn.Linear layer to quantize; use --precision fp32")
     fbgemm = any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
     if kernel is None:
-        # Without its C passes the per-row kernel is slower than fbgemm's (0.90x against 0.98x fp32, test)
-        kernel = INT8_KERNEL if native.load("int8_rows") is not None or not fbgemm else "fbgemm"
+        kernel = INT8_KERNEL
+        if fbgemm and not native.switched_off() and native.load("int8_rows") is None:
+            # Without its C passes the per-row kernel is slower than fbgemm's (0.88-0.90x against 0.98-1.01x
+            # fp32, test split); ATTNLAB_NATIVE=0 keeps the per-row values, as it keeps every other.
+            log.warning("int8: %s; fbgemm's dynamic Linear runs instead", native.status("int8_rows"))
+            kernel = "fbgemm"
     if kernel.startswith("fbgemm") and not fbgemm:
         kernel = "int_mm"  # no fbgemm in this build (ARM): the per-row kernel runs on any CPU
     return quantize_linears(model, names, kernel)

@@ -14,7 +14,8 @@ AVX-VNNI, AMX) through oneDNN, and attnlab's C passes (`csrc/int8_rows.c`) quant
 rescale the sums, one pass each: the default (`attnlab.utils.precision.INT8_KERNEL`), 1.1-1.4x fbgemm's
 dynamic Linear per layer at the decoder's shapes (BENCHMARKS.md, "Precision"). Without a C compiler the
 two passes are PyTorch operators (the same values, slower than fbgemm, so `prepare_for_inference` then
-picks fbgemm). fbgemm's dynamic Linear ('fbgemm') quantizes a whole activation tensor with one scale.
+picks fbgemm, unless ATTNLAB_NATIVE=0 asked for the same values). fbgemm's dynamic Linear ('fbgemm')
+quantizes a whole activation tensor with one scale.
 """
 
 from __future__ import annotations
