@@ -47,6 +47,7 @@ _UNSET: Any = object()
 _versions: dict[tuple[str, ...], str] = {}  # compiler -> its --version output
 _off = 0  # > 0 inside `off()`
 _generation = 0  # moved by `reset`
+_warned = False  # a failed build or load was reported
 
 
 def cache_dir() -> Path:
@@ -112,9 +113,10 @@ def off() -> Iterator[None]:
 
 def reset() -> None:
     """Forget what was loaded, so the next call looks again (after ATTNLAB_NATIVE or CC changed)."""
-    global _generation
+    global _generation, _warned
     with _lock:
         _generation += 1
+        _warned = False
         _loaded.clear()
         _functions.clear()
         _why.clear()
@@ -172,15 +174,23 @@ def _build_and_load(name: str) -> tuple[ctypes.CDLL | None, str]:
         error = _compile(cc, source, target)
         if error:
             why = f"building {source.name} failed ({error}): PyTorch's kernels run instead"
-            log.warning("attnlab: %s", why)
+            _warn_once(why)
             return None, why
     try:
         lib = ctypes.CDLL(str(target))
     except OSError as e:
         why = f"loading {target} failed ({e}): PyTorch's kernels run instead"
-        log.warning("attnlab: %s", why)
+        _warn_once(why)
         return None, why
     return lib, f"built with {Path(cc[0]).name} {' '.join(FLAGS)}: {target}"
+
+
+def _warn_once(why: str) -> None:
+    """One line per process for a kernel that could not be had: the others most likely fail alike."""
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("attnlab: %s (`attnlab.utils.native.status(name)` tells each kernel's)", why)
 
 
 def _version(cc: list[str]) -> str | None:

@@ -230,7 +230,7 @@ def prepare_for_inference(
         if fbgemm and not native.switched_off() and native.load("int8_rows") is None:
             # Without its C passes the per-row kernel is slower than fbgemm's (0.88-0.90x against 0.98-1.01x
             # fp32, test split); ATTNLAB_NATIVE=0 keeps the per-row values, as it keeps every other.
-            log.warning("int8: %s; fbgemm's dynamic Linear runs instead", native.status("int8_rows"))
+            log.warning("int8: attnlab's C passes are not available here, so fbgemm's dynamic Linear runs")
             kernel = "fbgemm"
     if kernel.startswith("fbgemm") and not fbgemm:
         kernel = "int_mm"  # no fbgemm in this build (ARM): the per-row kernel runs on any CPU
