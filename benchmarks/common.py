@@ -16,6 +16,14 @@ def median_time(fn, repeats: int = 3, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
+def time_call(fn, reps: int, *args) -> float:
+    """Seconds per call of fn(*args), over `reps` calls back to back."""
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn(*args)
+    return (time.perf_counter() - t0) / reps
+
+
 def table(headers, rows) -> str:
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"

@@ -22,14 +22,13 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import table, time_call
 from precision import header
 
 from attnlab.utils import native
@@ -61,13 +60,6 @@ def kernels(lin: nn.Linear, bf16_resident: bool) -> dict:
     return out
 
 
-def time_call(fn, x, reps: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn(x)
-    return (time.perf_counter() - t0) / reps
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,7 +89,7 @@ def main(argv=None) -> int:
                 for r in range(args.rounds):
                     names = list(ks)
                     for n in names[r % len(names) :] + names[: r % len(names)]:
-                        times[n].append(time_call(ks[n], xin[n], reps))
+                        times[n].append(time_call(ks[n], reps, xin[n]))
                 cells = [f"{rows}x{d_in}->{d_out}", f"{statistics.median(times['fp32']) * 1e6:.1f}"]
                 for n in list(ks)[1:]:
                     cells.append(f"{statistics.median(a / b for a, b in zip(times['fp32'], times[n])):.2f}x")

@@ -20,7 +20,7 @@ from .masking import build_mask, window_mask
 from .recording import Recordable
 from .rotary import RotaryEmbedding
 from .scoring import attend, check_qkv
-from .steps import decoding_on_cpu, few_queries_attention, fold_beams, integer_lengths, native_few_queries, unfold_beams
+from .steps import decoding_on_cpu, few_queries_attention, fold_beams, native_few_queries, unfold_beams
 
 # A relative position bias: (query positions (Lq,), key positions (Lk,)) -> float (1|B, H, Lq, Lk)
 # added to the scaled scores (`attnlab.attention.bias`: ALiBi, T5).
@@ -199,17 +199,16 @@ class MultiHeadAttention(Recordable, nn.Module):
         output: only key masks that are the same for every query (valid_lens (B,)) are allowed (and no
         position bias)."""
         rows = queries.shape[0]
+        causal = self.causal if causal is None else causal
         if beam > 1:
             if position_bias is not None:
                 raise ValueError("beam > 1 folds beams into the query axis: it allows no position bias")
-            folded_causal = self.causal if causal is None else causal
-            queries = fold_beams(queries, keys, valid_lens, mask, folded_causal, self.window, beam)
+            queries = fold_beams(queries, keys, valid_lens, mask, causal, self.window, beam)
         check_qkv(queries, keys, values)
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
             if t.shape[-1] != self.num_hiddens:
                 raise ValueError(f"{name} must have {self.num_hiddens} features, got shape {tuple(t.shape)}")
         gate = self._gate(head_mask)
-        causal = self.causal if causal is None else causal
         B, Lq, _ = queries.shape
         # Projected even with every head pruned (H = 0, empty tensors): the cache must still grow, since
         # decoding reads the number of steps done from it.
@@ -350,7 +349,6 @@ class MultiHeadAttention(Recordable, nn.Module):
             not causal
             and self.window is None
             and mask is None
-            and integer_lengths(valid_lens)
             and (out := self._native(q, k, v, valid_lens)) is not None
         ):
             return out

@@ -61,18 +61,15 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     if (
         q.dtype not in _MAX_QUERIES_KEYS
         or (Lq > 8 and Lq * Lk > _MAX_QUERIES_KEYS[q.dtype])
-        or not (q.is_cpu and k.is_cpu and v.is_cpu)
-        or not k.dtype is v.dtype is q.dtype
+        or not native.takes(q.dtype, q, k, v)
         or k.shape[0] != B
         or k.shape[3] != Dh
         or v.shape != k.shape
-        or (lens is not None and (tuple(lens.shape) != (B,) or lens.dtype is torch.bool))
-        or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
-        or not q.stride(3) == k.stride(3) == v.stride(3) == 1
         or k.shape[1] * groups != H
+        or not (lens is None or _whole_lengths(lens, B))
     ):
         return None
-    kernel = _few_queries_kernel(k.dtype)
+    kernel = native.function("few_queries", _SYMBOLS[k.dtype], _FEW_QUERIES_ARGS, ctypes.c_int)
     if kernel is None:
         return None
     if lens is not None and not (lens.is_cpu and lens.dtype is torch.int64 and lens.is_contiguous()):
@@ -94,11 +91,18 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _FEW_QUERIES_ARGS = [_PTR, _I64, _I64, _I64] * 3 + [_PTR, _PTR] + [_I64] * 6 + [ctypes.c_float]
+_SYMBOLS = {torch.float32: "attnlab_few_queries_f32", torch.bfloat16: "attnlab_few_queries_bf16kv"}  # by k/v dtype
 
 
-def _few_queries_kernel(kv_dtype: torch.dtype = torch.float32):
-    symbol = "attnlab_few_queries_f32" if kv_dtype is torch.float32 else "attnlab_few_queries_bf16kv"
-    return native.function("few_queries", symbol, _FEW_QUERIES_ARGS, ctypes.c_int)
+def _whole_lengths(lens, B: int) -> bool:
+    """(B,) integer lengths, as the kernel reads them (floats and booleans go to PyTorch's path, which
+    rounds or refuses them as it does)."""
+    return (
+        isinstance(lens, Tensor)
+        and tuple(lens.shape) == (B,)
+        and not lens.is_floating_point()
+        and lens.dtype is not torch.bool
+    )
 
 
 def fold_beams(queries: Tensor, keys: Tensor, valid_lens, mask, causal: bool, window, beam: int) -> Tensor:
@@ -117,13 +121,6 @@ def fold_beams(queries: Tensor, keys: Tensor, valid_lens, mask, causal: bool, wi
     return queries.reshape(R // beam, beam * Lq, D)
 
 
-def integer_lengths(valid_lens) -> bool:
-    """None, or (B,) integer lengths (as `native_few_queries` reads them)."""
-    return valid_lens is None or (
-        isinstance(valid_lens, Tensor) and valid_lens.dim() == 1 and not valid_lens.is_floating_point()
-    )
-
-
 def unfold_beams(weights: Tensor, beam: int) -> Tensor:
     """Recorded weights of folded queries (B, H, beam*Lq, Lk) -> (B*beam, H, Lq, Lk), one row per hypothesis."""
     if beam == 1:
@@ -136,7 +133,6 @@ __all__ = [
     "decoding_on_cpu",
     "few_queries_attention",
     "fold_beams",
-    "integer_lengths",
     "native_few_queries",
     "unfold_beams",
 ]

@@ -249,7 +249,7 @@ def run(args) -> int:
     if todo:
         texts = [lines[i] for i in todo]
         # Plain options take Translator.decode inside `search`, with the options' length penalty.
-        results = translator.translate_tokens(texts, truncate=args.truncate, options=options)
+        results = translator.translate_tokens(texts, truncate=args.truncate, options=options, scores=n_best)
         for i, t in zip(todo, results):
             out[i] = format_lines(i, t, n_best, args.align)
     for group in out:

@@ -18,16 +18,6 @@
 
 #include "vec.h"
 
-typedef struct {
-    const float *q;
-    const void *k, *v; /* float or bf16 (uint16_t), as the entry point says */
-    const int64_t *lens;
-    float *out;
-    int64_t qsb, qsh, qsi, ksb, ksh, kst, vsb, vsh, vst;
-    int64_t B, H, G, Lq, Lk, Dh;
-    float scale;
-} job_t;
-
 /* exp(s - max) in place over s[0, n), lanes up to the next multiple of W zeroed (the buffer holds them);
    returns the sum. */
 static float softmax_numerators(float *s, int64_t n) {
@@ -123,8 +113,11 @@ static inline float scalar_bf16(const uint16_t *p) {
         for (int64_t d = 0; d < Dh; d++) o[d] *= inv;                                                    \
     }
 
-/* Every (row, head) pair of the job; returns 0, or 1 when memory ran out. */
-#define DEFINE_KERNEL(SUF, KT)                                                                           \
+/* The exported kernel NAME for keys/values of type KT. q fp32 (B, H, Lq, Dh) and k, v (B, H / G, Lk, Dh) by
+   their strides in elements; out (B, Lq, H, Dh). Returns 0; 1 when memory ran out; 2 when a length lies
+   outside [0, Lk] (nothing computed). One thread: decoding's batch workers each call it on their own batch
+   (splitting a call across threads measured no faster, up to 1.3x slower, at B 64-256). */
+#define DEFINE_KERNEL(NAME, SUF, KT)                                                                     \
     DEFINE_HEAD(1, SUF, KT)                                                                              \
     DEFINE_HEAD(2, SUF, KT)                                                                              \
     DEFINE_HEAD(3, SUF, KT)                                                                              \
@@ -139,52 +132,34 @@ static inline float scalar_bf16(const uint16_t *p) {
     static const head_##SUF##_fn HEADS_##SUF[9] = {NULL,          head_##SUF##_1, head_##SUF##_2,         \
                                                    head_##SUF##_3, head_##SUF##_4, head_##SUF##_5,         \
                                                    head_##SUF##_6, head_##SUF##_7, head_##SUF##_8};        \
-    static int run_##SUF(const job_t *j) {                                                               \
-        const int64_t Dh = j->Dh, padded = (j->Lk + W - 1) / W * W;                                      \
+    int NAME(const float *q_, int64_t qsb, int64_t qsh, int64_t qsi, const KT *k_, int64_t ksb, int64_t ksh,  \
+             int64_t kst, const KT *v_, int64_t vsb, int64_t vsh, int64_t vst, const int64_t *lens,          \
+             float *out, int64_t B, int64_t H, int64_t G, int64_t Lq, int64_t Lk, int64_t Dh, float scale) {  \
+        const int64_t padded = (Lk + W - 1) / W * W;                                                     \
         float stack_scores[1024];                                                                        \
-        if (j->lens)                                                                                     \
-            for (int64_t b = 0; b < j->B; b++)                                                           \
-                if (j->lens[b] < 0 || j->lens[b] > j->Lk) return 2; /* PyTorch's path names the error */ \
+        if (lens)                                                                                        \
+            for (int64_t b = 0; b < B; b++)                                                              \
+                if (lens[b] < 0 || lens[b] > Lk) return 2; /* PyTorch's path names the error */          \
         float *s = padded <= 1024 ? stack_scores : malloc(sizeof(float) * (size_t)padded);               \
         if (!s) return 1;                                                                                \
         const head_##SUF##_fn fast = Dh % W == 0 && Dh / W <= 8 ? HEADS_##SUF[Dh / W] : NULL;            \
-        for (int64_t bh = 0; bh < j->B * j->H; bh++) {                                                   \
-            const int64_t b = bh / j->H, h = bh % j->H, kvh = h / j->G;                                  \
-            const int64_t n = j->lens ? j->lens[b] : j->Lk;                                              \
-            const KT *k = (const KT *)j->k + b * j->ksb + kvh * j->ksh;                                  \
-            const KT *v = (const KT *)j->v + b * j->vsb + kvh * j->vsh;                                  \
-            for (int64_t i = 0; i < j->Lq; i++) {                                                        \
-                const float *q = j->q + b * j->qsb + h * j->qsh + i * j->qsi;                            \
-                float *o = j->out + ((b * j->Lq + i) * j->H + h) * Dh;                                   \
+        for (int64_t bh = 0; bh < B * H; bh++) {                                                         \
+            const int64_t b = bh / H, h = bh % H, kvh = h / G;                                           \
+            const int64_t n = lens ? lens[b] : Lk;                                                       \
+            const KT *k = k_ + b * ksb + kvh * ksh;                                                      \
+            const KT *v = v_ + b * vsb + kvh * vsh;                                                      \
+            for (int64_t i = 0; i < Lq; i++) {                                                           \
+                const float *q = q_ + b * qsb + h * qsh + i * qsi;                                       \
+                float *o = out + ((b * Lq + i) * H + h) * Dh;                                            \
                 if (fast)                                                                                \
-                    fast(q, k, j->kst, v, j->vst, n, j->scale, s, o);                                    \
+                    fast(q, k, kst, v, vst, n, scale, s, o);                                             \
                 else                                                                                     \
-                    head_##SUF##_any(q, k, j->kst, v, j->vst, n, Dh, j->scale, s, o);                    \
+                    head_##SUF##_any(q, k, kst, v, vst, n, Dh, scale, s, o);                             \
             }                                                                                            \
         }                                                                                                \
         if (s != stack_scores) free(s);                                                                  \
         return 0;                                                                                        \
     }
 
-DEFINE_KERNEL(f32, float)
-DEFINE_KERNEL(bf16, uint16_t)
-
-/* q fp32 (B, H, Lq, Dh) and k, v (B, H / G, Lk, Dh) by their strides in elements; out (B, Lq, H, Dh).
-   Returns 0; 1 when memory ran out; 2 when a length lies outside [0, Lk] (nothing computed). One thread: decoding's batch workers each call it on their own
-   batch (splitting a call across threads measured no faster, up to 1.3x slower, at B 64-256). */
-int attnlab_few_queries_f32(const float *q, int64_t qsb, int64_t qsh, int64_t qsi, const float *k, int64_t ksb,
-                            int64_t ksh, int64_t kst, const float *v, int64_t vsb, int64_t vsh, int64_t vst,
-                            const int64_t *lens, float *out, int64_t B, int64_t H, int64_t G, int64_t Lq,
-                            int64_t Lk, int64_t Dh, float scale) {
-    const job_t j = {q, k, v, lens, out, qsb, qsh, qsi, ksb, ksh, kst, vsb, vsh, vst, B, H, G, Lq, Lk, Dh, scale};
-    return run_f32(&j);
-}
-
-/* The same with bf16 keys and values (bf16 decoding's cache), computed in fp32. */
-int attnlab_few_queries_bf16kv(const float *q, int64_t qsb, int64_t qsh, int64_t qsi, const uint16_t *k,
-                               int64_t ksb, int64_t ksh, int64_t kst, const uint16_t *v, int64_t vsb, int64_t vsh,
-                               int64_t vst, const int64_t *lens, float *out, int64_t B, int64_t H, int64_t G,
-                               int64_t Lq, int64_t Lk, int64_t Dh, float scale) {
-    const job_t j = {q, k, v, lens, out, qsb, qsh, qsi, ksb, ksh, kst, vsb, vsh, vst, B, H, G, Lq, Lk, Dh, scale};
-    return run_bf16(&j);
-}
+DEFINE_KERNEL(attnlab_few_queries_f32, f32, float)
+DEFINE_KERNEL(attnlab_few_queries_bf16kv, bf16, uint16_t) /* bf16 decoding's cache, computed in fp32 */

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.utils.runtime import usable_cores
+
 from .vocab import Vocab
 
 # ("subword", tokenizer JSON, tokenizer JSON) or ("word", src Vocab dict, tgt Vocab dict): what a
@@ -52,14 +54,6 @@ class EncodedChunk:
     src_lens: np.ndarray
     tgt_flat: np.ndarray
     tgt_lens: np.ndarray
-
-
-def usable_cores() -> int:
-    """CPUs this process may run on (its affinity mask, not the machine's count where they differ)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def check_workers(workers: int | None) -> int:

@@ -73,14 +73,7 @@ _ARGMAX_ARGS = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
 def _native_pick(rows: Tensor, scores: bool) -> tuple[Tensor, Tensor | None] | None:
     """`pick` in one C pass over each row (`csrc/argmax.c`: the same tokens, the log-probability to
     ~1e-6), or None where it does not apply (not fp32 (B, V) rows on the CPU, autograd, no kernel)."""
-    if (
-        rows.dim() != 2
-        or not rows.is_cpu
-        or rows.dtype is not torch.float32
-        or rows.stride(1) != 1
-        or rows.shape[1] == 0
-        or (rows.requires_grad and torch.is_grad_enabled())
-    ):
+    if rows.dim() != 2 or rows.shape[1] == 0 or not native.takes(torch.float32, rows):
         return None
     fn = native.function("argmax", "attnlab_argmax_rows_f32", _ARGMAX_ARGS)
     if fn is None:

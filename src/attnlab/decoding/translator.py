@@ -250,11 +250,13 @@ class Translator:
         prefixes: Sequence[Sequence[int]] | None = None,
         constraints: Sequence[Sequence[Sequence[int]]] | None = None,
         batch_size: int | None = None,
+        scores: bool = True,
     ) -> list[list[Hypothesis]]:
         """Source id lists (no <eos>) -> options.n_best hypotheses each, best first, in input order.
 
         prefixes: per source, target ids to continue from; constraints: per source, phrases as target
-        id lists (`encode_targets` makes both from text). Default options decode exactly as `decode`."""
+        id lists (`encode_targets` makes both from text). Default options decode exactly as `decode`
+        (`scores=False`: plain greedy skips the log-probabilities, as there)."""
         n = len(src_ids)
         prefixes = prefixes if prefixes is not None else [[] for _ in range(n)]
         constraints = constraints if constraints is not None else [[] for _ in range(n)]
@@ -262,7 +264,7 @@ class Translator:
             "batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size, 1, integer=True
         )
         if options.plain and not any(prefixes) and not any(constraints):
-            return [[h] for h in self.decode(src_ids, options.beam, batch_size, options.length_penalty)]
+            return [[h] for h in self.decode(src_ids, options.beam, batch_size, options.length_penalty, scores=scores)]
         return search_batches(self, src_ids, options, prefixes, constraints, batch_size, self.workers)
 
     def encode_targets(
@@ -283,10 +285,17 @@ class Translator:
         return [t.text for t in self.translate_tokens(sentences, beam, truncate, options=options)]
 
     def translate_tokens(
-        self, sentences: Sequence[str], beam: int = 1, truncate: bool = False, *, options: DecodeOptions | None = None
+        self,
+        sentences: Sequence[str],
+        beam: int = 1,
+        truncate: bool = False,
+        *,
+        options: DecodeOptions | None = None,
+        scores: bool = True,
     ) -> list[Translation]:
         """Like `translate`, also returning the source and target tokens (axis labels for attention maps).
-        With `options`, each Translation also has its score, alignment (options.align) and `nbest`."""
+        With `options`, each Translation also has its score (NaN for plain greedy under `scores=False`),
+        alignment (options.align) and `nbest`."""
         src_ids = self.encode(sentences, truncate)
         if options is None:
             hyps = self.decode(src_ids, beam, scores=False)
@@ -295,7 +304,7 @@ class Translator:
             raise ValueError(f"beam={beam} and options.beam={options.beam} disagree; give the beam in DecodeOptions")
         heads = self.alignment_heads(options.align_layer, options.align_heads) if options.align else None
         prefixes, constraints = self.encode_targets(src_ids, options)
-        nbest = self.search(src_ids, options, prefixes, constraints)
+        nbest = self.search(src_ids, options, prefixes, constraints, scores=scores)
         aligned: list = [[None] * len(h) for h in nbest]
         if heads is not None:
             flat = [(i, k) for i, hs in enumerate(nbest) for k in range(len(hs))]

@@ -56,8 +56,7 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
     if tr.src_vocab.pad != pad or tr.src_vocab.eos != eos:
         raise ValueError("Marian needs one pad and one eos id for both sides; this run's vocabularies differ")
     hf_cfg = config_to_marian(cfg, pad, eos)
-    start = cfg.decoder_start_token if cfg.decoder_start_token is not None else tr.tgt_vocab.bos
-    hf_cfg["decoder_start_token_id"] = start
+    hf_cfg["decoder_start_token_id"] = tr.bos
     index = _hidden_permutation(cfg.num_hiddens) if cfg.pos_layout == "interleaved" else None
     hf_model = MarianMTModel(MarianConfig(**{k: v for k, v in hf_cfg.items() if k not in ("model_type",)}))
     hf_model.eval()

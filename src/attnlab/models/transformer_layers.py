@@ -98,15 +98,11 @@ def add_layer_norm(X: Tensor, Y: Tensor, ln: nn.LayerNorm) -> Tensor | None:
     if (
         type(ln) is not nn.LayerNorm
         or ln.normalized_shape != (D,)
-        or not (X.is_cpu and Y.is_cpu)
-        or X.dtype is not torch.float32
-        or Y.dtype is not torch.float32
         or X.shape != Y.shape
         or not X.is_contiguous()
         or not Y.is_contiguous()
         or (w is None) != (b is None)
-        or (w is not None and not all(t.is_cpu and t.dtype is torch.float32 and t.is_contiguous() for t in (w, b)))
-        or (torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad or (w is not None and w.requires_grad)))
+        or not native.takes(torch.float32, X, Y, w, b)
     ):
         return None
     fn = native.function("layer_norm", "attnlab_add_layer_norm_f32", _ADD_LN_ARGS)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from attnlab.data.encode_pool import usable_cores
+from attnlab.utils.runtime import usable_cores
 
 
 def bind_listener(host: str, port: int) -> socket.socket:

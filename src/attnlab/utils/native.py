@@ -1,6 +1,7 @@
 """attnlab's C kernels (`src/attnlab/csrc/*.c`, sharing `*.h`), built at first use with the machine's C compiler.
 
     load("few_queries")   -> the ctypes library, or None (no compiler, a failed build, ATTNLAB_NATIVE=0)
+    takes(torch.float32, x, y) -> whether a kernel can read those tensors as they are
     function("few_queries", "attnlab_few_queries_f32", argtypes) -> that C function, or None
     status("few_queries") -> one line: where the library lies, or why there is none
 
@@ -27,9 +28,11 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-__all__ = ["FLAGS", "cache_dir", "function", "load", "off", "reset", "status", "switched_off"]
+import torch
+from torch import Tensor
+
+__all__ = ["FLAGS", "cache_dir", "function", "load", "off", "reset", "status", "switched_off", "takes"]
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +41,13 @@ SOURCES = Path(__file__).resolve().parents[1] / "csrc"
 FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fopenmp-simd", "-fPIC", "-shared", "-std=c11")
 _LIBS = ("-lm",)
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # builds (a fraction of a second each, first use only) and the tables below
+_off_lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL | None] = {}
 _why: dict[str, str] = {}
 _functions: dict[tuple[str, str], Callable | None] = {}
-_build_locks: dict[str, threading.Lock] = {}
-_UNSET: Any = object()
 _versions: dict[tuple[str, ...], str] = {}  # compiler -> its --version output
 _off = 0  # > 0 inside `off()`
-_generation = 0  # moved by `reset`
 _warned = False  # a failed build or load was reported
 
 
@@ -60,20 +61,22 @@ def cache_dir() -> Path:
 
 def load(name: str) -> ctypes.CDLL | None:
     """The built library of csrc/NAME.c (built now if needed), or None when it cannot be had here."""
-    lib = _loaded.get(name, _UNSET)
-    if lib is not _UNSET:
-        return lib
+    if name in _loaded:
+        return _loaded[name]
     with _lock:
-        build_lock = _build_locks.setdefault(name, threading.Lock())
-        generation = _generation
-    with build_lock:  # one build per kernel at a time; other kernels and `off` do not wait for it
-        lib = _loaded.get(name, _UNSET)
-        if lib is _UNSET:
-            lib, why = _build_and_load(name)
-            with _lock:
-                if generation == _generation:  # a `reset` meanwhile: this build answered the old settings
-                    _loaded[name], _why[name] = lib, why
-    return lib
+        if name not in _loaded:
+            _loaded[name], _why[name] = _build_and_load(name)
+        return _loaded[name]
+
+
+def takes(dtype: torch.dtype, *tensors: Tensor | None) -> bool:
+    """Whether a C kernel can read these tensors as they are (None: an operand left out): on the CPU, of
+    `dtype`, the last dimension contiguous, and none that autograd would need a gradient for."""
+    grad = torch.is_grad_enabled()
+    return all(
+        t is None or (t.is_cpu and t.dtype is dtype and t.stride(-1) == 1 and not (grad and t.requires_grad))
+        for t in tensors
+    )
 
 
 def function(name: str, symbol: str, argtypes: list, restype=None) -> Callable | None:
@@ -82,19 +85,15 @@ def function(name: str, symbol: str, argtypes: list, restype=None) -> Callable |
     if _off:
         return None
     key = (name, symbol)
-    fn = _functions.get(key, _UNSET)  # the hot path: a dict read, no lock
-    if fn is not _UNSET:
-        return fn
-    with _lock:
-        generation = _generation
+    if key in _functions:  # the hot path: a dict read, no lock
+        return _functions[key]
     lib = load(name)
     fn = None
     if lib is not None:
         fn = getattr(lib, symbol)
         fn.argtypes, fn.restype = argtypes, restype
     with _lock:
-        if generation == _generation:
-            _functions[key] = fn
+        _functions[key] = fn
     return fn
 
 
@@ -102,20 +101,19 @@ def function(name: str, symbol: str, argtypes: list, restype=None) -> Callable |
 def off() -> Iterator[None]:
     """Inside the block every caller takes its PyTorch path (benchmarks measure what the kernels give)."""
     global _off
-    with _lock:
+    with _off_lock:
         _off += 1
     try:
         yield
     finally:
-        with _lock:
+        with _off_lock:
             _off -= 1
 
 
 def reset() -> None:
-    """Forget what was loaded, so the next call looks again (after ATTNLAB_NATIVE or CC changed)."""
-    global _generation, _warned
+    """Forget what was loaded, so the next call looks again (after ATTNLAB_NATIVE or CC changed; tests)."""
+    global _warned
     with _lock:
-        _generation += 1
         _warned = False
         _loaded.clear()
         _functions.clear()
@@ -126,7 +124,7 @@ def reset() -> None:
 def status(name: str) -> str:
     """What `load(name)` gave, in one line (benchmarks print it)."""
     load(name)
-    return _why.get(name, "not looked up yet")
+    return _why[name]
 
 
 def _compiler() -> list[str] | None:

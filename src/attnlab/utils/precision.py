@@ -219,7 +219,7 @@ def prepare_for_inference(
             f"int8 decoding supports the Transformer only (its per-layer choice is measured), "
             f"got a {model_type} model; use --precision fp32 or bf16"
         )
-    if torch.device(device).type != "cpu":
+    if not cpu:
         raise ValueError(f"int8 decoding runs on the CPU only, got device {device}; use --device cpu")
     names = int8_layers(model, keep_fp32)
     if not names:

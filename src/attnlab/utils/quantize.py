@@ -116,15 +116,7 @@ def _native_int8_linear(x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor
     1.3-1.8x the layer on PyTorch's operators at the decoder's shapes, BENCHMARKS.md), or None where they
     do not apply (not fp32 on the CPU, autograd, no kernel here). Shape: x (M, K) -> (M, N) float32."""
     M, K = x.shape
-    if (
-        M == 0
-        or not x.is_cpu
-        or x.dtype is not torch.float32
-        or x.stride(1) != 1
-        or not (scale.is_cpu and scale.dtype is torch.float32 and scale.is_contiguous())
-        or (bias is not None and not (bias.is_cpu and bias.dtype is torch.float32 and bias.is_contiguous()))
-        or (x.requires_grad and torch.is_grad_enabled())
-    ):
+    if M == 0 or not native.takes(torch.float32, x, scale, bias):
         return None
     quantize = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
     dequantize = native.function("int8_rows", "attnlab_dequantize_f32", _DEQUANTIZE_ARGS)

@@ -90,6 +90,14 @@ def check_nproc(nproc: int) -> None:
         raise ValueError(f"--nproc must be between 1 and {most} (the {units} of this machine), got {nproc}")
 
 
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's count where they differ)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
 def resolve_device(name: str) -> torch.device:
     """'auto' -> cuda if available else cpu; anything else must name a device this machine has.
 
