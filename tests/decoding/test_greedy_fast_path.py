@@ -6,6 +6,9 @@ one batch after another."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -212,3 +215,53 @@ def test_workers_see_the_callers_head_masks():
         ref = tr.decode_ids(ids, batch_size=1)
         got = [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)]
     assert got == ref != tr.decode_ids(ids, batch_size=1)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
+def test_worker_processes_are_kept_remade_when_the_weights_change_and_match_one_worker():
+    # In a fresh interpreter: a pool is forked only where no working thread runs (the server tests leave some).
+    script = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from test_greedy_fast_path import tiny_translator
+from attnlab.decoding import DecodeOptions
+tr = tiny_translator()
+torch.manual_seed(5)
+ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1, 7, 2)]
+assert tr.decode_ids(ids, batch_size=2) == [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)]
+pool = tr._worker_pool
+assert pool is not None and not pool.closed
+tr.decode(ids, batch_size=2, workers=2)
+assert tr._worker_pool is pool  # kept: the children are warm
+with torch.no_grad():
+    tr.model.decoder.dense.weight.mul_(-1.0)  # in place: the children's copy is now stale
+changed = tr.decode_ids(ids, batch_size=1)
+assert [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == changed
+assert tr._worker_pool is not pool and pool.closed
+for options in (DecodeOptions(sample=True, seed=3, n_best=2), DecodeOptions(beam=3, n_best=2)):
+    tr.workers = 1
+    ref = tr.search(ids, options, batch_size=2)
+    tr.workers = 2
+    got = tr.search(ids, options, batch_size=2)
+    assert [[h.tokens for h in hs] for hs in got] == [[h.tokens for h in hs] for hs in ref]
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, os.path.dirname(__file__)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_an_attention_recording_keeps_workers_in_this_process(monkeypatch):
+    from attnlab.attention import record_attention
+    from attnlab.utils.forked import WorkerPool
+
+    def no_pool(*a, **k):
+        raise AssertionError("a recording's weights must be made in this process")
+
+    monkeypatch.setattr(WorkerPool, "__init__", no_pool)
+    tr = tiny_translator()
+    ids = [[5, 6, 7], [8, 9], [10]]
+    with record_attention(tr.model) as rec:
+        tr.decode(ids, batch_size=1, workers=2)
+    assert sum(len(w) for w in rec.weights.values()) > 0

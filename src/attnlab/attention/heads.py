@@ -60,6 +60,11 @@ def check_head_mask(head_mask, num_heads: int, where: str = "head_mask") -> Tens
     return head_mask
 
 
+def head_masks_active() -> bool:
+    """Whether a `mask_heads` block is open in this context."""
+    return bool(_ACTIVE.get())
+
+
 def active_head_mask(module: nn.Module) -> Tensor | None:
     """The (H,) gate that `mask_heads` set for `module` in the current context, or None."""
     masks = _ACTIVE.get()

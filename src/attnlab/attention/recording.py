@@ -66,6 +66,11 @@ class Recordable:
                 rec.add(name, weights)
 
 
+def recording_active() -> bool:
+    """Whether a recording is open in this context (its weights must be captured in this process)."""
+    return bool(_ACTIVE.get())
+
+
 @contextmanager
 def record_attention(model: nn.Module, detach: bool = True):
     """Make every attention module inside `model` store its weights while the block runs.

@@ -1,21 +1,25 @@
 """`Translator.decode`'s batching: sort by length, cut into batches, decode each (greedy or beam; with
 `search_batches`, any `DecodeOptions`), put the hypotheses back in input order — one batch after another,
-or several at once on worker threads.
+or several at once in worker processes or threads.
 
 Workers: a decoding step of a small model is ~100 small ops (matmuls of a few hundred rows), which
-torch's intra-op threads split poorly (on the 2-core machine of BENCHMARKS.md, two workers of one
-thread decoded 1.7x the sentences/s of one batch at a time on two intra-op threads). With `workers=N`
-(default: torch's thread count), N Python threads each decode their own batches with one intra-op
-thread apiece (torch ops release the GIL, so the batches run in parallel on N cores); torch's thread
-count is set to 1 for the duration and restored afterwards. It is process-wide, so other torch work
-running at the same time in the process also runs on one thread meanwhile. Only inputs of two batches
-or more use workers (a server request, a single sentence: never). Each batch runs in a copy of the
-caller's context, so `mask_heads` and `record_attention` apply in the workers too. Results are the same
-as with `workers=1`: each batch is decoded exactly as it would be alone.
+torch's intra-op threads split poorly. With `workers=N` (default: torch's thread count), N workers each
+decode their own batches with one intra-op thread apiece, taking the next batch as each finishes. Where
+`attnlab.utils.forked.can_fork()` (Linux, no other Python thread) and the model is on the CPU, they are
+processes forked from this one: every op drops and takes back the GIL, so threads mostly wait for each
+other (2-core machine of BENCHMARKS.md: two threads decoded int8 1.1x as fast as one, two processes
+2.0x). Elsewhere (a server, a notebook's kernel threads, an attention recording, whose weights must land
+in this process) they are threads, with torch's thread count set to 1 for the duration and restored
+afterwards; it is process-wide, so other torch work running at the same time in the process also runs on
+one thread meanwhile. Only inputs of two batches or more use workers (a server request, a single
+sentence: never). Each batch runs in a copy of the caller's context, so `mask_heads` and
+`record_attention` apply in the workers too. Results are the same as with `workers=1`: each batch is
+decoded exactly as it would be alone.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +27,8 @@ from contextvars import copy_context
 
 import torch
 
+from attnlab.attention.heads import head_masks_active
+from attnlab.attention.recording import recording_active
 from attnlab.decoding.beam import beam_search, nbest_search
 from attnlab.decoding.constraints import constrained_search
 from attnlab.decoding.controls import Controls
@@ -31,6 +37,7 @@ from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.sampling import sample
 from attnlab.utils.checks import check_range
+from attnlab.utils.forked import WorkerPool, can_fork
 from attnlab.utils.runtime import intra_op_threads
 
 __all__ = ["decode_batches", "length_batches", "search_batches"]
@@ -60,13 +67,11 @@ def decode_batches(
     else:
         check_range("workers", workers, 1, integer=True, why=" or None (one per torch thread)")
     batches = length_batches([len(s) for s in src_ids], batch_size)
+    tasks = [([list(src_ids[i]) for i in idx], beam, scores, length_penalty) for idx in batches]
     results: list[Hypothesis | None] = [None] * len(src_ids)
-
-    def run(idx: list[int]) -> None:
-        for i, h in zip(idx, _decode_one(translator, [src_ids[i] for i in idx], beam, scores, length_penalty)):
+    for idx, hyps in zip(batches, _run_all(translator, _decode_task, tasks, workers)):
+        for i, h in zip(idx, hyps):
             results[i] = h
-
-    _run_all(batches, run, workers)
     return results  # type: ignore[return-value]
 
 
@@ -95,28 +100,82 @@ def search_batches(
         batches += [[members[j] for j in b] for b in length_batches([len(src_ids[i]) for i in members], batch_size)]
     # Only sampling draws a seed: other searches leave torch's global random stream alone.
     base = (options.seed if options.seed is not None else int(torch.randint(0, 2**31 - 1, ()))) if options.sample else 0
+    tasks = [
+        (
+            [list(src_ids[i]) for i in idx],
+            options,
+            [list(prefixes[i]) for i in idx],
+            [[list(c) for c in constraints[i]] for i in idx],
+            base + number if options.sample else None,
+        )
+        for number, idx in enumerate(batches)
+    ]
     results: list[list[Hypothesis] | None] = [None] * len(src_ids)
-
-    def run(number: int, idx: list[int]) -> None:
-        gen = torch.Generator(device=translator.device).manual_seed(base + number) if options.sample else None
-        hyps = _search_one(translator, idx, src_ids, options, prefixes, constraints, gen)
+    for idx, hyps in zip(batches, _run_all(translator, _search_task, tasks, workers)):
         for i, h in zip(idx, hyps):
             results[i] = h
-
-    _run_all(list(enumerate(batches)), lambda nb: run(*nb), workers)
     return results  # type: ignore[return-value]
 
 
-def _run_all(batches: list, run, workers: int) -> None:
-    """run(batch) for every batch: in turn, or on `workers` threads of one intra-op thread each."""
-    if workers == 1 or len(batches) < 2:
-        for b in batches:
-            run(b)
-        return
+def _run_all(translator, task, items: list, workers: int) -> list:
+    """[task(translator, item) for item in items]: in turn, or on `workers` processes or threads of one
+    intra-op thread each (see the module docstring)."""
+    if workers == 1 or len(items) < 2:
+        return [task(translator, item) for item in items]
     with _THREADS_LOCK, intra_op_threads(1):
-        contexts = [copy_context() for _ in batches]  # taken here, in the caller's thread
-        with ThreadPoolExecutor(min(workers, len(batches))) as pool:
-            list(pool.map(lambda c, b: c.run(run, b), contexts, batches))  # list(): re-raises here
+        pool = _worker_pool(translator, workers)
+        if pool is not None:
+            return pool.map(task, translator, items)
+        contexts = [copy_context() for _ in items]  # taken here, in the caller's thread
+        with ThreadPoolExecutor(min(workers, len(items))) as threads:
+            # list(): re-raises here
+            return list(threads.map(lambda c, item: c.run(task, translator, item), contexts, items))
+
+
+def _worker_pool(translator, workers: int) -> WorkerPool | None:
+    """The translator's worker processes (made on first use, made again when the model's weights or
+    `workers` changed), or None where batches go to threads: not on the CPU, an attention recording or a
+    head mask open in this context (workers would not see them), no fork here (`can_fork`), or
+    ATTNLAB_WORKER_PROCESSES=0 in the environment."""
+    if (
+        translator.device.type != "cpu"
+        or recording_active()
+        or head_masks_active()
+        or os.environ.get("ATTNLAB_WORKER_PROCESSES") == "0"
+    ):
+        return None
+    key = (workers, _weights_key(translator.model))
+    pool = getattr(translator, "_worker_pool", None)
+    if pool is not None and not pool.closed and pool.key == key:
+        return pool
+    if pool is not None:
+        pool.close()
+        translator._worker_pool = None
+    if key[1] is None or not can_fork():
+        return None
+    pool = WorkerPool(translator, workers)
+    pool.key = key
+    translator._worker_pool = pool
+    return pool
+
+
+def _weights_key(model) -> tuple | None:
+    """What the workers' copy of the model must still match: each weight's storage and in-place version."""
+    try:
+        return tuple((t.data_ptr(), t._version) for t in model.state_dict(keep_vars=True).values())
+    except (RuntimeError, AttributeError):  # a tensor made in inference mode has no version: no way to tell, so no pool
+        return None
+
+
+def _decode_task(translator, task: tuple) -> list[Hypothesis]:
+    seqs, beam, scores, length_penalty = task
+    return _decode_one(translator, seqs, beam, scores, length_penalty)
+
+
+def _search_task(translator, task: tuple) -> list[list[Hypothesis]]:
+    seqs, options, prefixes, constraints, seed = task
+    gen = None if seed is None else torch.Generator(device=translator.device).manual_seed(seed)
+    return _search_one(translator, seqs, options, prefixes, constraints, gen)
 
 
 def _source_batch(translator, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -130,17 +189,17 @@ def _source_batch(translator, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tens
     return src, lens, translator.bos
 
 
-def _search_one(translator, idx, src_ids, options: DecodeOptions, prefixes, constraints, gen) -> list[list[Hypothesis]]:
-    """One batch (sources at `idx`, prefixes of one length) with greedy, sampling, beam or constrained search."""
-    src, lens, bos = _source_batch(translator, [src_ids[i] for i in idx])
+def _search_one(translator, seqs, options: DecodeOptions, prefixes, cons, gen) -> list[list[Hypothesis]]:
+    """One batch (source id lists, their prefixes, all of one length, and constraint phrases) with
+    greedy, sampling, beam or constrained search."""
+    src, lens, bos = _source_batch(translator, seqs)
     model, eos = translator.model, translator.tgt_vocab.eos
-    P = len(prefixes[idx[0]])
+    P = len(prefixes[0])
     steps = max(1, translator.output_limit(src.shape[1], options.max_len) - P)
-    prefix = torch.tensor([list(prefixes[i]) for i in idx], dtype=torch.long, device=src.device) if P else None
+    prefix = torch.tensor(prefixes, dtype=torch.long, device=src.device) if P else None
     controls = Controls(eos, options.min_len, options.no_repeat_ngram)
     ctl = controls if controls.active else None
     o = options
-    cons = [[list(c) for c in constraints[i]] for i in idx]
     if any(cons):
         return constrained_search(
             model, src, lens, bos, eos, o.beam, o.n_best, steps, cons, o.length_penalty, controls=ctl, prefix=prefix

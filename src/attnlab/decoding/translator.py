@@ -215,9 +215,10 @@ class Translator:
             batch_size: sentences per batch (default DEFAULT_BATCH_SIZE).
             length_penalty: beam search's alpha (score / len ** alpha; greedy ignores it).
             scores: greedy only: False skips the log-probabilities (score NaN; same tokens, faster).
-            workers: decode this many batches at once, each on one thread (`attnlab.decoding.batches`);
-                default `self.workers`, whose default None means one per torch thread; 1: batches one
-                after another on torch's intra-op threads.
+            workers: decode this many batches at once, each on one torch thread: in this process and
+                forked worker processes kept for later calls, or in threads where forking is not safe
+                (`attnlab.decoding.batches`); default `self.workers`, whose default None means one per
+                torch thread; 1: batches one after another on torch's intra-op threads.
         """
 
         check_range("beam", beam, 1, integer=True)

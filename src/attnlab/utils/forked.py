@@ -1,0 +1,194 @@
+"""Worker processes forked from this one and kept: `WorkerPool(owner, workers).map(fn, items)` computes
+[fn(owner, item) for item in items] in this process and `workers - 1` children, which start from this
+process's memory as it was when the pool was made (a loaded model: nothing is pickled but the items and
+the results) and never outlive it.
+
+Why processes: a decoding step of a small model is hundreds of small torch ops, each of which drops and
+takes back the GIL, and two threads of one process also fault in each other's freed memory (2-core
+machine of BENCHMARKS.md: two threads decoded int8 at 0.85-1.2x the sentences/s of one, two processes
+at 2.0x). Why kept: a fresh child first faults in its working set, ~0.1 s for a batch of 256 sentences,
+which a map of a few batches would pay every time.
+
+The pool starts no thread in this process (so later pools can still be forked) and its children close the
+other pools' pipes (so each pool's lifeline stays its parent's alone).
+
+`can_fork()` says where a pool may be made: Linux (fork re-imports nothing; macOS's system libraries are
+not fork-safe), from the main thread of a process whose other Python threads are daemons (a fork copies only the
+calling thread, so a lock another thread held would stay locked in the child: a server's request threads
+rule it out). Workers run one torch thread each, ignore
+SIGINT (a Ctrl-C reaches the whole process group; the parent stops them), and exit when the parent does,
+however it ends (SIGKILL included): each watches a pipe whose only writer is the parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+__all__ = ["WorkerPool", "can_fork"]
+
+_OPEN: set[Connection] = set()  # this process's ends of every open pool's pipes: a new child closes them
+
+
+def can_fork() -> bool:
+    """Whether a `WorkerPool` may be made here: Linux, from the main thread, and every other Python
+    thread is a daemon (a library's watcher: tqdm's monitor, a notebook kernel's heartbeat), none doing
+    the program's work (a server's request threads)."""
+    main = threading.main_thread()
+    return (
+        sys.platform == "linux"
+        and threading.current_thread() is main
+        and all(t.daemon for t in threading.enumerate() if t is not main)
+    )
+
+
+def _drain(owner: Any, counter: Any, fn: Callable[[Any, Any], Any], items: Sequence[Any]) -> list[tuple[int, Any]]:
+    """Claim items one at a time until none is left: [(index, fn(owner, item)), ...] of those taken here."""
+    done: list[tuple[int, Any]] = []
+    while True:
+        with counter.get_lock():
+            i = counter.value
+            counter.value = i + 1
+        if i >= len(items):
+            return done
+        done.append((i, fn(owner, items[i])))
+
+
+def _serve(owner: Any, counter: Any, tasks: Connection, results: Connection) -> None:
+    """A child's life: each map's (fn, items) from `tasks`, its share of the results back on `results`;
+    the end of `tasks` (the pool closed, or the parent dead) ends it."""
+    while True:
+        try:
+            fn, items = tasks.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply: tuple = ("ok", _drain(owner, counter, fn, items))
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
+            reply = ("error", e)
+        try:
+            results.send(reply)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            results.send(("error", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+
+
+class WorkerPool:
+    """`workers - 1` processes forked now with `owner` (this process's object as it is now), which with
+    this one share out each `map`. See the module docstring; `close()` ends them (so does collecting the
+    pool). The pool keeps no reference to `owner`: `map` is given this process's.
+
+    Example (Linux; fn must be a module-level function, items and results must pickle):
+        >>> pool = WorkerPool(owner=10, workers=2)  # doctest: +SKIP
+        >>> pool.map(operator.add, 10, [1, 2, 3])  # doctest: +SKIP
+        [11, 12, 13]
+    """
+
+    def __init__(self, owner: Any, workers: int):
+        if not can_fork():
+            others = [t.name for t in threading.enumerate() if not t.daemon]
+            raise RuntimeError(
+                f"a WorkerPool needs Linux, the main thread and no other non-daemon thread; running: {others}"
+            )
+        self.workers = workers
+        self.key: Any = None  # what the owner's user checks the pool against (batches: the weights)
+        self._counter = multiprocessing.get_context("fork").Value("q", 0)
+        self._children: list[tuple[int, Connection, Connection]] = []  # (pid, tasks writer, results reader)
+        try:
+            for _ in range(workers - 1):
+                self._fork(owner)
+        except BaseException:
+            self.close()
+            raise
+
+    def _fork(self, owner: Any) -> None:
+        task_r, task_w = multiprocessing.Pipe(duplex=False)
+        result_r, result_w = multiprocessing.Pipe(duplex=False)
+        with warnings.catch_warnings():  # Python 3.12+ counts torch's idle OpenMP threads as threads
+            warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            status = 0
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                for conn in (*_OPEN, task_w, result_r):
+                    conn.close()
+                torch.set_num_threads(1)  # the processes are the parallelism
+                _serve(owner, self._counter, task_r, result_w)
+            except BaseException:  # noqa: BLE001 - a child reports by its exit status only
+                status = 1
+            finally:
+                os._exit(status)
+        task_r.close()
+        result_w.close()
+        self._children.append((pid, task_w, result_r))
+        _OPEN.update((task_w, result_r))
+
+    def map(self, fn: Callable[[Any, Any], Any], owner: Any, items: Sequence[Any]) -> list[Any]:
+        """[fn(owner, item) for item in items] (the children use their copy of the owner), each process
+        taking the next item as it finishes one (long and short items balance; this process runs fn with
+        the intra-op threads it has). An exception in fn is raised here; a worker that died raises
+        BrokenProcessPool. After either, the pool is closed."""
+        if self.closed:
+            raise RuntimeError("this WorkerPool is closed")
+        results: list[Any] = [None] * len(items)
+        self._counter.value = 0
+        try:
+            for _, tasks, _ in self._children:
+                tasks.send((fn, items))
+            replies: list[tuple[str, Any]] = [("ok", _drain(owner, self._counter, fn, items))]
+            for pid, _, answers in self._children:
+                try:
+                    replies.append(answers.recv())
+                except (EOFError, OSError):
+                    raise BrokenProcessPool(f"decoding worker process {pid} died") from None
+        except BaseException:
+            self.close(kill=True)  # a child may be mid-item: stop them all rather than wait
+            raise
+        for kind, value in replies:
+            if kind == "error":
+                self.close()
+                raise value
+            for i, r in value:
+                results[i] = r
+        return results
+
+    def close(self, kill: bool = False) -> None:
+        """End the workers and reap them: each exits at the end of its task pipe, or is killed (at once
+        with `kill`, else after 5 s: mid-item); again: nothing."""
+        children, self._children = self._children, []
+        for _, tasks, answers in children:
+            for conn in (tasks, answers):
+                _OPEN.discard(conn)
+                conn.close()
+        deadline = time.monotonic() + (0.0 if kill else 5.0)
+        for pid, _, _ in children:
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.005)
+        self.workers = 0
+
+    @property
+    def closed(self) -> bool:
+        return self.workers == 0
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()

@@ -1,0 +1,132 @@
+"""Worker processes forked and kept: results in order, errors raised in the caller, dead workers
+reported, and no worker outliving its parent.
+
+A pool may only be forked from a process without working threads, which a test process that ran the
+server tests is not: each check runs in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from attnlab.utils.forked import WorkerPool, can_fork
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
+
+PRELUDE = """
+import os, sys, time
+from concurrent.futures.process import BrokenProcessPool
+from attnlab.utils.forked import WorkerPool
+
+def pid_plus(owner, item):
+    time.sleep(0.02)  # long enough that every process gets items
+    return os.getpid(), owner + item
+
+def fail_on_three(owner, item):
+    if item == 3:
+        raise ValueError(f"item {item} is bad")
+    return item
+
+def die_in_child(owner, item):
+    if os.getpid() != owner:
+        os._exit(7)
+    time.sleep(0.05)
+    return item
+"""
+
+
+def run_script(body: str, **kw) -> str:
+    """Run PRELUDE + body in a fresh interpreter; its stdout (a failure shows its stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True, timeout=120, **kw
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_map_gives_results_in_order_from_this_process_and_its_children():
+    out = run_script("""
+        pool = WorkerPool(owner=100, workers=3)
+        got = pool.map(pid_plus, 100, list(range(40)))
+        assert [r for _, r in got] == [100 + i for i in range(40)]
+        assert os.getpid() in {p for p, _ in got}  # this process takes part
+        again = pool.map(pid_plus, 100, list(range(40)))  # the pool is kept for later maps
+        assert len({p for p, _ in got + again}) == 3
+        second = WorkerPool(owner=5, workers=2)  # a pool starts no thread: another can still be forked
+        assert [r for _, r in second.map(pid_plus, 5, [1, 2, 3])] == [6, 7, 8]
+        pool.close(); second.close()
+        assert pool.closed
+        pool.close()  # twice: nothing
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_an_error_in_a_worker_is_raised_in_the_caller_and_closes_the_pool():
+    out = run_script("""
+        pool = WorkerPool(owner=0, workers=2)
+        try:
+            pool.map(fail_on_three, 0, list(range(8)))
+        except ValueError as e:
+            print(e, pool.closed)
+    """)
+    assert out.strip() == "item 3 is bad True"
+
+
+def test_a_worker_that_dies_is_reported():
+    out = run_script("""
+        pool = WorkerPool(owner=os.getpid(), workers=2)
+        try:
+            pool.map(die_in_child, os.getpid(), list(range(6)))
+        except BrokenProcessPool as e:
+            print(type(e).__name__, pool.closed)
+    """)
+    assert out.strip() == "BrokenProcessPool True"
+
+
+def test_no_pool_while_a_working_thread_runs():
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="request-thread")
+    t.start()
+    try:
+        assert not can_fork()
+        with pytest.raises(RuntimeError, match=r"no other non-daemon thread; running: .*request-thread"):
+            WorkerPool(owner=0, workers=2)
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_workers_end_when_the_parent_is_killed():
+    script = PRELUDE + textwrap.dedent("""
+        import threading
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # a daemon does not stop a fork
+        pool = WorkerPool(owner=0, workers=3)
+        kids = {p for p, _ in pool.map(pid_plus, 0, list(range(30)))} - {os.getpid()}
+        print(" ".join(map(str, sorted(kids))), flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    kids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(kids) == 2
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    alive = kids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in kids if _running(p)]
+        time.sleep(0.05)
+    assert alive == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
