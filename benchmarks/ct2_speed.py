@@ -17,8 +17,9 @@ Each floor prints what it captured: its matmuls, quantized linears and attention
 Each side gets the same number of threads (--threads T) and may use them its best way, each at its
 best batch size: an engine spec is `NAME[:bN][:wK]` (batch N sentences; K workers of T / K threads).
 attnlab NAME is a precision (fp32, int8, bf16) or a variant of benchmarks/precision.py ("int8 (fbgemm)");
-its workers are `Translator.decode(workers=K)`. CTranslate2 NAME is a compute_type; its workers are inter_threads
-(batches submitted asynchronously, so K run at once).
+its workers are `Translator.decode(workers=K)` (worker processes; "CPU s / wall s" counts them too).
+CTranslate2 NAME is a compute_type; its workers are inter_threads (batches submitted asynchronously, so K
+run at once).
 
     flock /tmp/attnlab-measure.lock python benchmarks/ct2_speed.py --checkpoint /tmp/speed-run --rounds 3 \
         --attnlab fp32:b256,fp32:b256:w2,int8:b256:w2 --ct2 float32:b128,int8:b128,int8:b256,int8:b128:w2
@@ -27,6 +28,7 @@ its workers are `Translator.decode(workers=K)`. CTranslate2 NAME is a compute_ty
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -50,6 +52,26 @@ from attnlab.data import load_data
 from attnlab.decoding.batches import length_batches
 from attnlab.export.ctranslate2 import export, source_tokens
 from attnlab.runs.loading import load_translator
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its live children (attnlab's decoding worker processes)."""
+    total = time.process_time()
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in _children():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
+def _children() -> list[int]:
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:  # not Linux: this process alone
+        return []
 
 
 def main(argv=None) -> int:
@@ -121,10 +143,10 @@ def main(argv=None) -> int:
     cores: dict[str, list[float]] = {n: [] for n in names}  # process CPU time / wall time: threads busy
     for r in range(args.rounds):
         for n in names[r % len(names) :] + names[: r % len(names)]:
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0 = time.perf_counter(), cpu_seconds()
             run(*engines[n])
             times[n].append(time.perf_counter() - t0)
-            cores[n].append((time.process_time() - c0) / times[n][-1])
+            cores[n].append((cpu_seconds() - c0) / times[n][-1])
     anchor = next(n for n in names if n.startswith("CTranslate2"))
     print(
         f"\n## {args.checkpoint}: {len(src_ids)} sentences of the {args.split} split, greedy, "

@@ -8,9 +8,11 @@ over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpu
 each variant is printed beside it, and how many sentences it translates exactly as fp32 does (fp32 is
 always run, first: the baseline of every column; 'fp32 (F.linear)' is fp32 without its packed linear
 layers, as attnlab decoded before them; a name followed by ' without C kernels' is that variant on
-PyTorch's operators alone, `attnlab.utils.native.off`). Model loading and conversion are not timed. --floors adds
-each precision's kernel floor: its linear-layer kernels, captured once from a decode and replayed back to
-back on ready operands (LINEAR), timed in the same interleaved rounds.
+PyTorch's operators alone, `attnlab.utils.native.off`; then by ' on worker threads', decoded by
+`Translator.decode`'s worker threads instead of its worker processes, ATTNLAB_WORKER_PROCESSES=0). Model
+loading and conversion are not timed. --floors adds each precision's kernel floor: its linear-layer
+kernels, captured once from a decode and replayed back to back on ready operands (LINEAR), timed in the
+same interleaved rounds.
 
     flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3 \
         --split valid --workers 2 --floors --precisions 'fp32,bf16,int8,int8 (fbgemm),fp32 without C kernels'
@@ -92,6 +94,8 @@ INT8_VARIANTS = {
 # Appended to any variant's name: that variant with attnlab's C kernels off (`attnlab.utils.native.off`),
 # PyTorch's operators in their place.
 NO_NATIVE = " without C kernels"
+# A variant decoded with `Translator.decode`'s worker threads instead of its worker processes.
+THREADS = " on worker threads"
 
 
 # fp32 as it ran before its linear layers were packed for oneDNN (F.linear: the weight reordered per call).
@@ -108,7 +112,7 @@ def variants(translator, names):
     (fp32, bf16, auto, UNPACKED or one of INT8_VARIANTS)."""
     out = {}
     for full in names:
-        name = full.removesuffix(NO_NATIVE)
+        name = full.removesuffix(THREADS).removesuffix(NO_NATIVE)
         t = copy.copy(translator)
         if name == UNPACKED:
             t.model = unpacked(translator.model)
@@ -119,7 +123,7 @@ def variants(translator, names):
         else:
             raise SystemExit(
                 f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS}, "
-                f"{UNPACKED!r} or {list(INT8_VARIANTS)}, any of them followed by {NO_NATIVE!r}"
+                f"{UNPACKED!r} or {list(INT8_VARIANTS)}, any of them followed by {NO_NATIVE!r} and/or {THREADS!r}"
             )
         t.precision = resolve_precision("int8" if name in INT8_VARIANTS else "fp32" if name == UNPACKED else name)
         out[full] = t
@@ -127,9 +131,26 @@ def variants(translator, names):
 
 
 def translate(t, src, batch_size, name, beam=1):
-    """t's outputs for src, with the C kernels off when the variant's name says so."""
-    with native.off() if name.endswith(NO_NATIVE) else contextlib.nullcontext():
+    """t's outputs for src, with the C kernels off, or on worker threads, when the variant's name says so."""
+    with contextlib.ExitStack() as stack:
+        if name.removesuffix(THREADS).endswith(NO_NATIVE):
+            stack.enter_context(native.off())
+        if name.endswith(THREADS):
+            stack.enter_context(worker_threads())
         return t.translate_ids(src, beam, batch_size=batch_size)
+
+
+@contextlib.contextmanager
+def worker_threads():
+    before = os.environ.get("ATTNLAB_WORKER_PROCESSES")
+    os.environ["ATTNLAB_WORKER_PROCESSES"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ATTNLAB_WORKER_PROCESSES"]
+        else:
+            os.environ["ATTNLAB_WORKER_PROCESSES"] = before
 
 
 def same_as_baseline(hyps: dict[str, list], baseline: str) -> dict[str, str]:

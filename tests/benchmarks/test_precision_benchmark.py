@@ -65,8 +65,9 @@ def _bench(script, run_dir, *extra):
 
 @needs_data
 def test_precision_benchmark_prints_speed_and_bleu(run_dir):
-    out = _bench("precision.py", run_dir, "--precisions", "bf16,int8")
+    out = _bench("precision.py", run_dir, "--precisions", "bf16,int8,int8 on worker threads")
     assert "CPU features:" in out and "native bf16:" in out
+    assert _row(out, "int8 on worker threads")[-1] == _row(out, "int8")[-1]  # the same outputs, other workers
     assert _row(out, "fp32")[-1] == "baseline"  # fp32 is run even when not asked for, and not compared with itself
     base = load_translator(run_dir, precision="fp32")
     src = [ex.src_ids for ex in load_data(base.config["data"]).test[:8]]

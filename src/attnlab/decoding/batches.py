@@ -144,14 +144,15 @@ def _worker_pool(translator, workers: int) -> WorkerPool | None:
         or os.environ.get("ATTNLAB_WORKER_PROCESSES") == "0"
     ):
         return None
-    key = (workers, _weights_key(translator.model))
+    key = (id(translator), workers, _weights_key(translator.model))
     pool = getattr(translator, "_worker_pool", None)
     if pool is not None and not pool.closed and pool.key == key:
         return pool
     if pool is not None:
-        pool.close()
+        if pool.key[0] == id(translator):  # not a pool that a copy of another translator holds
+            pool.close()
         translator._worker_pool = None
-    if key[1] is None or not can_fork():
+    if key[2] is None or not can_fork():
         return None
     pool = WorkerPool(translator, workers)
     pool.key = key
