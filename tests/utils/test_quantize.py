@@ -14,6 +14,7 @@ from attnlab.training.loss import masked_cross_entropy
 from attnlab.utils import native
 from attnlab.utils.precision import int8_layers, prepare_for_inference
 from attnlab.utils.quantize import (
+    _QUANTIZE_ARGS,
     INT8_KERNELS,
     Int8Linear,
     quantize_channels,
@@ -195,3 +196,31 @@ def test_per_row_int8_gives_a_sentence_the_same_output_in_any_batch(trained):
     together = [h.tokens for h in greedy(fast, src[:12], lens[:12], BOS, EOS, max_len=10)]
     alone = [greedy(fast, src[i : i + 1], lens[i : i + 1], BOS, EOS, max_len=10)[0].tokens for i in range(12)]
     assert together == alone
+
+
+@pytest.mark.usefixtures("c_kernels")
+@pytest.mark.parametrize("K", [15, 16, 63, 64, 80, 197, 384])
+def test_the_c_quantize_pass_gives_quantize_rows_exactly_at_every_width(K):
+    # Widths below, at and past the 16-lane vectors and the 4-vector unrolled maximum, with a tail.
+    torch.manual_seed(K)
+    x = torch.randn(9, K) * 3
+    x[1] = 0.0  # an all-zero row
+    x[2, K // 2] = 127.0  # scale 1: every other element lands on the grid's halves below
+    x[2, : K // 2] = torch.arange(K // 2) % 7 - 3.5
+    x[3, -1] = 1e4  # the maximum in the scalar tail
+    x[4, 0] = -2e4  # a negative maximum in the first vector
+    x[5, K - 1] = float("nan")
+    x[6, K // 3] = float("inf")
+    x[7, min(K - 1, 40)] = float("nan")  # in the vector part where K allows
+    quantize = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
+    q = torch.empty(9, K, dtype=torch.int8)
+    s = torch.empty(9)
+    wide = torch.zeros(9, K + 5)
+    wide[:, :K] = x  # rows K + 5 apart: the kernel reads them through ldx
+    quantize(wide.data_ptr(), K + 5, 9, K, q.data_ptr(), s.data_ptr())
+    ref_q, ref_s = quantize_rows(x)
+    finite = [0, 1, 2, 3, 4, 8]
+    assert torch.equal(q[finite], ref_q[finite])
+    assert torch.equal(s[finite], ref_s.squeeze(1)[finite])
+    assert s[5].isnan() and s[7].isnan() and s[6].isinf()  # NaN rows: NaN scale; inf: inf scale
+    assert q[2, : K // 2].tolist() == torch.round(x[2, : K // 2]).to(torch.int8).tolist()  # half to even

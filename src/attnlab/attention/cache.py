@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from attnlab.utils import native
 
 from .masking import build_mask
 
@@ -136,11 +139,35 @@ class KVCache:
 
 
 def _all_finite(*tensors: Tensor) -> bool:
-    # One sum per tensor (a NaN or inf anywhere makes it non-finite; isfinite().all() costs four ops):
-    # the exact non-finite path runs only when needed. A finite tensor whose sum overflows also takes
-    # that path, which gives the same result for finite inputs, only slower.
-    return all(
-        math.isfinite(t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32))
-        for t in tensors
-        if t.numel()
-    )
+    """Whether no element of these tensors is NaN or inf: attention's exact non-finite path runs only
+    when needed. attnlab's C pass (`csrc/finite.c`) reads fp32 and bf16 CPU tensors as they are; others
+    take one sum each (isfinite().all() costs four ops), where a finite tensor whose sum overflows also
+    takes the exact path, which gives the same result for finite inputs, only slower."""
+    for t in tensors:
+        if not t.numel():
+            continue
+        native_answer = _native_all_finite(t)
+        if native_answer is not None:
+            if not native_answer:
+                return False
+            continue
+        if not math.isfinite(t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)):
+            return False
+    return True
+
+
+_FINITE_ARGS = [ctypes.c_void_p] + [ctypes.c_int64] * 7
+_FINITE_SYMBOLS = {torch.float32: "attnlab_all_finite_f32", torch.bfloat16: "attnlab_all_finite_bf16"}
+
+
+def _native_all_finite(t: Tensor) -> bool | None:
+    """`_all_finite` of one tensor of at most 4 dimensions by the C pass, or None where it does not run."""
+    symbol = _FINITE_SYMBOLS.get(t.dtype)
+    if symbol is None or t.dim() > 4 or not t.is_cpu or t.stride(-1) != 1:
+        return None
+    fn = native.function("finite", symbol, _FINITE_ARGS, ctypes.c_int)
+    if fn is None:
+        return None
+    pad = 4 - t.dim()
+    shape, strides = (1,) * pad + tuple(t.shape), (0,) * pad + t.stride()
+    return bool(fn(t.data_ptr(), *shape, *strides[:3]))

@@ -6,16 +6,69 @@
 
    round() is round-half-to-even, as torch.round; y may alias acc (the int32 sums are converted in place). */
 
-#include <math.h>
-#include <stdint.h>
+#include "vec.h"
+
+typedef int8_t vb __attribute__((vector_size(16)));
+
+static inline vf vabs(vf v) { return (vf)((vi)v & 0x7fffffff); }
+
+/* max(a, b) lane by lane for non-NaN lanes (NaN rows are caught apart). */
+static inline vf vmaxf(vf a, vf b) { return select(a > b, a, b); }
+
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef int32_t vi4 __attribute__((vector_size(16)));
+
+/* The largest lane by halves (16 -> 8 -> 4 -> 1) for lanes without NaN: a chain of 15 scalar compares per
+   row cost as much as the row's pass. */
+static inline float lanes_max(vf x) {
+    vf8 lo, hi;
+    memcpy(&lo, &x, sizeof lo);
+    memcpy(&hi, (const char *)&x + sizeof lo, sizeof hi);
+    const vi8 m8 = lo > hi;
+    lo = (vf8)((m8 & (vi8)lo) | (~m8 & (vi8)hi));
+    vf4 a, b;
+    memcpy(&a, &lo, sizeof a);
+    memcpy(&b, (const char *)&lo + sizeof a, sizeof b);
+    const vi4 m4 = a > b;
+    a = (vf4)((m4 & (vi4)a) | (~m4 & (vi4)b));
+    const float p = a[0] > a[2] ? a[0] : a[2], q = a[1] > a[3] ? a[1] : a[3];
+    return p > q ? p : q;
+}
+
+/* round-half-to-even of |v| < 2^22 by the FPU's own rounding (adding 1.5 * 2^23 leaves no fraction bits);
+   NaN stays NaN. Without -ffast-math the compiler keeps (v + c) - c as written. */
+static inline vf round_even(vf v) { return (v + 12582912.0f) - 12582912.0f; }
+
+static inline int8_t quantize_one(float x, float s) {
+    const float r = nearbyintf(x / s);
+    return (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r == r ? r : 0.0f); /* defined cast */
+}
 
 void attnlab_quantize_rows_f32(const float *x, int64_t ldx, int64_t M, int64_t K, int8_t *q, float *scale) {
+    const int64_t K16 = K - K % W;
     for (int64_t m = 0; m < M; m++) {
         const float *row = x + m * ldx;
-        float amax = 0.0f;
+        /* Four running maxima: one would make each step wait for the last compare (rows are short). */
+        vf m0 = splat(0.0f), m1 = m0, m2 = m0, m3 = m0;
+        vi vnan = (vi){0};
+        int64_t k = 0;
+        for (; k + 4 * W <= K16; k += 4 * W) {
+            const vf v0 = load(row + k), v1 = load(row + k + W), v2 = load(row + k + 2 * W), v3 = load(row + k + 3 * W);
+            m0 = vmaxf(m0, vabs(v0));
+            m1 = vmaxf(m1, vabs(v1));
+            m2 = vmaxf(m2, vabs(v2));
+            m3 = vmaxf(m3, vabs(v3));
+            vnan |= (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);
+        }
+        for (; k < K16; k += W) {
+            const vf v = load(row + k);
+            m0 = vmaxf(m0, vabs(v));
+            vnan |= v != v;
+        }
+        float amax = lanes_max(vmaxf(vmaxf(m0, m1), vmaxf(m2, m3)));
         int nan = 0;
-#pragma omp simd reduction(max : amax) reduction(| : nan)
-        for (int64_t k = 0; k < K; k++) {
+        for (int i = 0; i < W; i++) nan |= vnan[i] != 0;
+        for (int64_t k = K16; k < K; k++) {
             const float a = fabsf(row[k]);
             amax = a > amax ? a : amax;
             nan |= row[k] != row[k];
@@ -25,11 +78,16 @@ void attnlab_quantize_rows_f32(const float *x, int64_t ldx, int64_t M, int64_t K
         const float s = nan ? NAN : (amax > 1e-12f ? amax : 1e-12f) / 127.0f;
         scale[m] = s;
         int8_t *out = q + m * K;
-#pragma omp simd
-        for (int64_t k = 0; k < K; k++) {
-            const float r = nearbyintf(row[k] / s);
-            out[k] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r == r ? r : 0.0f); /* defined cast */
+        const vf vs = splat(s);
+        for (int64_t k = 0; k < K16; k += W) {
+            vf r = round_even(load(row + k) / vs); /* |x / s| <= 127 unless s is NaN or inf */
+            r = select(r > 127.0f, splat(127.0f), r);
+            r = select(r < -127.0f, splat(-127.0f), r);
+            r = select(r == r, r, splat(0.0f));
+            const vb b = __builtin_convertvector(__builtin_convertvector(r, vi), vb);
+            memcpy(out + k, &b, sizeof b);
         }
+        for (int64_t k = K16; k < K; k++) out[k] = quantize_one(row[k], s);
     }
 }
 

@@ -73,10 +73,10 @@ def takes(dtype: torch.dtype, *tensors: Tensor | None) -> bool:
     """Whether a C kernel can read these tensors as they are (None: an operand left out): on the CPU, of
     `dtype`, the last dimension contiguous, and none that autograd would need a gradient for."""
     grad = torch.is_grad_enabled()
-    return all(
-        t is None or (t.is_cpu and t.dtype is dtype and t.stride(-1) == 1 and not (grad and t.requires_grad))
-        for t in tensors
-    )
+    for t in tensors:  # a plain loop: this runs several times per decoding step
+        if t is not None and (t.dtype is not dtype or not t.is_cpu or t.stride(-1) != 1 or (grad and t.requires_grad)):
+            return False
+    return True
 
 
 def function(name: str, symbol: str, argtypes: list, restype=None) -> Callable | None:

@@ -1,0 +1,36 @@
+/* Whether every element of a (d0, d1, d2, n) tensor is finite (no NaN, no inf), read through its strides
+   (in elements; the last dimension contiguous): attention's guard before its fast path, one pass over the
+   new keys/values or queries instead of a sum and a read of it back to Python.
+
+     attnlab_all_finite_f32:  fp32; x - x is 0 for a finite x, NaN for NaN or inf
+     attnlab_all_finite_bf16: bf16 as its bits; an all-ones exponent is NaN or inf */
+
+#include <stdint.h>
+
+int attnlab_all_finite_f32(const float *x, int64_t d0, int64_t d1, int64_t d2, int64_t n, int64_t s0, int64_t s1,
+                           int64_t s2) {
+    for (int64_t a = 0; a < d0; a++)
+        for (int64_t b = 0; b < d1; b++)
+            for (int64_t c = 0; c < d2; c++) {
+                const float *row = x + a * s0 + b * s1 + c * s2;
+                int bad = 0;
+#pragma omp simd reduction(| : bad)
+                for (int64_t i = 0; i < n; i++) bad |= (row[i] - row[i]) != 0.0f;
+                if (bad) return 0;
+            }
+    return 1;
+}
+
+int attnlab_all_finite_bf16(const uint16_t *x, int64_t d0, int64_t d1, int64_t d2, int64_t n, int64_t s0, int64_t s1,
+                            int64_t s2) {
+    for (int64_t a = 0; a < d0; a++)
+        for (int64_t b = 0; b < d1; b++)
+            for (int64_t c = 0; c < d2; c++) {
+                const uint16_t *row = x + a * s0 + b * s1 + c * s2;
+                int bad = 0;
+#pragma omp simd reduction(| : bad)
+                for (int64_t i = 0; i < n; i++) bad |= (row[i] & 0x7f80) == 0x7f80;
+                if (bad) return 0;
+            }
+    return 1;
+}
