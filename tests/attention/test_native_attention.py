@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.attention import MultiHeadAttention
-from attnlab.attention.cache import KVCache, _all_finite, _native_all_finite
+from attnlab.attention.cache import KVCache, _all_finite, _native_all_finite, copy_rows
 from attnlab.attention.steps import native_few_queries
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.utils import native
@@ -200,3 +200,20 @@ def test_the_c_finiteness_pass_agrees_with_isfinite(dtype):
     assert _native_all_finite(torch.randn(2, 2, 2, 2, 2)) is None  # more than four: the sum path
     assert _native_all_finite(torch.randn(4, 3).t()) is None  # last dimension not contiguous
     assert _all_finite(torch.full((4, 3), float("nan")).t()) is False
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_c_row_copy_writes_what_copy_writes(dtype):
+    torch.manual_seed(1)
+    qkv = torch.randn(5, 1, 3, 4, 8).to(dtype)  # a fused projection's output, viewed per head
+    k = qkv[:, :, 1].transpose(1, 2)  # (B, H, 1, Dh), strided
+    buf = torch.zeros(5, 4, 7, 8, dtype=dtype)
+    ref = buf.clone()
+    copy_rows(buf[:, :, 3:4], k)
+    ref[:, :, 3:4] = k
+    assert torch.equal(buf, ref)  # only the step's slot written
+    copy_rows(buf[:, :, :2], torch.ones(5, 4, 2, 8, dtype=dtype))  # more than one step
+    assert bool((buf[:, :, :2] == 1).all()) and torch.equal(buf[:, :, 2:], ref[:, :, 2:])
+    wide = torch.zeros(5, 4, 2, 8)
+    copy_rows(wide, torch.ones(5, 4, 2, 8, dtype=torch.bfloat16))  # dtypes differ: PyTorch's copy converts
+    assert bool((wide == 1).all())

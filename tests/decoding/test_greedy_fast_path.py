@@ -265,3 +265,28 @@ def test_an_attention_recording_keeps_workers_in_this_process(monkeypatch):
     with record_attention(tr.model) as rec:
         tr.decode(ids, batch_size=1, workers=2)
     assert sum(len(w) for w in rec.weights.values()) > 0
+
+
+def test_the_garbage_collector_is_paused_while_decoding_and_restored_after(monkeypatch):
+    import gc
+
+    import attnlab.decoding.batches as batches
+
+    seen = []
+    real = batches.greedy
+
+    def spy(*a, **k):
+        seen.append(gc.isenabled())
+        return real(*a, **k)
+
+    monkeypatch.setattr(batches, "greedy", spy)
+    tr = tiny_translator(V=20)
+    assert gc.isenabled()
+    tr.decode([[5, 6], [7]], batch_size=1, workers=1)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        tr.decode([[5, 6]])
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()

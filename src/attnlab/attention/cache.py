@@ -71,8 +71,8 @@ class KVCache:
         L, t = self.k.shape[2], k.shape[2]
         if not self._owns_buffers() or L + t > self._kbuf.shape[2]:
             self._grow(L + t)
-        self._kbuf[:, :, L : L + t] = k
-        self._vbuf[:, :, L : L + t] = v
+        copy_rows(self._kbuf[:, :, L : L + t], k)
+        copy_rows(self._vbuf[:, :, L : L + t], v)
         self._set_views(L + t)
         return self.k, self.v
 
@@ -136,6 +136,32 @@ class KVCache:
             self._kbuf = self._vbuf = self._spare = None
         self._mask = self._mask_for = None
         return self
+
+
+_COPY_ARGS = [ctypes.c_void_p, *[ctypes.c_int64] * 3, ctypes.c_void_p, *[ctypes.c_int64] * 7]
+
+
+def copy_rows(dst: Tensor, src: Tensor) -> None:
+    """dst[...] = src for two (n0, n1, n2, Dh) tensors of one dtype: by attnlab's C pass where both are on
+    the CPU with a contiguous last dimension and autograd is off (`csrc/copy_rows.c`), else PyTorch's copy."""
+    if (
+        dst.dim() == 4
+        and dst.shape == src.shape
+        and dst.dtype is src.dtype
+        and dst.is_cpu
+        and src.is_cpu
+        and dst.stride(-1) == 1
+        and src.stride(-1) == 1
+        and not (torch.is_grad_enabled() and (src.requires_grad or dst.requires_grad))
+    ):
+        fn = native.function("copy_rows", "attnlab_copy_rows", _COPY_ARGS)
+        if fn is not None:
+            e = src.element_size()
+            (s0, s1, s2, _), (d0, d1, d2, _) = src.stride(), dst.stride()
+            n0, n1, n2, n3 = src.shape
+            fn(src.data_ptr(), s0 * e, s1 * e, s2 * e, dst.data_ptr(), d0 * e, d1 * e, d2 * e, n0, n1, n2, n3 * e)
+            return
+    dst.copy_(src)
 
 
 def _all_finite(*tensors: Tensor) -> bool:

@@ -38,7 +38,7 @@ from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.sampling import sample
 from attnlab.utils.checks import check_range
 from attnlab.utils.forked import WorkerPool, can_fork
-from attnlab.utils.runtime import intra_op_threads
+from attnlab.utils.runtime import gc_paused, intra_op_threads
 
 __all__ = ["decode_batches", "length_batches", "search_batches"]
 
@@ -120,6 +120,11 @@ def search_batches(
 def _run_all(translator, task, items: list, workers: int) -> list:
     """[task(translator, item) for item in items]: in turn, or on `workers` processes or threads of one
     intra-op thread each (see the module docstring)."""
+    with gc_paused():  # worker processes forked in here keep it paused: they only decode
+        return _run_items(translator, task, items, workers)
+
+
+def _run_items(translator, task, items: list, workers: int) -> list:
     if workers == 1 or len(items) < 2:
         return [task(translator, item) for item in items]
     with _THREADS_LOCK, intra_op_threads(1):
