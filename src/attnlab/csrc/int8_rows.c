@@ -15,26 +15,6 @@ static inline vf vabs(vf v) { return (vf)((vi)v & 0x7fffffff); }
 /* max(a, b) lane by lane for non-NaN lanes (NaN rows are caught apart). */
 static inline vf vmaxf(vf a, vf b) { return select(a > b, a, b); }
 
-typedef int32_t vi8 __attribute__((vector_size(32)));
-typedef int32_t vi4 __attribute__((vector_size(16)));
-
-/* The largest lane by halves (16 -> 8 -> 4 -> 1) for lanes without NaN: a chain of 15 scalar compares per
-   row cost as much as the row's pass. */
-static inline float lanes_max(vf x) {
-    vf8 lo, hi;
-    memcpy(&lo, &x, sizeof lo);
-    memcpy(&hi, (const char *)&x + sizeof lo, sizeof hi);
-    const vi8 m8 = lo > hi;
-    lo = (vf8)((m8 & (vi8)lo) | (~m8 & (vi8)hi));
-    vf4 a, b;
-    memcpy(&a, &lo, sizeof a);
-    memcpy(&b, (const char *)&lo + sizeof a, sizeof b);
-    const vi4 m4 = a > b;
-    a = (vf4)((m4 & (vi4)a) | (~m4 & (vi4)b));
-    const float p = a[0] > a[2] ? a[0] : a[2], q = a[1] > a[3] ? a[1] : a[3];
-    return p > q ? p : q;
-}
-
 /* round-half-to-even of |v| < 2^22 by the FPU's own rounding (adding 1.5 * 2^23 leaves no fraction bits);
    NaN stays NaN. Without -ffast-math the compiler keeps (v + c) - c as written. */
 static inline vf round_even(vf v) { return (v + 12582912.0f) - 12582912.0f; }
@@ -65,7 +45,7 @@ void attnlab_quantize_rows_f32(const float *x, int64_t ldx, int64_t M, int64_t K
             m0 = vmaxf(m0, vabs(v));
             vnan |= v != v;
         }
-        float amax = lanes_max(vmaxf(vmaxf(m0, m1), vmaxf(m2, m3)));
+        float amax = hmax(vmaxf(vmaxf(m0, m1), vmaxf(m2, m3)));
         int nan = 0;
         for (int i = 0; i < W; i++) nan |= vnan[i] != 0;
         for (int64_t k = K16; k < K; k++) {
