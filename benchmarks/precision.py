@@ -39,6 +39,7 @@ from decode import PACKED_LINEAR as PACKED
 from decode import capture_kernels, replay_kernels
 
 from attnlab.data import load_data
+from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.runs.loading import load_translator
 from attnlab.utils import native
@@ -126,6 +127,7 @@ def variants(translator, names):
                 f"{UNPACKED!r} or {list(INT8_VARIANTS)}, any of them followed by {NO_NATIVE!r} and/or {THREADS!r}"
             )
         t.precision = resolve_precision("int8" if name in INT8_VARIANTS else "fp32" if name == UNPACKED else name)
+        t.batch_size = BATCH_SIZE_BY_PRECISION.get(t.precision.picked, DEFAULT_BATCH_SIZE)
         out[full] = t
     return out
 
@@ -166,7 +168,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_decoding_args(ap)
     ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (fp32 output)")
-    ap.add_argument("--batch-size", type=int, default=256, help="sentences per batch")
+    ap.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="sentences per batch (default: the precision's own)",
+    )
     ap.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
     ap.add_argument("--workers", type=int, default=1, help="batches decoded at once (Translator.decode)")
     ap.add_argument("--floors", action="store_true", help="also each precision's linear layers alone, replayed")
@@ -182,10 +189,11 @@ def main(argv=None) -> int:
     models = variants(base, names)
     for t in models.values():
         t.workers = args.workers
+    batch = args.batch_size or "of each precision's size (Translator.batch_size)"
     print(
         f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, "
         f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}, batch "
-        f"{args.batch_size}, {args.workers} worker(s), {args.rounds} interleaved rounds\n"
+        f"{batch}, {args.workers} worker(s), {args.rounds} interleaved rounds\n"
     )
     hyps = {}
     for n in names:  # warm-up pass (also gives the outputs: decoding is deterministic)

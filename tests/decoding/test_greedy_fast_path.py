@@ -290,3 +290,20 @@ def test_the_garbage_collector_is_paused_while_decoding_and_restored_after(monke
         assert not gc.isenabled()  # left as the caller had it
     finally:
         gc.enable()
+
+
+def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs():
+    from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
+    from attnlab.utils.precision import resolve_precision
+
+    tr = tiny_translator()
+    assert tr.batch_size == DEFAULT_BATCH_SIZE
+    int8 = Translator(tr.model, tr.src_vocab, tr.tgt_vocab, max_output_len=12, precision=resolve_precision("int8"))
+    assert int8.batch_size == BATCH_SIZE_BY_PRECISION["int8"] != DEFAULT_BATCH_SIZE
+    torch.manual_seed(7)
+    ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1, 7)]
+    assert (
+        int8.decode_ids(ids)
+        == int8.decode_ids(ids, batch_size=DEFAULT_BATCH_SIZE)
+        == int8.decode_ids(ids, batch_size=3)
+    )

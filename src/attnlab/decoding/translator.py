@@ -25,6 +25,7 @@ from attnlab.utils.checks import check_range
 from attnlab.utils.precision import PrecisionChoice, prepare_for_inference, resolve_precision
 
 __all__ = [
+    "BATCH_SIZE_BY_PRECISION",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_OUTPUT_LEN",
     "InputError",
@@ -40,6 +41,10 @@ DEFAULT_MAX_OUTPUT_LEN = 200  # tokens; fairseq's default max_len_b is of the sa
 # small ops of Python and dispatch) plus work per row; 256 was faster than 128 on the laptop model
 # (BENCHMARKS.md, "Precision, int8 and CTranslate2"); sentences that end leave the batch early.
 DEFAULT_BATCH_SIZE = 256
+# Precisions whose decode measured faster at another size (validation split, BENCHMARKS.md "Precision"):
+# int8's step is short enough that a smaller batch's working set staying in cache pays (1.07x at 1 thread,
+# 1.16x with 2 workers, which also share 9 batches out more evenly than 7). The same outputs at any size.
+BATCH_SIZE_BY_PRECISION = {"int8": 192}
 
 
 class InputError(ValueError):
@@ -171,6 +176,8 @@ class Translator:
         self.max_output_len = max_output_len or DEFAULT_MAX_OUTPUT_LEN
         self.precision = choice  # what decodes and why
         self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
+        # sentences per batch when a call gives none
+        self.batch_size = BATCH_SIZE_BY_PRECISION.get(choice.picked, DEFAULT_BATCH_SIZE)
         self.alignment: SavedAlignment | None = None  # a run's alignment.json: the default layer and heads of align
 
     def alignment_heads(self, layer: int | None = None, heads=None) -> tuple[int, list[int]]:
@@ -212,7 +219,8 @@ class Translator:
         """Source id lists (no <eos>) -> one Hypothesis each, in input order; batched, longest first.
 
         Args:
-            batch_size: sentences per batch (default DEFAULT_BATCH_SIZE).
+            batch_size: sentences per batch (default `self.batch_size`: DEFAULT_BATCH_SIZE, or the
+                precision's own in BATCH_SIZE_BY_PRECISION).
             length_penalty: beam search's alpha (score / len ** alpha; greedy ignores it).
             scores: greedy only: False skips the log-probabilities (score NaN; same tokens, faster).
             workers: decode this many batches at once, each on one torch thread: in this process and
@@ -222,9 +230,9 @@ class Translator:
         """
 
         check_range("beam", beam, 1, integer=True)
-        check_range("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size, 1, integer=True)
+        batch_size = self.batch_size if batch_size is None else batch_size
+        check_range("batch_size", batch_size, 1, integer=True)
         workers = self.workers if workers is None else workers
-        batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
         return decode_batches(self, src_ids, beam, batch_size, scores, workers, length_penalty)
 
     def decode_ids(
@@ -261,9 +269,7 @@ class Translator:
         n = len(src_ids)
         prefixes = prefixes if prefixes is not None else [[] for _ in range(n)]
         constraints = constraints if constraints is not None else [[] for _ in range(n)]
-        batch_size = check_range(
-            "batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size, 1, integer=True
-        )
+        batch_size = check_range("batch_size", self.batch_size if batch_size is None else batch_size, 1, integer=True)
         if options.plain and not any(prefixes) and not any(constraints):
             return [[h] for h in self.decode(src_ids, options.beam, batch_size, options.length_penalty, scores=scores)]
         return search_batches(self, src_ids, options, prefixes, constraints, batch_size, self.workers)
