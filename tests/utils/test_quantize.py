@@ -224,3 +224,27 @@ def test_the_c_quantize_pass_gives_quantize_rows_exactly_at_every_width(K):
     assert torch.equal(s[finite], ref_s.squeeze(1)[finite])
     assert s[5].isnan() and s[7].isnan() and s[6].isinf()  # NaN rows: NaN scale; inf: inf scale
     assert q[2, : K // 2].tolist() == torch.round(x[2, : K // 2]).to(torch.int8).tolist()  # half to even
+
+
+@pytest.mark.usefixtures("c_kernels")
+def test_relu_in_the_rescaling_pass_is_relu_after_the_layer():
+    from attnlab.models.transformer_layers import PositionWiseFFN
+
+    torch.manual_seed(3)
+    m = Int8Linear.from_float(nn.Linear(24, 40))
+    x = torch.randn(7, 24)
+    x[2, 5] = float("nan")  # a NaN row stays NaN through the ReLU, as torch.relu leaves it
+    with torch.inference_mode():
+        fused = m(x, relu=True)
+        with native.off():
+            ref = torch.relu(m(x))
+            plain = m(x, relu=True)
+    torch.testing.assert_close(fused, ref, atol=1e-6, rtol=1e-6, equal_nan=True)
+    torch.testing.assert_close(plain, ref, atol=0, rtol=0, equal_nan=True)
+    assert bool(fused[2].isnan().all()) and bool((fused[[0, 1, 3]] >= 0).all()) and bool((fused == 0).any())
+    ffn = PositionWiseFFN(24, 40).eval()
+    q = quantize_linears(ffn, ["dense1", "dense2"])
+    with torch.inference_mode():
+        got = q(x[None, [0, 1, 3]])
+        expected = q.dense2(torch.relu(q.dense1(x[None, [0, 1, 3]])))
+    assert torch.equal(got, expected)

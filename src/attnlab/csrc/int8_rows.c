@@ -2,7 +2,8 @@
    one pass each instead of PyTorch's five to six operators:
 
      attnlab_quantize_rows_f32:  x (M, K) fp32 -> q (M, K) int8 = round(x / s), s (M,) = max(|x row|) / 127
-     attnlab_dequantize_f32:     acc (M, N) int32 -> y (M, N) fp32 = acc * row_scale * col_scale (+ bias)
+     attnlab_dequantize_f32:     acc (M, N) int32 -> y (M, N) fp32 = acc * row_scale * col_scale (+ bias),
+                                 then max(y, 0) with `relu` (an FFN's first layer: one pass, not two)
 
    round() is round-half-to-even, as torch.round; y may alias acc (the int32 sums are converted in place). */
 
@@ -72,7 +73,7 @@ void attnlab_quantize_rows_f32(const float *x, int64_t ldx, int64_t M, int64_t K
 }
 
 void attnlab_dequantize_f32(const int32_t *acc, int64_t M, int64_t N, const float *row_scale, const float *col_scale,
-                            const float *bias, float *y) {
+                            const float *bias, int relu, float *y) {
     for (int64_t m = 0; m < M; m++) {
         const int32_t *a = acc + m * N;
         float *out = y + m * N;
@@ -83,6 +84,10 @@ void attnlab_dequantize_f32(const int32_t *acc, int64_t M, int64_t N, const floa
         } else {
 #pragma omp simd
             for (int64_t n = 0; n < N; n++) out[n] = ((float)a[n] * rs) * col_scale[n];
+        }
+        if (relu) {
+#pragma omp simd
+            for (int64_t n = 0; n < N; n++) out[n] = out[n] < 0.0f ? 0.0f : out[n]; /* NaN stays, as torch.relu */
         }
     }
 }

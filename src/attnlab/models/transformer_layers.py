@@ -59,6 +59,8 @@ class PositionWiseFFN(nn.Module):
         self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens)
 
     def forward(self, X: Tensor) -> Tensor:
+        if type(self.activation) is nn.ReLU and getattr(self.dense1, "fuses_relu", False):
+            return self.dense2(self.dense1(X, relu=True))  # int8: the ReLU in the layer's rescaling pass
         return self.dense2(self.activation(self.dense1(X)))
 
 

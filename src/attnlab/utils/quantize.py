@@ -92,14 +92,20 @@ class Int8Linear(nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().float().clone()
         return cls(q.t().contiguous(), scale, bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    # `PositionWiseFFN` passes relu=True instead of applying its ReLU after this layer.
+    fuses_relu = True
+
+    def forward(self, x: Tensor, relu: bool = False) -> Tensor:
+        """x (..., K) -> (..., N); relu: max(y, 0), in the rescaling pass where the C kernels run."""
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)  # (M, K)
-        y = _native_int8_linear(x2, self.weight_t, self.scale, self.bias)
+        y = _native_int8_linear(x2, self.weight_t, self.scale, self.bias, relu)
         if y is None:
             xq, row_scale = quantize_rows(x2)  # (M, K), (M, 1)
             y = torch._int_mm(xq, self.weight_t).float().mul_(row_scale)  # (M, N)
             y = y.mul_(self.scale) if self.bias is None else torch.addcmul(self.bias, y, self.scale)
+            if relu:
+                y = torch.relu_(y)
         return y.view(*lead, self.out_features)
 
     def extra_repr(self) -> str:
@@ -108,10 +114,12 @@ class Int8Linear(nn.Module):
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _QUANTIZE_ARGS = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
-_DEQUANTIZE_ARGS = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR]
+_DEQUANTIZE_ARGS = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int, _PTR]
 
 
-def _native_int8_linear(x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor | None:
+def _native_int8_linear(
+    x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor | None, relu: bool = False
+) -> Tensor | None:
     """`Int8Linear`'s forward with its two element-wise passes in attnlab's C kernels (`csrc/int8_rows.c`:
     1.3-1.8x the layer on PyTorch's operators at the decoder's shapes, BENCHMARKS.md), or None where they
     do not apply (not fp32 on the CPU, autograd, no kernel here). Shape: x (M, K) -> (M, N) float32."""
@@ -127,9 +135,8 @@ def _native_int8_linear(x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor
     quantize(x.data_ptr(), x.stride(0), M, K, xq.data_ptr(), row_scale.data_ptr())
     acc = torch._int_mm(xq, weight_t)  # (M, N) int32, converted to float32 in place
     ptr = acc.data_ptr()
-    dequantize(
-        ptr, M, acc.shape[1], row_scale.data_ptr(), scale.data_ptr(), bias.data_ptr() if bias is not None else None, ptr
-    )
+    bias_ptr = bias.data_ptr() if bias is not None else None
+    dequantize(ptr, M, acc.shape[1], row_scale.data_ptr(), scale.data_ptr(), bias_ptr, int(relu), ptr)
     return acc.view(torch.float32)
 
 
