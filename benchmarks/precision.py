@@ -9,7 +9,8 @@ each variant is printed beside it, and how many sentences it translates exactly 
 always run, first: the baseline of every column; 'fp32 (F.linear)' is fp32 without its packed linear
 layers, as attnlab decoded before them; a name followed by ' without C kernels' is that variant on
 PyTorch's operators alone, `attnlab.utils.native.off`; then by ' on worker threads', decoded by
-`Translator.decode`'s worker threads instead of its worker processes, ATTNLAB_WORKER_PROCESSES=0). Model
+`Translator.decode`'s worker threads instead of its worker processes, ATTNLAB_WORKER_PROCESSES=0; ':bN'
+at the end decodes that variant in batches of N instead of its precision's own size). Model
 loading and conversion are not timed. --floors adds each precision's kernel floor: its linear-layer
 kernels, captured once from a decode and replayed back to back on ready operands (LINEAR), timed in the
 same interleaved rounds.
@@ -24,6 +25,7 @@ import argparse
 import contextlib
 import copy
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -108,12 +110,26 @@ def unpacked(model):
     return retype_linears(model, PackedLinear, nn.Linear, copy=True)
 
 
-def variants(translator, names):
+def parse_variant(full: str) -> tuple[str, bool, bool, int | None]:
+    """'int8 on worker threads without C kernels:b256' -> ('int8', True, True, 256): the precision, whether
+    the C kernels are off, whether on worker threads (the two suffixes in either order), the batch size."""
+    name, batch = full, None
+    if m := re.fullmatch(r"(.*):b(\d+)", name):
+        name, batch = m.group(1), int(m.group(2))
+    found = {NO_NATIVE: False, THREADS: False}
+    while any(name.endswith(suffix) for suffix in found):
+        suffix = next(suffix for suffix in found if name.endswith(suffix))
+        name, found[suffix] = name.removesuffix(suffix), True
+    return name, found[NO_NATIVE], found[THREADS], batch
+
+
+def variants(translator, names, batch_size: int | None = None):
     """name -> a Translator sharing vocabularies, with the model prepared for that precision
-    (fp32, bf16, auto, UNPACKED or one of INT8_VARIANTS)."""
+    (fp32, bf16, auto, UNPACKED or one of INT8_VARIANTS) and its batch size: the name's :bN, else
+    batch_size, else the precision's own."""
     out = {}
     for full in names:
-        name = full.removesuffix(THREADS).removesuffix(NO_NATIVE)
+        name, _, _, batch = parse_variant(full)
         t = copy.copy(translator)
         if name == UNPACKED:
             t.model = unpacked(translator.model)
@@ -124,22 +140,24 @@ def variants(translator, names):
         else:
             raise SystemExit(
                 f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS}, "
-                f"{UNPACKED!r} or {list(INT8_VARIANTS)}, any of them followed by {NO_NATIVE!r} and/or {THREADS!r}"
+                f"{UNPACKED!r} or {list(INT8_VARIANTS)}, any of them followed by {NO_NATIVE!r} and/or {THREADS!r}, "
+                "then optionally :bN (batches of N)"
             )
         t.precision = resolve_precision("int8" if name in INT8_VARIANTS else "fp32" if name == UNPACKED else name)
-        t.batch_size = BATCH_SIZE_BY_PRECISION.get(t.precision.picked, DEFAULT_BATCH_SIZE)
+        t.batch_size = batch or batch_size or BATCH_SIZE_BY_PRECISION.get(t.precision.picked, DEFAULT_BATCH_SIZE)
         out[full] = t
     return out
 
 
-def translate(t, src, batch_size, name, beam=1):
+def translate(t, src, name, beam=1):
     """t's outputs for src, with the C kernels off, or on worker threads, when the variant's name says so."""
+    _, no_native, threads, _ = parse_variant(name)
     with contextlib.ExitStack() as stack:
-        if name.removesuffix(THREADS).endswith(NO_NATIVE):
+        if no_native:
             stack.enter_context(native.off())
-        if name.endswith(THREADS):
+        if threads:
             stack.enter_context(worker_threads())
-        return t.translate_ids(src, beam, batch_size=batch_size)
+        return t.translate_ids(src, beam)  # in t.batch_size
 
 
 @contextlib.contextmanager
@@ -186,10 +204,10 @@ def main(argv=None) -> int:
     src = [ex.src_ids for ex in examples]
     refs = [reference_text(ex.tgt_text, base.tgt_vocab) for ex in examples]
     names = ["fp32", *(n for n in args.precisions.split(",") if n != "fp32")]
-    models = variants(base, names)
+    models = variants(base, names, args.batch_size)
     for t in models.values():
         t.workers = args.workers
-    batch = args.batch_size or "of each precision's size (Translator.batch_size)"
+    batch = args.batch_size or "of each precision's size"
     print(
         f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, "
         f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}, batch "
@@ -197,12 +215,12 @@ def main(argv=None) -> int:
     )
     hyps = {}
     for n in names:  # warm-up pass (also gives the outputs: decoding is deterministic)
-        hyps[n] = translate(models[n], src, args.batch_size, n, args.beam)
-    runs = {n: (lambda t=models[n], n=n: translate(t, src, args.batch_size, n, args.beam)) for n in names}
+        hyps[n] = translate(models[n], src, n, args.beam)
+    runs = {n: (lambda t=models[n], n=n: translate(t, src, n, args.beam)) for n in names}
     floors = {}
     for n in names if args.floors else ():
         models[n].workers = 1  # one capture on one thread; the replay deals the calls over the workers
-        replay, calls = linear_floor(models[n], src, args.batch_size)
+        replay, calls = linear_floor(models[n], src, models[n].batch_size)
         models[n].workers = args.workers
         floors[n] = f"{calls} calls"
         runs[f"{n}, floor"] = lambda replay=replay: replay(args.workers)

@@ -14,14 +14,33 @@ from attnlab.runs.loading import load_translator
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from precision import same_as_baseline  # noqa: E402
+from precision import parse_variant, same_as_baseline  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _row(out: str, name: str) -> list[str]:
-    line = next(line for line in out.splitlines() if line.startswith(f"| {name} "))
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+    """The cells of the table row whose first cell is exactly `name`."""
+    rows = (
+        [c.strip() for c in line.strip().strip("|").split("|")] for line in out.splitlines() if line.startswith("|")
+    )
+    return next(cells for cells in rows if cells[0] == name)
+
+
+def test_variant_names_take_their_suffixes_in_any_order_and_a_batch_size():
+    assert parse_variant("int8") == ("int8", False, False, None)
+    assert parse_variant("int8 on worker threads without C kernels:b64") == ("int8", True, True, 64)
+    assert parse_variant("int8 (fbgemm) without C kernels on worker threads") == ("int8 (fbgemm)", True, True, None)
+
+
+@needs_data
+def test_precision_benchmark_variants_on_worker_threads_and_batch_sizes(run_dir):
+    # Batches of 2 (of 3) over 8 sentences, so that two workers decode at once: processes and threads.
+    names = "int8,int8 on worker threads,int8 on worker threads without C kernels:b3"
+    out = _bench("precision.py", run_dir, "--precisions", names, "--workers", "2", "--batch-size", "2")
+    assert "batch 2, 2 worker(s)" in out
+    same = {_row(out, n)[-1] for n in names.split(",")}
+    assert len(same) == 1 and re.fullmatch(r"\d/8", same.pop()), out  # the same outputs however decoded
 
 
 def test_agreement_is_counted_against_the_baseline():
@@ -65,9 +84,8 @@ def _bench(script, run_dir, *extra):
 
 @needs_data
 def test_precision_benchmark_prints_speed_and_bleu(run_dir):
-    out = _bench("precision.py", run_dir, "--precisions", "bf16,int8,int8 on worker threads")
+    out = _bench("precision.py", run_dir, "--precisions", "bf16,int8")
     assert "CPU features:" in out and "native bf16:" in out
-    assert _row(out, "int8 on worker threads")[-1] == _row(out, "int8")[-1]  # the same outputs, other workers
     assert _row(out, "fp32")[-1] == "baseline"  # fp32 is run even when not asked for, and not compared with itself
     base = load_translator(run_dir, precision="fp32")
     src = [ex.src_ids for ex in load_data(base.config["data"]).test[:8]]

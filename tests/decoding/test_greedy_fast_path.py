@@ -225,19 +225,37 @@ import sys, torch
 sys.path.insert(0, sys.argv[1])
 from test_greedy_fast_path import tiny_translator
 from attnlab.decoding import DecodeOptions
+import copy
+from attnlab.decoding.batches import _POOLS
 tr = tiny_translator()
 torch.manual_seed(5)
 ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1, 7, 2)]
-assert tr.decode_ids(ids, batch_size=2) == [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)]
-pool = tr._worker_pool
-assert pool is not None and not pool.closed
+def one():
+    return [h.tokens for h in tr.decode(ids, batch_size=2, workers=1)]
+ref = one()
+assert [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == ref
+pool = _POOLS[tr]
+assert not pool.closed
 tr.decode(ids, batch_size=2, workers=2)
-assert tr._worker_pool is pool  # kept: the children are warm
+assert _POOLS[tr] is pool  # kept: the children are warm
 with torch.no_grad():
     tr.model.decoder.dense.weight.mul_(-1.0)  # in place: the children's copy is now stale
-changed = tr.decode_ids(ids, batch_size=1)
-assert [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == changed
-assert tr._worker_pool is not pool and pool.closed
+changed = one()
+assert changed != ref and [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == changed
+assert _POOLS[tr] is not pool and pool.closed
+pool = _POOLS[tr]
+tr.max_output_len = 3  # a setting, not a weight: forked again too
+assert [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == one() != changed
+assert _POOLS[tr] is not pool
+twin = copy.deepcopy(tr)  # a translator with workers still copies, and the copy gets its own
+assert [h.tokens for h in twin.decode(ids, batch_size=2, workers=2)] == one() and _POOLS[twin] is not _POOLS[tr]
+import os, signal, time, warnings
+os.kill(_POOLS[tr]._children[0][0], signal.SIGKILL)  # a worker killed between calls (out of memory)
+time.sleep(0.2)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == one()  # decoded here instead
+assert any("died" in str(w.message) for w in caught) and tr not in _POOLS
 for options in (DecodeOptions(sample=True, seed=3, n_best=2), DecodeOptions(beam=3, n_best=2)):
     tr.workers = 1
     ref = tr.search(ids, options, batch_size=2)
@@ -260,6 +278,7 @@ def test_an_attention_recording_keeps_workers_in_this_process(monkeypatch):
         raise AssertionError("a recording's weights must be made in this process")
 
     monkeypatch.setattr(WorkerPool, "__init__", no_pool)
+    monkeypatch.setattr("attnlab.decoding.batches.can_fork", lambda: True)  # forking would be allowed
     tr = tiny_translator()
     ids = [[5, 6, 7], [8, 9], [10]]
     with record_attention(tr.model) as rec:
@@ -292,7 +311,8 @@ def test_the_garbage_collector_is_paused_while_decoding_and_restored_after(monke
         gc.enable()
 
 
-def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs():
+def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs(monkeypatch):
+    from attnlab.decoding.batches import _decode_one as real
     from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
     from attnlab.utils.precision import resolve_precision
 
@@ -301,9 +321,14 @@ def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs():
     int8 = Translator(tr.model, tr.src_vocab, tr.tgt_vocab, max_output_len=12, precision=resolve_precision("int8"))
     assert int8.batch_size == BATCH_SIZE_BY_PRECISION["int8"] != DEFAULT_BATCH_SIZE
     torch.manual_seed(7)
-    ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1, 7)]
-    assert (
-        int8.decode_ids(ids)
-        == int8.decode_ids(ids, batch_size=DEFAULT_BATCH_SIZE)
-        == int8.decode_ids(ids, batch_size=3)
-    )
+    ids = [torch.randint(4, 300, (n,)).tolist() for n in torch.randint(1, 8, (400,)).tolist()]  # 2 batches each
+    int8.workers = 1
+    sizes = []
+
+    def spy(translator, seqs, *args):
+        sizes.append(len(seqs))
+        return real(translator, seqs, *args)
+
+    monkeypatch.setattr("attnlab.decoding.batches._decode_one", spy)
+    assert int8.decode_ids(ids) == int8.decode_ids(ids, batch_size=DEFAULT_BATCH_SIZE)
+    assert sizes == [192, 192, 16, 256, 144]

@@ -6,6 +6,7 @@ server tests is not: each check runs in a fresh interpreter."""
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import textwrap
@@ -28,6 +29,13 @@ def pid_plus(owner, item):
     return os.getpid(), owner + item
 
 def fail_on_three(owner, item):
+    if item == 3:
+        raise ValueError(f"item {item} is bad")
+    return item
+
+def slow_fail_on_three(owner, item):
+    if os.getpid() == owner or item != 3:  # item 3 fails in the child only, if the child takes it
+        time.sleep(0.05)
     if item == 3:
         raise ValueError(f"item {item} is bad")
     return item
@@ -67,15 +75,15 @@ def test_map_gives_results_in_order_from_this_process_and_its_children():
     assert out.strip() == "ok"
 
 
-def test_an_error_in_a_worker_is_raised_in_the_caller_and_closes_the_pool():
+def test_an_error_in_a_worker_is_raised_in_the_caller_with_its_traceback_and_closes_the_pool():
     out = run_script("""
         pool = WorkerPool(owner=0, workers=2)
         try:
-            pool.map(fail_on_three, 0, list(range(8)))
+            pool.map(slow_fail_on_three, 0, list(range(8)))
         except ValueError as e:
-            print(e, pool.closed)
+            print(e, pool.closed, "in slow_fail_on_three" in str(e.__cause__))
     """)
-    assert out.strip() == "item 3 is bad True"
+    assert out.strip() == "item 3 is bad True True"
 
 
 def test_a_worker_that_dies_is_reported():
@@ -111,17 +119,40 @@ def test_workers_end_when_the_parent_is_killed():
         print(" ".join(map(str, sorted(kids))), flush=True)
         time.sleep(60)
     """)
+    assert _children_end_with(script, kids=2) == []
+
+
+def test_workers_end_when_the_parent_is_killed_in_the_middle_of_a_map():
+    script = PRELUDE + textwrap.dedent("""
+        def slow(owner, item):
+            time.sleep(0.5)
+            return item
+        pool = WorkerPool(owner=0, workers=3)
+        print(" ".join(str(pid) for pid, _, _ in pool._children), flush=True)
+        pool.map(slow, 0, list(range(200)))  # ~33 s of work each: killed long before
+    """)
+    assert _children_end_with(script, kids=2, wait_s=3) == []
+
+
+def _children_end_with(script: str, kids: int, wait_s: float = 10) -> list[int]:
+    """Run script, read the children's pids from its first line, SIGKILL it: the children still running
+    after wait_s seconds."""
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    kids = [int(p) for p in proc.stdout.readline().split()]
-    assert len(kids) == 2
-    proc.kill()
-    proc.wait()
-    deadline = time.monotonic() + 10
-    alive = kids
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "the script printed no pids"
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == kids
+        time.sleep(0.3)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + wait_s
+    alive = pids
     while alive and time.monotonic() < deadline:
-        alive = [p for p in kids if _running(p)]
+        alive = [p for p in pids if _running(p)]
         time.sleep(0.05)
-    assert alive == []
+    return alive
 
 
 def _running(pid: int) -> bool:

@@ -244,7 +244,17 @@ def test_relu_in_the_rescaling_pass_is_relu_after_the_layer():
     assert bool(fused[2].isnan().all()) and bool((fused[[0, 1, 3]] >= 0).all()) and bool((fused == 0).any())
     ffn = PositionWiseFFN(24, 40).eval()
     q = quantize_linears(ffn, ["dense1", "dense2"])
+    calls = []
+    forward = q.dense1.forward
+    q.dense1.forward = lambda x, relu=False: calls.append(relu) or forward(x, relu)
     with torch.inference_mode():
         got = q(x[None, [0, 1, 3]])
-        expected = q.dense2(torch.relu(q.dense1(x[None, [0, 1, 3]])))
+        expected = q.dense2(torch.relu(forward(x[None, [0, 1, 3]])))
+    assert calls == [True]  # the FFN asked its first layer for the ReLU
     assert torch.equal(got, expected)
+    bare = Int8Linear.from_float(nn.Linear(24, 40, bias=False))  # no bias: the other rescaling loop
+    with torch.inference_mode():
+        fused = bare(x[[0, 1]], relu=True)
+        with native.off():
+            ref = torch.relu(bare(x[[0, 1]]))
+    torch.testing.assert_close(fused, ref, atol=1e-6, rtol=1e-6)

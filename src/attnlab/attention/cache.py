@@ -142,8 +142,10 @@ _COPY_ARGS = [ctypes.c_void_p, *[ctypes.c_int64] * 3, ctypes.c_void_p, *[ctypes.
 
 
 def copy_rows(dst: Tensor, src: Tensor) -> None:
-    """dst[...] = src for two (n0, n1, n2, Dh) tensors of one dtype: by attnlab's C pass where both are on
-    the CPU with a contiguous last dimension and autograd is off (`csrc/copy_rows.c`), else PyTorch's copy."""
+    """dst[...] = src for two (n0, n1, n2, Dh) tensors of one dtype that do not overlap in memory (a new
+    step's keys or values and the cache's slot for them): by attnlab's C pass where both are on the CPU
+    with a contiguous last dimension and autograd is off (`csrc/copy_rows.c`; dst's version counter is not
+    bumped), else PyTorch's copy."""
     if (
         dst.dim() == 4
         and dst.shape == src.shape
@@ -189,7 +191,7 @@ _FINITE_SYMBOLS = {torch.float32: "attnlab_all_finite_f32", torch.bfloat16: "att
 def _native_all_finite(t: Tensor) -> bool | None:
     """`_all_finite` of one tensor of at most 4 dimensions by the C pass, or None where it does not run."""
     symbol = _FINITE_SYMBOLS.get(t.dtype)
-    if symbol is None or t.dim() > 4 or not t.is_cpu or t.stride(-1) != 1:
+    if symbol is None or not 0 < t.dim() <= 4 or not t.is_cpu or t.stride(-1) != 1:
         return None
     fn = native.function("finite", symbol, _FINITE_ARGS, ctypes.c_int)
     if fn is None:

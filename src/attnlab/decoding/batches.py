@@ -4,25 +4,35 @@ or several at once in worker processes or threads.
 
 Workers: a decoding step of a small model is ~100 small ops (matmuls of a few hundred rows), which
 torch's intra-op threads split poorly. With `workers=N` (default: torch's thread count), N workers each
-decode their own batches with one intra-op thread apiece, taking the next batch as each finishes. Where
-`attnlab.utils.forked.can_fork()` (Linux, no other Python thread) and the model is on the CPU, they are
-processes forked from this one: every op drops and takes back the GIL, so threads mostly wait for each
-other (2-core machine of BENCHMARKS.md: two threads decoded int8 1.1x as fast as one, two processes
-2.0x). Elsewhere (a server, a notebook's kernel threads, an attention recording, whose weights must land
-in this process) they are threads, with torch's thread count set to 1 for the duration and restored
-afterwards; it is process-wide, so other torch work running at the same time in the process also runs on
-one thread meanwhile. Only inputs of two batches or more use workers (a server request, a single
-sentence: never). Each batch runs in a copy of the caller's context, so `mask_heads` and
-`record_attention` apply in the workers too. Results are the same as with `workers=1`: each batch is
-decoded exactly as it would be alone.
+decode their own batches with one intra-op thread apiece, taking the next batch as each finishes.
+
+- Where `attnlab.utils.forked.can_fork()` (Linux, the main thread, no other non-daemon thread: a
+  notebook's kernel threads are daemons) and the model is on the CPU, they are this process and N - 1
+  processes forked from it at the first such call and kept with the translator (forked again when
+  `_decoding_key` changes: weights, modules, settings). Every op drops and takes back the GIL, so threads
+  mostly wait for each other (BENCHMARKS.md, "Worker processes": int8 greedy 1.19-1.37x faster in
+  processes). A worker killed mid-call (out of memory) makes the call decode its batches here, with a
+  warning.
+- Elsewhere (a server's request threads, an attention recording or a head mask, which workers forked
+  earlier would not see) they are threads, with torch's thread count set to 1 for the duration and
+  restored afterwards; it is process-wide, so other torch work running at the same time in the process
+  also runs on one thread meanwhile. Each batch runs in a copy of the caller's context.
+
+Only inputs of two batches or more use workers (a server request, a single sentence: never). Each batch
+is decoded exactly as it would be alone on one intra-op thread, so the outputs do not depend on N (with
+workers=1 batches run on torch's intra-op threads, whose split sums may differ in the last bits). Python's
+cyclic garbage collector is paused while batches decode (`gc_paused`).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextvars import copy_context
 
 import torch
@@ -36,11 +46,12 @@ from attnlab.decoding.greedy_search import greedy
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.sampling import sample
+from attnlab.utils import native
 from attnlab.utils.checks import check_range
 from attnlab.utils.forked import WorkerPool, can_fork
 from attnlab.utils.runtime import gc_paused, intra_op_threads
 
-__all__ = ["decode_batches", "length_batches", "search_batches"]
+__all__ = ["close_worker_pool", "decode_batches", "length_batches", "search_batches"]
 
 _THREADS_LOCK = threading.Lock()  # one worker pool at a time changes torch's thread count
 
@@ -120,28 +131,34 @@ def search_batches(
 def _run_all(translator, task, items: list, workers: int) -> list:
     """[task(translator, item) for item in items]: in turn, or on `workers` processes or threads of one
     intra-op thread each (see the module docstring)."""
-    with gc_paused():  # worker processes forked in here keep it paused: they only decode
-        return _run_items(translator, task, items, workers)
-
-
-def _run_items(translator, task, items: list, workers: int) -> list:
     if workers == 1 or len(items) < 2:
         return [task(translator, item) for item in items]
     with _THREADS_LOCK, intra_op_threads(1):
         pool = _worker_pool(translator, workers)
         if pool is not None:
-            return pool.map(task, translator, items)
+            try:
+                return pool.map(task, translator, items)
+            except BrokenProcessPool as e:  # a worker was killed (out of memory?): decode here instead
+                _POOLS.pop(translator, None)
+                warnings.warn(f"{e}; decoding these batches in this process", RuntimeWarning, stacklevel=4)
+                return [task(translator, item) for item in items]
         contexts = [copy_context() for _ in items]  # taken here, in the caller's thread
         with ThreadPoolExecutor(min(workers, len(items))) as threads:
             # list(): re-raises here
             return list(threads.map(lambda c, item: c.run(task, translator, item), contexts, items))
 
 
+# Each translator's worker processes, kept with it (weakly: a pool never keeps a translator alive, and
+# copying a translator copies no pool).
+_POOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _worker_pool(translator, workers: int) -> WorkerPool | None:
-    """The translator's worker processes (made on first use, made again when the model's weights or
-    `workers` changed), or None where batches go to threads: not on the CPU, an attention recording or a
-    head mask open in this context (workers would not see them), no fork here (`can_fork`), or
-    ATTNLAB_WORKER_PROCESSES=0 in the environment."""
+    """The translator's worker processes (made on first use, made again when what they decode with
+    changed: `_decoding_key`), or None where batches go to threads: not on the CPU, an attention recording
+    or a head mask open in this context (workers would not see them), no fork here (`can_fork`),
+    ATTNLAB_WORKER_PROCESSES=0 in the environment, or a model whose state is not all tensors (fbgemm's
+    int8 layers, where no C compiler is found)."""
     if (
         translator.device.type != "cpu"
         or recording_active()
@@ -149,35 +166,52 @@ def _worker_pool(translator, workers: int) -> WorkerPool | None:
         or os.environ.get("ATTNLAB_WORKER_PROCESSES") == "0"
     ):
         return None
-    key = (id(translator), workers, _weights_key(translator.model))
-    pool = getattr(translator, "_worker_pool", None)
+    key = _decoding_key(translator, workers)
+    pool = _POOLS.get(translator)
     if pool is not None and not pool.closed and pool.key == key:
         return pool
     if pool is not None:
-        if pool.key[0] == id(translator):  # not a pool that a copy of another translator holds
-            pool.close()
-        translator._worker_pool = None
-    if key[2] is None or not can_fork():
+        pool.close()
+        del _POOLS[translator]
+    if key is None or not can_fork():
         return None
     pool = WorkerPool(translator, workers)
     pool.key = key
-    translator._worker_pool = pool
+    _POOLS[translator] = pool
     return pool
 
 
-def _weights_key(model) -> tuple | None:
-    """What the workers' copy of the model must still match: each weight's storage and in-place version."""
+def _decoding_key(translator, workers: int) -> tuple | None:
+    """What the workers' copy of the translator must still match: its decoding settings, every module
+    (identity, type, mode, hooks), each weight's storage and in-place version, and whether the C kernels
+    are on. An edit through `tensor.data` bumps no version: after one, call `close_worker_pool`."""
+    model = translator.model
     try:
-        return tuple((t.data_ptr(), t._version) for t in model.state_dict(keep_vars=True).values())
-    except (RuntimeError, AttributeError):  # a tensor made in inference mode has no version: no way to tell, so no pool
+        weights = tuple((t.data_ptr(), t._version) for t in model.state_dict(keep_vars=True).values())
+    except (RuntimeError, AttributeError):  # a tensor made in inference mode has no version; fbgemm's state
         return None
+    modules = tuple(
+        (id(m), type(m), m.training, len(m._forward_hooks), len(m._forward_pre_hooks)) for m in model.modules()
+    )
+    plain = (int, float, str, bool, type(None))
+    settings = tuple((k, v if isinstance(v, plain) else id(v)) for k, v in vars(translator).items())
+    return workers, settings, modules, weights, native.active()
 
 
+def close_worker_pool(translator) -> None:
+    """End `translator`'s worker processes now (the next multi-batch decode forks new ones)."""
+    pool = _POOLS.pop(translator, None)
+    if pool is not None:
+        pool.close()
+
+
+@gc_paused()
 def _decode_task(translator, task: tuple) -> list[Hypothesis]:
     seqs, beam, scores, length_penalty = task
     return _decode_one(translator, seqs, beam, scores, length_penalty)
 
 
+@gc_paused()
 def _search_task(translator, task: tuple) -> list[list[Hypothesis]]:
     seqs, options, prefixes, constraints, seed = task
     gen = None if seed is None else torch.Generator(device=translator.device).manual_seed(seed)

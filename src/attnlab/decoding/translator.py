@@ -41,9 +41,9 @@ DEFAULT_MAX_OUTPUT_LEN = 200  # tokens; fairseq's default max_len_b is of the sa
 # small ops of Python and dispatch) plus work per row; 256 was faster than 128 on the laptop model
 # (BENCHMARKS.md, "Precision, int8 and CTranslate2"); sentences that end leave the batch early.
 DEFAULT_BATCH_SIZE = 256
-# Precisions whose decode measured faster at another size (validation split, BENCHMARKS.md "Precision"):
-# int8's step is short enough that a smaller batch's working set staying in cache pays (1.07x at 1 thread,
-# 1.16x with 2 workers, which also share 9 batches out more evenly than 7). The same outputs at any size.
+# Precisions whose decode measured faster at another size (validation split, BENCHMARKS.md "int8's batch
+# size"): int8's step is short enough that a smaller batch's working set staying in cache pays (1.10x at 1
+# thread, 1.13x with 2 workers, which also share 9 batches out more evenly than 7). The same outputs.
 BATCH_SIZE_BY_PRECISION = {"int8": 192}
 
 

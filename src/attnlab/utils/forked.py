@@ -1,28 +1,31 @@
-"""Worker processes forked from this one and kept: `WorkerPool(owner, workers).map(fn, items)` computes
-[fn(owner, item) for item in items] in this process and `workers - 1` children, which start from this
-process's memory as it was when the pool was made (a loaded model: nothing is pickled but the items and
-the results) and never outlive it.
+"""Worker processes forked from this one and kept: `WorkerPool(owner, workers).map(fn, owner, items)`
+computes [fn(owner, item) for item in items] in this process and `workers - 1` children, which start from
+this process's memory as it was when the pool was made (a loaded model: nothing is pickled but the items
+and the results).
 
 Why processes: a decoding step of a small model is hundreds of small torch ops, each of which drops and
-takes back the GIL, and two threads of one process also fault in each other's freed memory (2-core
-machine of BENCHMARKS.md: two threads decoded int8 at 0.85-1.2x the sentences/s of one, two processes
-at 2.0x). Why kept: a fresh child first faults in its working set, ~0.1 s for a batch of 256 sentences,
-which a map of a few batches would pay every time.
-
-The pool starts no thread in this process (so later pools can still be forked) and its children close the
-other pools' pipes (so each pool's lifeline stays its parent's alone).
+takes back the GIL, so two threads of one process mostly wait for each other (BENCHMARKS.md, "Worker
+processes": with 2 workers, int8 greedy 1.19-1.37x faster in processes than in threads). Why kept: a fresh
+child first faults in its working set, ~0.1-0.3 s for a batch of 256 sentences, which a map of a few
+batches would pay every time.
 
 `can_fork()` says where a pool may be made: Linux (fork re-imports nothing; macOS's system libraries are
-not fork-safe), from the main thread of a process whose other Python threads are daemons (a fork copies only the
-calling thread, so a lock another thread held would stay locked in the child: a server's request threads
-rule it out). Workers run one torch thread each, ignore
-SIGINT (a Ctrl-C reaches the whole process group; the parent stops them), and exit when the parent does,
-however it ends (SIGKILL included): each watches a pipe whose only writer is the parent.
+not fork-safe), from the main thread of a process whose other Python threads are daemons (a fork copies
+only the calling thread, so a lock another thread held would stay locked in the child: a server's request
+threads rule it out). The pool starts no thread here, so later pools can still be forked.
+
+Workers run one torch thread each and ignore SIGINT and SIGTERM (a Ctrl-C or a scheduler's signal reaches
+the whole process group; the parent decides, and may stop gracefully). They end with the parent however it
+ends: between maps each waits on a pipe whose only writer is the parent (new children close the other
+pools' ends), and the kernel kills them when the parent dies (PR_SET_PDEATHSIG). A child keeps the other
+file descriptors the parent had open when it forked, for the pool's life.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 import multiprocessing
 import os
 import pickle
@@ -30,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -55,34 +59,76 @@ def can_fork() -> bool:
     )
 
 
-def _drain(owner: Any, counter: Any, fn: Callable[[Any, Any], Any], items: Sequence[Any]) -> list[tuple[int, Any]]:
+def _claim(counter: Any, alive: Callable[[], None] | None) -> int:
+    """The next unclaimed index. `alive` (this process's check on its children) runs while the lock is
+    held elsewhere for long: a child killed inside it (the OOM killer) would otherwise hang this one."""
+    lock = counter.get_lock()
+    while not lock.acquire(timeout=1.0):
+        if alive is not None:
+            alive()
+    try:
+        i = counter.value
+        counter.value = i + 1
+        return i
+    finally:
+        lock.release()
+
+
+def _drain(
+    owner: Any, counter: Any, fn: Callable[[Any, Any], Any], items: Sequence[Any], alive=None
+) -> list[tuple[int, Any]]:
     """Claim items one at a time until none is left: [(index, fn(owner, item)), ...] of those taken here."""
     done: list[tuple[int, Any]] = []
-    while True:
-        with counter.get_lock():
-            i = counter.value
-            counter.value = i + 1
-        if i >= len(items):
-            return done
+    while (i := _claim(counter, alive)) < len(items):
         done.append((i, fn(owner, items[i])))
+    return done
 
 
-def _serve(owner: Any, counter: Any, tasks: Connection, results: Connection) -> None:
+class _RemoteTraceback(Exception):
+    """A worker's traceback, as the cause of the exception it raised (as concurrent.futures shows it)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text}"""'
+
+
+def _serve(owner: Any, counter: Any, tasks: Connection, results: Connection, parent: int) -> None:
     """A child's life: each map's (fn, items) from `tasks`, its share of the results back on `results`;
-    the end of `tasks` (the pool closed, or the parent dead) ends it."""
+    the end of `tasks` (the pool closed, or the parent dead) ends it, and so does the parent's death
+    mid-map (checked before each item)."""
     while True:
         try:
             fn, items = tasks.recv()
         except (EOFError, OSError):
             return
+
+        def checked(owner: Any, item: Any, fn=fn) -> Any:
+            if os.getppid() != parent:  # orphaned mid-map: nobody will read the results
+                os._exit(1)
+            return fn(owner, item)
+
         try:
-            reply: tuple = ("ok", _drain(owner, counter, fn, items))
+            reply: tuple = ("ok", _drain(owner, counter, checked, items), "")
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
-            reply = ("error", e)
+            reply = ("error", e, traceback.format_exc())
         try:
             results.send(reply)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            results.send(("error", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+        except (pickle.PicklingError, TypeError, AttributeError, ValueError) as e:  # it does not pickle
+            what = "exception" if reply[0] == "error" else "result"
+            detail = f"{type(reply[1]).__name__}: {reply[1]}" if reply[0] == "error" else f"{type(e).__name__}: {e}"
+            results.send(("error", RuntimeError(f"a worker's {what} could not be sent back ({detail})"), reply[2]))
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel kill this (child) process when its parent dies (Linux's PR_SET_PDEATHSIG), so that
+    no worker keeps decoding for a parent that is gone; exit now if that already happened."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class WorkerPool:
@@ -116,18 +162,24 @@ class WorkerPool:
     def _fork(self, owner: Any) -> None:
         task_r, task_w = multiprocessing.Pipe(duplex=False)
         result_r, result_w = multiprocessing.Pipe(duplex=False)
+        parent = os.getpid()
         with warnings.catch_warnings():  # Python 3.12+ counts torch's idle OpenMP threads as threads
             warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
             pid = os.fork()
         if pid == 0:  # the child: never returns into the caller's code
             status = 0
             try:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                # Signals sent to the whole process group (Ctrl-C, a scheduler's SIGTERM) are the parent's
+                # to handle: it may stop gracefully, and its end closes the pipes; its death kills us.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                _die_with(parent)
                 for conn in (*_OPEN, task_w, result_r):
                     conn.close()
                 torch.set_num_threads(1)  # the processes are the parallelism
-                _serve(owner, self._counter, task_r, result_w)
+                gc.freeze()  # what the child inherited stays out of its collector's passes
+                gc.enable()
+                _serve(owner, self._counter, task_r, result_w, parent)
             except BaseException:  # noqa: BLE001 - a child reports by its exit status only
                 status = 1
             finally:
@@ -145,26 +197,39 @@ class WorkerPool:
         if self.closed:
             raise RuntimeError("this WorkerPool is closed")
         results: list[Any] = [None] * len(items)
-        self._counter.value = 0
+        self._counter.get_obj().value = 0  # no lock: the children wait on their task pipes now
         try:
-            for _, tasks, _ in self._children:
-                tasks.send((fn, items))
-            replies: list[tuple[str, Any]] = [("ok", _drain(owner, self._counter, fn, items))]
+            for pid, tasks, _ in self._children:
+                try:
+                    tasks.send((fn, items))
+                except OSError:  # it died since the last map
+                    raise BrokenProcessPool(f"worker process {pid} died") from None
+            replies: list[tuple[str, Any, str]] = [("ok", _drain(owner, self._counter, fn, items, self._alive), "")]
             for pid, _, answers in self._children:
                 try:
                     replies.append(answers.recv())
                 except (EOFError, OSError):
-                    raise BrokenProcessPool(f"decoding worker process {pid} died") from None
+                    raise BrokenProcessPool(f"worker process {pid} died") from None
+                except (pickle.UnpicklingError, TypeError, AttributeError, ImportError, ValueError) as e:
+                    # an exception that pickled but does not unpickle (a custom __init__)
+                    raise RuntimeError(f"worker process {pid}'s answer could not be read: {e}") from None
         except BaseException:
             self.close(kill=True)  # a child may be mid-item: stop them all rather than wait
             raise
-        for kind, value in replies:
+        for kind, value, text in replies:
             if kind == "error":
                 self.close()
-                raise value
+                raise value from _RemoteTraceback(text)
             for i, r in value:
                 results[i] = r
         return results
+
+    def _alive(self) -> None:
+        """Raise BrokenProcessPool if a child has died (this process waits on a lock it may have held)."""
+        for pid, _, _ in self._children:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                    raise BrokenProcessPool(f"worker process {pid} died")
 
     def close(self, kill: bool = False) -> None:
         """End the workers and reap them: each exits at the end of its task pipe, or is killed (at once
@@ -176,13 +241,14 @@ class WorkerPool:
                 conn.close()
         deadline = time.monotonic() + (0.0 if kill else 5.0)
         for pid, _, _ in children:
-            while os.waitpid(pid, os.WNOHANG) == (0, 0):
-                if time.monotonic() > deadline:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    break
-                time.sleep(0.005)
+            with contextlib.suppress(ChildProcessError):  # reaped already (by _alive, or SIGCHLD ignored)
+                while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    if time.monotonic() > deadline:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                        break
+                    time.sleep(0.005)
         self.workers = 0
 
     @property

@@ -32,13 +32,23 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["FLAGS", "cache_dir", "function", "load", "off", "reset", "status", "switched_off", "takes"]
+__all__ = ["FLAGS", "active", "cache_dir", "function", "load", "off", "reset", "status", "switched_off", "takes"]
 
 log = logging.getLogger(__name__)
 
 SOURCES = Path(__file__).resolve().parents[1] / "csrc"
 # Vectorised for this CPU; `omp simd` loops without the OpenMP runtime (torch ships its own).
-FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fopenmp-simd", "-fPIC", "-shared", "-std=c11")
+# -fno-strict-aliasing: int8's rescale pass reads int32 sums and writes floats in the same buffer.
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-ffp-contract=fast",
+    "-fno-strict-aliasing",
+    "-fopenmp-simd",
+    "-fPIC",
+    "-shared",
+    "-std=c11",
+)
 _LIBS = ("-lm",)
 
 _lock = threading.Lock()  # builds (a fraction of a second each, first use only) and the tables below
@@ -146,6 +156,11 @@ def _cpu_features() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def active() -> bool:
+    """Whether the C kernels may run now: not switched off (ATTNLAB_NATIVE=0) and not inside `off()`."""
+    return not _off and not switched_off()
 
 
 def switched_off() -> bool:
