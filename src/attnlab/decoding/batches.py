@@ -36,6 +36,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextvars import copy_context
 
 import torch
+from torch.nn.modules import module as module_hooks
 
 from attnlab.attention.heads import head_masks_active
 from attnlab.attention.recording import recording_active
@@ -138,10 +139,10 @@ def _run_all(translator, task, items: list, workers: int) -> list:
         if pool is not None:
             try:
                 return pool.map(task, translator, items)
-            except BrokenProcessPool as e:  # a worker was killed (out of memory?): decode here instead
+            except BrokenProcessPool as e:  # a worker was killed (out of memory?): threads from now on
                 _POOLS.pop(translator, None)
-                warnings.warn(f"{e}; decoding these batches in this process", RuntimeWarning, stacklevel=4)
-                return [task(translator, item) for item in items]
+                _BROKE.add(translator)
+                warnings.warn(f"{e}; this translator decodes on worker threads now", RuntimeWarning, stacklevel=4)
         contexts = [copy_context() for _ in items]  # taken here, in the caller's thread
         with ThreadPoolExecutor(min(workers, len(items))) as threads:
             # list(): re-raises here
@@ -149,8 +150,9 @@ def _run_all(translator, task, items: list, workers: int) -> list:
 
 
 # Each translator's worker processes, kept with it (weakly: a pool never keeps a translator alive, and
-# copying a translator copies no pool).
+# copying a translator copies no pool); and the translators whose worker was killed, which keep to threads.
 _POOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BROKE: weakref.WeakSet = weakref.WeakSet()
 
 
 def _worker_pool(translator, workers: int) -> WorkerPool | None:
@@ -164,10 +166,13 @@ def _worker_pool(translator, workers: int) -> WorkerPool | None:
         or recording_active()
         or head_masks_active()
         or os.environ.get("ATTNLAB_WORKER_PROCESSES") == "0"
+        or translator in _BROKE
     ):
         return None
-    key = _decoding_key(translator, workers)
     pool = _POOLS.get(translator)
+    if pool is None and not can_fork():
+        return None
+    key = _decoding_key(translator, workers)
     if pool is not None and not pool.closed and pool.key == key:
         return pool
     if pool is not None:
@@ -183,26 +188,49 @@ def _worker_pool(translator, workers: int) -> WorkerPool | None:
 
 def _decoding_key(translator, workers: int) -> tuple | None:
     """What the workers' copy of the translator must still match: its decoding settings, every module
-    (identity, type, mode, hooks), each weight's storage and in-place version, and whether the C kernels
-    are on. An edit through `tensor.data` bumps no version: after one, call `close_worker_pool`."""
+    (itself, type, mode, the ids of its hooks and of the global ones), each weight (itself, storage,
+    in-place version), and whether the C kernels are on. Objects are compared by identity and held, so a
+    freed one's address cannot pass for a new one. Not seen: plain attributes of modules, functions
+    patched after the fork, and edits through `tensor.data` (no version bump): after those, call
+    `close_worker_pool`."""
     model = translator.model
     try:
-        weights = tuple((t.data_ptr(), t._version) for t in model.state_dict(keep_vars=True).values())
+        weights = tuple((_Same(t), t.data_ptr(), t._version) for t in model.state_dict(keep_vars=True).values())
     except (RuntimeError, AttributeError):  # a tensor made in inference mode has no version; fbgemm's state
         return None
     modules = tuple(
-        (id(m), type(m), m.training, len(m._forward_hooks), len(m._forward_pre_hooks)) for m in model.modules()
+        (_Same(m), m.training, tuple(m._forward_hooks), tuple(m._forward_pre_hooks)) for m in model.modules()
     )
+    hooks = tuple(module_hooks._global_forward_hooks), tuple(module_hooks._global_forward_pre_hooks)
     plain = (int, float, str, bool, type(None))
-    settings = tuple((k, v if isinstance(v, plain) else id(v)) for k, v in vars(translator).items())
-    return workers, settings, modules, weights, native.active()
+    settings = tuple(
+        (k, v if isinstance(v, plain) else _Same(v))
+        for k, v in vars(translator).items()
+        if k not in ("workers", "batch_size")  # the batches are cut here, and the pool's size is `workers`
+    )
+    return workers, settings, modules, hooks, weights, native.active()
+
+
+class _Same:
+    """An object in a key, equal only to itself (never by value: tensors, vocabularies)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def close_worker_pool(translator) -> None:
     """End `translator`'s worker processes now (the next multi-batch decode forks new ones)."""
-    pool = _POOLS.pop(translator, None)
-    if pool is not None:
-        pool.close()
+    with _THREADS_LOCK:
+        pool = _POOLS.pop(translator, None)
+        if pool is not None:
+            pool.close()
 
 
 @gc_paused()

@@ -37,8 +37,8 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from multiprocessing.connection import Connection
-from typing import Any
+from multiprocessing.connection import Connection, wait
+from typing import Any, cast
 
 import torch
 
@@ -62,13 +62,13 @@ def can_fork() -> bool:
 def _claim(counter: Any, alive: Callable[[], None] | None) -> int:
     """The next unclaimed index. `alive` (this process's check on its children) runs while the lock is
     held elsewhere for long: a child killed inside it (the OOM killer) would otherwise hang this one."""
-    lock = counter.get_lock()
+    lock, value = counter.get_lock(), counter.get_obj()
     while not lock.acquire(timeout=1.0):
         if alive is not None:
             alive()
     try:
-        i = counter.value
-        counter.value = i + 1
+        i = value.value
+        value.value = i + 1
         return i
     finally:
         lock.release()
@@ -125,8 +125,11 @@ def _serve(owner: Any, counter: Any, tasks: Connection, results: Connection, par
 def _die_with(parent: int) -> None:
     """Have the kernel kill this (child) process when its parent dies (Linux's PR_SET_PDEATHSIG), so that
     no worker keeps decoding for a parent that is gone; exit now if that already happened."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the pipe and the per-item check remain
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        prctl.restype = ctypes.c_int
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(1)
 
@@ -205,14 +208,20 @@ class WorkerPool:
                 except OSError:  # it died since the last map
                     raise BrokenProcessPool(f"worker process {pid} died") from None
             replies: list[tuple[str, Any, str]] = [("ok", _drain(owner, self._counter, fn, items, self._alive), "")]
-            for pid, _, answers in self._children:
-                try:
-                    replies.append(answers.recv())
-                except (EOFError, OSError):
-                    raise BrokenProcessPool(f"worker process {pid} died") from None
-                except (pickle.UnpicklingError, TypeError, AttributeError, ImportError, ValueError) as e:
-                    # an exception that pickled but does not unpickle (a custom __init__)
-                    raise RuntimeError(f"worker process {pid}'s answer could not be read: {e}") from None
+            pending: dict[Any, int] = {answers: pid for pid, _, answers in self._children}
+            while pending:
+                # Not a plain recv: a child stuck on the claim lock that a killed sibling held would never
+                # answer, so between answers this process checks that every child still lives.
+                for ready in wait(list(pending), timeout=1.0):
+                    pid = pending.pop(ready)
+                    try:
+                        replies.append(cast(Connection, ready).recv())
+                    except (EOFError, OSError):
+                        raise BrokenProcessPool(f"worker process {pid} died") from None
+                    except (pickle.UnpicklingError, TypeError, AttributeError, ImportError, ValueError) as e:
+                        # an exception that pickled but does not unpickle (a custom __init__)
+                        raise RuntimeError(f"worker process {pid}'s answer could not be read: {e}") from None
+                self._alive()
         except BaseException:
             self.close(kill=True)  # a child may be mid-item: stop them all rather than wait
             raise
@@ -225,11 +234,14 @@ class WorkerPool:
         return results
 
     def _alive(self) -> None:
-        """Raise BrokenProcessPool if a child has died (this process waits on a lock it may have held)."""
+        """Raise BrokenProcessPool if a child has died (it may have held the claim lock)."""
         for pid, _, _ in self._children:
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG) != (0, 0):
-                    raise BrokenProcessPool(f"worker process {pid} died")
+            try:
+                gone = os.waitpid(pid, os.WNOHANG) != (0, 0)
+            except ChildProcessError:  # reaped by someone else (SIGCHLD ignored): gone all the same
+                gone = True
+            if gone:
+                raise BrokenProcessPool(f"worker process {pid} died")
 
     def close(self, kill: bool = False) -> None:
         """End the workers and reap them: each exits at the end of its task pipe, or is killed (at once
