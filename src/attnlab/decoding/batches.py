@@ -132,6 +132,13 @@ def search_batches(
 def _run_all(translator, task, items: list, workers: int) -> list:
     """[task(translator, item) for item in items]: in turn, or on `workers` processes or threads of one
     intra-op thread each (see the module docstring)."""
+    # Paused for the whole call, not only per batch: counts kept growing while paused, so re-enabling it
+    # between batches would start a collection (and every few, a full one) at each.
+    with gc_paused():
+        return _run_items(translator, task, items, workers)
+
+
+def _run_items(translator, task, items: list, workers: int) -> list:
     if workers == 1 or len(items) < 2:
         return [task(translator, item) for item in items]
     with _THREADS_LOCK, intra_op_threads(1):
