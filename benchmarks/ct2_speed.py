@@ -46,7 +46,7 @@ import ctranslate2
 sys.path.append(_HERE)
 from common import add_decoding_args, table
 from decode import capture_kernels, replay_kernels
-from precision import ATTENTION, LINEAR, QUANTIZED, header, variants
+from precision import ATTENTION, LINEAR, QUANTIZED, header, switches, variants
 
 from attnlab.data import load_data
 from attnlab.decoding.batches import length_batches
@@ -115,7 +115,8 @@ def main(argv=None) -> int:
         if kind.startswith("floor"):  # engine: the replay; bs: its workers
             return engine(bs)
         if kind == "attnlab":
-            return [engine.tgt_vocab.to_tokens(h) for h in engine.decode_ids(src_ids, batch_size=bs)]
+            with switches(engine):  # a variant's " without C kernels" / " on worker threads"
+                return [engine.tgt_vocab.to_tokens(h) for h in engine.decode_ids(src_ids, batch_size=bs)]
         # attnlab caps each batch (sorted by length) by its longest source; CTranslate2 takes one cap per
         # call, so it gets one call per batch, all submitted at once (its workers take them in turn).
         batches = length_batches([len(s) for s in src_ids], bs)

@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table, time_call
 from precision import header
 
+from attnlab.attention.masking import lengths_to_mask
 from attnlab.attention.steps import few_queries_attention, native_few_queries
 from attnlab.decoding.argmax import pick
 from attnlab.models.transformer_layers import add_layer_norm
@@ -50,7 +51,7 @@ def attention_cases(B: int):
             (lambda q=q, k=k, v=v: native_few_queries(q, k, v)),
         )
         lens = torch.randint(max(1, Lk // 2), Lk + 1, (B,))
-        visible = (torch.arange(Lk)[None, :] < lens[:, None])[:, None, None, :]
+        visible = lengths_to_mask(lens, 1, Lk)  # (B, 1, 1, Lk)
         yield (
             f"one query, lens, B {B}, Lk {Lk}",
             (lambda q=q, k=k, v=v, m=visible: F.scaled_dot_product_attention(q, k, v, attn_mask=m)),
@@ -68,7 +69,7 @@ def attention_cases(B: int):
         x = torch.randn(b, L, 3 * H * DH)
         q, k, v = (t.view(b, L, H, DH).transpose(1, 2) for t in x.split(H * DH, -1))
         lens = torch.randint(L // 2, L + 1, (b,))
-        visible = (torch.arange(L)[None, :] < lens[:, None])[:, None, None, :]
+        visible = lengths_to_mask(lens, L, L)
         yield (
             f"encoder, B {b}, L {L}",
             (lambda q=q, k=k, v=v, m=visible: F.scaled_dot_product_attention(q, k, v, attn_mask=m)),

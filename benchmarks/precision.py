@@ -30,6 +30,7 @@ import shlex
 import statistics
 import sys
 import time
+from unittest import mock
 
 import torch
 from torch import nn
@@ -126,10 +127,10 @@ def parse_variant(full: str) -> tuple[str, bool, bool, int | None]:
 def variants(translator, names, batch_size: int | None = None):
     """name -> a Translator sharing vocabularies, with the model prepared for that precision
     (fp32, bf16, auto, UNPACKED or one of INT8_VARIANTS) and its batch size: the name's :bN, else
-    batch_size, else the precision's own."""
+    batch_size, else the precision's own; `switches(t)` is the variant's C-kernel and worker-thread setting."""
     out = {}
     for full in names:
-        name, _, _, batch = parse_variant(full)
+        name, no_native, threads, batch = parse_variant(full)
         t = copy.copy(translator)
         if name == UNPACKED:
             t.model = unpacked(translator.model)
@@ -145,32 +146,27 @@ def variants(translator, names, batch_size: int | None = None):
             )
         t.precision = resolve_precision("int8" if name in INT8_VARIANTS else "fp32" if name == UNPACKED else name)
         t.batch_size = batch or batch_size or BATCH_SIZE_BY_PRECISION.get(t.precision.picked, DEFAULT_BATCH_SIZE)
+        t.bench_switches = (no_native, threads)
         out[full] = t
     return out
 
 
-def translate(t, src, name, beam=1):
-    """t's outputs for src, with the C kernels off, or on worker threads, when the variant's name says so."""
-    _, no_native, threads, _ = parse_variant(name)
+@contextlib.contextmanager
+def switches(t):
+    """Inside the block, `t`'s variant runs as its name said: C kernels off, or on worker threads."""
+    no_native, threads = getattr(t, "bench_switches", (False, False))
     with contextlib.ExitStack() as stack:
         if no_native:
             stack.enter_context(native.off())
         if threads:
-            stack.enter_context(worker_threads())
-        return t.translate_ids(src, beam)  # in t.batch_size
-
-
-@contextlib.contextmanager
-def worker_threads():
-    before = os.environ.get("ATTNLAB_WORKER_PROCESSES")
-    os.environ["ATTNLAB_WORKER_PROCESSES"] = "0"
-    try:
+            stack.enter_context(mock.patch.dict(os.environ, {"ATTNLAB_WORKER_PROCESSES": "0"}))
         yield
-    finally:
-        if before is None:
-            del os.environ["ATTNLAB_WORKER_PROCESSES"]
-        else:
-            os.environ["ATTNLAB_WORKER_PROCESSES"] = before
+
+
+def translate(t, src, beam=1):
+    """t's outputs for src, in t.batch_size, as its variant runs (`switches`)."""
+    with switches(t):
+        return t.translate_ids(src, beam)
 
 
 def same_as_baseline(hyps: dict[str, list], baseline: str) -> dict[str, str]:
@@ -208,15 +204,15 @@ def main(argv=None) -> int:
     for t in models.values():
         t.workers = args.workers
     batch = args.batch_size or "of each precision's size"
+    search = "greedy" if args.beam == 1 else f"beam {args.beam}"
     print(
-        f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, "
-        f"{'greedy' if args.beam == 1 else f'beam {args.beam}'}, batch "
+        f"\n## {args.checkpoint}: {len(src)} sentences of the {args.split} split, {search}, batch "
         f"{batch}, {args.workers} worker(s), {args.rounds} interleaved rounds\n"
     )
     hyps = {}
     for n in names:  # warm-up pass (also gives the outputs: decoding is deterministic)
-        hyps[n] = translate(models[n], src, n, args.beam)
-    runs = {n: (lambda t=models[n], n=n: translate(t, src, n, args.beam)) for n in names}
+        hyps[n] = translate(models[n], src, args.beam)
+    runs = {n: (lambda t=models[n]: translate(t, src, args.beam)) for n in names}
     floors = {}
     for n in names if args.floors else ():
         models[n].workers = 1  # one capture on one thread; the replay deals the calls over the workers
@@ -244,7 +240,6 @@ def main(argv=None) -> int:
             fsps = statistics.median(len(src) / t for t in f)
             row += [f"{fsps:.1f} ({floors[n]})", f"{statistics.median(b / t for b, t in zip(f32, f)):.2f}x"]
         rows.append(row)
-    search = "greedy" if args.beam == 1 else f"beam {args.beam}"
     heads = ["precision", "sentences/s", f"vs fp32 {search}", "BLEU", "BLEU - fp32", "same output as fp32"]
     if args.floors:
         heads += ["linear layers alone (floor), sentences/s", "floor vs fp32 floor"]

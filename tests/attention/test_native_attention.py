@@ -93,45 +93,27 @@ def test_declines_what_it_does_not_compute():
     assert native_few_queries(torch.randn(2, 2, 1, 32)[..., ::2], k, k) is None  # head dim not contiguous
 
 
-def test_multihead_decoding_and_encoder_paths_match_pytorch_kernels():
+@pytest.mark.parametrize("dtype, D, tol", [(torch.float32, 32, (2e-6, 1e-5)), (torch.bfloat16, 64, (3e-2, 3e-2))])
+def test_multihead_decoding_and_encoder_paths_match_pytorch_kernels(dtype, D, tol):
+    atol, rtol = tol
     torch.manual_seed(0)
-    mha = MultiHeadAttention(32, 4, num_kv_heads=2).eval()
-    x = torch.randn(3, 6, 32)
+    mha = MultiHeadAttention(D, 4, num_kv_heads=2).eval().to(dtype)
+    x = torch.randn(3, 6, D).to(dtype)
     lens = torch.tensor([6, 2, 4])
     with torch.inference_mode():
         got = mha(x, x, x, valid_lens=lens)  # an encoder's self-attention: 6 x 6 with key lengths
         with native.off():
             ref = mha(x, x, x, valid_lens=lens)
-        torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-5)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float(), ref.float(), atol=atol, rtol=rtol)
         outs = {}
         for name, ctx in (("native", torch.inference_mode), ("off", native.off)):
             with ctx():
                 cache, steps = KVCache(), []
                 for t in range(5):  # causal decoding, one query a step against the growing cache
                     steps.append(mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], causal=True, cache=cache))
-                outs[name] = torch.cat(steps, 1)
-        torch.testing.assert_close(outs["native"], outs["off"], atol=2e-6, rtol=1e-5)
-
-
-def test_multihead_bf16_decoding_and_encoder_paths_match_pytorch_kernels():
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(64, 4, num_kv_heads=2).eval().bfloat16()
-    x = torch.randn(3, 6, 64).bfloat16()
-    lens = torch.tensor([6, 2, 4])
-    with torch.inference_mode():
-        got = mha(x, x, x, valid_lens=lens)  # an encoder's self-attention with key lengths
-        with native.off():
-            ref = mha(x, x, x, valid_lens=lens)
-        assert got.dtype == torch.bfloat16
-        torch.testing.assert_close(got.float(), ref.float(), atol=3e-2, rtol=3e-2)
-        outs = {}
-        for name, ctx in (("native", torch.inference_mode), ("off", native.off)):
-            with ctx():
-                cache, steps = KVCache(), []
-                for t in range(5):
-                    steps.append(mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], causal=True, cache=cache))
                 outs[name] = torch.cat(steps, 1).float()
-        torch.testing.assert_close(outs["native"], outs["off"], atol=3e-2, rtol=3e-2)
+        torch.testing.assert_close(outs["native"], outs["off"], atol=atol, rtol=rtol)
 
 
 def test_a_transformer_decodes_the_same_tokens_with_and_without_the_kernel():

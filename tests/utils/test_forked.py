@@ -28,11 +28,6 @@ def pid_plus(owner, item):
     time.sleep(0.05)  # long enough that every process gets items
     return os.getpid(), owner + item
 
-def fail_on_three(owner, item):
-    if item == 3:
-        raise ValueError(f"item {item} is bad")
-    return item
-
 def fail_in_child(owner, item):
     if os.getpid() != owner:  # owner: the parent's pid
         raise ValueError(f"item {item} is bad")
@@ -47,10 +42,10 @@ def die_in_child(owner, item):
 """
 
 
-def run_script(body: str, **kw) -> str:
+def run_script(body: str) -> str:
     """Run PRELUDE + body in a fresh interpreter; its stdout (a failure shows its stderr)."""
     done = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True, timeout=120, **kw
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

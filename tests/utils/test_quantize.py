@@ -57,16 +57,21 @@ def test_quantize_rows_matches_a_reference_quantize_dequantize():
     assert q[3].abs().sum() == 0  # an all-zero row quantizes to zeros, not NaN
 
 
+def c_and_ops(m, x, **kw):
+    """m(x) on the C passes and on PyTorch's operators alone, under inference mode: (got, ref)."""
+    with torch.inference_mode():
+        got = m(x, **kw)
+        with native.off():
+            return got, m(x, **kw)
+
+
 @pytest.mark.usefixtures("c_kernels")
 def test_the_c_passes_give_what_the_pytorch_ops_give():
     # Rows with halves on the grid (round half to even, as torch.round), an all-zero row, a large one.
     x = torch.tensor([[127.0, 63.5, -0.5, 1.5, 2.5, -2.5], [0.0] * 6, [3e4, -1e-3, 7.0, 0.25, -0.75, 1.0]])
     lin = nn.Linear(6, 40)
     m = Int8Linear.from_float(lin)
-    with torch.inference_mode():
-        got = m(x)
-        with native.off():
-            ref = m(x)
+    got, ref = c_and_ops(m, x)
     assert native.load("int8_rows") is not None  # the C path ran above
     torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-6)
     q, scale = quantize_rows(x)
@@ -74,19 +79,13 @@ def test_the_c_passes_give_what_the_pytorch_ops_give():
     torch.manual_seed(0)
     xs = torch.randn(2, 17, 6) * 5  # leading dimensions, and a bias-free layer
     m = Int8Linear.from_float(nn.Linear(6, 40, bias=False))
-    with torch.inference_mode():
-        got = m(xs)
-        with native.off():
-            ref = m(xs)
+    got, ref = c_and_ops(m, xs)
     assert got.shape == (2, 17, 40)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-6)
     # a non-finite activation makes its own row NaN and leaves the others alone, as on PyTorch's path
     bad = torch.randn(4, 6)
     bad[1, 2], bad[3, 0] = float("nan"), float("inf")
-    with torch.inference_mode():
-        got = m(bad)
-        with native.off():
-            ref = m(bad)
+    got, ref = c_and_ops(m, bad)
     assert bool(got[1].isnan().all()) and bool(ref[1].isnan().all())
     assert not bool(got[3].isfinite().any()) and not bool(ref[3].isfinite().any())
     torch.testing.assert_close(got[[0, 2]], ref[[0, 2]], atol=1e-5, rtol=1e-6)

@@ -138,7 +138,7 @@ class KVCache:
         return self
 
 
-_COPY_ARGS = [ctypes.c_void_p, *[ctypes.c_int64] * 3, ctypes.c_void_p, *[ctypes.c_int64] * 7]
+_COPY_ARGS = [native.PTR, *[native.I64] * 3, native.PTR, *[native.I64] * 7]
 
 
 def copy_rows(dst: Tensor, src: Tensor) -> None:
@@ -146,16 +146,7 @@ def copy_rows(dst: Tensor, src: Tensor) -> None:
     step's keys or values and the cache's slot for them): by attnlab's C pass where both are on the CPU
     with a contiguous last dimension and autograd is off (`csrc/copy_rows.c`; dst's version counter is not
     bumped), else PyTorch's copy."""
-    if (
-        dst.dim() == 4
-        and dst.shape == src.shape
-        and dst.dtype is src.dtype
-        and dst.is_cpu
-        and src.is_cpu
-        and dst.stride(-1) == 1
-        and src.stride(-1) == 1
-        and not (torch.is_grad_enabled() and (src.requires_grad or dst.requires_grad))
-    ):
+    if dst.dim() == 4 and dst.shape == src.shape and native.takes(src.dtype, src, dst):
         fn = native.function("copy_rows", "attnlab_copy_rows", _COPY_ARGS)
         if fn is not None:
             e = src.element_size()
@@ -184,14 +175,14 @@ def _all_finite(*tensors: Tensor) -> bool:
     return True
 
 
-_FINITE_ARGS = [ctypes.c_void_p] + [ctypes.c_int64] * 7
+_FINITE_ARGS = [native.PTR] + [native.I64] * 7
 _FINITE_SYMBOLS = {torch.float32: "attnlab_all_finite_f32", torch.bfloat16: "attnlab_all_finite_bf16"}
 
 
 def _native_all_finite(t: Tensor) -> bool | None:
     """`_all_finite` of one tensor of at most 4 dimensions by the C pass, or None where it does not run."""
     symbol = _FINITE_SYMBOLS.get(t.dtype)
-    if symbol is None or not 0 < t.dim() <= 4 or not t.is_cpu or t.stride(-1) != 1:
+    if symbol is None or not 0 < t.dim() <= 4 or not native.takes(t.dtype, t):
         return None
     fn = native.function("finite", symbol, _FINITE_ARGS, ctypes.c_int)
     if fn is None:

@@ -89,7 +89,7 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     return out.to(dtype).transpose(1, 2)
 
 
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_PTR, _I64 = native.PTR, native.I64
 _FEW_QUERIES_ARGS = [_PTR, _I64, _I64, _I64] * 3 + [_PTR, _PTR] + [_I64] * 6 + [ctypes.c_float]
 _SYMBOLS = {torch.float32: "attnlab_few_queries_f32", torch.bfloat16: "attnlab_few_queries_bf16kv"}  # by k/v dtype
 

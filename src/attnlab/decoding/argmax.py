@@ -14,8 +14,6 @@ The arg-max of the logits is the arg-max of their log-softmax (the same row shif
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 from torch import Tensor
 
@@ -66,7 +64,7 @@ def pick(logits: Tensor, scores: bool = True) -> tuple[Tensor, Tensor | None]:
     return tokens, rows.gather(1, tokens[:, None]).squeeze(1) - torch.logsumexp(rows, dim=-1)
 
 
-_PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
+_PTR, _I64 = native.PTR, native.I64
 _ARGMAX_ARGS = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
 
 

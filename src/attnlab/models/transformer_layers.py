@@ -87,7 +87,7 @@ class AddNorm(nn.Module):
         return self.ln(X + self.dropout(Y))
 
 
-_PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
+_PTR, _I64 = native.PTR, native.I64
 _ADD_LN_ARGS = [_PTR, _PTR, _I64, _I64, _PTR, _PTR, ctypes.c_float, _PTR]
 
 

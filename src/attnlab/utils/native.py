@@ -32,7 +32,20 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["FLAGS", "active", "cache_dir", "function", "load", "off", "reset", "status", "switched_off", "takes"]
+__all__ = [
+    "FLAGS",
+    "I64",
+    "PTR",
+    "active",
+    "cache_dir",
+    "function",
+    "load",
+    "off",
+    "reset",
+    "status",
+    "switched_off",
+    "takes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +63,8 @@ FLAGS = (
     "-std=c11",
 )
 _LIBS = ("-lm",)
+# The kernels' argument types for a pointer (a tensor's data_ptr, or None) and a size or stride.
+PTR, I64 = ctypes.c_void_p, ctypes.c_int64
 
 _lock = threading.Lock()  # builds (a fraction of a second each, first use only) and the tables below
 _off_lock = threading.Lock()

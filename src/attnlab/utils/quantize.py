@@ -112,7 +112,7 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel x per-row"
 
 
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_PTR, _I64 = native.PTR, native.I64
 _QUANTIZE_ARGS = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
 _DEQUANTIZE_ARGS = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int, _PTR]
 
