@@ -182,12 +182,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_decoding_args(ap)
     ap.add_argument("--precisions", default="fp32,bf16,int8,int8 (fp32 output)")
-    ap.add_argument(
-        "--batch-size",
-        type=int,
-        default=None,
-        help="sentences per batch (default: the precision's own)",
-    )
+    ap.add_argument("--batch-size", type=int, help="sentences per batch (default: the precision's own)")
     ap.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
     ap.add_argument("--workers", type=int, default=1, help="batches decoded at once (Translator.decode)")
     ap.add_argument("--floors", action="store_true", help="also each precision's linear layers alone, replayed")
