@@ -76,6 +76,19 @@ class KVCache:
         self._set_views(L + t)
         return self.k, self.v
 
+    def next_slot(self) -> tuple[Tensor, Tensor, int]:
+        """For a kernel that writes the next step itself (`attnlab.models.int8_step`): the (B, H, capacity, Dh)
+        key and value buffers with room for one more step, and its position L; `advance` then takes it in."""
+        L = self.k.shape[2]
+        if not self._owns_buffers() or L + 1 > self._kbuf.shape[2]:
+            self._grow(L + 1)
+        return self._kbuf, self._vbuf, L
+
+    def advance(self, finite: bool) -> None:
+        """Take in the step written at `next_slot`'s position; `finite`: whether its keys and values are."""
+        self.finite = self.finite and finite
+        self._set_views(self.k.shape[2] + 1)
+
     def _set_views(self, L: int) -> None:
         self.k, self.v = self._kbuf[:, :, :L], self._vbuf[:, :, :L]
 

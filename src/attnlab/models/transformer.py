@@ -32,6 +32,8 @@ from attnlab.attention.heads import merge_pruned, prune_heads
 # The layers are re-exported: `from attnlab.models.transformer import AddNorm` keeps working.
 from . import transformer_layers
 from .config import TransformerConfig
+from .decoder_step import DecoderStep
+from .int8_step import Int8DecoderStep
 from .transformer_layers import AddNorm as AddNorm
 from .transformer_layers import (
     PositionWiseFFN,
@@ -60,6 +62,7 @@ class TransformerState:
     src_valid_lens: Tensor | None
     caches: list[tuple[KVCache, KVCache]]
     beam: int = 1
+    step: DecoderStep | None = None  # the decoder's lean step (`DecoderStep`), where it covers the model
 
     @property
     def offset(self) -> int:
@@ -83,7 +86,7 @@ class TransformerState:
         for _, cross_cache in self.caches:
             cross_cache.reorder(index)
         lens = None if self.src_valid_lens is None else self.src_valid_lens.index_select(0, index)
-        return TransformerState(self.memory.index_select(0, index), lens, self.caches, beam)
+        return TransformerState(self.memory.index_select(0, index), lens, self.caches, beam, self.step)
 
 
 class Transformer(nn.Module):
@@ -197,16 +200,20 @@ class Transformer(nn.Module):
         _check_tokens(src, None, src_valid_lens)
         memory = self.encoder(src, src_valid_lens)
         caches = [(KVCache(), KVCache(static=True)) for _ in self.decoder.blocks]
-        return TransformerState(memory, src_valid_lens, caches)
+        step = Int8DecoderStep.build(self.decoder) or DecoderStep.build(self.decoder)
+        return TransformerState(memory, src_valid_lens, caches, step=step)
 
     def decode_step(self, tgt: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
         """Run the new target tokens tgt (B*beam, t) against the cache; returns logits (B*beam, t, V) and
         the state, updated in place (positions continue at `state.offset`)."""
         if tgt.dim() != 2 or tgt.shape[0] != state.rows:
             raise ValueError(f"decode_step expects tgt of shape ({state.rows}, t), got {tuple(tgt.shape)}")
-        logits = self.decoder(
-            tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset, beam=state.beam
-        )
+        if state.step is not None and tgt.shape[1] == 1 and state.step.covers(state):
+            logits = state.step(tgt, state)
+        else:
+            logits = self.decoder(
+                tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset, beam=state.beam
+            )
         if self.config.suppress_tokens:  # e.g. Marian's <pad>, which generate() forbids (bad_words_ids)
             logits[..., self.config.suppress_tokens] = float("-inf")
         return logits, state
@@ -227,7 +234,7 @@ class Transformer(nn.Module):
             self_cache.reorder(rows)
         every = torch.arange(state.memory.shape[0], device=index.device)
         if index.numel() == len(every) and bool((index == every).all()):  # all sources, in order: no copy
-            return TransformerState(state.memory, state.src_valid_lens, state.caches, beam)
+            return TransformerState(state.memory, state.src_valid_lens, state.caches, beam, state.step)
         return state.select_sources(index, beam)
 
     def reorder_state(self, state: TransformerState, index: Tensor, same_sources: bool = False) -> TransformerState:

@@ -1,0 +1,128 @@
+/* A greedy decoding step of an int8 post-norm Transformer decoder with one C pass between each two int8
+   matmuls (`torch._int_mm`), instead of the three to eight PyTorch and C calls of the modules' path. Each
+   pass ends by quantizing its output rows for the next matmul (per-row scales, rows.h), so the fp32
+   activations between layers are written once, where a residual needs them:
+
+     attnlab_step_embed:      x = embedding[token] * scale + position            -> x, (q, s)
+     attnlab_step_attention:  dequantized projections -> attention of one query per row and head, its own
+                              new key/value first written to the cache (self-attention), or over the first
+                              lens[m] cached keys (cross-attention)              -> (q, s)
+     attnlab_step_add_ln:     LayerNorm(x + dequantized sums)                    -> x', (q, s)
+     attnlab_step_relu:       max(dequantized sums, 0) (the FFN's hidden layer)  -> (q, s)
+
+   Every row is computed by the same functions as the separate passes (rows.h, attend.h), in the same
+   order, so the step's outputs are theirs bit for bit. Rows are independent: a NaN or inf in one row's
+   input makes that row's scale NaN and leaves the others exact; attention's output row is NaN where its
+   query or its new key or value is not finite, as `MultiHeadAttention` gives (the caller sends a step
+   whose cache already holds a non-finite key or value to the modules). */
+
+#include <stdlib.h>
+
+#include "attend.h"
+#include "rows.h"
+
+DEFINE_HEADS(f32, float)
+
+static int all_finite(const float *x, int64_t n) {
+    int ok = 1;
+#pragma omp simd reduction(& : ok)
+    for (int64_t i = 0; i < n; i++) ok &= (x[i] - x[i]) == 0.0f; /* inf - inf and NaN - NaN are NaN */
+    return ok;
+}
+
+/* e * scale + p with two roundings, as PyTorch's multiply then add (no fused multiply-add). */
+__attribute__((optimize("fp-contract=off"))) static void embed_row(const float *e, float scale, const float *p,
+                                                                   int64_t D, float *o) {
+    for (int64_t d = 0; d < D; d++) o[d] = e[d] * scale + p[d];
+}
+
+/* Returns 0, or 2 when a token lies outside [0, V) (nothing computed: the modules' path says so). */
+int attnlab_step_embed(const float *table, int64_t ld, int64_t V, const int64_t *tokens, int64_t M, int64_t D,
+                       float scale, const float *position, float *x, int8_t *q, float *s) {
+    for (int64_t m = 0; m < M; m++)
+        if (tokens[m] < 0 || tokens[m] >= V) return 2;
+    for (int64_t m = 0; m < M; m++) {
+        embed_row(table + tokens[m] * ld, scale, position, D, x + m * D);
+        s[m] = quantize_row(x + m * D, D, q + m * D);
+    }
+    return 0;
+}
+
+/* acc (M, Nq [+ 2 Nkv]) int32 sums of the query [key, value] projections, row scales rs, column scales cs
+   and bias of the fused projection. kv_write: self-attention, whose key/value of row m go to slot L of the
+   caches (k[m, h, L, :]) before its query attends over L + 1 keys; otherwise cross-attention over the first
+   lens[m] of Lk keys (all of them where lens is NULL). Strides in elements; keys (M, H / G, *, Dh).
+   Returns 0, 1 when memory ran out, 2 when a length lies outside [0, Lk], or 4 | 0 when a written key or
+   value was not finite (the cache's `finite` flag). */
+int attnlab_step_attention(const int32_t *acc, int64_t M, const float *rs, const float *cs, const float *bias,
+                           int64_t H, int64_t G, int64_t Dh, float *k, int64_t ksb, int64_t ksh, int64_t kst, float *v,
+                           int64_t vsb, int64_t vsh, int64_t vst, int kv_write, int64_t L, const int64_t *lens,
+                           int64_t Lk, float scale, int8_t *q, float *s) {
+    const int64_t Nq = H * Dh, Nkv = H / G * Dh, N = kv_write ? Nq + 2 * Nkv : Nq;
+    const int64_t keys = kv_write ? L + 1 : Lk, padded = (keys + W - 1) / W * W;
+    if (lens && !kv_write)
+        for (int64_t m = 0; m < M; m++)
+            if (lens[m] < 0 || lens[m] > Lk) return 2;
+    /* One buffer: the dequantized row (N), the attention output (Nq), the scores (padded). */
+    float *row = malloc(sizeof(float) * (size_t)(N + Nq + padded));
+    if (!row) return 1;
+    float *out = row + N, *scores = out + Nq;
+    const head_f32_fn fast = Dh % W == 0 && Dh / W <= 8 ? HEADS_f32[Dh / W] : NULL;
+    int finite = 1;
+    for (int64_t m = 0; m < M; m++) {
+        dequant_row(acc + m * N, N, rs[m], cs, bias, 0, row);
+        float *km = k + m * ksb, *vm = v + m * vsb;
+        if (kv_write) {
+            for (int64_t hk = 0; hk < H / G; hk++) {
+                memcpy(km + hk * ksh + L * kst, row + Nq + hk * Dh, sizeof(float) * (size_t)Dh);
+                memcpy(vm + hk * vsh + L * vst, row + Nq + Nkv + hk * Dh, sizeof(float) * (size_t)Dh);
+            }
+        }
+        const int kv_finite = !kv_write || all_finite(row + Nq, 2 * Nkv);
+        finite &= kv_finite;
+        if (!kv_finite || !all_finite(row, Nq)) {
+            for (int64_t i = 0; i < Nq; i++) out[i] = NAN;
+            s[m] = quantize_row(out, Nq, q + m * Nq);
+            continue;
+        }
+        const int64_t n = kv_write ? keys : lens ? lens[m] : Lk;
+        for (int64_t h = 0; h < H; h++) {
+            const float *kh = km + h / G * ksh, *vh = vm + h / G * vsh;
+            if (fast)
+                fast(row + h * Dh, kh, kst, vh, vst, n, scale, scores, out + h * Dh);
+            else
+                head_f32_any(row + h * Dh, kh, kst, vh, vst, n, Dh, scale, scores, out + h * Dh);
+        }
+        s[m] = quantize_row(out, Nq, q + m * Nq);
+    }
+    free(row);
+    return finite ? 0 : 4;
+}
+
+/* x' (M, D) = LayerNorm(x + dequantized acc), written to xo (may not alias x) and quantized to (q, s). */
+int attnlab_step_add_ln(const int32_t *acc, int64_t M, int64_t D, const float *rs, const float *cs, const float *bias,
+                        const float *x, const float *weight, const float *ln_bias, float eps, float *xo, int8_t *q,
+                        float *s) {
+    float *y = malloc(sizeof(float) * (size_t)D);
+    if (!y) return 1;
+    for (int64_t m = 0; m < M; m++) {
+        dequant_row(acc + m * D, D, rs[m], cs, bias, 0, y);
+        add_ln_row(x + m * D, y, D, weight, ln_bias, eps, xo + m * D);
+        s[m] = quantize_row(xo + m * D, D, q + m * D);
+    }
+    free(y);
+    return 0;
+}
+
+/* max(dequantized acc (M, N), 0) quantized to (q, s): the FFN's hidden rows, never kept in fp32. */
+int attnlab_step_relu(const int32_t *acc, int64_t M, int64_t N, const float *rs, const float *cs, const float *bias,
+                      int8_t *q, float *s) {
+    float *y = malloc(sizeof(float) * (size_t)N);
+    if (!y) return 1;
+    for (int64_t m = 0; m < M; m++) {
+        dequant_row(acc + m * N, N, rs[m], cs, bias, 1, y);
+        s[m] = quantize_row(y, N, q + m * N);
+    }
+    free(y);
+    return 0;
+}

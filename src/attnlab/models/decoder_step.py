@@ -1,0 +1,142 @@
+"""A greedy decoding step of the Transformer's decoder in few calls: the same kernels and arithmetic as
+the modules' own forward, without their per-call Python (module calls, checks, path choices, lambdas).
+
+    step = DecoderStep.build(decoder)     -> None where the decoder is not one it covers
+    step.covers(state)                    -> whether this step of this state can run here
+    step(tgt (n, 1), state)               -> logits (n, 1, V), the caches updated as the modules do
+
+At a decoding step of the `laptop` model about 290 PyTorch and C calls go through some 700 lines of
+module code; the arithmetic is a few dozen of them. With int8's C passes that Python was ~40% of a step
+(BENCHMARKS.md, "Precision"). The step here runs what the modules would run for one new token per row
+(post- or pre-norm blocks, sinusoidal or learned positions, any grouped-query layout, each linear as
+itself), so its logits are the modules' bit for bit (`tests/models/test_decoder_step.py`); anything else
+(beams, rotary or relative positions, recording, head masks, hooks, autograd) takes the modules' path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn.modules import module as torch_module
+
+from attnlab.attention import MultiHeadAttention
+from attnlab.attention.cache import KVCache, _all_finite
+from attnlab.attention.heads import head_masks_active
+from attnlab.attention.steps import native_few_queries
+from attnlab.utils.packed import is_float_linear, linear
+
+from .transformer_layers import (
+    PositionWiseFFN,
+    Sublayer,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    add_layer_norm,
+)
+
+__all__ = ["DecoderStep"]
+
+
+class DecoderStep:
+    """One token per row through `decoder`'s blocks against filled caches (see the module docstring)."""
+
+    def __init__(self, decoder: TransformerDecoder):
+        self.decoder = decoder
+        self.blocks: list[TransformerDecoderBlock] = list(decoder.blocks)
+        self.modules = list(decoder.modules())
+
+    @classmethod
+    def build(cls, decoder: nn.Module) -> DecoderStep | None:
+        """The step for `decoder`, or None where it is not a decoder this step covers."""
+        if type(decoder) is not TransformerDecoder or decoder.pos_encoding is None or decoder.relative_bias is not None:
+            return None
+        for block in decoder.blocks:
+            if type(block) is not TransformerDecoderBlock or type(block.ffn) is not PositionWiseFFN:
+                return None
+            for sub in (block.addnorm1, block.addnorm2, block.addnorm3):
+                if type(sub) is not Sublayer or type(sub.ln) is not nn.LayerNorm:
+                    return None
+            for mha in (block.self_attention, block.cross_attention):
+                if type(mha) is not MultiHeadAttention or mha.rotary is not None or mha.window is not None:
+                    return None
+                if mha.num_heads == 0:
+                    return None
+        return cls(decoder)
+
+    def covers(self, state) -> bool:
+        """Whether this step of `state` runs here: one row per sentence, caches already filled (the first
+        step projects the memory), the model in eval mode, and nothing watching (recording, head masks,
+        hooks) that the modules would serve."""
+        if state.beam != 1 or not state.caches or self.decoder.training or torch.is_grad_enabled() or head_masks_active():
+            return False
+        self_cache, cross_cache = state.caches[0]
+        if self_cache.k is None or cross_cache.k is None:
+            return False
+        for m in self.modules:
+            if m._forward_hooks or m._forward_pre_hooks or (isinstance(m, MultiHeadAttention) and m.recording):
+                return False
+        return not _global_hooks()
+
+    def __call__(self, tgt: Tensor, state) -> Tensor:
+        dec = self.decoder
+        X = dec.embed(tgt, state.offset)  # (n, 1, D)
+        lens = state.src_valid_lens
+        for block, (self_cache, cross_cache) in zip(self.blocks, state.caches):
+            X = _residual(block.addnorm1, X, lambda x: _self_attention(block.self_attention, x, self_cache))
+            X = _residual(block.addnorm2, X, lambda x: _cross_attention(block.cross_attention, x, cross_cache, lens))
+            X = _residual(block.addnorm3, X, block.ffn.forward)
+        X = dec.final_norm(X)
+        return dec.dense.forward(X)
+
+
+def _residual(sub: Sublayer, X: Tensor, f) -> Tensor:
+    """`Sublayer.forward` in eval mode: LayerNorm(X + f(X)) (C pass where it runs), or X + f(LayerNorm(X))."""
+    if sub.norm_first:
+        return X + f(sub.ln(X))
+    Y = f(X)
+    out = add_layer_norm(X, Y, sub.ln)
+    return sub.ln(X + Y) if out is None else out
+
+
+def _project(layer: nn.Module, x: Tensor) -> Tensor:
+    return layer.forward(x)
+
+
+def _self_attention(mha: MultiHeadAttention, x: Tensor, cache: KVCache) -> Tensor:
+    """`MultiHeadAttention.forward(x, x, x, cache=cache)` for one query per row (causal: it sees every key)."""
+    fused = getattr(mha, "W_qkv", None)
+    if all(is_float_linear(m) for m in (mha.W_q, mha.W_k, mha.W_v)):
+        qkv = linear(x, *mha._qkv_weight())
+    elif isinstance(fused, nn.Module):
+        qkv = fused(x)
+    else:
+        qkv = None
+    if qkv is None:
+        q, k, v = mha.W_q(x), mha.W_k(x), mha.W_v(x)
+    else:
+        q, k, v = qkv.split(mha._qkv_sizes(), dim=-1)
+    q, k, v = mha._split(q), mha._split(k, mha.num_kv_heads), mha._split(v, mha.num_kv_heads)
+    k, v = cache.update(k, v)
+    return _attend(mha, q, k, v, cache, None, True)
+
+
+def _cross_attention(mha: MultiHeadAttention, x: Tensor, cache: KVCache, lens: Tensor | None) -> Tensor:
+    """`MultiHeadAttention.forward(x, memory, memory, lens, cache=cache)` against a filled static cache."""
+    q = mha._split(_project(mha.W_q, x))
+    return _attend(mha, q, cache.k, cache.v, cache, lens, False)
+
+
+def _attend(mha: MultiHeadAttention, q, k, v, cache: KVCache, lens, causal: bool) -> Tensor:
+    B = q.shape[0]
+    if _all_finite(q) and cache.finite:
+        out = native_few_queries(q, k, v, lens, mha.groups)
+        if out is None:
+            out = mha._attend(q, k, v, lens, None, causal, cache)
+    else:
+        out = mha._attend_nonfinite(q, k, v, lens, None, causal)
+    out = out.transpose(1, 2).reshape(B, 1, mha.num_heads * mha.head_dim)
+    return _project(mha.W_o, out)
+
+
+def _global_hooks() -> bool:
+    """Whether a forward hook is registered for every module (`nn.modules.module.register_module_forward_hook`)."""
+    return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)
