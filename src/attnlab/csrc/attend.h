@@ -67,10 +67,8 @@ static inline float scalar_bf16(const uint16_t *p) {
                 a2 += qc[c] * load_##SUF(k + (t + 2) * kst + c * W);                                     \
                 a3 += qc[c] * load_##SUF(k + (t + 3) * kst + c * W);                                     \
             }                                                                                            \
-            s[t] = hsum(a0) * scale;                                                                     \
-            s[t + 1] = hsum(a1) * scale;                                                                 \
-            s[t + 2] = hsum(a2) * scale;                                                                 \
-            s[t + 3] = hsum(a3) * scale;                                                                 \
+            const vf4 d = hsum4(a0, a1, a2, a3) * scale;                                                 \
+            memcpy(s + t, &d, sizeof d);                                                                 \
         }                                                                                                \
         for (; t < n; t++) {                                                                             \
             vf a = {0};                                                                                  \

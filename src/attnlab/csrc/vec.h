@@ -38,6 +38,33 @@ static inline float hsum(vf x) {
     return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
+/* The sums of four vectors' lanes, [sum a, sum b, sum c, sum d], each added in hsum's order (so bit for bit
+   hsum's), with the shuffles shared: about a third of the instructions of four hsums. */
+static inline vf4 hsum4(vf a, vf b, vf c, vf d) {
+    vf8 a8, b8, c8, d8, t;
+    memcpy(&a8, &a, sizeof a8);
+    memcpy(&t, (const char *)&a + sizeof t, sizeof t);
+    a8 += t;
+    memcpy(&b8, &b, sizeof b8);
+    memcpy(&t, (const char *)&b + sizeof t, sizeof t);
+    b8 += t;
+    memcpy(&c8, &c, sizeof c8);
+    memcpy(&t, (const char *)&c + sizeof t, sizeof t);
+    c8 += t;
+    memcpy(&d8, &d, sizeof d8);
+    memcpy(&t, (const char *)&d + sizeof t, sizeof t);
+    d8 += t;
+    /* [a 4, b 4] and [c 4, d 4]: each vector's lower half plus its upper half */
+    const vf8 ab = __builtin_shufflevector(a8, b8, 0, 1, 2, 3, 8, 9, 10, 11) +
+                   __builtin_shufflevector(a8, b8, 4, 5, 6, 7, 12, 13, 14, 15);
+    const vf8 cd = __builtin_shufflevector(c8, d8, 0, 1, 2, 3, 8, 9, 10, 11) +
+                   __builtin_shufflevector(c8, d8, 4, 5, 6, 7, 12, 13, 14, 15);
+    /* [a0 + a2, a1 + a3, b0 + b2, ...] */
+    const vf8 p = __builtin_shufflevector(ab, cd, 0, 1, 4, 5, 8, 9, 12, 13) +
+                  __builtin_shufflevector(ab, cd, 2, 3, 6, 7, 10, 11, 14, 15);
+    return __builtin_shufflevector(p, p, 0, 2, 4, 6) + __builtin_shufflevector(p, p, 1, 3, 5, 7);
+}
+
 typedef int32_t vi8 __attribute__((vector_size(32)));
 typedef int32_t vi4 __attribute__((vector_size(16)));
 
