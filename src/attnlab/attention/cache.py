@@ -76,9 +76,14 @@ class KVCache:
         self._set_views(L + t)
         return self.k, self.v
 
-    def next_slot(self) -> tuple[Tensor, Tensor, int]:
+    def next_slot(self, rows: int, heads: int, head_dim: int) -> tuple[Tensor, Tensor, int]:
         """For a kernel that writes the next step itself (`attnlab.models.int8_step`): the (B, H, capacity, Dh)
-        key and value buffers with room for one more step, and its position L; `advance` then takes it in."""
+        fp32 key and value buffers with room for one more step, and its position L; `advance` then takes it
+        in. An empty cache gets buffers of (rows, heads, reserved steps, head_dim)."""
+        if self.k is None:
+            shape = (rows, heads, max(self.min_capacity, self._reserved), head_dim)
+            self._kbuf, self._vbuf, self._spare, self.finite = torch.empty(shape), torch.empty(shape), None, True
+            self._set_views(0)
         L = self.k.shape[2]
         if not self._owns_buffers() or L + 1 > self._kbuf.shape[2]:
             self._grow(L + 1)

@@ -131,6 +131,10 @@ class MultiHeadAttention(Recordable, nn.Module):
         elif queries is keys and keys is values and isinstance(fused := getattr(self, "W_qkv", None), nn.Module):
             # a fused replacement (int8: attnlab.utils.quantize)
             q, k, v = fused(queries).split(self._qkv_sizes(), dim=-1)
+        elif keys is values and isinstance(fused := getattr(self, "W_kv", None), nn.Module):
+            # cross-attention's keys and values from one int8 layer (attnlab.utils.quantize)
+            q = self.W_q(queries)
+            k, v = fused(keys).split(self._qkv_sizes()[1:], dim=-1)
         else:
             q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
         q, k, v = self._split(q), self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)

@@ -42,9 +42,9 @@ DEFAULT_MAX_OUTPUT_LEN = 200  # tokens; fairseq's default max_len_b is of the sa
 # (BENCHMARKS.md, "Precision, int8 and CTranslate2"); sentences that end leave the batch early.
 DEFAULT_BATCH_SIZE = 256
 # Precisions whose decode measured faster at another size (validation split, BENCHMARKS.md "int8's batch
-# size"): int8's step is short enough that a smaller batch's working set staying in cache pays (1.10x at 1
-# thread, 1.13x with 2 workers, which also share 9 batches out more evenly than 7). The same outputs.
-BATCH_SIZE_BY_PRECISION = {"int8": 192}
+# size"): int8's step is short enough that a smaller batch's working set staying in cache, and 2 workers
+# sharing 13 batches out more evenly than 7, pay (1.05x with 2 workers, 1.01x at 1 thread). The same outputs.
+BATCH_SIZE_BY_PRECISION = {"int8": 128}
 
 
 class InputError(ValueError):

@@ -63,13 +63,17 @@ class DecoderStep:
         return cls(decoder)
 
     def covers(self, state) -> bool:
-        """Whether this step of `state` runs here: one row per sentence, caches already filled (the first
-        step projects the memory), the model in eval mode, and nothing watching (recording, head masks,
-        hooks) that the modules would serve."""
-        if state.beam != 1 or not state.caches or self.decoder.training or torch.is_grad_enabled() or head_masks_active():
+        """Whether this step of `state` runs here: caches already filled (the first step projects the memory
+        on the modules' path) and nothing in the way (`unwatched`)."""
+        if not self.unwatched(state):
             return False
         self_cache, cross_cache = state.caches[0]
-        if self_cache.k is None or cross_cache.k is None:
+        return self_cache.k is not None and cross_cache.k is not None
+
+    def unwatched(self, state) -> bool:
+        """One row per sentence, the model in eval mode without autograd, and nothing watching (recording,
+        head masks, hooks) that the modules would serve."""
+        if state.beam != 1 or not state.caches or self.decoder.training or torch.is_grad_enabled() or head_masks_active():
             return False
         for m in self.modules:
             if m._forward_hooks or m._forward_pre_hooks or (isinstance(m, MultiHeadAttention) and m.recording):

@@ -42,6 +42,7 @@ _SIGNATURES = {
     "attnlab_step_relu": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
 }
 _DEQUANTIZE_ARGS = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int, _PTR]
+_QUANTIZE_ARGS = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
 
 
 def _ptr(t: Tensor | None) -> int | None:
@@ -49,10 +50,10 @@ def _ptr(t: Tensor | None) -> int | None:
 
 
 class _Linear:
-    """An `Int8Linear`'s operands as the kernels take them."""
+    """An `Int8Linear`'s operands as the kernels take them (`heads`: (KV heads, head size) of a W_kv)."""
 
-    def __init__(self, layer: Int8Linear):
-        self.w, self.n = layer.weight_t, layer.out_features
+    def __init__(self, layer: Int8Linear, heads: tuple[int, int] = (0, 0)):
+        self.w, self.n, self.heads = layer.weight_t, layer.out_features, heads
         self.cs, self.bias = layer.scale.data_ptr(), _ptr(layer.bias)
 
 
@@ -81,6 +82,8 @@ class Int8DecoderStep(DecoderStep):
                 )
             )  # fmt: skip
         self.dense = _Linear(decoder.dense)
+        # cross-attention's W_kv per block, for the first step
+        self.kv = [_Linear(b.cross_attention.W_kv, (b.cross_attention.num_kv_heads, b.cross_attention.head_dim)) for b in self.blocks]
 
     @classmethod
     def build(cls, decoder: nn.Module) -> Int8DecoderStep | None:
@@ -92,23 +95,30 @@ class Int8DecoderStep(DecoderStep):
             return None
         for block in decoder.blocks:
             sa, ca, ffn = block.self_attention, block.cross_attention, block.ffn
-            linears = [getattr(sa, "W_qkv", None), sa.W_q, sa.W_k, sa.W_v, sa.W_o, ca.W_q, ca.W_o, ffn.dense1, ffn.dense2]
+            linears = [getattr(sa, "W_qkv", None), sa.W_q, sa.W_k, sa.W_v, sa.W_o, ca.W_q, getattr(ca, "W_kv", None)]
+            linears += [ca.W_k, ca.W_v, ca.W_o, ffn.dense1, ffn.dense2]
             if any(type(m) is not Int8Linear for m in linears) or type(ffn.activation) is not nn.ReLU:
                 return None
             if block.addnorm1.norm_first or any(not _float_params(s.ln) or s.ln.normalized_shape[0] != decoder.num_hiddens for s in (block.addnorm1, block.addnorm2, block.addnorm3)):
                 return None
         functions = {s: native.function("int8_step", s, a, ctypes.c_int) for s, a in _SIGNATURES.items()}
         functions["dequantize"] = native.function("int8_rows", "attnlab_dequantize_f32", _DEQUANTIZE_ARGS)
+        functions["quantize"] = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
         if any(f is None for f in functions.values()):
             return None
         return cls(decoder, functions)
 
     def covers(self, state) -> bool:
-        """`DecoderStep.covers`, with every cache finite and the caches' keys laid out as the kernel reads."""
-        if not super().covers(state):
+        """Nothing in the way (`DecoderStep.unwatched`), and either the first step (every cache empty, an fp32
+        memory) or every cache finite with its keys laid out as the kernel reads them."""
+        if not self.unwatched(state):
             return False
-        for self_cache, cross_cache in state.caches:
-            if not (self_cache.finite and cross_cache.finite) or cross_cache.k.stride(-1) != 1 or cross_cache.v.stride(-1) != 1:
+        if all(sc.k is None and cc.k is None for sc, cc in state.caches):
+            return native.takes(torch.float32, state.memory) and state.memory.is_contiguous()
+        for sc, cc in state.caches:
+            if sc.k is None or cc.k is None or not (sc.finite and cc.finite):
+                return False
+            if cc.k.stride(-1) != 1 or cc.v.stride(-1) != 1:
                 return False
         return True
 
@@ -125,11 +135,13 @@ class Int8DecoderStep(DecoderStep):
             position.data_ptr(), x.data_ptr(), q.data_ptr(), s.data_ptr(),
         ):  # fmt: skip
             return super().__call__(tgt, state)  # a token outside the vocabulary: the modules say so
+        if state.caches[0][1].k is None:
+            self._project_memory(state)
         lens = state.src_valid_lens
         if lens is not None and not (lens.dtype is torch.int64 and lens.is_contiguous()):
             lens = lens.to(torch.int64).contiguous()
         for (qkv, o, cq, co, f1, f2, n1, n2, n3, sa, ca), (self_cache, cross_cache) in zip(self.layers, state.caches):
-            kbuf, vbuf, at = self_cache.next_slot()
+            kbuf, vbuf, at = self_cache.next_slot(n, sa[0] // sa[1], sa[2])
             q, s, status = self._attention(q, s, qkv, sa, kbuf, vbuf, True, at, None, 0)
             self_cache.advance(status != 4)
             x, q, s = self._add_ln(q, s, o, x, n1)
@@ -143,6 +155,23 @@ class Int8DecoderStep(DecoderStep):
         ptr = acc.data_ptr()
         fn["dequantize"](ptr, n, self.dense.n, s.data_ptr(), self.dense.cs, self.dense.bias, 0, ptr)
         return acc.view(torch.float32).view(n, 1, self.dense.n)
+
+    def _project_memory(self, state) -> None:
+        """The first step: every block's cross-attention keys and values, W_kv of the memory's int8 rows
+        (quantized once for all blocks), into its static cache, as the modules' path computes them."""
+        memory = state.memory
+        B, S, D = memory.shape
+        mq, ms = torch.empty((B * S, D), dtype=torch.int8), torch.empty(B * S)
+        self.fn["quantize"](memory.data_ptr(), D, B * S, D, mq.data_ptr(), ms.data_ptr())
+        for kv, (_, cross_cache) in zip(self.kv, state.caches):
+            acc = torch._int_mm(mq, kv.w)
+            ptr = acc.data_ptr()
+            self.fn["dequantize"](ptr, B * S, kv.n, ms.data_ptr(), kv.cs, kv.bias, 0, ptr)
+            Hkv, Dh = kv.heads
+            kvf = acc.view(torch.float32).view(B, S, kv.n)
+            k = kvf[..., : kv.n // 2].view(B, S, Hkv, Dh).transpose(1, 2)  # (B, Hkv, S, Dh)
+            v = kvf[..., kv.n // 2 :].view(B, S, Hkv, Dh).transpose(1, 2)
+            cross_cache.update(k, v)
 
     def _attention(self, q, s, proj: _Linear, heads, k, v, write: bool, at: int, lens, Lk: int):
         """int_mm(q, proj) -> attention -> its output rows quantized; returns (q, s, the kernel's status)."""

@@ -186,15 +186,22 @@ def _int8(linear: nn.Linear, kernel: str) -> nn.Module:
 def _fuse_qkv(out: nn.Module, model: nn.Module, names: set[str], kernel: str) -> None:
     """Attention modules whose W_q, W_k, W_v are all quantized also get `W_qkv`, the three as one int8
     layer (from the float weights), which self-attention runs instead: one activation quantization and one
-    matmul per step instead of three (each row of the fused weight keeps its own scale)."""
+    matmul per step instead of three (each row of the fused weight keeps its own scale, so the outputs are
+    the three layers' exactly); and `W_kv`, W_k and W_v as one, which cross-attention runs on the memory."""
     for name, m in model.named_modules():
         parts = [f"{name}.{w}" if name else w for w in ("W_q", "W_k", "W_v")]
         if not all(p in names for p in parts) or not all(is_float_linear(getattr(m, w)) for w in ("W_q", "W_k", "W_v")):
             continue
-        ws = [getattr(m, w) for w in ("W_q", "W_k", "W_v")]
-        fused = nn.Linear(ws[0].in_features, sum(w.out_features for w in ws), bias=ws[0].bias is not None)
-        with torch.no_grad():
-            fused.weight.copy_(torch.cat([w.weight for w in ws]))
-            if fused.bias is not None:
-                fused.bias.copy_(torch.cat([w.bias for w in ws]))
-        out.get_submodule(name).W_qkv = _int8(fused, kernel)
+        target = out.get_submodule(name)
+        target.W_qkv = _int8(_concatenated([m.W_q, m.W_k, m.W_v]), kernel)
+        target.W_kv = _int8(_concatenated([m.W_k, m.W_v]), kernel)
+
+
+def _concatenated(layers: list[nn.Linear]) -> nn.Linear:
+    """One nn.Linear computing `layers` side by side: their outputs concatenated."""
+    fused = nn.Linear(layers[0].in_features, sum(w.out_features for w in layers), bias=layers[0].bias is not None)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([w.weight for w in layers]))
+        if fused.bias is not None:
+            fused.bias.copy_(torch.cat([w.bias for w in layers]))
+    return fused
