@@ -1,8 +1,7 @@
-/* One query head of attention against n keys, for attnlab's C kernels (few_queries.c, int8_step.c):
-   softmax(q k^T * scale) v with the query, the dot sums and the output in registers. Keys and values are
-   fp32 or bf16 (widened as they are read); head sizes that are a multiple of 16 up to 128 run on 16-float
-   vectors (`head_SUF_NC`), others on a plain loop (`head_SUF_any`). The softmax subtracts the row
-   maximum, exponentiates (vec.h's vexp) and divides once at the end. */
+/* Attention of one query against n keys, every head, for attnlab's C kernels (few_queries.c, int8_step.c):
+   softmax(q k^T * scale) v (`query_SUF`). Keys and values are fp32 or bf16 (widened as they are read); head
+   sizes that are a multiple of 16 up to 128 run on 16-float vectors, others on a plain loop. The softmax
+   subtracts the row maximum, exponentiates (vec.h's vexp) and divides once at the end. */
 
 #ifndef ATTNLAB_ATTEND_H
 #define ATTNLAB_ATTEND_H
@@ -52,11 +51,12 @@ static inline float scalar_bf16(const uint16_t *p) {
     return f;
 }
 
-/* One query against n keys, head size NC * W: query, dot sums and output in registers. */
+/* One head's scores and pooling, head size NC * W, the query and the output in registers:
+     scores_SUF_NC: s[t] = q . k[t] * scale for t < n
+     pool_SUF_NC:   o = inv * sum_t s[t] v[t]  (s holding the softmax's numerators, inv 1 / their sum) */
 #define DEFINE_HEAD(NC, SUF, KT)                                                                         \
-    static void head_##SUF##_##NC(const float *q, const KT *k, int64_t kst, const KT *v, int64_t vst,      \
-                                  int64_t n, float scale, float *s, float *o) {                           \
-        vf qc[NC], acc[NC];                                                                              \
+    static void scores_##SUF##_##NC(const float *q, const KT *k, int64_t kst, int64_t n, float scale, float *s) { \
+        vf qc[NC];                                                                                       \
         for (int c = 0; c < NC; c++) qc[c] = load(q + c * W);                                            \
         int64_t t = 0;                                                                                   \
         for (; t + 4 <= n; t += 4) {                                                                     \
@@ -75,35 +75,22 @@ static inline float scalar_bf16(const uint16_t *p) {
             for (int c = 0; c < NC; c++) a += qc[c] * load_##SUF(k + t * kst + c * W);                   \
             s[t] = hsum(a) * scale;                                                                      \
         }                                                                                                \
-        const float l = softmax_numerators(s, n);                                                        \
+    }                                                                                                    \
+    static void pool_##SUF##_##NC(const float *s, const KT *v, int64_t vst, int64_t n, float inv, float *o) { \
+        vf acc[NC];                                                                                      \
         for (int c = 0; c < NC; c++) acc[c] = (vf){0};                                                   \
-        for (t = 0; t < n; t++) {                                                                        \
+        for (int64_t t = 0; t < n; t++) {                                                                \
             const vf p = splat(s[t]);                                                                    \
             for (int c = 0; c < NC; c++) acc[c] += p * load_##SUF(v + t * vst + c * W);                  \
         }                                                                                                \
-        const float inv = n > 0 ? 1.0f / l : 0.0f; /* no visible key: zeros */                          \
         for (int c = 0; c < NC; c++) store(o + c * W, acc[c] * inv);                                     \
     }
 
-/* Any head size. */
-#define DEFINE_HEAD_ANY(SUF, KT)                                                                         \
-    static void head_##SUF##_any(const float *q, const KT *k, int64_t kst, const KT *v, int64_t vst,       \
-                                 int64_t n, int64_t Dh, float scale, float *s, float *o) {                \
-        for (int64_t t = 0; t < n; t++) {                                                                \
-            float a = 0.0f;                                                                              \
-            for (int64_t d = 0; d < Dh; d++) a += q[d] * scalar_##SUF(k + t * kst + d);                  \
-            s[t] = a * scale;                                                                            \
-        }                                                                                                \
-        const float l = softmax_numerators(s, n);                                                        \
-        for (int64_t d = 0; d < Dh; d++) o[d] = 0.0f;                                                    \
-        for (int64_t t = 0; t < n; t++)                                                                  \
-            for (int64_t d = 0; d < Dh; d++) o[d] += s[t] * scalar_##SUF(v + t * vst + d);               \
-        const float inv = n > 0 ? 1.0f / l : 0.0f;                                                       \
-        for (int64_t d = 0; d < Dh; d++) o[d] *= inv;                                                    \
-    }
-
-/* The vector heads for head sizes 16..128 and the plain one, for keys/values of type KT; HEADS_SUF[Dh / W]
-   is the vector head of a head size Dh that is a multiple of W (index 0 unused). */
+/* All H heads of one query against n keys, any head size Dh (vector heads where Dh is a multiple of W up
+   to 128): every head's scores, then every head's softmax, then the pooling. The softmaxes are independent,
+   so the CPU overlaps their exp chains, where one head at a time waited on its own (1.3-1.6x the whole
+   attention at 4-24 keys). Query head h reads KV head h / G; s holds H * padded + H floats (padded >= n,
+   a multiple of W); o (H, Dh). A query that sees no key (n = 0) gives zeros. */
 #define DEFINE_HEADS(SUF, KT)                                                                            \
     DEFINE_HEAD(1, SUF, KT)                                                                              \
     DEFINE_HEAD(2, SUF, KT)                                                                              \
@@ -113,11 +100,49 @@ static inline float scalar_bf16(const uint16_t *p) {
     DEFINE_HEAD(6, SUF, KT)                                                                              \
     DEFINE_HEAD(7, SUF, KT)                                                                              \
     DEFINE_HEAD(8, SUF, KT)                                                                              \
-    DEFINE_HEAD_ANY(SUF, KT)                                                                             \
-    typedef void (*head_##SUF##_fn)(const float *, const KT *, int64_t, const KT *, int64_t, int64_t, float, \
-                                    float *, float *);                                                   \
-    static const head_##SUF##_fn HEADS_##SUF[9] = {NULL,          head_##SUF##_1, head_##SUF##_2,         \
-                                                   head_##SUF##_3, head_##SUF##_4, head_##SUF##_5,         \
-                                                   head_##SUF##_6, head_##SUF##_7, head_##SUF##_8};
+    static void scores_##SUF##_any(const float *q, const KT *k, int64_t kst, int64_t n, int64_t Dh, float scale, \
+                                   float *s) {                                                           \
+        for (int64_t t = 0; t < n; t++) {                                                                \
+            float a = 0.0f;                                                                              \
+            for (int64_t d = 0; d < Dh; d++) a += q[d] * scalar_##SUF(k + t * kst + d);                  \
+            s[t] = a * scale;                                                                            \
+        }                                                                                                \
+    }                                                                                                    \
+    static void pool_##SUF##_any(const float *s, const KT *v, int64_t vst, int64_t n, int64_t Dh, float inv, \
+                                 float *o) {                                                             \
+        for (int64_t d = 0; d < Dh; d++) o[d] = 0.0f;                                                    \
+        for (int64_t t = 0; t < n; t++)                                                                  \
+            for (int64_t d = 0; d < Dh; d++) o[d] += s[t] * scalar_##SUF(v + t * vst + d);               \
+        for (int64_t d = 0; d < Dh; d++) o[d] *= inv;                                                    \
+    }                                                                                                    \
+    typedef void (*scores_##SUF##_fn)(const float *, const KT *, int64_t, int64_t, float, float *);      \
+    typedef void (*pool_##SUF##_fn)(const float *, const KT *, int64_t, int64_t, float, float *);        \
+    static const scores_##SUF##_fn SCORES_##SUF[9] = {NULL, scores_##SUF##_1, scores_##SUF##_2,           \
+        scores_##SUF##_3, scores_##SUF##_4, scores_##SUF##_5, scores_##SUF##_6, scores_##SUF##_7,        \
+        scores_##SUF##_8};                                                                               \
+    static const pool_##SUF##_fn POOLS_##SUF[9] = {NULL, pool_##SUF##_1, pool_##SUF##_2, pool_##SUF##_3,  \
+        pool_##SUF##_4, pool_##SUF##_5, pool_##SUF##_6, pool_##SUF##_7, pool_##SUF##_8};                 \
+    static void query_##SUF(const float *q, int64_t qsh, const KT *k, int64_t ksh, int64_t kst, const KT *v, \
+                            int64_t vsh, int64_t vst, int64_t H, int64_t G, int64_t Dh, int64_t n, float scale, \
+                            float *s, int64_t padded, float *o) {                                        \
+        const int nc = Dh % W == 0 && Dh / W <= 8 ? (int)(Dh / W) : 0;                                   \
+        float *inv = s + H * padded;                                                                     \
+        for (int64_t h = 0; h < H; h++) {                                                                \
+            if (nc)                                                                                      \
+                SCORES_##SUF[nc](q + h * qsh, k + h / G * ksh, kst, n, scale, s + h * padded);           \
+            else                                                                                         \
+                scores_##SUF##_any(q + h * qsh, k + h / G * ksh, kst, n, Dh, scale, s + h * padded);     \
+        }                                                                                                \
+        for (int64_t h = 0; h < H; h++) {                                                                \
+            const float l = softmax_numerators(s + h * padded, n);                                       \
+            inv[h] = n > 0 ? 1.0f / l : 0.0f; /* no visible key: zeros */                                \
+        }                                                                                                \
+        for (int64_t h = 0; h < H; h++) {                                                                \
+            if (nc)                                                                                      \
+                POOLS_##SUF[nc](s + h * padded, v + h / G * vsh, vst, n, inv[h], o + h * Dh);            \
+            else                                                                                         \
+                pool_##SUF##_any(s + h * padded, v + h / G * vsh, vst, n, Dh, inv[h], o + h * Dh);       \
+        }                                                                                                \
+    }
 
 #endif

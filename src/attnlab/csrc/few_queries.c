@@ -27,28 +27,17 @@
     int NAME(const float *q_, int64_t qsb, int64_t qsh, int64_t qsi, const KT *k_, int64_t ksb, int64_t ksh,  \
              int64_t kst, const KT *v_, int64_t vsb, int64_t vsh, int64_t vst, const int64_t *lens,          \
              float *out, int64_t B, int64_t H, int64_t G, int64_t Lq, int64_t Lk, int64_t Dh, float scale) {  \
-        const int64_t padded = (Lk + W - 1) / W * W;                                                     \
-        float stack_scores[1024];                                                                        \
+        const int64_t padded = (Lk + W - 1) / W * W, need = H * (padded + 1);                           \
+        float stack_scores[2048];                                                                        \
         if (lens)                                                                                        \
             for (int64_t b = 0; b < B; b++)                                                              \
                 if (lens[b] < 0 || lens[b] > Lk) return 2; /* PyTorch's path names the error */          \
-        float *s = padded <= 1024 ? stack_scores : malloc(sizeof(float) * (size_t)padded);               \
+        float *s = need <= 2048 ? stack_scores : malloc(sizeof(float) * (size_t)need);                   \
         if (!s) return 1;                                                                                \
-        const head_##SUF##_fn fast = Dh % W == 0 && Dh / W <= 8 ? HEADS_##SUF[Dh / W] : NULL;            \
-        for (int64_t bh = 0; bh < B * H; bh++) {                                                         \
-            const int64_t b = bh / H, h = bh % H, kvh = h / G;                                           \
-            const int64_t n = lens ? lens[b] : Lk;                                                       \
-            const KT *k = k_ + b * ksb + kvh * ksh;                                                      \
-            const KT *v = v_ + b * vsb + kvh * vsh;                                                      \
-            for (int64_t i = 0; i < Lq; i++) {                                                           \
-                const float *q = q_ + b * qsb + h * qsh + i * qsi;                                       \
-                float *o = out + ((b * Lq + i) * H + h) * Dh;                                            \
-                if (fast)                                                                                \
-                    fast(q, k, kst, v, vst, n, scale, s, o);                                             \
-                else                                                                                     \
-                    head_##SUF##_any(q, k, kst, v, vst, n, Dh, scale, s, o);                             \
-            }                                                                                            \
-        }                                                                                                \
+        for (int64_t b = 0; b < B; b++)                                                                  \
+            for (int64_t i = 0; i < Lq; i++)                                                             \
+                query_##SUF(q_ + b * qsb + i * qsi, qsh, k_ + b * ksb, ksh, kst, v_ + b * vsb, vsh, vst, H, G, \
+                            Dh, lens ? lens[b] : Lk, scale, s, padded, out + (b * Lq + i) * H * Dh);     \
         if (s != stack_scores) free(s);                                                                  \
         return 0;                                                                                        \
     }

@@ -63,11 +63,10 @@ int attnlab_step_attention(const int32_t *acc, int64_t M, const float *rs, const
     if (lens && !kv_write)
         for (int64_t m = 0; m < M; m++)
             if (lens[m] < 0 || lens[m] > Lk) return 2;
-    /* One buffer: the dequantized row (N), the attention output (Nq), the scores (padded). */
-    float *row = malloc(sizeof(float) * (size_t)(N + Nq + padded));
+    /* One buffer: the dequantized row (N), the attention output (Nq), the scores (H * (padded + 1)). */
+    float *row = malloc(sizeof(float) * (size_t)(N + Nq + H * (padded + 1)));
     if (!row) return 1;
     float *out = row + N, *scores = out + Nq;
-    const head_f32_fn fast = Dh % W == 0 && Dh / W <= 8 ? HEADS_f32[Dh / W] : NULL;
     int finite = 1;
     for (int64_t m = 0; m < M; m++) {
         dequant_row(acc + m * N, N, rs[m], cs, bias, 0, row);
@@ -86,13 +85,7 @@ int attnlab_step_attention(const int32_t *acc, int64_t M, const float *rs, const
             continue;
         }
         const int64_t n = kv_write ? keys : lens ? lens[m] : Lk;
-        for (int64_t h = 0; h < H; h++) {
-            const float *kh = km + h / G * ksh, *vh = vm + h / G * vsh;
-            if (fast)
-                fast(row + h * Dh, kh, kst, vh, vst, n, scale, scores, out + h * Dh);
-            else
-                head_f32_any(row + h * Dh, kh, kst, vh, vst, n, Dh, scale, scores, out + h * Dh);
-        }
+        query_f32(row, Dh, km, ksh, kst, vm, vsh, vst, H, G, Dh, n, scale, scores, padded, out);
         s[m] = quantize_row(out, Nq, q + m * Nq);
     }
     free(row);
