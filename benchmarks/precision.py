@@ -8,8 +8,9 @@ over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpu
 each variant is printed beside it, and how many sentences it translates exactly as fp32 does (fp32 is
 always run, first: the baseline of every column; 'fp32 (F.linear)' is fp32 without its packed linear
 layers, as attnlab decoded before them; a name followed by ' without C kernels' is that variant on
-PyTorch's operators alone, `attnlab.utils.native.off`; then by ' on worker threads', decoded by
-`Translator.decode`'s worker threads instead of its worker processes, ATTNLAB_WORKER_PROCESSES=0; ':bN'
+PyTorch's operators alone, `attnlab.utils.native.off`; by ' on worker threads', decoded by
+`Translator.decode`'s worker threads instead of its worker processes, ATTNLAB_WORKER_PROCESSES=0; by
+' without lean steps', every decoding step on the model's modules, `attnlab.models.decoder_step.off`; ':bN'
 at the end decodes that variant in batches of N instead of its precision's own size). Model
 loading and conversion are not timed. --floors adds each precision's kernel floor: its linear-layer
 kernels, captured once from a decode and replayed back to back on ready operands (LINEAR), timed in the
@@ -44,6 +45,7 @@ from decode import capture_kernels, replay_kernels
 from attnlab.data import load_data
 from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
 from attnlab.metrics import corpus_bleu, reference_text
+from attnlab.models import decoder_step
 from attnlab.runs.loading import load_translator
 from attnlab.utils import native
 from attnlab.utils.packed import PackedLinear, retype_linears
@@ -100,6 +102,9 @@ INT8_VARIANTS = {
 NO_NATIVE = " without C kernels"
 # A variant decoded with `Translator.decode`'s worker threads instead of its worker processes.
 THREADS = " on worker threads"
+# A variant whose every decoding step runs the modules (`attnlab.models.decoder_step.off`), not a lean step.
+NO_LEAN = " without lean steps"
+SUFFIXES = (NO_NATIVE, THREADS, NO_LEAN)
 
 
 # fp32 as it ran before its linear layers were packed for oneDNN (F.linear: the weight reordered per call).
@@ -111,26 +116,26 @@ def unpacked(model):
     return retype_linears(model, PackedLinear, nn.Linear, copy=True)
 
 
-def parse_variant(full: str) -> tuple[str, bool, bool, int | None]:
-    """'int8 on worker threads without C kernels:b256' -> ('int8', True, True, 256): the precision, whether
-    the C kernels are off, whether on worker threads (the two suffixes in either order), the batch size."""
+def parse_variant(full: str) -> tuple[str, frozenset[str], int | None]:
+    """'int8 on worker threads without C kernels:b256' -> ('int8', {THREADS, NO_NATIVE}, 256): the precision,
+    its SUFFIXES (in any order) and the batch size."""
     name, batch = full, None
     if m := re.fullmatch(r"(.*):b(\d+)", name):
         name, batch = m.group(1), int(m.group(2))
-    found = {NO_NATIVE: False, THREADS: False}
-    while any(name.endswith(suffix) for suffix in found):
-        suffix = next(suffix for suffix in found if name.endswith(suffix))
-        name, found[suffix] = name.removesuffix(suffix), True
-    return name, found[NO_NATIVE], found[THREADS], batch
+    found: set[str] = set()
+    while suffix := next((x for x in SUFFIXES if name.endswith(x)), None):
+        name = name.removesuffix(suffix)
+        found.add(suffix)
+    return name, frozenset(found), batch
 
 
 def variants(translator, names, batch_size: int | None = None):
     """name -> a Translator sharing vocabularies, with the model prepared for that precision
     (fp32, bf16, auto, UNPACKED or one of INT8_VARIANTS) and its batch size: the name's :bN, else
-    batch_size, else the precision's own; `switches(t)` is the variant's C-kernel and worker-thread setting."""
+    batch_size, else the precision's own; `switches(t)` applies the variant's SUFFIXES."""
     out = {}
     for full in names:
-        name, no_native, threads, batch = parse_variant(full)
+        name, suffixes, batch = parse_variant(full)
         t = copy.copy(translator)
         if name == UNPACKED:
             t.model = unpacked(translator.model)
@@ -141,25 +146,28 @@ def variants(translator, names, batch_size: int | None = None):
         else:
             raise SystemExit(
                 f"unknown precision variant {name!r}; expected {DECODE_PRECISIONS}, "
-                f"{UNPACKED!r} or {list(INT8_VARIANTS)}, any of them followed by {NO_NATIVE!r} and/or {THREADS!r}, "
+                f"{UNPACKED!r} or {list(INT8_VARIANTS)}, any of them followed by any of {list(SUFFIXES)}, "
                 "then optionally :bN (batches of N)"
             )
         t.precision = resolve_precision("int8" if name in INT8_VARIANTS else "fp32" if name == UNPACKED else name)
         t.batch_size = batch or batch_size or BATCH_SIZE_BY_PRECISION.get(t.precision.picked, DEFAULT_BATCH_SIZE)
-        t.bench_switches = (no_native, threads)
+        t.bench_switches = suffixes
         out[full] = t
     return out
 
 
 @contextlib.contextmanager
 def switches(t):
-    """Inside the block, `t`'s variant runs as its name said: C kernels off, or on worker threads."""
-    no_native, threads = getattr(t, "bench_switches", (False, False))
+    """Inside the block, `t`'s variant runs as its name said: C kernels off, on worker threads, without lean
+    steps."""
+    suffixes = getattr(t, "bench_switches", frozenset())
     with contextlib.ExitStack() as stack:
-        if no_native:
+        if NO_NATIVE in suffixes:
             stack.enter_context(native.off())
-        if threads:
+        if THREADS in suffixes:
             stack.enter_context(mock.patch.dict(os.environ, {"ATTNLAB_WORKER_PROCESSES": "0"}))
+        if NO_LEAN in suffixes:
+            stack.enter_context(decoder_step.off())
         yield
 
 

@@ -108,8 +108,9 @@ def test_int8_quantizes_every_linear_and_decodes_like_fp32():
     kinds = {name: type(m) for name, m in q.named_modules()}
     quantized = [n for n, t in kinds.items() if t is Int8Linear]  # INT8_KERNEL: per-row activation scales
     assert "decoder.dense" in quantized and "encoder.blocks.0.attention.W_q" in quantized  # INT8_KEEP_FP32 = ()
-    assert sorted(n for n in quantized if not n.endswith(".W_qkv")) == sorted(int8_layers(model))
+    assert sorted(n for n in quantized if not n.endswith((".W_qkv", ".W_kv"))) == sorted(int8_layers(model))
     assert "encoder.blocks.0.attention.W_qkv" in quantized  # self-attention's three projections, fused
+    assert [n for n in quantized if n.endswith(".W_kv")] == ["decoder.blocks.0.cross_attention.W_kv"]
     assert type(model.encoder.blocks[0].attention.W_q) is nn.Linear  # the original stays fp32
     src = torch.randint(3, 20, (8, 7))
     torch.testing.assert_close(q(src, src[:, :5]), model(src, src[:, :5]), atol=0.1, rtol=0.05)

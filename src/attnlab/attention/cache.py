@@ -85,7 +85,7 @@ class KVCache:
             self._kbuf, self._vbuf, self._spare, self.finite = torch.empty(shape), torch.empty(shape), None, True
             self._set_views(0)
         L = self.k.shape[2]
-        if not self._owns_buffers() or L + 1 > self._kbuf.shape[2]:
+        if not self._owns_buffers() or self._kbuf.shape[2] <= L:
             self._grow(L + 1)
         return self._kbuf, self._vbuf, L
 

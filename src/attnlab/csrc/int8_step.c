@@ -23,10 +23,17 @@
 
 DEFINE_HEADS(f32, float)
 
+/* Whether x[0, n) holds no NaN or inf (x - x is NaN for both). */
 static int all_finite(const float *x, int64_t n) {
+    vi bad = {0};
+    int64_t i = 0;
+    for (; i + W <= n; i += W) {
+        const vf v = load(x + i);
+        bad |= (v - v) != 0.0f;
+    }
     int ok = 1;
-#pragma omp simd reduction(& : ok)
-    for (int64_t i = 0; i < n; i++) ok &= (x[i] - x[i]) == 0.0f; /* inf - inf and NaN - NaN are NaN */
+    for (int j = 0; j < W; j++) ok &= bad[j] == 0;
+    for (; i < n; i++) ok &= (x[i] - x[i]) == 0.0f;
     return ok;
 }
 
@@ -36,7 +43,8 @@ __attribute__((optimize("fp-contract=off"))) static void embed_row(const float *
     for (int64_t d = 0; d < D; d++) o[d] = e[d] * scale + p[d];
 }
 
-/* Returns 0, or 2 when a token lies outside [0, V) (nothing computed: the modules' path says so). */
+/* Every row adds the step's position. Returns 0, or 2 when a token lies outside [0, V) (nothing computed: the
+   modules' path says so). */
 int attnlab_step_embed(const float *table, int64_t ld, int64_t V, const int64_t *tokens, int64_t M, int64_t D,
                        float scale, const float *position, float *x, int8_t *q, float *s) {
     for (int64_t m = 0; m < M; m++)

@@ -1,7 +1,7 @@
 """A greedy decoding step of the Transformer's decoder in few calls: the same kernels and arithmetic as
 the modules' own forward, without their per-call Python (module calls, checks, path choices, lambdas).
 
-    step = DecoderStep.build(decoder)     -> None where the decoder is not one it covers
+    step = DecoderStep.build(decoder)     -> None where the decoder is not one it covers (or inside `off()`)
     step.covers(state)                    -> whether this step of this state can run here
     step(tgt (n, 1), state)               -> logits (n, 1, V), the caches updated as the modules do
 
@@ -14,6 +14,10 @@ itself), so its logits are the modules' bit for bit (`tests/models/test_decoder_
 """
 
 from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -33,7 +37,29 @@ from .transformer_layers import (
     add_layer_norm,
 )
 
-__all__ = ["DecoderStep"]
+__all__ = ["DecoderStep", "active", "off", "unwatched"]
+
+_off = 0  # > 0 inside `off()`
+_off_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def off() -> Iterator[None]:
+    """Inside the block, decoding states opened get no lean step: every step runs the modules (benchmarks
+    measure what the lean steps give, as `attnlab.utils.native.off` does for the C kernels)."""
+    global _off
+    with _off_lock:
+        _off += 1
+    try:
+        yield
+    finally:
+        with _off_lock:
+            _off -= 1
+
+
+def active() -> bool:
+    """Whether decoding states opened now get a lean step where one covers the model (not inside `off()`)."""
+    return not _off
 
 
 class DecoderStep:
@@ -41,12 +67,16 @@ class DecoderStep:
 
     def __init__(self, decoder: TransformerDecoder):
         self.decoder = decoder
-        self.blocks: list[TransformerDecoderBlock] = list(decoder.blocks)
+        self.blocks: list[TransformerDecoderBlock] = [
+            b for b in decoder.blocks if isinstance(b, TransformerDecoderBlock)
+        ]
         self.modules = list(decoder.modules())
 
     @classmethod
     def build(cls, decoder: nn.Module) -> DecoderStep | None:
-        """The step for `decoder`, or None where it is not a decoder this step covers."""
+        """The step for `decoder`, or None where it is not a decoder this step covers (or inside `off()`)."""
+        if _off:
+            return None
         if type(decoder) is not TransformerDecoder or decoder.pos_encoding is None or decoder.relative_bias is not None:
             return None
         for block in decoder.blocks:
@@ -71,38 +101,29 @@ class DecoderStep:
         return self_cache.k is not None and cross_cache.k is not None
 
     def unwatched(self, state) -> bool:
-        """One row per sentence, the model in eval mode without autograd, and nothing watching (recording,
-        head masks, hooks) that the modules would serve."""
-        if state.beam != 1 or not state.caches or self.decoder.training or torch.is_grad_enabled() or head_masks_active():
-            return False
-        for m in self.modules:
-            if m._forward_hooks or m._forward_pre_hooks or (isinstance(m, MultiHeadAttention) and m.recording):
-                return False
-        return not _global_hooks()
+        """One row per sentence, and nothing in the modules' way (`unwatched`)."""
+        return state.beam == 1 and bool(state.caches) and unwatched(self.modules)
 
     def __call__(self, tgt: Tensor, state) -> Tensor:
         dec = self.decoder
         X = dec.embed(tgt, state.offset)  # (n, 1, D)
         lens = state.src_valid_lens
         for block, (self_cache, cross_cache) in zip(self.blocks, state.caches):
-            X = _residual(block.addnorm1, X, lambda x: _self_attention(block.self_attention, x, self_cache))
-            X = _residual(block.addnorm2, X, lambda x: _cross_attention(block.cross_attention, x, cross_cache, lens))
-            X = _residual(block.addnorm3, X, block.ffn.forward)
+            X = _residual(block.addnorm1, X, _self_attention, block.self_attention, self_cache)
+            X = _residual(block.addnorm2, X, _cross_attention, block.cross_attention, cross_cache, lens)
+            X = _residual(block.addnorm3, X, PositionWiseFFN.forward, block.ffn)
         X = dec.final_norm(X)
         return dec.dense.forward(X)
 
 
-def _residual(sub: Sublayer, X: Tensor, f) -> Tensor:
-    """`Sublayer.forward` in eval mode: LayerNorm(X + f(X)) (C pass where it runs), or X + f(LayerNorm(X))."""
+def _residual(sub: Sublayer, X: Tensor, f, module: nn.Module, *args) -> Tensor:
+    """`Sublayer.forward` in eval mode with the sublayer g(x) = f(module, x, *args): LayerNorm(X + g(X)) (a C
+    pass where it runs), or X + g(LayerNorm(X))."""
     if sub.norm_first:
-        return X + f(sub.ln(X))
-    Y = f(X)
+        return X + f(module, sub.ln(X), *args)
+    Y = f(module, X, *args)
     out = add_layer_norm(X, Y, sub.ln)
     return sub.ln(X + Y) if out is None else out
-
-
-def _project(layer: nn.Module, x: Tensor) -> Tensor:
-    return layer.forward(x)
 
 
 def _self_attention(mha: MultiHeadAttention, x: Tensor, cache: KVCache) -> Tensor:
@@ -125,7 +146,7 @@ def _self_attention(mha: MultiHeadAttention, x: Tensor, cache: KVCache) -> Tenso
 
 def _cross_attention(mha: MultiHeadAttention, x: Tensor, cache: KVCache, lens: Tensor | None) -> Tensor:
     """`MultiHeadAttention.forward(x, memory, memory, lens, cache=cache)` against a filled static cache."""
-    q = mha._split(_project(mha.W_q, x))
+    q = mha._split(mha.W_q.forward(x))
     return _attend(mha, q, cache.k, cache.v, cache, lens, False)
 
 
@@ -138,7 +159,23 @@ def _attend(mha: MultiHeadAttention, q, k, v, cache: KVCache, lens, causal: bool
     else:
         out = mha._attend_nonfinite(q, k, v, lens, None, causal)
     out = out.transpose(1, 2).reshape(B, 1, mha.num_heads * mha.head_dim)
-    return _project(mha.W_o, out)
+    return mha.W_o.forward(out)
+
+
+def unwatched(modules: list[nn.Module]) -> bool:
+    """Whether a fused pass may stand in for these modules' forward: eval mode, no autograd, and nothing
+    watching them that their forward would serve (recording, head masks, forward hooks)."""
+    if torch.is_grad_enabled() or head_masks_active() or _global_hooks():
+        return False
+    for m in modules:
+        if (
+            m.training
+            or m._forward_hooks
+            or m._forward_pre_hooks
+            or (isinstance(m, MultiHeadAttention) and m.recording)
+        ):
+            return False
+    return True
 
 
 def _global_hooks() -> bool:

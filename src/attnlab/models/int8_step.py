@@ -1,20 +1,23 @@
-"""A greedy decoding step of an int8 decoder (`--precision int8`) as int8 matmuls with one C pass between
-each two (`csrc/int8_step.c`): about 30 calls per step of a 2-layer decoder instead of about 290.
+"""int8 decoding's greedy step (`--precision int8`) as int8 matmuls with one C pass between each two
+(`csrc/int8_step.c`): a step of the 2-layer `laptop` decoder is about 30 calls instead of about 290, and
+int8 greedy 1.2-1.3x faster (BENCHMARKS.md, "Precision").
 
-    x, (q, s) = embed(tokens)                                   fp32 rows and their int8 quantization
-    per block:
-        q, s = attention(int_mm(q, W_qkv))                      the new key/value into the cache, then attention
-        x, (q, s) = add_ln(int_mm(q, W_o), x)                   LayerNorm(x + W_o o)
-        q, s = attention(int_mm(q, W_q'), cross cache)          cross-attention over the source
+    x, (q, s) = embed(tokens)                              fp32 rows and their int8 rows and scales
+    per decoder block:
+        q, s = attention(int_mm(q, W_qkv))                 the new key/value into the cache, then attention
+        x, (q, s) = add_ln(int_mm(q, W_o), x)              LayerNorm(x + W_o o)
+        q, s = attention(int_mm(q, W_q'), cross cache)     cross-attention over the source
         x, (q, s) = add_ln(int_mm(q, W_o'), x)
         q, s = relu(int_mm(q, W_1)); x, (q, s) = add_ln(int_mm(q, W_2), x)
     logits = dequantize(int_mm(q, W_dense))
 
-The modules' int8 path computes the same rows with the same functions (`csrc/rows.h`, `csrc/attend.h`),
-so the logits are theirs bit for bit (`tests/models/test_decoder_step.py`). It covers post-norm blocks whose
-linear layers are all `Int8Linear`s on attnlab's C passes, with ReLU FFNs and sinusoidal or learned
-positions; a step whose caches hold a non-finite key or value goes to the modules (their exact non-finite
-path), as does everything `DecoderStep.covers` refuses.
+The modules' int8 path computes the same rows with the same C functions (`csrc/rows.h`, `csrc/attend.h`),
+so the logits are theirs bit for bit (`tests/models/test_decoder_step.py`). Covered: post-norm blocks whose
+linear layers are all `Int8Linear`s on attnlab's C passes, ReLU FFNs, sinusoidal or learned positions, any
+grouped-query layout, and nothing watching (`unwatched`). A step whose caches hold a non-finite key or value
+goes to the modules (their exact non-finite path), as does everything else. The encoder stays on the
+modules: it runs once per batch, so its Python is a small share, and the same fused passes measured no
+faster there (BENCHMARKS.md, "Tried, not kept").
 """
 
 from __future__ import annotations
@@ -25,24 +28,28 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnlab.attention import MultiHeadAttention
 from attnlab.utils import native
 from attnlab.utils.quantize import Int8Linear
 
 from .decoder_step import DecoderStep
+from .transformer_layers import PositionWiseFFN, Sublayer, _TokenStack
 
 __all__ = ["Int8DecoderStep"]
 
-_PTR, _I64, _F = native.PTR, native.I64, ctypes.c_float
+_PTR, _I64, _F, _INT = native.PTR, native.I64, ctypes.c_float, ctypes.c_int
 _SIGNATURES = {
     "attnlab_step_embed": [_PTR, _I64, _I64, _PTR, _I64, _I64, _F, _PTR, _PTR, _PTR, _PTR],
     "attnlab_step_attention": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64]
     + [_PTR, _I64, _I64, _I64] * 2
-    + [ctypes.c_int, _I64, _PTR, _I64, _F, _PTR, _PTR],
+    + [_INT, _I64, _PTR, _I64, _F, _PTR, _PTR],
     "attnlab_step_add_ln": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _F, _PTR, _PTR, _PTR],
     "attnlab_step_relu": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
 }
-_DEQUANTIZE_ARGS = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int, _PTR]
-_QUANTIZE_ARGS = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
+_ROW_PASSES = {
+    "attnlab_dequantize_f32": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _INT, _PTR],
+    "attnlab_quantize_rows_f32": [_PTR, _I64, _I64, _I64, _PTR, _PTR],
+}
 
 
 def _ptr(t: Tensor | None) -> int | None:
@@ -50,10 +57,10 @@ def _ptr(t: Tensor | None) -> int | None:
 
 
 class _Linear:
-    """An `Int8Linear`'s operands as the kernels take them (`heads`: (KV heads, head size) of a W_kv)."""
+    """An `Int8Linear`'s operands as the kernels take them."""
 
-    def __init__(self, layer: Int8Linear, heads: tuple[int, int] = (0, 0)):
-        self.w, self.n, self.heads = layer.weight_t, layer.out_features, heads
+    def __init__(self, layer: Int8Linear):
+        self.w, self.n = layer.weight_t, layer.out_features
         self.cs, self.bias = layer.scale.data_ptr(), _ptr(layer.bias)
 
 
@@ -62,51 +69,123 @@ class _Norm:
         self.w, self.b, self.eps = _ptr(ln.weight), _ptr(ln.bias), float(ln.eps)
 
 
+def _heads(mha: MultiHeadAttention) -> tuple[int, int, int, float]:
+    return mha.num_heads, mha.groups, mha.head_dim, 1.0 / math.sqrt(mha.head_dim)
+
+
+class _Passes:
+    """The kernels and the passes of a step; D is the model width."""
+
+    def __init__(self, functions: dict, D: int):
+        self.fn, self.D = functions, D
+
+    @staticmethod
+    def load() -> dict | None:
+        """The C functions, or None where one cannot be had (no compiler, ATTNLAB_NATIVE=0)."""
+        fns = {s: native.function("int8_step", s, a, _INT) for s, a in _SIGNATURES.items()}
+        fns.update({s: native.function("int8_rows", s, a) for s, a in _ROW_PASSES.items()})
+        return None if any(f is None for f in fns.values()) else fns
+
+    def embed(self, stack, tokens: Tensor, position: Tensor):
+        """(x, q, s) of tokens (M,) plus the position (1, D), or None for a token outside the vocabulary."""
+        M, D, emb = tokens.numel(), self.D, stack.embedding.weight
+        x, q, s = _rows(M, D)
+        position = position.to(torch.float32).contiguous()
+        status = self.fn["attnlab_step_embed"](
+            emb.data_ptr(), emb.stride(0), emb.shape[0], tokens.data_ptr(), M, D, stack.embed_scale,
+            position.data_ptr(), x.data_ptr(), q.data_ptr(), s.data_ptr(),
+        )  # fmt: skip
+        return None if status else (x, q, s)
+
+    def add_ln(self, q, s, proj: _Linear, x, norm: _Norm):
+        """LayerNorm(x + proj(q, s)) and its int8 rows."""
+        n = q.shape[0]
+        acc = torch._int_mm(q, proj.w)
+        xo, qo, so = _rows(n, self.D)
+        status = self.fn["attnlab_step_add_ln"](
+            acc.data_ptr(), n, self.D, s.data_ptr(), proj.cs, proj.bias, x.data_ptr(),
+            norm.w, norm.b, norm.eps, xo.data_ptr(), qo.data_ptr(), so.data_ptr(),
+        )  # fmt: skip
+        _check(status)
+        return xo, qo, so
+
+    def ffn(self, q, s, f1: _Linear, f2: _Linear, x, norm: _Norm):
+        """LayerNorm(x + W_2 relu(W_1 x)), the hidden rows never kept in fp32."""
+        n = q.shape[0]
+        acc = torch._int_mm(q, f1.w)
+        h, hs = torch.empty((n, f1.n), dtype=torch.int8), torch.empty(n)
+        status = self.fn["attnlab_step_relu"](
+            acc.data_ptr(), n, f1.n, s.data_ptr(), f1.cs, f1.bias, h.data_ptr(), hs.data_ptr()
+        )
+        _check(status)
+        return self.add_ln(h, hs, f2, x, norm)
+
+
+def _blocks_covered(stack: _TokenStack, attentions: tuple[str, ...], linears: tuple[str, ...]) -> bool:
+    """Whether every block of `stack` is one the fused passes compute: the named attention modules plain
+    `MultiHeadAttention`s, the named linear layers (dotted names in a block) `Int8Linear`s, a ReLU FFN, and
+    post-norm LayerNorms over the model width; a float embedding and positions added to it."""
+    emb = stack.embedding.weight
+    if stack.pos_encoding is None or stack.relative_bias is not None or not native.takes(torch.float32, emb):
+        return False
+    for block in stack.blocks:
+        for name in attentions:
+            mha = getattr(block, name)
+            if (
+                type(mha) is not MultiHeadAttention
+                or mha.rotary is not None
+                or mha.window is not None
+                or not mha.num_heads
+            ):
+                return False
+        if any(type(_get(block, name)) is not Int8Linear for name in linears):
+            return False
+        if type(block.ffn) is not PositionWiseFFN or type(block.ffn.activation) is not nn.ReLU:
+            return False
+        for sub in (m for m in block.children() if isinstance(m, Sublayer)):
+            if type(sub) is not Sublayer or sub.norm_first or not _float_norm(sub.ln, stack.num_hiddens):
+                return False
+    return True
+
+
+def _get(block: nn.Module, dotted: str) -> object:
+    """block.a.b for dotted = "a.b" (None where a part is missing)."""
+    found: object = block
+    for part in dotted.split("."):
+        found = getattr(found, part, None)
+    return found
+
+
 class Int8DecoderStep(DecoderStep):
     """The int8 step of a `TransformerDecoder` (see the module docstring)."""
 
+    ATTENTIONS = ("self_attention", "cross_attention")
+    LINEARS = tuple(f"self_attention.{w}" for w in ("W_qkv", "W_q", "W_k", "W_v", "W_o"))
+    LINEARS += tuple(f"cross_attention.{w}" for w in ("W_kv", "W_q", "W_k", "W_v", "W_o"))
+    LINEARS += ("ffn.dense1", "ffn.dense2")
+
     def __init__(self, decoder, functions: dict):
         super().__init__(decoder)
-        self.fn = functions
-        self.D = decoder.num_hiddens
-        self.layers = []
-        for block in self.blocks:
-            sa, ca = block.self_attention, block.cross_attention
-            self.layers.append(
-                (
-                    _Linear(sa.W_qkv), _Linear(sa.W_o), _Linear(ca.W_q), _Linear(ca.W_o),
-                    _Linear(block.ffn.dense1), _Linear(block.ffn.dense2),
-                    _Norm(block.addnorm1.ln), _Norm(block.addnorm2.ln), _Norm(block.addnorm3.ln),
-                    (sa.num_heads, sa.groups, sa.head_dim, 1.0 / math.sqrt(sa.head_dim)),
-                    (ca.num_heads, ca.groups, ca.head_dim, 1.0 / math.sqrt(ca.head_dim)),
-                )
-            )  # fmt: skip
+        self.passes = _Passes(functions, decoder.num_hiddens)
+        self.layers = [
+            (_Linear(b.self_attention.W_qkv), _Linear(b.self_attention.W_o), _Linear(b.cross_attention.W_q),
+             _Linear(b.cross_attention.W_o), _Linear(b.ffn.dense1), _Linear(b.ffn.dense2),
+             _Norm(b.addnorm1.ln), _Norm(b.addnorm2.ln), _Norm(b.addnorm3.ln),
+             _heads(b.self_attention), _heads(b.cross_attention))
+            for b in self.blocks
+        ]  # fmt: skip
+        self.kv = [_Linear(b.cross_attention.W_kv) for b in self.blocks]  # the first step's memory projection
         self.dense = _Linear(decoder.dense)
-        # cross-attention's W_kv per block, for the first step
-        self.kv = [_Linear(b.cross_attention.W_kv, (b.cross_attention.num_kv_heads, b.cross_attention.head_dim)) for b in self.blocks]
 
     @classmethod
     def build(cls, decoder: nn.Module) -> Int8DecoderStep | None:
         """The int8 step for `decoder`, or None where it does not cover it (see the module docstring)."""
-        if DecoderStep.build(decoder) is None:
+        base = DecoderStep.build(decoder)  # a TransformerDecoder of the blocks a lean step covers
+        if base is None or type(base.decoder.dense) is not Int8Linear:
             return None
-        emb = decoder.embedding.weight
-        if not (emb.dtype is torch.float32 and emb.is_cpu and emb.stride(-1) == 1) or type(decoder.dense) is not Int8Linear:
+        if not _blocks_covered(base.decoder, cls.ATTENTIONS, cls.LINEARS) or (functions := _Passes.load()) is None:
             return None
-        for block in decoder.blocks:
-            sa, ca, ffn = block.self_attention, block.cross_attention, block.ffn
-            linears = [getattr(sa, "W_qkv", None), sa.W_q, sa.W_k, sa.W_v, sa.W_o, ca.W_q, getattr(ca, "W_kv", None)]
-            linears += [ca.W_k, ca.W_v, ca.W_o, ffn.dense1, ffn.dense2]
-            if any(type(m) is not Int8Linear for m in linears) or type(ffn.activation) is not nn.ReLU:
-                return None
-            if block.addnorm1.norm_first or any(not _float_params(s.ln) or s.ln.normalized_shape[0] != decoder.num_hiddens for s in (block.addnorm1, block.addnorm2, block.addnorm3)):
-                return None
-        functions = {s: native.function("int8_step", s, a, ctypes.c_int) for s, a in _SIGNATURES.items()}
-        functions["dequantize"] = native.function("int8_rows", "attnlab_dequantize_f32", _DEQUANTIZE_ARGS)
-        functions["quantize"] = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
-        if any(f is None for f in functions.values()):
-            return None
-        return cls(decoder, functions)
+        return cls(base.decoder, functions)
 
     def covers(self, state) -> bool:
         """Nothing in the way (`DecoderStep.unwatched`), and either the first step (every cache empty, an fp32
@@ -123,51 +202,43 @@ class Int8DecoderStep(DecoderStep):
         return True
 
     def __call__(self, tgt: Tensor, state) -> Tensor:
-        fn, D = self.fn, self.D
-        dec = self.decoder
-        n, L = tgt.shape[0], state.offset
-        tokens = tgt.contiguous()
-        position = dec.pos_encoding.encoding(1, L).to(torch.float32).contiguous()
-        x, q, s = _rows(n, D)
-        emb = dec.embedding.weight
-        if fn["attnlab_step_embed"](
-            emb.data_ptr(), emb.stride(0), emb.shape[0], tokens.data_ptr(), n, D, dec.embed_scale,
-            position.data_ptr(), x.data_ptr(), q.data_ptr(), s.data_ptr(),
-        ):  # fmt: skip
+        p, dec = self.passes, self.decoder
+        n = tgt.shape[0]
+        assert dec.pos_encoding is not None  # `build` saw to it
+        rows = p.embed(dec, tgt.contiguous(), dec.pos_encoding.encoding(1, state.offset))
+        if rows is None:
             return super().__call__(tgt, state)  # a token outside the vocabulary: the modules say so
+        x, q, s = rows
         if state.caches[0][1].k is None:
             self._project_memory(state)
-        lens = state.src_valid_lens
-        if lens is not None and not (lens.dtype is torch.int64 and lens.is_contiguous()):
-            lens = lens.to(torch.int64).contiguous()
+        lens = _lengths(state.src_valid_lens)
         for (qkv, o, cq, co, f1, f2, n1, n2, n3, sa, ca), (self_cache, cross_cache) in zip(self.layers, state.caches):
             kbuf, vbuf, at = self_cache.next_slot(n, sa[0] // sa[1], sa[2])
             q, s, status = self._attention(q, s, qkv, sa, kbuf, vbuf, True, at, None, 0)
             self_cache.advance(status != 4)
-            x, q, s = self._add_ln(q, s, o, x, n1)
-            q, s, _ = self._attention(q, s, cq, ca, cross_cache.k, cross_cache.v, False, 0, lens, cross_cache.k.shape[2])
-            x, q, s = self._add_ln(q, s, co, x, n2)
-            acc = torch._int_mm(q, f1.w)
-            h, hs = torch.empty((n, f1.n), dtype=torch.int8), torch.empty(n)
-            _check(fn["attnlab_step_relu"](acc.data_ptr(), n, f1.n, s.data_ptr(), f1.cs, f1.bias, h.data_ptr(), hs.data_ptr()))
-            x, q, s = self._add_ln(h, hs, f2, x, n3)
+            x, q, s = p.add_ln(q, s, o, x, n1)
+            q, s, _ = self._attention(
+                q, s, cq, ca, cross_cache.k, cross_cache.v, False, 0, lens, cross_cache.k.shape[2]
+            )
+            x, q, s = p.add_ln(q, s, co, x, n2)
+            x, q, s = p.ffn(q, s, f1, f2, x, n3)
         acc = torch._int_mm(q, self.dense.w)
         ptr = acc.data_ptr()
-        fn["dequantize"](ptr, n, self.dense.n, s.data_ptr(), self.dense.cs, self.dense.bias, 0, ptr)
+        p.fn["attnlab_dequantize_f32"](ptr, n, self.dense.n, s.data_ptr(), self.dense.cs, self.dense.bias, 0, ptr)
         return acc.view(torch.float32).view(n, 1, self.dense.n)
 
     def _project_memory(self, state) -> None:
         """The first step: every block's cross-attention keys and values, W_kv of the memory's int8 rows
         (quantized once for all blocks), into its static cache, as the modules' path computes them."""
-        memory = state.memory
+        fn, memory = self.passes.fn, state.memory
         B, S, D = memory.shape
         mq, ms = torch.empty((B * S, D), dtype=torch.int8), torch.empty(B * S)
-        self.fn["quantize"](memory.data_ptr(), D, B * S, D, mq.data_ptr(), ms.data_ptr())
-        for kv, (_, cross_cache) in zip(self.kv, state.caches):
+        fn["attnlab_quantize_rows_f32"](memory.data_ptr(), D, B * S, D, mq.data_ptr(), ms.data_ptr())
+        for kv, block, (_, cross_cache) in zip(self.kv, self.blocks, state.caches):
             acc = torch._int_mm(mq, kv.w)
             ptr = acc.data_ptr()
-            self.fn["dequantize"](ptr, B * S, kv.n, ms.data_ptr(), kv.cs, kv.bias, 0, ptr)
-            Hkv, Dh = kv.heads
+            fn["attnlab_dequantize_f32"](ptr, B * S, kv.n, ms.data_ptr(), kv.cs, kv.bias, 0, ptr)
+            Hkv, Dh = block.cross_attention.num_kv_heads, block.cross_attention.head_dim
             kvf = acc.view(torch.float32).view(B, S, kv.n)
             k = kvf[..., : kv.n // 2].view(B, S, Hkv, Dh).transpose(1, 2)  # (B, Hkv, S, Dh)
             v = kvf[..., kv.n // 2 :].view(B, S, Hkv, Dh).transpose(1, 2)
@@ -179,7 +250,7 @@ class Int8DecoderStep(DecoderStep):
         H, G, Dh, scale = heads
         acc = torch._int_mm(q, proj.w)
         oq, os = torch.empty((n, H * Dh), dtype=torch.int8), torch.empty(n)
-        status = self.fn["attnlab_step_attention"](
+        status = self.passes.fn["attnlab_step_attention"](
             acc.data_ptr(), n, s.data_ptr(), proj.cs, proj.bias, H, G, Dh,
             k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
             int(write), at, _ptr(lens), Lk, scale, oq.data_ptr(), os.data_ptr(),
@@ -189,28 +260,24 @@ class Int8DecoderStep(DecoderStep):
         _check(status & 1)
         return oq, os, status
 
-    def _add_ln(self, q, s, proj: _Linear, x, norm: _Norm):
-        n = q.shape[0]
-        acc = torch._int_mm(q, proj.w)
-        xo, qo, so = _rows(n, self.D)
-        _check(
-            self.fn["attnlab_step_add_ln"](
-                acc.data_ptr(), n, self.D, s.data_ptr(), proj.cs, proj.bias, x.data_ptr(),
-                norm.w, norm.b, norm.eps, xo.data_ptr(), qo.data_ptr(), so.data_ptr(),
-            )  # fmt: skip
-        )
-        return xo, qo, so
-
 
 def _rows(n: int, D: int) -> tuple[Tensor, Tensor, Tensor]:
     """x (n, D) fp32, its int8 rows (n, D) and their scales (n,), to be written by a kernel."""
     return torch.empty((n, D)), torch.empty((n, D), dtype=torch.int8), torch.empty(n)
 
 
-def _float_params(ln: nn.LayerNorm) -> bool:
+def _lengths(lens: Tensor | None) -> Tensor | None:
+    """Source lengths as the kernels read them: int64, contiguous."""
+    if lens is None or (lens.dtype is torch.int64 and lens.is_contiguous()):
+        return lens
+    return lens.to(torch.int64).contiguous()
+
+
+def _float_norm(ln: nn.Module, D: int) -> bool:
     """A LayerNorm over the last D features whose weight and bias (both or neither) the kernel reads."""
     return (
-        len(ln.normalized_shape) == 1
+        type(ln) is nn.LayerNorm
+        and tuple(ln.normalized_shape) == (D,)
         and (ln.weight is None) == (ln.bias is None)
         and native.takes(torch.float32, ln.weight, ln.bias)
     )
@@ -218,4 +285,4 @@ def _float_params(ln: nn.LayerNorm) -> bool:
 
 def _check(status: int) -> None:
     if status:
-        raise MemoryError("attnlab's int8 decoding step ran out of memory")
+        raise MemoryError("attnlab's int8 decoding passes ran out of memory")

@@ -1,0 +1,182 @@
+"""The decoder's lean steps (`DecoderStep`, int8's `Int8DecoderStep`) give the modules' logits bit for bit,
+and hand every step they do not cover back to the modules."""
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.attention import KVCache, record_attention
+from attnlab.attention.heads import mask_heads
+from attnlab.models import decoder_step, transformer
+from attnlab.models.decoder_step import DecoderStep
+from attnlab.models.int8_step import Int8DecoderStep
+from attnlab.models.transformer import Transformer, TransformerConfig
+from attnlab.utils import native
+from attnlab.utils.precision import prepare_for_inference
+
+needs_kernels = pytest.mark.skipif(native.load("int8_step") is None, reason="no C compiler for attnlab's kernels")
+
+V = 50
+
+
+def model(precision: str, seed: int = 0, **kw) -> nn.Module:
+    """A tiny random Transformer in `precision` (a wide output layer: the step's last matmul)."""
+    torch.manual_seed(seed)
+    args = dict(num_hiddens=64, num_heads=4, num_layers=2, ffn_num_hiddens=96) | kw
+    return prepare_for_inference(Transformer(TransformerConfig(V, V, **args)).eval(), precision)
+
+
+def no_lean_steps(monkeypatch):
+    none = classmethod(lambda cls, decoder: None)
+    monkeypatch.setattr(transformer.DecoderStep, "build", none)
+    monkeypatch.setattr(transformer.Int8DecoderStep, "build", none)
+
+
+def sources(B: int = 6, S: int = 7, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, V, (B, S), generator=g)
+    lens = torch.randint(1, S + 1, (B,), generator=g)
+    return src, lens
+
+
+def teacher(B: int, n: int = 6, seed: int = 2) -> torch.Tensor:
+    """(B, n) random target tokens, fed one step at a time."""
+    return torch.randint(0, V, (B, n), generator=torch.Generator().manual_seed(seed))
+
+
+def steps(m, src, lens, n: int = 6, keep=None) -> tuple[list[torch.Tensor], type | None]:
+    """Logits of n teacher-forced steps (`teacher`); after step 2 only the rows `keep` stay (sentences
+    leaving the batch). Returns the logits and the state's lean step type."""
+    out = []
+    with torch.inference_mode():
+        state = m.start_decoding(src, lens)
+        tokens = teacher(src.shape[0], n)
+        rows = torch.arange(src.shape[0])
+        for t in range(n):
+            logits, state = m.decode_step(tokens[rows, t : t + 1], state)
+            out.append(logits.clone())
+            if t == 2 and keep is not None:
+                state, rows = m.reorder_state(state, keep), rows[keep]
+    return out, type(state.step) if state.step is not None else None
+
+
+def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+
+
+CONFIGS = {
+    "vector heads": {},
+    "head size 8 (plain loop)": dict(num_hiddens=32, num_heads=4),
+    "grouped-query": dict(num_kv_heads=2),
+    "learned positions": dict(positions="learned", max_len=64),
+    "no biases": dict(bias=False),
+}
+
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("int8", marks=needs_kernels)])
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_lean_steps_give_the_modules_logits_bit_for_bit(monkeypatch, precision, config):
+    m = model(precision, **config)
+    src, lens = sources()
+    lean, kind = steps(m, src, lens, keep=torch.tensor([0, 2, 3, 5]))
+    assert kind is (Int8DecoderStep if precision == "int8" else DecoderStep)
+    no_lean_steps(monkeypatch)
+    modules, kind = steps(m, src, lens, keep=torch.tensor([0, 2, 3, 5]))
+    assert kind is None
+    same(lean, modules)
+
+
+def test_off_leaves_every_step_to_the_modules():
+    m = model("fp32")
+    with decoder_step.off():
+        assert not decoder_step.active() and steps(m, *sources(), n=2)[1] is None
+    assert decoder_step.active() and steps(m, *sources(), n=2)[1] is DecoderStep
+
+
+@needs_kernels
+def test_int8_step_runs_every_step_the_first_included(monkeypatch):
+    m = model("int8")
+    calls = []
+    original = Int8DecoderStep.__call__
+    monkeypatch.setattr(
+        Int8DecoderStep, "__call__", lambda self, tgt, state: calls.append(1) or original(self, tgt, state)
+    )
+    steps(m, *sources(), n=4)
+    assert len(calls) == 4
+
+
+@needs_kernels
+@pytest.mark.parametrize("where", ["source", "target"])
+def test_non_finite_inputs_give_the_modules_nan_rows(monkeypatch, where):
+    m = model("int8")
+    src, lens = sources()
+    with torch.no_grad():  # one word's embedding NaN: the rows that read it, and only they, turn NaN
+        stack = m.encoder if where == "source" else m.decoder
+        stack.embedding.weight[src[1, 0] if where == "source" else teacher(6)[1, 2]] = float("nan")
+    lean, _ = steps(m, src, lens)
+    assert any(torch.isnan(x).any() for x in lean) and not all(torch.isnan(x).all() for x in lean)
+    no_lean_steps(monkeypatch)
+    same(lean, steps(m, src, lens)[0])
+
+
+@needs_kernels
+def test_a_token_outside_the_vocabulary_is_the_modules_error():
+    m = model("int8")
+    with torch.inference_mode():
+        state = m.start_decoding(*sources())
+        m.decode_step(torch.full((6, 1), 1), state)
+        with pytest.raises(IndexError):
+            m.decode_step(torch.full((6, 1), V + 3), state)
+
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("int8", marks=needs_kernels)])
+def test_recording_hooks_head_masks_and_beams_take_the_modules_path(monkeypatch, precision):
+    m = model(precision)
+    src, lens = sources()
+    calls = []
+    for cls in (DecoderStep, Int8DecoderStep):
+        original = cls.__call__
+        monkeypatch.setattr(
+            cls, "__call__", lambda self, tgt, state, f=original: calls.append(1) or f(self, tgt, state)
+        )
+    with record_attention(m) as rec:
+        steps(m, src, lens, n=3)
+    assert calls == [] and len(rec.weights["decoder.blocks.0.self_attention"]) == 3
+    handle = m.decoder.blocks[0].ffn.register_forward_hook(lambda mod, i, o: None)
+    steps(m, src, lens, n=3)
+    handle.remove()
+    with mask_heads(m, {"decoder.blocks.0.self_attention": [1, 0, 1, 1]}):
+        steps(m, src, lens, n=3)
+    assert calls == []
+    with torch.inference_mode():
+        state = m.expand_beams(m.start_decoding(src, lens), torch.arange(6), 2)
+        m.decode_step(torch.ones((12, 1), dtype=torch.long), state)
+    assert calls == []
+    steps(m, src, lens, n=3)
+    assert len(calls) >= 2  # unwatched again: the lean step is back
+
+
+@needs_kernels
+def test_int8_fused_key_value_layer_is_the_two_layers_exactly():
+    m = model("int8")
+    cross = m.decoder.blocks[0].cross_attention
+    x = torch.randn(5, 7, 64)
+    with torch.inference_mode():
+        torch.testing.assert_close(cross.W_kv(x), torch.cat([cross.W_k(x), cross.W_v(x)], -1), rtol=0, atol=0)
+
+
+def test_kv_cache_next_slot_starts_grows_and_keeps_the_steps():
+    cache = KVCache()
+    cache.reserve(2)
+    steps_written = []
+    for t in range(KVCache.min_capacity + 3):  # past the first buffer: it grows, keeping what it held
+        kbuf, vbuf, at = cache.next_slot(2, 3, 4)
+        assert at == t and kbuf.shape[:2] == (2, 3) and kbuf.shape[2] > t
+        k = torch.full((2, 3, 4), float(t))
+        kbuf[:, :, at], vbuf[:, :, at] = k, -k
+        steps_written.append(k)
+        cache.advance(finite=t != 5)
+    assert len(cache) == KVCache.min_capacity + 3 and not cache.finite
+    assert torch.equal(cache.k, torch.stack(steps_written, 2)) and torch.equal(cache.v, -cache.k)
