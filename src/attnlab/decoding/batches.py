@@ -198,9 +198,9 @@ def _decoding_key(translator, workers: int) -> tuple | None:
     """What the workers' copy of the translator must still match: its decoding settings, every module
     (itself, type, mode, the ids of its hooks and of the global ones), each weight (itself, storage,
     in-place version), and whether the C kernels and the lean decoding steps are on. Objects are
-    compared by identity and held, so a freed one's address cannot pass for a new one. Not seen: plain attributes of modules, functions
-    patched after the fork, and edits through `tensor.data` (no version bump): after those, call
-    `close_worker_pool`."""
+    compared by identity and held, so a freed one's address cannot pass for a new one. Not seen: plain
+    attributes of modules, functions patched after the fork, and edits through `tensor.data` (no version
+    bump): after those, call `close_worker_pool`."""
     model = translator.model
     try:
         weights = tuple((_Same(t), t.data_ptr(), t._version) for t in model.state_dict(keep_vars=True).values())
