@@ -10,7 +10,7 @@ always run, first: the baseline of every column; 'fp32 (F.linear)' is fp32 witho
 layers, as attnlab decoded before them; a name followed by ' without C kernels' is that variant on
 PyTorch's operators alone, `attnlab.utils.native.off`; by ' on worker threads', decoded by
 `Translator.decode`'s worker threads instead of its worker processes, ATTNLAB_WORKER_PROCESSES=0; by
-' without lean steps', every decoding step on the model's modules, `attnlab.models.decoder_step.off`; ':bN'
+' without the fused step', every decoding step on the model's modules, `attnlab.models.int8_step.off`; ':bN'
 at the end decodes that variant in batches of N instead of its precision's own size). Model
 loading and conversion are not timed. --floors adds each precision's kernel floor: its linear-layer
 kernels, captured once from a decode and replayed back to back on ready operands (LINEAR), timed in the
@@ -45,7 +45,7 @@ from decode import capture_kernels, replay_kernels
 from attnlab.data import load_data
 from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
 from attnlab.metrics import corpus_bleu, reference_text
-from attnlab.models import decoder_step
+from attnlab.models import int8_step
 from attnlab.runs.loading import load_translator
 from attnlab.utils import native
 from attnlab.utils.packed import PackedLinear, retype_linears
@@ -102,9 +102,9 @@ INT8_VARIANTS = {
 NO_NATIVE = " without C kernels"
 # A variant decoded with `Translator.decode`'s worker threads instead of its worker processes.
 THREADS = " on worker threads"
-# A variant whose every decoding step runs the modules (`attnlab.models.decoder_step.off`), not a lean step.
-NO_LEAN = " without lean steps"
-SUFFIXES = (NO_NATIVE, THREADS, NO_LEAN)
+# A variant whose every decoding step runs the modules (`attnlab.models.int8_step.off`), not int8's fused step.
+NO_FUSED = " without the fused step"
+SUFFIXES = (NO_NATIVE, THREADS, NO_FUSED)
 
 
 # fp32 as it ran before its linear layers were packed for oneDNN (F.linear: the weight reordered per call).
@@ -158,16 +158,16 @@ def variants(translator, names, batch_size: int | None = None):
 
 @contextlib.contextmanager
 def switches(t):
-    """Inside the block, `t`'s variant runs as its name said: C kernels off, on worker threads, without lean
-    steps."""
+    """Inside the block, `t`'s variant runs as its name said: C kernels off, on worker threads, without int8's
+    fused step."""
     suffixes = getattr(t, "bench_switches", frozenset())
     with contextlib.ExitStack() as stack:
         if NO_NATIVE in suffixes:
             stack.enter_context(native.off())
         if THREADS in suffixes:
             stack.enter_context(mock.patch.dict(os.environ, {"ATTNLAB_WORKER_PROCESSES": "0"}))
-        if NO_LEAN in suffixes:
-            stack.enter_context(decoder_step.off())
+        if NO_FUSED in suffixes:
+            stack.enter_context(int8_step.off())
         yield
 
 

@@ -14,7 +14,7 @@ from attnlab.runs.loading import load_translator
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from precision import NO_LEAN, NO_NATIVE, THREADS, parse_variant, same_as_baseline  # noqa: E402
+from precision import NO_FUSED, NO_NATIVE, THREADS, parse_variant, same_as_baseline  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -32,13 +32,13 @@ def test_variant_names_take_their_suffixes_in_any_order_and_a_batch_size():
     assert parse_variant("int8 on worker threads without C kernels:b64") == ("int8", {THREADS, NO_NATIVE}, 64)
     both = parse_variant("int8 (fbgemm) without C kernels on worker threads")
     assert both == ("int8 (fbgemm)", {NO_NATIVE, THREADS}, None)
-    assert parse_variant("fp32 without lean steps on worker threads") == ("fp32", {NO_LEAN, THREADS}, None)
+    assert parse_variant("int8 without the fused step on worker threads") == ("int8", {NO_FUSED, THREADS}, None)
 
 
 @needs_data
 def test_precision_benchmark_variants_on_worker_threads_and_batch_sizes(run_dir):
     # Batches of 2 (of 3) over 8 sentences, so that two workers decode at once: processes and threads.
-    names = "int8,int8 on worker threads,int8 on worker threads without C kernels:b3,int8 without lean steps"
+    names = "int8,int8 on worker threads,int8 on worker threads without C kernels:b3,int8 without the fused step"
     out = _bench("precision.py", run_dir, "--precisions", names, "--workers", "2", "--batch-size", "2")
     assert "batch 2, 2 worker(s)" in out
     same = {_row(out, n)[-1] for n in names.split(",")}

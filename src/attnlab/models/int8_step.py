@@ -1,6 +1,10 @@
 """int8 decoding's greedy step (`--precision int8`) as int8 matmuls with one C pass between each two
-(`csrc/int8_step.c`): a step of the 2-layer `laptop` decoder is about 30 calls instead of about 290, and
-int8 greedy 1.2-1.3x faster (BENCHMARKS.md, "Precision").
+(`csrc/int8_step.c`): about 30 calls per step of the 2-layer `laptop` decoder instead of the modules' ~290,
+which were ~40% of int8's time; int8 greedy 1.2x faster (BENCHMARKS.md, "Precision").
+
+    step = Int8DecoderStep.build(decoder)  -> None where it does not cover the decoder (or inside `off()`)
+    step.covers(state)                     -> whether this step of this state runs here
+    step(tgt (n, 1), state)                -> logits (n, 1, V), the caches updated as the modules do
 
     x, (q, s) = embed(tokens)                              fp32 rows and their int8 rows and scales
     per decoder block:
@@ -12,30 +16,57 @@ int8 greedy 1.2-1.3x faster (BENCHMARKS.md, "Precision").
     logits = dequantize(int_mm(q, W_dense))
 
 The modules' int8 path computes the same rows with the same C functions (`csrc/rows.h`, `csrc/attend.h`),
-so the logits are theirs bit for bit (`tests/models/test_decoder_step.py`). Covered: post-norm blocks whose
+so the logits are theirs bit for bit (`tests/models/test_int8_step.py`). Covered: post-norm blocks whose
 linear layers are all `Int8Linear`s on attnlab's C passes, ReLU FFNs, sinusoidal or learned positions, any
-grouped-query layout, and nothing watching (`unwatched`). A step whose caches hold a non-finite key or value
-goes to the modules (their exact non-finite path), as does everything else. The encoder stays on the
-modules: it runs once per batch, so its Python is a small share, and the same fused passes measured no
-faster there (BENCHMARKS.md, "Tried, not kept").
+grouped-query layout, one row per sentence, and nothing watching (`unwatched`). A step whose caches hold a
+non-finite key or value goes to the modules (their exact non-finite path), as does everything else. fp32
+and the encoder stay on the modules: the same lean step in fp32 measured 0.97-1.01x, and the encoder runs
+once per batch (BENCHMARKS.md, "Tried, not kept").
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
+import threading
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules import module as torch_module
 
 from attnlab.attention import MultiHeadAttention
+from attnlab.attention.heads import head_masks_active
 from attnlab.utils import native
 from attnlab.utils.quantize import Int8Linear
 
-from .decoder_step import DecoderStep
-from .transformer_layers import PositionWiseFFN, Sublayer, _TokenStack
+from .transformer_layers import PositionWiseFFN, Sublayer, TransformerDecoder, TransformerDecoderBlock
 
-__all__ = ["Int8DecoderStep"]
+__all__ = ["Int8DecoderStep", "active", "off", "unwatched"]
+
+_off = 0  # > 0 inside `off()`
+_off_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def off() -> Iterator[None]:
+    """Inside the block, decoding states opened get no int8 step: every step runs the modules (benchmarks
+    measure what the step gives, as `attnlab.utils.native.off` does for the C kernels)."""
+    global _off
+    with _off_lock:
+        _off += 1
+    try:
+        yield
+    finally:
+        with _off_lock:
+            _off -= 1
+
+
+def active() -> bool:
+    """Whether decoding states opened now get the int8 step where it covers the model (not inside `off()`)."""
+    return not _off
+
 
 _PTR, _I64, _F, _INT = native.PTR, native.I64, ctypes.c_float, ctypes.c_int
 _SIGNATURES = {
@@ -57,10 +88,12 @@ def _ptr(t: Tensor | None) -> int | None:
 
 
 class _Linear:
-    """An `Int8Linear`'s operands as the kernels take them."""
+    """An `Int8Linear`'s operands as the kernels take them (`build` checked the layer's type)."""
 
-    def __init__(self, layer: Int8Linear):
-        self.w, self.n = layer.weight_t, layer.out_features
+    def __init__(self, layer: nn.Module):
+        assert isinstance(layer, Int8Linear)
+        self.w: Tensor = layer.weight_t
+        self.n: int = layer.out_features
         self.cs, self.bias = layer.scale.data_ptr(), _ptr(layer.bias)
 
 
@@ -121,7 +154,7 @@ class _Passes:
         return self.add_ln(h, hs, f2, x, norm)
 
 
-def _blocks_covered(stack: _TokenStack, attentions: tuple[str, ...], linears: tuple[str, ...]) -> bool:
+def _blocks_covered(stack: TransformerDecoder, attentions: tuple[str, ...], linears: tuple[str, ...]) -> bool:
     """Whether every block of `stack` is one the fused passes compute: the named attention modules plain
     `MultiHeadAttention`s, the named linear layers (dotted names in a block) `Int8Linear`s, a ReLU FFN, and
     post-norm LayerNorms over the model width; a float embedding and positions added to it."""
@@ -129,6 +162,8 @@ def _blocks_covered(stack: _TokenStack, attentions: tuple[str, ...], linears: tu
     if stack.pos_encoding is None or stack.relative_bias is not None or not native.takes(torch.float32, emb):
         return False
     for block in stack.blocks:
+        if type(block) is not TransformerDecoderBlock:
+            return False
         for name in attentions:
             mha = getattr(block, name)
             if (
@@ -156,7 +191,7 @@ def _get(block: nn.Module, dotted: str) -> object:
     return found
 
 
-class Int8DecoderStep(DecoderStep):
+class Int8DecoderStep:
     """The int8 step of a `TransformerDecoder` (see the module docstring)."""
 
     ATTENTIONS = ("self_attention", "cross_attention")
@@ -164,8 +199,9 @@ class Int8DecoderStep(DecoderStep):
     LINEARS += tuple(f"cross_attention.{w}" for w in ("W_kv", "W_q", "W_k", "W_v", "W_o"))
     LINEARS += ("ffn.dense1", "ffn.dense2")
 
-    def __init__(self, decoder, functions: dict):
-        super().__init__(decoder)
+    def __init__(self, decoder: TransformerDecoder, functions: dict):
+        self.decoder, self.modules = decoder, list(decoder.modules())
+        self.blocks = [b for b in decoder.blocks if isinstance(b, TransformerDecoderBlock)]
         self.passes = _Passes(functions, decoder.num_hiddens)
         self.layers = [
             (_Linear(b.self_attention.W_qkv), _Linear(b.self_attention.W_o), _Linear(b.cross_attention.W_q),
@@ -180,17 +216,16 @@ class Int8DecoderStep(DecoderStep):
     @classmethod
     def build(cls, decoder: nn.Module) -> Int8DecoderStep | None:
         """The int8 step for `decoder`, or None where it does not cover it (see the module docstring)."""
-        base = DecoderStep.build(decoder)  # a TransformerDecoder of the blocks a lean step covers
-        if base is None or type(base.decoder.dense) is not Int8Linear:
+        if _off or type(decoder) is not TransformerDecoder or type(decoder.dense) is not Int8Linear:
             return None
-        if not _blocks_covered(base.decoder, cls.ATTENTIONS, cls.LINEARS) or (functions := _Passes.load()) is None:
+        if not _blocks_covered(decoder, cls.ATTENTIONS, cls.LINEARS) or (functions := _Passes.load()) is None:
             return None
-        return cls(base.decoder, functions)
+        return cls(decoder, functions)
 
     def covers(self, state) -> bool:
-        """Nothing in the way (`DecoderStep.unwatched`), and either the first step (every cache empty, an fp32
-        memory) or every cache finite with its keys laid out as the kernel reads them."""
-        if not self.unwatched(state):
+        """One row per sentence, nothing in the way (`unwatched`), and either the first step (every cache
+        empty, an fp32 memory) or every cache finite with its keys laid out as the kernel reads them."""
+        if state.beam != 1 or not state.caches or not unwatched(self.modules):
             return False
         if all(sc.k is None and cc.k is None for sc, cc in state.caches):
             return native.takes(torch.float32, state.memory) and state.memory.is_contiguous()
@@ -201,13 +236,14 @@ class Int8DecoderStep(DecoderStep):
                 return False
         return True
 
-    def __call__(self, tgt: Tensor, state) -> Tensor:
+    def __call__(self, tgt: Tensor, state) -> Tensor | None:
+        """Logits (n, 1, V) of this step, or None for a token outside the vocabulary (the modules say so)."""
         p, dec = self.passes, self.decoder
         n = tgt.shape[0]
         assert dec.pos_encoding is not None  # `build` saw to it
         rows = p.embed(dec, tgt.contiguous(), dec.pos_encoding.encoding(1, state.offset))
         if rows is None:
-            return super().__call__(tgt, state)  # a token outside the vocabulary: the modules say so
+            return None
         x, q, s = rows
         if state.caches[0][1].k is None:
             self._project_memory(state)
@@ -286,3 +322,24 @@ def _float_norm(ln: nn.Module, D: int) -> bool:
 def _check(status: int) -> None:
     if status:
         raise MemoryError("attnlab's int8 decoding passes ran out of memory")
+
+
+def unwatched(modules: list[nn.Module]) -> bool:
+    """Whether a fused pass may stand in for these modules' forward: eval mode, no autograd, and nothing
+    watching them that their forward would serve (recording, head masks, forward hooks)."""
+    if torch.is_grad_enabled() or head_masks_active() or _global_hooks():
+        return False
+    for m in modules:
+        if (
+            m.training
+            or m._forward_hooks
+            or m._forward_pre_hooks
+            or (isinstance(m, MultiHeadAttention) and m.recording)
+        ):
+            return False
+    return True
+
+
+def _global_hooks() -> bool:
+    """Whether a forward hook is registered for every module (`nn.modules.module.register_module_forward_hook`)."""
+    return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)

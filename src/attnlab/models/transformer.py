@@ -32,7 +32,6 @@ from attnlab.attention.heads import merge_pruned, prune_heads
 # The layers are re-exported: `from attnlab.models.transformer import AddNorm` keeps working.
 from . import transformer_layers
 from .config import TransformerConfig
-from .decoder_step import DecoderStep
 from .int8_step import Int8DecoderStep
 from .transformer_layers import AddNorm as AddNorm
 from .transformer_layers import (
@@ -62,7 +61,7 @@ class TransformerState:
     src_valid_lens: Tensor | None
     caches: list[tuple[KVCache, KVCache]]
     beam: int = 1
-    step: DecoderStep | None = None  # the decoder's lean step (`DecoderStep`), where it covers the model
+    step: Int8DecoderStep | None = None  # int8's fused step, where it covers the model
 
     @property
     def offset(self) -> int:
@@ -200,17 +199,17 @@ class Transformer(nn.Module):
         _check_tokens(src, None, src_valid_lens)
         memory = self.encoder(src, src_valid_lens)
         caches = [(KVCache(), KVCache(static=True)) for _ in self.decoder.blocks]
-        step = Int8DecoderStep.build(self.decoder) or DecoderStep.build(self.decoder)
-        return TransformerState(memory, src_valid_lens, caches, step=step)
+        return TransformerState(memory, src_valid_lens, caches, step=Int8DecoderStep.build(self.decoder))
 
     def decode_step(self, tgt: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
         """Run the new target tokens tgt (B*beam, t) against the cache; returns logits (B*beam, t, V) and
         the state, updated in place (positions continue at `state.offset`)."""
         if tgt.dim() != 2 or tgt.shape[0] != state.rows:
             raise ValueError(f"decode_step expects tgt of shape ({state.rows}, t), got {tuple(tgt.shape)}")
+        logits = None
         if state.step is not None and tgt.shape[1] == 1 and state.step.covers(state):
             logits = state.step(tgt, state)
-        else:
+        if logits is None:
             logits = self.decoder(
                 tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset, beam=state.beam
             )

@@ -1,5 +1,5 @@
-"""The decoder's lean steps (`DecoderStep`, int8's `Int8DecoderStep`) give the modules' logits bit for bit,
-and hand every step they do not cover back to the modules."""
+"""int8's fused decoding step (`Int8DecoderStep`) gives the modules' logits bit for bit, and hands every step
+it does not cover back to the modules."""
 
 import pytest
 import torch
@@ -7,8 +7,7 @@ from torch import nn
 
 from attnlab.attention import KVCache, record_attention
 from attnlab.attention.heads import mask_heads
-from attnlab.models import decoder_step, transformer
-from attnlab.models.decoder_step import DecoderStep
+from attnlab.models import int8_step
 from attnlab.models.int8_step import Int8DecoderStep
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.utils import native
@@ -19,17 +18,19 @@ needs_kernels = pytest.mark.skipif(native.load("int8_step") is None, reason="no 
 V = 50
 
 
-def model(precision: str, seed: int = 0, **kw) -> nn.Module:
-    """A tiny random Transformer in `precision` (a wide output layer: the step's last matmul)."""
+def model(precision: str = "int8", seed: int = 0, **kw) -> nn.Module:
+    """A tiny random Transformer in `precision`."""
     torch.manual_seed(seed)
     args = dict(num_hiddens=64, num_heads=4, num_layers=2, ffn_num_hiddens=96) | kw
     return prepare_for_inference(Transformer(TransformerConfig(V, V, **args)).eval(), precision)
 
 
-def no_lean_steps(monkeypatch):
-    none = classmethod(lambda cls, decoder: None)
-    monkeypatch.setattr(transformer.DecoderStep, "build", none)
-    monkeypatch.setattr(transformer.Int8DecoderStep, "build", none)
+def counted(monkeypatch) -> list:
+    """A list that gets an item per call of the fused step."""
+    calls: list = []
+    original = Int8DecoderStep.__call__
+    monkeypatch.setattr(Int8DecoderStep, "__call__", lambda self, *a: calls.append(1) or original(self, *a))
+    return calls
 
 
 def sources(B: int = 6, S: int = 7, seed: int = 1):
@@ -46,7 +47,7 @@ def teacher(B: int, n: int = 6, seed: int = 2) -> torch.Tensor:
 
 def steps(m, src, lens, n: int = 6, keep=None) -> tuple[list[torch.Tensor], type | None]:
     """Logits of n teacher-forced steps (`teacher`); after step 2 only the rows `keep` stay (sentences
-    leaving the batch). Returns the logits and the state's lean step type."""
+    leaving the batch). Returns the logits and the type of the state's fused step."""
     out = []
     with torch.inference_mode():
         state = m.start_decoding(src, lens)
@@ -75,55 +76,58 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("precision", ["fp32", pytest.param("int8", marks=needs_kernels)])
+@needs_kernels
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
-def test_lean_steps_give_the_modules_logits_bit_for_bit(monkeypatch, precision, config):
-    m = model(precision, **config)
+def test_the_int8_step_gives_the_modules_logits_bit_for_bit(config):
+    m = model(**config)
     src, lens = sources()
-    lean, kind = steps(m, src, lens, keep=torch.tensor([0, 2, 3, 5]))
-    assert kind is (Int8DecoderStep if precision == "int8" else DecoderStep)
-    no_lean_steps(monkeypatch)
-    modules, kind = steps(m, src, lens, keep=torch.tensor([0, 2, 3, 5]))
+    fused, kind = steps(m, src, lens, keep=torch.tensor([0, 2, 3, 5]))
+    assert kind is Int8DecoderStep
+    with int8_step.off():
+        modules, kind = steps(m, src, lens, keep=torch.tensor([0, 2, 3, 5]))
     assert kind is None
-    same(lean, modules)
+    same(fused, modules)
 
 
+def test_only_int8_post_norm_decoders_with_added_positions_get_the_step():
+    assert steps(model("fp32"), *sources(), n=2)[1] is None
+    assert steps(model("bf16"), *sources(), n=2)[1] is None
+    assert steps(model(norm_first=True), *sources(), n=2)[1] is None
+    assert steps(model(positions="rope"), *sources(), n=2)[1] is None
+
+
+@needs_kernels
 def test_off_leaves_every_step_to_the_modules():
-    m = model("fp32")
-    with decoder_step.off():
-        assert not decoder_step.active() and steps(m, *sources(), n=2)[1] is None
-    assert decoder_step.active() and steps(m, *sources(), n=2)[1] is DecoderStep
+    m = model()
+    with int8_step.off():
+        assert not int8_step.active() and steps(m, *sources(), n=2)[1] is None
+    assert int8_step.active() and steps(m, *sources(), n=2)[1] is Int8DecoderStep
 
 
 @needs_kernels
 def test_int8_step_runs_every_step_the_first_included(monkeypatch):
-    m = model("int8")
-    calls = []
-    original = Int8DecoderStep.__call__
-    monkeypatch.setattr(
-        Int8DecoderStep, "__call__", lambda self, tgt, state: calls.append(1) or original(self, tgt, state)
-    )
-    steps(m, *sources(), n=4)
+    calls = counted(monkeypatch)
+    steps(model(), *sources(), n=4)
     assert len(calls) == 4
 
 
 @needs_kernels
 @pytest.mark.parametrize("where", ["source", "target"])
-def test_non_finite_inputs_give_the_modules_nan_rows(monkeypatch, where):
-    m = model("int8")
+def test_non_finite_inputs_give_the_modules_nan_rows(where):
+    m = model()
     src, lens = sources()
     with torch.no_grad():  # one word's embedding NaN: the rows that read it, and only they, turn NaN
         stack = m.encoder if where == "source" else m.decoder
         stack.embedding.weight[src[1, 0] if where == "source" else teacher(6)[1, 2]] = float("nan")
-    lean, _ = steps(m, src, lens)
-    assert any(torch.isnan(x).any() for x in lean) and not all(torch.isnan(x).all() for x in lean)
-    no_lean_steps(monkeypatch)
-    same(lean, steps(m, src, lens)[0])
+    fused, _ = steps(m, src, lens)
+    assert any(torch.isnan(x).any() for x in fused) and not all(torch.isnan(x).all() for x in fused)
+    with int8_step.off():
+        same(fused, steps(m, src, lens)[0])
 
 
 @needs_kernels
 def test_a_token_outside_the_vocabulary_is_the_modules_error():
-    m = model("int8")
+    m = model()
     with torch.inference_mode():
         state = m.start_decoding(*sources())
         m.decode_step(torch.full((6, 1), 1), state)
@@ -131,16 +135,11 @@ def test_a_token_outside_the_vocabulary_is_the_modules_error():
             m.decode_step(torch.full((6, 1), V + 3), state)
 
 
-@pytest.mark.parametrize("precision", ["fp32", pytest.param("int8", marks=needs_kernels)])
-def test_recording_hooks_head_masks_and_beams_take_the_modules_path(monkeypatch, precision):
-    m = model(precision)
+@needs_kernels
+def test_recording_hooks_head_masks_and_beams_take_the_modules_path(monkeypatch):
+    m = model()
     src, lens = sources()
-    calls = []
-    for cls in (DecoderStep, Int8DecoderStep):
-        original = cls.__call__
-        monkeypatch.setattr(
-            cls, "__call__", lambda self, tgt, state, f=original: calls.append(1) or f(self, tgt, state)
-        )
+    calls = counted(monkeypatch)
     with record_attention(m) as rec:
         steps(m, src, lens, n=3)
     assert calls == [] and len(rec.weights["decoder.blocks.0.self_attention"]) == 3
@@ -155,12 +154,12 @@ def test_recording_hooks_head_masks_and_beams_take_the_modules_path(monkeypatch,
         m.decode_step(torch.ones((12, 1), dtype=torch.long), state)
     assert calls == []
     steps(m, src, lens, n=3)
-    assert len(calls) >= 2  # unwatched again: the lean step is back
+    assert len(calls) == 3  # nothing in the way again: the fused step is back
 
 
 @needs_kernels
 def test_int8_fused_key_value_layer_is_the_two_layers_exactly():
-    m = model("int8")
+    m = model()
     cross = m.decoder.blocks[0].cross_attention
     x = torch.randn(5, 7, 64)
     with torch.inference_mode():
