@@ -20,6 +20,9 @@ MODULES = [
     "attnlab.metrics",
     "attnlab.chapter.report",
     "attnlab.utils.extras",
+    "attnlab.utils.runtime",
+    "attnlab.utils.quantize",
+    "attnlab.attention.steps",
 ]
 
 

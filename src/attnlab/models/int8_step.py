@@ -29,8 +29,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-import threading
-from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -40,32 +38,24 @@ from attnlab.attention import MultiHeadAttention
 from attnlab.attention.heads import head_masks_active
 from attnlab.utils import native
 from attnlab.utils.quantize import Int8Linear
+from attnlab.utils.runtime import Switch
 
 from .transformer_layers import PositionWiseFFN, Sublayer, TransformerDecoder, TransformerDecoderBlock
 
 __all__ = ["Int8DecoderStep", "active", "off", "unwatched"]
 
-_off = 0  # > 0 inside `off()`
-_off_lock = threading.Lock()
+_step = Switch()  # off inside `off()`
 
 
-@contextlib.contextmanager
-def off() -> Iterator[None]:
+def off() -> contextlib.AbstractContextManager[None]:
     """Inside the block, decoding states opened get no int8 step: every step runs the modules (benchmarks
     measure what the step gives, as `attnlab.utils.native.off` does for the C kernels)."""
-    global _off
-    with _off_lock:
-        _off += 1
-    try:
-        yield
-    finally:
-        with _off_lock:
-            _off -= 1
+    return _step.off()
 
 
 def active() -> bool:
     """Whether decoding states opened now get the int8 step where it covers the model (not inside `off()`)."""
-    return not _off
+    return bool(_step)
 
 
 _PTR, _I64, _F, _INT = native.PTR, native.I64, ctypes.c_float, ctypes.c_int
@@ -216,7 +206,7 @@ class Int8DecoderStep:
     @classmethod
     def build(cls, decoder: nn.Module) -> Int8DecoderStep | None:
         """The int8 step for `decoder`, or None where it does not cover it (see the module docstring)."""
-        if _off or type(decoder) is not TransformerDecoder or type(decoder.dense) is not Int8Linear:
+        if not _step or type(decoder) is not TransformerDecoder or type(decoder.dense) is not Int8Linear:
             return None
         if not _blocks_covered(decoder, cls.ATTENTIONS, cls.LINEARS) or (functions := _Passes.load()) is None:
             return None

@@ -26,11 +26,13 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from attnlab.utils.runtime import Switch
 
 __all__ = [
     "FLAGS",
@@ -67,12 +69,11 @@ _LIBS = ("-lm",)
 PTR, I64 = ctypes.c_void_p, ctypes.c_int64
 
 _lock = threading.Lock()  # builds (a fraction of a second each, first use only) and the tables below
-_off_lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL | None] = {}
 _why: dict[str, str] = {}
 _functions: dict[tuple[str, str], Callable | None] = {}
 _versions: dict[tuple[str, ...], str] = {}  # compiler -> its --version output
-_off = 0  # > 0 inside `off()`
+_kernels = Switch()  # off inside `off()`
 _warned = False  # a failed build or load was reported
 
 
@@ -107,7 +108,7 @@ def takes(dtype: torch.dtype, *tensors: Tensor | None) -> bool:
 def function(name: str, symbol: str, argtypes: list, restype=None) -> Callable | None:
     """The C function `symbol` of csrc/NAME.c with its ctypes signature, or None (see `load`, `off`);
     looked up once: every caller of a symbol passes its one signature (the kernel's wrapper keeps it)."""
-    if _off:
+    if not _kernels:
         return None
     key = (name, symbol)
     if key in _functions:  # the hot path: a dict read, no lock
@@ -122,17 +123,9 @@ def function(name: str, symbol: str, argtypes: list, restype=None) -> Callable |
     return fn
 
 
-@contextlib.contextmanager
-def off() -> Iterator[None]:
+def off() -> contextlib.AbstractContextManager[None]:
     """Inside the block every caller takes its PyTorch path (benchmarks measure what the kernels give)."""
-    global _off
-    with _off_lock:
-        _off += 1
-    try:
-        yield
-    finally:
-        with _off_lock:
-            _off -= 1
+    return _kernels.off()
 
 
 def reset() -> None:
@@ -175,7 +168,7 @@ def _cpu_features() -> str:
 
 def active() -> bool:
     """Whether the C kernels may run now: not switched off (ATTNLAB_NATIVE=0) and not inside `off()`."""
-    return not _off and not switched_off()
+    return bool(_kernels) and not switched_off()
 
 
 def switched_off() -> bool:
