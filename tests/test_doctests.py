@@ -20,7 +20,7 @@ MODULES = [
     "attnlab.metrics",
     "attnlab.chapter.report",
     "attnlab.utils.extras",
-    "attnlab.utils.runtime",
+    "attnlab.utils.switch",
     "attnlab.utils.quantize",
     "attnlab.attention.steps",
 ]

@@ -112,6 +112,35 @@ def test_int8_step_runs_every_step_the_first_included(monkeypatch):
 
 
 @needs_kernels
+def test_the_step_takes_over_caches_the_modules_filled():
+    m = model()
+    src, lens = sources()
+    tokens = teacher(6, 4)
+    with int8_step.off():
+        reference, _ = steps(m, src, lens, n=4)
+    with torch.inference_mode():
+        state = m.start_decoding(src, lens)
+        handle = m.decoder.blocks[0].register_forward_hook(lambda mod, i, o: None)
+        first = m.decode_step(tokens[:, :1], state)[0].clone()  # the modules: the hook watches
+        handle.remove()
+        rest = [m.decode_step(tokens[:, t : t + 1], state)[0].clone() for t in range(1, 4)]
+    same([first, *rest], reference)
+
+
+@needs_kernels
+def test_tokens_the_kernel_cannot_read_go_to_the_modules(monkeypatch):
+    m = model()
+    calls = counted(monkeypatch)
+    with torch.inference_mode():
+        state = m.start_decoding(*sources())
+        int32 = m.decode_step(torch.ones((6, 1), dtype=torch.int32), state)[0]
+    with int8_step.off(), torch.inference_mode():
+        state = m.start_decoding(*sources())
+        same([int32], [m.decode_step(torch.ones((6, 1), dtype=torch.int64), state)[0]])
+    assert calls == [1]  # called, and it handed the step back
+
+
+@needs_kernels
 @pytest.mark.parametrize("where", ["source", "target"])
 def test_non_finite_inputs_give_the_modules_nan_rows(where):
     m = model()

@@ -111,6 +111,7 @@ def test_int8_quantizes_every_linear_and_decodes_like_fp32():
     assert sorted(n for n in quantized if not n.endswith((".W_qkv", ".W_kv"))) == sorted(int8_layers(model))
     assert "encoder.blocks.0.attention.W_qkv" in quantized  # self-attention's three projections, fused
     assert [n for n in quantized if n.endswith(".W_kv")] == ["decoder.blocks.0.cross_attention.W_kv"]
+    assert "decoder.blocks.0.cross_attention.W_qkv" not in quantized  # cross-attention: keys and values only
     assert type(model.encoder.blocks[0].attention.W_q) is nn.Linear  # the original stays fp32
     src = torch.randint(3, 20, (8, 7))
     torch.testing.assert_close(q(src, src[:, :5]), model(src, src[:, :5]), atol=0.1, rtol=0.05)

@@ -78,11 +78,13 @@ class KVCache:
 
     def next_slot(self, rows: int, heads: int, head_dim: int) -> tuple[Tensor, Tensor, int]:
         """For a kernel that writes the next step itself (`attnlab.models.int8_step`): the (B, H, capacity, Dh)
-        fp32 key and value buffers with room for one more step, and its position L; `advance` then takes it
-        in. An empty cache gets buffers of (rows, heads, reserved steps, head_dim)."""
+        key and value buffers with room for one more step, and its position L; `advance` then takes it in (a
+        `reorder` in between drops the step). An empty cache gets fp32 buffers of (rows, heads, reserved
+        steps, head_dim); a filled one keeps its shape and dtype (the caller checks them)."""
         if self.k is None:
             shape = (rows, heads, max(self.min_capacity, self._reserved), head_dim)
-            self._kbuf, self._vbuf, self._spare, self.finite = torch.empty(shape), torch.empty(shape), None, True
+            kbuf, vbuf = torch.empty(shape, dtype=torch.float32), torch.empty(shape, dtype=torch.float32)
+            self._kbuf, self._vbuf, self._spare, self.finite = kbuf, vbuf, None, True
             self._set_views(0)
         L = self.k.shape[2]
         if not self._owns_buffers() or self._kbuf.shape[2] <= L:

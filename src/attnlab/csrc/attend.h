@@ -88,8 +88,8 @@ static inline float scalar_bf16(const uint16_t *p) {
 
 /* All H heads of one query against n keys, any head size Dh (vector heads where Dh is a multiple of W up
    to 128): every head's scores, then every head's softmax, then the pooling. The softmaxes are independent,
-   so the CPU overlaps their exp chains, where one head at a time waited on its own (1.3-1.6x the whole
-   attention at 4-24 keys). Query head h reads KV head h / G; s holds H * padded + H floats (padded >= n,
+   so the CPU overlaps their exp chains, where one head at a time waited on its own (BENCHMARKS.md,
+   "int8's fused step"). Query head h reads KV head h / G; s holds H * padded + H floats (padded >= n,
    a multiple of W); o (H, Dh). A query that sees no key (n = 0) gives zeros. */
 #define DEFINE_HEADS(SUF, KT)                                                                            \
     DEFINE_HEAD(1, SUF, KT)                                                                              \

@@ -12,9 +12,10 @@
 
    Every row is computed by the same functions as the separate passes (rows.h, attend.h), in the same
    order, so the step's outputs are theirs bit for bit. Rows are independent: a NaN or inf in one row's
-   input makes that row's scale NaN and leaves the others exact; attention's output row is NaN where its
-   query or its new key or value is not finite, as `MultiHeadAttention` gives (the caller sends a step
-   whose cache already holds a non-finite key or value to the modules). */
+   input makes that row's scale NaN or inf, its outputs NaN, and leaves the others exact. Attention's output
+   row is NaN where its query or its new key or value is not finite (`MultiHeadAttention` makes NaN the heads
+   that see it; the quantization for W_o then makes the whole row NaN on both paths). The caller sends a
+   step whose caches already hold a non-finite key or value to the modules. */
 
 #include <stdlib.h>
 
@@ -37,11 +38,19 @@ static int all_finite(const float *x, int64_t n) {
     return ok;
 }
 
-/* e * scale + p with two roundings, as PyTorch's multiply then add (no fused multiply-add). */
+/* e * scale + p with two roundings, as PyTorch's multiply then add (no fused multiply-add: GCC by the
+   attribute, Clang by the pragma; the build's -ffp-contract=fast would fuse them). */
+#ifdef __clang__
+static void embed_row(const float *e, float scale, const float *p, int64_t D, float *o) {
+#pragma clang fp contract(off)
+    for (int64_t d = 0; d < D; d++) o[d] = e[d] * scale + p[d];
+}
+#else
 __attribute__((optimize("fp-contract=off"))) static void embed_row(const float *e, float scale, const float *p,
                                                                    int64_t D, float *o) {
     for (int64_t d = 0; d < D; d++) o[d] = e[d] * scale + p[d];
 }
+#endif
 
 /* Every row adds the step's position. Returns 0, or 2 when a token lies outside [0, V) (nothing computed: the
    modules' path says so). */

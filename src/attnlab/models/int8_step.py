@@ -18,10 +18,11 @@ which were ~40% of int8's time; int8 greedy 1.2x faster (BENCHMARKS.md, "Precisi
 The modules' int8 path computes the same rows with the same C functions (`csrc/rows.h`, `csrc/attend.h`),
 so the logits are theirs bit for bit (`tests/models/test_int8_step.py`). Covered: post-norm blocks whose
 linear layers are all `Int8Linear`s on attnlab's C passes, ReLU FFNs, sinusoidal or learned positions, any
-grouped-query layout, one row per sentence, and nothing watching (`unwatched`). A step whose caches hold a
-non-finite key or value goes to the modules (their exact non-finite path), as does everything else. fp32
-and the encoder stay on the modules: the same lean step in fp32 measured 0.97-1.01x, and the encoder runs
-once per batch (BENCHMARKS.md, "Tried, not kept").
+grouped-query layout, states with one row per sentence (greedy; beam search's first step), and nothing
+watching (`_unwatched`). A step whose caches hold a non-finite key or value goes to the modules (their
+exact non-finite path), as does everything else: beam search's later steps, fp32 and bf16. The encoder
+stays on the modules: it runs once per batch, and neither fused passes for it nor a fused step for fp32
+measured faster (BENCHMARKS.md, "Tried, not kept").
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ from torch.nn.modules import module as torch_module
 
 from attnlab.attention import MultiHeadAttention
 from attnlab.attention.heads import head_masks_active
+from attnlab.attention.steps import _whole_lengths
 from attnlab.utils import native
-from attnlab.utils.quantize import Int8Linear
-from attnlab.utils.runtime import Switch
+from attnlab.utils.quantize import _DEQUANTIZE_ARGS, _QUANTIZE_ARGS, Int8Linear
+from attnlab.utils.switch import Switch
 
 from .transformer_layers import PositionWiseFFN, Sublayer, TransformerDecoder, TransformerDecoderBlock
 
-__all__ = ["Int8DecoderStep", "active", "off", "unwatched"]
+__all__ = ["Int8DecoderStep", "active", "off"]
 
 _step = Switch()  # off inside `off()`
 
@@ -67,10 +69,8 @@ _SIGNATURES = {
     "attnlab_step_add_ln": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _F, _PTR, _PTR, _PTR],
     "attnlab_step_relu": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
 }
-_ROW_PASSES = {
-    "attnlab_dequantize_f32": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _INT, _PTR],
-    "attnlab_quantize_rows_f32": [_PTR, _I64, _I64, _I64, _PTR, _PTR],
-}
+# int8_rows.c's passes, with `Int8Linear`'s signatures (`native.function` keeps a symbol's first one).
+_ROW_PASSES = {"attnlab_dequantize_f32": _DEQUANTIZE_ARGS, "attnlab_quantize_rows_f32": _QUANTIZE_ARGS}
 
 
 def _ptr(t: Tensor | None) -> int | None:
@@ -78,17 +78,20 @@ def _ptr(t: Tensor | None) -> int | None:
 
 
 class _Linear:
-    """An `Int8Linear`'s operands as the kernels take them (`build` checked the layer's type)."""
+    """An `Int8Linear`'s operands as the kernels take them (`build` checked the layer's type). The tensors are
+    held, so their addresses stay valid for the state's life even if the layer's are replaced."""
 
     def __init__(self, layer: nn.Module):
         assert isinstance(layer, Int8Linear)
         self.w: Tensor = layer.weight_t
         self.n: int = layer.out_features
+        self.held = (layer.scale, layer.bias)
         self.cs, self.bias = layer.scale.data_ptr(), _ptr(layer.bias)
 
 
 class _Norm:
     def __init__(self, ln: nn.LayerNorm):
+        self.held = (ln.weight, ln.bias)  # as `_Linear`
         self.w, self.b, self.eps = _ptr(ln.weight), _ptr(ln.bias), float(ln.eps)
 
 
@@ -136,7 +139,7 @@ class _Passes:
         """LayerNorm(x + W_2 relu(W_1 x)), the hidden rows never kept in fp32."""
         n = q.shape[0]
         acc = torch._int_mm(q, f1.w)
-        h, hs = torch.empty((n, f1.n), dtype=torch.int8), torch.empty(n)
+        h, hs = torch.empty((n, f1.n), dtype=torch.int8), torch.empty(n, dtype=torch.float32)
         status = self.fn["attnlab_step_relu"](
             acc.data_ptr(), n, f1.n, s.data_ptr(), f1.cs, f1.bias, h.data_ptr(), hs.data_ptr()
         )
@@ -148,8 +151,10 @@ def _blocks_covered(stack: TransformerDecoder, attentions: tuple[str, ...], line
     """Whether every block of `stack` is one the fused passes compute: the named attention modules plain
     `MultiHeadAttention`s, the named linear layers (dotted names in a block) `Int8Linear`s, a ReLU FFN, and
     post-norm LayerNorms over the model width; a float embedding and positions added to it."""
-    emb = stack.embedding.weight
-    if stack.pos_encoding is None or stack.relative_bias is not None or not native.takes(torch.float32, emb):
+    emb = stack.embedding
+    if type(emb) is not nn.Embedding or emb.max_norm is not None or not native.takes(torch.float32, emb.weight):
+        return False  # (a max_norm embedding renormalizes its rows as it reads them)
+    if stack.pos_encoding is None or stack.relative_bias is not None or type(stack.final_norm) is not nn.Identity:
         return False
     for block in stack.blocks:
         if type(block) is not TransformerDecoderBlock:
@@ -185,13 +190,14 @@ class Int8DecoderStep:
     """The int8 step of a `TransformerDecoder` (see the module docstring)."""
 
     ATTENTIONS = ("self_attention", "cross_attention")
+    # Every linear layer int8, those the step reads and those the modules' path does (a step it hands back).
     LINEARS = tuple(f"self_attention.{w}" for w in ("W_qkv", "W_q", "W_k", "W_v", "W_o"))
     LINEARS += tuple(f"cross_attention.{w}" for w in ("W_kv", "W_q", "W_k", "W_v", "W_o"))
     LINEARS += ("ffn.dense1", "ffn.dense2")
 
     def __init__(self, decoder: TransformerDecoder, functions: dict):
         self.decoder, self.modules = decoder, list(decoder.modules())
-        self.blocks = [b for b in decoder.blocks if isinstance(b, TransformerDecoderBlock)]
+        self.blocks: list = list(decoder.blocks)
         self.passes = _Passes(functions, decoder.num_hiddens)
         self.layers = [
             (_Linear(b.self_attention.W_qkv), _Linear(b.self_attention.W_o), _Linear(b.cross_attention.W_q),
@@ -213,23 +219,40 @@ class Int8DecoderStep:
         return cls(decoder, functions)
 
     def covers(self, state) -> bool:
-        """One row per sentence, nothing in the way (`unwatched`), and either the first step (every cache
-        empty, an fp32 memory) or every cache finite with its keys laid out as the kernel reads them."""
-        if state.beam != 1 or not state.caches or not unwatched(self.modules):
+        """One row per sentence, the C kernels on, nothing in the way (`_unwatched`), source lengths the
+        kernels read as the modules would, and either the first step (every cache empty, an fp32 memory) or
+        every cache finite, fp32 on the CPU, with one row per sentence and keys laid out as the kernel reads."""
+        rows = state.rows
+        if (
+            state.beam != 1
+            or len(state.caches) != len(self.blocks)
+            or not native.active()
+            or not _unwatched(self.modules)
+        ):
+            return False
+        lens = state.src_valid_lens
+        if lens is not None and not (_whole_lengths(lens, rows) and lens.is_cpu):
             return False
         if all(sc.k is None and cc.k is None for sc, cc in state.caches):
             return native.takes(torch.float32, state.memory) and state.memory.is_contiguous()
         for sc, cc in state.caches:
             if sc.k is None or cc.k is None or not (sc.finite and cc.finite):
                 return False
-            if cc.k.stride(-1) != 1 or cc.v.stride(-1) != 1:
+            if (
+                not native.takes(torch.float32, sc.k, sc.v, cc.k, cc.v)
+                or sc.k.shape[0] != rows
+                or cc.k.shape[0] != rows
+            ):
                 return False
         return True
 
     def __call__(self, tgt: Tensor, state) -> Tensor | None:
-        """Logits (n, 1, V) of this step, or None for a token outside the vocabulary (the modules say so)."""
+        """Logits (n, 1, V) of this step, or None where the modules must say what is wrong (tokens that are
+        not int64 on the CPU or lie outside the vocabulary; a non-finite key or value in the memory)."""
         p, dec = self.passes, self.decoder
         n = tgt.shape[0]
+        if tgt.dtype is not torch.int64 or not tgt.is_cpu:
+            return None
         assert dec.pos_encoding is not None  # `build` saw to it
         rows = p.embed(dec, tgt.contiguous(), dec.pos_encoding.encoding(1, state.offset))
         if rows is None:
@@ -237,6 +260,8 @@ class Int8DecoderStep:
         x, q, s = rows
         if state.caches[0][1].k is None:
             self._project_memory(state)
+            if not all(cc.finite for _, cc in state.caches):
+                return None  # the modules' exact non-finite attention, on the caches just filled
         lens = _lengths(state.src_valid_lens)
         for (qkv, o, cq, co, f1, f2, n1, n2, n3, sa, ca), (self_cache, cross_cache) in zip(self.layers, state.caches):
             kbuf, vbuf, at = self_cache.next_slot(n, sa[0] // sa[1], sa[2])
@@ -258,7 +283,7 @@ class Int8DecoderStep:
         (quantized once for all blocks), into its static cache, as the modules' path computes them."""
         fn, memory = self.passes.fn, state.memory
         B, S, D = memory.shape
-        mq, ms = torch.empty((B * S, D), dtype=torch.int8), torch.empty(B * S)
+        mq, ms = torch.empty((B * S, D), dtype=torch.int8), torch.empty(B * S, dtype=torch.float32)
         fn["attnlab_quantize_rows_f32"](memory.data_ptr(), D, B * S, D, mq.data_ptr(), ms.data_ptr())
         for kv, block, (_, cross_cache) in zip(self.kv, self.blocks, state.caches):
             acc = torch._int_mm(mq, kv.w)
@@ -275,21 +300,25 @@ class Int8DecoderStep:
         n = q.shape[0]
         H, G, Dh, scale = heads
         acc = torch._int_mm(q, proj.w)
-        oq, os = torch.empty((n, H * Dh), dtype=torch.int8), torch.empty(n)
+        oq, oscale = torch.empty((n, H * Dh), dtype=torch.int8), torch.empty(n, dtype=torch.float32)
         status = self.passes.fn["attnlab_step_attention"](
             acc.data_ptr(), n, s.data_ptr(), proj.cs, proj.bias, H, G, Dh,
             k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
-            int(write), at, _ptr(lens), Lk, scale, oq.data_ptr(), os.data_ptr(),
+            int(write), at, _ptr(lens), Lk, scale, oq.data_ptr(), oscale.data_ptr(),
         )  # fmt: skip
         if status == 2:
             raise ValueError(f"source lengths must lie in [0, {Lk}], got {lens.tolist()}")
         _check(status & 1)
-        return oq, os, status
+        return oq, oscale, status
 
 
 def _rows(n: int, D: int) -> tuple[Tensor, Tensor, Tensor]:
     """x (n, D) fp32, its int8 rows (n, D) and their scales (n,), to be written by a kernel."""
-    return torch.empty((n, D)), torch.empty((n, D), dtype=torch.int8), torch.empty(n)
+    return (
+        torch.empty((n, D), dtype=torch.float32),
+        torch.empty((n, D), dtype=torch.int8),
+        torch.empty(n, dtype=torch.float32),
+    )
 
 
 def _lengths(lens: Tensor | None) -> Tensor | None:
@@ -314,7 +343,7 @@ def _check(status: int) -> None:
         raise MemoryError("attnlab's int8 decoding passes ran out of memory")
 
 
-def unwatched(modules: list[nn.Module]) -> bool:
+def _unwatched(modules: list[nn.Module]) -> bool:
     """Whether a fused pass may stand in for these modules' forward: eval mode, no autograd, and nothing
     watching them that their forward would serve (recording, head masks, forward hooks)."""
     if torch.is_grad_enabled() or head_masks_active() or _global_hooks():

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.utils.runtime import Switch
+from attnlab.utils.switch import Switch
 
 __all__ = [
     "FLAGS",

@@ -184,19 +184,19 @@ def _int8(linear: nn.Linear, kernel: str) -> nn.Module:
 
 
 def _fuse_qkv(out: nn.Module, model: nn.Module, names: set[str], kernel: str) -> None:
-    """Attention modules whose W_q, W_k, W_v are all quantized also get `W_qkv`, the three as one int8
-    layer (from the float weights), which self-attention runs instead: one activation quantization and one
-    matmul per step instead of three (each row of the fused weight keeps its own scale, so the outputs are
-    the three layers' exactly); cross-attention modules also `W_kv`, W_k and W_v as one, which they run on the
-    memory."""
+    """Self-attention modules whose W_q, W_k, W_v are all quantized also get `W_qkv`, the three as one int8
+    layer (from the float weights), which they run instead: one activation quantization and one matmul per
+    step instead of three (each row of the fused weight keeps its own scale, so the outputs are the three
+    layers' exactly); cross-attention modules get `W_kv`, W_k and W_v as one, which they run on the memory."""
     for name, m in model.named_modules():
         parts = [f"{name}.{w}" if name else w for w in ("W_q", "W_k", "W_v")]
         if not all(p in names for p in parts) or not all(is_float_linear(getattr(m, w)) for w in ("W_q", "W_k", "W_v")):
             continue
         target = out.get_submodule(name)
-        target.W_qkv = _int8(_concatenated([m.W_q, m.W_k, m.W_v]), kernel)
         if name.endswith("cross_attention"):  # the Transformer's (int8 covers no other model)
             target.W_kv = _int8(_concatenated([m.W_k, m.W_v]), kernel)
+        else:
+            target.W_qkv = _int8(_concatenated([m.W_q, m.W_k, m.W_v]), kernel)
 
 
 def _concatenated(layers: list[nn.Linear]) -> nn.Linear:

@@ -9,7 +9,6 @@ import gc
 import os
 import random
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import cast
@@ -17,37 +16,6 @@ from typing import cast
 import numpy as np
 import torch
 import torch.distributed as dist
-
-
-class Switch:
-    """A process-wide switch, on unless some `off()` block is running (blocks nest; any thread may open one):
-    how benchmarks measure what a fast path gives (`attnlab.utils.native.off`, `attnlab.models.int8_step.off`).
-
-    Examples:
-        >>> fast = Switch()
-        >>> with fast.off():
-        ...     bool(fast)
-        False
-        >>> bool(fast)
-        True
-    """
-
-    def __init__(self):
-        self._off = 0
-        self._lock = threading.Lock()
-
-    def __bool__(self) -> bool:
-        return not self._off
-
-    @contextmanager
-    def off(self) -> Iterator[None]:
-        with self._lock:
-            self._off += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._off -= 1
 
 
 def seed_everything(seed: int) -> None:
