@@ -1,6 +1,6 @@
 """int8 decoding's greedy step (`--precision int8`) as int8 matmuls with one C pass between each two
 (`csrc/int8_step.c`): about 30 calls per step of the 2-layer `laptop` decoder instead of the modules' ~290,
-which were ~40% of int8's time; int8 greedy 1.2x faster (BENCHMARKS.md, "Precision").
+which were ~40% of int8's time; int8 greedy 1.19-1.28x faster (BENCHMARKS.md, "Precision").
 
     step = Int8DecoderStep.build(decoder)  -> None where it does not cover the decoder (or inside `off()`)
     step.covers(state)                     -> whether this step of this state runs here

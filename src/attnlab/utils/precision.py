@@ -25,8 +25,8 @@ Every command and the Python API default to `fp32`: the same model gives the sam
 - `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
-      (2.35x fp32 greedy with 2 workers, 2.40x at 1 thread, BLEU within 0.1, on an AVX512-VNNI EPYC, where
-      bf16 decodes at 1.27x fp32 on the test split and 1.34x on validation);
+      (2.35x fp32 greedy with 2 workers, 2.24-2.40x at 1 thread, BLEU within 0.1, on an AVX512-VNNI EPYC,
+      where bf16 decodes at 1.27-1.30x fp32 on the test split and 1.28-1.34x on validation);
     else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16;
     else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
