@@ -69,8 +69,7 @@ class KVCache:
             return k, v
         self.finite = self.finite and _all_finite(k, v)
         L, t = self.k.shape[2], k.shape[2]
-        if not self._owns_buffers() or L + t > self._kbuf.shape[2]:
-            self._grow(L + t)
+        self._make_room(L + t)
         copy_rows(self._kbuf[:, :, L : L + t], k)
         copy_rows(self._vbuf[:, :, L : L + t], v)
         self._set_views(L + t)
@@ -87,14 +86,18 @@ class KVCache:
             self._kbuf, self._vbuf, self._spare, self.finite = kbuf, vbuf, None, True
             self._set_views(0)
         L = self.k.shape[2]
-        if not self._owns_buffers() or self._kbuf.shape[2] <= L:
-            self._grow(L + 1)
+        self._make_room(L + 1)
         return self._kbuf, self._vbuf, L
 
     def advance(self, finite: bool) -> None:
         """Take in the step written at `next_slot`'s position; `finite`: whether its keys and values are."""
         self.finite = self.finite and finite
         self._set_views(self.k.shape[2] + 1)
+
+    def _make_room(self, steps: int) -> None:
+        """Own buffers holding at least `steps` steps (grown, the filled steps copied, where they do not)."""
+        if not self._owns_buffers() or self._kbuf.shape[2] < steps:
+            self._grow(steps)
 
     def _set_views(self, L: int) -> None:
         self.k, self.v = self._kbuf[:, :, :L], self._vbuf[:, :, :L]

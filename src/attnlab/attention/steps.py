@@ -72,8 +72,7 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
     kernel = native.function("few_queries", _SYMBOLS[k.dtype], _FEW_QUERIES_ARGS, ctypes.c_int)
     if kernel is None:
         return None
-    if lens is not None and not (lens.is_cpu and lens.dtype is torch.int64 and lens.is_contiguous()):
-        lens = lens.to(device="cpu", dtype=torch.int64).contiguous()
+    lens = kernel_lengths(lens)
     dtype = q.dtype
     q = q.float()  # bf16: the (B, H, Lq, Dh) queries widened (keys and values are read as they are)
     out = torch.empty((B, Lq, H, Dh), dtype=torch.float32)
@@ -92,6 +91,13 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
 _PTR, _I64 = native.PTR, native.I64
 _FEW_QUERIES_ARGS = [_PTR, _I64, _I64, _I64] * 3 + [_PTR, _PTR] + [_I64] * 6 + [ctypes.c_float]
 _SYMBOLS = {torch.float32: "attnlab_few_queries_f32", torch.bfloat16: "attnlab_few_queries_bf16kv"}  # by k/v dtype
+
+
+def kernel_lengths(lens: Tensor | None) -> Tensor | None:
+    """(B,) integer lengths as the C kernels read them: int64, contiguous, on the CPU (None stays None)."""
+    if lens is None or (lens.is_cpu and lens.dtype is torch.int64 and lens.is_contiguous()):
+        return lens
+    return lens.to(device="cpu", dtype=torch.int64).contiguous()
 
 
 def _whole_lengths(lens, B: int) -> bool:
@@ -133,6 +139,7 @@ __all__ = [
     "decoding_on_cpu",
     "few_queries_attention",
     "fold_beams",
+    "kernel_lengths",
     "native_few_queries",
     "unfold_beams",
 ]

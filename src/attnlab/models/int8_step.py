@@ -37,12 +37,19 @@ from torch.nn.modules import module as torch_module
 
 from attnlab.attention import MultiHeadAttention
 from attnlab.attention.heads import head_masks_active
-from attnlab.attention.steps import _whole_lengths
+from attnlab.attention.recording import recording_active
+from attnlab.attention.steps import _whole_lengths, kernel_lengths
 from attnlab.utils import native
-from attnlab.utils.quantize import _DEQUANTIZE_ARGS, _QUANTIZE_ARGS, Int8Linear
+from attnlab.utils.quantize import _DEQUANTIZE_ARGS, Int8Linear
 from attnlab.utils.switch import Switch
 
-from .transformer_layers import PositionWiseFFN, Sublayer, TransformerDecoder, TransformerDecoderBlock
+from .transformer_layers import (
+    PositionWiseFFN,
+    Sublayer,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    native_layer_norm,
+)
 
 __all__ = ["Int8DecoderStep", "active", "off"]
 
@@ -69,8 +76,8 @@ _SIGNATURES = {
     "attnlab_step_add_ln": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _F, _PTR, _PTR, _PTR],
     "attnlab_step_relu": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
 }
-# int8_rows.c's passes, with `Int8Linear`'s signatures (`native.function` keeps a symbol's first one).
-_ROW_PASSES = {"attnlab_dequantize_f32": _DEQUANTIZE_ARGS, "attnlab_quantize_rows_f32": _QUANTIZE_ARGS}
+# int8_rows.c's rescale, with `Int8Linear`'s signature (`native.function` keeps a symbol's first one).
+_ROW_PASSES = {"attnlab_dequantize_f32": _DEQUANTIZE_ARGS}
 
 
 def _ptr(t: Tensor | None) -> int | None:
@@ -168,22 +175,22 @@ def _blocks_covered(stack: TransformerDecoder, attentions: tuple[str, ...], line
                 or not mha.num_heads
             ):
                 return False
-        if any(type(_get(block, name)) is not Int8Linear for name in linears):
+        if any(type(_submodule(block, name)) is not Int8Linear for name in linears):
             return False
         if type(block.ffn) is not PositionWiseFFN or type(block.ffn.activation) is not nn.ReLU:
             return False
         for sub in (m for m in block.children() if isinstance(m, Sublayer)):
-            if type(sub) is not Sublayer or sub.norm_first or not _float_norm(sub.ln, stack.num_hiddens):
+            if type(sub) is not Sublayer or sub.norm_first or not native_layer_norm(sub.ln, stack.num_hiddens):
                 return False
     return True
 
 
-def _get(block: nn.Module, dotted: str) -> object:
-    """block.a.b for dotted = "a.b" (None where a part is missing)."""
-    found: object = block
-    for part in dotted.split("."):
-        found = getattr(found, part, None)
-    return found
+def _submodule(block: nn.Module, name: str) -> nn.Module | None:
+    """block.get_submodule(name), or None where the block has no such module."""
+    try:
+        return block.get_submodule(name)
+    except AttributeError:
+        return None
 
 
 class Int8DecoderStep:
@@ -206,7 +213,6 @@ class Int8DecoderStep:
              _heads(b.self_attention), _heads(b.cross_attention))
             for b in self.blocks
         ]  # fmt: skip
-        self.kv = [_Linear(b.cross_attention.W_kv) for b in self.blocks]  # the first step's memory projection
         self.dense = _Linear(decoder.dense)
 
     @classmethod
@@ -262,7 +268,7 @@ class Int8DecoderStep:
             self._project_memory(state)
             if not all(cc.finite for _, cc in state.caches):
                 return None  # the modules' exact non-finite attention, on the caches just filled
-        lens = _lengths(state.src_valid_lens)
+        lens = kernel_lengths(state.src_valid_lens)
         for (qkv, o, cq, co, f1, f2, n1, n2, n3, sa, ca), (self_cache, cross_cache) in zip(self.layers, state.caches):
             kbuf, vbuf, at = self_cache.next_slot(n, sa[0] // sa[1], sa[2])
             q, s, status = self._attention(q, s, qkv, sa, kbuf, vbuf, True, at, None, 0)
@@ -279,21 +285,12 @@ class Int8DecoderStep:
         return acc.view(torch.float32).view(n, 1, self.dense.n)
 
     def _project_memory(self, state) -> None:
-        """The first step: every block's cross-attention keys and values, W_kv of the memory's int8 rows
-        (quantized once for all blocks), into its static cache, as the modules' path computes them."""
-        fn, memory = self.passes.fn, state.memory
-        B, S, D = memory.shape
-        mq, ms = torch.empty((B * S, D), dtype=torch.int8), torch.empty(B * S, dtype=torch.float32)
-        fn["attnlab_quantize_rows_f32"](memory.data_ptr(), D, B * S, D, mq.data_ptr(), ms.data_ptr())
-        for kv, block, (_, cross_cache) in zip(self.kv, self.blocks, state.caches):
-            acc = torch._int_mm(mq, kv.w)
-            ptr = acc.data_ptr()
-            fn["attnlab_dequantize_f32"](ptr, B * S, kv.n, ms.data_ptr(), kv.cs, kv.bias, 0, ptr)
-            Hkv, Dh = block.cross_attention.num_kv_heads, block.cross_attention.head_dim
-            kvf = acc.view(torch.float32).view(B, S, kv.n)
-            k = kvf[..., : kv.n // 2].view(B, S, Hkv, Dh).transpose(1, 2)  # (B, Hkv, S, Dh)
-            v = kvf[..., kv.n // 2 :].view(B, S, Hkv, Dh).transpose(1, 2)
-            cross_cache.update(k, v)
+        """The first step: every block's cross-attention keys and values into its static cache, from `W_kv`
+        as the modules' path computes them."""
+        for block, (_, cross_cache) in zip(self.blocks, state.caches):
+            ca = block.cross_attention
+            k, v = ca.W_kv(state.memory).split(ca._qkv_sizes()[1:], dim=-1)
+            cross_cache.update(ca._split(k, ca.num_kv_heads), ca._split(v, ca.num_kv_heads))
 
     def _attention(self, q, s, proj: _Linear, heads, k, v, write: bool, at: int, lens, Lk: int):
         """int_mm(q, proj) -> attention -> its output rows quantized; returns (q, s, the kernel's status)."""
@@ -321,23 +318,6 @@ def _rows(n: int, D: int) -> tuple[Tensor, Tensor, Tensor]:
     )
 
 
-def _lengths(lens: Tensor | None) -> Tensor | None:
-    """Source lengths as the kernels read them: int64, contiguous."""
-    if lens is None or (lens.dtype is torch.int64 and lens.is_contiguous()):
-        return lens
-    return lens.to(torch.int64).contiguous()
-
-
-def _float_norm(ln: nn.Module, D: int) -> bool:
-    """A LayerNorm over the last D features whose weight and bias (both or neither) the kernel reads."""
-    return (
-        type(ln) is nn.LayerNorm
-        and tuple(ln.normalized_shape) == (D,)
-        and (ln.weight is None) == (ln.bias is None)
-        and native.takes(torch.float32, ln.weight, ln.bias)
-    )
-
-
 def _check(status: int) -> None:
     if status:
         raise MemoryError("attnlab's int8 decoding passes ran out of memory")
@@ -346,17 +326,9 @@ def _check(status: int) -> None:
 def _unwatched(modules: list[nn.Module]) -> bool:
     """Whether a fused pass may stand in for these modules' forward: eval mode, no autograd, and nothing
     watching them that their forward would serve (recording, head masks, forward hooks)."""
-    if torch.is_grad_enabled() or head_masks_active() or _global_hooks():
+    if torch.is_grad_enabled() or head_masks_active() or recording_active() or _global_hooks():
         return False
-    for m in modules:
-        if (
-            m.training
-            or m._forward_hooks
-            or m._forward_pre_hooks
-            or (isinstance(m, MultiHeadAttention) and m.recording)
-        ):
-            return False
-    return True
+    return not any(m.training or m._forward_hooks or m._forward_pre_hooks for m in modules)
 
 
 def _global_hooks() -> bool:

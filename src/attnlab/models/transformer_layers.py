@@ -33,6 +33,7 @@ __all__ = [
     "PositionWiseFFN",
     "AddNorm",
     "add_layer_norm",
+    "native_layer_norm",
     "Sublayer",
     "TransformerEncoderBlock",
     "TransformerDecoderBlock",
@@ -91,6 +92,17 @@ _PTR, _I64 = native.PTR, native.I64
 _ADD_LN_ARGS = [_PTR, _PTR, _I64, _I64, _PTR, _PTR, ctypes.c_float, _PTR]
 
 
+def native_layer_norm(ln: nn.Module, D: int) -> bool:
+    """Whether attnlab's C passes compute `ln` as it is: an nn.LayerNorm over the last D features, with both or
+    neither of weight and bias, fp32 on the CPU (`add_layer_norm`, int8's fused step)."""
+    return (
+        type(ln) is nn.LayerNorm
+        and tuple(ln.normalized_shape) == (D,)
+        and (ln.weight is None) == (ln.bias is None)
+        and native.takes(torch.float32, ln.weight, ln.bias)
+    )
+
+
 def add_layer_norm(X: Tensor, Y: Tensor, ln: nn.LayerNorm) -> Tensor | None:
     """ln(X + Y) in one C pass per row (`csrc/layer_norm.c`), or None where it does not apply: not fp32 on
     the CPU, autograd, a LayerNorm over more than the last dimension, shapes or strides that differ, or no
@@ -98,13 +110,11 @@ def add_layer_norm(X: Tensor, Y: Tensor, ln: nn.LayerNorm) -> Tensor | None:
     D = X.shape[-1]
     w, b = ln.weight, ln.bias
     if (
-        type(ln) is not nn.LayerNorm
-        or ln.normalized_shape != (D,)
+        not native_layer_norm(ln, D)
         or X.shape != Y.shape
         or not X.is_contiguous()
         or not Y.is_contiguous()
-        or (w is None) != (b is None)
-        or not native.takes(torch.float32, X, Y, w, b)
+        or not native.takes(torch.float32, X, Y)
     ):
         return None
     fn = native.function("layer_norm", "attnlab_add_layer_norm_f32", _ADD_LN_ARGS)
