@@ -40,8 +40,8 @@ from common import table
 
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy_search import greedy
+from attnlab.kernels import loader as native
 from attnlab.models import Transformer, TransformerConfig
-from attnlab.utils import native
 from attnlab.utils.precision import prepare_for_inference
 from attnlab.utils.runtime import intra_op_threads
 

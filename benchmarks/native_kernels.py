@@ -9,7 +9,7 @@
 
 Each line: PyTorch's time (SDPA with the mask the model would build; `layer_norm(x + y)`; `pick`'s
 block maxima and logsumexp), the C kernel's
-(`attnlab.utils.native.off` switches it off), the ratio (median of paired ratios over interleaved rounds),
+(`attnlab.kernels.loader.off` switches it off), the ratio (median of paired ratios over interleaved rounds),
 and the largest difference between the two outputs. The int8 linear layers' C passes are measured by
 `precision_kernels.py` ("int8 _int_mm (row)" against "int8 (row), ops").
 
@@ -31,10 +31,11 @@ from common import table, time_call
 from precision import header
 
 from attnlab.attention.masking import lengths_to_mask
-from attnlab.attention.steps import few_queries_attention, native_few_queries
-from attnlab.decoding.argmax import pick
-from attnlab.models.transformer_layers import add_layer_norm
-from attnlab.utils import native
+from attnlab.kernels import loader as native
+from attnlab.kernels.argmax import pick
+from attnlab.kernels.few_queries import few_queries_attention, native_few_queries
+from attnlab.kernels.layer_norm import add_layer_norm
+from attnlab.kernels.loader import KERNELS
 
 H, DH = 4, 48  # the laptop preset: D 192, 4 heads
 
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     header(argv)
-    for lib in ("few_queries", "layer_norm", "argmax", "int8_rows"):
+    for lib in KERNELS:
         print(f"C kernel {lib}: {native.status(lib)}")
     torch.manual_seed(0)
     rows = []

@@ -8,7 +8,7 @@ over rounds, the speed-up the median of paired ratios against fp32 greedy. Corpu
 each variant is printed beside it, and how many sentences it translates exactly as fp32 does (fp32 is
 always run, first: the baseline of every column; 'fp32 (F.linear)' is fp32 without its packed linear
 layers, as attnlab decoded before them; a name followed by ' without C kernels' is that variant on
-PyTorch's operators alone, `attnlab.utils.native.off`; by ' on worker threads', decoded by
+PyTorch's operators alone, `attnlab.kernels.loader.off`; by ' on worker threads', decoded by
 `Translator.decode`'s worker threads instead of its worker processes, ATTNLAB_WORKER_PROCESSES=0; by
 ' without the fused step', every decoding step on the model's modules, `attnlab.models.int8_step.off`; ':bN'
 at the end decodes that variant in batches of N instead of its precision's own size). Model
@@ -44,10 +44,10 @@ from decode import capture_kernels, replay_kernels
 
 from attnlab.data import load_data
 from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
+from attnlab.kernels import loader as native
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.models import int8_step
 from attnlab.runs.loading import load_translator
-from attnlab.utils import native
 from attnlab.utils.packed import PackedLinear, retype_linears
 from attnlab.utils.precision import (
     DECODE_PRECISIONS,
@@ -97,7 +97,7 @@ INT8_VARIANTS = {
     "int8 (fbgemm)": {"kernel": "fbgemm"},
     "int8 (per-tensor)": {"kernel": "fbgemm-tensor"},
 }
-# Appended to any variant's name: that variant with attnlab's C kernels off (`attnlab.utils.native.off`),
+# Appended to any variant's name: that variant with attnlab's C kernels off (`attnlab.kernels.loader.off`),
 # PyTorch's operators in their place.
 NO_NATIVE = " without C kernels"
 # A variant decoded with `Translator.decode`'s worker threads instead of its worker processes.

@@ -10,7 +10,7 @@ interleaved rounds; ratios are medians of paired ratios against fp32 `F.linear` 
     int8 dyn (channel)  fbgemm dynamic quantization, per-output-channel weight scales
     int8 _int_mm (row)  attnlab.utils.quantize.Int8Linear: per-row activation scales, torch._int_mm (VNNI),
                         the activation quantized and the sums rescaled by attnlab's C passes (what int8 runs)
-    int8 (row), ops     the same with PyTorch's operators for those two passes (`attnlab.utils.native.off`)
+    int8 (row), ops     the same with PyTorch's operators for those two passes (`attnlab.kernels.loader.off`)
     bf16                F.linear on bf16 operands (activation cast included unless --bf16-resident)
 
     flock /tmp/attnlab-measure.lock python benchmarks/precision_kernels.py --rounds 5
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table, time_call
 from precision import header
 
-from attnlab.utils import native
+from attnlab.kernels import loader as native
 from attnlab.utils.packed import can_pack, linear, pack_weight
 from attnlab.utils.quantize import Int8Linear, fbgemm_linear
 

@@ -86,7 +86,7 @@ def one_thread():
 @pytest.fixture
 def c_kernels():
     """attnlab's C kernels built here; skips where no C compiler is found (a failure under CI=true)."""
-    from attnlab.utils import native
+    from attnlab.kernels import loader as native
 
     if native.load("few_queries") is None:
         pytest.skip(f"needs a C compiler for attnlab's C kernels: {native.status('few_queries')} (.ci/run installs it)")

@@ -20,9 +20,13 @@ MODULES = [
     "attnlab.metrics",
     "attnlab.chapter.report",
     "attnlab.utils.extras",
-    "attnlab.utils.switch",
+    "attnlab.kernels.switches",
+    "attnlab.kernels.few_queries",
+    "attnlab.kernels.finite",
+    "attnlab.kernels.int8_rows",
+    "attnlab.kernels.layer_norm",
+    "attnlab.attention.projections",
     "attnlab.utils.quantize",
-    "attnlab.attention.steps",
 ]
 
 

@@ -3,7 +3,7 @@ the same result as SDPA."""
 
 import torch
 
-from attnlab.attention.steps import decoding_on_cpu, few_queries_attention
+from attnlab.kernels.few_queries import decoding_on_cpu, few_queries_attention
 
 
 def test_few_queries_matches_sdpa_in_bf16_with_and_without_a_key_mask():

@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.data import Vocab
-from attnlab.decoding.argmax import argmax_rows, pick
 from attnlab.decoding.greedy_search import greedy
 from attnlab.decoding.translator import Translator
+from attnlab.kernels import loader as native
+from attnlab.kernels.argmax import argmax_rows, pick
 from attnlab.models import Transformer, TransformerConfig
-from attnlab.utils import native
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -7,10 +7,10 @@ from torch import nn
 
 from attnlab.attention import KVCache, record_attention
 from attnlab.attention.heads import mask_heads
+from attnlab.kernels import loader as native
 from attnlab.models import int8_step
 from attnlab.models.int8_step import Int8DecoderStep
 from attnlab.models.transformer import Transformer, TransformerConfig
-from attnlab.utils import native
 from attnlab.utils.precision import prepare_for_inference
 
 needs_kernels = pytest.mark.skipif(native.load("int8_step") is None, reason="no C compiler for attnlab's kernels")

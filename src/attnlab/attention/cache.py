@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import ctypes
-import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attnlab.utils import native
+from attnlab.kernels.copy_rows import copy_rows
+from attnlab.kernels.finite import all_finite
 
 from .masking import build_mask
 
@@ -21,7 +20,7 @@ class KVCache:
     preallocated buffer that doubles when full (amortised O(1) copies per step instead of a `torch.cat`
     of the whole history every step). The buffers are laid out (B, H, capacity, Dh), so each head's L
     cached steps are one contiguous (L, Dh) block: attention reads them as it reads a contiguous
-    tensor (a (B, capacity, H, Dh) layout made one-query SDPA ~2x slower from L = 12 on), and
+    tensor (a (B, capacity, H, Dh) layout made one-query SDPA slower from a dozen steps on), and
     `reorder` (beam search, every step) copies just those blocks into a second, preallocated buffer
     and swaps the two, instead of allocating new buffers of the whole capacity every step (the
     allocation, page faults included, cost more than the copy). So a `k`/`v` taken from the cache is
@@ -57,7 +56,7 @@ class KVCache:
     def reserve(self, steps: int) -> None:
         """Allocate the buffers for `steps` cached steps when they are first needed (decoding knows its
         length limit), instead of doubling from `min_capacity`: each doubling copies the whole cache into
-        fresh buffers (beam 4: ~0.95x the time with the reservation, BENCHMARKS.md). Pages that are
+        fresh buffers (BENCHMARKS.md). Pages that are
         never written are never touched, so a generous reservation costs address space, not memory."""
         self._reserved = max(self._reserved, steps)
 
@@ -65,9 +64,9 @@ class KVCache:
         if self.k is None or self.v is None or self.static:
             self.k, self.v = k, v
             self._kbuf = self._vbuf = self._spare = None
-            self.finite = _all_finite(k, v)
+            self.finite = all_finite(k, v)
             return k, v
-        self.finite = self.finite and _all_finite(k, v)
+        self.finite = self.finite and all_finite(k, v)
         L, t = self.k.shape[2], k.shape[2]
         self._make_room(L + t)
         copy_rows(self._kbuf[:, :, L : L + t], k)
@@ -159,57 +158,3 @@ class KVCache:
             self._kbuf = self._vbuf = self._spare = None
         self._mask = self._mask_for = None
         return self
-
-
-_COPY_ARGS = [native.PTR, *[native.I64] * 3, native.PTR, *[native.I64] * 7]
-
-
-def copy_rows(dst: Tensor, src: Tensor) -> None:
-    """dst[...] = src for two (n0, n1, n2, Dh) tensors of one dtype that do not overlap in memory (a new
-    step's keys or values and the cache's slot for them): by attnlab's C pass where both are on the CPU
-    with a contiguous last dimension and autograd is off (`csrc/copy_rows.c`; dst's version counter is not
-    bumped), else PyTorch's copy."""
-    if dst.dim() == 4 and dst.shape == src.shape and native.takes(src.dtype, src, dst):
-        fn = native.function("copy_rows", "attnlab_copy_rows", _COPY_ARGS)
-        if fn is not None:
-            e = src.element_size()
-            (s0, s1, s2, _), (d0, d1, d2, _) = src.stride(), dst.stride()
-            n0, n1, n2, n3 = src.shape
-            fn(src.data_ptr(), s0 * e, s1 * e, s2 * e, dst.data_ptr(), d0 * e, d1 * e, d2 * e, n0, n1, n2, n3 * e)
-            return
-    dst.copy_(src)
-
-
-def _all_finite(*tensors: Tensor) -> bool:
-    """Whether no element of these tensors is NaN or inf: attention's exact non-finite path runs only
-    when needed. attnlab's C pass (`csrc/finite.c`) reads fp32 and bf16 CPU tensors as they are; others
-    take one sum each (isfinite().all() costs four ops), where a finite tensor whose sum overflows also
-    takes the exact path, which gives the same result for finite inputs, only slower."""
-    for t in tensors:
-        if not t.numel():
-            continue
-        native_answer = _native_all_finite(t)
-        if native_answer is not None:
-            if not native_answer:
-                return False
-            continue
-        if not math.isfinite(t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)):
-            return False
-    return True
-
-
-_FINITE_ARGS = [native.PTR] + [native.I64] * 7
-_FINITE_SYMBOLS = {torch.float32: "attnlab_all_finite_f32", torch.bfloat16: "attnlab_all_finite_bf16"}
-
-
-def _native_all_finite(t: Tensor) -> bool | None:
-    """`_all_finite` of one tensor of at most 4 dimensions by the C pass, or None where it does not run."""
-    symbol = _FINITE_SYMBOLS.get(t.dtype)
-    if symbol is None or not 0 < t.dim() <= 4 or not native.takes(t.dtype, t):
-        return None
-    fn = native.function("finite", symbol, _FINITE_ARGS, ctypes.c_int)
-    if fn is None:
-        return None
-    pad = 4 - t.dim()
-    shape, strides = (1,) * pad + tuple(t.shape), (0,) * pad + t.stride()
-    return bool(fn(t.data_ptr(), *shape, *strides[:3]))

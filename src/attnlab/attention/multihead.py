@@ -10,17 +10,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.utils.packed import PackedLinear, can_pack, is_float_linear, linear, pack_weight, weight_key
+from attnlab.kernels.few_queries import decoding_on_cpu, few_queries_attention, native_few_queries
+from attnlab.kernels.finite import all_finite
+from attnlab.utils.packed import is_float_linear, linear
 
-from .cache import KVCache, _all_finite
+from .cache import KVCache
 from .dropout import Dropout
 from .heads import active_head_mask, check_head_mask, prune_projections
 from .local import local_blockwise
 from .masking import build_mask, window_mask
+from .projections import concatenated, concatenated_weight
 from .recording import Recordable
 from .rotary import RotaryEmbedding
 from .scoring import attend, check_qkv
-from .steps import decoding_on_cpu, few_queries_attention, fold_beams, native_few_queries, unfold_beams
+from .steps import fold_beams, unfold_beams
 
 # A relative position bias: (query positions (Lq,), key positions (Lk,)) -> float (1|B, H, Lq, Lk)
 # added to the scaled scores (`attnlab.attention.bias`: ALiBi, T5).
@@ -109,6 +112,9 @@ class MultiHeadAttention(Recordable, nn.Module):
         self.W_k = nn.Linear(num_hiddens, kv * self.head_dim, bias=bias)
         self.W_v = nn.Linear(num_hiddens, kv * self.head_dim, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        # `fuse_projections`' layers, None until made (so a float model's state_dict never holds them).
+        self.W_qkv: nn.Module | None = None
+        self.W_kv: nn.Module | None = None
         self.dropout = Dropout(dropout)
 
     def _split(self, x: Tensor, heads: int | None = None) -> Tensor:
@@ -128,13 +134,11 @@ class MultiHeadAttention(Recordable, nn.Module):
             # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (float
             # Linears only: a quantized or otherwise swapped projection runs as itself).
             q, k, v = linear(queries, *self._qkv_weight()).split(self._qkv_sizes(), dim=-1)
-        elif queries is keys and keys is values and isinstance(fused := getattr(self, "W_qkv", None), nn.Module):
-            # a fused replacement (int8: attnlab.utils.quantize)
-            q, k, v = fused(queries).split(self._qkv_sizes(), dim=-1)
-        elif keys is values and isinstance(fused := getattr(self, "W_kv", None), nn.Module):
-            # cross-attention's keys and values from one int8 layer (attnlab.utils.quantize)
+        elif queries is keys and keys is values and self.W_qkv is not None:
+            q, k, v = self.W_qkv(queries).split(self._qkv_sizes(), dim=-1)  # `fuse_projections`
+        elif keys is values and self.W_kv is not None:
             q = self.W_q(queries)
-            k, v = fused(keys).split(self._qkv_sizes()[1:], dim=-1)
+            k, v = self.W_kv(keys).split(self._qkv_sizes()[1:], dim=-1)  # cross-attention's fused keys, values
         else:
             q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
         q, k, v = self._split(q), self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
@@ -144,39 +148,34 @@ class MultiHeadAttention(Recordable, nn.Module):
             k, v = cache.update(k, v)
         return q, k, v
 
+    def fuse_projections(self, convert: Callable[[nn.Linear], nn.Module], self_attention: bool = True) -> None:
+        """Make this module's fused projection from its float W_q, W_k, W_v: `W_qkv` (self_attention: the
+        three side by side, run when queries, keys and values are one tensor) or `W_kv` (cross-attention: W_k
+        and W_v, run on the memory), an nn.Linear passed through `convert` (int8: `Int8Linear.from_float`,
+        whose rows keep their own scales, so the outputs are the separate layers' exactly): one activation
+        pass and one matmul per step instead of three. Float weights need none (`_qkv_weight`).
+
+        Examples:
+            >>> mha = MultiHeadAttention(8, 2).eval()
+            >>> mha.fuse_projections(lambda linear: linear)
+            >>> x = torch.randn(1, 3, 8)
+            >>> torch.allclose(mha.W_qkv(x)[..., 8:16], mha.W_k(x))
+            True
+        """
+        layers = [self.W_q, self.W_k, self.W_v] if self_attention else [self.W_k, self.W_v]
+        if not all(is_float_linear(m) for m in layers):
+            raise ValueError("fuse_projections needs float nn.Linear W_q, W_k, W_v: fuse before converting them")
+        setattr(self, "W_qkv" if self_attention else "W_kv", convert(concatenated(layers)))
+
     def _qkv_sizes(self) -> list[int]:
         """Widths of Q, K and V in the fused projection's output (K and V hold only the KV heads)."""
         kv = self.num_kv_heads * self.head_dim
         return [self.W_q.out_features, kv, kv]
 
     def _qkv_weight(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """W_q, W_k, W_v (and biases) concatenated: (3*H*Dh, D), (3*H*Dh,), and that weight reordered for
-        oneDNN when the three are `PackedLinear`s (else None). Without autograd (decoding) they are kept
-        until a weight changes in place, moves or changes dtype (`weight_key`), not redone per step."""
-        ws: list[Tensor] = [self.W_q.weight, self.W_k.weight, self.W_v.weight]
-        bs: list[Tensor] | None = None if self.W_q.bias is None else [self.W_q.bias, self.W_k.bias, self.W_v.bias]
-        if torch.is_grad_enabled():  # training: the concatenation is part of the graph
-            return torch.cat(ws), None if bs is None else torch.cat(bs), None
-        params = ws + (bs or [])
-        # The projections' type is part of the key: packing them in place (pack_linears) rebuilds it.
-        versions = [type(self.W_q), *(weight_key(t) for t in params)]
-        cached = self.__dict__.get("_qkv_cached")  # (params, versions, W, b); holding the params keeps
-        # their identity meaningful (a freed tensor's address could be reused by a new one)
-        if (
-            cached is None
-            or len(cached[0]) != len(params)
-            or any(x is not y for x, y in zip(cached[0], params))
-            or cached[1] != versions
-        ):
-            # Made outside inference mode: an inference tensor could not be packed (no version counter),
-            # and its staleness is the Parameters' to tell anyway (`versions`).
-            with torch.inference_mode(False):
-                W = torch.cat([w.detach() for w in ws])
-                b = None if bs is None else torch.cat([t.detach() for t in bs])
-            packed = pack_weight(W) if type(self.W_q) is PackedLinear and can_pack(W) else None
-            cached = (params, versions, W, b, packed)
-            self.__dict__["_qkv_cached"] = cached
-        return cached[2], cached[3], cached[4]
+        """W_q, W_k, W_v (and biases) concatenated, and that weight packed for oneDNN or None
+        (`concatenated_weight`: kept across decoding steps until a weight changes)."""
+        return concatenated_weight(self.__dict__, "_qkv_cached", [self.W_q, self.W_k, self.W_v])
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -219,7 +218,7 @@ class MultiHeadAttention(Recordable, nn.Module):
         q, k, v = self._project_qkv(queries, keys, values, cache)
         if self.num_heads == 0:  # only W_o's bias remains
             out = q
-        elif (_all_finite(q) and cache.finite) if cache is not None else _all_finite(q, k, v):
+        elif (all_finite(q) and cache.finite) if cache is not None else all_finite(q, k, v):
             # With a cache only the new query is checked: the cache knows whether its keys/values are.
             out = self._attend(q, k, v, valid_lens, mask, causal, cache, beam, position_bias)
         else:
@@ -276,8 +275,8 @@ class MultiHeadAttention(Recordable, nn.Module):
         return k, v
 
     def _native(self, q, k, v, lens: Tensor | None = None) -> Tensor | None:
-        """A decoding step's fp32 or bf16 queries on attnlab's C kernel (2.6-4.6x SDPA's speed at one query
-        over 5-30 keys, BENCHMARKS.md); None where it does not apply (`native_few_queries`)."""
+        """A decoding step's fp32 or bf16 queries on attnlab's C kernel (faster than SDPA at a few queries over
+        a few dozen keys, BENCHMARKS.md); None where it does not apply (`native_few_queries`)."""
         if self.training and self.dropout.p > 0:
             return None
         return native_few_queries(q, k, v, lens, self.groups)

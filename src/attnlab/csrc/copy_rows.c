@@ -1,7 +1,7 @@
 /* dst[a, b, c, :] = src[a, b, c, :] for two (n0, n1, n2, row) tensors of any strides but a contiguous last
    dimension (strides and the row in bytes): a decoding step's new keys/values written into the cache, a
    view of the fused Q/K/V projection into a view of the cache's buffer, whose strides defeat PyTorch's
-   copy (~37 us for 256 x 4 heads x 48 floats, where the bytes take ~3). */
+   copy (its per-row overhead costs many times what moving the bytes does). */
 
 #include <stdint.h>
 #include <string.h>

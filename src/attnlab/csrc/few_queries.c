@@ -5,7 +5,7 @@
    projection reads. One call covers the whole batch: PyTorch's SDPA runs a small GEMM per
    (row, head), which at one query over 5-30 keys costs several times the arithmetic.
 
-   Built at first use by attnlab.utils.native with the machine's C compiler (-march=native). Head sizes
+   Built at first use by attnlab.kernels.loader with the machine's C compiler (-march=native). Head sizes
    that are a multiple of 16 up to 128 run on 16-float vectors (vec.h) with the query and the output
    held in registers; other sizes take a plain loop. Keys and values are fp32, or bf16 (bf16 decoding's
    cache, widened to fp32 as they are read); queries, sums and outputs are fp32. The softmax subtracts the row maximum, exponentiates (Cephes' expf polynomial,
@@ -21,7 +21,7 @@
 /* The exported kernel NAME for keys/values of type KT. q fp32 (B, H, Lq, Dh) and k, v (B, H / G, Lk, Dh) by
    their strides in elements; out (B, Lq, H, Dh). Returns 0; 1 when memory ran out; 2 when a length lies
    outside [0, Lk] (nothing computed). One thread: decoding's batch workers each call it on their own batch
-   (splitting a call across threads measured no faster, up to 1.3x slower, at B 64-256). */
+   (splitting a call across threads measured no faster at B 64-256). */
 #define DEFINE_KERNEL(NAME, SUF, KT)                                                                     \
     DEFINE_HEADS(SUF, KT)                                                                                \
     int NAME(const float *q_, int64_t qsb, int64_t qsh, int64_t qsi, const KT *k_, int64_t ksb, int64_t ksh,  \

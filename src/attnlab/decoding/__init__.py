@@ -3,7 +3,6 @@ decoding protocol, with length/repetition controls, target prefixes and word ali
 and the Translator (text in, text out)."""
 
 from .alignment import align_batch, alignment_heads, pharaoh, word_alignment
-from .argmax import argmax_rows, pick
 from .batches import decode_batches, length_batches, search_batches
 from .beam import Finished, beam_search, nbest_search
 from .constraints import Progress, constrained_search
@@ -32,8 +31,6 @@ __all__ = [
     "check_source",
     "reserve_steps",
     "expand_state",
-    "argmax_rows",
-    "pick",
     "greedy",
     "beam_step",
     "trace_step",

@@ -47,8 +47,7 @@ from attnlab.decoding.greedy_search import greedy
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.sampling import sample
-from attnlab.models import int8_step
-from attnlab.utils import native
+from attnlab.kernels.switches import fingerprint
 from attnlab.utils.checks import check_range
 from attnlab.utils.forked import WorkerPool, can_fork
 from attnlab.utils.runtime import gc_paused, intra_op_threads
@@ -197,7 +196,8 @@ def _worker_pool(translator, workers: int) -> WorkerPool | None:
 def _decoding_key(translator, workers: int) -> tuple | None:
     """What the workers' copy of the translator must still match: its decoding settings, every module
     (itself, type, mode, the ids of its hooks and of the global ones), each weight (itself, storage,
-    in-place version), and whether the C kernels and int8's fused step are on. Objects are
+    in-place version), and what is switched on (`attnlab.kernels.switches.fingerprint`: the C kernels,
+    int8's fused step, every other fast path's `Switch`). Objects are
     compared by identity and held, so a freed one's address cannot pass for a new one. Not seen: plain
     attributes of modules, functions patched after the fork, and edits through `tensor.data` (no version
     bump): after those, call `close_worker_pool`."""
@@ -216,7 +216,7 @@ def _decoding_key(translator, workers: int) -> tuple | None:
         for k, v in vars(translator).items()
         if k not in ("workers", "batch_size")  # the batches are cut here, and the pool's size is `workers`
     )
-    return workers, settings, modules, hooks, weights, native.active(), int8_step.active()
+    return workers, settings, modules, hooks, weights, fingerprint()
 
 
 class _Same:

@@ -9,9 +9,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnlab.decoding.argmax import pick
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.protocol import check_source, inference, reserve_steps
+from attnlab.kernels.argmax import pick
 
 # Finished rows leave the batch once they are at least this fraction of it (see `_greedy_cached`).
 COMPACT_FRACTION = 0.25

@@ -38,18 +38,15 @@ from torch.nn.modules import module as torch_module
 from attnlab.attention import MultiHeadAttention
 from attnlab.attention.heads import head_masks_active
 from attnlab.attention.recording import recording_active
-from attnlab.attention.steps import _whole_lengths, kernel_lengths
-from attnlab.utils import native
-from attnlab.utils.quantize import _DEQUANTIZE_ARGS, Int8Linear
-from attnlab.utils.switch import Switch
+from attnlab.kernels import loader as native
+from attnlab.kernels.few_queries import kernel_lengths
+from attnlab.kernels.few_queries import whole_lengths as _whole_lengths
+from attnlab.kernels.int8_rows import DEQUANTIZE_ARGS as _DEQUANTIZE_ARGS
+from attnlab.kernels.layer_norm import native_layer_norm
+from attnlab.kernels.switches import Switch
+from attnlab.utils.quantize import Int8Linear
 
-from .transformer_layers import (
-    PositionWiseFFN,
-    Sublayer,
-    TransformerDecoder,
-    TransformerDecoderBlock,
-    native_layer_norm,
-)
+from .transformer_layers import PositionWiseFFN, Sublayer, TransformerDecoder, TransformerDecoderBlock
 
 __all__ = ["Int8DecoderStep", "active", "off"]
 

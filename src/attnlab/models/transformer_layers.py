@@ -9,11 +9,9 @@
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections.abc import Callable
 
-import torch
 from torch import Tensor, nn
 
 from attnlab.attention import (
@@ -26,14 +24,12 @@ from attnlab.attention import (
     RotaryEmbedding,
     T5RelativeBias,
 )
-from attnlab.utils import native
+from attnlab.kernels.layer_norm import add_layer_norm
 
 __all__ = [
     "make_activation",
     "PositionWiseFFN",
     "AddNorm",
-    "add_layer_norm",
-    "native_layer_norm",
     "Sublayer",
     "TransformerEncoderBlock",
     "TransformerDecoderBlock",
@@ -86,44 +82,6 @@ class AddNorm(nn.Module):
         if not (self.training and self.dropout.p > 0) and (out := add_layer_norm(X, Y, self.ln)) is not None:
             return out
         return self.ln(X + self.dropout(Y))
-
-
-_PTR, _I64 = native.PTR, native.I64
-_ADD_LN_ARGS = [_PTR, _PTR, _I64, _I64, _PTR, _PTR, ctypes.c_float, _PTR]
-
-
-def native_layer_norm(ln: nn.Module, D: int) -> bool:
-    """Whether attnlab's C passes compute `ln` as it is: an nn.LayerNorm over the last D features, with both or
-    neither of weight and bias, fp32 on the CPU (`add_layer_norm`, int8's fused step)."""
-    return (
-        type(ln) is nn.LayerNorm
-        and tuple(ln.normalized_shape) == (D,)
-        and (ln.weight is None) == (ln.bias is None)
-        and native.takes(torch.float32, ln.weight, ln.bias)
-    )
-
-
-def add_layer_norm(X: Tensor, Y: Tensor, ln: nn.LayerNorm) -> Tensor | None:
-    """ln(X + Y) in one C pass per row (`csrc/layer_norm.c`), or None where it does not apply: not fp32 on
-    the CPU, autograd, a LayerNorm over more than the last dimension, shapes or strides that differ, or no
-    kernel here. Shape: X, Y (..., D) -> (..., D)."""
-    D = X.shape[-1]
-    w, b = ln.weight, ln.bias
-    if (
-        not native_layer_norm(ln, D)
-        or X.shape != Y.shape
-        or not X.is_contiguous()
-        or not Y.is_contiguous()
-        or not native.takes(torch.float32, X, Y)
-    ):
-        return None
-    fn = native.function("layer_norm", "attnlab_add_layer_norm_f32", _ADD_LN_ARGS)
-    if fn is None:
-        return None
-    out = torch.empty_like(X)
-    wp, bp = (None, None) if w is None else (w.data_ptr(), b.data_ptr())
-    fn(X.data_ptr(), Y.data_ptr(), X.numel() // D if D else 0, D, wp, bp, ln.eps, out.data_ptr())
-    return out
 
 
 class Sublayer(AddNorm):

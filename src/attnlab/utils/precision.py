@@ -7,9 +7,9 @@
 
 Every command and the Python API default to `fp32`: the same model gives the same output on every machine.
 - `fp32`: plain float32; decoding on the CPU runs the linear layers on weights packed once for oneDNN
-  (`attnlab.utils.packed`), which gives the same tokens 1.25-1.55x faster, and a decoding step's
-  attention, an encoder's short self-attention, the post-norm residual's LayerNorm and greedy's arg-max
-  on attnlab's C kernels (`attnlab.utils.native`), which give the same tokens another 1.16-1.25x faster.
+  (`attnlab.utils.packed`), which gives the same tokens faster, and a decoding step's attention, an
+  encoder's short self-attention, the post-norm residual's LayerNorm and greedy's arg-max on attnlab's C
+  kernels (`attnlab.kernels`), faster again (BENCHMARKS.md, "Precision").
 - `bf16`: training keeps fp32 master weights and Adam state; on the CPU a bf16 copy of the model runs
   forward and backward (refreshed from the masters each step; SDPA on its math path, `bf16_attention`;
   layer norm and softmax accumulate in fp32, the loss is fp32), on CUDA autocast. Decoding casts the
@@ -25,13 +25,12 @@ Every command and the Python API default to `fp32`: the same model gives the sam
 - `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
-      (2.35x fp32 greedy with 2 workers, 2.24-2.40x at 1 thread, BLEU within 0.1, on an AVX512-VNNI EPYC,
-      where bf16 decodes at 1.27-1.30x fp32 on the test split and 1.28-1.34x on validation);
+      (BLEU close to fp32's, BENCHMARKS.md);
     else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16;
-    else fp32 (int8 with AVX2 only measured 1.01-1.03x; emulated bf16 0.70x).
+    else fp32 (int8 with AVX2 only and emulated bf16 measured no faster).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
-    native bf16 (the bf16 compute copy of `attnlab.training.mixed`: 1.9-2.3x fp32's tokens/s at the
-    laptop preset's sizes on an AVX512-BF16 EPYC without AMX, validation loss +0.01%); else fp32.
+    native bf16 (the bf16 compute copy of `attnlab.training.mixed`, measured to pay at the laptop preset's
+    sizes with fp32's validation loss); else fp32.
   A config.json that says "auto" means this rule wherever it runs; pass fp32 to reproduce a result.
 """
 
@@ -46,7 +45,7 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from attnlab.utils import native
+from attnlab.kernels import loader
 from attnlab.utils.packed import ONEDNN, is_float_linear, pack_linears
 from attnlab.utils.quantize import VNNI_FLAGS, quantize_linears
 
@@ -62,9 +61,9 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # share_embeddings it is tied to the embeddings: int8 quantizes a copy, the embedding stays float.
 INT8_KEEP_FP32: tuple[str, ...] = ()
 # The int8 kernel: per-row activation scales on torch._int_mm with attnlab's C quantize/rescale passes
-# (1.1-1.4x fbgemm's dynamic Linear per layer at the decoder's shapes on an AVX512-VNNI EPYC, and no
-# batch-dependence; benchmarks/precision_kernels.py). Where those C passes cannot be built, int8 runs
-# 'fbgemm' (one activation scale per call), which is then the faster (not under ATTNLAB_NATIVE=0).
+# (faster than fbgemm's dynamic Linear per layer at the decoder's shapes, and no batch-dependence;
+# benchmarks/precision_kernels.py). Where those C passes cannot be built, int8 runs 'fbgemm' (one
+# activation scale per call), which is then the faster (not under ATTNLAB_NATIVE=0).
 INT8_KERNEL = "int_mm"
 
 
@@ -154,9 +153,8 @@ def _auto(device: torch.device, training: bool, model_type: str) -> PrecisionCho
 def bf16_attention(device: torch.device | str):
     """The context a bf16 training step's attention runs in: on the CPU, SDPA restricted to its math path
     (explicit matmuls and softmax, which upcasts bf16 to fp32), because the CPU flash kernel's bf16
-    backward measured 6-10x slower than its fp32 one at a Transformer's short sentences (8.1 ms against
-    1.4 ms at (B, H, L, Dh) = (80, 4, 18, 48) on 2 AVX512-BF16 cores; the math path's: 0.9 ms;
-    benchmarks/train_precision.py --attention); elsewhere nothing.
+    backward measured several times slower than its fp32 one at a Transformer's short sentences, and slower
+    than the math path (benchmarks/train_precision.py --attention); elsewhere nothing.
     sdpa_kernel sets process-wide flags for as long as the context is open."""
     if torch.device(device).type != "cpu":
         return contextlib.nullcontext()
@@ -227,9 +225,9 @@ def prepare_for_inference(
     fbgemm = any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
     if kernel is None:
         kernel = INT8_KERNEL
-        if fbgemm and not native.switched_off() and native.load("int8_rows") is None:
-            # Without its C passes the per-row kernel is slower than fbgemm's (0.88-0.90x against 0.98-1.01x
-            # fp32, test split); ATTNLAB_NATIVE=0 keeps the per-row values, as it keeps every other.
+        if fbgemm and not loader.switched_off() and loader.load("int8_rows") is None:
+            # Without its C passes the per-row kernel is slower than fbgemm's (BENCHMARKS.md, "Precision");
+            # ATTNLAB_NATIVE=0 keeps the per-row recipe, as it keeps every other.
             log.warning("int8: attnlab's C passes are not available here, so fbgemm's dynamic Linear runs")
             kernel = "fbgemm"
     if kernel.startswith("fbgemm") and not fbgemm:

@@ -1,6 +1,5 @@
 """int8 linear layers for decoding on the CPU: per-output-channel weight scales, and per-row activation scales.
 
-    quantize_rows(x)                 -> (x_q int8 (M, K), scale (M, 1)): x ~= x_q * scale, row by row
     quantize_channels(w)             -> (w_q int8 (N, K), scale (N,)):   w ~= w_q * scale[:, None]
     Int8Linear.from_float(linear)    -> y = (x_q @ w_q.T) * row_scale * channel_scale + bias, on torch._int_mm
     fbgemm_linear(linear)            -> PyTorch's dynamic quantized Linear (fbgemm; per-tensor activations)
@@ -10,11 +9,11 @@ The recipe is CTranslate2's: every weight row (output channel) gets its own scal
 does every activation row (one token of one sentence), so a long sentence or a large logit never coarsens
 the others' grid, and a sentence's output does not depend on the batch it is decoded in. The products
 accumulate in int32; `torch._int_mm` runs them on the CPU's int8 dot-product instructions (AVX512-VNNI,
-AVX-VNNI, AMX) through oneDNN, and attnlab's C passes (`csrc/int8_rows.c`) quantize the activations and
-rescale the sums, one pass each: the default (`attnlab.utils.precision.INT8_KERNEL`), 1.1-1.4x fbgemm's
-dynamic Linear per layer at the decoder's shapes (BENCHMARKS.md, "Precision"). Without a C compiler the
-two passes are PyTorch operators (the same values, slower than fbgemm, so `prepare_for_inference` then
-picks fbgemm, unless ATTNLAB_NATIVE=0 asked for the same values). fbgemm's dynamic Linear ('fbgemm')
+AVX-VNNI, AMX) through oneDNN, and attnlab's C passes (`attnlab.kernels.int8_rows`) quantize the activations
+and rescale the sums, one pass each: the default (`attnlab.utils.precision.INT8_KERNEL`), faster than
+fbgemm's dynamic Linear per layer at the decoder's shapes (BENCHMARKS.md, "Precision"). Without a C compiler
+the two passes are PyTorch operators (the same recipe, slower than fbgemm, so `prepare_for_inference` then
+picks fbgemm, unless ATTNLAB_NATIVE=0 asked for the per-row recipe). fbgemm's dynamic Linear ('fbgemm')
 quantizes a whole activation tensor with one scale.
 """
 
@@ -22,44 +21,30 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import warnings
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
 from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
-from attnlab.utils import native
+from attnlab.kernels.int8_rows import int8_linear, quantize_rows
 from attnlab.utils.packed import PackedLinear, is_float_linear, retype_linears
 
 __all__ = [
     "INT8_KERNELS",
     "VNNI_FLAGS",
+    "FusesProjections",
     "Int8Linear",
     "fbgemm_linear",
     "quantize_channels",
     "quantize_linears",
-    "quantize_rows",
 ]
 
 # CPU flags (as /proc/cpuinfo names them) of int8 dot-product instructions (`torch._int_mm`, fbgemm).
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 INT8_KERNELS = ("fbgemm", "fbgemm-tensor", "int_mm")
-_TINY = 1e-12  # an all-zero row gets this scale instead of 0 (its values quantize to 0 either way)
-
-
-def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Symmetric int8 per row: x (M, K) float -> x_q (M, K) int8 in [-127, 127], scale (M, 1) float32,
-    with x ~= x_q * scale (error at most scale / 2 per element).
-
-    Examples:
-        >>> q, s = quantize_rows(torch.tensor([[1.0, -0.5], [0.0, 0.0]]))
-        >>> q.tolist(), torch.allclose(s.flatten(), torch.tensor([1 / 127, 1e-12 / 127]))
-        ([[127, -64], [0, 0]], True)
-    """
-    x = x.float()
-    scale = x.abs().amax(dim=-1, keepdim=True).clamp_(min=_TINY).div_(127.0)  # (M, 1)
-    return torch.round(x / scale).to(torch.int8), scale
 
 
 def quantize_channels(w: Tensor) -> tuple[Tensor, Tensor]:
@@ -99,45 +84,11 @@ class Int8Linear(nn.Module):
         """x (..., K) -> (..., N); relu: max(y, 0), in the rescaling pass where the C kernels run."""
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)  # (M, K)
-        y = _native_int8_linear(x2, self.weight_t, self.scale, self.bias, relu)
-        if y is None:
-            xq, row_scale = quantize_rows(x2)  # (M, K), (M, 1)
-            y = torch._int_mm(xq, self.weight_t).float().mul_(row_scale)  # (M, N)
-            y = y.mul_(self.scale) if self.bias is None else torch.addcmul(self.bias, y, self.scale)
-            if relu:
-                y = torch.relu_(y)
+        y = int8_linear(x2, self.weight_t, self.scale, self.bias, relu)  # the C passes where they run
         return y.view(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel x per-row"
-
-
-_PTR, _I64 = native.PTR, native.I64
-_QUANTIZE_ARGS = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
-_DEQUANTIZE_ARGS = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int, _PTR]
-
-
-def _native_int8_linear(
-    x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor | None, relu: bool = False
-) -> Tensor | None:
-    """`Int8Linear`'s forward with its two element-wise passes in attnlab's C kernels (`csrc/int8_rows.c`:
-    1.3-1.8x the layer on PyTorch's operators at the decoder's shapes, BENCHMARKS.md), or None where they
-    do not apply (not fp32 on the CPU, autograd, no kernel here). Shape: x (M, K) -> (M, N) float32."""
-    M, K = x.shape
-    if M == 0 or not native.takes(torch.float32, x, scale, bias):
-        return None
-    quantize = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
-    dequantize = native.function("int8_rows", "attnlab_dequantize_f32", _DEQUANTIZE_ARGS)
-    if quantize is None or dequantize is None:
-        return None
-    xq = torch.empty((M, K), dtype=torch.int8)
-    row_scale = torch.empty(M, dtype=torch.float32)
-    quantize(x.data_ptr(), x.stride(0), M, K, xq.data_ptr(), row_scale.data_ptr())
-    acc = torch._int_mm(xq, weight_t)  # (M, N) int32, converted to float32 in place
-    ptr = acc.data_ptr()
-    bias_ptr = bias.data_ptr() if bias is not None else None
-    dequantize(ptr, M, acc.shape[1], row_scale.data_ptr(), scale.data_ptr(), bias_ptr, int(relu), ptr)
-    return acc.view(torch.float32)
 
 
 def fbgemm_linear(linear: nn.Linear, per_channel: bool = True) -> nn.Module:
@@ -168,6 +119,7 @@ def quantize_linears(model: nn.Module, names: list[str], kernel: str = "int_mm")
     if kernel not in INT8_KERNELS:
         raise ValueError(f"unknown int8 kernel {kernel!r}; expected one of {', '.join(INT8_KERNELS)}")
     out = retype_linears(copy.deepcopy(model).eval(), PackedLinear, nn.Linear)  # torch.ao matches nn.Linear exactly
+    _fuse_qkv(out, set(names), kernel)  # from the float weights, before they are replaced
     for name in names:
         parent_name, _, child = name.rpartition(".")
         parent = out.get_submodule(parent_name) if parent_name else out
@@ -175,7 +127,6 @@ def quantize_linears(model: nn.Module, names: list[str], kernel: str = "int_mm")
         if type(linear) is not nn.Linear:
             raise ValueError(f"int8: {name!r} is not an nn.Linear of this model")
         setattr(parent, child, _int8(linear, kernel))
-    _fuse_qkv(out, model, set(names), kernel)
     return out.eval()  # the new int8 layers too (a module starts in training mode)
 
 
@@ -183,27 +134,19 @@ def _int8(linear: nn.Linear, kernel: str) -> nn.Module:
     return Int8Linear.from_float(linear) if kernel == "int_mm" else fbgemm_linear(linear, kernel == "fbgemm")
 
 
-def _fuse_qkv(out: nn.Module, model: nn.Module, names: set[str], kernel: str) -> None:
-    """Self-attention modules whose W_q, W_k, W_v are all quantized also get `W_qkv`, the three as one int8
-    layer (from the float weights), which they run instead: one activation quantization and one matmul per
-    step instead of three (each row of the fused weight keeps its own scale, so the outputs are the three
-    layers' exactly); cross-attention modules get `W_kv`, W_k and W_v as one, which they run on the memory."""
-    for name, m in model.named_modules():
+@runtime_checkable
+class FusesProjections(Protocol):
+    """A module that makes its own fused projection from its float W_q, W_k, W_v (`MultiHeadAttention`)."""
+
+    def fuse_projections(self, convert: Callable[[nn.Linear], nn.Module], self_attention: bool = True) -> None: ...
+
+
+def _fuse_qkv(out: nn.Module, names: set[str], kernel: str) -> None:
+    """Attention modules whose W_q, W_k, W_v are all to be quantized make their fused int8 projection
+    (`fuse_projections`), which they run instead of the three: self-attention's `W_qkv`, cross-attention's
+    `W_kv` (the Transformer's `cross_attention` modules; int8 covers no other model)."""
+    for name, m in list(out.named_modules()):  # a list: fusing adds modules
         parts = [f"{name}.{w}" if name else w for w in ("W_q", "W_k", "W_v")]
-        if not all(p in names for p in parts) or not all(is_float_linear(getattr(m, w)) for w in ("W_q", "W_k", "W_v")):
-            continue
-        target = out.get_submodule(name)
-        if name.endswith("cross_attention"):  # the Transformer's (int8 covers no other model)
-            target.W_kv = _int8(_concatenated([m.W_k, m.W_v]), kernel)
-        else:
-            target.W_qkv = _int8(_concatenated([m.W_q, m.W_k, m.W_v]), kernel)
-
-
-def _concatenated(layers: list[nn.Linear]) -> nn.Linear:
-    """One nn.Linear computing `layers` side by side: their outputs concatenated."""
-    fused = nn.Linear(layers[0].in_features, sum(w.out_features for w in layers), bias=layers[0].bias is not None)
-    with torch.no_grad():
-        fused.weight.copy_(torch.cat([w.weight for w in layers]))
-        if fused.bias is not None:
-            fused.bias.copy_(torch.cat([w.bias for w in layers]))
-    return fused
+        if isinstance(m, FusesProjections) and all(p in names and is_float_linear(out.get_submodule(p)) for p in parts):
+            cross = name.endswith("cross_attention")
+            m.fuse_projections(lambda linear: _int8(linear, kernel), self_attention=not cross)

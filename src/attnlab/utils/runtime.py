@@ -71,7 +71,7 @@ def gc_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off inside the block, as it was after (reference counting still
     frees every object that is not in a cycle). A decoding step makes hundreds of tensor objects, so the
     collector runs often, and every so often it walks all ~300,000 objects a loaded model and torch keep
-    (92 ms for the `laptop` translator); a decode makes no cycles for it to find."""
+    (a pause of tens of milliseconds for a small translator); a decode makes no cycles for it to find."""
     was = gc.isenabled()
     gc.disable()
     try:

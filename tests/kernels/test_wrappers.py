@@ -9,10 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.attention import MultiHeadAttention
-from attnlab.attention.cache import KVCache, _all_finite, _native_all_finite, copy_rows
-from attnlab.attention.steps import native_few_queries
+from attnlab.attention.cache import KVCache
+from attnlab.kernels import loader as native
+from attnlab.kernels.copy_rows import copy_rows
+from attnlab.kernels.few_queries import native_few_queries
+from attnlab.kernels.finite import all_finite, native_all_finite
+from attnlab.kernels.layer_norm import add_layer_norm
 from attnlab.models import Transformer, TransformerConfig
-from attnlab.utils import native
 
 pytestmark = pytest.mark.usefixtures("c_kernels")
 
@@ -136,7 +139,7 @@ def test_a_transformer_decodes_the_same_tokens_with_and_without_the_kernel():
 
 
 def test_add_layer_norm_matches_pytorch_and_declines_the_rest():
-    from attnlab.models.transformer_layers import AddNorm, add_layer_norm
+    from attnlab.models.transformer_layers import AddNorm
 
     torch.manual_seed(0)
     ln = torch.nn.LayerNorm(24)
@@ -166,22 +169,22 @@ def test_the_c_finiteness_pass_agrees_with_isfinite(dtype):
     torch.manual_seed(0)
     base = torch.randn(3, 2, 4, 50).to(dtype)  # 50: vector lanes and a tail
     view = base[:, :, :3, :40]  # strided: what lies outside the view must not count
-    assert _native_all_finite(view) is True
+    assert native_all_finite(view) is True
     for where, value in (((0, 0, 3, 0), "inf"), ((1, 1, 0, 45), "nan")):  # outside the view
         outside = base.clone()
         outside[where] = float(value)
-        assert _native_all_finite(outside[:, :, :3, :40]) is True
-        assert _native_all_finite(outside) is False
+        assert native_all_finite(outside[:, :, :3, :40]) is True
+        assert native_all_finite(outside) is False
     for where in ((0, 0, 0, 0), (2, 1, 2, 39), (1, 0, 1, 17)):
         for value in ("nan", "inf", "-inf"):
             t = base.clone()
             t[where] = float(value)
-            assert _native_all_finite(t[:, :, :3, :40]) is False
-            assert _all_finite(t[:, :, :3, :40]) is False
-    assert _native_all_finite(torch.randn(5)) is True  # fewer dimensions
-    assert _native_all_finite(torch.randn(2, 2, 2, 2, 2)) is None  # more than four: the sum path
-    assert _native_all_finite(torch.randn(4, 3).t()) is None  # last dimension not contiguous
-    assert _all_finite(torch.full((4, 3), float("nan")).t()) is False
+            assert native_all_finite(t[:, :, :3, :40]) is False
+            assert all_finite(t[:, :, :3, :40]) is False
+    assert native_all_finite(torch.randn(5)) is True  # fewer dimensions
+    assert native_all_finite(torch.randn(2, 2, 2, 2, 2)) is None  # more than four: the sum path
+    assert native_all_finite(torch.randn(4, 3).t()) is None  # last dimension not contiguous
+    assert all_finite(torch.full((4, 3), float("nan")).t()) is False
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -9,9 +9,9 @@ import stat
 import pytest
 import torch
 
-from attnlab.attention.steps import _FEW_QUERIES_ARGS
-from attnlab.utils import native
-from attnlab.utils.quantize import _QUANTIZE_ARGS
+from attnlab.kernels import loader as native
+from attnlab.kernels.few_queries import ARGS as _FEW_QUERIES_ARGS
+from attnlab.kernels.int8_rows import QUANTIZE_ARGS as _QUANTIZE_ARGS
 
 
 @pytest.fixture
@@ -62,14 +62,14 @@ def test_a_failed_build_falls_back_and_leaves_no_library(fresh, monkeypatch, cap
                   'echo "error: no such instruction" >&2\nexit 1\n')  # fmt: skip
     cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("CC", str(cc))
-    with caplog.at_level("WARNING", logger="attnlab.utils.native"):
+    with caplog.at_level("WARNING", logger="attnlab.kernels.loader"):
         assert native.load("few_queries") is None
         assert native.load("layer_norm") is None
     assert "building few_queries.c failed (error: no such instruction)" in native.status("few_queries")
     assert len(caplog.records) == 1, caplog.text  # one line for the process, not one per kernel
     assert _built(fresh / "cache") == [] and os.listdir(fresh / "cache" / "native") == []
     # the callers take PyTorch's path
-    from attnlab.attention.steps import native_few_queries
+    from attnlab.kernels.few_queries import native_few_queries
 
     q = torch.randn(2, 2, 1, 16)
     assert native_few_queries(q, q, q) is None

@@ -1,15 +1,16 @@
-"""Greedy's per-step choice without a full log-softmax: the arg-max of the logits, and (only when asked)
-the chosen token's log-probability as logit - logsumexp(row).
+"""Greedy's per-step choice without a full log-softmax (`csrc/argmax.c`, and its PyTorch fallback): the
+arg-max of the logits, and (only when asked) the chosen token's log-probability as logit - logsumexp(row).
 
-Why: at the `laptop`/`cpu-small` sizes the output layer is the largest matmul of a decoding step, and
-`log_softmax(logits).max(-1)` over its (B, V) result cost about half as much again as the matmul
-itself (BENCHMARKS.md, "Precision, int8 and CTranslate2"): two passes with an exp per logit, then a
-`max` with indices, which PyTorch runs as a scalar loop (~12x slower than the vectorised `amax`).
-The arg-max of the logits is the arg-max of their log-softmax (the same row shift), so:
+Why: at small model sizes the output layer is the largest matmul of a decoding step, and
+`log_softmax(logits).max(-1)` over its (B, V) result costs a large share of that matmul again
+(BENCHMARKS.md, "Precision, int8 and CTranslate2"): two passes with an exp per logit, then a `max` with
+indices, which PyTorch runs as a scalar loop. The arg-max of the logits is the arg-max of their log-softmax
+(the same row shift), so:
 
     argmax_rows(logits)            -> (B,) first index of each row's maximum, as `logits.max(-1)` gives
     pick(logits, scores=False)     -> (tokens (B,), None)
     pick(logits, scores=True)      -> (tokens (B,), log-probabilities (B,) float32)
+    native_pick(rows, scores)      -> `pick` by the C pass, or None where it does not run
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlab.utils import native
+from .loader import I64, PTR, function, takes
 
-__all__ = ["argmax_rows", "pick"]
+__all__ = ["argmax_rows", "native_pick", "pick"]
 
 CHUNK = 64  # elements per block: measured fastest of 16..128 at B 128..256, V ~4000, 1 and 2 threads
 
@@ -53,10 +54,9 @@ def pick(logits: Tensor, scores: bool = True) -> tuple[Tensor, Tensor | None]:
     float32 (logit - logsumexp over the row), else None (skips the exp pass over all B * V logits).
 
     bf16/fp16 logits are converted to fp32 first (exactly, so the choice is the same): `argmax_rows`'
-    block maxima run ~2.7x faster on fp32 than on bf16 at B 256, V 4000, cast included (bf16 greedy
-    1.01-1.03x; BENCHMARKS.md, "Precision")."""
+    block maxima run faster on fp32 than on bf16, cast included (BENCHMARKS.md, "Precision")."""
     rows = logits.float()
-    if (picked := _native_pick(rows, scores)) is not None:
+    if (picked := native_pick(rows, scores)) is not None:
         return picked
     tokens = argmax_rows(rows)
     if not scores:
@@ -64,16 +64,15 @@ def pick(logits: Tensor, scores: bool = True) -> tuple[Tensor, Tensor | None]:
     return tokens, rows.gather(1, tokens[:, None]).squeeze(1) - torch.logsumexp(rows, dim=-1)
 
 
-_PTR, _I64 = native.PTR, native.I64
-_ARGMAX_ARGS = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
+ARGS = [PTR, I64, I64, I64, PTR, PTR]
 
 
-def _native_pick(rows: Tensor, scores: bool) -> tuple[Tensor, Tensor | None] | None:
-    """`pick` in one C pass over each row (`csrc/argmax.c`: the same tokens, the log-probability to
-    ~1e-6), or None where it does not apply (not fp32 (B, V) rows on the CPU, autograd, no kernel)."""
-    if rows.dim() != 2 or rows.shape[1] == 0 or not native.takes(torch.float32, rows):
+def native_pick(rows: Tensor, scores: bool) -> tuple[Tensor, Tensor | None] | None:
+    """`pick` in one C pass over each row (the same tokens, the log-probability to ~1e-6), or None where it
+    does not apply (not fp32 (B, V) rows on the CPU, autograd, no kernel)."""
+    if rows.dim() != 2 or rows.shape[1] == 0 or not takes(torch.float32, rows):
         return None
-    fn = native.function("argmax", "attnlab_argmax_rows_f32", _ARGMAX_ARGS)
+    fn = function("argmax", "attnlab_argmax_rows_f32", ARGS)
     if fn is None:
         return None
     B, V = rows.shape
