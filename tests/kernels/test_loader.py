@@ -1,23 +1,36 @@
-"""attnlab's C kernels are built once per source, compiler and CPU, kept under ATTNLAB_CACHE, and give way
-to PyTorch's operators when there is no compiler, a build fails or ATTNLAB_NATIVE=0."""
+"""attnlab's C kernels are built once per source, compiler and CPU, kept under ATTNLAB_CACHE and checked
+against their digest before loading, and give way to PyTorch's operators when there is no compiler, a build
+fails, a cached library is damaged or ATTNLAB_NATIVE is off. Every test here uses a cache of its own."""
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from attnlab.kernels import loader as native
+from attnlab.kernels import switches
 from attnlab.kernels.few_queries import ARGS as _FEW_QUERIES_ARGS
+from attnlab.kernels.few_queries import few_queries_attention, native_few_queries
 from attnlab.kernels.int8_rows import QUANTIZE_ARGS as _QUANTIZE_ARGS
+from attnlab.kernels.layer_norm import add_layer_norm
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def fresh(tmp_path, monkeypatch):
     """A private kernel cache, and nothing loaded yet (restored to the suite's state after)."""
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ATTNLAB_NATIVE", raising=False)
     native.reset()
     yield tmp_path
     native.reset()
@@ -52,6 +65,7 @@ def test_off_by_environment_and_in_a_block(fresh, monkeypatch):
     monkeypatch.setenv("ATTNLAB_NATIVE", "0")
     assert native.load("int8_rows") is None
     assert native.status("int8_rows") == "off (ATTNLAB_NATIVE=0)"
+    assert native.switched_off() and not native.active()
     assert not any(p.name.startswith("int8_rows") for p in _built(fresh / "cache"))  # nothing built
 
 
@@ -103,3 +117,111 @@ def test_the_cache_directory(monkeypatch, tmp_path):
     monkeypatch.delenv("ATTNLAB_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert native.cache_dir() == tmp_path / "xdg" / "attnlab" / "native"
+
+
+def _attention_is_right() -> bool:
+    """One call of the few-queries kernel (or its fallback, when None) against PyTorch's three operators."""
+    q, k = torch.randn(2, 4, 1, 32), torch.randn(2, 4, 6, 32)
+    got = native_few_queries(q, k, k)
+    return got is not None and torch.allclose(got, few_queries_attention(q, k, k), atol=1e-5)
+
+
+@pytest.mark.usefixtures("c_kernels")
+def test_a_library_cut_short_in_the_cache_is_built_again(fresh, monkeypatch, caplog):
+    # A partial copy or restore of the cache: the library's first half, its digest whole.
+    assert native.load("few_queries") is not None, native.status("few_queries")
+    (good,) = _built(fresh / "cache")
+    damaged = fresh / "restored" / "native" / good.name
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    shutil.copy(f"{good}.sha256", f"{damaged}.sha256")
+    monkeypatch.setenv("ATTNLAB_CACHE", str(fresh / "restored"))
+    native.reset()
+    with caplog.at_level(logging.WARNING):
+        assert _attention_is_right()  # rebuilt, not loaded as it lay (which dies on first use: SIGBUS)
+    assert damaged.read_bytes() == good.read_bytes() and not caplog.records, caplog.text
+
+
+@pytest.mark.usefixtures("c_kernels")
+def test_a_library_without_its_digest_is_built_again(fresh):
+    target = native.cached_library("layer_norm")
+    assert target is not None
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"\x7fELF not a library")  # a file of another version of attnlab, or junk
+    assert native.load("layer_norm") is not None, native.status("layer_norm")
+    assert open(f"{target}.sha256").read().strip() == native._digest(target)
+
+
+@pytest.mark.usefixtures("c_kernels")
+def test_a_cached_library_without_the_function_falls_back_with_one_warning(fresh, caplog):
+    # A library whose digest holds but which lacks the symbol its wrapper asks for.
+    target = native.cached_library("few_queries")
+    assert target is not None
+    target.parent.mkdir(parents=True)
+    other = fresh / "other.c"
+    other.write_text("int attnlab_something_else(void) { return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(target), str(other)], check=True)
+    (fresh / "cache" / "native" / f"{target.name}.sha256").write_text(native._digest(target) + "\n")
+    with caplog.at_level(logging.WARNING):
+        q = torch.randn(2, 2, 1, 16)
+        assert native_few_queries(q, q, q) is None  # the caller's PyTorch path runs
+        assert native_few_queries(q, q, q) is None
+        assert native.function("few_queries", "attnlab_few_queries_bf16kv", _FEW_QUERIES_ARGS) is None
+    assert len(caplog.records) == 1, caplog.text
+    assert "lacks attnlab_few_queries_f32" in caplog.records[0].getMessage()
+    assert not target.exists()  # dropped from the cache: the next run builds it again
+    check = (
+        "from attnlab.kernels import loader; import tests.kernels.test_loader as t; "
+        "assert t._attention_is_right(), loader.status('few_queries')"
+    )
+    subprocess.run([sys.executable, "-c", check], check=True, env=os.environ, cwd=ROOT, timeout=120)
+    assert native._digest(target) == open(f"{target}.sha256").read().strip()
+
+
+@pytest.mark.parametrize("value", ["0", "false", "FALSE", "no", "Off", " off "])
+def test_native_off_by_any_false_spelling(fresh, monkeypatch, value):
+    monkeypatch.setenv("ATTNLAB_NATIVE", value)
+    assert native.switched_off() and not native.active()
+    assert native.load("layer_norm") is None and native.status("layer_norm").startswith("off (ATTNLAB_NATIVE=")
+    x = torch.randn(3, 8)
+    assert add_layer_norm(x, x, torch.nn.LayerNorm(8)) is None
+    assert _built(fresh / "cache") == []  # nothing built
+
+
+@pytest.mark.parametrize("value", ["1", "true", "Yes", "ON", ""])
+def test_native_on_by_any_true_spelling(fresh, monkeypatch, value, caplog):
+    monkeypatch.setenv("ATTNLAB_NATIVE", value)
+    with caplog.at_level(logging.WARNING):
+        assert not native.switched_off()
+    assert not caplog.records
+
+
+def test_a_native_setting_that_is_no_boolean_is_one_warning(fresh, monkeypatch, caplog):
+    monkeypatch.setenv("ATTNLAB_NATIVE", "sometimes")
+    with caplog.at_level(logging.WARNING):
+        assert not native.switched_off() and not native.switched_off()
+    assert len(caplog.records) == 1, caplog.text
+    message = caplog.records[0].getMessage()
+    assert "ATTNLAB_NATIVE='sometimes' is not a boolean" in message and "0/1" in message and "off/on" in message
+
+
+def test_a_compiler_that_cannot_run_says_so_once(fresh, monkeypatch, caplog):
+    monkeypatch.setenv("CC", str(fresh / "nonexistent-cc"))
+    with caplog.at_level(logging.WARNING):
+        assert native.load("few_queries") is None
+        assert native.load("argmax") is None
+    assert "did not run" in native.status("argmax")
+    assert len(caplog.records) == 1 and "nonexistent-cc" in caplog.records[0].getMessage(), caplog.text
+
+
+def test_the_fingerprint_follows_every_switch_and_the_environment(monkeypatch):
+    monkeypatch.delenv("ATTNLAB_NATIVE", raising=False)
+    before = switches.fingerprint()
+    fast = switches.Switch("a test's path")
+    assert switches.fingerprint() == (*before, ("a test's path", True))
+    with fast.off():
+        assert switches.fingerprint() == (*before, ("a test's path", False))
+    with native.off():
+        assert switches.fingerprint() != (*before, ("a test's path", True))
+    monkeypatch.setenv("ATTNLAB_NATIVE", "off")
+    assert switches.fingerprint()[0] is False
