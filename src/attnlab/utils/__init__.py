@@ -1,5 +1,6 @@
-"""Building blocks that import nothing else of attnlab: atomic files and JSON (files), one message shape for
-range and type errors (checks), seeds, threads and devices (runtime), numeric precision (precision), and the
+"""Building blocks below every other package but `attnlab.kernels` (whose C passes int8's layers run): atomic
+files and JSON (files), one message shape for range and type errors (checks), seeds, threads and devices
+(runtime), numeric precision and preparing a model to decode in it (precision; int8 layers in quantize), and the
 optional extras each command needs (extras).
 """
 
