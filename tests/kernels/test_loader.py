@@ -20,11 +20,10 @@ import torch
 from attnlab.kernels import loader as native
 from attnlab.kernels import switches
 from attnlab.kernels.few_queries import ARGS as _FEW_QUERIES_ARGS
-from attnlab.kernels.few_queries import few_queries_attention, native_few_queries
+from attnlab.kernels.few_queries import native_few_queries
 from attnlab.kernels.int8_rows import QUANTIZE_ARGS as _QUANTIZE_ARGS
 from attnlab.kernels.layer_norm import add_layer_norm
-
-ROOT = Path(__file__).resolve().parents[2]
+from attnlab.models.transformer_layers import AddNorm
 
 
 @pytest.fixture
@@ -88,7 +87,6 @@ def test_a_failed_build_falls_back_and_leaves_no_library(fresh, monkeypatch, cap
     assert len(caplog.records) == 1, caplog.text  # one line for the process, not one per kernel
     assert _built(fresh / "cache") == [] and os.listdir(fresh / "cache" / "native") == []
     # the callers take PyTorch's path
-    from attnlab.kernels.few_queries import native_few_queries
 
     q = torch.randn(2, 2, 1, 16)
     assert native_few_queries(q, q, q) is None
@@ -124,17 +122,18 @@ def test_the_cache_directory(monkeypatch, tmp_path):
     assert native.cache_dir() == tmp_path / "xdg" / "attnlab" / "native"
 
 
-def _attention_is_right() -> bool:
-    """One call of the few-queries kernel (or its fallback, when None) against PyTorch's three operators."""
-    q, k = torch.randn(2, 4, 1, 32), torch.randn(2, 4, 6, 32)
-    got = native_few_queries(q, k, k)
-    return got is not None and torch.allclose(got, few_queries_attention(q, k, k), atol=1e-5)
+def _layer_norm_is_right() -> bool:
+    """One call of the LayerNorm kernel against PyTorch's (False where the C pass did not run)."""
+    ln, x, y = torch.nn.LayerNorm(40), torch.randn(3, 40), torch.randn(3, 40)
+    with torch.no_grad():
+        got = add_layer_norm(x, y, ln)
+        return got is not None and torch.allclose(got, ln(x + y), atol=1e-5)
 
 
 @pytest.mark.usefixtures("c_kernels")
 def test_a_library_cut_short_in_the_cache_is_built_again(fresh, monkeypatch, caplog):
     # A partial copy or restore of the cache: the library's first half, its digest whole.
-    assert native.load("few_queries") is not None, native.status("few_queries")
+    assert native.load("layer_norm") is not None, native.status("layer_norm")
     (good,) = _built(fresh / "cache")
     damaged = fresh / "restored" / "native" / good.name
     damaged.parent.mkdir(parents=True)
@@ -143,7 +142,7 @@ def test_a_library_cut_short_in_the_cache_is_built_again(fresh, monkeypatch, cap
     monkeypatch.setenv("ATTNLAB_CACHE", str(fresh / "restored"))
     native.reset()
     with caplog.at_level(logging.WARNING):
-        assert _attention_is_right()  # rebuilt, not loaded as it lay (which dies on first use: SIGBUS)
+        assert _layer_norm_is_right()  # rebuilt, not loaded as it lay (which dies on first use: SIGBUS)
     assert damaged.read_bytes() == good.read_bytes() and not caplog.records, caplog.text
 
 
@@ -160,7 +159,7 @@ def test_a_library_without_its_digest_is_built_again(fresh):
 @pytest.mark.usefixtures("c_kernels")
 def test_a_cached_library_without_the_function_falls_back_with_one_warning(fresh, caplog):
     # A library whose digest holds but which lacks the symbol its wrapper asks for.
-    target = native.cached_library("few_queries")
+    target = native.cached_library("layer_norm")
     assert target is not None
     target.parent.mkdir(parents=True)
     other = fresh / "other.c"
@@ -169,19 +168,20 @@ def test_a_cached_library_without_the_function_falls_back_with_one_warning(fresh
         [*shlex.split(os.environ.get("CC") or "cc"), "-shared", "-fPIC", "-o", str(target), str(other)], check=True
     )
     (fresh / "cache" / "native" / f"{target.name}.sha256").write_text(sha256(target) + "\n")
-    with caplog.at_level(logging.WARNING):
-        q = torch.randn(2, 2, 1, 16)
-        assert native_few_queries(q, q, q) is None  # the caller's PyTorch path runs
-        assert native_few_queries(q, q, q) is None
-        assert native.function("few_queries", "attnlab_few_queries_bf16kv", _FEW_QUERIES_ARGS) is None
+    ln, x = torch.nn.LayerNorm(8), torch.randn(3, 8)
+    with caplog.at_level(logging.WARNING), torch.no_grad():
+        assert add_layer_norm(x, x, ln) is None  # the caller's PyTorch path runs
+        assert add_layer_norm(x, x, ln) is None
+        torch.testing.assert_close(AddNorm(8).eval()(x, x), ln(x + x))
     assert len(caplog.records) == 1, caplog.text
-    assert "lacks attnlab_few_queries_f32" in caplog.records[0].getMessage()
+    assert "lacks attnlab_add_layer_norm_f32" in caplog.records[0].getMessage()
     assert not target.exists()  # dropped from the cache: the next run builds it again
-    check = (
-        "from attnlab.kernels import loader; import tests.kernels.test_loader as t; "
-        "assert t._attention_is_right(), loader.status('few_queries')"
+    check = (  # the next run: built again, the C pass gives LayerNorm's values
+        "import torch; from attnlab.kernels.layer_norm import add_layer_norm; "
+        "ln, x = torch.nn.LayerNorm(8), torch.randn(3, 8); out = add_layer_norm(x, x, ln.requires_grad_(False)); "
+        "assert out is not None and torch.allclose(out, ln(x + x), atol=1e-5)"
     )
-    subprocess.run([sys.executable, "-c", check], check=True, env=os.environ, cwd=ROOT, timeout=120)
+    subprocess.run([sys.executable, "-c", check], check=True, timeout=120)
     assert sha256(target) == Path(f"{target}.sha256").read_text().strip()
 
 
