@@ -117,9 +117,7 @@ class FunctionalStep:
         self.inner = model
         # Self-attention's fused Q/K/V projection, concatenated once (int8 has its own quantized W_qkv).
         self.qkv = [
-            b.self_attention.W_qkv
-            if isinstance(getattr(b.self_attention, "W_qkv", None), torch.nn.Module)
-            else _concat(b.self_attention)
+            b.self_attention.W_qkv if b.self_attention.W_qkv is not None else _concat(b.self_attention)
             for b in model.decoder.blocks
         ]
         fn = self._step

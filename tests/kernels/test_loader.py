@@ -175,6 +175,7 @@ def test_a_cached_library_without_the_function_falls_back_with_one_warning(fresh
         torch.testing.assert_close(AddNorm(8).eval()(x, x), ln(x + x))
     assert len(caplog.records) == 1, caplog.text
     assert "lacks attnlab_add_layer_norm_f32" in caplog.records[0].getMessage()
+    assert native.load("layer_norm") is None and native.function("layer_norm", "attnlab_something_else", []) is None
     assert not target.exists()  # dropped from the cache: the next run builds it again
     check = (  # the next run: built again, the C pass gives LayerNorm's values
         "import torch; from attnlab.kernels.layer_norm import add_layer_norm; "

@@ -263,13 +263,16 @@ def _verified(target: Path) -> bool:
 
 
 def _drop(name: str, why: str) -> None:
-    """A loaded library that is not what its wrapper expects: one warning, its functions skipped in this
-    process, and the cached files removed so that the next process builds it again."""
+    """A loaded library that is not what its wrappers expect: one warning, none of its functions used again in
+    this process, and the cached files removed so that the next process builds it again."""
     target, digest = _paths(name)
     for path in (target, digest):
         with contextlib.suppress(OSError):
             path.unlink()
     with _lock:
+        _loaded[name] = None
+        for key in [k for k in _functions if k[0] == name]:
+            _functions[key] = None
         _why[name] = f"{why} (removed from the cache, built again next run): PyTorch's kernels run instead"
         _warn_once(_why[name])
 
