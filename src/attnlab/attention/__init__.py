@@ -1,4 +1,5 @@
-"""The kernel layer: scores -> weights -> pooled values. Nothing here imports from `attnlab.models`."""
+"""Attention: scores -> weights -> pooled values, masks, caches and positions. Nothing here imports from
+`attnlab.models`; a decoding step's C passes are `attnlab.kernels`."""
 
 from .bias import AlibiBias, T5RelativeBias, alibi_slopes, t5_relative_bucket
 from .dropout import Dropout, dropout_keep_mask
