@@ -1,6 +1,7 @@
-"""The C few-queries kernel (`native_few_queries`) against SDPA: head sizes on and off its vector path, strided
-cache views, grouped KV heads, key lengths (0 and past the end included); and MultiHeadAttention's
-decoding and encoder paths giving what PyTorch's kernels give."""
+"""The kernels' wrappers against PyTorch: the few-queries kernel (`native_few_queries`) against SDPA (head sizes
+on and off its vector path, strided cache views, grouped KV heads, key lengths, 0 and past the end included),
+MultiHeadAttention's decoding and encoder paths, LayerNorm(x + y), the finiteness guard and the cache's row
+copy, each with what it declines."""
 
 from __future__ import annotations
 
