@@ -18,6 +18,9 @@ same interleaved rounds.
 
     flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3 \
         --split valid --workers 2 --floors --precisions 'fp32,bf16,int8,int8 (fbgemm),fp32 without C kernels'
+
+A variant run beside the same variant ' without C kernels' also gets a line of how many outputs the two share
+(`--precisions 'int8,int8 without C kernels' --beam 4`: docs/translators.md, "int8 with and without the C kernels").
 """
 
 from __future__ import annotations
@@ -185,6 +188,19 @@ def same_as_baseline(hyps: dict[str, list], baseline: str) -> dict[str, str]:
     }
 
 
+def native_pairs(names: list[str]) -> list[tuple[str, str]]:
+    """(variant, the same variant without C kernels) for every such pair among `names`: how often the C kernels
+    change an output (docs/translators.md, "int8 with and without the C kernels")."""
+    parsed = {n: parse_variant(n) for n in names}
+    return [
+        (n, off)
+        for off, (base, suffixes, batch) in parsed.items()
+        if NO_NATIVE in suffixes
+        for n, other in parsed.items()
+        if other == (base, suffixes - {NO_NATIVE}, batch)
+    ]
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -247,6 +263,8 @@ def main(argv=None) -> int:
     if args.floors:
         heads += ["linear layers alone (floor), sentences/s", "floor vs fp32 floor"]
     print(table(heads, rows))
+    for on, off in native_pairs(names):
+        print(f"same output with and without the C kernels: {same_as_baseline(hyps, on)[off]} ({off!r} as {on!r})")
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

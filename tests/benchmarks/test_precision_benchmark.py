@@ -14,7 +14,7 @@ from attnlab.runs.loading import load_translator
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from precision import NO_FUSED, NO_NATIVE, THREADS, parse_variant, same_as_baseline  # noqa: E402
+from precision import NO_FUSED, NO_NATIVE, THREADS, native_pairs, parse_variant, same_as_baseline  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,6 +43,15 @@ def test_precision_benchmark_variants_on_worker_threads_and_batch_sizes(run_dir)
     assert "batch 2, 2 worker(s)" in out
     same = {_row(out, n)[-1] for n in names.split(",")}
     assert len(same) == 1 and re.fullmatch(r"\d/8", same.pop()), out  # the same outputs however decoded
+
+
+def test_each_variant_is_paired_with_itself_without_c_kernels():
+    names = ["fp32", "int8", "int8 without C kernels", "int8:b8", "int8 on worker threads without C kernels:b8"]
+    assert native_pairs(names) == [("int8", "int8 without C kernels")]
+    assert native_pairs([*names, "int8 on worker threads:b8"])[1] == (
+        "int8 on worker threads:b8",
+        "int8 on worker threads without C kernels:b8",
+    )
 
 
 def test_agreement_is_counted_against_the_baseline():
