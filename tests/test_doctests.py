@@ -23,6 +23,11 @@ MODULES = [
     "attnlab.utils.switch",
     "attnlab.utils.quantize",
     "attnlab.attention.steps",
+    "attnlab.attention.positions.rope",
+    "attnlab.attention.positions.alibi",
+    "attnlab.analysis.positions",
+    "attnlab.viz.positions",
+    "attnlab.training.settings",
 ]
 
 

@@ -105,10 +105,7 @@ def load_model(
     config.json): the one loader of every model type (`load_translator` adds the vocabularies to a
     translator's). Raises FileNotFoundError naming a missing file, ValueError when config and weights disagree.
 
-    Examples:
-        >>> model, cfg = load_model("runs/vit")          # doctest: +SKIP
-        >>> cfg["model_type"], model.training
-        ('vit', False)
+        model, cfg = load_model("runs/vit")    # a ViT run: cfg["model_type"] == "vit", model in eval mode
     """
     if not isinstance(device, torch.device):
         device = resolve_device(device)
