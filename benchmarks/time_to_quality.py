@@ -68,7 +68,7 @@ class TutorialTransformer(nn.Module):
         max_len: int = 256,
     ):
         super().__init__()
-        from attnlab.attention.positional import sinusoidal_encoding
+        from attnlab.attention.positions import sinusoidal_encoding
 
         self.d = d
         self.src_emb, self.tgt_emb = nn.Embedding(src_vocab, d), nn.Embedding(tgt_vocab, d)

@@ -46,7 +46,7 @@ from common import table
 from train_quality import quality
 
 from attnlab.attention.dropout import Dropout
-from attnlab.attention.positional import sinusoidal_encoding
+from attnlab.attention.positions import sinusoidal_encoding
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.training.mixed import Bf16Compute
 from attnlab.utils.precision import TRAIN_PRECISIONS, bf16_attention, cpu_features, resolve_precision

@@ -23,8 +23,9 @@ from torch import nn
 from attnlab.data.images import ImageData, load_digits_data
 from attnlab.models import ViT, ViTConfig
 from attnlab.training.config import TrainConfig
-from attnlab.training.images import accuracy, image_model_config, train_images
 from attnlab.training.presets import get_preset
+from attnlab.training.tasks import IMAGES, accuracy
+from attnlab.training.trainer import Trainer
 from attnlab.utils.precision import cpu_features
 from attnlab.utils.runtime import seed_everything
 
@@ -99,8 +100,8 @@ def main(argv=None) -> int:
     if args.quick:
         train.update(epochs=2, time_budget=None)
     seed_everything(args.seed)
-    vit = ViT(ViTConfig.from_dict(image_model_config(spec["model"], data)))
-    vit_result = train_images(vit, data, TrainConfig.from_dict(train))
+    vit = ViT(ViTConfig.from_dict(IMAGES.sized(spec["model"], data)))
+    vit_result = Trainer(vit, data, TrainConfig.from_dict(train), None, progress=False, task=IMAGES).fit()
     cnn, cnn_s = train_cnn(data, 2 if args.quick else args.cnn_epochs, args.seed)
     logreg, c, lr_s, lr_valid = logistic_regression(data, [1.0] if args.quick else [0.01, 0.1, 1.0, 10.0, 100.0])
 

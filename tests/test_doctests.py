@@ -27,6 +27,11 @@ MODULES = [
     "attnlab.kernels.layer_norm",
     "attnlab.attention.projections",
     "attnlab.utils.quantize",
+    "attnlab.attention.positions.rope",
+    "attnlab.attention.positions.alibi",
+    "attnlab.analysis.positions",
+    "attnlab.viz.positions",
+    "attnlab.training.settings",
 ]
 
 

@@ -170,7 +170,7 @@ class Transformer(nn.Module):
 
 def from_attnlab_config(config, dropout=None):
     """The book's model with the shapes of an `attnlab.models.TransformerConfig` (post-norm only)."""
-    if config.norm_first or config.share_embeddings or config.window is not None or config.learned_positions:
+    if config.norm_first or config.share_embeddings or config.window is not None or config.positions != "sinusoidal":
         raise ValueError(
             "the book's Transformer is post-norm with separate embeddings, full attention and "
             "sinusoidal positions; got a config that asks for something else"

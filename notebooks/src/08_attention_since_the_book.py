@@ -24,9 +24,8 @@ from matplotlib.figure import Figure
 from attnlab.analysis.explanation import explain
 from attnlab.analysis.heads import attention_kinds, head_statistics, validation_batches
 from attnlab.analysis.notebook import head_view
-from attnlab.attention.bias import AlibiBias, alibi_slopes, t5_relative_bucket
 from attnlab.attention.online import online_softmax_attention
-from attnlab.attention.rotary import RotaryEmbedding
+from attnlab.attention.positions import AlibiBias, RotaryEmbedding, alibi_slopes, t5_relative_bucket
 from attnlab.chapter import TableView, load_measured_curves, measured_curves_path
 from attnlab.data import sample_data_path
 from attnlab.models import Transformer, TransformerConfig

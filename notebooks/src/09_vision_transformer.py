@@ -23,9 +23,11 @@ from sklearn.linear_model import LogisticRegression
 from attnlab.analysis.rollout import attention_rollout, explain_image
 from attnlab.data.images import load_digits_data
 from attnlab.models import ViT, ViTConfig
+from attnlab.runs.loading import load_model
 from attnlab.training.config import TrainConfig
-from attnlab.training.images import accuracy, load_image_run, train_image_run
+from attnlab.training.launch import train_run
 from attnlab.training.presets import get_preset
+from attnlab.training.tasks import accuracy
 from attnlab.viz.images import image_attention_figures
 
 SMALL = os.environ.get("ATTNLAB_SMALL") == "1"
@@ -59,13 +61,11 @@ data = load_digits_data()
 print(len(data.train), "train /", len(data.valid), "valid /", len(data.test), "test images")
 spec = get_preset("vit", "tiny" if SMALL else "digits")
 run_dir = Path(tempfile.mkdtemp()) / "vit"
-result = train_image_run(
-    "vit", spec["model"], TrainConfig.from_dict(spec["train"]), spec["data"], run_dir, progress=False
-)
-print(f"{result.step} steps in {result.seconds:.0f} s, validation accuracy {result.valid_accuracy:.3f}")
+result = train_run("vit", spec["model"], TrainConfig.from_dict(spec["train"]), spec["data"], run_dir, progress=False)
+print(f"{result.step} steps in {result.seconds:.0f} s, validation accuracy {result.scores['valid_accuracy']:.3f}")
 
 # %%
-vit, cfg = load_image_run(run_dir)
+vit, cfg = load_model(run_dir)  # the same loader as a translator's run
 
 
 def flat(split):

@@ -12,7 +12,7 @@ import torch
 from matplotlib.figure import Figure
 
 from attnlab.analysis.positions import position_figure, position_maps, position_numbers
-from attnlab.attention.bias import alibi_slopes, t5_relative_bucket
+from attnlab.attention.positions import alibi_slopes, t5_relative_bucket
 from attnlab.data import Vocab
 from attnlab.decoding.translator import Translator
 from attnlab.models import Transformer, TransformerConfig
@@ -46,7 +46,7 @@ def test_alibi_maps_are_minus_slope_times_distance():
 
 
 def test_t5_maps_are_the_model_tables_bucket_values():
-    model = _model(positions="t5", t5_num_buckets=8, t5_max_distance=10)
+    model = _model(positions="t5", position_options={"num_buckets": 8, "max_distance": 10})
     maps = position_maps(model, S, T)
     assert (maps["num_buckets"], maps["max_distance"]) == (8, 10)
     for kind, stack, L, bidirectional in (
@@ -62,7 +62,7 @@ def test_t5_maps_are_the_model_tables_bucket_values():
 
 
 def test_rope_angles_are_rotary_embeddings_angles():
-    model = _model(positions="rope", rope_fraction=0.5, rope_base=100.0)
+    model = _model(positions="rope", position_options={"fraction": 0.5, "base": 100.0})
     maps = position_maps(model, S, T)
     rope = model.encoder.rotary
     cos, sin = rope.cos_sin(S)  # (S, rot): half-split pairs share an angle

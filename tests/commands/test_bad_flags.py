@@ -108,7 +108,7 @@ def tripwires(monkeypatch):
     import uvicorn
 
     monkeypatch.setattr(uvicorn, "run", trip)
-    monkeypatch.setattr("attnlab.training.launch.write_run_config", trip)
+    monkeypatch.setattr("attnlab.training.tasks.translation.write_run_config", trip)
     monkeypatch.setattr("attnlab.decoding.batches.beam_search", trip)
     for target in (
         "attnlab.chapter.nadaraya_watson.kernel_regression",

@@ -43,7 +43,7 @@ def test_attention_draws_rollout_and_class_token_maps(vit_run, tmp_path, capsys)
         (["attention", "--checkpoint", "{run}", "--image", "100000"], "--image must be between 0 and"),
         (["train", "--model", "vit", "--set", "model.patch_size=3", "--out", "{tmp}"], "patch size 3 does not divide"),
         (["train", "--model", "vit", "--max-len", "5", "--out", "{tmp}"], "--max-len: not for image runs"),
-        (["train", "--resume", "{run}"], "keeps no checkpoints to resume"),
+        (["train", "--model", "vit", "--nproc", "2", "--out", "{tmp}"], "a vit run trains in one process"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(vit_run, tmp_path, capsys, argv, message):
@@ -52,6 +52,26 @@ def test_bad_input_is_one_line_exit_2(vit_run, tmp_path, capsys, argv, message):
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "new").exists()
+
+
+def test_a_vit_run_is_a_run_like_a_translators(vit_run, tmp_path, capsys):
+    """Trained by the one Trainer: checkpoints, a finished run that resumes to nothing, more epochs on resume."""
+    import json
+
+    from attnlab.runs.checkpoints import list_checkpoints
+
+    assert list_checkpoints(vit_run), "the Trainer's final checkpoint"
+    events = [json.loads(line) for line in (vit_run / "log.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "eval" and 0.0 <= e["valid_accuracy"] <= 1.0 for e in events)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(vit_run)]) == 0
+    assert "training already finished" in capsys.readouterr().out
+    out = tmp_path / "short"
+    argv = ["train", "--model", "vit", "--preset", "tiny", "--epochs", "1", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    steps = int(re.search(r"after (\d+) steps \(1 epochs", capsys.readouterr().out).group(1))
+    assert main(["train", "--resume", str(out), "--epochs", "2", "--no-progress"]) == 0
+    assert f"after {2 * steps} steps (2 epochs" in capsys.readouterr().out
 
 
 def test_images_of_different_sizes_are_refused_before_training(tmp_path, capsys):

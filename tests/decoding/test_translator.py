@@ -26,7 +26,7 @@ EN = [["i'm", "home", "."], ["go", "."], ["he's", "calm", "."], ["i", "lost", ".
 FR = [["je", "suis", "chez", "moi", "."], ["va", "!"], ["il", "est", "calme", "."], ["j'ai", "perdu", "."]]
 
 
-def tiny(learned_positions=False, max_len=64, **kw):
+def tiny(positions="sinusoidal", max_len=64, **kw):
     src, tgt = Vocab(EN, min_freq=1), Vocab(FR, min_freq=1)
     torch.manual_seed(0)
     cfg = TransformerConfig(
@@ -38,7 +38,7 @@ def tiny(learned_positions=False, max_len=64, **kw):
         ffn_num_hiddens=16,
         dropout=0.0,
         max_len=max_len,
-        learned_positions=learned_positions,
+        positions=positions,
         **kw,
     )
     return Transformer(cfg), src, tgt
@@ -82,7 +82,7 @@ def test_encode_source_is_the_one_check():
 
 def test_learned_positions_cap_the_output_and_never_fail_the_batch():
     """A 6-row learned position table; 2S+10 would ask for 22 decoder positions."""
-    model, src, tgt = tiny(learned_positions=True, max_len=6)
+    model, src, tgt = tiny(positions="learned", max_len=6)
     t = Translator(model, src, tgt, max_len=6)
     assert t.output_limit(6) == 6 and t.output_limit(1) == 6
     batch = ["i'm home . go .", "go ."]  # 5 tokens + <eos> = the whole table

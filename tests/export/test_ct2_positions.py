@@ -9,11 +9,11 @@ import random
 import pytest
 import torch
 
+from attnlab.attention.positions import POSITIONS
 from attnlab.cli import main
 from attnlab.data import Vocab
-from attnlab.export.ct2_positions import EXPORTABLE
+from attnlab.export.ct2_positions import exportable
 from attnlab.models import Transformer, TransformerConfig
-from attnlab.models.config import POSITIONS
 from attnlab.runs.config import write_run_config
 from attnlab.runs.layout import WEIGHTS_FILE
 from attnlab.runs.loading import load_translator
@@ -28,9 +28,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 ACCEPTED = {
     "rope": dict(positions="rope"),
     # partial rotation, another base and pre-norm: rotary_dim, rotary_base and the final norms
-    "rope-half-base500-pre": dict(positions="rope", rope_fraction=0.5, rope_base=500.0, norm_first=True),
+    "rope-half-base500-pre": dict(positions="rope", position_options={"fraction": 0.5, "base": 500.0}, norm_first=True),
     # few buckets, so the 2-8 token sentences reach T5's logarithmic buckets and the shared last one
-    "t5-8buckets": dict(positions="t5", t5_num_buckets=8, t5_max_distance=12),
+    "t5-8buckets": dict(positions="t5", position_options={"num_buckets": 8, "max_distance": 12}),
     "t5-gqa2-pre": dict(positions="t5", num_kv_heads=2, norm_first=True),
     "none": dict(positions="none"),
     "sinusoidal-mqa": dict(num_kv_heads=1),
@@ -82,6 +82,6 @@ def test_alibi_is_refused_in_one_line(tmp_path, capsys, option):
 
 def test_every_scheme_is_accepted_or_refused():
     """The table the docs show names every scheme the config knows, and only alibi is refused."""
-    assert set(EXPORTABLE) == set(POSITIONS)
-    assert [p for p, how in EXPORTABLE.items() if how is None] == ["alibi"]
+    assert set(exportable()) == set(POSITIONS)
+    assert [p for p, how in exportable().items() if how is None] == ["alibi"]
     assert {o.get("positions", "sinusoidal") for o in ACCEPTED.values()} | {"learned"} == set(POSITIONS) - {"alibi"}

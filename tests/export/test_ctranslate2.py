@@ -77,9 +77,9 @@ def _train(model: Transformer, vocab: Vocab, pairs, steps: int = 160) -> None:
 
 VARIANTS = {
     # the book's / paper's layout: post-norm, sinusoidal positions, separate embeddings, no biases
-    "post-sinusoidal": dict(norm_first=False, learned_positions=False, share_embeddings=False, bias=False),
+    "post-sinusoidal": dict(norm_first=False, share_embeddings=False, bias=False),
     # the other branch of every choice
-    "pre-learned-shared": dict(norm_first=True, learned_positions=True, share_embeddings=True, bias=True),
+    "pre-learned-shared": dict(norm_first=True, positions="learned", share_embeddings=True, bias=True),
 }
 
 

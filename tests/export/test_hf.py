@@ -189,7 +189,7 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
     [
         (dict(norm_first=True), "norm_first"),  # the README's refusals: pre-norm,
         (dict(window=2), "window"),  # local attention,
-        (dict(learned_positions=True), "learned_positions"),  # learned positions;
+        (dict(positions="learned"), "positions='learned'"),  # learned positions;
         (dict(embed_scale=3.0), "embed_scale"),  # and a scale Marian has no setting for
         (dict(positions="rope"), "positions='rope'"),  # position schemes other than the sinusoids
         (dict(positions="alibi"), "positions='alibi'"),

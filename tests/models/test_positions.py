@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.attention import mask_heads, record_attention
+from attnlab.attention.positions import POSITIONS
 from attnlab.decoding import beam_search
 from attnlab.models import Transformer, TransformerConfig, build_model
-from attnlab.models.config import POSITIONS
 
 SCHEMES = [(p, kv) for p in POSITIONS for kv in (None, 2)] + [("rope", 1), ("t5", 1)]
 
@@ -134,7 +134,11 @@ def test_config_round_trip_and_older_configs():
         assert TransformerConfig.from_dict(cfg.to_dict()) == cfg
     old = {"src_vocab_size": 5, "tgt_vocab_size": 5, "learned_positions": True}  # a config of an older run
     assert TransformerConfig.from_dict(old).positions == "learned"
-    assert TransformerConfig(5, 5, positions="learned").learned_positions
+    old = {"src_vocab_size": 5, "tgt_vocab_size": 5, "positions": "rope", "rope_base": 500.0, "rope_fraction": 0.5}
+    new = TransformerConfig.from_dict({**old, "t5_num_buckets": 8, "pos_layout": "split"})  # every flat field saved
+    assert new.position_options == {"base": 500.0, "fraction": 0.5} and not hasattr(new, "rope_base")
+    with pytest.raises(ValueError, match="contradicts"):
+        TransformerConfig.from_dict({**old, "learned_positions": True})
     assert TransformerConfig.from_dict({"src_vocab_size": 5, "tgt_vocab_size": 5}).positions == "sinusoidal"
 
 
@@ -144,9 +148,11 @@ def test_config_round_trip_and_older_configs():
         ({"positions": "xpos"}, "positions must be one of"),
         ({"num_kv_heads": 3}, "num_kv_heads must divide"),
         ({"num_kv_heads": 0}, "num_kv_heads must divide"),
-        ({"positions": "rope", "learned_positions": True}, "contradicts"),
-        ({"positions": "rope", "rope_fraction": 0.0}, "rope needs"),
-        ({"positions": "t5", "t5_max_distance": 8}, "t5 needs"),
+        ({"positions": "rope", "position_options": {"fraction": 0.0}}, "rope needs"),
+        ({"positions": "t5", "position_options": {"max_distance": 8}}, "t5 needs"),
+        ({"positions": "rope", "position_options": {"layout": "split"}}, "takes the options"),
+        ({"positions": "sinusoidal", "position_options": {"layout": "diagonal"}}, "takes layout"),
+        ({"positions": "rope", "position_options": {"base": "big"}}, "RopeOptions.base must be"),
     ],
 )
 def test_bad_configs_are_one_line(kw, message):

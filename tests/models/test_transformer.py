@@ -124,7 +124,7 @@ def test_future_target_tokens_never_change_earlier_outputs():
         assert not torch.allclose(out[:, k:], base[:, k:])
 
 
-@pytest.mark.parametrize("kw", [{}, {"norm_first": True}, {"window": 2, "learned_positions": True}])
+@pytest.mark.parametrize("kw", [{}, {"norm_first": True}, {"window": 2, "positions": "learned"}])
 def test_cached_decoding_equals_full_forward_at_every_step(kw):
     model = tiny(**kw).eval()
     src, tgt, lens = batch(T=8)

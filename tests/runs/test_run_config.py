@@ -14,6 +14,7 @@ from attnlab.data import Vocab, sample_data_path
 from attnlab.models import build_model
 from attnlab.runs.checkpoints import save_checkpoint
 from attnlab.runs.config import read_run_config, write_run_config
+from attnlab.runs.loading import load_translator
 from attnlab.runs.weights import save_weights
 
 
@@ -74,3 +75,27 @@ def test_config_that_is_not_an_object(run, tmp_path, text, words):
     (broken / "config.json").write_text(text)
     with pytest.raises(ValueError, match=words):
         read_run_config(broken)
+
+
+def test_a_run_with_the_older_flat_position_fields_loads_with_one_note(tmp_path, capsys):
+    """config.json of a run saved before the position schemes had their own block: read as today's fields,
+    said once in one line, the file left as it was."""
+
+    vocab = Vocab(["i", "am", "home", ".", "go", "now"], min_freq=1)
+    new = dict(num_hiddens=8, num_layers=1, num_heads=2, ffn_num_hiddens=16, dropout=0.0, max_len=16)
+    new.update(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), positions="rope")
+    torch.manual_seed(0)
+    model = build_model("transformer", {**new, "position_options": {"base": 500.0, "fraction": 0.5}})
+    run = tmp_path / "old"
+    flat = {k: v for k, v in model.config.to_dict().items() if k != "position_options"}
+    flat.update(rope_base=500.0, rope_fraction=0.5, t5_num_buckets=32, t5_max_distance=128, pos_layout="interleaved")
+    write_run_config(run, "transformer", {**flat, "learned_positions": False}, {}, {}, vocab, vocab)
+    save_weights(model, run / "model.safetensors")
+    before = (run / "config.json").read_text()
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(run), "go now ."]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rope_base" in err[0] and "position_options={'base': 500.0, 'fraction': 0.5}" in err[0]
+    translator = load_translator(run)
+    assert translator.model.config.position_block.base == 500.0 and translator.model.encoder.rotary.rot_dim == 2
+    assert (run / "config.json").read_text() == before  # nothing a user made is rewritten

@@ -150,7 +150,7 @@ def test_weight_decay_only_on_matrices_not_biases_norms_or_positions():
             "num_heads": 2,
             "num_layers": 1,
             "ffn_num_hiddens": 16,
-            "learned_positions": True,
+            "positions": "learned",
             "max_len": 16,
         },
     )

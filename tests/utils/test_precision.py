@@ -193,7 +193,7 @@ def test_cli_precision_flags(tmp_path, capsys):
 
 def test_train_flag_reaches_the_config():
     from attnlab.cli import build_parser
-    from attnlab.commands._train_config import overrides as _overrides
+    from attnlab.commands.train import overrides as _overrides
 
     args = build_parser().parse_args(["train", "--preset", "tiny", "--precision", "bf16"])
     assert _overrides(args)["train"]["precision"] == "bf16"

@@ -3,6 +3,7 @@
     maps = position_maps(translator.model, source_len=5, target_len=4)   # what GET /api/positions returns
     position_figure(translator.model, head=2, source_len=5, target_len=4)  # a matplotlib Figure, for notebooks
 
+Each scheme says what it shows (`PositionScheme.maps`, in its module of `attnlab.attention.positions`):
 - alibi: the fixed bias -slope_h * |i - j| of each head (`slopes`), per self-attention kind, for these lengths;
 - t5: the learned bias of each head's bucket for (query i, key j), one table per stack (`T5RelativeBias`);
 - rope: the rotation angle pos * theta_f of every feature pair f at every position (the same for all heads:
@@ -15,26 +16,11 @@ keys after the query, which come back as None (JSON null).
 
 from __future__ import annotations
 
-import torch
 from matplotlib.figure import Figure
 
 from attnlab.analysis.explanation import attention_layout
+from attnlab.attention.positions import get_scheme
 from attnlab.viz.positions import plot_position_maps
-
-DECIMALS = 4  # enough to read a bias off; keeps a 100-token sentence's maps small
-
-
-def _bias_maps(bias, length: int, causal: bool) -> list[list[list[float | None]]]:
-    """(H, L, L) nested lists of `bias(positions, positions)`, keys after the query None when causal."""
-    pos = torch.arange(length)
-    with torch.no_grad():
-        values = bias(pos, pos)[0].double()  # (H, L, L); float64 so the rounded numbers print as such
-    out = (torch.round(values, decimals=DECIMALS) + 0.0).tolist()  # + 0.0: -0.0 becomes 0.0
-    if causal:
-        for head in out:
-            for i, row in enumerate(head):
-                row[i + 1 :] = [None] * (length - i - 1)
-    return out
 
 
 def position_maps(model, source_len: int, target_len: int) -> dict:
@@ -56,36 +42,16 @@ def position_maps(model, source_len: int, target_len: int) -> dict:
         raise ValueError(f"position maps need lengths of at least 1, got source {source_len}, target {target_len}")
     scheme, num_heads, _ = attention_layout(model)
     out: dict = {"scheme": scheme, "num_heads": num_heads}
-    if scheme in ("alibi", "t5"):
-        enc, dec = model.encoder.relative_bias, model.decoder.relative_bias
-        out["encoder_self"] = _bias_maps(enc, source_len, causal=False)
-        out["decoder_self"] = _bias_maps(dec, target_len, causal=True)
-        if scheme == "alibi":
-            out["slopes"] = enc.slopes.tolist()
-        else:
-            out.update(num_buckets=enc.num_buckets, max_distance=enc.max_distance)
-    elif scheme == "rope":
-        rope = model.encoder.rotary
-        pos = torch.arange(max(source_len, target_len), dtype=torch.float32)
-        angles = (pos[:, None] * rope.inv_freq[None, :]).double()  # (L, rot/2): the angles of cos_sin
-        out.update(
-            rot_dim=rope.rot_dim,
-            base=rope.base,
-            inv_freq=rope.inv_freq.tolist(),
-            angles=torch.round(angles, decimals=DECIMALS).tolist(),
-        )
+    if scheme is not None:
+        out.update(get_scheme(scheme).maps(model, source_len, target_len))
     return out
 
 
 def position_numbers(model, source_len: int, target_len: int) -> int:
     """How many numbers `position_maps` returns for these lengths (a server bounds its answer with it):
     H x (S² + T²) biases for alibi / t5, max(S, T) x rot_dim / 2 angles for rope, none otherwise."""
-    scheme, num_heads, _ = attention_layout(model)
-    if scheme in ("alibi", "t5"):
-        return (num_heads or 0) * (source_len**2 + target_len**2)
-    if scheme == "rope":
-        return max(source_len, target_len) * model.encoder.rotary.rot_dim // 2
-    return 0
+    scheme = attention_layout(model)[0]
+    return 0 if scheme is None else get_scheme(scheme).numbers(model, source_len, target_len)
 
 
 def position_figure(model, head: int = 0, source_len: int = 8, target_len: int = 8) -> Figure:

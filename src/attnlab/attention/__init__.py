@@ -1,21 +1,33 @@
 """Attention: scores -> weights -> pooled values, masks, caches and positions. Nothing here imports from
 `attnlab.models`; a decoding step's C passes are `attnlab.kernels`."""
 
-from .bias import AlibiBias, T5RelativeBias, alibi_slopes, t5_relative_bucket
 from .dropout import Dropout, dropout_keep_mask
 from .heads import attention_modules, check_head_mask, head_masks_from_indices, mask_heads, prune_heads
 from .masking import build_mask, causal_mask, lengths_to_mask, masked_softmax, sequence_mask, window_mask
 from .multihead import KVCache, MultiHeadAttention, PositionBias
 from .online import OnlineSoftmaxState, online_softmax_attention, online_softmax_steps
-from .positional import PositionalEncoding, sinusoidal_encoding
+from .positions import (
+    AlibiBias,
+    PositionalEncoding,
+    PositionScheme,
+    RotaryEmbedding,
+    T5RelativeBias,
+    alibi_slopes,
+    get_scheme,
+    half_split_permutation,
+    rotate_half,
+    sinusoidal_encoding,
+    t5_relative_bucket,
+)
 from .recording import AttentionRecording, record_attention
-from .rotary import RotaryEmbedding, half_split_permutation, rotate_half
 from .scoring import AdditiveAttention, DotProductAttention, MultiplicativeAttention, attend
 
 __all__ = [
     "AlibiBias",
     "OnlineSoftmaxState",
     "PositionBias",
+    "PositionScheme",
+    "get_scheme",
     "RotaryEmbedding",
     "T5RelativeBias",
     "alibi_slopes",

@@ -19,14 +19,14 @@ from .dropout import Dropout
 from .heads import active_head_mask, check_head_mask, prune_projections
 from .local import local_blockwise
 from .masking import build_mask, window_mask
+from .positions.rope import RotaryEmbedding
 from .projections import concatenated, concatenated_weight
 from .recording import Recordable
-from .rotary import RotaryEmbedding
 from .scoring import attend, check_qkv
 from .steps import fold_beams, unfold_beams
 
 # A relative position bias: (query positions (Lq,), key positions (Lk,)) -> float (1|B, H, Lq, Lk)
-# added to the scaled scores (`attnlab.attention.bias`: ALiBi, T5).
+# added to the scaled scores (`attnlab.attention.positions`: ALiBi, T5).
 PositionBias = Callable[[Tensor, Tensor], Tensor]
 
 
@@ -52,7 +52,7 @@ class MultiHeadAttention(Recordable, nn.Module):
             continue from the cache's length while decoding).
 
     `forward(..., position_bias=f)` adds f(query positions, key positions), (1, H, Lq, Lk), to the
-    scaled scores (ALiBi, T5; see `attnlab.attention.bias`); queries are the last Lq of the Lk
+    scaled scores (ALiBi, T5; see `attnlab.attention.positions`); queries are the last Lq of the Lk
     positions, as for the causal mask.
 
     Shape:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnlab.commands._common import add_command, add_force, run_model_type
-from attnlab.commands.translate import add_checkpoint_args, open_translator
+from attnlab.commands.translate import add_checkpoint_args
 
 
 def add_parser(subparsers) -> None:
@@ -42,6 +42,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from attnlab.analysis.explanation import explain
+    from attnlab.runs.loading import open_translator
     from attnlab.runs.outputs import claim_output, write_output
     from attnlab.viz.files import save_figure
     from attnlab.viz.heatmaps import attention_figures
@@ -54,7 +55,7 @@ def run(args) -> int:
     if args.image is not None:
         raise ValueError(f"--image is for Vision Transformer runs; {args.checkpoint} is a translator: pass a sentence")
     claim = claim_output(out_dir, "attention", force=args.force)
-    translator = open_translator(args)
+    translator = open_translator(args.checkpoint, args.device, args.weights, args.precision)
     result = explain(translator, args.sentence, truncate=args.truncate)
     print(f"{args.sentence} => {result.translation}")
     with write_output(claim, {"sentence": args.sentence}) as tmp:
@@ -65,9 +66,10 @@ def run(args) -> int:
 
 
 def _is_image_run(args) -> bool:
-    from attnlab.training.images import IMAGE_MODELS
+    from attnlab.training.tasks import IMAGES, task_for
 
-    return run_model_type(args.checkpoint) in IMAGE_MODELS
+    model_type = run_model_type(args.checkpoint)
+    return model_type is not None and task_for(model_type) is IMAGES
 
 
 def _image(args, out_dir: Path) -> int:
@@ -75,16 +77,17 @@ def _image(args, out_dir: Path) -> int:
     import torch
 
     from attnlab.analysis.rollout import explain_image
+    from attnlab.runs.loading import load_model
     from attnlab.runs.outputs import claim_output, write_output
-    from attnlab.training.images import load_image_run, load_run_images
+    from attnlab.training.tasks import run_images
     from attnlab.viz.files import save_figure
     from attnlab.viz.images import image_attention_figures
 
     if args.sentence is not None or args.image is None:
         raise ValueError(f"{args.checkpoint} is a Vision Transformer run: pass --image N (a test image), no sentence")
     claim = claim_output(out_dir, "attention", force=args.force)
-    model, cfg = load_image_run(args.checkpoint, args.device)
-    test = load_run_images(cfg).test
+    model, cfg = load_model(args.checkpoint, args.device)
+    test = run_images(args.checkpoint, cfg).test
     if not 0 <= args.image < len(test):
         raise ValueError(f"--image must be between 0 and {len(test) - 1} (the test split's images), got {args.image}")
     exp = explain_image(model, torch.from_numpy(test.images[args.image]))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from attnlab.commands._common import add_command, run_model_type
-from attnlab.commands.translate import add_checkpoint_args, open_translator
+from attnlab.commands.translate import add_checkpoint_args
 from attnlab.decoding.options import DEFAULT_BEAM, MAX_BEAM
 
 
@@ -55,7 +55,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text, scores_by_length
-    from attnlab.runs.loading import imported_source, load_imported_data
+    from attnlab.runs.loading import imported_source, load_imported_data, open_translator
     from attnlab.training.launch import load_run_data
     from attnlab.utils.checks import check_range
 
@@ -64,7 +64,7 @@ def run(args) -> int:
     check_range("--length-penalty", args.length_penalty, 0, 5)
     if _image_accuracy(args):
         return 0
-    translator = open_translator(args)
+    translator = open_translator(args.checkpoint, args.device, args.weights, args.precision)
     if imported_source(translator.config):
         data = load_imported_data(translator, args.checkpoint, args.data)
     else:
@@ -107,13 +107,15 @@ def run(args) -> int:
 
 
 def _image_accuracy(args) -> bool:
-    """A Vision Transformer run: print the split's accuracy and return True; any other run: False."""
-    from attnlab.training.images import IMAGE_MODELS, accuracy, load_image_run, load_run_images
+    """An image classifier's run (a ViT): print the split's accuracy and return True; a translator's: False."""
+    from attnlab.runs.loading import load_model
+    from attnlab.training.tasks import IMAGES, accuracy, run_images, task_for
 
-    if run_model_type(args.checkpoint) not in IMAGE_MODELS:
+    model_type = run_model_type(args.checkpoint)
+    if model_type is None or task_for(model_type) is not IMAGES:
         return False
-    model, cfg = load_image_run(args.checkpoint, args.device)
-    split = load_run_images(cfg, args.data).split(args.split)
+    model, cfg = load_model(args.checkpoint, args.device)
+    split = run_images(args.checkpoint, cfg, args.data).split(args.split)
     if args.limit is not None:
         split = type(split)(split.images[: args.limit], split.labels[: args.limit])
     print(f"{args.checkpoint}: {args.split} split, {len(split)} images")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 
 from attnlab.commands._common import add_command, add_force, refuse_model_types
-from attnlab.commands.translate import add_checkpoint_args, open_translator
+from attnlab.commands.translate import add_checkpoint_args
 
 
 def add_parser(subparsers) -> None:
@@ -88,7 +88,7 @@ def run(args) -> int:
     from attnlab.analysis.figures import plot_importance, plot_pruning_curves
     from attnlab.analysis.heads import attention_kinds, check_precision, choose_split, head_masks_check
     from attnlab.runs.alignment import alignment_target, save_alignment
-    from attnlab.runs.loading import imported_source, load_imported_data
+    from attnlab.runs.loading import imported_source, load_imported_data, open_translator
     from attnlab.runs.outputs import claim_output, write_output
     from attnlab.training.launch import load_run_data
     from attnlab.utils.files import write_json
@@ -107,7 +107,7 @@ def run(args) -> int:
         why = "--weights are not the run's own; the alignment choice is not saved (see heads.json)"
     elif not args.no_save_alignment:  # checked before any work: a user's alignment.json is never replaced
         target, why = alignment_target(args.checkpoint)
-    translator = open_translator(args)
+    translator = open_translator(args.checkpoint, args.device, args.weights, args.precision)
     attention_kinds(translator.model)  # a Bahdanau model fails here, before any work
     head_masks_check(translator.model, prune)  # bad module names / head indices, before any work
     if imported_source(translator.config):

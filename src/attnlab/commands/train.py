@@ -1,4 +1,4 @@
-"""`attnlab train`: train a translator from a preset, overriding any field by flag.
+"""`attnlab train`: train a translator or a Vision Transformer from a preset, overriding any field by flag.
 
 attnlab train --model transformer --preset d2l --out runs/d2l
 attnlab train --resume runs/d2l                 # continue from the newest checkpoint
@@ -12,21 +12,64 @@ attnlab train --model vit --data images/ --set model.patch_size=4   # images/<cl
 
 from __future__ import annotations
 
+import json
 import os
-from pathlib import Path
 
 from attnlab.commands._common import add_command, add_force
-from attnlab.commands._train_config import (
-    FLAGS,
-    RESUMABLE,
-    claim_tensorboard_dir,
-    default_out,
-    overrides,
-    print_config,
-    resolve_configs,
-)
 
 _PRESET = "(default: the preset's; --print-config shows it)"
+# flag -> (section, key): the common overrides get their own flags; `--set` reaches every field.
+FLAGS = {
+    "seed": ("train", "seed"),
+    "epochs": ("train", "epochs"),
+    "max_steps": ("train", "max_steps"),
+    "time_budget": ("train", "time_budget"),
+    "batch_tokens": ("train", "batch_tokens"),
+    "batch_size": ("train", "batch_size"),
+    "grad_accum": ("train", "grad_accum"),
+    "lr": ("train", "lr"),
+    "warmup_steps": ("train", "warmup_steps"),
+    "label_smoothing": ("train", "label_smoothing"),
+    "eval_every": ("train", "eval_every"),
+    "checkpoint_every": ("train", "checkpoint_every"),
+    "keep_best": ("train", "keep_best"),
+    "keep_last": ("train", "keep_last"),
+    "patience": ("train", "patience"),
+    "device": ("train", "device"),
+    "log_every": ("train", "log_every"),
+    "data": ("data", "path"),
+    "num_examples": ("data", "num_examples"),
+    "max_len": ("data", "max_len"),
+    "tokenizer": ("data", "tokenizer"),
+    "precision": ("train", "precision"),
+    "src_lang": ("data", "src_lang"),
+    "tgt_lang": ("data", "tgt_lang"),
+    "valid": ("data", "valid"),
+    "test": ("data", "test"),
+}
+# Data keys by the flag that sets them, for messages about a data setting.
+DATA_FLAGS = {key: f"--{flag.replace('_', '-')}" for flag, (section, key) in FLAGS.items() if section == "data"}
+# (flag, type, metavar, what it sets): the numeric overrides of a preset's train and data fields.
+_NUMBERS = (
+    ("--seed", int, "N", "one seed for every generator: weights, dropout, batch order, the data split"),
+    ("--epochs", int, "N", "passes over the training split"),
+    ("--max-steps", int, "N", "stop after N optimizer updates"),
+    ("--time-budget", float, "SECONDS", "stop after this much training time per invocation"),
+    ("--batch-tokens", int, "N", "target tokens per batch (token-count batching)"),
+    ("--batch-size", int, "N", "sentences per batch (the book's fixed-size batches)"),
+    ("--grad-accum", int, "N", "batches whose gradients add up to one update"),
+    ("--lr", float, "RATE", "peak learning rate (after warmup), or the constant rate"),
+    ("--warmup-steps", int, "N", "linear warmup length of the inverse-sqrt schedule"),
+    ("--label-smoothing", float, "EPS", "probability mass spread over the vocabulary (the paper's 0.1)"),
+    ("--eval-every", int, "STEPS", "steps between validation loss + BLEU (0: only at the end)"),
+    ("--checkpoint-every", int, "STEPS", "steps between checkpoints (0: only at the end)"),
+    ("--keep-best", int, "N", "checkpoints kept for the best validation BLEU"),
+    ("--keep-last", int, "N", "newest checkpoints kept (for `attnlab average --last K`)"),
+    ("--patience", int, "EVALS", "stop after this many evaluations without a better validation BLEU"),
+    ("--log-every", int, "STEPS", "steps between 'train' lines in log.jsonl (and TensorBoard points)"),
+    ("--num-examples", int, "N", "use the first N pairs of the corpus"),
+    ("--max-len", int, "N", "drop pairs longer than N tokens on a side"),
+)
 
 
 def add_parser(subparsers) -> None:
@@ -36,111 +79,116 @@ def add_parser(subparsers) -> None:
         "train a translator (Transformer, Bahdanau) or a Vision Transformer (checkpoints, resume, DDP)",
         __doc__,
     )
-    p.add_argument(
+    _add_run_args(p.add_argument_group("what to train and where"))
+    _add_data_args(p.add_argument_group("data"))
+    g = p.add_argument_group("overrides of the preset's fields")
+    for flag, kind, metavar, what in _NUMBERS:
+        g.add_argument(flag, type=kind, metavar=metavar, help=f"{what} {_PRESET}")
+    _add_machine_args(p.add_argument_group("machine and output"))
+    p.set_defaults(func=run)
+
+
+def _add_run_args(g) -> None:
+    g.add_argument(
         "--model",
         choices=["transformer", "bahdanau", "decoder-only", "vit"],
         help="the architecture (default: transformer, or the model_type of --config)",
     )
-    p.add_argument(
+    g.add_argument(
         "--preset",
         help="d2l, cpu-small, laptop or tiny (default: cpu-small for the Transformer, d2l for Bahdanau); "
         "vit: digits (default) or tiny",
     )
-    p.add_argument(
+    g.add_argument(
         "--config",
         metavar="FILE",
         help="start from a saved config.json (a run's, or --print-config's) instead of a preset; flags still "
         "override it (default: use --preset)",
     )
-    p.add_argument(
+    g.add_argument(
         "--print-config",
         action="store_true",
         help="print the resolved config (preset or --config, then the flags) as JSON, in the sections of a "
         "run's config.json, and exit without training; the vocabulary sizes come from the data when it trains",
     )
-    p.add_argument(
+    g.add_argument(
         "--out", help="run folder (default: runs/<model>-<preset>, or runs/<model>-<FILE's name> with --config)"
     )
-    p.add_argument(
+    g.add_argument(
         "--resume",
         metavar="DIR",
         help="continue the run in DIR from its newest checkpoint, or from step 0 if none (default: start a new run)",
     )
-    add_force(p, "an earlier run in --out (its checkpoints are deleted) and earlier event files in --tensorboard")
-    p.add_argument(
-        "--data",
-        metavar="PATH",
-        help="fra-eng.zip, a TSV, SRC,TGT aligned files (.gz ok) or an `attnlab prepare` folder "
-        "(default: $ATTNLAB_DATA, then the cache)",
-    )
-    # (flag, type, metavar, what it sets): every override of a preset field, in the order --help lists them.
-    for flag, kind, metavar, what in (
-        ("--seed", int, "N", "one seed for every generator: weights, dropout, batch order, the data split"),
-        ("--epochs", int, "N", "passes over the training split"),
-        ("--max-steps", int, "N", "stop after N optimizer updates"),
-        ("--time-budget", float, "SECONDS", "stop after this much training time per invocation"),
-        ("--batch-tokens", int, "N", "target tokens per batch (token-count batching)"),
-        ("--batch-size", int, "N", "sentences per batch (the book's fixed-size batches)"),
-        ("--grad-accum", int, "N", "batches whose gradients add up to one update"),
-        ("--lr", float, "RATE", "peak learning rate (after warmup), or the constant rate"),
-        ("--warmup-steps", int, "N", "linear warmup length of the inverse-sqrt schedule"),
-        ("--label-smoothing", float, "EPS", "probability mass spread over the vocabulary (the paper's 0.1)"),
-        ("--eval-every", int, "STEPS", "steps between validation loss + BLEU (0: only at the end)"),
-        ("--checkpoint-every", int, "STEPS", "steps between checkpoints (0: only at the end)"),
-        ("--keep-best", int, "N", "checkpoints kept for the best validation BLEU"),
-        ("--keep-last", int, "N", "newest checkpoints kept (for `attnlab average --last K`)"),
-        ("--patience", int, "EVALS", "stop after this many evaluations without a better validation BLEU"),
-        ("--log-every", int, "STEPS", "steps between 'train' lines in log.jsonl (and TensorBoard points)"),
-        ("--num-examples", int, "N", "use the first N pairs of the corpus"),
-        ("--max-len", int, "N", "drop pairs longer than N tokens on a side"),
-    ):
-        p.add_argument(flag, type=kind, metavar=metavar, help=f"{what} {_PRESET}")
-    p.add_argument(
-        "--device",
-        help="auto (default: cuda if there is one, else cpu; translate, evaluate and serve default to cpu), "
-        "cpu, cuda, cuda:1 ...",
-    )
-    p.add_argument(
-        "--precision",
-        choices=["auto", "fp32", "bf16"],
-        help="fp32 (default), bf16 (autocast), or auto: bf16 where native and measured to pay",
-    )
-    p.add_argument(
-        "--tokenizer",
-        choices=["auto", "word", "bpe", "unigram"],
-        help="auto (default): the book's word vocabularies for en-fr, one shared BPE for other pairs",
-    )
-    p.add_argument(
-        "--src-lang",
-        help="source language code of --data (e.g. de); pairs other than en-fr get subwords (default: the "
-        "prepared folder's, or en for the book's corpus)",
-    )
-    p.add_argument(
-        "--tgt-lang",
-        help="target language code of --data (e.g. en; default: the prepared folder's, or fr for the book's corpus)",
-    )
-    p.add_argument(
-        "--valid", metavar="SPEC", help="validation corpus (TSV or SRC,TGT files; default: a random split of --data)"
-    )
-    p.add_argument(
-        "--test", metavar="SPEC", help="test corpus (TSV or SRC,TGT files; default: a random split of --data)"
-    )
-    p.add_argument(
+    add_force(g, "an earlier run in --out (its checkpoints are deleted) and earlier event files in --tensorboard")
+    g.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
         help="override any preset field, e.g. --set model.num_layers=3 (VALUE is JSON; repeatable; default: none)",
     )
-    p.add_argument(
+
+
+def _add_data_args(g) -> None:
+    g.add_argument(
+        "--data",
+        metavar="PATH",
+        help="fra-eng.zip, a TSV, SRC,TGT aligned files (.gz ok) or an `attnlab prepare` folder; vit: a folder "
+        "of images, one subfolder per class (default: $ATTNLAB_DATA, then the cache; vit: the digits)",
+    )
+    g.add_argument(
+        "--tokenizer",
+        choices=["auto", "word", "bpe", "unigram"],
+        help="auto (default): the book's word vocabularies for en-fr, one shared BPE for other pairs",
+    )
+    g.add_argument(
+        "--src-lang",
+        help="source language code of --data (e.g. de); pairs other than en-fr get subwords (default: the "
+        "prepared folder's, or en for the book's corpus)",
+    )
+    g.add_argument(
+        "--tgt-lang",
+        help="target language code of --data (e.g. en; default: the prepared folder's, or fr for the book's corpus)",
+    )
+    g.add_argument(
+        "--valid", metavar="SPEC", help="validation corpus (TSV or SRC,TGT files; default: a random split of --data)"
+    )
+    g.add_argument(
+        "--test", metavar="SPEC", help="test corpus (TSV or SRC,TGT files; default: a random split of --data)"
+    )
+
+
+def _add_machine_args(g) -> None:
+    g.add_argument(
+        "--device",
+        help="auto (default: cuda if there is one, else cpu; translate, evaluate and serve default to cpu), "
+        "cpu, cuda, cuda:1 ...",
+    )
+    g.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        help="fp32 (default), bf16 (autocast), or auto: bf16 where native and measured to pay",
+    )
+    g.add_argument(
         "--tensorboard",
         metavar="DIR",
         help="also write log.jsonl's numbers (loss, lr, tokens/s, validation BLEU and loss) as TensorBoard "
         "scalars into DIR, a new folder; needs the [tensorboard] extra (default: log.jsonl only)",
     )
-    p.add_argument("--nproc", type=int, default=1, help="processes (DDP through torchrun; gloo on CPU; default: 1)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
+    g.add_argument("--nproc", type=int, default=1, help="processes (DDP through torchrun; gloo on CPU; default: 1)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def overrides(args) -> dict[str, dict]:
+    """The flags and --set items given, as settings overrides ({"model", "train", "data"} sections)."""
+    from attnlab.training.settings import no_overrides, parse_set
+
+    out = no_overrides()
+    for flag, (section, key) in FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            out[section][key] = value
+    return parse_set(args.set, out)
 
 
 def _argv(args) -> list[str]:
@@ -166,49 +214,37 @@ def _launch_torchrun(args) -> int:
 
 
 def run(args) -> int:
-    from attnlab.runs.config import read_run_config
-    from attnlab.training.config import TrainConfig
-    from attnlab.training.launch import claim_run_dir, resume_run, train_run
+    from attnlab.training.config import TrainConfig, check_resumable
+    from attnlab.training.launch import claim_run_dir, claim_tensorboard_dir, resume_run, train_run
+    from attnlab.training.settings import resolve, resumed_config
+    from attnlab.training.tasks import task_for
     from attnlab.utils.runtime import check_nproc, distributed_info, init_distributed
 
     check_nproc(args.nproc)
     over = overrides(args)
     if args.resume and args.config:
         raise ValueError("--config starts a new run and --resume continues one; give one of them")
-    if args.model is None and not args.config:
-        args.model = "transformer"
+    settings = None
+    if args.resume:
+        check_resumable(over)
+        resumed = resumed_config(args.resume, over["train"])  # the limits asked for, checked
+        model_type = resumed["model_type"]
+    else:
+        settings = resolve(args.model, args.preset, args.config, over, names=DATA_FLAGS)
+        model_type = settings.model_type
     if args.print_config:
-        return print_config(args, over)
-    if args.config and args.model is None:
-        from attnlab.training.presets import load_config_file
-
-        args.model = load_config_file(args.config)[0]  # a ViT config trains as --model vit does
-    if args.model == "vit" and not args.resume:
-        return _train_images(args, over)
+        print(json.dumps(resumed if settings is None else settings.described(), indent=2, ensure_ascii=False))
+        return 0
     launching = args.nproc > 1
+    if launching and not task_for(model_type).multi_process:
+        raise ValueError(f"--nproc {args.nproc}: a {model_type} run trains in one process; drop --nproc")
     if launching and "WORLD_SIZE" in os.environ:
         raise ValueError("--nproc given inside a torchrun launch; drop --nproc (torchrun sets the processes)")
     main_rank = "RANK" not in os.environ or os.environ["RANK"] == "0"
-    if args.resume:
-        bad = sorted(k for k in over["train"] if k not in RESUMABLE) + sorted(over["data"]) + sorted(over["model"])
-        if bad:
-            raise ValueError(
-                f"--resume continues a run as it was started; these cannot change: {bad}. Allowed: {sorted(RESUMABLE)}"
-            )
-        resumed = read_run_config(args.resume)
-        if resumed["model_type"] == "vit":
-            raise ValueError(
-                f"{args.resume} is a Vision Transformer run, which keeps no checkpoints to resume; train it "
-                f"again with `attnlab train --model vit --out {args.resume} --force`"
-            )
-        TrainConfig.from_dict({**resumed.get("train", {}), **over["train"]})
-        tensorboard = claim_tensorboard_dir(args, args.resume) if main_rank else None
-    else:
-        preset, train_config = resolve_configs(args, over)
-        out = args.out or default_out(args)
-        tensorboard = claim_tensorboard_dir(args, out) if main_rank else None
-        if main_rank:
-            claim_run_dir(out, force=args.force)
+    out = args.resume or args.out or settings.default_run_dir()  # type: ignore[union-attr]
+    tensorboard = claim_tensorboard_dir(args.tensorboard, out, force=args.force) if main_rank else None
+    if main_rank and settings is not None:
+        claim_run_dir(out, force=args.force)
     if launching:  # everything checked once here, not once per process
         return _launch_torchrun(args)
     init_distributed()
@@ -219,7 +255,7 @@ def run(args) -> int:
         if torch.cuda.is_available():
             over["train"]["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
-    if args.resume:
+    if settings is None:
         result = resume_run(args.resume, over["train"], progress=not args.no_progress, tensorboard=tensorboard)
         if isinstance(result, str):
             if rank == 0:
@@ -229,54 +265,31 @@ def run(args) -> int:
                 )
             return 0
     else:
-        train_config = TrainConfig.from_dict({**train_config.to_dict(), **over["train"]})
+        train = TrainConfig.from_dict({**settings.train.to_dict(), **over["train"]})  # with a rank's own GPU
+        sections = settings.sections
         result = train_run(
-            args.model,
-            preset["model"],
-            train_config,
-            preset["data"],
+            model_type,
+            sections["model"],
+            train,
+            sections["data"],
             out,
             progress=not args.no_progress,
             force=args.force,
             tensorboard=tensorboard,
         )
-    return _report(result, args.resume or out) if rank == 0 else result.exit_code
+    return _report(result, out, task_for(model_type)) if rank == 0 else result.exit_code
 
 
-def _train_images(args, over: dict[str, dict]) -> int:
-    """`train --model vit`: the digits, or --data DIR (one subfolder per class); every flag checked first."""
-    from attnlab.training.images import train_image_run
-
-    data_flags = sorted(f"--{f.replace('_', '-')}" for f, (sec, _) in FLAGS.items() if sec == "data" and f != "data")
-    wrong = [flag for flag in data_flags if getattr(args, flag[2:].replace("-", "_")) is not None]
-    if wrong or args.nproc > 1:
-        raise ValueError(f"{', '.join(wrong) or '--nproc'}: not for image runs (--data DIR picks the images)")
-    preset, train_config = resolve_configs(args, over)
-    out = args.out or default_out(args)
-    result = train_image_run(
-        args.model, preset["model"], train_config, preset["data"], out, progress=not args.no_progress, force=args.force
-    )
-    acc = "n/a" if result.valid_accuracy is None else f"{result.valid_accuracy:.3f}"
-    loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
-    print(
-        f"final training loss {loss} after {result.step} steps ({result.epoch} epochs, stopped by "
-        f"{result.stop_reason}, {result.seconds:.1f} s), valid accuracy {acc}"
-    )
-    if result.stop_reason != "non_finite_loss":
-        print(f"saved the model to {Path(out) / 'model.safetensors'}")
-    return result.exit_code
-
-
-def _report(result, run_dir) -> int:
+def _report(result, run_dir, task) -> int:
     """Print how the run ended; the exit status says it too (0, 1 diverged, 128+N signal N)."""
     import sys
 
     loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
-    bleu = "" if result.best_bleu is None else f", best valid BLEU {result.best_bleu:.2f}"
+    best = "" if result.best_bleu is None else f", best {task.metric_label} {result.best_bleu:{task.metric_format}}"
     print(
         f"final training loss {loss} after {result.step} steps ({result.epoch} epochs, "
         f"stopped by {result.stop_reason}, {result.seconds:.1f} s, "
-        f"{result.tokens_per_second:.0f} tokens/s{bleu})"
+        f"{result.tokens_per_second:.0f} {task.unit}/s{best})"
     )
     if result.stop_reason == "signal":
         print(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 from attnlab.commands._common import add_command
 from attnlab.decoding.options import DEFAULT_BEAM, MAX_BEAM
@@ -53,24 +52,6 @@ def add_precision_arg(p) -> None:
         help="fp32 (default: the same output on every machine), bf16, int8 (CPU, Transformer), or auto: the "
         "fastest this hardware computes natively and measured to pay (attnlab.utils.precision)",
     )
-
-
-def open_translator(args):
-    """load_translator with a hint on how to make the missing default run."""
-    from attnlab.runs.loading import load_translator
-
-    run_dir = Path(args.checkpoint)
-    if not run_dir.exists():
-        raise FileNotFoundError(
-            f"no trained model at {run_dir}; make one with `attnlab demo` (writes {DEFAULT_RUN}) or "
-            f"`attnlab train --model transformer --preset d2l --out {run_dir}`"
-        )
-    translator = load_translator(
-        run_dir, device=args.device, weights=args.weights, precision=getattr(args, "precision", "fp32")
-    )
-    if translator.precision.asked == "auto":  # say what `auto` chose on this machine, and why
-        print(f"attnlab: --precision {translator.precision.reason}", file=sys.stderr)
-    return translator
 
 
 def add_parser(subparsers) -> None:
@@ -226,13 +207,14 @@ def _stdin_lines() -> list[str]:
 
 
 def run(args) -> int:
+    from attnlab.runs.loading import open_translator
     from attnlab.utils.checks import check_range
 
     if args.beam is None:
         args.beam = 1 if args.sample else DEFAULT_BEAM
     check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
     options = decode_options(args)  # every flag checked before the model loads
-    translator = open_translator(args)
+    translator = open_translator(args.checkpoint, args.device, args.weights, args.precision)
     if args.align:  # a model without cross-attention, or a layer/head it lacks: refused before decoding
         translator.alignment_heads(options.align_layer, options.align_heads)
     n_best = args.n_best is not None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
+from attnlab.attention.positions import SCHEMES
 from attnlab.decoding.alignment import SavedAlignment, align_batch, alignment_heads
 from attnlab.decoding.batches import decode_batches, search_batches
 from attnlab.decoding.hypothesis import Hypothesis
@@ -116,7 +117,7 @@ def model_max_len(cfg: dict) -> int | None:
     training ones are accepted (quality falls off gradually, which the explorer lets you watch);
     an RNN (Bahdanau) without fixed lengths has no limit (None)."""
     model, train = cfg.get("model", {}), cfg.get("train", {})
-    if model.get("learned_positions"):
+    if getattr(SCHEMES.get(model.get("positions", "")), "bounded", False):  # a learned table
         return int(model["max_len"])
     if train.get("num_steps"):
         return int(train["num_steps"])

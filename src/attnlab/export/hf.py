@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.attention.positional import sinusoidal_encoding
+from attnlab.attention.positions import get_scheme, sinusoidal_encoding
 from attnlab.data.spm import SentencePieceVocab
 from attnlab.export.hf_weights import read_hf_weights, weight_shapes, weights_file
 from attnlab.models import Transformer, TransformerConfig
@@ -134,7 +134,8 @@ def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
         bias=True,
         activation=act,
         embed_scale=None if hf.get("scale_embedding", False) else 1.0,
-        pos_layout="split",
+        positions="sinusoidal",
+        position_options={"layout": "split"},  # Marian's sinusoids: every sine, then every cosine
         tie_output=bool(tie),
         decoder_start_token=_token_id(hf, "decoder_start_token_id", tgt_v, default=pad),
         suppress_tokens=sorted({b[0] for b in bad}),
@@ -150,9 +151,7 @@ def config_to_marian(cfg, pad: int, eos: int) -> dict:
         _fail("norm_first", True, "Marian blocks are post-norm")
     if cfg.window is not None:
         _fail("window", cfg.window, "Marian attends globally")
-    if cfg.learned_positions:
-        _fail("learned_positions", True, "Marian uses fixed sinusoids")
-    if cfg.positions != "sinusoidal" or cfg.kv_heads != cfg.num_heads:
+    if not get_scheme(cfg.positions).marian or cfg.kv_heads != cfg.num_heads:
         raise ValueError(
             f"a MarianMTModel holds sinusoidal positions and one key/value head per head; this model has "
             f"positions={cfg.positions!r}, num_kv_heads={cfg.num_kv_heads!r}: decode it with attnlab instead"

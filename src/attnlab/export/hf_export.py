@@ -57,7 +57,7 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
         raise ValueError("Marian needs one pad and one eos id for both sides; this run's vocabularies differ")
     hf_cfg = config_to_marian(cfg, pad, eos)
     hf_cfg["decoder_start_token_id"] = tr.bos
-    index = _hidden_permutation(cfg.num_hiddens) if cfg.pos_layout == "interleaved" else None
+    index = _hidden_permutation(cfg.num_hiddens) if cfg.position_block.layout == "interleaved" else None
     hf_model = MarianMTModel(MarianConfig(**{k: v for k, v in hf_cfg.items() if k not in ("model_type",)}))
     hf_model.eval()
     target = hf_model.state_dict()

@@ -8,13 +8,45 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+from attnlab.attention.positions import get_scheme
 from attnlab.utils.checks import check_field_types
 
 # FFN nonlinearities by config name (Marian's "swish" is SiLU).
 ACTIVATIONS = ("relu", "swish", "silu", "gelu")
-# Position schemes: added to the embeddings (sinusoidal, learned), rotating self-attention's q/k (rope),
-# biasing self-attention's scores (alibi, t5), or nothing at all (none).
-POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "t5", "none")
+# How runs of attnlab 0.1 spelled the position settings: flat field -> (its scheme, the option in its block);
+# `learned_positions: true` was positions="learned".
+OLD_POSITION_FIELDS: dict[str, tuple[str, str] | None] = {
+    "rope_base": ("rope", "base"),
+    "rope_fraction": ("rope", "fraction"),
+    "t5_num_buckets": ("t5", "num_buckets"),
+    "t5_max_distance": ("t5", "max_distance"),
+    "pos_layout": ("sinusoidal", "layout"),
+    "learned_positions": None,
+}
+
+
+def upgrade_position_fields(model_config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A Transformer config dict whose flat position fields (`OLD_POSITION_FIELDS`) are read into
+    `positions` and its scheme's `position_options`, and the old fields it had ([] when none)."""
+    config = dict(model_config)
+    old = [name for name in OLD_POSITION_FIELDS if name in config]
+    values = {name: config.pop(name) for name in old}
+    if values.get("learned_positions"):
+        if config.get("positions", "sinusoidal") not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f"TransformerConfig: learned_positions=True contradicts positions={config['positions']!r}; "
+                f"drop learned_positions (positions='learned' says the same)"
+            )
+        config["positions"] = "learned"
+    scheme = config.get("positions", "sinusoidal")
+    options = dict(config.get("position_options") or {})
+    for name, value in values.items():
+        target = OLD_POSITION_FIELDS[name]
+        if target is not None and target[0] == scheme:
+            options.setdefault(target[1], value)
+    if old:
+        config["position_options"] = options
+    return config, old
 
 
 class ConfigMixin:
@@ -30,6 +62,7 @@ class ConfigMixin:
         """Build a config from a JSON dict; unknown or missing keys raise ValueError naming them."""
         if not isinstance(d, Mapping):
             raise ValueError(f"{cls.__name__}.from_dict expects a dict, got {type(d).__name__}")
+        d = cls.upgraded(d)[0]  # an older run's spelling, read once here
         names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
         unknown = sorted(set(d) - set(names))
         if unknown:
@@ -44,6 +77,11 @@ class ConfigMixin:
 
         check_field_types(cls, d)  # "dropout": "x" in a config.json: one line naming the field
         return cls(**d)
+
+    @classmethod
+    def upgraded(cls, d: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """`d` in this config's current spelling, and the older field names it used (none here)."""
+        return dict(d), []
 
     def check_positive(self, *names: str) -> None:
         """ValueError naming the first of `names` that is not a positive integer."""
@@ -91,19 +129,16 @@ class TransformerConfig(ConfigMixin):
     norm_first: bool = False  # pre-norm blocks + final LayerNorm per stack; False = post-norm (paper)
     share_embeddings: bool = False  # one matrix for source/target embeddings and output projection
     max_len: int = 1024  # positions precomputed (sinusoidal) or learned
-    positions: str = "sinusoidal"  # one of POSITIONS: sinusoidal (paper), learned, rope, alibi, t5, none
-    rope_base: float = 10000.0  # rope: angle of feature pair f is pos * base^(-2f / rotated features)
-    rope_fraction: float = 1.0  # rope: share of each head's features that rotate (the rest pass as they are)
-    t5_num_buckets: int = 32  # t5: relative-position buckets per stack (the encoder halves them per direction)
-    t5_max_distance: int = 128  # t5: distances from here on share the last bucket
+    positions: str = (
+        "sinusoidal"  # the scheme (attnlab.attention.positions): sinusoidal, learned, rope, alibi, t5, none
+    )
+    position_options: dict = field(default_factory=dict)  # the scheme's block, e.g. rope: {"base": 500.0}
     num_kv_heads: int | None = None  # key/value heads, dividing num_heads (1 = multi-query); None = num_heads
     bias: bool = True  # attention projection biases (as nn.Transformer); the book uses False
     window: int | None = None  # local attention in the encoder: each token sees +-window tokens
-    learned_positions: bool = False  # the same as positions="learned" (older runs say it this way)
     # Options of imported Marian (OPUS-MT) models; the defaults are the book's model.
     activation: str = "relu"  # FFN nonlinearity: relu (paper), swish (= silu, Marian) or gelu
     embed_scale: float | None = None  # embeddings are multiplied by this; None = sqrt(num_hiddens) (paper)
-    pos_layout: str = "interleaved"  # sinusoid columns: interleaved sin/cos (book) or split (sin half, cos half)
     tie_output: bool = False  # output projection reuses the target embedding (share_embeddings implies it)
     decoder_start_token: int | None = None  # first decoder input; None = the target vocabulary's <bos>
     suppress_tokens: list[int] = field(default_factory=list)  # ids decoding never emits (Marian: <pad>)
@@ -116,8 +151,6 @@ class TransformerConfig(ConfigMixin):
         self._check_positions()
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"TransformerConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.pos_layout not in ("interleaved", "split"):
-            raise ValueError(f"TransformerConfig.pos_layout must be 'interleaved' or 'split', got {self.pos_layout!r}")
         if self.embed_scale is not None and not self.embed_scale > 0:
             raise ValueError(f"TransformerConfig.embed_scale must be None or positive, got {self.embed_scale!r}")
         if self.pruned_heads is not None and not (
@@ -135,16 +168,21 @@ class TransformerConfig(ConfigMixin):
                     f"outside the target vocabulary of {self.tgt_vocab_size} tokens"
                 )
 
+    @classmethod
+    def upgraded(cls, d: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """`d` with an older run's flat position fields read into the scheme's block (`upgrade_position_fields`)."""
+        return upgrade_position_fields(d)
+
     def _check_positions(self) -> None:
-        if self.positions not in POSITIONS:
-            raise ValueError(f"TransformerConfig.positions must be one of {POSITIONS}, got {self.positions!r}")
-        if self.learned_positions and self.positions not in ("sinusoidal", "learned"):
+        scheme = get_scheme(self.positions)
+        if not isinstance(self.position_options, dict):
             raise ValueError(
-                f"TransformerConfig: learned_positions=True contradicts positions={self.positions!r}; "
-                f"drop learned_positions (positions='learned' says the same)"
+                f"TransformerConfig.position_options must be a dict of the {self.positions!r} scheme's options, "
+                f"got {self.position_options!r}"
             )
-        if self.learned_positions or self.positions == "learned":  # one meaning, both spellings agree
-            self.positions, self.learned_positions = "learned", True
+        options = scheme.options(self.position_options)
+        scheme.check(options, self.num_hiddens, self.num_heads)
+        self.position_options = scheme.options_dict(self.position_options)  # every option, as config.json keeps it
         kv = self.num_kv_heads
         if kv is not None and (
             not isinstance(kv, int) or isinstance(kv, bool) or not 1 <= kv <= self.num_heads or self.num_heads % kv
@@ -152,20 +190,6 @@ class TransformerConfig(ConfigMixin):
             raise ValueError(
                 f"TransformerConfig.num_kv_heads must divide num_heads={self.num_heads} (1 = multi-query, "
                 f"None = one per head), got {kv!r}"
-            )
-        Dh = self.num_hiddens // self.num_heads
-        if self.positions == "rope" and (
-            not 0.0 < self.rope_fraction <= 1.0 or int(Dh * self.rope_fraction) < 2 or not self.rope_base > 1.0
-        ):
-            raise ValueError(
-                f"TransformerConfig: rope needs rope_base > 1 and rope_fraction in (0, 1] rotating at least one "
-                f"pair of the {Dh} features per head, got rope_base={self.rope_base!r}, "
-                f"rope_fraction={self.rope_fraction!r}"
-            )
-        if self.positions == "t5" and (self.t5_num_buckets < 4 or self.t5_max_distance <= self.t5_num_buckets // 2):
-            raise ValueError(
-                f"TransformerConfig: t5 needs t5_num_buckets >= 4 and t5_max_distance above t5_num_buckets / 2 "
-                f"(the decoder's exact buckets), got {self.t5_num_buckets} and {self.t5_max_distance}"
             )
 
     @property
@@ -179,6 +203,11 @@ class TransformerConfig(ConfigMixin):
         any head pruning; 4 bytes per value in float32, 2 in float16/bfloat16)."""
         per_token = 2 * self.num_layers * self.kv_heads * (self.num_hiddens // self.num_heads) * bytes_per_value
         return per_token * (target_tokens + source_tokens)
+
+    @property
+    def position_block(self) -> Any:
+        """The position scheme's config block (its `Options` dataclass), from `position_options`."""
+        return get_scheme(self.positions).options(self.position_options)
 
     @property
     def embedding_scale(self) -> float:

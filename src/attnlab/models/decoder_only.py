@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention import KVCache, MultiHeadAttention
-from attnlab.attention.positional import sinusoidal_encoding
+from attnlab.attention.positions import sinusoidal_encoding
 from attnlab.models.config import ConfigMixin, check_translator_config
 from attnlab.models.transformer_layers import PositionWiseFFN, Sublayer, _embedding
 

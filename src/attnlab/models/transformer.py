@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.attention import KVCache
+from attnlab.attention import KVCache, get_scheme
 from attnlab.attention.heads import merge_pruned, prune_heads
 
 # The layers are re-exported: `from attnlab.models.transformer import AddNorm` keeps working.
@@ -125,14 +125,10 @@ class Transformer(nn.Module):
             norm_first=c.norm_first,
             max_len=c.max_len,
             positions=c.positions,
-            rope_base=c.rope_base,
-            rope_fraction=c.rope_fraction,
-            t5_num_buckets=c.t5_num_buckets,
-            t5_max_distance=c.t5_max_distance,
+            position_options=c.position_options,
             num_kv_heads=c.num_kv_heads,
             embedding=shared,
             embed_scale=c.embedding_scale,
-            pos_layout=c.pos_layout,
         )
         self.encoder = TransformerEncoder(
             c.src_vocab_size,
@@ -166,8 +162,8 @@ class Transformer(nn.Module):
 
     @property
     def max_target_positions(self) -> int | None:
-        """Decoder positions the model has: the learned table's rows, or None (sinusoids never run out)."""
-        return self.config.max_len if self.config.learned_positions else None
+        """Decoder positions the model has: a learned table's rows, or None (other schemes never run out)."""
+        return self.config.max_len if get_scheme(self.config.positions).bounded else None
 
     def attention_kinds(self) -> dict[str, list[nn.Module]]:
         """kind -> attention modules of that kind, in layer order: encoder_self (Ls x Ls), decoder_self

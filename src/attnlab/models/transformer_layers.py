@@ -14,16 +14,8 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from attnlab.attention import (
-    AlibiBias,
-    Dropout,
-    KVCache,
-    MultiHeadAttention,
-    PositionalEncoding,
-    PositionBias,
-    RotaryEmbedding,
-    T5RelativeBias,
-)
+from attnlab.attention import Dropout, KVCache, MultiHeadAttention, PositionalEncoding, PositionBias, RotaryEmbedding
+from attnlab.attention.positions import StackShape, get_scheme
 from attnlab.kernels.layer_norm import add_layer_norm
 
 __all__ = [
@@ -212,17 +204,16 @@ class _TokenStack(nn.Module):
     residual stream un-normalized).
 
     Keyword options: bias, norm_first, window (local self-attention, encoder only), max_len
-    (positions), positions (see `TransformerConfig.positions`; learned_positions=True means "learned"),
-    rope_base, rope_fraction, t5_num_buckets, t5_max_distance, num_kv_heads, embedding (a shared
-    nn.Embedding), embed_scale (default sqrt(D)), pos_layout (sinusoid layout, see `PositionalEncoding`).
+    (positions), positions (a scheme's name, `attnlab.attention.positions`) and position_options (its
+    block), num_kv_heads, embedding (a shared nn.Embedding), embed_scale (default sqrt(D)).
 
-    Where positions enter: sinusoidal/learned add `pos_encoding` to the embeddings; rope rotates q/k of
-    every self-attention (`rotary`, no parameters); alibi/t5 add `relative_bias` to every
-    self-attention's scores (T5: one learned table per stack, shared by its layers; bidirectional in the
-    encoder, causal in the decoder); none adds nothing.
+    Where positions enter is the scheme's to say (`PositionScheme.enters`); the stack keeps what it builds
+    as `pos_encoding` (added to the embeddings: sinusoidal, learned), `rotary` (rotating q/k of every
+    self-attention: rope) or `relative_bias` (added to every self-attention's scores, one module per stack
+    shared by its layers: alibi, t5 — bidirectional in the encoder, causal in the decoder); none adds nothing.
     """
 
-    bidirectional = True  # T5 buckets: both directions (encoder) or only the past (decoder)
+    bidirectional = True  # relative positions: both directions (encoder) or only the past (decoder)
 
     def __init__(
         self,
@@ -237,38 +228,25 @@ class _TokenStack(nn.Module):
         norm_first: bool = False,
         window: int | None = None,
         max_len: int = 1024,
-        learned_positions: bool = False,
         positions: str = "sinusoidal",
-        rope_base: float = 10000.0,
-        rope_fraction: float = 1.0,
-        t5_num_buckets: int = 32,
-        t5_max_distance: int = 128,
+        position_options: dict | None = None,
         num_kv_heads: int | None = None,
         embedding: nn.Embedding | None = None,
         embed_scale: float | None = None,
-        pos_layout: str = "interleaved",
     ):
         super().__init__()
         self.num_hiddens = num_hiddens
-        self.positions = positions = "learned" if learned_positions else positions
+        self.positions = positions
         self.embed_scale = math.sqrt(num_hiddens) if embed_scale is None else embed_scale
         self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
-        self.pos_encoding: PositionalEncoding | None = None
-        self.embed_dropout: Dropout | None = None
-        if positions in ("sinusoidal", "learned"):
-            self.pos_encoding = PositionalEncoding(
-                num_hiddens, dropout, max_len, learned=positions == "learned", layout=pos_layout
-            )
-        else:
-            self.embed_dropout = Dropout(dropout)
-        self.rotary = (
-            RotaryEmbedding(num_hiddens // num_heads, rope_base, rope_fraction) if positions == "rope" else None
-        )
-        self.relative_bias: nn.Module | None = None
-        if positions == "alibi":
-            self.relative_bias = AlibiBias(num_heads)
-        elif positions == "t5":
-            self.relative_bias = T5RelativeBias(num_heads, self.bidirectional, t5_num_buckets, t5_max_distance)
+        scheme = get_scheme(positions)
+        shape = StackShape(num_hiddens, num_heads, dropout, max_len, causal=not self.bidirectional)
+        built = scheme.build(scheme.options(position_options), shape)
+        # A module that adds to the embeddings exposes `encoding(L, offset)` as PositionalEncoding does.
+        self.pos_encoding: PositionalEncoding | None = built.encoding  # type: ignore[assignment]
+        self.embed_dropout = Dropout(dropout) if built.encoding is None else None
+        self.rotary: RotaryEmbedding | None = built.rotary  # type: ignore[assignment]
+        self.relative_bias = built.bias
         args = (num_hiddens, ffn_num_hiddens, num_heads, dropout, bias, norm_first, window, num_kv_heads, self.rotary)
         self.blocks = nn.ModuleList(self._block(*args) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
@@ -290,8 +268,8 @@ class TransformerEncoder(_TokenStack):
 
     Shape: X (B, S) token ids, valid_lens (B,) -> memory (B, S, D).
     Arguments: vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, and the
-    keyword options of `_TokenStack` (bias, norm_first, window, max_len, learned_positions, embedding,
-    embed_scale, pos_layout).
+    keyword options of `_TokenStack` (bias, norm_first, window, max_len, positions, position_options,
+    num_kv_heads, embedding, embed_scale).
     """
 
     def _block(self, *args) -> nn.Module:

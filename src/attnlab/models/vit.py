@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlab.attention.positional import sinusoidal_encoding
+from attnlab.attention.positions import sinusoidal_encoding
 from attnlab.models.config import ACTIVATIONS, ConfigMixin
 from attnlab.models.transformer_layers import PositionWiseFFN, TransformerEncoderBlock, make_activation
 

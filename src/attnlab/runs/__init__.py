@@ -26,7 +26,7 @@ from .layout import (
     TGT_VOCAB_FILE,
     WEIGHTS_FILE,
 )
-from .loading import load_translator
+from .loading import load_model, load_translator, open_translator
 from .outputs import (
     KINDS,
     claim_output,
@@ -68,7 +68,9 @@ __all__ = [
     "prune_checkpoints",
     "average_checkpoints",
     "save_tensors",
+    "load_model",
     "load_translator",
+    "open_translator",
     "KINDS",
     "claim_output",
     "claim_output_file",

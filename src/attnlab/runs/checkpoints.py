@@ -113,13 +113,15 @@ def load_trainer_state(ckpt: str | os.PathLike) -> dict:
 
 def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int, keep_best: int) -> list[Path]:
     """Delete checkpoints that are neither among the newest `keep_last` nor the `keep_best` best by
-    validation BLEU (meta.json). The newest is always kept (it is what --resume continues from)."""
+    validation score (meta.json: its `best_by` score, validation BLEU when it names none). The newest is
+    always kept (it is what --resume continues from)."""
     ckpts = list_checkpoints(run_dir)
     keep = set(ckpts[-max(keep_last, 1) :])
     scored = []
     for p in ckpts:
         try:
-            bleu = read_json(p / META_FILE).get("valid_bleu")
+            meta = read_json(p / META_FILE)
+            bleu = meta.get(meta.get("best_by", "valid_bleu"))
         except (FileNotFoundError, ValueError):
             bleu = None
         if bleu is not None:

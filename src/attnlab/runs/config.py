@@ -5,9 +5,11 @@ by every command that opens the run; the decoding precision chosen is recorded t
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from attnlab import __version__
+from attnlab.models import CONFIGS
 from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE
 from attnlab.utils.files import read_json, read_json_object, write_json
 from attnlab.utils.precision import PrecisionChoice
@@ -49,6 +51,9 @@ _SECTIONS: dict[str, tuple[type, str, bool]] = {
 }
 
 
+_NOTED: set[str] = set()  # config files whose older spelling was pointed out (once a process)
+
+
 def read_run_config(run_dir: str | os.PathLike) -> dict:
     """A run's config.json, checked once for every command: it is a JSON object whose sections have
     their types (a hand-edited `"data": null` is one line here, not a crash in whichever command reads it)."""
@@ -71,6 +76,16 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
             raise ValueError(
                 f"{path}: {key!r} must be {what}, got {got}; the file was edited or damaged — restore "
                 f"the run's config.json"
+            )
+    if cfg["model_type"] in CONFIGS:
+        cfg["model"], old = CONFIGS[cfg["model_type"]].upgraded(cfg["model"])
+        if old and str(path) not in _NOTED:  # read as today's fields; the file stays as it is
+            _NOTED.add(str(path))
+            model = cfg["model"]
+            print(
+                f"attnlab: note: {path} spells its positions the older way ({', '.join(old)}); read as "
+                f"positions={model.get('positions', 'sinusoidal')!r}, position_options={model.get('position_options')}",
+                file=sys.stderr,
             )
     return cfg
 

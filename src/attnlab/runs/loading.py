@@ -1,12 +1,15 @@
 """`load_translator`: a run folder (or a checkpoint of it) -> a `Translator` ready to decode: the one
-way in for the CLI, the demo, the explorer and notebooks. Config, vocabularies and weights are checked
-against each other before a single parameter is allocated.
+way in for the CLI, the demo, the explorer and notebooks; `load_model`: the model of a run of any type
+(a Vision Transformer's too). Config, vocabularies and weights are checked against each other before a
+single parameter is allocated; `open_translator`: `load_translator` for a command, saying how to make a
+missing run and what `--precision auto` chose.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +63,60 @@ def load_translator(
                 f"{run_dir / CONFIG_FILE} says {side}_vocab_size={size} but {run_dir / fname} holds "
                 f"{len(vocab)} tokens; the files come from different runs"
             )
+    model = _load_model(run_dir, cfg, weights)
+    translator = Translator(
+        model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg), precision=precision
+    )
+    translator.alignment = read_alignment(run_dir)  # `attnlab heads`' choice: the default of align
+    return translator
+
+
+def open_translator(
+    run_dir: str | os.PathLike = DEFAULT_RUN,
+    device: str | torch.device = "cpu",
+    weights: str | os.PathLike | None = None,
+    precision: str = "fp32",
+    say: Callable[[str], None] | None = None,
+) -> Translator:
+    """`load_translator` as a command opens a run: a missing folder says how to make one, and `say` (default:
+    a line on stderr) is told what `precision="auto"` chose on this machine, and why."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise FileNotFoundError(
+            f"no trained model at {run_dir}; make one with `attnlab demo` (writes {DEFAULT_RUN}) or "
+            f"`attnlab train --model transformer --preset d2l --out {run_dir}`"
+        )
+    translator = load_translator(run_dir, device=device, weights=weights, precision=precision)
+    if translator.precision.asked == "auto":
+        (say or _stderr)(f"attnlab: --precision {translator.precision.reason}")
+    return translator
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def load_model(
+    run_dir: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    weights: str | os.PathLike | None = None,
+) -> tuple[Any, dict]:
+    """(the model of any run folder with its final weights, or `weights`, in eval mode on `device`; its
+    config.json): the one loader of every model type (`load_translator` adds the vocabularies to a
+    translator's). Raises FileNotFoundError naming a missing file, ValueError when config and weights disagree.
+
+        model, cfg = load_model("runs/vit")    # a ViT run: cfg["model_type"] == "vit", model in eval mode
+    """
+    if not isinstance(device, torch.device):
+        device = resolve_device(device)
+    run_dir = Path(run_dir)
+    cfg = read_run_config(run_dir)
+    return _load_model(run_dir, cfg, weights).to(device).eval(), cfg
+
+
+def _load_model(run_dir: Path, cfg: dict, weights: str | os.PathLike | None) -> Any:
+    """The run's model with its weights (final, or `weights`: a checkpoint folder or a .safetensors file)."""
+    model_cfg = cfg["model"]
     # Built on the meta device first: a config that asks for gigabytes (a hand-edited ffn_num_hiddens)
     # is compared with the weights' header before a single parameter is allocated.
     with torch.device("meta"):
@@ -83,16 +140,12 @@ def load_translator(
         weights_path = Path(weights)
         if weights_path.is_dir():
             weights_path = weights_path / WEIGHTS_FILE
-    what = f"{run_dir / CONFIG_FILE} and its vocabularies"
+    extra = " and its vocabularies" if cfg["model_type"] in TRANSLATORS else ""
+    what = f"{run_dir / CONFIG_FILE}{extra}"
     check_weights(skeleton, weights_path, what, config=model_cfg)
     model = build_model(cfg["model_type"], model_cfg)
     load_weights(model, weights_path, what)
-
-    translator = Translator(
-        model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg), precision=precision
-    )
-    translator.alignment = read_alignment(run_dir)  # `attnlab heads`' choice: the default of align
-    return translator
+    return model
 
 
 # --------------------------------------------------------------------------- data for imported runs

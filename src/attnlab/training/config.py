@@ -1,4 +1,5 @@
-"""`TrainConfig`: how to train, saved in a run's config.json (`train`); every field checked on creation."""
+"""`TrainConfig`: how to train, saved in a run's config.json (`train`); every field checked on creation;
+`RESUMABLE`, the fields a resumed run may change."""
 
 from __future__ import annotations
 
@@ -9,6 +10,35 @@ from typing import Any
 from attnlab.utils.checks import check_field_types, check_range
 from attnlab.utils.precision import TRAIN_PRECISIONS
 from attnlab.utils.runtime import resolve_device
+
+# Fields a resumed run may change (its limits); the rest must stay as the run was started.
+RESUMABLE = frozenset(
+    {
+        "epochs",
+        "max_steps",
+        "time_budget",
+        "eval_every",
+        "checkpoint_every",
+        "keep_best",
+        "keep_last",
+        "patience",
+        "device",
+        "log_every",
+        "precision",
+    }
+)
+
+
+def check_resumable(overrides: Mapping[str, Mapping[str, Any]]) -> None:
+    """ValueError naming the settings of `overrides` ({"model", "train", "data"} sections) that a resumed
+    run cannot change: every model and data setting, and train settings outside `RESUMABLE`."""
+    train = overrides.get("train", {})
+    bad = sorted(k for k in train if k not in RESUMABLE)
+    bad += sorted(overrides.get("data", {})) + sorted(overrides.get("model", {}))
+    if bad:
+        raise ValueError(
+            f"--resume continues a run as it was started; these cannot change: {bad}. Allowed: {sorted(RESUMABLE)}"
+        )
 
 
 @dataclass

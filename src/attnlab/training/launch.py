@@ -1,4 +1,5 @@
-"""Whole training runs: start one in a new folder (`train_run`) or continue one (`resume_run`).
+"""Whole training runs of any task (translators, the Vision Transformer): start one in a new folder
+(`train_run`) or continue one (`resume_run`).
 
 Everything a user asked for is checked before anything is written: the configs, the data settings,
 the device and the output folder. A folder that holds something other than an attnlab run is never
@@ -13,16 +14,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnlab.data import check_data_config, load_data, load_vocab
-from attnlab.models import CONFIGS, build_model
+from attnlab.data import load_data
+from attnlab.models import build_model
 from attnlab.runs.checkpoints import clean_temp_checkpoints, list_checkpoints, load_trainer_state, verify_checkpoint
-from attnlab.runs.config import read_run_config, write_run_config
-from attnlab.runs.layout import CHECKPOINTS, CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
+from attnlab.runs.config import read_run_config
+from attnlab.runs.layout import CHECKPOINTS, CONFIG_FILE, WEIGHTS_FILE
 from attnlab.runs.outputs import Claim, claim_output, start_in_place
 from attnlab.runs.weights import load_weights
 from attnlab.training.config import TrainConfig
-from attnlab.training.tensorboard import TensorBoardScalars
+from attnlab.training.tasks import task_for
+from attnlab.training.tensorboard import TensorBoardScalars, claim_tensorboard
 from attnlab.training.trainer import Trainer, TrainResult
+from attnlab.utils.extras import require
 from attnlab.utils.files import write_json
 from attnlab.utils.runtime import distributed_info, seed_everything
 
@@ -39,12 +42,15 @@ def claim_run_dir(run_dir: str | os.PathLike, *, force: bool = False) -> Claim:
     return claim_output(run_dir, "run", force=force, hint=f"; continue it with --resume {run_dir}")
 
 
-def check_model_config(model_type: str, model_config: Mapping[str, Any]) -> None:
-    """Validate a model config before the data gives the vocabulary sizes (placeholders stand in)."""
-
-    if model_type not in CONFIGS:
-        raise ValueError(f"unknown model type {model_type!r}; expected one of {sorted(CONFIGS)}")
-    CONFIGS[model_type].from_dict({"src_vocab_size": 1, "tgt_vocab_size": 1, **model_config})
+def claim_tensorboard_dir(tensorboard: str | os.PathLike | None, run_dir: str | os.PathLike | None, *, force: bool):
+    """The TensorBoard folder of a run, checked before any work: the extra is installed, the folder is not
+    the run folder and may be written (`claim_tensorboard`). None when no folder is asked for."""
+    if tensorboard is None:
+        return None
+    require("tensorboard", "attnlab train --tensorboard")
+    if run_dir is not None and Path(tensorboard).resolve() == Path(run_dir).resolve():
+        raise ValueError(f"--tensorboard {tensorboard} is the run folder; give it a folder of its own (e.g. DIR/tb)")
+    return claim_tensorboard(tensorboard, force=force)
 
 
 def train_run(
@@ -58,39 +64,29 @@ def train_run(
     force: bool = False,
     tensorboard: Claim | None = None,
 ) -> TrainResult:
-    """Check everything, load data, build the model (vocabulary sizes from the data), write the run's
-    config and vocabularies, and train. The one seed is set before the model is initialised.
+    """Check everything, load the data, build the model (sizes from the data: vocabularies, classes),
+    write the run's config (and vocabularies), and train, all through the task of `model_type`
+    (`attnlab.training.tasks`). The one seed is set before the model is initialised.
     `tensorboard`: a claimed folder (`claim_tensorboard`) that also receives log.jsonl's numbers."""
 
-    data_config = dict(data_config)
-    if data_config.get("loader", "translation") == "translation":
-        data_config.setdefault("seed", train_config.seed)  # the split follows --seed unless fixed
-    check_model_config(model_type, model_config)
-    check_data_config(data_config)
+    task = task_for(model_type)
+    data_config = task.check(model_type, model_config, data_config, train_config.seed)
     rank, _ = distributed_info()
     if run_dir is not None and rank == 0:
         claim_run_dir(run_dir, force=force)
     seed_everything(train_config.seed)
-    data = load_data(data_config)
-    # Record the resolved file so `evaluate` rebuilds the same test split without --data.
-    data_config["path"] = data.settings.get("data_path", data_config.get("path"))
-    model_config = {**model_config, "src_vocab_size": len(data.src_vocab), "tgt_vocab_size": len(data.tgt_vocab)}
+    data = task.load(data_config)
+    data_config = task.recorded(data_config, data)
+    model_config = task.sized(model_config, data)
     seed_everything(train_config.seed)
     model = build_model(model_type, model_config)
     if run_dir is not None and rank == 0:
         # again: loading took a while, and the folder is ours only if still as we found it
         start_in_place(claim_run_dir(run_dir, force=force))
         assert model.config is not None  # build_model always gives the model its config
-        write_run_config(
-            run_dir,
-            model_type,
-            model.config.to_dict(),
-            train_config.to_dict(),
-            data_config,
-            data.src_vocab,
-            data.tgt_vocab,
-        )
-    return Trainer(model, data, train_config, run_dir, progress=progress, scalars=_scalars(tensorboard)).fit()
+        task.write_run(run_dir, model_type, model.config.to_dict(), train_config.to_dict(), data_config, data)
+    trainer = Trainer(model, data, train_config, run_dir, progress=progress, scalars=_scalars(tensorboard), task=task)
+    return trainer.fit()
 
 
 def _scalars(claim: Claim | None) -> TensorBoardScalars | None:
@@ -134,15 +130,6 @@ def newest_intact_checkpoint(run_dir: Path, say: Say = _stderr) -> Path:
     )
 
 
-def _check_vocabularies(run_dir: Path, data) -> None:
-    for side, fname in (("src", SRC_VOCAB_FILE), ("tgt", TGT_VOCAB_FILE)):
-        if load_vocab(run_dir / fname) != getattr(data, f"{side}_vocab"):
-            raise ValueError(
-                f"the data rebuilt from {run_dir / CONFIG_FILE} gives a different {side} "
-                f"vocabulary than {run_dir / fname}; was the data file changed?"
-            )
-
-
 def resume_run(
     run_dir: str | os.PathLike,
     overrides: Mapping[str, Any] | None = None,
@@ -156,6 +143,7 @@ def resume_run(
 
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
+    task = task_for(cfg["model_type"])
     train_config = TrainConfig.from_dict({**cfg.get("train", {}), **(overrides or {})})
     rank, _ = distributed_info()
     if rank == 0:
@@ -166,11 +154,11 @@ def resume_run(
             say(f"attnlab: {run_dir} has no checkpoint yet; training it from step 0 with its config.json")
         return _restart(run_dir, cfg, train_config, progress, tensorboard)
     last = newest_intact_checkpoint(run_dir, say if rank == 0 else (lambda msg: None))
-    data = load_data(cfg["data"])
-    _check_vocabularies(run_dir, data)
+    data = task.load(cfg["data"])
+    task.check_rebuilt(run_dir, cfg, data)
     model = build_model(cfg["model_type"], cfg["model"])
     load_weights(model, last / WEIGHTS_FILE, what=str(run_dir / CONFIG_FILE))
-    trainer = Trainer(model, data, train_config, run_dir, progress=progress)
+    trainer = Trainer(model, data, train_config, run_dir, progress=progress, task=task)
     trainer.checkpointing.load_state_dict(load_trainer_state(last))
     done = trainer.finished()
     if done is not None:
@@ -186,12 +174,13 @@ def _restart(
     run_dir: Path, cfg: Mapping[str, Any], train_config: TrainConfig, progress: bool, tensorboard: Claim | None
 ) -> TrainResult:
     """Train the run at `run_dir` from step 0 as `train_run` started it: the same seeds, data and model."""
+    task = task_for(cfg["model_type"])
     seed_everything(train_config.seed)
-    data = load_data(cfg["data"])
-    _check_vocabularies(run_dir, data)
+    data = task.load(cfg["data"])
+    task.check_rebuilt(run_dir, cfg, data)
     seed_everything(train_config.seed)
     model = build_model(cfg["model_type"], cfg["model"])
-    trainer = Trainer(model, data, train_config, run_dir, progress=progress, scalars=_scalars(tensorboard))
+    trainer = Trainer(model, data, train_config, run_dir, progress=progress, scalars=_scalars(tensorboard), task=task)
     if trainer.is_main and train_config.to_dict() != cfg.get("train"):
         write_json(run_dir / CONFIG_FILE, {**cfg, "train": train_config.to_dict()})
     trainer.checkpointing.log({"event": "restart", "step": 0})

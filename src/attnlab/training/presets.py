@@ -231,7 +231,7 @@ PRESETS["vit"] = {
 PRESETS["decoder-only"] = copy.deepcopy(PRESETS["transformer"])
 for _spec in PRESETS["decoder-only"].values():
     _spec["model"]["num_layers"] *= 2
-    for _key in ("learned_positions", "window"):  # options of the encoder–decoder only
+    for _key in ("positions", "position_options", "window"):  # options of the encoder–decoder only
         _spec["model"].pop(_key, None)
 
 # The preset `attnlab train --model M` uses without --preset: each model's everyday recipe.

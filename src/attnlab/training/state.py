@@ -93,6 +93,7 @@ class Checkpointing:
         cfg, model, optimizer, stop: the run's TrainConfig, model (unwrapped), optimizer and StopPolicy.
         writer: the run folder's RunWriter (rank 0), or one that writes nothing.
         rank, world_size: this process's place in the run.
+        metric: the validation score (higher is better) that ranks the best checkpoints (the task's).
     """
 
     def __init__(
@@ -105,9 +106,11 @@ class Checkpointing:
         writer: RunWriter,
         rank: int,
         world_size: int,
+        metric: str = "valid_bleu",
     ):
         self.state, self.cfg, self.model, self.optimizer = state, cfg, model, optimizer
         self.stop, self.writer, self.rank, self.world_size = stop, writer, rank, world_size
+        self.metric = metric  # the validation score that ranks the best checkpoints
 
     # -- what a checkpoint holds --------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -169,6 +172,8 @@ class Checkpointing:
             "valid_bleu": scores.get("valid_bleu"),
             "valid_loss": scores.get("valid_loss"),
         }
+        if self.metric != "valid_bleu":
+            meta.update({self.metric: scores.get(self.metric), "best_by": self.metric})
         self.writer.checkpoint(self.model, st.step, self.state_dict, meta)
 
     def save_final(self) -> None:

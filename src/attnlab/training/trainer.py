@@ -1,10 +1,10 @@
-"""One trainer for every seq2seq model (the Transformer and the Bahdanau encoder–decoder).
+"""One trainer for every model: translators and the Vision Transformer, each through its task.
 
-    data (attnlab.data) -> iterate_batches (token-count or fixed-shape, sharded by rank)
-      -> masked cross-entropy, summed over real tokens / number of real tokens
+    data (the task's) -> the task's batches (translation: token-count or fixed-shape; sharded by rank)
+      -> the task's loss, summed over its units (real target tokens, images) / their number
       -> Adam + warmup/inverse-sqrt (or constant) lr, gradient clipping, accumulation
       -> bf16: on the CPU a bf16 compute copy with fp32 masters (training/mixed.py), on CUDA autocast
-      -> every N steps: validation loss + corpus BLEU, atomic checkpoints, log.jsonl
+      -> every N steps: validation (the task's metric: corpus BLEU, accuracy), atomic checkpoints, log.jsonl
 
 Everything a resumed run needs lives in `checkpoints/step_NNNNNNN/`: weights (safetensors), the
 optimizer, step/epoch/position within the epoch, and the python/numpy/torch RNG states. Batches are a
@@ -12,15 +12,14 @@ pure function of (seed, epoch), so a resumed run replays exactly the batches an 
 sees: a run killed at any step and resumed ends with bit-identical weights on CPU.
 
 Multi-process (DDP): `rank`/`world_size` come from `torch.distributed` when it is initialised; every
-rank sees its shard of each step's batches, the loss is normalised by the *global* number of target
-tokens, so K steps on W processes equal K steps of one process over the same combined batches.
+rank sees its shard of each step's batches, the loss is normalised by the *global* number of units,
+so K steps on W processes equal K steps of one process over the same combined batches.
 Only rank 0 writes logs, checkpoints and the progress bar.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import math
 import os
@@ -35,20 +34,16 @@ from torch import nn
 
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
-from attnlab.data import collate, plan_batches
 from attnlab.runs.config import record_choice
 from attnlab.training.config import TrainConfig
-from attnlab.training.loss import sequence_loss, target_mask
 from attnlab.training.mixed import compute_copy
 from attnlab.training.optim import build_optimizer, learning_rate
 from attnlab.training.progress import LossWindow, Progress
 from attnlab.training.state import Checkpointing, RunWriter, TrainState, weights_finite
 from attnlab.training.stop import StopPolicy
-from attnlab.training.validation import validation_scores
+from attnlab.training.tasks import Task, batch_options, task_for
 from attnlab.utils.precision import autocast, bf16_attention, resolve_precision
 from attnlab.utils.runtime import distributed_info, intra_op_threads, resolve_device
-
-# Test hook: SIGKILL this process right after finishing the given step (the kill-and-resume test).
 
 
 # --------------------------------------------------------------------------- trainer
@@ -61,25 +56,27 @@ class TrainResult:
     epoch: int
     train_loss: float | None  # mean per-token loss of the last log window
     stop_reason: str
-    best_bleu: float | None
+    best_bleu: float | None  # the best validation score of the task's metric (BLEU for translators)
     losses: list[float] = field(default_factory=list)  # per-step training loss of this invocation
     seconds: float = 0.0
     tokens_per_second: float = 0.0
     checkpoint: Path | None = None  # the newest checkpoint written (where --resume continues)
     exit_code: int = 0  # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
+    scores: dict = field(default_factory=dict)  # the latest validation scores (valid_bleu or valid_accuracy, ...)
 
 
 class Trainer:
-    """Train `model` on `data` (an `attnlab.data.TranslationData`), writing a run folder at `run_dir`.
+    """Train `model` on `data` through its task, writing a run folder at `run_dir`.
 
     Args:
-        model: a translator implementing the decoding protocol (ARCHITECTURE.md), with `.config`.
-        data: vocabularies and splits; `data.settings` is saved so the splits can be rebuilt.
+        model: a model with `.config` and `MODEL_TYPE` (a translator, a ViT).
+        data: the task's data (`attnlab.data.TranslationData`, `ImageData`): `train` and `valid` splits.
         config: a TrainConfig.
         run_dir: the run folder (created); None trains without writing anything (tests).
         rank, world_size: None = from torch.distributed (or 0/1).
         progress: show progress on rank 0 (a bar on a terminal, plain lines otherwise).
         scalars: where rank 0 also sends log.jsonl's events (`TensorBoardScalars`), or None.
+        task: batches, loss and metric (`attnlab.training.tasks`); None = the task of `model.MODEL_TYPE`.
     """
 
     def __init__(
@@ -93,7 +90,9 @@ class Trainer:
         world_size: int | None = None,
         progress: bool = True,
         scalars=None,
+        task: Task | None = None,
     ):
+        self.task = task if task is not None else task_for(getattr(model, "MODEL_TYPE", "transformer"))
         self.cfg = config
         self.data = data
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -119,8 +118,6 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config)
         # bf16 on the CPU: forward and backward run on a bf16 copy; the optimizer holds the fp32 masters.
         self.mixed = compute_copy(self.model, self.precision, self.device, self.world_size)
-        # Models whose forward can skip the padded target positions (the Transformer) are asked to.
-        self._real_rows = "targets_mask" in inspect.signature(self.model.forward).parameters
         self.stop = StopPolicy(config, self.device, self.world_size)
         self.state = TrainState()  # where the run is; saved in trainer_state.pt
         self.writer = RunWriter(
@@ -130,7 +127,15 @@ class Trainer:
             scalars if self.is_main else None,
         )
         self.checkpointing = Checkpointing(
-            self.state, config, self.model, self.optimizer, self.stop, self.writer, self.rank, self.world_size
+            self.state,
+            config,
+            self.model,
+            self.optimizer,
+            self.stop,
+            self.writer,
+            self.rank,
+            self.world_size,
+            self.task.metric,
         )
         self.checkpointing.reseed_rank()
 
@@ -143,29 +148,14 @@ class Trainer:
         return self.stop.finished(self.state.step, self.state.epoch)
 
     # -- batches ----------------------------------------------------------------------------------
-    def _batching(self) -> dict:
-        c = self.cfg
-        opts = dict(batch_tokens=c.batch_tokens, batch_size=c.batch_size, num_steps=c.num_steps)
-        return {k: v for k, v in opts.items() if v is not None}
-
-    def _plan(self, epoch: int) -> Sequence[list[int]]:
+    def _plan(self, epoch: int) -> Sequence[Sequence[int]]:
         """This rank's batches (example indices) for `epoch`: a pure function of (seed, epoch)."""
-
-        return plan_batches(
-            self.data.train,
-            shuffle=True,
-            seed=self.cfg.seed,
-            epoch=epoch,
-            rank=self.rank,
-            world_size=self.world_size,
-            **self._batching(),
-        )
+        return self.task.plan(self.data.train, self.cfg, epoch, self.rank, self.world_size)
 
     def _epoch_batches(self, epoch: int, start: int = 0) -> Iterator:
         """Batches of `epoch` from its `start`-th on (a resumed run skips without collating)."""
-
         for indices in self._plan(epoch)[start:]:
-            yield collate(self.data.train, indices, self.data.src_vocab, self.data.tgt_vocab, self.cfg.num_steps)
+            yield self.task.collate(self.data, self.data.train, indices, self.cfg)
 
     def _steps_per_epoch(self) -> int:
         return math.ceil(len(self._plan(0)) / self.cfg.grad_accum)
@@ -181,7 +171,7 @@ class Trainer:
     def train_step(self, batches: list) -> tuple[float, int]:
         """One optimizer update over `batches` (gradient accumulation); returns (mean loss, tokens).
 
-        The loss of each micro-batch is its token sum divided by the token count of *all* of them
+        The loss of each micro-batch is its sum divided by the unit count (tokens, images) of *all* of them
         (on every rank), so accumulation and DDP give exactly the gradient of one big batch. A
         non-finite loss skips the update, so the weights stay those of the last finite step.
         """
@@ -191,7 +181,7 @@ class Trainer:
         model.train()
         if self.mixed is not None:
             self.ddp_model.train()  # the masters' mode, which validation and checkpoints read
-        local_tokens = sum(int(b.num_tokens) for b in batches)
+        local_tokens = sum(self.task.units(b) for b in batches)
         total = torch.tensor([float(local_tokens)], device=self.device)
         if self.world_size > 1:
             torch.distributed.all_reduce(total)
@@ -205,12 +195,7 @@ class Trainer:
             ctx = cast("DistributedDataParallel", self.ddp_model).no_sync() if not sync else contextlib.nullcontext()
             with ctx:
                 with self._forward_context():
-                    if self._real_rows:  # logits of the real target positions only, (N, V)
-                        real = target_mask(batch.tgt_valid_lens, batch.tgt_in.shape[1])
-                        logits = model(batch.src, batch.tgt_in, batch.src_valid_lens, targets_mask=real)
-                    else:
-                        logits = model(batch.src, batch.tgt_in, batch.src_valid_lens)
-                loss, _ = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens, self.cfg.label_smoothing)
+                    loss = self.task.loss(model, batch, self.cfg.label_smoothing)
                 # DDP averages gradients over ranks; multiplying by world_size turns that into a sum.
                 (loss * (self.world_size / total_tokens)).backward()
             loss_sum += loss.detach().double()
@@ -232,11 +217,11 @@ class Trainer:
 
     # -- evaluation -------------------------------------------------------------------------------
     def evaluate(self, examples=None) -> dict:
-        """Validation loss (teacher forcing) and corpus BLEU of greedy/beam decoding."""
-
+        """The task's validation scores (translators: loss under teacher forcing and corpus BLEU of
+        greedy/beam decoding; images: loss and accuracy)."""
         examples = self.data.valid if examples is None else examples
-        return validation_scores(
-            self.model, self.data, examples, self.cfg, self.device, self._autocast, self._batching()
+        return self.task.evaluate(
+            self.model, self.data, examples, self.cfg, self.device, self._autocast, batch_options(self.cfg)
         )
 
     def _evaluate_and_log(self) -> None:
@@ -244,7 +229,7 @@ class Trainer:
         if not self.is_main or not self.data.valid:
             return
         scores = self.evaluate()
-        self.stop.record_eval(scores["valid_bleu"])
+        self.stop.record_eval(scores[self.task.metric])
         self.checkpointing.log({"event": "eval", "step": self.state.step, "epoch": self.state.epoch, **scores})
         self.state.scores = (self.state.step, scores)
 
@@ -350,6 +335,7 @@ class Trainer:
             tokens / max(elapsed, 1e-9),
             self.writer.last_checkpoint,
             exit_code,
+            self.state.scores[1],
         )
 
     def _progress(self) -> Progress:

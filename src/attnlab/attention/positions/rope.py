@@ -6,12 +6,22 @@ rotated features pairs with feature f + rot/2, and `rotate_half(x) = cat(-x2, x1
 RoFormer / GPT-J / Meta Llama checkpoints pair neighbours (2f, 2f + 1) instead ("interleaved"); the two
 compute the same scores once the rows of W_q and W_k are permuted by `half_split_permutation`
 (`interleaved_rope(x)[perm] == rope(x[perm])`).
+
+Config block: `base` (theta_f = base^(-2f / rot_dim)) and `fraction` (the share of each head's features that
+rotate, GPT-NeoX's partial rotary). Self-attention only: cross-attention compares target and source
+positions, which RoPE leaves to the content. CTranslate2: `rotary_dim`, `rotary_base` and
+`rotary_interleave=False` (its non-interleaved layout is GPT-NeoX's half-split one, so no row of W_q/W_k is
+permuted). Its view: the angle pos * theta_f of every feature pair at every position, alike for all heads.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
+
+from attnlab.attention.positions.base import DECIMALS, QUERIES_KEYS, PositionScheme, StackPositions, StackShape
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -94,3 +104,61 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, rot_dim={self.rot_dim}, base={self.base}"
+
+
+@dataclass(frozen=True)
+class RopeOptions:
+    """The rope scheme's config block."""
+
+    base: float = 10000.0  # angle of feature pair f is pos * base^(-2f / rotated features)
+    fraction: float = 1.0  # share of each head's features that rotate (the rest pass as they are)
+
+
+class Rope(PositionScheme):
+    """Rotary queries and keys in every self-attention; no parameters, any length."""
+
+    name = "rope"
+    enters = QUERIES_KEYS
+    Options = RopeOptions
+    ct2 = "rotary_dim, rotary_base, rotary_interleave=False"
+    view = "angles"
+
+    def check(self, options, num_hiddens, num_heads) -> None:
+        Dh = num_hiddens // num_heads
+        if not 0.0 < options.fraction <= 1.0 or int(Dh * options.fraction) < 2 or not options.base > 1.0:
+            raise ValueError(
+                f"TransformerConfig: rope needs base > 1 and fraction in (0, 1] rotating at least one pair of the "
+                f"{Dh} features per head, got base={options.base!r}, fraction={options.fraction!r}"
+            )
+
+    def build(self, options, shape: StackShape) -> StackPositions:
+        return StackPositions(
+            rotary=RotaryEmbedding(shape.num_hiddens // shape.num_heads, options.base, options.fraction)
+        )
+
+    def ct2_options(self, options, head_dim) -> dict:
+        return {
+            "rotary_dim": rotary_dim(head_dim, options.fraction),
+            "rotary_interleave": False,
+            "rotary_base": options.base,
+        }
+
+    def maps(self, model, source_len, target_len) -> dict:
+        rope = model.encoder.rotary
+        pos = torch.arange(max(source_len, target_len), dtype=torch.float32)
+        angles = (pos[:, None] * rope.inv_freq[None, :]).double()  # (L, rot/2): the angles of cos_sin
+        return {
+            "rot_dim": rope.rot_dim,
+            "base": rope.base,
+            "inv_freq": rope.inv_freq.tolist(),
+            "angles": torch.round(angles, decimals=DECIMALS).tolist(),
+        }
+
+    def numbers(self, model, source_len, target_len) -> int:
+        return max(source_len, target_len) * model.encoder.rotary.rot_dim // 2
+
+    def caption(self, maps, head) -> str:
+        return f"rope · rot_dim {maps['rot_dim']}, base {maps['base']:g} · every head alike"
+
+
+ROPE = Rope()

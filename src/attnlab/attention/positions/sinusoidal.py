@@ -1,11 +1,20 @@
-"""Positional encodings: the sinusoidal one of "Attention Is All You Need" and a learned table."""
+"""The sinusoidal positions of "Attention Is All You Need", added to the embeddings (the book's, the paper's
+and Marian's), and `PositionalEncoding`, the module that adds them (or a learned table, `learned.py`).
+
+Config block: `layout`, the column order of the sinusoids ("interleaved", the book's; "split", Marian's).
+CTranslate2 gets the table itself (at least `CT2_TABLE_ROWS` rows: attnlab extends sinusoids past max_len,
+CTranslate2 stops at the table's end); Hugging Face's MarianMTModel holds them as fixed split sinusoids.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from .dropout import Dropout
+from attnlab.attention.dropout import Dropout
+from attnlab.attention.positions.base import CT2_TABLE_ROWS, EMBEDDINGS, PositionScheme, StackPositions, StackShape
 
 LAYOUTS = ("interleaved", "split")
 
@@ -89,3 +98,38 @@ class PositionalEncoding(nn.Module):
             raise ValueError(f"PositionalEncoding expects (B, L, {self.num_hiddens}), got {tuple(X.shape)}")
         P = self.encoding(X.shape[1], offset, X.device).to(X.dtype)
         return self.dropout(X + P[None])
+
+
+@dataclass(frozen=True)
+class SinusoidalOptions:
+    """The sinusoidal scheme's config block."""
+
+    layout: str = "interleaved"  # sinusoid columns: interleaved sin/cos (book) or split (sin half, cos half)
+
+
+class Sinusoidal(PositionScheme):
+    """Fixed sinusoids added to the embeddings; any length (computed past max_len on the fly)."""
+
+    name = "sinusoidal"
+    enters = EMBEDDINGS
+    Options = SinusoidalOptions
+    marian = True
+    ct2 = "position table"
+
+    def check(self, options, num_hiddens, num_heads) -> None:
+        if options.layout not in LAYOUTS:
+            raise ValueError(
+                f"positions='sinusoidal' takes layout {LAYOUTS[0]!r} or {LAYOUTS[1]!r}, got {options.layout!r}"
+            )
+
+    def build(self, options, shape: StackShape) -> StackPositions:
+        return StackPositions(
+            encoding=PositionalEncoding(shape.num_hiddens, shape.dropout, shape.max_len, layout=options.layout)
+        )
+
+    def ct2_write(self, spec, stack) -> None:
+        pe = stack.pos_encoding
+        spec.position_encodings.encodings = pe.encoding(max(pe.max_len, CT2_TABLE_ROWS)).detach().float().clone()
+
+
+SINUSOIDAL = Sinusoidal()
