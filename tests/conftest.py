@@ -124,3 +124,27 @@ def driver(tmp_path_factory):
     d = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
     yield d
     d.quit()
+
+
+@pytest.fixture
+def until_js(driver):
+    """`until_js(script, condition, *args)`: the value of `script` (JavaScript returning a value; `args` are its
+    `arguments`) once `condition(value)` holds, polled for up to `timeout` seconds. A page draws after `driver.get` returns (and on a busy machine the
+    old page may still be the one shown), so a count read at once passes or fails with timing."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def wait(script: str, condition, *args, timeout: float = 60.0):
+        seen: list = []
+
+        def ready(d):
+            seen[:] = [d.execute_script(script, *args)]
+            return condition(seen[0])
+
+        try:
+            WebDriverWait(driver, timeout, poll_frequency=0.1).until(ready)
+        except TimeoutException:
+            raise AssertionError(f"after {timeout:.0f} s the page still gave {seen[0] if seen else None!r}") from None
+        return seen[0]
+
+    return wait
