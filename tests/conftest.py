@@ -129,8 +129,9 @@ def driver(tmp_path_factory):
 @pytest.fixture
 def until_js(driver):
     """`until_js(script, condition, *args)`: the value of `script` (JavaScript returning a value; `args` are its
-    `arguments`) once `condition(value)` holds, polled for up to `timeout` seconds. A page draws after `driver.get` returns (and on a busy machine the
-    old page may still be the one shown), so a count read at once passes or fails with timing."""
+    `arguments`) once `condition(value)` holds, polled for up to `timeout` seconds. A page draws after
+    `driver.get` returns (on a busy machine the old page may still be the one shown), so a count read at
+    once passes or fails with timing."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 

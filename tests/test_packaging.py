@@ -137,7 +137,11 @@ def test_the_wheel_declares_a_slim_core_and_the_extras(installed):
 PROBE = """
 import importlib.util, sys
 name, module, filename = sys.argv[1:4]
-code = "spec = importlib.util.find_spec(NAME)\\ntry:\\n    __import__(NAME)\\n    got = 'imported'\\nexcept ModuleNotFoundError as exc:\\n    got = 'missing ' + exc.name"
+code = (
+    "spec = importlib.util.find_spec(NAME)\\n"
+    "try:\\n    __import__(NAME)\\n    got = 'imported'\\n"
+    "except ModuleNotFoundError as exc:\\n    got = 'missing ' + exc.name"
+)
 space = {"__name__": module, "NAME": name, "importlib": importlib}
 exec(compile(code, filename, "exec"), space)
 print(space["spec"] is not None, space["got"])
