@@ -80,7 +80,7 @@ def test_the_budget_section_says_what_cut_each_stage_short():
     }
     section = budget_section(stages, DemoClock(540.0), outcomes, reference)
     (headers, rows), (_, results) = section.tables
-    cut = {row[0]: row[-1] for row in rows}
+    cut = {str(row[0]): str(row[-1]) for row in rows}
     assert cut["training bahdanau"] == "yes: the demo's budget (90 s)"  # stopped before its 250 epochs
     assert cut["training transformer-d2l"] == "no"  # finished its epochs
     assert cut["training transformer"].startswith("by load: 400 of a quiet machine's 1,374 steps")  # its own 240 s
