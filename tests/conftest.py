@@ -71,6 +71,27 @@ def pytest_configure(config):
         config.pluginmanager.register(CISkipRule(), "attnlab-ci-skip-rule")
 
 
+# What a skip lacked, told by its reason: (words in the reason, what was missing, how to give it).
+MISSING = (
+    (
+        "ATTNLAB_DATA",
+        "the English–French corpus",
+        "set ATTNLAB_DATA=PATH/fra-eng.zip (`make test` finds ../shared/data/fra-eng.zip itself; "
+        "docs/data.md says where the corpus comes from)",
+    ),
+    ("chromium", "Chromium", "apt-get install chromium chromium-driver (.ci/run does)"),
+)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Off CI a skip is a convenience, so the summary says how many tests did not run and what to give them."""
+    reasons = [_skip_reason(r.longrepr) for r in terminalreporter.stats.get("skipped", [])]
+    for words, what, fix in MISSING:
+        n = sum(words.lower() in reason.lower() for reason in reasons)
+        if n:
+            terminalreporter.write_line(f"{n} test(s) skipped for want of {what}: {fix}.", yellow=True)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One torch thread for tiny models: they gain nothing from intra-op threads, and on a shared 2-core

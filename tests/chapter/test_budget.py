@@ -133,3 +133,12 @@ def test_the_closing_lines_name_the_command_this_shell_reaches(tmp_path, monkeyp
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "elsewhere"))  # no script: the module
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert cli_command() == f"{sys.executable} -m attnlab"
+
+
+def test_the_demo_page_shows_the_shipped_quiet_figures():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "demo.md").read_text(encoding="utf-8")
+    stages = load_quiet_reference()["stages"]
+    for quiet in stages.values():
+        assert f"{quiet['steps']:,} in {quiet['seconds']} s" in page
+    assert f"BLEU {stages['transformer']['test_bleu']} / chrF {stages['transformer']['test_chrf']}" in page
+    assert "src/attnlab/measured/demo.json" in page
