@@ -35,7 +35,7 @@ def checkout(tmp_path) -> Path:
     return tmp_path / "checkout"
 
 
-SHOW = ["--eval", "show-data: ; @echo \"[$$ATTNLAB_DATA]\"", "show-data"]
+SHOW = ["--eval", 'show-data: ; @echo "[$$ATTNLAB_DATA]"', "show-data"]
 
 
 def test_make_gives_the_tests_and_the_demo_the_corpus_where_ci_finds_it(checkout):

@@ -114,7 +114,7 @@ def test_gpu_script_uses_the_python_it_is_given_and_installs_nothing(tmp_path):
     data = tmp_path / "fra-eng.zip"
     data.write_bytes(b"")  # found; never read, as the interpreter is refused first
     no_torch = tmp_path / "python"
-    no_torch.write_text(f"#!/bin/sh\nexec {sys.executable} -S -I \"$@\"\n")  # no site-packages: no torch
+    no_torch.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I "$@"\n')  # no site-packages: no torch
     no_torch.chmod(0o755)
     out = subprocess.run(
         ["bash", str(checkout / "benchmarks" / "gpu.sh"), "--smoke"],
