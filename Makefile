@@ -4,8 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 # The CPU wheel of torch lies on this machine's disk; pinning it avoids a multi-GB CUDA download.
 TORCH  ?= torch==2.13.0
+# The corpus where CI finds it (.ci/run), unless ATTNLAB_DATA names another copy; without one the demo
+# uses its bundled sample and the corpus' tests skip, counted in the summary (docs/data.md).
+ATTNLAB_DATA ?= $(abspath $(wildcard ../shared/data/fra-eng.zip))
+export ATTNLAB_DATA
 
-.PHONY: demo test lint bench docs install clean
+.PHONY: demo test lint bench docs notebook install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +39,16 @@ bench: $(VENV)/.installed
 # The documentation site (MkDocs, strict: a broken link or reference fails) into site/; open site/index.html.
 docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 PYTHONPATH=src $(VENV)/bin/mkdocs build --strict
+
+# One notebook top to bottom into runs/notebooks/NB.ipynb, with its outputs (notebooks/ stays clean):
+#   make notebook NB=02_nadaraya_watson             # ATTNLAB_SMALL=1 before it: seconds instead of minutes
+notebook: $(VENV)/.installed
+	@test -f "notebooks/$(basename $(notdir $(NB))).ipynb" || { echo "make notebook: NB must name one of" \
+	    "notebooks/*.ipynb, e.g. NB=02_nadaraya_watson; got NB='$(NB)'" >&2; exit 2; }
+	mkdir -p runs/notebooks
+	cp "notebooks/$(basename $(notdir $(NB))).ipynb" runs/notebooks/
+	MPLBACKEND=Agg $(VENV)/bin/jupyter execute --inplace "runs/notebooks/$(basename $(notdir $(NB))).ipynb"
+	@echo "executed: runs/notebooks/$(basename $(notdir $(NB))).ipynb (open it in Jupyter: pip install jupyterlab)"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache site

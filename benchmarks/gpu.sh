@@ -11,7 +11,7 @@
 # --beam 4` (sacreBLEU). Everything printed also goes to $OUT/gpu_results.txt when $OUT is set.
 #
 # Environment: ATTNLAB_DATA (default ../shared/data/fra-eng.zip, then shared/data/fra-eng.zip),
-# GPU_TRAIN_SECONDS, RUN_DIR (default runs/gpu/transformer-<time>).
+# PYTHON (default .venv/bin/python, then python3), GPU_TRAIN_SECONDS, RUN_DIR (default runs/gpu/transformer-<time>).
 # Data: Tatoeba via manythings.org/anki, CC-BY 2.0 (France).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,33 +48,26 @@ if [ -z "$DATA" ] || [ ! -f "$DATA" ]; then
   exit 2
 fi
 
-# --- Python environment: reuse .venv, else a system torch (GPU images, possibly offline), else install.
+# --- Python: the interpreter this runs under ($PYTHON, as a caller passes its own), else the checkout's .venv
+# (`make install`), else python3 (a GPU image's torch). Nothing is created or installed here.
 HAS_GPU=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then HAS_GPU=1; fi
-if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch, attnlab" 2>/dev/null; then
+if [ -n "${PYTHON:-}" ]; then
+  PY="$PYTHON"
+elif [ -x .venv/bin/python ]; then
   PY=.venv/bin/python
-elif python3 -c "import torch, sacrebleu, safetensors, tokenizers" 2>/dev/null; then
-  # The machine's own torch (a CUDA build on GPU images, which may be offline): a venv that sees it,
-  # with attnlab installed without network; failing that, that python3 with attnlab from src/.
-  if python3 -m venv --system-site-packages .venv >/dev/null 2>&1 \
-     && .venv/bin/pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 \
-     && .venv/bin/python -c "import torch, attnlab" 2>/dev/null; then
-    PY=.venv/bin/python
-  else
-    echo "(no venv could be set up offline; using $(command -v python3) with attnlab from src/)"
-    PY=python3
-    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-  fi
 else
-  python3 -m venv .venv
-  if [ "$HAS_GPU" = 1 ]; then
-    .venv/bin/pip install -q torch                # the default (CUDA) wheel
-  else
-    .venv/bin/pip install -q "torch==2.13.0"      # the project's CPU pin
-  fi
-  .venv/bin/pip install -q -e .
-  PY=.venv/bin/python
+  PY=python3
 fi
+if ! "$PY" -c "import torch, sacrebleu, safetensors, tokenizers" 2>/dev/null; then
+  echo "gpu.sh: $PY has no torch (or another of attnlab's core packages); run it with PYTHON=/path/to/python" \
+       "of an environment that has them (make install creates .venv)." >&2
+  exit 2
+fi
+if ! "$PY" -c "import attnlab" 2>/dev/null; then
+  export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # attnlab from this checkout, not installed
+fi
+echo "python: $PY ($("$PY" -c 'import sys; print(sys.executable)'))"
 
 step "machine"
 echo "command: bash benchmarks/gpu.sh $*"

@@ -71,6 +71,27 @@ def pytest_configure(config):
         config.pluginmanager.register(CISkipRule(), "attnlab-ci-skip-rule")
 
 
+# What a skip lacked, told by its reason: (words in the reason, what was missing, how to give it).
+MISSING = (
+    (
+        "ATTNLAB_DATA",
+        "the English–French corpus",
+        "set ATTNLAB_DATA=PATH/fra-eng.zip (`make test` finds ../shared/data/fra-eng.zip itself; "
+        "docs/data.md says where the corpus comes from)",
+    ),
+    ("chromium", "Chromium", "apt-get install chromium chromium-driver (.ci/run does)"),
+)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Off CI a skip is a convenience, so the summary says how many tests did not run and what to give them."""
+    reasons = [_skip_reason(r.longrepr) for r in terminalreporter.stats.get("skipped", [])]
+    for words, what, fix in MISSING:
+        n = sum(words.lower() in reason.lower() for reason in reasons)
+        if n:
+            terminalreporter.write_line(f"{n} test(s) skipped for want of {what}: {fix}.", yellow=True)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One torch thread for tiny models: they gain nothing from intra-op threads, and on a shared 2-core
@@ -124,3 +145,28 @@ def driver(tmp_path_factory):
     d = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
     yield d
     d.quit()
+
+
+@pytest.fixture
+def until_js(driver):
+    """`until_js(script, condition, *args)`: the value of `script` (JavaScript returning a value; `args` are its
+    `arguments`) once `condition(value)` holds, polled for up to `timeout` seconds. A page draws after
+    `driver.get` returns (on a busy machine the old page may still be the one shown), so a count read at
+    once passes or fails with timing."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def wait(script: str, condition, *args, timeout: float = 60.0):
+        seen: list = []
+
+        def ready(d):
+            seen[:] = [d.execute_script(script, *args)]
+            return condition(seen[0])
+
+        try:
+            WebDriverWait(driver, timeout, poll_frequency=0.1).until(ready)
+        except TimeoutException:
+            raise AssertionError(f"after {timeout:.0f} s the page still gave {seen[0] if seen else None!r}") from None
+        return seen[0]
+
+    return wait

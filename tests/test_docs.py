@@ -124,21 +124,28 @@ def test_strict_build_fails_on_a_broken_link(tmp_path):
 
 
 @pytest.mark.browser
-def test_home_and_api_pages_render(driver, site, tmp_path):
+def test_home_and_api_pages_render(driver, until_js, site, tmp_path):
     from selenium.webdriver.common.by import By
 
-    driver.get((site / "index.html").as_uri())
+    # Each read waits for its page: driver.get may return while the previous page is still the one shown.
+    here = "return location.href === arguments[0] && document.readyState === 'complete'"
+    home = (site / "index.html").as_uri()
+    driver.get(home)
+    until_js(here, bool, home)
     assert "attnlab" in driver.title
     assert driver.find_element(By.CSS_SELECTOR, "article h2").text.startswith("Getting started")
     driver.save_screenshot(str(tmp_path / "home.png"))
-    driver.get((site / "api" / "attention.html").as_uri())
+    api = (site / "api" / "attention.html").as_uri()
+    driver.get(api)
+    until_js(here, bool, api)
     names = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "article .doc-heading code")]
     assert any("masked_softmax" in n for n in names), names[:10]
     driver.save_screenshot(str(tmp_path / "api.png"))
-    driver.get((site / "notebooks" / "02_nadaraya_watson.html").as_uri())
-    widths = driver.execute_script(
-        "return Array.from(document.querySelectorAll('article img')).map(i => i.complete ? i.naturalWidth : 0)"
-    )
-    assert widths and all(w > 0 for w in widths), widths  # every figure of the notebook loads and draws
+    notebook = (site / "notebooks" / "02_nadaraya_watson.html").as_uri()
+    driver.get(notebook)
+    images = """return location.href === arguments[0] ? Array.from(document.querySelectorAll('article img'))
+                  .map(i => i.complete ? i.naturalWidth : 0) : []"""
+    widths = until_js(images, lambda ws: ws and all(w > 0 for w in ws), notebook, timeout=30)
+    assert widths  # every figure of the notebook loads and draws
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not severe, severe

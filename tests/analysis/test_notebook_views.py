@@ -60,7 +60,7 @@ def test_static_fallback_is_a_figure():
 
 
 @pytest.mark.browser
-def test_model_view_draws_every_layer_and_head(driver, tmp_path):
+def test_model_view_draws_every_layer_and_head(driver, until_js, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -69,7 +69,7 @@ def test_model_view_draws_every_layer_and_head(driver, tmp_path):
     sizes = (
         "return [...document.querySelectorAll('canvas.attn-canvas')].map(c => c.dataset.rows + 'x' + c.dataset.cols)"
     )
-    assert driver.execute_script(sizes) == ["6x5"] * 12  # 3 layers x 4 heads of cross-attention
+    until_js(sizes, lambda got: got == ["6x5"] * 12)  # 3 layers x 4 heads of cross-attention
     # A drawn canvas, not a blank one: the pixel of the strongest weight is dark blue.
     dark = """const c = document.querySelector('canvas.attn-canvas'), x = c.getContext('2d');
               const d = x.getImageData(0, 0, c.width, c.height).data; let m = 255;
@@ -82,13 +82,13 @@ def test_model_view_draws_every_layer_and_head(driver, tmp_path):
 
 
 @pytest.mark.browser
-def test_head_view_draws_one_colour_per_head_and_switches_layers(driver, tmp_path):
+def test_head_view_draws_one_colour_per_head_and_switches_layers(driver, until_js, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
     path = head_view(fake_explanation(layers=3, heads=4)).save_html(tmp_path / "head.html")
     driver.get(path.as_uri())
-    assert len(driver.find_elements(By.CSS_SELECTOR, "svg.attn-lines g[data-head]")) == 4
+    until_js("return document.querySelectorAll('svg.attn-lines g[data-head]').length", lambda n: n == 4)
     Select(driver.find_element(By.CSS_SELECTOR, "select[data-control=layer]")).select_by_value("2")
     assert driver.find_element(By.CSS_SELECTOR, "svg.attn-lines .attn-title").text == "layer 3"
     driver.find_element(By.CSS_SELECTOR, ".heads span[data-head='0']").click()  # hide head 1
@@ -98,12 +98,15 @@ def test_head_view_draws_one_colour_per_head_and_switches_layers(driver, tmp_pat
 
 
 @pytest.mark.browser
-def test_large_model_view_draws(driver, tmp_path):
-    """6 layers x 8 heads x 40 tokens draws completely."""
+def test_large_model_view_draws(driver, until_js, tmp_path):
+    """6 layers x 8 heads x 40 tokens draws completely: 48 canvases of 40 x 40, on this page."""
 
     path = model_view(fake_explanation(layers=6, heads=8, ls=40, lt=40)).save_html(tmp_path / "big.html")
     driver.get(path.as_uri())
-    assert driver.execute_script("return document.querySelectorAll('canvas.attn-canvas').length") == 48
+    drawn = """return location.href === arguments[0] ? [...document.querySelectorAll('canvas.attn-canvas')]
+                 .filter(c => c.dataset.rows === '40' && c.dataset.cols === '40' && c.width > 0).length : -1"""
+    until_js(drawn, lambda n: n == 48, path.as_uri())
+    assert not [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
 def test_views_name_the_position_scheme_and_key_value_heads():

@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,8 +74,15 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
     out_dir = tmp_path / "out"
     out = _run(
         ["bash", "benchmarks/gpu.sh", "--smoke"],
-        env={"ATTNLAB_DATA": data, "OUT": str(out_dir), "RUN_DIR": str(tmp_path / "run"), "GPU_TRAIN_SECONDS": "10"},
+        env={
+            "ATTNLAB_DATA": data,
+            "OUT": str(out_dir),
+            "RUN_DIR": str(tmp_path / "run"),
+            "GPU_TRAIN_SECONDS": "10",
+            "PYTHON": sys.executable,
+        },
     )
+    assert f"python: {sys.executable} " in out
     assert re.search(r"^ratio: L=\d+: attnlab fused / raw SDPA flash = \d+\.\d\d", out, re.M), out
     assert re.search(r"^ratio: attnlab / nn\.Transformer = \d+\.\d\dx", out, re.M), out
     assert re.search(r"^beam 4 cost \(beam / greedy, both cached\): \d+\.\d\dx", out, re.M), out
@@ -97,6 +105,28 @@ def test_gpu_script_explains_missing_data(tmp_path):
     )
     assert out.returncode == 2
     assert "ATTNLAB_DATA" in out.stderr and "not found" in out.stderr
+
+
+def test_gpu_script_uses_the_python_it_is_given_and_installs_nothing(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "benchmarks").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "gpu.sh", checkout / "benchmarks" / "gpu.sh")
+    data = tmp_path / "fra-eng.zip"
+    data.write_bytes(b"")  # found; never read, as the interpreter is refused first
+    no_torch = tmp_path / "python"
+    no_torch.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I "$@"\n')  # no site-packages: no torch
+    no_torch.chmod(0o755)
+    out = subprocess.run(
+        ["bash", str(checkout / "benchmarks" / "gpu.sh"), "--smoke"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ATTNLAB_DATA": str(data), "PYTHON": str(no_torch)},
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"gpu.sh: {no_torch} has no torch" in out.stderr and out.stderr.count("\n") == 1
+    assert not (checkout / ".venv").exists()  # no environment made, nothing installed
 
 
 @pytest.mark.slow

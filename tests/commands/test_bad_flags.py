@@ -178,6 +178,9 @@ NUMBERS = [
     ("demo-data-dir", "demo --scale tiny --out {out} --data {dir}"),
     ("demo-seed-neg", "demo --scale tiny --out {out} --seed -1"),
     ("demo-seed-huge", "demo --scale tiny --out {out} --seed 99999999999999999999999"),
+    ("demo-budget-0", "demo --scale tiny --out {out} --budget 0"),
+    ("demo-budget-nan", "demo --scale tiny --out {out} --budget nan"),
+    ("demo-budget-text", "demo --scale tiny --out {out} --budget soon"),
     # cli
     ("cli-unknown-command", "bogus"),
     ("cli-no-command", ""),

@@ -1,11 +1,14 @@
 """`attnlab demo --scale tiny`: every step of the real demo, with tiny models."""
 
+import contextlib
+import io
 import os
 import re
 
 import pytest
 
 from attnlab.cli import main
+from attnlab.data import ATTRIBUTION
 
 DATA = os.environ.get("ATTNLAB_DATA")
 
@@ -13,12 +16,14 @@ DATA = os.environ.get("ATTNLAB_DATA")
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "runs" / "demo"
-    code = main(["demo", "--scale", "tiny", "--out", str(out)])
-    return code, out
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["demo", "--scale", "tiny", "--out", str(out)])
+    return code, out, printed.getvalue()
 
 
 def test_demo_writes_a_report_linking_every_figure(demo_run, capsys):
-    code, out = demo_run
+    code, out, _ = demo_run
     assert code == 0
     html = (out / "report.html").read_text()
     srcs = re.findall(r'<img[^>]+src="([^"]+)"', html)
@@ -39,6 +44,10 @@ def test_demo_writes_a_report_linking_every_figure(demo_run, capsys):
         assert any(name in s for s in srcs), name
     for text in ("four sentences", "BLEU", "CC-BY", "Which heads matter", "heads can go before BLEU falls"):
         assert text in html
+    # The time budget: one row per stage with its threads, seconds and whether it was cut short.
+    assert "<h2>Time budget</h2>" in html and "<th>cut short</th>" in html
+    for stage in ("training bahdanau", "training transformer-d2l", "training transformer", "scoring"):
+        assert f"<td>{stage}" in html, stage
     assert any("head_importance" in s for s in srcs) and any("pruning" in s for s in srcs)
     # The time-to-quality figure: the shipped measured curves with the demo's own run over them.
     assert any(s.endswith("time_to_quality.png") for s in srcs)
@@ -47,7 +56,7 @@ def test_demo_writes_a_report_linking_every_figure(demo_run, capsys):
 
 
 def test_demo_saves_the_transformer_where_translate_finds_it(demo_run, capsys):
-    _, out = demo_run
+    _, out, _ = demo_run
     for name in ("config.json", "model.safetensors", "src_vocab.json", "tgt_vocab.json", "heads/heads.json"):
         assert (out / "transformer" / name).is_file()
     # The head analysis fits the saved model: `attnlab serve` shows it as the importance strip.
@@ -59,6 +68,24 @@ def test_demo_saves_the_transformer_where_translate_finds_it(demo_run, capsys):
     assert "heads.json" in imp["source"] and set(imp["values"]) == {"encoder_self", "decoder_self", "cross"}
     assert main(["translate", "--checkpoint", str(out / "transformer"), "go ."]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1  # one translation line (a tiny model may say little)
+
+
+def test_demo_ends_with_its_time_the_command_to_type_and_the_data_it_used(demo_run):
+    _, out, printed = demo_run
+    last = printed.strip().splitlines()[-6:]
+    assert "budget 540 s" in last[0] and "the attnlab command is" in last[1]
+    # Not runs/demo under the working folder: translate and serve are told where the run is.
+    assert f'translate --checkpoint {out / "transformer"} "i\'m home ."' in last[2]
+    assert last[-1] == f"data: {ATTRIBUTION}"
+    assert "== time budget ==" in printed and "cut short" in printed
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "nan", "inf"])
+def test_demo_refuses_a_budget_that_is_not_seconds(budget, tmp_path, capsys):
+    assert main(["demo", "--scale", "tiny", "--budget", budget, "--out", str(tmp_path / "demo")]) == 2
+    err = capsys.readouterr().err
+    assert "--budget must be seconds above 0" in err and err.count("\n") == 1
+    assert not (tmp_path / "demo").exists()
 
 
 def test_demo_refuses_an_unwritable_folder_before_any_work(tmp_path, capsys):

@@ -10,7 +10,7 @@ from .heads import importance_grid
 
 
 def plot_importance(report: dict, key: str = "gradient_importance") -> Figure:
-    """One heatmap per attention kind: layers (rows) x heads (columns), colour = importance."""
+    """One heatmap per attention kind: layers (rows) x heads (columns), both counted from 1; colour = importance."""
     kinds = report["kinds"]
     fig = Figure(figsize=(3.2 * len(kinds), 2.6), layout="constrained")
     axes = fig.subplots(1, len(kinds), squeeze=False)[0]
@@ -20,8 +20,9 @@ def plot_importance(report: dict, key: str = "gradient_importance") -> Figure:
         ax.set_title(kind)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        ax.set_xticks(range(grid.shape[1]))
-        ax.set_yticks(range(grid.shape[0]))
+        # Counted from 1, as the tables beside it, the attention maps and the explorer count them.
+        ax.set_xticks(range(grid.shape[1]), [str(h + 1) for h in range(grid.shape[1])])
+        ax.set_yticks(range(grid.shape[0]), [str(i + 1) for i in range(grid.shape[0])])
         fig.colorbar(im, ax=ax, shrink=0.8)
     fig.suptitle("head importance (|d loss / d head gate|, Michel et al.)")
     return fig

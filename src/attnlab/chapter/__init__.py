@@ -2,18 +2,9 @@
 fill, and the demo pipeline that runs them all.
 """
 
+from .budget import DEFAULT_BUDGET, DemoClock, StageTime, budget_section, free_threads, load_quiet_reference
 from .cues import attention_cues
-from .demo import (
-    SCALES,
-    TrainedModel,
-    draw_attention,
-    evaluate_test,
-    find_data,
-    four_sentences,
-    run_demo,
-    train_model,
-    which_heads,
-)
+from .demo import SAMPLE_CREDIT, SCALES, cli_command, data_credit, find_data, run_demo, train_model
 from .nadaraya_watson import kernel_regression
 from .parameters import (
     TRANSFORMER_SETTINGS,
@@ -43,6 +34,7 @@ from .time_to_quality import (
     training_seconds,
 )
 from .transformer import norm_comparison
+from .translators import TrainedModel, draw_attention, evaluate_test, four_sentences, which_heads
 
 __all__ = [
     "ChapterResult",
@@ -89,4 +81,13 @@ __all__ = [
     "evaluate_test",
     "which_heads",
     "run_demo",
+    "SAMPLE_CREDIT",
+    "cli_command",
+    "data_credit",
+    "DEFAULT_BUDGET",
+    "DemoClock",
+    "StageTime",
+    "budget_section",
+    "free_threads",
+    "load_quiet_reference",
 ]

@@ -10,17 +10,22 @@ matter. The trained Transformer is saved where `attnlab translate` and `attnlab 
 
 from __future__ import annotations
 
+import math
+import shutil
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from attnlab.training.trainer import TrainResult
-from attnlab.analysis import analyze_heads
-from attnlab.analysis.explanation import explain
-from attnlab.analysis.figures import plot_importance, plot_pruning_curves
+from attnlab.chapter.budget import (
+    DEFAULT_BUDGET,
+    DemoClock,
+    StageTime,
+    budget_section,
+    free_threads,
+    load_quiet_reference,
+)
 from attnlab.chapter.cues import attention_cues
 from attnlab.chapter.nadaraya_watson import kernel_regression
 from attnlab.chapter.parameters import params
@@ -29,53 +34,41 @@ from attnlab.chapter.scoring_functions import scaling
 from attnlab.chapter.self_attention import positional_encoding
 from attnlab.chapter.time_to_quality import time_to_quality_section
 from attnlab.chapter.transformer import norm_comparison
-from attnlab.data import ATTRIBUTION, BOOK_EVAL_PAIRS, load_data, resolve_data_path, sample_data_path
-from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text
-from attnlab.runs.alignment import save_alignment
-from attnlab.runs.config import read_run_config
-from attnlab.runs.layout import ALIGNMENT_FILE
-from attnlab.runs.loading import load_translator
+from attnlab.chapter.translators import TrainedModel, draw_attention, evaluate_test, four_sentences, which_heads
+from attnlab.data import ATTRIBUTION, resolve_data_path, sample_data_path
 from attnlab.runs.outputs import claim_output, write_output
 from attnlab.training.config import TrainConfig
 from attnlab.training.launch import train_run
 from attnlab.training.presets import get_preset
 from attnlab.utils.checks import check_seed
-from attnlab.utils.files import write_json
 from attnlab.viz.files import save_figure
-from attnlab.viz.heatmaps import attention_figures
 from attnlab.viz.plots import plot_loss_curve
 
-# What each scale trains: (run name, model type, preset, overrides of train settings, of data settings).
-SCALES: dict[str, list[tuple[str, str, str, dict, dict]]] = {  # name, model type, preset, overrides
+# What each scale trains: (run name, model type, preset, overrides of train settings, of data settings, weight).
+# A weight is the trainer's part of the training time the budget leaves (`DemoClock.share`): the demo's
+# Transformer, the one translate and serve use, gets the most; its preset's own 240 s is its cap.
+SCALES: dict[str, list[tuple[str, str, str, dict, dict, float]]] = {
     "full": [
-        ("bahdanau", "bahdanau", "d2l", {}, {}),
-        ("transformer-d2l", "transformer", "d2l", {}, {}),
+        ("bahdanau", "bahdanau", "d2l", {}, {}, 1.5),
+        ("transformer-d2l", "transformer", "d2l", {}, {}, 1.0),
         # Every checkpoint kept (not only the last 5): each is a point of the time-to-quality curve.
-        ("transformer", "transformer", "cpu-small", {"keep_last": 100}, {}),
+        ("transformer", "transformer", "cpu-small", {"keep_last": 100}, {}, 2.4),
     ],
     "tiny": [
-        ("bahdanau", "bahdanau", "d2l", {"epochs": 3}, {"num_examples": 200}),
-        ("transformer-d2l", "transformer", "d2l", {"epochs": 3}, {"num_examples": 200}),
+        ("bahdanau", "bahdanau", "d2l", {"epochs": 3}, {"num_examples": 200}, 1.0),
+        ("transformer-d2l", "transformer", "d2l", {"epochs": 3}, {"num_examples": 200}, 1.0),
         (
             "transformer",
             "transformer",
             "tiny",
-            {"max_steps": 20, "time_budget": None, "checkpoint_every": 5, "keep_last": 100},
+            {"max_steps": 20, "checkpoint_every": 5, "keep_last": 100},
             {},
+            1.0,
         ),
     ],
 }
-
-
-@dataclass
-class TrainedModel:
-    name: str
-    model_type: str
-    preset: str
-    run_dir: Path
-    result: TrainResult
-    seconds: float
-    rows: list = field(default_factory=list)  # the four sentences: [source, translation, reference, BLEU]
+# The bundled sample, credited as what it is when the demo falls back to it.
+SAMPLE_CREDIT = "attnlab's bundled sample of 64 English–French pairs (attnlab/data/sample, not the Tatoeba corpus)"
 
 
 def find_data(path: str | None) -> tuple[Path, str]:
@@ -90,130 +83,67 @@ def find_data(path: str | None) -> tuple[Path, str]:
         sample = sample_data_path()
         return sample, (
             f"NOTE: the English–French corpus is not available ({exc}).\n"
-            f"The demo uses attnlab's own small sample {sample} instead: translations will be poor."
+            f"The demo uses attnlab's own small sample {sample} instead: every step runs, translations will be poor. "
+            "Give it the corpus with ATTNLAB_DATA=PATH/fra-eng.zip or --data PATH (docs/data.md)."
         )
 
 
-def train_model(name, model_type, preset, train_over, data_over, data_path, out: Path, seed: int) -> TrainedModel:
-    """Train one preset into out/<name> (the demo's own temp folder: see `run_demo`)."""
+def data_credit(data_path: Path) -> str:
+    """What the report's footer and the last line credit: the corpus, or the bundled sample it fell back to."""
+    return SAMPLE_CREDIT if data_path == sample_data_path() else ATTRIBUTION
+
+
+def train_model(
+    name,
+    model_type,
+    preset,
+    train_over,
+    data_over,
+    data_path,
+    out: Path,
+    seed: int,
+    *,
+    budget: float | None = None,
+    threads: int | None = None,
+) -> TrainedModel:
+    """Train one preset into out/<name> (the demo's own temp folder: see `run_demo`), for at most `budget`
+    seconds and on at most `threads` intra-op threads (a preset that pins fewer keeps its own)."""
 
     spec = get_preset(model_type, preset)
-    train_cfg = TrainConfig.from_dict({**spec["train"], **train_over, "seed": seed})
+    train = {**spec["train"], **train_over, "seed": seed}
+    if budget is not None:
+        own = train.get("time_budget")
+        train["time_budget"] = budget if own is None else min(own, budget)
+    if threads is not None:
+        train["threads"] = threads if train.get("threads") is None else min(train["threads"], threads)
+    train_cfg = TrainConfig.from_dict(train)
     data_cfg = {**spec["data"], **data_over, "path": str(data_path)}
     run_dir = out / name
-    print(f"\n== training {name}: {model_type}, preset {preset} ==")
+    limit = f", at most {train_cfg.time_budget:.0f} s" if train_cfg.time_budget is not None else ""
+    print(f"\n== training {name}: {model_type}, preset {preset}, {train_cfg.threads or 'all'} thread(s){limit} ==")
     t0 = time.perf_counter()
     result = train_run(model_type, spec["model"], train_cfg, data_cfg, run_dir)
     seconds = time.perf_counter() - t0
     loss = f"{result.train_loss:.4f}" if result.train_loss is not None else "n/a"
     print(f"{name}: {result.step} steps in {seconds:.0f} s, final training loss {loss} ({result.stop_reason})")
-    return TrainedModel(name, model_type, preset, run_dir, result, seconds)
-
-
-def four_sentences(trained: TrainedModel) -> list[list]:
-    """The book's four sentences, translated, each with the book's BLEU (k=2) on tokens
-    (`metrics.book_bleu`, the same function `attnlab evaluate` prints)."""
-
-    scores = book_bleu(load_translator(trained.run_dir))
-    return [[en, out, fr, round(score, 3)] for (en, fr), (_, out, score) in zip(BOOK_EVAL_PAIRS, scores)]
-
-
-def draw_attention(trained: TrainedModel, sentence: str, fig_dir: Path) -> list[Path]:
-    figures = attention_figures(explain(load_translator(trained.run_dir), sentence))
-    return [save_figure(fig, fig_dir / f"{trained.name}_{name}", ("png", "svg"))[0] for name, fig in figures]
-
-
-def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
-    """Corpus BLEU / chrF of the greedy translations of (up to `limit` of) the distinct sources of the
-    run's test split, each scored against all of its references."""
-
-    translator = load_translator(trained.run_dir)
-    data = load_data(read_run_config(trained.run_dir)["data"])
-    test, references = group_by_source(data.test)
-    test, references = test[:limit], references[:limit]
-    if not test:
-        return []
-    t0 = time.perf_counter()
-    hyps = translator.translate_ids([ex.src_ids for ex in test])
-    seconds = time.perf_counter() - t0
-    refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]
-    return [
-        [
-            trained.name,
-            len(test),
-            round(corpus_bleu(hyps, refs), 1),
-            round(corpus_chrf(hyps, refs), 1),
-            round(len(test) / seconds, 1),
-        ]
-    ]
-
-
-def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
-    """The "Which heads matter" section: `attnlab.analysis.analyze_heads` on (up to `limit` of) the
-    validation split, greedy BLEU. Also writes RUN/heads/heads.json, which `attnlab serve` shows as the
-    explorer's head-importance strip. Returns the report Section; its paragraph is made from the numbers."""
-
-    translator = load_translator(trained.run_dir)
-    data = load_data(read_run_config(trained.run_dir)["data"])
-    examples = (data.valid or data.test)[:limit]
-    t0 = time.perf_counter()
-    report = analyze_heads(translator, examples, bleu=True, beam=1, curve=True)
-    seconds = time.perf_counter() - t0
-    heads_dir = trained.run_dir / "heads"
-    heads_dir.mkdir(exist_ok=True)
-    # The checkpoint is named as the run's folder in the finished demo, not the temp folder it is built in.
-    write_json(heads_dir / "heads.json", {"checkpoint": trained.name, "split": "valid", **report})
-    if report["alignment"] is not None:  # the run's --align default, as `attnlab heads` saves it
-        save_alignment(trained.run_dir / ALIGNMENT_FILE, report["alignment"], "valid", len(examples))
-    figures = [
-        save_figure(plot_importance(report), fig_dir / f"{trained.name}_head_importance", ("png", "svg"))[0],
-        save_figure(plot_pruning_curves(report), fig_dir / f"{trained.name}_pruning", ("png", "svg"))[0],
-    ]
-    base = report["baseline"]["bleu"]
-    headers = [
-        "attention",
-        "heads",
-        "most important (|dL/dg|)",
-        "worst single-head mask (BLEU)",
-        "heads removable within 1 BLEU",
-    ]
-    rows = []
-    for kind, names in report["kinds"].items():
-        grad = [(v, n, h) for n in names for h, v in enumerate(report["gradient_importance"][n])]
-        top = max(grad)
-        masked = [(report["masked"][n][h]["bleu"], n, h) for n in names for h in range(len(report["masked"][n]))]
-        worst = min(masked)
-        curve = report["pruning_curves"][kind]
-        ok = max(p["removed"] for p in curve if p["bleu"] >= base - 1.0)
-        rows.append(
-            [
-                kind,
-                len(grad),
-                f"layer {names.index(top[1]) + 1} head {top[2] + 1} ({top[0]:.3g})",
-                f"layer {names.index(worst[1]) + 1} head {worst[2] + 1}: {worst[0]:.1f} ({worst[0] - base:+.1f})",
-                f"{ok} of {len(grad)}",
-            ]
-        )
-    free = {r[0]: r[-1] for r in rows}
-    paragraph = (
-        f"Head analysis after Voita et al. 2019 and Michel et al. 2019 on {len(examples)} validation sentences "
-        f"({seconds:.0f} s): importance is |d loss / d head gate| (gradient, all heads on); each head was also "
-        f"masked alone, and heads were removed greedily, least important first, measuring greedy BLEU after each "
-        f"(full model: BLEU {base:.1f}). What this model showed: "
-        + "; ".join(f"{k}: {v} heads can go before BLEU falls more than 1 point" for k, v in free.items())
-        + ". These are measurements of this small model on few sentences (BLEU on so few is noisy); they need "
-        "not match the papers' findings on large WMT models. `attnlab serve` shows these importances beside "
-        "the heatmaps and lets you switch heads off."
+    return TrainedModel(
+        name, model_type, preset, run_dir, result, seconds, budget=train_cfg.time_budget, threads=train_cfg.threads
     )
-    print(f"\n== which heads matter ({trained.name}) ==")
-    print(format_table(headers, rows))
-    return Section("Which heads matter", paragraph, figures=figures, tables=[(headers, rows)])
 
 
-def run_demo(out: str | Path, data: str | None = None, scale: str = "full", seed: int = 0, force: bool = False) -> Path:
+def run_demo(
+    out: str | Path,
+    data: str | None = None,
+    scale: str = "full",
+    seed: int = 0,
+    force: bool = False,
+    budget: float = DEFAULT_BUDGET,
+) -> Path:
     """The whole chapter into `out`: the section demonstrations, then the translators of `SCALES[scale]`
     trained on the corpus at `data` (or the bundled sample), each scored and drawn; returns report.html.
-    Progress goes to stdout as it happens (a full run takes minutes).
+    Progress goes to stdout as it happens. The whole run keeps to `budget` seconds: each trainer gets its
+    share of what is left (`DemoClock.share`) on the threads free when it starts (`free_threads`), and the
+    report says per stage what it got and what a quiet machine reaches.
 
     `out` must be new, or (with `force`) an earlier demo holding nothing else (`attnlab.runs.outputs`).
     The demo is built in a temp folder beside it and renamed into place at the end, so a Ctrl-C or a
@@ -222,27 +152,52 @@ def run_demo(out: str | Path, data: str | None = None, scale: str = "full", seed
     check_seed(seed)
     if scale not in SCALES:
         raise ValueError(f"unknown demo scale {scale!r}; expected one of {sorted(SCALES)}")
+    if not (budget > 0 and math.isfinite(budget)):
+        raise ValueError(f"--budget must be seconds above 0, got {budget}; the default is {DEFAULT_BUDGET:.0f}")
+    clock = DemoClock(budget)
     # The corpus is found (or refused) before any work: a wrong --data must not cost the chapter's demos.
     data_path, data_note = find_data(data)
     claim = claim_output(out, "demo", force=force, sources=[data_path])
-    started = time.perf_counter()
     with write_output(claim, {"scale": scale, "seed": seed}) as tmp:
-        _build_demo(tmp, data_path, data_note, scale, seed)
+        _build_demo(tmp, data_path, data_note, scale, seed, clock)
     out = claim.path
-    print(f"\nreport: {out / 'report.html'}  ({time.perf_counter() - started:.0f} s in all)")
-    print(
-        f'the trained Transformer is in {out / "transformer"}: try `attnlab translate "i\'m home ."` or `attnlab serve`'
-    )
-    print(f"data: {ATTRIBUTION}")
+    cli = cli_command()
+    run = out / "transformer"
+    # translate and serve look in runs/demo/transformer by default; elsewhere the run is named.
+    where = "" if run.resolve() == (Path.cwd() / "runs" / "demo" / "transformer").resolve() else f" --checkpoint {run}"
+    print(f"\nreport: {out / 'report.html'}  ({clock.elapsed():.0f} s in all, budget {budget:.0f} s)")
+    print(f"the trained Transformer is in {run}; the attnlab command is {cli}:")
+    print(f'  {cli} translate{where} "i\'m home ."')
+    print(f"  {cli} serve{where}        # the attention explorer on http://127.0.0.1:8000")
+    if cli != "attnlab" and cli.endswith("/bin/attnlab"):
+        print(f"  (or `source {cli[: -len('/attnlab')]}/activate` once, then plain `attnlab ...`)")
+    print(f"data: {data_credit(data_path)}")
     return out / "report.html"
 
 
-def _build_demo(out: Path, data_path: Path, data_note: str, scale: str, seed: int) -> None:
+def cli_command() -> str:
+    """How this shell reaches the attnlab command: `attnlab` when it is on PATH, else the script of the
+    environment running now (`.venv/bin/attnlab` after `make demo`), else `python -m attnlab`."""
+    script = Path(sys.prefix) / "bin" / "attnlab"
+    on_path = shutil.which("attnlab")
+    if on_path is not None and (not script.is_file() or Path(on_path).resolve() == script.resolve()):
+        return "attnlab"
+    if script.is_file():
+        try:
+            return str(script.relative_to(Path.cwd()))
+        except ValueError:
+            return str(script)
+    return f"{sys.executable} -m attnlab"
+
+
+def _build_demo(out: Path, data_path: Path, data_note: str, scale: str, seed: int, clock: DemoClock) -> None:
     fig_dir = out / "figures"
     tiny = scale == "tiny"
     sections: list[Section] = []
+    stages: list[StageTime] = []
 
     # 1. The chapter's demonstrations: numbers, tables, figures.
+    t0 = clock.elapsed()
     demos: list[tuple[Callable[..., Any], dict[str, Any]]] = [
         (attention_cues, {}),
         (kernel_regression, {"seed": seed}),
@@ -257,10 +212,21 @@ def _build_demo(out: Path, data_path: Path, data_note: str, scale: str, seed: in
         for headers, rows in result.tables:
             print(format_table(headers, rows))
         sections.append(result.save(fig_dir))
+    stages.append(StageTime("the chapter's demonstrations", clock.elapsed() - t0))
 
     # 2. Translators.
     print(f"\n{data_note}")
-    trained = [train_model(*spec, data_path, out, seed) for spec in SCALES[scale]]
+    trained = []
+    plan = SCALES[scale]
+    for i, (name, model_type, preset, train_over, data_over, weight) in enumerate(plan):
+        share = clock.share(weight, sum(p[-1] for p in plan[i + 1 :]))
+        t = train_model(
+            name, model_type, preset, train_over, data_over, data_path, out, seed, budget=share, threads=free_threads()
+        )
+        trained.append(t)
+        stages.append(StageTime(f"training {name}", t.seconds, t))
+    t0 = clock.elapsed()
+    scale_down = clock.scoring_scale()  # < 1 when the trainers ran over their share: fewer sentences scored
 
     headers = ["model", "English", "translation", "reference", "BLEU (k=2)"]
     rows = []
@@ -330,7 +296,7 @@ def _build_demo(out: Path, data_path: Path, data_note: str, scale: str, seed: in
     eval_rows = []
     for t in trained:
         if t.name == "transformer":
-            eval_rows += evaluate_test(t, limit=50 if tiny else 1000)
+            eval_rows += evaluate_test(t, limit=50 if tiny else max(50, int(1000 * scale_down)))
     if eval_rows:
         eval_headers = ["model", "test sources", "BLEU (sacreBLEU, all refs)", "chrF", "sentences/s (greedy)"]
         print("\n== test split ==")
@@ -347,12 +313,28 @@ def _build_demo(out: Path, data_path: Path, data_note: str, scale: str, seed: in
 
     for t in trained:
         if t.name == "transformer":
-            section = time_to_quality_section(t.run_dir, fig_dir, f"{t.preset}, this demo", limit=50 if tiny else 500)
+            limit = 50 if tiny else max(50, int(500 * scale_down))
+            section = time_to_quality_section(t.run_dir, fig_dir, f"{t.preset}, this demo", limit=limit)
             print(f"\n== time to quality ==\n{format_table(*section.tables[0])}" if section.tables else "")
             sections.append(section)
 
     for t in trained:
         if t.name == "transformer":
-            sections.append(which_heads(t, fig_dir, limit=30 if tiny else 150))
+            sections.append(which_heads(t, fig_dir, limit=30 if tiny else max(30, int(150 * scale_down))))
+    note = f"yes: scored at {scale_down:.0%} of the full sizes" if scale_down < 1 else "no"
+    stages.append(StageTime("scoring, drawing, head analysis", clock.elapsed() - t0, note=note))
 
-    write_report(out / "report.html", sections, title="attnlab: the attention chapter")
+    outcomes = {
+        t.name: {
+            "book_sentences": perfect[t.name],
+            "final_loss": round(t.result.train_loss, 4) if t.result.train_loss is not None else "n/a",
+        }
+        for t in trained
+    }
+    for row in eval_rows:
+        outcomes[row[0]]["test_bleu"] = row[2]
+    # The quiet machine's figures are of the full scale; the tiny one is compared with nothing.
+    budget = budget_section(stages, clock, outcomes, load_quiet_reference() if not tiny else {})
+    print(f"\n== time budget ==\n{format_table(*budget.tables[0])}\n\n{format_table(*budget.tables[1])}")
+    sections.insert(next(i for i, s in enumerate(sections) if s.title == "Training") + 1, budget)
+    write_report(out / "report.html", sections, title="attnlab: the attention chapter", credit=data_credit(data_path))

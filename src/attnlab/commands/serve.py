@@ -7,7 +7,8 @@
 Then open http://127.0.0.1:8000/ (API reference at /docs, schema at /openapi.json). It binds to
 localhost unless --host says otherwise.
 Programs translating many sentences use POST /api/translations (micro-batched, no attention maps).
-Every bound below has a default; the README lists them, and BENCHMARKS.md what they hold against.
+Every bound has a default, shown with its flag under "limits" below; docs/explorer.md says what each
+answers, and BENCHMARKS.md what they hold against.
 """
 
 from __future__ import annotations

@@ -161,7 +161,9 @@ PRESETS: dict[str, dict[str, dict]] = {
     "bahdanau": {
         "d2l": {
             "model": {"embed_size": 32, "num_hiddens": 32, "num_layers": 2, "dropout": 0.1},
-            "train": {**_D2L_TRAIN, "epochs": 250},
+            # One thread, as the Transformer's: a GRU this small gains nothing from a second, and on a shared
+            # 2-core machine two threads that fight other processes run many times slower than one.
+            "train": {**_D2L_TRAIN, "epochs": 250, "threads": 1},
             "data": _D2L_DATA,
         },
         "tiny": {
