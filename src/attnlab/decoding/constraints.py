@@ -122,7 +122,7 @@ class ConstrainedBeamSearch(Search):
         self.progress: list[list[Progress]] = []
         for u, phrases in enumerate(self.phrases):
             p = Progress.start(len(phrases))
-            for t in (prefixes[u] if prefixes is not None else []):
+            for t in prefixes[u] if prefixes is not None else []:
                 p = p.advance(phrases, t)
             self.progress.append([p] * beam)
         self._units: list[int] = []

@@ -54,6 +54,13 @@ class OptionError(ValueError):
         super().__init__(message)
         self.field = field
 
+    def named(self, name: str) -> str:
+        """The message with the option called `name` (a command line's flag) where it names the field."""
+        msg = str(self)
+        if msg.startswith(self.field + " "):
+            return name + msg[len(self.field) :]
+        return f"{name}: {msg}"
+
 
 @contextmanager
 def _field(name: str) -> Iterator[None]:
@@ -63,7 +70,9 @@ def _field(name: str) -> Iterator[None]:
     except OptionError:
         raise
     except ValueError as e:
-        raise OptionError(str(e), name) from None
+        msg = str(e)
+        own = f"DecodeOptions.{name}"  # check_field_types names the class
+        raise OptionError(name + msg[len(own) :] if msg.startswith(own) else msg, name) from None
 
 
 @dataclass(frozen=True)
@@ -174,7 +183,9 @@ class DecodeOptions:
             with _field("n_best"):
                 check_range("n_best", self.n_best, 1, MAX_SAMPLES, integer=True, why=" (samples per source)")
             if self.beam != 1:
-                raise OptionError(f"sample draws n_best samples per source and takes no beam, got beam={self.beam}", "beam")
+                raise OptionError(
+                    f"sample draws n_best samples per source and takes no beam, got beam={self.beam}", "beam"
+                )
             if self.constraints:
                 raise OptionError("constraints need beam search; drop sample", "constraints")
             return
@@ -198,7 +209,9 @@ class DecodeOptions:
                     check_range("align_heads", h, 0, integer=True)
         if (self.align_layer is not None or self.align_heads is not None) and not self.align:
             field = "align_layer" if self.align_layer is not None else "align_heads"
-            raise OptionError("align_layer and align_heads choose the alignment's attention; add align (--align)", field)
+            raise OptionError(
+                "align_layer and align_heads choose the alignment's attention; add align (--align)", field
+            )
 
     def _sampling(self) -> list[tuple[str, Any, Any]]:
         return [("temperature", self.temperature, 1.0), ("top_k", self.top_k, 0), ("top_p", self.top_p, 1.0),
@@ -223,7 +236,9 @@ class DecodeOptions:
         prefix = self.prefix
         if prefix is not None and not isinstance(prefix, str):
             if len(prefix) != n:
-                raise OptionError(f"prefix has {len(prefix)} entries for {n} sentences; give one per sentence", "prefix")
+                raise OptionError(
+                    f"prefix has {len(prefix)} entries for {n} sentences; give one per sentence", "prefix"
+                )
             prefix = prefix[i]
         cons = list(self.constraints)
         if cons and not isinstance(cons[0], str):
