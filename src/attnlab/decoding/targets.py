@@ -62,7 +62,7 @@ def target_ids(
         if options.min_len >= limit:
             raise OptionError(
                 f"min_len {options.min_len} leaves no room for the <eos> of sentence {i}, whose outputs hold at most "
-                f"{limit} tokens; lower min_len below {limit} or raise max_len",
+                f"{limit} tokens; lower it below {limit} or raise max_len",
                 "min_len",
             )
         prefix, phrases = options.for_sentence(i, n)
