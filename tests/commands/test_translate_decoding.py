@@ -41,7 +41,7 @@ def test_default_is_beam_4_and_sampling_needs_no_beam(run_dir, capsys):
 
     texts = ["go .", "i'm home .", "he's calm ."]
     tr = load_translator(run_dir)
-    beam4, greedy = tr.translate(texts, beam=4), tr.translate(texts, beam=1)
+    beam4, greedy = tr.translate(texts, options=tr.options(beam=4)), tr.translate(texts, options=tr.options(beam=1))
     assert beam4 != greedy  # else the first check could not tell the defaults apart
     assert _out(capsys, [run_dir, *texts]) == beam4
     assert _out(capsys, [run_dir, "--beam", "1", *texts]) == greedy

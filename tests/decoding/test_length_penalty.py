@@ -14,7 +14,6 @@ from test_translator import EN, tiny
 from train_helpers import SUBPROCESS_ENV, needs_data, tiny_run
 
 from attnlab.decoding.generator import generate
-from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import Translator
 
 pytestmark = pytest.mark.usefixtures("one_thread")

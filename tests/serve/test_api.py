@@ -28,7 +28,7 @@ def test_translate_shapes_and_rows(client, translator, beam):
     assert _shape(A["decoder_self"]) == (N, H, Lt, Lt)
     assert _shape(A["cross"]) == (N, H, Lt, Ls)
     assert d["src_tokens"][-1] == "<eos>" and d["tgt_input_tokens"][0] == "<bos>"
-    assert d["translation"] == translator.translate(["i'm home ."], beam=beam)[0]
+    assert d["translation"] == translator.translate(["i'm home ."], options=translator.options(beam=beam))[0]
     for kind in A.values():
         for layer in kind:
             for head in layer:
