@@ -84,7 +84,6 @@ def _generate(tr, hf, texts, beam):
             do_sample=False,
             max_new_tokens=limit,
             length_penalty=1.0,
-            early_stopping=True,
             forced_eos_token_id=None,
             num_return_sequences=1,
         )

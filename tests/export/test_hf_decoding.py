@@ -37,7 +37,7 @@ def _generate(tr, ref, texts, start: int = 1, **kw):
     kw.setdefault("max_new_tokens", tr.output_limit(enc["input_ids"].shape[1]))
     with torch.no_grad():
         out = model.generate(
-            **enc, do_sample=False, early_stopping=True, forced_eos_token_id=None, return_dict_in_generate=True,
+            **enc, do_sample=False, forced_eos_token_id=None, return_dict_in_generate=True,
             output_scores=True, **kw,
         )  # fmt: skip
     rows = [_strip(r, tr.tgt_vocab.eos, tr.tgt_vocab.pad) for r in out.sequences[:, start:].tolist()]
