@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from attnlab.decoding.options import MAX_BEAM
 
 
 def _shape(x):
@@ -80,9 +81,9 @@ def test_unexpected_error_is_generic_500_with_request_id(translator, caplog):
     from attnlab.serve.app import create_app
 
     broken = copy.copy(translator)
-    broken.decode = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded at /secret/path"))
+    broken.search = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded at /secret/path"))
     with TestClient(create_app(broken), raise_server_exceptions=False) as c:
-        r = c.post("/api/translate", json={"text": "go ."})
+        r = c.post("/api/translate", json={"text": "go .", "beam": 1})
     assert r.status_code == 500
     body = r.json()
     assert "exploded" not in r.text and "/secret" not in r.text and "RuntimeError" not in r.text
@@ -134,7 +135,8 @@ def test_openapi_lists_routes(client):
     assert {"408", "413", "422", "500", "503"} <= set(errs)
     assert errs["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
     req = spec["components"]["schemas"]["TranslateRequest"]["properties"]
-    assert req["beam"]["minimum"] == 1 and req["beam"]["maximum"] == 8
+    beam = next(b for b in req["beam"]["anyOf"] if b.get("type") == "integer")  # or null: the run's default
+    assert beam["minimum"] == 1 and beam["maximum"] == MAX_BEAM  # the options' bound; --max-beam narrows it
 
 
 def test_page_and_static_files(client):

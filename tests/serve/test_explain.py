@@ -52,7 +52,7 @@ def test_shapes_tokens_and_rows(translator):
 def test_equals_cached_step_by_step_decoding(translator):
     """Per-step weights recorded while greedy decodes with the KV cache == the one-pass maps."""
     text = "i'm home ."
-    exp = explain(translator, text)
+    exp = explain(translator, text, beam=1)
     model, sv, tv = translator.model, translator.src_vocab, translator.tgt_vocab
     src = torch.tensor([sv.encode(text) + [sv.eos]])
     with torch.no_grad(), record_attention(model) as rec:

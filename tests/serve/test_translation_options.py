@@ -27,7 +27,7 @@ def test_per_text_prefixes_follow_their_texts(client, translator):
     prefixes = [None, "va", None]
     r = client.post("/api/translations", json={"texts": TEXTS, "options": {"prefix": prefixes}})
     assert r.status_code == 200, r.text
-    expected = translator.translate(TEXTS, options=DecodeOptions(prefix=prefixes))
+    expected = translator.translate(TEXTS, options=translator.options(prefix=prefixes))  # the run's defaults
     assert r.json()["translations"] == expected
     assert r.json()["translations"][1].startswith("va")
 
@@ -46,7 +46,7 @@ def test_without_options_the_plain_answer_is_unchanged(client):
 @pytest.mark.parametrize(
     "options, words",
     [
-        ({"n_best": 4}, "n_best"),  # above the beam (1)
+        ({"n_best": 5}, "n_best"),  # above the run's default beam (4)
         ({"sample": True, "top_p": 1.5}, "top_p"),
         ({"temperature": 0}, "temperature"),
         ({"bogus": 1}, "unknown decoding option"),

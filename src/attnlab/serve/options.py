@@ -12,6 +12,8 @@ from attnlab.analysis.explanation import MAX_CHARS
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import Translation
 
+from .schemas import Hypothesis, TranslationResult
+
 
 def decode_options(translator, options: dict[str, Any] | None, beam: int | None, max_beam: int) -> DecodeOptions:
     """`options` (a JSON object, or None) and the body's `beam` (None: the run's) over the translator's
