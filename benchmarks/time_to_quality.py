@@ -130,7 +130,10 @@ def laptop_recipe(data, overrides):
         from attnlab.decoding.options import DecodeOptions
 
         tgt = data.tgt_vocab
-        return [hs[0].tokens for hs in generate(model, src, lens, DecodeOptions(), bos=tgt.bos, eos=tgt.eos, max_len=max_len)]
+        return [
+            hs[0].tokens
+            for hs in generate(model, src, lens, DecodeOptions(), bos=tgt.bos, eos=tgt.eos, max_len=max_len)
+        ]
 
     def save(run_dir, data_cfg):
 

@@ -43,7 +43,7 @@ def test_default_is_beam_4_and_sampling_needs_no_beam(run_dir, capsys):
     tr = load_translator(run_dir)
     beam4, greedy = tr.translate(texts, options=tr.options(beam=4)), tr.translate(texts, options=tr.options(beam=1))
     assert beam4 != greedy  # else the first check could not tell the defaults apart
-    assert _out(capsys, [run_dir, *texts]) == beam4 != beam1  # the texts tell the two apart
+    assert _out(capsys, [run_dir, *texts]) == beam4
     assert _out(capsys, [run_dir, "--beam", "1", *texts]) == greedy
     assert len(_out(capsys, [run_dir, "--sample", "--seed", "1", *texts])) == 3  # --sample alone: no beam clash
 

@@ -98,7 +98,7 @@ def test_from_dict_refuses_unknown_keys_and_wrong_types():
 
 
 def test_target_text_errors(translator):
-    with pytest.raises(OptionError, match="prefix .* does not know") as e:
+    with pytest.raises(OptionError, match=r"prefix .* does not know") as e:
         translator.translate(["go ."], options=DecodeOptions(prefix="zzz qqq"))
     assert e.value.field == "prefix"
     with pytest.raises(OptionError, match="does not know"):  # one unknown word is refused, as in a constraint
@@ -134,7 +134,7 @@ def test_an_output_without_its_constraints_is_never_returned(translator):
     """The prefix "moi" and no repeated token leave "chez moi" impossible (nothing checks that up front): every
     hypothesis is cut at the limit without it, and that is an error, not a translation lacking it."""
     opts = DecodeOptions(beam=2, no_repeat_ngram=1, prefix="moi", constraints=("chez moi",))
-    with pytest.raises(OptionError, match="no translation of sentence 0 .* holds every constraint"):
+    with pytest.raises(OptionError, match=r"no translation of sentence 0 .* holds every constraint"):
         translator.translate(["go ."], options=opts)
 
 

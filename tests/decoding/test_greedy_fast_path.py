@@ -371,7 +371,9 @@ def test_greedy_with_bans_or_a_prefix_keeps_the_arg_max_kernel_and_the_compactio
     prefix = torch.full((src.shape[0], 1), 7) if options.pop("prefix", False) else None
     opts = DecodeOptions(**options)
     if prefix is not None:  # an <eos> that ends some rows after this prefix
-        free = [h.tokens[1:] for (h,) in generate(tr.model, src, lens, opts, bos=bos, eos=-1, max_len=10, prefix=prefix)]
+        free = [
+            h.tokens[1:] for (h,) in generate(tr.model, src, lens, opts, bos=bos, eos=-1, max_len=10, prefix=prefix)
+        ]
         eos = next(t for t in free[0] if sum(t in row for row in free) < len(free))
         picks.clear(), shrinks.clear()
     out = generate(tr.model, src, lens, opts, bos=bos, eos=eos, max_len=10, prefix=prefix)

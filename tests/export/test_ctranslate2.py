@@ -114,7 +114,10 @@ def exported(request, tmp_path_factory, one_thread):
 def _both(translator, ct2, sample, beam):
     ids = [translator.src_vocab.encode(s) for s in sample]
     limit = translator.output_limit(max(map(len, ids)) + 1)  # attnlab's length cap for this one batch
-    ours = [translator.tgt_vocab.to_tokens(h) for h in [hs[0].tokens for hs in translator.search(ids, translator.options(beam=beam), scores=False)]]
+    ours = [
+        translator.tgt_vocab.to_tokens(h)
+        for h in [hs[0].tokens for hs in translator.search(ids, translator.options(beam=beam), scores=False)]
+    ]
     res = ct2.translate_batch(
         [source_tokens(translator.src_vocab, s) for s in sample],
         beam_size=beam,
@@ -307,7 +310,10 @@ def test_empty_translation_needs_min_decoding_length_0(tmp_path):
     assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 0
     translator = load_translator(run)
     sample = ["w1 w2", "w3 w4 w5"]
-    assert [hs[0].tokens for hs in translator.search([vocab.encode(s) for s in sample], translator.options(beam=1), scores=False)] == [[], []]
+    assert [
+        hs[0].tokens
+        for hs in translator.search([vocab.encode(s) for s in sample], translator.options(beam=1), scores=False)
+    ] == [[], []]
     ct2 = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
     toks = [source_tokens(vocab, s) for s in sample]
     assert [r.hypotheses[0] for r in ct2.translate_batch(toks, min_decoding_length=0)] == [[], []]

@@ -96,7 +96,12 @@ def test_no_repeat_ngram_and_min_len_equal_generate(imported, hf, beam):
     ours = [hs[0].tokens for hs in _ours(imported, SOURCES, opts)]
     want, _ = _generate(imported, hf, SOURCES, num_beams=beam, no_repeat_ngram_size=2, min_new_tokens=6)
     assert ours == want
-    plain = [hs[0].tokens for hs in imported.search([imported.src_vocab.encode(t) for t in SOURCES], imported.options(beam=beam), scores=False)]
+    plain = [
+        hs[0].tokens
+        for hs in imported.search(
+            [imported.src_vocab.encode(t) for t in SOURCES], imported.options(beam=beam), scores=False
+        )
+    ]
     assert ours != plain, "the controls changed nothing: the test does not exercise them"
     for row in ours:
         pairs = list(itertools.pairwise(row))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from types import SimpleNamespace
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 

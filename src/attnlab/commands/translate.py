@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from attnlab.commands._common import add_command
 from attnlab.decoding.options import MAX_BEAM, TRANSLATOR_DEFAULTS
@@ -195,10 +196,10 @@ def merged_options(defaults, changes: dict):
 def decode_options(args, defaults):
     """The flags given, over the run's `defaults`, as a validated DecodeOptions (ValueError, one line, naming
     the flag)."""
-    changes = {f: getattr(args, "constraint" if f == "constraints" else f, None) for f in FLAGS}
-    changes = {f: v for f, v in changes.items() if v is not None}
-    if "constraints" in changes:
-        changes["constraints"] = tuple(changes["constraints"])
+    given = {f: getattr(args, "constraint" if f == "constraints" else f, None) for f in FLAGS}
+    changes: dict[str, Any] = {f: v for f, v in given.items() if v is not None}
+    if args.constraint is not None:
+        changes["constraints"] = tuple(args.constraint)
     if "align_heads" in changes:
         try:
             changes["align_heads"] = tuple(int(h) for h in args.align_heads.split(","))

@@ -147,7 +147,9 @@ class MicroBatcher:
                     decode = functools.partial(self.translator.translate_tokens, texts, options=options)
                     out = await loop.run_in_executor(self.threads.get(), decode)
                 else:
-                    plain = functools.partial(self.translator.translate, texts, options=self.translator.options(beam=beam))
+                    plain = functools.partial(
+                        self.translator.translate, texts, options=self.translator.options(beam=beam)
+                    )
                     out = await loop.run_in_executor(self.threads.get(), plain)
                 results: list = list(out)
             except ValueError as exc:
@@ -157,7 +159,9 @@ class MicroBatcher:
                     results = []
                     for t in texts:
                         try:
-                            one = functools.partial(self.translator.translate, [t], options=self.translator.options(beam=beam))
+                            one = functools.partial(
+                                self.translator.translate, [t], options=self.translator.options(beam=beam)
+                            )
                             results.append((await loop.run_in_executor(self.threads.get(), one))[0])
                         except Exception as err:  # noqa: BLE001 - handed to that sentence's request
                             results.append(err)

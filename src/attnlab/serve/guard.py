@@ -17,6 +17,7 @@ import asyncio
 import json
 import uuid
 from dataclasses import dataclass
+
 from attnlab.decoding.options import MAX_BEAM
 
 

@@ -46,8 +46,11 @@ class TranslateRequest(BaseModel):
 
     text: str = Field(description=f"an English sentence, 1 to {MAX_CHARS} characters", examples=["i'm home ."])
     beam: int | None = Field(
-        None, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy; null: the run's default (GET /api/model "
-        "`decoding`), at most the server's max_beam"
+        None,
+        ge=1,
+        le=MAX_BEAM,
+        description="beam size; 1 = greedy; null: the run's default (GET /api/model "
+        "`decoding`), at most the server's max_beam",
     )
     heads_off: HeadsOff | None = Field(
         None,
@@ -83,8 +86,11 @@ class TranslationsRequest(BaseModel):
         examples=[["i'm home .", "go ."]],
     )
     beam: int | None = Field(
-        None, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy; null: the run's default (GET /api/model "
-        "`decoding`), at most the server's max_beam"
+        None,
+        ge=1,
+        le=MAX_BEAM,
+        description="beam size; 1 = greedy; null: the run's default (GET /api/model "
+        "`decoding`), at most the server's max_beam",
     )
     options: dict[str, Any] | None = Field(
         None,
