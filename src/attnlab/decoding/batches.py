@@ -66,9 +66,9 @@ def search_batches(
     options: DecodeOptions,
     prefixes: Sequence[Sequence[int]],
     constraints: Sequence[Sequence[Sequence[int]]],
+    *,
     batch_size: int,
     workers: int | None,
-    *,
     scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """One list of n_best hypotheses per source id list (no <eos>), in input order. See the module docstring.

@@ -87,7 +87,8 @@ def generate(
     units_prefix = None if prefix is None else [row for row in prefix.tolist() for _ in range(copies)]
     units_cons = None if constraints is None else [list(c) for c in constraints for _ in range(copies)]
     search = make_search(options, eos, bans, units_cons, units_prefix, generator=generator, scores=scores)
-    run = _Loop(model, search, bans, options, eos, [n for n in limits for _ in range(copies)], copies, trace)
+    units = [n for n in limits for _ in range(copies)]  # one limit per unit
+    run = _Loop(model, search, options, bans=bans, eos=eos, limits=units, copies=copies, trace=trace)
     with inference(model), torch.inference_mode():
         run.start(src, src_valid_lens, bos, prefix)
         for step in range(max(limits)):
@@ -110,7 +111,7 @@ class _Loop:
     """The loop's state: n live sentences (units) of K rows each, their tokens and log-probabilities in tables
     of one row per (unit, slot), and every unit's finished hypotheses."""
 
-    def __init__(self, model, search: Search, bans: list[Processor], options: DecodeOptions, eos: int,
+    def __init__(self, model, search: Search, options: DecodeOptions, *, bans: list[Processor], eos: int,
                  limits: list[int], copies: int, trace: list | None):  # fmt: skip
         self.model, self.search, self.bans, self.eos, self.limits = model, search, bans, eos, limits
         self.alpha, self.early = options.length_penalty, options.early_stopping

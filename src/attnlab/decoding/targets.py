@@ -81,18 +81,25 @@ def target_ids(
     return prefixes, constraints
 
 
+def _known_ids(tgt_vocab, text: str, what: str, field: str) -> list[int]:
+    """`text` as target ids, or OptionError if it has none or a word the vocabulary does not know (one rule for
+    prefixes and constraints: an <unk> in either is never what was asked)."""
+    ids = tgt_vocab.encode(text)
+    if not ids:
+        raise OptionError(f"the {what} {text[:60]!r} has no tokens; give target-language words", field)
+    if tgt_vocab.unk in ids:
+        raise OptionError(
+            f"the {what} {text[:60]!r} has a word the target vocabulary does not know (it would appear as "
+            "<unk>); rephrase it",
+            field,
+        )
+    return ids
+
+
 def _prefix_ids(tgt_vocab, prefix: str | None, i: int, limit: int) -> list[int]:
     if prefix is None:
         return []
-    p = tgt_vocab.encode(prefix)
-    if not p:
-        raise OptionError(f"the prefix {prefix[:60]!r} has no tokens; give target-language words", "prefix")
-    if tgt_vocab.unk in p:
-        raise OptionError(
-            f"the prefix {prefix[:60]!r} has a word the target vocabulary does not know (it would appear as "
-            "<unk>); rephrase it",
-            "prefix",
-        )
+    p = _known_ids(tgt_vocab, prefix, "prefix", "prefix")
     if len(p) >= limit:
         raise OptionError(
             f"the prefix {prefix[:60]!r} has {len(p)} tokens but outputs of sentence {i} hold at most "
@@ -103,15 +110,7 @@ def _prefix_ids(tgt_vocab, prefix: str | None, i: int, limit: int) -> list[int]:
 
 
 def _phrase_ids(tgt_vocab, phrase: str, no_repeat: int) -> list[int]:
-    c = tgt_vocab.encode(phrase)
-    if not c:
-        raise OptionError(f"the constraint {phrase!r} has no tokens; give target-language words", "constraints")
-    if tgt_vocab.unk in c:
-        raise OptionError(
-            f"the constraint {phrase[:60]!r} has a word the target vocabulary does not know "
-            "(it would appear as <unk>); rephrase it",
-            "constraints",
-        )
+    c = _known_ids(tgt_vocab, phrase, "constraint", "constraints")
     if no_repeat and repeated_ngram(c, no_repeat) is not None:
         raise OptionError(
             f"the constraint {phrase[:60]!r} repeats a {no_repeat}-gram, which no_repeat_ngram {no_repeat} "

@@ -247,7 +247,9 @@ class Translator:
         prefixes, constraints = self.encode_targets(src_ids, options)
         batch_size = check_range("batch_size", self.batch_size if batch_size is None else batch_size, 1, integer=True)
         workers = self.workers if workers is None else workers
-        nbest = search_batches(self, src_ids, options, prefixes, constraints, batch_size, workers, scores=scores)
+        nbest = search_batches(
+            self, src_ids, options, prefixes, constraints, batch_size=batch_size, workers=workers, scores=scores
+        )
         for i, (hs, cs) in enumerate(zip(nbest, constraints)):
             if cs:
                 nbest[i] = _holding(hs, cs, i, self.output_limit(len(src_ids[i]) + 1, options.max_len))
