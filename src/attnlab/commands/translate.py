@@ -131,13 +131,20 @@ def add_option_flags(g) -> None:
         "live one could still beat them, as transformers' generate)",
     )
     g.add_argument(
-        "--min-len", type=int, default=None, help="no <eos> before this many output tokens (below the output limit)"
+        "--min-len",
+        type=int,
+        default=None,
+        help="no <eos> before this many output tokens (below the output limit; default 0)",
     )
     g.add_argument(
         "--max-len", type=int, default=None, help="most output tokens, <eos> included (default: 2 x source + 10)"
     )
     g.add_argument(
-        "--no-repeat-ngram", type=int, default=None, metavar="N", help="no n-gram of size N twice in an output"
+        "--no-repeat-ngram",
+        type=int,
+        default=None,
+        metavar="N",
+        help="no n-gram of size N twice in an output (default 0: off)",
     )
     g.add_argument(
         "--prefix",
