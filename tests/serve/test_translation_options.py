@@ -83,3 +83,22 @@ def test_bad_options_are_422_naming_the_option(client, options, words):
 def test_no_options_payload_is_a_server_error(client, options):
     r = client.post("/api/translations", json={"texts": TEXTS, "beam": 2, "options": options})
     assert r.status_code == 422, (options, r.status_code, r.text)
+
+
+def test_the_server_narrows_the_options_bound_and_starts_at_the_runs_defaults(client, translator):
+    from attnlab.decoding.options import MAX_BEAM
+    from attnlab.serve.guard import Limits
+    from attnlab.serve.options import decode_options
+
+    assert decode_options(translator, None, None, 8) == translator.defaults  # nothing given: the run's
+    with pytest.raises(ValueError, match="beam must be at most 2 on this server"):
+        decode_options(translator, None, 3, 2)
+    with pytest.raises(ValueError, match="n_best must be at most 2 on this server"):
+        decode_options(translator, {"sample": True, "n_best": 3}, None, 2)
+    with pytest.raises(ValueError, match=f"max_beam must be at most {MAX_BEAM}"):
+        Limits(max_beam=MAX_BEAM + 1)
+    info = client.get("/api/model").json()
+    assert info["decoding"]["beam"] == translator.defaults.beam and info["max_beam"] == Limits().max_beam
+    r = client.post("/api/translations", json={"texts": TEXTS})  # no beam: the run's default
+    assert r.json()["beam"] == translator.defaults.beam
+    assert r.json()["translations"] == translator.translate(TEXTS)
