@@ -48,7 +48,7 @@ DEFAULT_MAX_OUTPUT_LEN = 200  # tokens; fairseq's default max_len_b is of the sa
 DEFAULT_BATCH_SIZE = 256
 # Precisions whose decode measured faster at another size (validation split, BENCHMARKS.md "int8's fused
 # step"): int8's step is short enough that a smaller batch's working set staying in cache, and 2 workers
-# sharing 17 batches out more evenly than 9, pay (1.08-1.11x 192 with 2 workers, 1.04x at 1 thread). Same outputs.
+# sharing 17 batches out more evenly than 9, pay (the figures: that section). Same outputs.
 BATCH_SIZE_BY_PRECISION = {"int8": 96}
 
 
