@@ -10,8 +10,8 @@ decode their own batches with one intra-op thread apiece, taking the next batch 
   notebook's kernel threads are daemons) and the model is on the CPU, they are this process and N - 1
   processes forked from it at the first such call and kept with the translator (forked again when
   `_decoding_key` changes: weights, modules, settings). Every op drops and takes back the GIL, so threads
-  mostly wait for each other (BENCHMARKS.md, "Worker processes", measures processes against threads). A worker killed (out of memory) sends that translator to worker threads from then on,
-  with a warning.
+  mostly wait for each other (BENCHMARKS.md, "Worker processes", measures processes against threads).
+  A worker killed (out of memory) sends that translator to worker threads from then on, with a warning.
 - Elsewhere (a server's request threads, an attention recording or a head mask, which workers forked
   earlier would not see) they are threads, with torch's thread count set to 1 for the duration and
   restored afterwards; it is process-wide, so other torch work running at the same time in the process
