@@ -279,3 +279,13 @@ def test_align_refuses_a_model_without_cross_attention():
 
     with pytest.raises(ValueError, match="need cross-attention"):
         alignment_heads(NoCross(), None, None)
+
+
+def test_suppressed_tokens_equal_transformers():
+    from transformers.generation.logits_process import SuppressTokensLogitsProcessor
+
+    from attnlab.decoding import SuppressTokens
+
+    scores = torch.randn(4, 9, generator=torch.Generator().manual_seed(3))
+    want = SuppressTokensLogitsProcessor([2, 5])(torch.zeros(4, 1, dtype=torch.long), scores.clone())
+    assert torch.equal(SuppressTokens((2, 5))(scores.clone(), torch.zeros(4, 1, dtype=torch.long)), want)

@@ -314,10 +314,10 @@ class _Loop:
                 return
             every = torch.arange(n * K, device=rows.device)  # sampling: every source's copies, then the shrink
             self.state = expand_state(self.model, self.state, every // (copies * K), copies * K)
-        if shrunk or (K > 1 and step > 0):
-            same = not shrunk
-            self.state = self.model.reorder_state(self.state, rows, same_sources=same) if same else (
-                self.model.reorder_state(self.state, rows))  # fmt: skip
+        if shrunk:  # sentences left: every part of the state drops their rows
+            self.state = self.model.reorder_state(self.state, rows)
+        elif K > 1 and step > 0:  # beams changed parents within their sentences: only the growing caches move
+            self.state = self.model.reorder_state(self.state, rows, same_sources=True)
 
     def results(self, scores: bool) -> list[list[Finished]]:
         """Every unit's finished hypotheses (single-candidate strategies: read off the tables now)."""
