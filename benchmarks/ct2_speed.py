@@ -116,7 +116,8 @@ def main(argv=None) -> int:
             return engine(bs)
         if kind == "attnlab":
             with switches(engine):  # a variant's " without C kernels" / " on worker threads"
-                return [engine.tgt_vocab.to_tokens(h) for h in engine.decode_ids(src_ids, batch_size=bs)]
+                found = engine.search(src_ids, engine.options(beam=1), batch_size=bs, scores=False)
+                return [engine.tgt_vocab.to_tokens(hs[0].tokens) for hs in found]
         # attnlab caps each batch (sorted by length) by its longest source; CTranslate2 takes one cap per
         # call, so it gets one call per batch, all submitted at once (its workers take them in turn).
         batches = length_batches([len(s) for s in src_ids], bs)
@@ -185,7 +186,10 @@ def floors(translator, src_ids, bs):
     attention kernels). One capture, on one thread (a dispatch mode sees only its own thread's calls)."""
     workers, translator.workers = translator.workers, 1
     try:
-        calls = capture_kernels(lambda: translator.decode_ids(src_ids, batch_size=bs), LINEAR | ATTENTION)
+        greedy = translator.options(beam=1)
+        calls = capture_kernels(
+            lambda: translator.search(src_ids, greedy, batch_size=bs, scores=False), LINEAR | ATTENTION
+        )
     finally:
         translator.workers = workers
     cpu = torch.device("cpu")

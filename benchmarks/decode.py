@@ -9,7 +9,7 @@ finished sentences leave the batch at different steps):
   greedy, book       the book's way: encode once, then re-run the decoder on the whole prefix each step
   greedy, uncached   `model(src, prefix)` every step (re-encodes and re-runs the prefix: it also pays for
                      the encoder, so the cache's own speed-up is measured against the book's way)
-  beam 4             `beam_search`: self-attention caches expanded once to 64 * 4 rows and reordered
+  beam 4             the generator's beam search: self-attention caches expanded once to 64 * 4 rows and reordered
                      each step; encoder memory and cross-attention keys/values stay at 64 rows
   floors             not decoders: every matrix product (and, in the others, every attention kernel) that
                      beam 4 (or greedy) ran, captured once with its shapes and replayed back to back on
@@ -38,12 +38,31 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table
 
-from attnlab.decoding.beam import beam_search
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.kernels import loader as native
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.utils.precision import prepare_for_inference
 from attnlab.utils.runtime import intra_op_threads
+
+
+def search(model, src, lens, bos, eos, T, beam=1):
+    """The generator's outputs (greedy, or beam search as `Translator` runs it)."""
+    out = generate(model, src, lens, DecodeOptions(beam=beam), bos=bos, eos=eos, max_len=T)
+    return [hs[0].tokens for hs in out]
+
+
+def uncached_greedy(model, src, lens, bos, eos, T):
+    """`model(src, prefix)` every step: the encoder and the whole prefix again (each cut at its first <eos>)."""
+    with torch.no_grad():
+        model.eval()
+        prefix = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
+        for _ in range(T):
+            prefix = torch.cat([prefix, model(src, prefix, lens)[:, -1].argmax(-1, keepdim=True)], dim=1)
+            if bool((prefix[:, 1:] == eos).any(dim=1).all()):
+                break
+    rows = prefix[:, 1:].tolist()
+    return [r[: r.index(eos)] if eos in r else r for r in rows]
 
 
 def book_greedy(model, src, lens, bos, eos, T):
@@ -204,12 +223,10 @@ def main(argv=None):
     bos, eos, T = 1, args.eos, args.steps
 
     methods = {
-        "greedy, cached": lambda: [h.tokens for h in greedy(model, src, lens, bos, eos, T)],
+        "greedy, cached": lambda: search(model, src, lens, bos, eos, T),
         "greedy, book (encode once, re-run prefix)": lambda: book_greedy(model, src, lens, bos, eos, T),
-        "greedy, uncached (re-encodes every step)": lambda: [
-            h.tokens for h in greedy(model, src, lens, bos, eos, T, use_cache=False)
-        ],
-        "beam 4, cached": lambda: [h.tokens for h in beam_search(model, src, lens, bos, eos, beam=4, max_len=T)],
+        "greedy, uncached (re-encodes every step)": lambda: uncached_greedy(model, src, lens, bos, eos, T),
+        "beam 4, cached": lambda: search(model, src, lens, bos, eos, T, beam=4),
     }
     if args.skip_uncached:
         del methods["greedy, uncached (re-encodes every step)"]

@@ -63,7 +63,8 @@ def main(argv=None) -> int:
         for beam in numbers(args.beams, int):
             for alpha in numbers(args.length_penalties, float) if beam > 1 else [1.0]:
                 start = time.perf_counter()
-                out = translator.decode_ids(src_ids, beam=beam, length_penalty=alpha)
+                opts = translator.options(beam=beam, length_penalty=alpha)
+                out = [hs[0].tokens for hs in translator.search(src_ids, opts, scores=False)]
                 seconds = time.perf_counter() - start
                 hyps = [translator.tgt_vocab.decode(ids) for ids in out]
                 bleu, chrf = corpus_bleu(hyps, refs), corpus_chrf(hyps, refs)

@@ -38,7 +38,8 @@ from time_to_quality import evaluate_split, figure, score
 
 from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import iterate_batches, load_translation_data
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.models import build_model
 from attnlab.runs.config import write_run_config
 from attnlab.runs.layout import WEIGHTS_FILE
@@ -93,8 +94,9 @@ def build(name: str, preset: str, data, layers: int):
 
 def decode(model, data):
     def run(src, lens, max_len):
-        hyps = greedy(model, src, lens, data.tgt_vocab.bos, data.tgt_vocab.eos, max_len, scores=False)
-        return [h.tokens for h in hyps]
+        tgt = data.tgt_vocab
+        hyps = generate(model, src, lens, DecodeOptions(), bos=tgt.bos, eos=tgt.eos, max_len=max_len, scores=False)
+        return [hs[0].tokens for hs in hyps]
 
     return run
 
@@ -122,7 +124,7 @@ def interleaved_speeds(run_dirs: list[str], rounds: int) -> None:
     for _ in range(rounds):
         for tr, t in zip(models, times):
             t0 = time.perf_counter()
-            tr.decode_ids(ids, beam=1)
+            tr.search(ids, tr.options(beam=1), scores=False)
             t.append(time.perf_counter() - t0)
     for d, t in zip(run_dirs, times):
         ratio = sorted(a / b for a, b in zip(times[0], t))[len(t) // 2]

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from attnlab.attention import MultiHeadAttention
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.models import Transformer, TransformerConfig
 
 
@@ -77,7 +78,9 @@ def bench_pruned(rounds):
     fns = {}
     for name, model in (("full (8 heads)", full), ("pruned (4 heads)", pruned)):
         fns[name + " forward"] = lambda model=model: model(src, tgt, lens)
-        fns[name + " greedy"] = lambda model=model: greedy(model, src[:32], lens[:32], 1, 2, 20)
+        fns[name + " greedy"] = lambda model=model: generate(
+            model, src[:32], lens[:32], DecodeOptions(), bos=1, eos=2, max_len=20
+        )
     t = interleaved(fns, rounds)
     for what in ("forward", "greedy"):
         a, b = t[f"full (8 heads) {what}"], t[f"pruned (4 heads) {what}"]

@@ -126,10 +126,14 @@ def laptop_recipe(data, overrides):
         return loss
 
     def decode(src, lens, max_len):
-        from attnlab.decoding.greedy_search import greedy
+        from attnlab.decoding.generator import generate
+        from attnlab.decoding.options import DecodeOptions
 
-        hyps = greedy(model, src, lens, data.tgt_vocab.bos, data.tgt_vocab.eos, max_len)
-        return [h.tokens if hasattr(h, "tokens") else h for h in hyps]
+        tgt = data.tgt_vocab
+        return [
+            hs[0].tokens
+            for hs in generate(model, src, lens, DecodeOptions(), bos=tgt.bos, eos=tgt.eos, max_len=max_len)
+        ]
 
     def save(run_dir, data_cfg):
 
@@ -254,9 +258,11 @@ def evaluate_split(run_dir, split: str = "test", limit: int = 10**9, beams=(1, 4
     pairs = sum(len(r) for r in refs)
     print(f"{run_dir}: {split} split, {len(sources)} distinct sources of 3-10 words ({pairs} reference pairs)")
     for beam in beams:
-        hyps = translator.translate_ids([ids for _, ids, _ in sources], beam=beam)
+        opts = translator.options(beam=beam)
+        found = translator.search([ids for _, ids, _ in sources], opts, scores=False)
+        hyps = [translator.tgt_vocab.decode(hs[0].tokens) for hs in found]
         print(f"  beam {beam}: BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}")
-        book = book_bleu(translator, beam=beam)
+        book = book_bleu(translator, opts)
         right = sum(score == 1.0 for _, _, score in book)
         print(
             f"  beam {beam}: the book's four sentences at BLEU 1.000: {right}/4 "

@@ -79,7 +79,7 @@ print(f"{result.step} steps, final training loss {result.train_loss:.3f}")
 # %%
 translator = load_translator(run_dir)
 for sentence in ["go .", "i lost .", "he's calm .", "i'm home ."]:
-    print(sentence, "=>", translator.translate([sentence], beam=2)[0])
+    print(sentence, "=>", translator.translate([sentence], options=translator.options(beam=2))[0])
 
 # %% [markdown]
 # Where the encoder–decoder has cross-attention, this model's one self-attention has its target rows over

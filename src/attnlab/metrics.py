@@ -156,12 +156,13 @@ def scores_by_length(sources: Sequence[str], hyps: Sequence[str], refs: Refs, bu
     return rows
 
 
-def book_bleu(translator, beam: int = 1) -> list[tuple[str, str, float]]:
-    """(source, translation, BLEU k=2) for the book's four sentences, the book's way (space tokens).
+def book_bleu(translator, options=None) -> list[tuple[str, str, float]]:
+    """(source, translation, BLEU k=2) for the book's four sentences, the book's way (space tokens), decoded
+    with `options` (a DecodeOptions; default: the translator's defaults).
 
     The demo's table and `attnlab evaluate` both use this one function."""
 
-    outs = translator.translate([src for src, _ in BOOK_EVAL_PAIRS], beam=beam)
+    outs = translator.translate([src for src, _ in BOOK_EVAL_PAIRS], options=options)
     return [
         (src, out, bleu(" ".join(tokenize(out)), " ".join(tokenize(ref)), k=2))
         for (src, ref), out in zip(BOOK_EVAL_PAIRS, outs)

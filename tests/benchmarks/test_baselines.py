@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
@@ -15,9 +18,19 @@ from baselines.d2l_transformer import from_attnlab_config, load_attnlab_weights 
 from train_throughput import TorchTransformer, make_batches, plain_dropout  # noqa: E402
 
 from attnlab.attention.dropout import Dropout  # noqa: E402
-from attnlab.decoding.beam import beam_search  # noqa: E402
-from attnlab.decoding.greedy_search import greedy  # noqa: E402
 from attnlab.models import Transformer, TransformerConfig  # noqa: E402
+
+
+def greedy(model, src, lens, bos, eos, max_len, scores=True):
+    """The generator's greedy search: one hypothesis per source."""
+    opts = DecodeOptions()
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
+
+
+def beam_search(model, src, lens, bos, eos, beam=4, max_len=50, length_penalty=1.0):
+    """The generator's beam search: the best hypothesis per source."""
+    opts = DecodeOptions(beam=beam, length_penalty=length_penalty)
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len)]
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def test_default_is_beam_4_and_sampling_needs_no_beam(run_dir, capsys):
 
     texts = ["go .", "i'm home .", "he's calm ."]
     tr = load_translator(run_dir)
-    beam4, greedy = tr.translate(texts, beam=4), tr.translate(texts, beam=1)
+    beam4, greedy = tr.translate(texts, options=tr.options(beam=4)), tr.translate(texts, options=tr.options(beam=1))
     assert beam4 != greedy  # else the first check could not tell the defaults apart
     assert _out(capsys, [run_dir, *texts]) == beam4
     assert _out(capsys, [run_dir, "--beam", "1", *texts]) == greedy
@@ -80,13 +80,43 @@ def test_sampling_prefix_and_constraints(run_dir, capsys):
         (["--top-k", "5"], "add sample (--sample)"),
         (["--beam", "3", "--constraint", ""], "empty phrase"),
         (["--beam", "3", "--max-len", "2", "--constraint", "je suis chez moi"], "output limit is 2"),
-        (["--prefix", "zzzq qqqz"], "no word the target vocabulary knows"),
+        (["--prefix", "zzzq qqqz"], "--prefix: the prefix 'zzzq qqqz' has a word the target vocabulary does not know"),
         (["--align", "--align-layer", "7"], "align_layer must be a decoder layer"),
         (["--align", "--align-heads", "x"], "--align-heads must be head indices"),
         (["--max-len", "0"], "--max-len must be an integer >= 1"),
+        (["--n-best", "0"], "--n-best must be an integer >= 1"),
+        (["--sample", "--n-best", "0"], "--n-best must be an integer >= 1"),
+        (["--seed", "3"], "--seed applies only to sampling; add sample (--sample)"),
+        (["--min-len", "1000"], "--min-len 1000 leaves no room for the <eos> of sentence 0"),
+        (["--max-len", "8", "--min-len", "8"], "--min-len must be an integer >= 0 and <= 7"),
+        (["--prefix", "😀😀"], "has a word the target vocabulary does not know"),
+        (["--no-repeat-ngram", "2", "--constraint", "je suis je suis"], "which no_repeat_ngram 2 forbids"),
     ],
 )
 def test_bad_decoding_flags_are_one_line_exit_2(run_dir, capsys, flags, words):
     assert main(["translate", "--checkpoint", str(run_dir), *flags, "go ."]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1, err
+
+
+def test_a_flag_not_given_takes_the_runs_decoding_defaults(run_dir, tmp_path, capsys):
+    """RUN/generation.json (written by training) holds the defaults: translate without --beam decodes as it
+    says, and a run without the file decodes with beam 4."""
+    import json
+    import shutil
+
+    from attnlab.runs.generation import read_generation
+
+    assert read_generation(run_dir).beam == 4 and (run_dir / "generation.json").is_file()
+    texts = ["go .", "i'm home .", "he's calm ."]
+    beam1, beam4 = _out(capsys, [run_dir, "--beam", "1", *texts]), _out(capsys, [run_dir, "--beam", "4", *texts])
+    assert _out(capsys, [run_dir, *texts]) == beam4 != beam1  # the texts tell the two apart
+    mine = tmp_path / "run"
+    shutil.copytree(run_dir, mine)
+    (mine / "generation.json").write_text(json.dumps({"beam": 1}))
+    assert _out(capsys, [mine, *texts]) == beam1
+    (mine / "generation.json").unlink()
+    assert _out(capsys, [mine, *texts]) == beam4
+    (mine / "generation.json").write_text(json.dumps({"beam": 1, "prefix": "je"}))
+    assert main(["translate", "--checkpoint", str(mine), "go ."]) == 2
+    assert "may set only" in capsys.readouterr().err

@@ -10,7 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.decoding.constraints import Progress, constrained_search
+from attnlab.decoding.constraints import Progress
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 
 PAD, BOS, EOS, LE, CHAT, CHIEN, NOIR = range(7)
 V = 7
@@ -68,7 +70,8 @@ def exhaustive(model, phrases, max_len):
 def search(phrases, beam, max_len):
     model = Bigram()
     src = torch.zeros((1, 2), dtype=torch.long)
-    return constrained_search(model, src, None, BOS, EOS, beam, 1, max_len, [phrases])[0][0]
+    opts = DecodeOptions(beam=beam, early_stopping=True)
+    return generate(model, src, None, opts, bos=BOS, eos=EOS, max_len=max_len, constraints=[phrases])[0][0]
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])

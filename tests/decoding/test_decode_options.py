@@ -9,15 +9,15 @@ import torch
 from attnlab.analysis.explanation import explain
 from attnlab.data import Vocab
 from attnlab.decoding import (
-    Controls,
     DecodeOptions,
+    NoRepeatNGram,
+    OptionError,
     Progress,
+    TopK,
+    TopP,
     Translator,
     banned_ngram_tokens,
-    constrained_search,
-    filter_scores,
-    greedy,
-    sample,
+    generate,
     word_alignment,
 )
 from attnlab.decoding.alignment import alignment_heads, cross_attention
@@ -38,6 +38,13 @@ def translator():
     return Translator(Transformer(cfg), src, tgt)
 
 
+def _search(tr, texts, steps=12, **options):
+    """Hypothesis lists of the generator on these texts (one batch, `steps` at most)."""
+    src, lens = _batch(tr, texts)
+    opts = DecodeOptions(**options)
+    return generate(tr.model, src, lens, opts, bos=tr.bos, eos=tr.tgt_vocab.eos, max_len=steps)
+
+
 def _batch(tr, texts):
     ids = [tr.src_vocab.encode(t) + [tr.src_vocab.eos] for t in texts]
     S = max(map(len, ids))
@@ -52,19 +59,34 @@ def _batch(tr, texts):
         (dict(sample=True, top_p=0.0), "top_p must be a finite number > 0 and <= 1"),
         (dict(sample=True, top_p=1.5), "top_p"),
         (dict(sample=True, temperature=0.0), "temperature must be a finite number > 0"),
-        (dict(temperature=0.5), "only apply to sampling"),
+        (dict(temperature=0.5), "applies only to sampling"),
+        (dict(seed=3), "seed applies only to sampling"),
+        (dict(n_best=0), "n_best must be an integer >= 1"),
+        (dict(sample=True, n_best=0), "n_best must be an integer >= 1"),
         (dict(sample=True, beam=4), "takes no beam"),
         (dict(constraints=("",)), "empty phrase"),
         (dict(constraints="chez moi"), "one string"),
         (dict(align_layer=1), "add align"),
         (dict(no_repeat_ngram=-1), "no_repeat_ngram"),
         (dict(min_len=5, max_len=3), "min_len"),
+        (dict(min_len=3, max_len=3), "min_len must be an integer >= 0 and <= 2"),
     ],
 )
 def test_bad_options_are_one_line_value_errors(kw, words):
-    with pytest.raises(ValueError, match=words) as e:
+    with pytest.raises(OptionError, match=words) as e:
         DecodeOptions(**kw)
     assert "\n" not in str(e.value)
+    assert e.value.field in kw  # the field it names, for a command line to name its flag
+    assert e.value.named("--flag").startswith("--flag")
+
+
+def test_merged_defaults_take_the_changes():
+    defaults = DecodeOptions(beam=4)
+    assert defaults.merged({"sample": True}) == DecodeOptions(sample=True)  # sampling takes no beam
+    assert defaults.merged({"n_best": 2}) == DecodeOptions(beam=4, n_best=2)
+    assert DecodeOptions(beam=4, n_best=3).merged({"beam": 2}) == DecodeOptions(beam=2, n_best=2)
+    with pytest.raises(OptionError, match="unknown decoding option"):
+        defaults.merged({"beams": 2})
 
 
 def test_from_dict_refuses_unknown_keys_and_wrong_types():
@@ -76,8 +98,11 @@ def test_from_dict_refuses_unknown_keys_and_wrong_types():
 
 
 def test_target_text_errors(translator):
-    with pytest.raises(ValueError, match="no word the target vocabulary knows"):
+    with pytest.raises(OptionError, match=r"prefix .* does not know") as e:
         translator.translate(["go ."], options=DecodeOptions(prefix="zzz qqq"))
+    assert e.value.field == "prefix"
+    with pytest.raises(OptionError, match="does not know"):  # one unknown word is refused, as in a constraint
+        translator.translate(["go ."], options=DecodeOptions(prefix="je 😀😀"))
     with pytest.raises(ValueError, match="does not know"):
         translator.translate(["go ."], options=DecodeOptions(beam=2, constraints=("chez zzz",)))
     with pytest.raises(ValueError, match="output limit is 3"):
@@ -86,18 +111,43 @@ def test_target_text_errors(translator):
         translator.translate(["go .", "i lost ."], options=DecodeOptions(prefix=["je"]))
 
 
+def test_min_len_past_the_output_limit_is_refused(translator):
+    limit = translator.output_limit(len(translator.src_vocab.encode("go .")) + 1)
+    with pytest.raises(OptionError, match=f"min_len {limit} leaves no room .* at most {limit} tokens") as e:
+        translator.translate(["go ."], options=DecodeOptions(min_len=limit))
+    assert e.value.field == "min_len"
+    (t,) = translator.translate_tokens(["go ."], options=DecodeOptions(min_len=limit - 1))
+    assert len(t.tgt_tokens) >= limit - 1
+
+
+@pytest.mark.parametrize("cons", [("je suis je suis",), ("je suis", "je suis")])
+def test_constraints_no_repeat_ngram_forbids_are_refused(translator, cons):
+    with pytest.raises(OptionError, match="no_repeat_ngram 2 forbids") as e:
+        translator.translate(["go ."], options=DecodeOptions(beam=2, no_repeat_ngram=2, constraints=cons))
+    assert e.value.field == "constraints"
+    # without the ban they hold
+    (t,) = translator.translate_tokens(["go ."], options=DecodeOptions(beam=2, max_len=16, constraints=cons))
+    assert " ".join(t.tgt_tokens).count("je suis") >= 2
+
+
+def test_an_output_without_its_constraints_is_never_returned(translator):
+    """The prefix "moi" and no repeated token leave "chez moi" impossible (nothing checks that up front): every
+    hypothesis is cut at the limit without it, and that is an error, not a translation lacking it."""
+    opts = DecodeOptions(beam=2, no_repeat_ngram=1, prefix="moi", constraints=("chez moi",))
+    with pytest.raises(OptionError, match=r"no translation of sentence 0 .* holds every constraint"):
+        translator.translate(["go ."], options=opts)
+
+
 # -- sampling -----------------------------------------------------------------------------------------------
 def test_sampling_at_top_k_1_equals_greedy(translator):
     tr = translator
-    src, lens = _batch(tr, SENTENCES)
-    want = greedy(tr.model, src, lens, tr.bos, tr.tgt_vocab.eos, 12)
+    want = [hs[0] for hs in _search(tr, SENTENCES)]
     for seed in (0, 1):
-        got = sample(tr.model, src, lens, tr.bos, tr.tgt_vocab.eos, 12, top_k=1,
-                     generator=torch.Generator().manual_seed(seed))  # fmt: skip
+        got = _search(tr, SENTENCES, sample=True, top_k=1, seed=seed)
         assert [g[0].tokens for g in got] == [w.tokens for w in want]
         torch.testing.assert_close(torch.tensor([g[0].score for g in got]), torch.tensor([w.score for w in want]))
     opts = DecodeOptions(sample=True, top_k=1, seed=3)
-    assert translator.translate(SENTENCES, options=opts) == translator.translate(SENTENCES)
+    assert translator.translate(SENTENCES, options=opts) == translator.translate(SENTENCES, options=DecodeOptions())
 
 
 def test_samples_are_reproducible_with_a_seed_and_vary_without(translator):
@@ -118,10 +168,10 @@ def test_filters_equal_transformers_warpers():
     scores = torch.randn(6, 50, generator=g) * 3
     for k in (1, 5, 49):
         want = TopKLogitsWarper(k)(None, scores.clone())
-        assert torch.equal(torch.isfinite(filter_scores(scores, top_k=k)), torch.isfinite(want))
+        assert torch.equal(torch.isfinite(TopK(k)(scores, scores)), torch.isfinite(want))
     for p in (0.05, 0.5, 0.9, 0.999):
         want = TopPLogitsWarper(p)(None, scores.clone())
-        assert torch.equal(torch.isfinite(filter_scores(scores, top_p=p)), torch.isfinite(want))
+        assert torch.equal(torch.isfinite(TopP(p)(scores, scores)), torch.isfinite(want))
 
 
 def test_no_repeat_ngram_bans_equal_transformers():
@@ -131,7 +181,7 @@ def test_no_repeat_ngram_bans_equal_transformers():
     hist = torch.randint(0, 4, (8, 12), generator=g)  # a small alphabet: many repeats
     for n in (1, 2, 3):
         want = NoRepeatNGramLogitsProcessor(n)(hist, torch.zeros(8, 6))
-        got = Controls(eos=5, no_repeat_ngram=n)(torch.zeros(8, 6), hist)
+        got = NoRepeatNGram(n)(torch.zeros(8, 6), hist)
         assert torch.equal(got, want)
         assert [banned_ngram_tokens(h, n) for h in hist.tolist()] == [
             torch.isinf(w).nonzero().squeeze(1).tolist() for w in want
@@ -171,22 +221,24 @@ def test_every_constraint_appears(translator, beam):
     cons = [[torch.randint(4, V, (int(n),), generator=g).tolist() for n in torch.randint(1, 3, (2,), generator=g)]
             for _ in SENTENCES]  # fmt: skip
     cons[1] = []  # a sentence without constraints is plain beam search
-    hyps = constrained_search(tr.model, src, lens, tr.bos, tr.tgt_vocab.eos, beam, 1, 20, cons)
+    opts = DecodeOptions(beam=beam)
+    hyps = generate(tr.model, src, lens, opts, bos=tr.bos, eos=tr.tgt_vocab.eos, max_len=20, constraints=cons)
     for hs, cs in zip(hyps, cons):
         toks = hs[0].tokens
         for c in cs:
             assert any(toks[i : i + len(c)] == c for i in range(len(toks))), (toks, c)
     plain = [h[0].tokens for h in hyps]
-    unconstrained = [h.tokens for h in tr.decode([tr.src_vocab.encode(s) for s in SENTENCES], beam=beam)]
+    unconstrained = [hs[0].tokens for hs in _search(tr, SENTENCES, beam=beam, steps=20)]
     assert plain != unconstrained
 
 
 def test_constraints_through_the_translator(translator):
     opts = DecodeOptions(beam=4, n_best=2, constraints=("chez moi", "calme"))
-    for t in translator.translate_tokens(SENTENCES, options=opts):
-        assert len(t.nbest) == 2
-        words = " ".join(t.tgt_tokens)  # the best; a runner-up cut at the length limit may lack one
-        assert "chez moi" in words and "calme" in words
+    out = translator.translate_tokens(SENTENCES, options=opts)
+    for t in out:
+        assert 1 <= len(t.nbest) <= 2  # a runner-up cut at the length limit without them is left out
+        for h in t.nbest:
+            assert "chez moi" in h.text and "calme" in h.text
 
 
 # -- alignments ---------------------------------------------------------------------------------------------
@@ -200,7 +252,7 @@ def test_word_alignment_of_identity_attention_merges_tokens_into_words():
 def test_cross_attention_equals_explain_maps(translator):
     tr = translator
     exp = explain(tr, "i'm home .", beam=1)
-    out = tr.decode([tr.src_vocab.encode("i'm home .")])[0].tokens
+    out = tr.search([tr.src_vocab.encode("i'm home .")], DecodeOptions())[0][0].tokens
     src, lens = _batch(tr, ["i'm home ."])
     for layer in (0, 1):
         got = cross_attention(tr.model, src, lens, [out], tr.bos, tr.tgt_vocab.pad, layer, [1])[0]
@@ -227,3 +279,13 @@ def test_align_refuses_a_model_without_cross_attention():
 
     with pytest.raises(ValueError, match="need cross-attention"):
         alignment_heads(NoCross(), None, None)
+
+
+def test_suppressed_tokens_equal_transformers():
+    from transformers.generation.logits_process import SuppressTokensLogitsProcessor
+
+    from attnlab.decoding import SuppressTokens
+
+    scores = torch.randn(4, 9, generator=torch.Generator().manual_seed(3))
+    want = SuppressTokensLogitsProcessor([2, 5])(torch.zeros(4, 1, dtype=torch.long), scores.clone())
+    assert torch.equal(SuppressTokens((2, 5))(scores.clone(), torch.zeros(4, 1, dtype=torch.long)), want)

@@ -1,4 +1,5 @@
-"""Greedy and beam search: cache == recomputation, beam 1 == greedy, beam search == exhaustive search."""
+"""Greedy and beam search through the generator: cache == recomputation, beam search == exhaustive search,
+== the search before the generator, and its trace."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import torch.nn.functional as F
 
 from attnlab.attention import record_attention
 from attnlab.attention.recording import attention_maps
-from attnlab.decoding.beam import beam_search
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.protocol import inference
 from attnlab.decoding.trace import trace_path
 from attnlab.models import BahdanauConfig, EncoderDecoder, Transformer, TransformerConfig
@@ -24,6 +25,29 @@ def toks(hyps):
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def greedy(model, src, lens, bos, eos, max_len, scores=True):
+    out = generate(model, src, lens, DecodeOptions(), bos=bos, eos=eos, max_len=max_len, scores=scores)
+    return [hs[0] for hs in out]
+
+
+def beam_search(model, src, lens, bos, eos, beam, length_penalty=1.0, max_len=50, trace=None, early_stopping=True):
+    opts = DecodeOptions(beam=beam, length_penalty=length_penalty, early_stopping=early_stopping)
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, trace=trace)]
+
+
+def full_greedy(model, src, lens, bos, max_len):
+    """Greedy by a full forward over the whole output at every step (no cache): the reference."""
+    with inference(model):
+        out = torch.full((src.shape[0], 1), bos, dtype=torch.long)
+        lps = []
+        for _ in range(max_len):
+            lp = F.log_softmax(model(src, out, lens)[:, -1].float(), dim=-1)
+            nxt = lp.argmax(dim=-1)
+            lps.append(lp.gather(1, nxt[:, None]))
+            out = torch.cat([out, nxt[:, None]], dim=1)
+    return out[:, 1:].tolist(), torch.cat(lps, dim=1).tolist()
 
 
 def transformer(tgt_vocab=11, **kw):
@@ -45,15 +69,16 @@ def sources(B=5, S=7, seed=0):
     return src.masked_fill(torch.arange(S)[None] >= lens[:, None], PAD), lens
 
 
-@pytest.mark.parametrize("kw", [{}, {"norm_first": True}, {"window": 1}])
-def test_cached_greedy_equals_full_recomputation(kw):
-    model = transformer(**kw)
+@pytest.mark.parametrize("make", [lambda: transformer(), lambda: transformer(norm_first=True),
+                                  lambda: transformer(window=1), bahdanau])  # fmt: skip
+def test_cached_greedy_equals_full_recomputation(make):
+    model = make()
     src, lens = sources()
     cached = greedy(model, src, lens, BOS, eos=-1, max_len=12)
-    full = greedy(model, src, lens, BOS, eos=-1, max_len=12, use_cache=False)
-    assert toks(cached) == toks(full)
-    for c, f in zip(cached, full):
-        assert c.positional_scores == pytest.approx(f.positional_scores, abs=1e-4)
+    full, full_lp = full_greedy(model, src, lens, BOS, 12)
+    assert toks(cached) == full
+    for c, f in zip(cached, full_lp):
+        assert c.positional_scores == pytest.approx(f, abs=1e-4)
     assert all(len(h.tokens) == 12 and not h.finished for h in cached)  # eos=-1 never stops
 
 
@@ -79,18 +104,6 @@ def test_greedy_stops_at_eos_and_restores_mode():
     assert not model.training
 
 
-@pytest.mark.parametrize("make", [transformer, bahdanau])
-def test_beam_one_equals_greedy(make):
-    model = make()
-    src, lens = sources(B=6)
-    for eos in (EOS, -1, 5):
-        g = greedy(model, src, lens, BOS, eos, max_len=9)
-        b = beam_search(model, src, lens, BOS, eos, beam=1, max_len=9)
-        assert toks(b) == toks(g) and [h.finished for h in b] == [h.finished for h in g]
-        for hb, hg in zip(b, g):
-            assert hb.positional_scores == pytest.approx(hg.positional_scores, abs=1e-5)
-
-
 def _exhaustive(model, src, lens, V, max_len, alpha):
     """Best hypothesis by brute force over every output: score / len**alpha, len counting <eos>."""
     best = []
@@ -111,10 +124,10 @@ def _exhaustive(model, src, lens, V, max_len, alpha):
 
 @pytest.mark.parametrize("make,alpha", [(transformer, 1.0), (transformer, 0.0), (bahdanau, 0.6)])
 def test_wide_beam_equals_exhaustive_search(make, alpha):
-    V, max_len = 4, 3  # 3 non-eos tokens: 1 + 3 + 9 eos-ended outputs + 27 cut at max_len = 40 < beam
+    V, max_len = 3, 3  # 2 non-eos tokens: 1 + 2 + 4 eos-ended outputs + 8 cut at max_len = 15 < beam
     model = make(tgt_vocab=V)
     src, lens = sources(B=3)
-    hyps = beam_search(model, src, lens, BOS, EOS, beam=48, length_penalty=alpha, max_len=max_len)
+    hyps = beam_search(model, src, lens, BOS, EOS, beam=16, length_penalty=alpha, max_len=max_len)
     expected = _exhaustive(model, src, lens, V, max_len, alpha)
     assert toks(hyps) == [seq for _, seq in expected]
     assert [h.score for h in hyps] == pytest.approx([s for s, _ in expected], abs=1e-4)
@@ -127,7 +140,7 @@ def test_wide_beam_equals_exhaustive_search(make, alpha):
 def test_beam_search_batched_with_length_limits():
     model = transformer()
     src, lens = sources(B=4)
-    hyps = beam_search(model, src, lens, BOS, eos=-1, beam=3, max_len_a=1.0, max_len_b=2)
+    hyps = beam_search(model, src, lens, BOS, eos=-1, beam=3, max_len=(lens + 2).tolist())
     assert [len(h.tokens) for h in hyps] == (lens + 2).tolist()
     assert not any(h.finished for h in hyps)
 
@@ -150,6 +163,8 @@ def test_bad_arguments_raise():
     src, lens = sources()
     with pytest.raises(ValueError, match="beam"):
         beam_search(model, src, lens, BOS, EOS, beam=0)
+    with pytest.raises(ValueError, match="max_len"):
+        beam_search(model, src, lens, BOS, EOS, beam=2, max_len=[3, 4])
     with pytest.raises(ValueError, match="src_valid_lens"):
         greedy(model, src, lens[:2], BOS, EOS, max_len=4)
     with pytest.raises(ValueError, match="max_len"):
@@ -158,8 +173,16 @@ def test_bad_arguments_raise():
 
 # ---------------------------------------------------------------------------------------------------
 # The beam search before it was reshaped like fairseq's (state expanded before the first step, every
-# part of the state index_selected every step, no sentence leaving the batch), kept verbatim so the
-# test below can check that the faster search finds the very same hypotheses.
+# part of the state index_selected every step, no sentence leaving the batch), kept so the test below can
+# check that the generator finds the very same hypotheses. A sentence's finished list keeps its K best
+# (transformers' rule: a full list trades its worst for a better one, as at the length limit).
+def _keep(fin, entry, K):
+    if len(fin) < K:
+        fin.append(entry)
+    elif entry[0] > min(f[0] for f in fin):
+        fin[min(range(len(fin)), key=lambda j: fin[j][0])] = entry
+
+
 def _old_beam_search(model, src, src_valid_lens, bos, eos, beam=4, length_penalty=1.0, max_len=None):
     B, K, device = src.shape[0], beam, src.device
     limits = [max_len] * B
@@ -184,10 +207,10 @@ def _old_beam_search(model, src, src_valid_lens, bos, eos, beam=4, length_penalt
             if hits:
                 hist = tokens.tolist()
                 for b, r in hits:
-                    if not done[b] and len(finished[b]) < K:
+                    if not done[b]:
                         raw = float(top_scores[b, r])
                         seq = hist[b * K + int(top_beam[b, r])]
-                        finished[b].append((raw / (step + 1) ** length_penalty, seq))
+                        _keep(finished[b], (raw / (step + 1) ** length_penalty, seq), K)
             live_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
             rows = (torch.arange(B, device=device)[:, None] * K + top_beam.gather(1, pick)).reshape(-1)
             new_tok = top_tok.gather(1, pick).reshape(-1)
@@ -198,13 +221,13 @@ def _old_beam_search(model, src, src_valid_lens, bos, eos, beam=4, length_penalt
             for b in range(B):
                 if done[b]:
                     continue
-                if len(finished[b]) >= K:
-                    done[b] = True
-                elif step + 1 >= limits[b]:
+                if step + 1 >= limits[b]:  # the top K candidates that are not <eos> finish as they are
                     hist = tokens[b * K : (b + 1) * K].tolist()
                     for k in range(K):
-                        if len(finished[b]) < K and torch.isfinite(scores[b, k]):
-                            finished[b].append((float(scores[b, k]) / (step + 1) ** length_penalty, hist[k]))
+                        if int(pick[b, k]) < K and torch.isfinite(scores[b, k]):
+                            _keep(finished[b], (float(scores[b, k]) / (step + 1) ** length_penalty, hist[k]), K)
+                    done[b] = True
+                elif len(finished[b]) >= K:
                     done[b] = True
             if all(done):
                 break

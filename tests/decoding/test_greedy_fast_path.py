@@ -15,13 +15,30 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.data import Vocab
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import Translator
 from attnlab.kernels import loader as native
 from attnlab.kernels.argmax import argmax_rows, pick
 from attnlab.models import Transformer, TransformerConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+GREEDY = DecodeOptions()
+
+
+def greedy(model, src, lens, bos, eos, max_len, scores=True):
+    """The generator's greedy search: one hypothesis per source."""
+    out = generate(model, src, lens, GREEDY, bos=bos, eos=eos, max_len=max_len, scores=scores)
+    return [hs[0] for hs in out]
+
+
+def decode(tr, ids, **kw):
+    """A translator's greedy hypotheses of source id lists (through its batches and workers)."""
+    return [hs[0] for hs in tr.search(ids, GREEDY, **kw)]
+
+
+def decode_ids(tr, ids, **kw):
+    return [h.tokens for h in decode(tr, ids, scores=False, **kw)]
 
 
 @pytest.mark.parametrize("V", [5, 128, 129, 4000, 3755])
@@ -140,7 +157,7 @@ def test_finished_rows_leaving_late_or_never_change_nothing(monkeypatch, fractio
     (2.0): the tokens, scores and finished flags stay those of the plain path."""
     tr, src, lens, bos, eos, ref = rows_ending_apart()
     default = greedy(tr.model, src, lens, bos, eos, 10)
-    monkeypatch.setattr("attnlab.decoding.greedy_search.COMPACT_FRACTION", fraction)
+    monkeypatch.setattr("attnlab.decoding.search.Greedy.compact", fraction)
     calls = []  # rows kept at each compaction
     reorder = tr.model.reorder_state
 
@@ -163,12 +180,12 @@ def test_workers_and_batch_sizes_give_the_same_translations(batch_size, workers)
     tr = tiny_translator()
     torch.manual_seed(2)
     ids = [torch.randint(4, 300, (n,)).tolist() for n in (3, 7, 1, 5, 5, 2, 8, 4, 6, 3, 2)]
-    ref = tr.decode(ids, batch_size=1)  # one sentence at a time: no batching effect at all
+    ref = decode(tr, ids, batch_size=1)  # one sentence at a time: no batching effect at all
     threads = torch.get_num_threads()
-    got = tr.decode(ids, batch_size=batch_size, workers=workers)
+    got = decode(tr, ids, batch_size=batch_size, workers=workers)
     assert [h.tokens for h in got] == [h.tokens for h in ref]
     assert [h.score for h in got] == pytest.approx([h.score for h in ref], abs=1e-5)
-    assert tr.decode_ids(ids, batch_size=batch_size) == [h.tokens for h in ref]
+    assert decode_ids(tr, ids, batch_size=batch_size) == [h.tokens for h in ref]
     assert torch.get_num_threads() == threads  # restored after the worker pool
 
 
@@ -176,9 +193,9 @@ def test_bad_batch_size_and_workers_are_one_line_errors():
     tr = tiny_translator(V=20)
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
-            tr.decode([[5, 6]], batch_size=bad)
+            decode(tr, [[5, 6]], batch_size=bad)
         with pytest.raises(ValueError, match="workers must be an integer >= 1"):
-            tr.decode([[5, 6]], workers=bad)
+            decode(tr, [[5, 6]], workers=bad)
 
 
 def test_a_failing_worker_raises_in_the_caller_and_restores_threads(monkeypatch):
@@ -188,9 +205,9 @@ def test_a_failing_worker_raises_in_the_caller_and_restores_threads(monkeypatch)
     def boom(*a, **k):
         raise RuntimeError("decode failed")
 
-    monkeypatch.setattr("attnlab.decoding.batches.greedy", boom)
+    monkeypatch.setattr("attnlab.decoding.batches.generate", boom)
     with pytest.raises(RuntimeError, match="decode failed"):
-        tr.decode([[5], [6, 7], [8]], batch_size=1, workers=2)
+        decode(tr, [[5], [6, 7], [8]], batch_size=1, workers=2)
     assert torch.get_num_threads() == threads
 
 
@@ -201,7 +218,7 @@ def test_int8_translator_with_workers_matches_one_worker():
     tr.model = prepare_for_inference(tr.model, "int8")
     torch.manual_seed(3)
     ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1)]
-    assert tr.decode_ids(ids, batch_size=2) == [h.tokens for h in tr.decode(ids, batch_size=2, workers=3)]
+    assert decode_ids(tr, ids, batch_size=2) == [h.tokens for h in decode(tr, ids, batch_size=2, workers=3)]
 
 
 def test_workers_see_the_callers_head_masks():
@@ -212,9 +229,9 @@ def test_workers_see_the_callers_head_masks():
     ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1)]
     masks = {"decoder.blocks.0.cross_attention": [0.0, 0.0]}  # the decoder stops seeing the source
     with mask_heads(tr.model, masks):
-        ref = tr.decode_ids(ids, batch_size=1)
-        got = [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)]
-    assert got == ref != tr.decode_ids(ids, batch_size=1)
+        ref = decode_ids(tr, ids, batch_size=1)
+        got = [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)]
+    assert got == ref != decode_ids(tr, ids, batch_size=1)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
@@ -223,7 +240,7 @@ def test_worker_processes_are_kept_remade_when_the_weights_change_and_match_one_
     script = """
 import sys, torch
 sys.path.insert(0, sys.argv[1])
-from test_greedy_fast_path import tiny_translator
+from test_greedy_fast_path import decode, decode_ids, tiny_translator
 from attnlab.decoding import DecodeOptions
 import copy
 from attnlab.decoding.batches import _POOLS
@@ -231,30 +248,30 @@ tr = tiny_translator()
 torch.manual_seed(5)
 ids = [torch.randint(4, 300, (n,)).tolist() for n in (4, 2, 6, 3, 5, 1, 7, 2)]
 def one():
-    return [h.tokens for h in tr.decode(ids, batch_size=2, workers=1)]
+    return [h.tokens for h in decode(tr, ids, batch_size=2, workers=1)]
 ref = one()
-assert [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == ref
+assert [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)] == ref
 pool = _POOLS[tr]
 assert not pool.closed
-tr.decode(ids, batch_size=2, workers=2)
+decode(tr, ids, batch_size=2, workers=2)
 assert _POOLS[tr] is pool  # kept: the children are warm
 with torch.no_grad():
     tr.model.decoder.dense.weight.mul_(-1.0)  # in place: the children's copy is now stale
 changed = one()
-assert changed != ref and [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == changed
+assert changed != ref and [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)] == changed
 assert _POOLS[tr] is not pool and pool.closed
 pool = _POOLS[tr]
 tr.max_output_len = 3  # a setting, not a weight: forked again too
-assert [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == one() != changed
+assert [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)] == one() != changed
 assert _POOLS[tr] is not pool
 twin = copy.deepcopy(tr)  # a translator with workers still copies, and the copy gets its own
-assert [h.tokens for h in twin.decode(ids, batch_size=2, workers=2)] == one() and _POOLS[twin] is not _POOLS[tr]
+assert [h.tokens for h in decode(twin, ids, batch_size=2, workers=2)] == one() and _POOLS[twin] is not _POOLS[tr]
 import os, signal, time, warnings
 os.kill(_POOLS[tr]._children[0][0], signal.SIGKILL)  # a worker killed between calls (out of memory)
 time.sleep(0.2)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    assert [h.tokens for h in tr.decode(ids, batch_size=2, workers=2)] == one()  # decoded here instead
+    assert [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)] == one()  # decoded here instead
 assert any("died" in str(w.message) for w in caught) and tr not in _POOLS
 for options in (DecodeOptions(sample=True, seed=3, n_best=2), DecodeOptions(beam=3, n_best=2)):
     tr.workers = 1
@@ -282,7 +299,7 @@ def test_an_attention_recording_keeps_workers_in_this_process(monkeypatch):
     tr = tiny_translator()
     ids = [[5, 6, 7], [8, 9], [10]]
     with record_attention(tr.model) as rec:
-        tr.decode(ids, batch_size=1, workers=2)
+        decode(tr, ids, batch_size=1, workers=2)
     assert sum(len(w) for w in rec.weights.values()) > 0
 
 
@@ -292,27 +309,27 @@ def test_the_garbage_collector_is_paused_while_decoding_and_restored_after(monke
     import attnlab.decoding.batches as batches
 
     seen = []
-    real = batches.greedy
+    real = batches.generate
 
     def spy(*a, **k):
         seen.append(gc.isenabled())
         return real(*a, **k)
 
-    monkeypatch.setattr(batches, "greedy", spy)
+    monkeypatch.setattr(batches, "generate", spy)
     tr = tiny_translator(V=20)
     assert gc.isenabled()
-    tr.decode([[5, 6], [7]], batch_size=1, workers=1)
+    decode(tr, [[5, 6], [7]], batch_size=1, workers=1)
     assert seen == [False, False] and gc.isenabled()
     gc.disable()
     try:
-        tr.decode([[5, 6]])
+        decode(tr, [[5, 6]])
         assert not gc.isenabled()  # left as the caller had it
     finally:
         gc.enable()
 
 
 def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs(monkeypatch):
-    from attnlab.decoding.batches import _decode_one as real
+    from attnlab.decoding.batches import _search_one as real
     from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
     from attnlab.utils.precision import resolve_precision
 
@@ -329,7 +346,36 @@ def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs(monkeypatch):
         sizes.append(len(seqs))
         return real(translator, seqs, *args)
 
-    monkeypatch.setattr("attnlab.decoding.batches._decode_one", spy)
-    assert int8.decode_ids(ids) == int8.decode_ids(ids, batch_size=DEFAULT_BATCH_SIZE)
+    monkeypatch.setattr("attnlab.decoding.batches._search_one", spy)
+    assert decode_ids(int8, ids) == decode_ids(int8, ids, batch_size=DEFAULT_BATCH_SIZE)
     size = BATCH_SIZE_BY_PRECISION["int8"]
     assert sizes == [size] * (400 // size) + [400 % size] * (400 % size > 0) + [256, 144]
+
+
+@pytest.mark.parametrize("options", [dict(no_repeat_ngram=2), dict(min_len=3), dict(prefix=True)])
+def test_greedy_with_bans_or_a_prefix_keeps_the_arg_max_kernel_and_the_compaction(monkeypatch, options):
+    """Every greedy call is the one greedy strategy: its choice is `pick` and finished rows leave the batch."""
+    from attnlab.decoding import search
+
+    tr, src, lens, bos, eos, _ = rows_ending_apart()
+    picks, shrinks = [], []
+    real_pick, real_reorder = search.pick, tr.model.reorder_state
+    monkeypatch.setattr(search, "pick", lambda rows, scores=True: picks.append(rows.shape) or real_pick(rows, scores))
+
+    def reorder(state, rows, same_sources=False):
+        shrinks.append(len(rows))
+        return real_reorder(state, rows, same_sources)
+
+    monkeypatch.setattr(tr.model, "reorder_state", reorder)
+    monkeypatch.setattr(search.Greedy, "compact", 0.0)  # rows leave as soon as one is done
+    prefix = torch.full((src.shape[0], 1), 7) if options.pop("prefix", False) else None
+    opts = DecodeOptions(**options)
+    if prefix is not None:  # an <eos> that ends some rows after this prefix
+        free = [
+            h.tokens[1:] for (h,) in generate(tr.model, src, lens, opts, bos=bos, eos=-1, max_len=10, prefix=prefix)
+        ]
+        eos = next(t for t in free[0] if sum(t in row for row in free) < len(free))
+        picks.clear(), shrinks.clear()
+    out = generate(tr.model, src, lens, opts, bos=bos, eos=eos, max_len=10, prefix=prefix)
+    assert picks and shrinks and all(n < src.shape[0] for n in shrinks)
+    assert any(h.finished for (h,) in out)

@@ -13,7 +13,7 @@ import torch
 from test_translator import EN, tiny
 from train_helpers import SUBPROCESS_ENV, needs_data, tiny_run
 
-from attnlab.decoding.beam import beam_search
+from attnlab.decoding.generator import generate
 from attnlab.decoding.translator import Translator
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -32,20 +32,17 @@ def test_translator_passes_the_length_penalty_to_beam_search():
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # the translator decodes longest first
     got = {}
     for alpha in (0.0, 1.0, 2.0):
-        hyps = translator.decode(ids, beam=3, length_penalty=alpha)
-        direct = beam_search(
-            model, batch[order], lens[order], tgt.bos, tgt.eos, beam=3, length_penalty=alpha, max_len=2 * S + 10
-        )
-        for i, h in zip(order, direct):
+        opts = translator.options(beam=3, length_penalty=alpha)
+        hyps = [hs[0] for hs in translator.search(ids, opts)]
+        direct = generate(model, batch[order], lens[order], opts, bos=tgt.bos, eos=tgt.eos, max_len=2 * S + 10)
+        for i, (h, *_) in zip(order, direct):
             assert hyps[i].tokens == h.tokens and hyps[i].score == pytest.approx(h.score)
         got[alpha] = [h.score for h in hyps]
     # Scores are normalised by len ** alpha: with multi-token outputs they must differ between alphas.
     assert got[0.0] != got[1.0] != got[2.0]
-    assert translator.decode_ids(ids, beam=3, length_penalty=2.0) == [
-        h.tokens for h in translator.decode(ids, 3, 128, 2.0)
-    ]
-    # Greedy has no length penalty: beam 1 ignores it.
-    assert translator.decode_ids(ids, beam=1, length_penalty=0.0) == translator.decode_ids(ids, beam=1)
+    # Greedy's tokens do not depend on it (its scores do: the same normalisation).
+    greedy = [[h.tokens for h in hs] for hs in translator.search(ids, translator.options(beam=1, length_penalty=0.0))]
+    assert greedy == [[h.tokens for h in hs] for hs in translator.search(ids, translator.options(beam=1))]
 
 
 @pytest.mark.parametrize("bad", ["-0.5", "nan", "6"])

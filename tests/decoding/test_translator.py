@@ -87,9 +87,9 @@ def test_learned_positions_cap_the_output_and_never_fail_the_batch():
     assert t.output_limit(6) == 6 and t.output_limit(1) == 6
     batch = ["i'm home . go .", "go ."]  # 5 tokens + <eos> = the whole table
     for beam in (1, 3):
-        hyps = t.decode(t.encode(batch), beam=beam)
+        hyps = [hs[0] for hs in t.search(t.encode(batch), t.options(beam=beam))]
         assert all(len(h.tokens) <= 6 for h in hyps)
-        assert len(t.translate(batch, beam=beam)) == 2
+        assert len(t.translate(batch, options=t.options(beam=beam))) == 2
     exp = explain(t, "i'm home . go .")
     assert exp.cross.shape[2] == len(exp.tgt_tokens) <= 6
 
@@ -103,7 +103,7 @@ def test_explanation_kinds_come_from_the_model():
     model, src, tgt = tiny()
     exp = explain(Translator(model, src, tgt), "he's calm .")
     assert exp.model_type == "transformer" and list(exp.maps) == ["encoder_self", "decoder_self", "cross"]
-    (hyp,) = Translator(model, src, tgt).decode([src.encode("he's calm .")])
+    ((hyp,),) = Translator(model, src, tgt).search([src.encode("he's calm .")])
     assert exp.finished == hyp.finished
     assert len(exp.tgt_tokens) == len(hyp.tokens) + hyp.finished
 

@@ -84,7 +84,6 @@ def _generate(tr, hf, texts, beam):
             do_sample=False,
             max_new_tokens=limit,
             length_penalty=1.0,
-            early_stopping=True,
             forced_eos_token_id=None,
             num_return_sequences=1,
         )
@@ -100,7 +99,7 @@ def _generate(tr, hf, texts, beam):
 def test_decoding_identical_to_generate(imported, hf, beam):
     texts = TEXTS + sentences(12, seed=5)
     src_ids = [imported.src_vocab.encode(t) for t in texts]
-    ours = imported.decode_ids(src_ids, beam=beam)
+    ours = [hs[0].tokens for hs in imported.search(src_ids, imported.options(beam=beam), scores=False)]
     want = _generate(imported, hf, texts, beam)
     assert ours == want
     lengths = {len(o) for o in ours}
@@ -110,7 +109,7 @@ def test_decoding_identical_to_generate(imported, hf, beam):
 def test_translate_and_explain_work_on_imported_model(imported):
     from attnlab.analysis.explanation import explain
 
-    out = imported.translate(TEXTS[:2], beam=2)
+    out = imported.translate(TEXTS[:2], options=imported.options(beam=2))
     assert all(isinstance(t, str) for t in out)
     ex = explain(imported, TEXTS[0])
     assert ex is not None

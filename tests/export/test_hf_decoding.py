@@ -37,7 +37,7 @@ def _generate(tr, ref, texts, start: int = 1, **kw):
     kw.setdefault("max_new_tokens", tr.output_limit(enc["input_ids"].shape[1]))
     with torch.no_grad():
         out = model.generate(
-            **enc, do_sample=False, early_stopping=True, forced_eos_token_id=None, return_dict_in_generate=True,
+            **enc, do_sample=False, forced_eos_token_id=None, return_dict_in_generate=True,
             output_scores=True, **kw,
         )  # fmt: skip
     rows = [_strip(r, tr.tgt_vocab.eos, tr.tgt_vocab.pad) for r in out.sequences[:, start:].tolist()]
@@ -73,8 +73,7 @@ def unsuppressed(imported, hf):
 
 def _ours(tr, texts, options, **kw):
     src_ids = [tr.src_vocab.encode(t) for t in texts]
-    prefixes, constraints = tr.encode_targets(src_ids, options)
-    return tr.search(src_ids, options, prefixes, constraints, **kw)
+    return tr.search(src_ids, options, **kw)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 1.0, 2.0])
@@ -97,7 +96,12 @@ def test_no_repeat_ngram_and_min_len_equal_generate(imported, hf, beam):
     ours = [hs[0].tokens for hs in _ours(imported, SOURCES, opts)]
     want, _ = _generate(imported, hf, SOURCES, num_beams=beam, no_repeat_ngram_size=2, min_new_tokens=6)
     assert ours == want
-    plain = imported.decode_ids([imported.src_vocab.encode(t) for t in SOURCES], beam=beam)
+    plain = [
+        hs[0].tokens
+        for hs in imported.search(
+            [imported.src_vocab.encode(t) for t in SOURCES], imported.options(beam=beam), scores=False
+        )
+    ]
     assert ours != plain, "the controls changed nothing: the test does not exercise them"
     for row in ours:
         pairs = list(itertools.pairwise(row))

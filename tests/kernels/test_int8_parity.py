@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.decoding.beam import beam_search
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.kernels import loader
 from attnlab.models import Transformer, TransformerConfig, int8_step
 from attnlab.utils.precision import prepare_for_inference
@@ -40,11 +40,8 @@ def sources(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def lines(model, src, lens, beam: int) -> list[tuple[int, ...]]:
     with torch.inference_mode():
-        if beam == 1:
-            hyps = greedy(model, src, lens, bos=1, eos=2, max_len=20)
-        else:
-            hyps = beam_search(model, src, lens, bos=1, eos=2, beam=beam, max_len=20)
-    return [tuple(h.tokens) for h in hyps]
+        found = generate(model, src, lens, DecodeOptions(beam=beam), bos=1, eos=2, max_len=20, scores=False)
+    return [tuple(hs[0].tokens) for hs in found]
 
 
 @pytest.mark.parametrize("beam, n", [(1, 300), (4, 100)], ids=["greedy", "beam 4"])

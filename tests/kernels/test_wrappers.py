@@ -121,18 +121,20 @@ def test_multihead_decoding_and_encoder_paths_match_pytorch_kernels(dtype, D, to
 
 
 def test_a_transformer_decodes_the_same_tokens_with_and_without_the_kernel():
-    from attnlab.decoding.beam import beam_search
-    from attnlab.decoding.greedy_search import greedy
+    from attnlab.decoding.generator import generate
+    from attnlab.decoding.options import DecodeOptions
 
     torch.manual_seed(0)
     cfg = TransformerConfig(40, 40, num_hiddens=32, num_heads=2, num_layers=2, ffn_num_hiddens=64, dropout=0.0)
     model = Transformer(cfg).eval()
     src, lens = torch.randint(3, 40, (6, 9)), torch.tensor([9, 3, 7, 1, 9, 5])
-    got = greedy(model, src, lens, 1, 2, 12)
-    beams = beam_search(model, src, lens, 1, 2, beam=3, max_len=12)
+
+    def decode(beam):
+        return [hs[0] for hs in generate(model, src, lens, DecodeOptions(beam=beam), bos=1, eos=2, max_len=12)]
+
+    got, beams = decode(1), decode(3)
     with native.off():
-        ref = greedy(model, src, lens, 1, 2, 12)
-        ref_beams = beam_search(model, src, lens, 1, 2, beam=3, max_len=12)
+        ref, ref_beams = decode(1), decode(3)
     assert [h.tokens for h in got] == [h.tokens for h in ref]
     assert [h.tokens for h in beams] == [h.tokens for h in ref_beams]
     for a, b in zip(got, ref):

@@ -8,10 +8,17 @@ import torch.nn.functional as F
 
 from attnlab.attention import mask_heads, record_attention
 from attnlab.attention.positions import POSITIONS
-from attnlab.decoding import beam_search
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.models import Transformer, TransformerConfig, build_model
 
 SCHEMES = [(p, kv) for p in POSITIONS for kv in (None, 2)] + [("rope", 1), ("t5", 1)]
+
+
+def beam_search(model, src, lens, bos, eos, beam=4, max_len=50, length_penalty=1.0):
+    """The generator's beam search: the best hypothesis per source."""
+    opts = DecodeOptions(beam=beam, length_penalty=length_penalty)
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len)]
 
 
 def tiny(positions="sinusoidal", num_kv_heads=None, seed=0, **kw):
@@ -83,7 +90,7 @@ def test_positions_change_what_the_model_computes():
 def test_beam_search_scores_are_the_models_log_probabilities(positions, kv):
     model = tiny(positions, kv)
     src, _, lens = batch()
-    hyps = beam_search(model, src, lens, bos=1, eos=2, beam=3, max_len_b=10)
+    hyps = beam_search(model, src, lens, bos=1, eos=2, beam=3, max_len=10)
     for i, h in enumerate(hyps):
         tokens = torch.tensor([[1, *h.tokens, 2][: len(h.positional_scores) + 1]])
         logp = F.log_softmax(model(src[i : i + 1, : int(lens[i])], tokens[:, :-1]), dim=-1)

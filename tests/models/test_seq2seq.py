@@ -7,11 +7,23 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.attention import record_attention
-from attnlab.decoding.beam import beam_search
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.models import BahdanauConfig, EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder, build_model
 
 PAD, BOS, EOS = 0, 1, 2
+
+
+def greedy(model, src, lens, bos, eos, max_len, scores=True):
+    """The generator's greedy search: one hypothesis per source."""
+    opts = DecodeOptions()
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
+
+
+def beam_search(model, src, lens, bos, eos, beam=4, max_len=50, length_penalty=1.0):
+    """The generator's beam search: the best hypothesis per source."""
+    opts = DecodeOptions(beam=beam, length_penalty=length_penalty)
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len)]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

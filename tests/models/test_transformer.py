@@ -10,10 +10,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.attention import record_attention
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.models import CONFIGS, Transformer, TransformerConfig, build_model
 
 PAD, BOS, EOS = 0, 1, 2
+
+
+def greedy(model, src, lens, bos, eos, max_len, scores=True):
+    """The generator's greedy search: one hypothesis per source."""
+    opts = DecodeOptions()
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

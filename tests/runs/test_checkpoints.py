@@ -63,7 +63,7 @@ def test_load_translator_round_trip(run_dir):
     assert t.max_len == 16  # the tiny preset's position limit (sinusoidal: not the training length)
     out = t.translate(["go .", "i'm home ."])
     assert len(out) == 2 and all(isinstance(s, str) for s in out)
-    assert t.translate(["go ."], beam=2)[0] == t.translate(["go ."], beam=2)[0]
+    assert t.translate(["go ."], options=t.options(beam=2))[0] == t.translate(["go ."], options=t.options(beam=2))[0]
     (tr,) = t.translate_tokens(["go zzzqqq ."])  # unknown word -> <unk>, never a crash
     assert tr.src_tokens == ["go", "<unk>", ".", "<eos>"]
     assert tr.text == t.translate(["go zzzqqq ."])[0]

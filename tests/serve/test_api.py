@@ -6,6 +6,8 @@ import copy
 
 import pytest
 
+from attnlab.decoding.options import MAX_BEAM
+
 
 def _shape(x):
     """Shape of a nested list, checking it is rectangular."""
@@ -28,7 +30,7 @@ def test_translate_shapes_and_rows(client, translator, beam):
     assert _shape(A["decoder_self"]) == (N, H, Lt, Lt)
     assert _shape(A["cross"]) == (N, H, Lt, Ls)
     assert d["src_tokens"][-1] == "<eos>" and d["tgt_input_tokens"][0] == "<bos>"
-    assert d["translation"] == translator.translate(["i'm home ."], beam=beam)[0]
+    assert d["translation"] == translator.translate(["i'm home ."], options=translator.options(beam=beam))[0]
     for kind in A.values():
         for layer in kind:
             for head in layer:
@@ -80,9 +82,9 @@ def test_unexpected_error_is_generic_500_with_request_id(translator, caplog):
     from attnlab.serve.app import create_app
 
     broken = copy.copy(translator)
-    broken.decode = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded at /secret/path"))
+    broken.search = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded at /secret/path"))
     with TestClient(create_app(broken), raise_server_exceptions=False) as c:
-        r = c.post("/api/translate", json={"text": "go ."})
+        r = c.post("/api/translate", json={"text": "go .", "beam": 1})
     assert r.status_code == 500
     body = r.json()
     assert "exploded" not in r.text and "/secret" not in r.text and "RuntimeError" not in r.text
@@ -134,7 +136,8 @@ def test_openapi_lists_routes(client):
     assert {"408", "413", "422", "500", "503"} <= set(errs)
     assert errs["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
     req = spec["components"]["schemas"]["TranslateRequest"]["properties"]
-    assert req["beam"]["minimum"] == 1 and req["beam"]["maximum"] == 8
+    beam = next(b for b in req["beam"]["anyOf"] if b.get("type") == "integer")  # or null: the run's default
+    assert beam["minimum"] == 1 and beam["maximum"] == MAX_BEAM  # the options' bound; --max-beam narrows it
 
 
 def test_page_and_static_files(client):

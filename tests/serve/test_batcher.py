@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,7 +22,11 @@ class FakeTranslator:
     def __init__(self, gate: threading.Event | None = None):
         self.calls, self.lock, self.gate, self.started = [], threading.Lock(), gate, threading.Event()
 
-    def translate(self, texts, beam=1):
+    def options(self, beam):  # as Translator.options: its defaults with this beam
+        return SimpleNamespace(beam=beam)
+
+    def translate(self, texts, options):
+        beam = options.beam
         with self.lock:
             self.calls.append((list(texts), beam))
         self.started.set()
@@ -122,9 +127,9 @@ def test_api_translations_match_translator(client, translator):
     texts = ["i'm home .", "go .", "he's calm .", "i lost ."]
     r = client.post("/api/translations", json={"texts": texts})
     assert r.status_code == 200, r.text
-    assert r.json()["translations"] == translator.translate(texts) and r.json()["beam"] == 1
+    assert r.json()["translations"] == translator.translate(texts) and r.json()["beam"] == translator.defaults.beam
     r = client.post("/api/translations", json={"texts": texts[:2], "beam": 3})
-    assert r.json()["translations"] == translator.translate(texts[:2], beam=3)
+    assert r.json()["translations"] == translator.translate(texts[:2], options=translator.options(beam=3))
 
 
 class HeldTranslator:
@@ -134,12 +139,12 @@ class HeldTranslator:
     def __init__(self, translator, n: int):
         self.base, self.n, self.batcher, self.first = translator, n, None, True
 
-    def translate(self, texts, beam=1):
+    def translate(self, texts, options=None):
         if self.first:
             self.first = False
             while self.batcher.pending < self.n:  # set on the event loop's thread; read here only
                 time.sleep(0.005)
-        return self.base.translate(texts, beam)
+        return self.base.translate(texts, options=options)
 
     def __getattr__(self, name):  # vocabularies, config, model: the real translator's
         return getattr(self.base, name)

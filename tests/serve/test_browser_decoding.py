@@ -28,6 +28,9 @@ def test_nbest_alignment_and_samples(driver, server, translator):
     box = driver.find_element(By.ID, "text")
     box.clear()
     box.send_keys(TEXT)
+    beam = str(translator.defaults.beam)  # the page starts at the run's decoding defaults
+    assert driver.find_element(By.ID, "beam").get_attribute("value") == beam
+    Select(driver.find_element(By.ID, "beam")).select_by_value("1")
     Select(driver.find_element(By.ID, "nbest")).select_by_value("2")
     assert driver.find_element(By.ID, "beam").get_attribute("value") == "2"  # n-best raised the beam
     driver.find_element(By.ID, "align").click()

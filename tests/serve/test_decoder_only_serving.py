@@ -47,7 +47,7 @@ def test_translate_shows_the_three_views(do_client, do_translator, beam):
     assert _shape(A["encoder_self"]) == (N, H, Ls, Ls)
     assert _shape(A["decoder_self"]) == (N, H, Lt, Lt)
     assert _shape(A["cross"]) == (N, H, Lt, Ls)
-    assert d["translation"] == do_translator.translate(["i'm home ."], beam=beam)[0]
+    assert d["translation"] == do_translator.translate(["i'm home ."], options=do_translator.options(beam=beam))[0]
     for layer in range(N):
         for h in range(H):
             for row in A["encoder_self"][layer][h]:  # a source token sees only source tokens
@@ -82,6 +82,6 @@ def test_translations_batch_like_translate(do_client, do_translator):
     for beam in (1, 2):
         r = do_client.post("/api/translations", json={"texts": texts, "beam": beam})
         assert r.status_code == 200, r.text
-        assert r.json()["translations"] == do_translator.translate(texts, beam=beam)
+        assert r.json()["translations"] == do_translator.translate(texts, options=do_translator.options(beam=beam))
     r = do_client.post("/api/translations", json={"texts": ["go .", ""]})
     assert r.status_code == 422 and "texts[1]" in r.json()["detail"]

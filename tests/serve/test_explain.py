@@ -10,8 +10,15 @@ import torch
 from attnlab.analysis.explanation import explain
 from attnlab.attention import record_attention
 from attnlab.attention.recording import attention_maps
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import InputError, TextTooLong
+
+
+def greedy(model, src, lens, bos, eos, max_len, scores=True):
+    """The generator's greedy search: one hypothesis per source."""
+    opts = DecodeOptions()
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
 
 
 def _check_shapes_and_rows(exp, cfg):
@@ -45,7 +52,7 @@ def test_shapes_tokens_and_rows(translator):
 def test_equals_cached_step_by_step_decoding(translator):
     """Per-step weights recorded while greedy decodes with the KV cache == the one-pass maps."""
     text = "i'm home ."
-    exp = explain(translator, text)
+    exp = explain(translator, text, beam=1)
     model, sv, tv = translator.model, translator.src_vocab, translator.tgt_vocab
     src = torch.tensor([sv.encode(text) + [sv.eos]])
     with torch.no_grad(), record_attention(model) as rec:
@@ -75,7 +82,7 @@ def test_equals_cached_step_by_step_decoding(translator):
 
 def test_beam_output_matches_translator(translator):
     exp = explain(translator, "he's calm .", beam=3)
-    assert exp.translation == translator.translate(["he's calm ."], beam=3)[0]
+    assert exp.translation == translator.translate(["he's calm ."], options=translator.options(beam=3))[0]
     _check_shapes_and_rows(exp, translator.config["model"])
 
 

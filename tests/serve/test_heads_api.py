@@ -112,7 +112,7 @@ def test_importance_from_heads_json(translator, tmp_path):
 @pytest.mark.parametrize("beam", [2, 4])
 def test_beam_trace_matches_the_returned_translation(client, translator, beam):
     out = post(client, beam=beam).json()
-    assert out["translation"] == translator.translate([TEXT], beam=beam)[0]
+    assert out["translation"] == translator.translate([TEXT], options=translator.options(beam=beam))[0]
     tr = out["beam_trace"]
     steps = {s["step"]: s for s in tr["steps"]}
     chosen = [steps[s]["candidates"][i] for s, i in tr["path"]]

@@ -58,7 +58,11 @@ def test_plain_options_keep_the_trace_and_no_options_one_hypothesis(client, tran
     assert body["beam_trace"] is not None and body["alignment"]["pairs"]
     plain = _post(client, beam=3).json()
     assert [h["text"] for h in plain["nbest"]] == [plain["translation"]] and plain["alignment"] is None
-    assert plain["translation"] == body["translation"] == translator.translate([TEXT], beam=3)[0]
+    assert (
+        plain["translation"]
+        == body["translation"]
+        == translator.translate([TEXT], options=translator.options(beam=3))[0]
+    )
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ def test_per_text_prefixes_follow_their_texts(client, translator):
     prefixes = [None, "va", None]
     r = client.post("/api/translations", json={"texts": TEXTS, "options": {"prefix": prefixes}})
     assert r.status_code == 200, r.text
-    expected = translator.translate(TEXTS, options=DecodeOptions(prefix=prefixes))
+    expected = translator.translate(TEXTS, options=translator.options(prefix=prefixes))  # the run's defaults
     assert r.json()["translations"] == expected
     assert r.json()["translations"][1].startswith("va")
 
@@ -46,7 +46,7 @@ def test_without_options_the_plain_answer_is_unchanged(client):
 @pytest.mark.parametrize(
     "options, words",
     [
-        ({"n_best": 4}, "n_best"),  # above the beam (1)
+        ({"n_best": 5}, "n_best"),  # above the run's default beam (4)
         ({"sample": True, "top_p": 1.5}, "top_p"),
         ({"temperature": 0}, "temperature"),
         ({"bogus": 1}, "unknown decoding option"),
@@ -83,3 +83,22 @@ def test_bad_options_are_422_naming_the_option(client, options, words):
 def test_no_options_payload_is_a_server_error(client, options):
     r = client.post("/api/translations", json={"texts": TEXTS, "beam": 2, "options": options})
     assert r.status_code == 422, (options, r.status_code, r.text)
+
+
+def test_the_server_narrows_the_options_bound_and_starts_at_the_runs_defaults(client, translator):
+    from attnlab.decoding.options import MAX_BEAM
+    from attnlab.serve.guard import Limits
+    from attnlab.serve.options import decode_options
+
+    assert decode_options(translator, None, None, 8) == translator.defaults  # nothing given: the run's
+    with pytest.raises(ValueError, match="beam must be at most 2 on this server"):
+        decode_options(translator, None, 3, 2)
+    with pytest.raises(ValueError, match="n_best must be at most 2 on this server"):
+        decode_options(translator, {"sample": True, "n_best": 3}, None, 2)
+    with pytest.raises(ValueError, match=f"max_beam must be at most {MAX_BEAM}"):
+        Limits(max_beam=MAX_BEAM + 1)
+    info = client.get("/api/model").json()
+    assert info["decoding"]["beam"] == translator.defaults.beam and info["max_beam"] == Limits().max_beam
+    r = client.post("/api/translations", json={"texts": TEXTS})  # no beam: the run's default
+    assert r.json()["beam"] == translator.defaults.beam
+    assert r.json()["translations"] == translator.translate(TEXTS)

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.utils.packed import (
     MIN_WORK,
@@ -27,6 +28,12 @@ from attnlab.utils.packed import (
 from attnlab.utils.precision import prepare_for_inference
 
 pytestmark = pytest.mark.skipif(not ONEDNN, reason="this PyTorch build has no oneDNN")
+
+
+def greedy(model, src, lens, bos, eos, max_len, scores=True):
+    """The generator's greedy search: one hypothesis per source."""
+    opts = DecodeOptions()
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
 
 
 def _layer(K=48, N=160, bias=True, seed=0) -> nn.Linear:

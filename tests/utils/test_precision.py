@@ -10,13 +10,20 @@ from torch import nn
 from train_helpers import needs_data, tiny_run
 
 from attnlab.data import Vocab
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import Translator
 from attnlab.models import Transformer, TransformerConfig, build_model
 from attnlab.utils.precision import autocast, cpu_features, int8_layers, prepare_for_inference, resolve_precision
 from attnlab.utils.quantize import Int8Linear
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def greedy(model, src, lens, bos, eos, max_len, scores=True):
+    """The generator's greedy search: one hypothesis per source."""
+    opts = DecodeOptions()
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
 
 
 def tiny_transformer(seed: int = 0, **over) -> Transformer:

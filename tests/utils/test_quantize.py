@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.kernels import loader as native
 from attnlab.kernels.int8_rows import QUANTIZE_ARGS, quantize_rows
 from attnlab.models import Transformer, TransformerConfig
@@ -24,6 +25,12 @@ BOS, EOS, PAD, V = 1, 2, 0, 24
 # next, so the floor leaves a margin. A broken
 # quantization (a wrong scale axis, a transposed weight) scores near 0.
 INT8_AGREEMENT = 0.9
+
+
+def greedy(model, src, lens, bos, eos, max_len, scores=True):
+    """The generator's greedy search: one hypothesis per source."""
+    opts = DecodeOptions()
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
 
 
 def _is_int8(m: nn.Module) -> bool:

@@ -25,7 +25,7 @@ from torch import Tensor
 from attnlab.attention import mask_heads, record_attention
 from attnlab.attention.recording import attention_maps
 from attnlab.decoding.alignment import align_batch, source_word_index, target_word_index
-from attnlab.decoding.beam import beam_search
+from attnlab.decoding.generator import generate
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.trace import trace_path
@@ -49,7 +49,7 @@ class Explanation:
     model_type: "transformer", "bahdanau", ...
     finished: decoding ended with <eos> (from the Hypothesis), not at the length limit.
     heads_off: kind -> [[layer, head], ...] masked while decoding and recording (empty: none).
-    beam_trace: with beam > 1 and trace=True, the search itself (`attnlab.decoding.beam_search`'s trace,
+    beam_trace: with beam > 1 and trace=True, the search itself (`attnlab.decoding.generate`'s trace,
         tokens as strings, and "path": the (step, candidate) of each token of the winner); else None.
     subwords: the tokens are SentencePiece pieces ("▁" starts a word); `merge_subwords` joins them.
     positions, num_heads, num_kv_heads: how the model's attention knows word order and how many query and
@@ -217,28 +217,19 @@ def _canonical_heads_off(heads_off: Mapping[str, Sequence] | None) -> dict[str, 
     return {k: [list(p) for p in sorted({(int(a), int(b)) for a, b in v})] for k, v in (heads_off or {}).items() if v}
 
 
-def _decode(translator, ids: list[int], beam: int, trace: list | None, length_penalty: float = 1.0):
-    """translator.decode for one sentence; with a trace list, the same beam search called directly
-    (Translator.decode has no trace argument), with the same start token and length limit."""
-    if trace is None or beam == 1:
-        (hyp,) = translator.decode([ids], beam=beam, length_penalty=length_penalty)
+def _decode(translator, ids: list[int], options: DecodeOptions, trace: list | None):
+    """translator.search for one sentence; with a trace list, the same generator called directly with it
+    (the Translator records no trace), with the same start token and length limit."""
+    if trace is None:
+        ((hyp, *_),) = translator.search([ids], options)
         return hyp
-
     src_ids = ids + [translator.src_vocab.eos]
     src = torch.tensor([src_ids], dtype=torch.long, device=translator.device)
     lens = torch.tensor([len(src_ids)], device=translator.device)
-    bos = translator.bos
-    (hyp,) = beam_search(
-        translator.model,
-        src,
-        lens,
-        bos,
-        translator.tgt_vocab.eos,
-        beam=beam,
-        length_penalty=length_penalty,
-        max_len=translator.output_limit(len(src_ids)),
-        trace=trace,
-    )
+    ((hyp, *_),) = generate(
+        translator.model, src, lens, options, bos=translator.bos, eos=translator.tgt_vocab.eos,
+        max_len=translator.output_limit(len(src_ids)), trace=trace,
+    )  # fmt: skip
     return hyp
 
 
@@ -251,10 +242,10 @@ def _search(translator, text: str, ids: list[int], options: DecodeOptions, trace
     same results), each as an nbest entry, and the best one's alignment (options.align) or None."""
     heads = translator.alignment_heads(options.align_layer, options.align_heads) if options.align else None
     prefixes, constraints = translator.encode_targets([ids], options)
-    if options.plain:  # as Translator.search: the plain decode (here with its trace, if asked)
-        hyps = [_decode(translator, ids, options.beam, trace, options.length_penalty)]
+    if options.plain:  # one answer: the same search, with its trace if asked
+        hyps = [_decode(translator, ids, options, trace)]
     else:
-        (hyps,) = translator.search([ids], options, prefixes, constraints)
+        (hyps,) = translator.search([ids], options)
     phrases = constraints[0]
     vocab = translator.tgt_vocab
     met = [all(_contains(h.tokens, p) for p in phrases) if phrases else None for h in hyps]
@@ -275,7 +266,7 @@ def _search(translator, text: str, ids: list[int], options: DecodeOptions, trace
 
 
 def _readable_trace(trace: list, vocab) -> dict:
-    """beam_search's trace (one sentence) with token strings and the winner's path."""
+    """The beam search's trace (one sentence) with token strings and the winner's path."""
 
     steps = [r for r in trace if "step" in r]
     for r in steps:
@@ -288,14 +279,15 @@ def _readable_trace(trace: list, vocab) -> dict:
 def explain(
     translator,
     text: str,
-    beam: int = 1,
+    beam: int | None = None,
     max_chars: int = MAX_CHARS,
     truncate: bool = False,
     heads_off: Mapping[str, Sequence] | None = None,
     trace: bool = False,
     options: DecodeOptions | None = None,
 ) -> Explanation:
-    """Translate `text` (greedy for beam=1, else beam search) and record every attention map.
+    """Translate `text` (greedy for beam=1, else beam search; None: the translator's default decoding)
+    and record every attention map.
 
     heads_off: {kind: [[layer, head], ...]} heads masked (output gated to 0 before W_o) while decoding
         and recording, in this thread only (`mask_heads`); see `head_masks_for`.
@@ -308,6 +300,8 @@ def explain(
     Raises InputError (a ValueError) for text that is empty, too long or untokenizable, for a beam
     below 1 (the HTTP API caps it at 8) and for a bad head mask.
     """
+    if beam is None:
+        beam = translator.defaults.beam if options is None else options.beam
     if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
         raise InputError(f"beam must be a positive integer, got {beam!r}")
     ids = check_text(translator, text, max_chars, truncate)
@@ -326,7 +320,7 @@ def explain(
     nbest, alignment = [], None
     with torch.inference_mode(), mask_heads(model, masks):
         if options is None:
-            hyp = _decode(translator, ids, beam, steps)
+            hyp = _decode(translator, ids, translator.options(beam=beam, n_best=1), steps)
             nbest = [_entry(tgt_vocab, hyp)]
         else:
             hyp, nbest, alignment = _search(translator, text, ids, options, steps)

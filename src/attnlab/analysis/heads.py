@@ -248,8 +248,8 @@ def evaluate_with_masks(
             total, count = total + float(s), count + int(n)
         score = None
         if bleu:
-            out_ids = translator.decode_ids([ex.src_ids for ex in examples], beam=beam)
-            hyps = [translator.tgt_vocab.decode(ids) for ids in out_ids]
+            found = translator.search([ex.src_ids for ex in examples], translator.options(beam=beam), scores=False)
+            hyps = [translator.tgt_vocab.decode(hs[0].tokens) for hs in found]
             refs = [_reference_text(ex.tgt_text, translator.tgt_vocab) for ex in examples]
             score = corpus_bleu(hyps, refs)
     return {"loss": total / max(count, 1), "bleu": score}

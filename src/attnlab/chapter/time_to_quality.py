@@ -71,7 +71,8 @@ def held_out_sources(examples, vocab, limit: int, min_words: int = 3, max_words:
 
 def score_sources(translator, sources, beam: int = 1) -> float:
     """Multi-reference corpus BLEU of `translator` on `held_out_sources` output."""
-    hyps = translator.translate_ids([ids for _, ids, _ in sources], beam=beam)
+    found = translator.search([ids for _, ids, _ in sources], translator.options(beam=beam), scores=False)
+    hyps = [translator.tgt_vocab.decode(hs[0].tokens) for hs in found]
     return corpus_bleu(hyps, [refs for _, _, refs in sources])
 
 

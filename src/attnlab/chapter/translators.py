@@ -43,7 +43,8 @@ def four_sentences(trained: TrainedModel) -> list[list]:
     """The book's four sentences, translated, each with the book's BLEU (k=2) on tokens
     (`metrics.book_bleu`, the same function `attnlab evaluate` prints)."""
 
-    scores = book_bleu(load_translator(trained.run_dir))
+    translator = load_translator(trained.run_dir)
+    scores = book_bleu(translator, translator.options(beam=1))  # greedy, as the book decodes
     return [[en, out, fr, round(score, 3)] for (en, fr), (_, out, score) in zip(BOOK_EVAL_PAIRS, scores)]
 
 
@@ -63,7 +64,9 @@ def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
     if not test:
         return []
     t0 = time.perf_counter()
-    hyps = translator.translate_ids([ex.src_ids for ex in test])
+    greedy = translator.options(beam=1)  # as the book decodes
+    found = translator.search([ex.src_ids for ex in test], greedy, scores=False)
+    hyps = [translator.tgt_vocab.decode(hs[0].tokens) for hs in found]
     seconds = time.perf_counter() - t0
     refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]
     return [

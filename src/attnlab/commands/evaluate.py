@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 
 from attnlab.commands._common import add_command, run_model_type
-from attnlab.commands.translate import add_checkpoint_args
-from attnlab.decoding.options import DEFAULT_BEAM, MAX_BEAM
+from attnlab.commands.translate import add_checkpoint_args, merged_options, run_defaults
+from attnlab.decoding.options import MAX_BEAM, TRANSLATOR_DEFAULTS
 
 
 def add_parser(subparsers) -> None:
@@ -30,16 +30,16 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--beam",
         type=int,
-        default=DEFAULT_BEAM,
-        help=f"beam size 1..{MAX_BEAM} (default {DEFAULT_BEAM}, as translate: the README's test BLEU is measured so; "
-        f"1 = greedy)",
+        default=None,
+        help=f"beam size 1..{MAX_BEAM} (default: the run's, as translate: {TRANSLATOR_DEFAULTS.beam} unless its "
+        "generation.json says otherwise; the README's test BLEU is measured so; 1 = greedy)",
     )
     p.add_argument(
         "--length-penalty",
         type=float,
-        default=1.0,
+        default=None,
         metavar="ALPHA",
-        help="beam search ranks finished hypotheses by score / length ** ALPHA (default 1.0; 0..5)",
+        help="beam search ranks finished hypotheses by score / length ** ALPHA (default: the run's, 1.0; 0..5)",
     )
     p.add_argument(
         "--data",
@@ -59,11 +59,12 @@ def run(args) -> int:
     from attnlab.training.launch import load_run_data
     from attnlab.utils.checks import check_range
 
-    check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
     check_range("--limit", args.limit, 1, integer=True, none_ok=True)
-    check_range("--length-penalty", args.length_penalty, 0, 5)
     if _image_accuracy(args):
         return 0
+    given = {"beam": args.beam, "length_penalty": args.length_penalty}
+    # the flags given, over the run's decoding defaults: checked before the model loads
+    options = merged_options(run_defaults(args), {k: v for k, v in given.items() if v is not None})
     translator = open_translator(args.checkpoint, args.device, args.weights, args.precision)
     if imported_source(translator.config):
         data = load_imported_data(translator, args.checkpoint, args.data)
@@ -77,14 +78,14 @@ def run(args) -> int:
         raise ValueError(f"the {args.split} split of this run is empty; try --split valid or --split train")
 
     start = time.perf_counter()
-    out_ids = translator.decode_ids([ex.src_ids for ex in sources], beam=args.beam, length_penalty=args.length_penalty)
+    out_ids = [hs[0].tokens for hs in translator.search([ex.src_ids for ex in sources], options, scores=False)]
     seconds = time.perf_counter() - start
     hyps = [translator.tgt_vocab.decode(ids) for ids in out_ids]
     refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]
     tokens = sum(len(ids) + 1 for ids in out_ids)  # + the <eos> each sentence also produced
     pairs = sum(len(rs) for rs in references)
 
-    beam = f"beam {args.beam}" + (f", length penalty {args.length_penalty:g}" if args.beam > 1 else "")
+    beam = f"beam {options.beam}" + (f", length penalty {options.length_penalty:g}" if options.beam > 1 else "")
     print(f"{args.checkpoint}: {args.split} split, {len(sources)} distinct sources ({pairs} pairs), {beam}")
     print(
         f"BLEU {corpus_bleu(hyps, refs):.2f}  chrF {corpus_chrf(hyps, refs):.2f}  "
@@ -96,7 +97,7 @@ def run(args) -> int:
         print(f"  {row['bucket']:>5}: {row['sentences']:5d} sources  {scores}")
     if (translator.src_vocab.lang, translator.tgt_vocab.lang) in (("en", "fr"), (None, None)):  # English-French runs
         print("the book's sentences, BLEU k=2:")
-        for src, out, score in book_bleu(translator, beam=args.beam):
+        for src, out, score in book_bleu(translator, options):
             print(f"  {src} => {out}, bleu {score:.3f}")
     picked = getattr(getattr(translator, "precision", None), "picked", "fp32")  # what --precision ran
     print(

@@ -35,6 +35,7 @@ LIMIT_FLAGS = {
         "the explorer refuses (413) sentences whose attention maps could exceed this",
     ),
     "--max-texts": ("max_texts", int, "most texts in one POST /api/translations"),
+    "--max-beam": ("max_beam", int, "largest beam and n_best a request may ask (at most 16)"),
 }
 
 

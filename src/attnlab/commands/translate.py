@@ -1,22 +1,24 @@
 """`attnlab translate`: source sentences (arguments, or stdin one a line) -> their translations, one a line.
 
 attnlab translate "i'm home ." "he's calm ."
-echo "go ." | attnlab translate --checkpoint runs/d2l --beam 1        # greedy (default: beam 4)
+echo "go ." | attnlab translate --checkpoint runs/d2l --beam 1        # greedy (default: the run's, beam 4)
 attnlab translate --beam 5 --n-best 3 "i'm home ."        # 0 ||| je suis chez moi . ||| -0.1234
 attnlab translate --sample --top-p 0.9 --n-best 4 --seed 1 "i'm home ."
 attnlab translate --beam 5 --constraint "à la maison" --align "i'm home ."
 
 With --n-best, each hypothesis is a line SOURCE_INDEX ||| translation ||| score (0-based index of the
 input sentence); --align appends ||| i-j ... (source word i, target word j, 0-based, whitespace words).
+A decoding flag not given takes the run's default (RUN/generation.json; beam 4 where it has none).
 """
 
 from __future__ import annotations
 
-import re
 import sys
+from pathlib import Path
+from typing import Any
 
 from attnlab.commands._common import add_command
-from attnlab.decoding.options import DEFAULT_BEAM, MAX_BEAM
+from attnlab.decoding.options import MAX_BEAM, TRANSLATOR_DEFAULTS
 from attnlab.runs.layout import DEFAULT_RUN
 
 
@@ -62,29 +64,37 @@ def add_parser(subparsers) -> None:
         "--beam",
         type=int,
         default=None,
-        help=f"beam size 1..{MAX_BEAM} (default {DEFAULT_BEAM}, as evaluate: +2.5 BLEU over greedy at ~3x the time; "
-        f"1 = greedy, the quickest answer; --sample takes no beam)",
+        help=f"beam size 1..{MAX_BEAM} (default: the run's, {TRANSLATOR_DEFAULTS.beam} unless its generation.json "
+        "says otherwise; 1 = greedy, the quickest answer; --sample takes no beam)",
     )
     p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
-    g = p.add_argument_group("decoding options (attnlab.decoding.DecodeOptions)")
+    add_option_flags(p.add_argument_group("decoding options (attnlab.decoding.DecodeOptions; default: the run's)"))
+    p.set_defaults(func=run)  # fmt: skip
+
+
+def add_option_flags(g) -> None:
+    """The DecodeOptions flags beside --beam; each defaults to None: not given, the run's default holds."""
     g.add_argument(
         "--n-best",
         type=int,
         default=None,
         metavar="N",
-        help="print N hypotheses per sentence (<= --beam; with --sample, N samples) as INDEX ||| text ||| score "
-        "(default: the best one, plain)",
+        help="print N hypotheses per sentence (<= --beam; with --sample, N samples) as INDEX ||| text "
+        "||| score (default: the best one, plain)",
     )
     g.add_argument(
-        "--sample", action="store_true", help="sample tokens instead of searching (see --temperature/--top-k/--top-p)"
+        "--sample",
+        action="store_true",
+        default=None,
+        help="sample tokens instead of searching (see --temperature/--top-k/--top-p)",
     )
-    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature > 0 (default 1)")
-    g.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens (default 0: all)")
+    g.add_argument("--temperature", type=float, default=None, help="sampling temperature > 0 (default 1)")
+    g.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens (default 0: all)")
     g.add_argument(
         "--top-p",
         type=float,
-        default=1.0,
-        help="nucleus sampling: the likeliest tokens holding this probability, (0, 1]",
+        default=None,
+        help="nucleus sampling: the likeliest tokens holding this probability, (0, 1] (default 1)",
     )
     g.add_argument(
         "--seed",
@@ -93,13 +103,31 @@ def add_parser(subparsers) -> None:
         help="seed for --sample (same seed and input: same samples; default: a fresh draw each run)",
     )
     g.add_argument(
-        "--length-penalty", type=float, default=1.0, help="scores are log-prob / length ** this (0..5, default 1)"
+        "--length-penalty", type=float, default=None, help="scores are log-prob / length ** this (0..5, default 1)"
     )
-    g.add_argument("--min-len", type=int, default=0, help="no <eos> before this many output tokens")
+    g.add_argument(
+        "--early-stopping",
+        action="store_true",
+        default=None,
+        help="beam search stops a sentence once --beam hypotheses finished (default: goes on while a "
+        "live one could still beat them, as transformers' generate)",
+    )
+    g.add_argument(
+        "--min-len",
+        type=int,
+        default=None,
+        help="no <eos> before this many output tokens (below the output limit; default 0)",
+    )
     g.add_argument(
         "--max-len", type=int, default=None, help="most output tokens, <eos> included (default: 2 x source + 10)"
     )
-    g.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N", help="no n-gram of size N twice in an output")
+    g.add_argument(
+        "--no-repeat-ngram",
+        type=int,
+        default=None,
+        metavar="N",
+        help="no n-gram of size N twice in an output (default 0: off)",
+    )
     g.add_argument(
         "--prefix",
         metavar="TEXT",
@@ -108,57 +136,72 @@ def add_parser(subparsers) -> None:
     g.add_argument(
         "--constraint",
         action="append",
-        default=[],
+        default=None,
         metavar="PHRASE",
         help="a target phrase every translation must contain (repeatable; constrained beam search; default: none)",
     )
-    g.add_argument("--align", action="store_true", help="append ||| i-j word alignments from cross-attention")
+    g.add_argument(
+        "--align", action="store_true", default=None, help="append ||| i-j word alignments from cross-attention"
+    )
     g.add_argument(
         "--align-layer",
         type=int,
         default=None,
         help="decoder layer for --align (default: the run's alignment.json from `attnlab heads`, else last but one)",
     )
-    g.add_argument(
-        "--align-heads",
-        default=None,
-        metavar="H,H",
-        help="heads averaged for --align, e.g. 0,2 (default: the run's alignment.json, else all of the layer)",
-    )
-    p.set_defaults(func=run)  # fmt: skip
+    g.add_argument("--align-heads", default=None, metavar="H,H",
+                   help="heads averaged for --align, e.g. 0,2 (default: the run's alignment.json, else all of the "
+                   "layer)")  # fmt: skip
 
 
-def decode_options(args):
-    """The flags as a validated DecodeOptions (ValueError, one line, naming the flag's option)."""
-    from attnlab.decoding.options import DecodeOptions
+# DecodeOptions field -> the flag that sets it (error messages name the flag).
+FLAGS = {
+    "beam": "--beam", "n_best": "--n-best", "sample": "--sample", "temperature": "--temperature",
+    "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed", "length_penalty": "--length-penalty",
+    "early_stopping": "--early-stopping", "min_len": "--min-len", "max_len": "--max-len",
+    "no_repeat_ngram": "--no-repeat-ngram", "prefix": "--prefix", "constraints": "--constraint",
+    "align": "--align", "align_layer": "--align-layer", "align_heads": "--align-heads",
+}  # fmt: skip
 
-    heads = None
-    if args.align_heads is not None:
+
+def run_defaults(args):
+    """The decoding defaults of the run --checkpoint names (its generation.json), read before the model loads."""
+    from attnlab.runs.generation import read_generation
+
+    run_dir = Path(args.checkpoint)
+    return read_generation(run_dir) if run_dir.is_dir() else TRANSLATOR_DEFAULTS
+
+
+def merged_options(defaults, changes: dict):
+    """`defaults.merged(changes)` (changes: the flags given, by field), or ValueError naming the flag."""
+    from attnlab.decoding.options import OptionError
+
+    try:
+        return defaults.merged(changes)
+    except OptionError as e:
+        raise ValueError(named(e)) from None
+
+
+def decode_options(args, defaults):
+    """The flags given, over the run's `defaults`, as a validated DecodeOptions (ValueError, one line, naming
+    the flag)."""
+    given = {f: getattr(args, "constraint" if f == "constraints" else f, None) for f in FLAGS}
+    changes: dict[str, Any] = {f: v for f, v in given.items() if v is not None}
+    if args.constraint is not None:
+        changes["constraints"] = tuple(args.constraint)
+    if "align_heads" in changes:
         try:
-            heads = tuple(int(h) for h in args.align_heads.split(","))
+            changes["align_heads"] = tuple(int(h) for h in args.align_heads.split(","))
         except ValueError:
             raise ValueError(
                 f"--align-heads must be head indices separated by commas, e.g. 0,2; got {args.align_heads!r}"
             ) from None
-    try:
-        return DecodeOptions(
-            beam=args.beam, n_best=args.n_best or 1, sample=args.sample, temperature=args.temperature,
-            top_k=args.top_k, top_p=args.top_p, seed=args.seed, length_penalty=args.length_penalty,
-            min_len=args.min_len, max_len=args.max_len, no_repeat_ngram=args.no_repeat_ngram, prefix=args.prefix,
-            constraints=tuple(args.constraint), align=args.align, align_layer=args.align_layer, align_heads=heads,
-        )  # fmt: skip
-    except ValueError as e:  # name the flag, not the field
-        msg = str(e)
-        field = re.match(r"[a-z_]+", msg)
-        if field and field.group() in FLAGS:
-            msg = FLAGS[field.group()] + msg[field.end() :]
-        raise ValueError(msg) from None
+    return merged_options(defaults, changes)
 
 
-# DecodeOptions field -> the flag that sets it (error messages name the flag).
-_FIELDS = "beam n_best temperature top_k top_p seed length_penalty min_len max_len no_repeat_ngram prefix align_layer"
-FLAGS = {f: "--" + f.replace("_", "-") for f in (*_FIELDS.split(), "align_heads", "sample")}
-FLAGS["constraints"] = "--constraint"
+def named(e) -> str:
+    """An OptionError's message naming its flag."""
+    return e.named(FLAGS.get(e.field, e.field))
 
 
 def format_lines(index: int, t, n_best: bool, align: bool) -> list[str]:
@@ -207,13 +250,10 @@ def _stdin_lines() -> list[str]:
 
 
 def run(args) -> int:
+    from attnlab.decoding.options import OptionError
     from attnlab.runs.loading import open_translator
-    from attnlab.utils.checks import check_range
 
-    if args.beam is None:
-        args.beam = 1 if args.sample else DEFAULT_BEAM
-    check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
-    options = decode_options(args)  # every flag checked before the model loads
+    options = decode_options(args, run_defaults(args))  # every flag checked before the model loads
     translator = open_translator(args.checkpoint, args.device, args.weights, args.precision)
     if args.align:  # a model without cross-attention, or a layer/head it lacks: refused before decoding
         translator.alignment_heads(options.align_layer, options.align_heads)
@@ -230,8 +270,10 @@ def run(args) -> int:
     out: list[list[str]] = [[""] for _ in lines] if not n_best else [[] for _ in lines]
     if todo:
         texts = [lines[i] for i in todo]
-        # Plain options take Translator.decode inside `search`, with the options' length penalty.
-        results = translator.translate_tokens(texts, truncate=args.truncate, options=options, scores=n_best)
+        try:
+            results = translator.translate_tokens(texts, truncate=args.truncate, options=options, scores=n_best)
+        except OptionError as e:  # options these sentences cannot hold (a prefix past a limit...): name the flag
+            raise ValueError(named(e)) from None
         for i, t in zip(todo, results):
             out[i] = format_lines(i, t, n_best, args.align)
     for group in out:

@@ -1,18 +1,28 @@
-"""From source ids to hypotheses: greedy, beam (n-best), sampling and lexically constrained search over the
-decoding protocol, with length/repetition controls, target prefixes and word alignments; `DecodeOptions`;
-and the Translator (text in, text out)."""
+"""From source ids to hypotheses through one generator: `DecodeOptions` (the only way in) -> logits processors
+(bans, sampling's warpers) -> a strategy's step (greedy, beam with n-best, sampling, lexically constrained beam)
+-> `Hypothesis`, with target prefixes, word alignments and the search's trace; and the Translator (text in,
+text out) with the decoding defaults its run records."""
 
 from .alignment import align_batch, alignment_heads, pharaoh, word_alignment
-from .batches import decode_batches, length_batches, search_batches
-from .beam import Finished, beam_search, nbest_search
-from .constraints import Progress, constrained_search
-from .controls import Controls, banned_ngram_tokens
-from .greedy_search import greedy
-from .hypothesis import Hypothesis
-from .options import MAX_BEAM, DecodeOptions, target_ids
+from .batches import length_batches, search_batches
+from .constraints import ConstrainedBeamSearch, Progress
+from .generator import generate, make_search
+from .hypothesis import Finished, Hypothesis
+from .options import MAX_BEAM, TRANSLATOR_DEFAULTS, DecodeOptions, OptionError
+from .processors import (
+    MinLength,
+    NoRepeatNGram,
+    Processor,
+    SuppressTokens,
+    Temperature,
+    TopK,
+    TopP,
+    banned_ngram_tokens,
+    processors_for,
+)
 from .protocol import check_source, expand_state, inference, reserve_steps
-from .sampling import filter_scores, sample
-from .search import beam_step
+from .search import BeamSearch, Candidates, Greedy, Sampling, Search, SearchState
+from .targets import holds_phrases, target_ids
 from .trace import trace_path, trace_step
 from .translator import (
     DEFAULT_BATCH_SIZE,
@@ -27,32 +37,43 @@ from .translator import (
 
 __all__ = [
     "Hypothesis",
+    "Finished",
     "inference",
     "check_source",
     "reserve_steps",
     "expand_state",
-    "greedy",
-    "beam_step",
+    "generate",
+    "make_search",
+    "Search",
+    "SearchState",
+    "Candidates",
+    "Greedy",
+    "BeamSearch",
+    "Sampling",
+    "ConstrainedBeamSearch",
+    "Progress",
+    "Processor",
+    "MinLength",
+    "NoRepeatNGram",
+    "SuppressTokens",
+    "Temperature",
+    "TopK",
+    "TopP",
+    "banned_ngram_tokens",
+    "processors_for",
     "trace_step",
     "trace_path",
-    "beam_search",
-    "nbest_search",
-    "Finished",
-    "Controls",
-    "banned_ngram_tokens",
-    "filter_scores",
-    "sample",
-    "Progress",
-    "constrained_search",
     "align_batch",
     "alignment_heads",
     "word_alignment",
     "pharaoh",
     "MAX_BEAM",
+    "TRANSLATOR_DEFAULTS",
     "DecodeOptions",
+    "OptionError",
     "target_ids",
+    "holds_phrases",
     "length_batches",
-    "decode_batches",
     "search_batches",
     "DEFAULT_MAX_OUTPUT_LEN",
     "DEFAULT_BATCH_SIZE",

@@ -1,5 +1,5 @@
-"""`Translator.decode`'s batching: sort by length, cut into batches, decode each (greedy or beam; with
-`search_batches`, any `DecodeOptions`), put the hypotheses back in input order — one batch after another,
+"""`Translator.search`'s batching: sort by length, cut into batches, decode each through the generator
+(`attnlab.decoding.generator`, any `DecodeOptions`), put the hypotheses back in input order — one batch after another,
 or several at once in worker processes or threads.
 
 Workers: a decoding step of a small model is ~100 small ops (matmuls of a few hundred rows), which
@@ -10,9 +10,8 @@ decode their own batches with one intra-op thread apiece, taking the next batch 
   notebook's kernel threads are daemons) and the model is on the CPU, they are this process and N - 1
   processes forked from it at the first such call and kept with the translator (forked again when
   `_decoding_key` changes: weights, modules, settings). Every op drops and takes back the GIL, so threads
-  mostly wait for each other (BENCHMARKS.md, "Worker processes": int8 greedy 1.19-1.37x faster in
-  processes). A worker killed (out of memory) sends that translator to worker threads from then on,
-  with a warning.
+  mostly wait for each other (BENCHMARKS.md, "Worker processes", measures processes against threads).
+  A worker killed (out of memory) sends that translator to worker threads from then on, with a warning.
 - Elsewhere (a server's request threads, an attention recording or a head mask, which workers forked
   earlier would not see) they are threads, with torch's thread count set to 1 for the duration and
   restored afterwards; it is process-wide, so other torch work running at the same time in the process
@@ -40,19 +39,15 @@ from torch.nn.modules import module as module_hooks
 
 from attnlab.attention.heads import head_masks_active
 from attnlab.attention.recording import recording_active
-from attnlab.decoding.beam import beam_search, nbest_search
-from attnlab.decoding.constraints import constrained_search
-from attnlab.decoding.controls import Controls
-from attnlab.decoding.greedy_search import greedy
+from attnlab.decoding.generator import generate
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions
-from attnlab.decoding.sampling import sample
 from attnlab.kernels.switches import fingerprint
 from attnlab.utils.checks import check_range
 from attnlab.utils.forked import WorkerPool, can_fork
 from attnlab.utils.runtime import gc_paused, intra_op_threads
 
-__all__ = ["close_worker_pool", "decode_batches", "length_batches", "search_batches"]
+__all__ = ["close_worker_pool", "length_batches", "search_batches"]
 
 _THREADS_LOCK = threading.Lock()  # one worker pool at a time changes torch's thread count
 
@@ -63,46 +58,28 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def decode_batches(
-    translator,
-    src_ids: Sequence[Sequence[int]],
-    beam: int,
-    batch_size: int,
-    scores: bool,
-    workers: int | None,
-    length_penalty: float = 1.0,
-) -> list[Hypothesis]:
-    """One Hypothesis per source id list (no <eos>), in input order. See the module docstring.
-    workers: None = torch.get_num_threads()."""
-    if workers is None:
-        workers = torch.get_num_threads()
-    else:
-        check_range("workers", workers, 1, integer=True, why=" or None (one per torch thread)")
-    batches = length_batches([len(s) for s in src_ids], batch_size)
-    tasks = [([list(src_ids[i]) for i in idx], beam, scores, length_penalty) for idx in batches]
-    results: list[Hypothesis | None] = [None] * len(src_ids)
-    for idx, hyps in zip(batches, _run_all(translator, _decode_task, tasks, workers)):
-        for i, h in zip(idx, hyps):
-            results[i] = h
-    return results  # type: ignore[return-value]
-
-
 def search_batches(
     translator,
     src_ids: Sequence[Sequence[int]],
     options: DecodeOptions,
     prefixes: Sequence[Sequence[int]],
     constraints: Sequence[Sequence[Sequence[int]]],
+    *,
     batch_size: int,
     workers: int | None,
+    scores: bool = True,
 ) -> list[list[Hypothesis]]:
-    """`decode_batches` for any `DecodeOptions`: one list of n_best hypotheses per source, in input order.
+    """One list of n_best hypotheses per source id list (no <eos>), in input order. See the module docstring.
+    workers: None = torch.get_num_threads(); scores: greedy only, False skips the log-probabilities.
 
     prefixes: per source, target ids to continue from (empty: none); sentences with prefixes of the same
     length share batches. constraints: per source, its phrases as target id lists. Sampling draws
     from one generator per batch, seeded with options.seed + the batch's number, so the same seed,
     input and batch size give the same samples with any number of workers."""
-    workers = torch.get_num_threads() if workers is None else workers
+    if workers is None:
+        workers = torch.get_num_threads()
+    else:
+        check_range("workers", workers, 1, integer=True, why=" or None (one per torch thread)")
     groups: dict[int, list[int]] = {}
     for i, p in enumerate(prefixes):
         groups.setdefault(len(p), []).append(i)
@@ -119,6 +96,7 @@ def search_batches(
             [list(prefixes[i]) for i in idx],
             [[list(c) for c in constraints[i]] for i in idx],
             base + number if options.sample else None,
+            scores,
         )
         for number, idx in enumerate(batches)
     ]
@@ -242,16 +220,10 @@ def close_worker_pool(translator) -> None:
 
 
 @gc_paused()
-def _decode_task(translator, task: tuple) -> list[Hypothesis]:
-    seqs, beam, scores, length_penalty = task
-    return _decode_one(translator, seqs, beam, scores, length_penalty)
-
-
-@gc_paused()
 def _search_task(translator, task: tuple) -> list[list[Hypothesis]]:
-    seqs, options, prefixes, constraints, seed = task
+    seqs, options, prefixes, constraints, seed, scores = task
     gen = None if seed is None else torch.Generator(device=translator.device).manual_seed(seed)
-    return _search_one(translator, seqs, options, prefixes, constraints, gen)
+    return _search_one(translator, seqs, options, (prefixes, constraints), gen, scores)
 
 
 def _source_batch(translator, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -265,39 +237,14 @@ def _source_batch(translator, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tens
     return src, lens, translator.bos
 
 
-def _search_one(translator, seqs, options: DecodeOptions, prefixes, cons, gen) -> list[list[Hypothesis]]:
-    """One batch (source id lists, their prefixes, all of one length, and constraint phrases) with
-    greedy, sampling, beam or constrained search."""
+def _search_one(translator, seqs, options: DecodeOptions, targets, gen, scores: bool) -> list[list[Hypothesis]]:
+    """One batch: source id lists, and targets = (their prefixes, all of one length; their constraint phrases)."""
+    prefixes, cons = targets
     src, lens, bos = _source_batch(translator, seqs)
-    model, eos = translator.model, translator.tgt_vocab.eos
     P = len(prefixes[0])
     steps = max(1, translator.output_limit(src.shape[1], options.max_len) - P)
     prefix = torch.tensor(prefixes, dtype=torch.long, device=src.device) if P else None
-    controls = Controls(eos, options.min_len, options.no_repeat_ngram)
-    ctl = controls if controls.active else None
-    o = options
-    if any(cons):
-        return constrained_search(
-            model, src, lens, bos, eos, o.beam, o.n_best, steps, cons, o.length_penalty, controls=ctl, prefix=prefix
-        )
-    if o.sample or o.beam == 1:
-        return sample(
-            model, src, lens, bos, eos, steps, n=o.n_best, temperature=o.temperature, top_k=o.top_k, top_p=o.top_p,
-            generator=gen, greedy=not o.sample, length_penalty=o.length_penalty, controls=ctl, prefix=prefix,
-        )  # fmt: skip
-    return nbest_search(
-        model, src, lens, bos, eos, o.beam, o.n_best, o.length_penalty, steps, controls=ctl, prefix=prefix
-    )
-
-
-def _decode_one(
-    translator, seqs: Sequence[Sequence[int]], beam: int, scores: bool, length_penalty: float
-) -> list[Hypothesis]:
-    """Decode one batch of source id lists (no <eos>): pad, add <eos>, cap the output length."""
-    src, lens, bos = _source_batch(translator, seqs)
-    tgt, limit = translator.tgt_vocab, translator.output_limit(src.shape[1])
-    if beam == 1:
-        return greedy(translator.model, src, lens, bos, tgt.eos, limit, scores=scores)
-    return beam_search(
-        translator.model, src, lens, bos, tgt.eos, beam=beam, length_penalty=length_penalty, max_len=limit
-    )
+    return generate(
+        translator.model, src, lens, options, bos=bos, eos=translator.tgt_vocab.eos, max_len=steps, prefix=prefix,
+        constraints=cons if any(cons) else None, generator=gen, scores=scores,
+    )  # fmt: skip

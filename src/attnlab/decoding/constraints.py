@@ -1,47 +1,42 @@
 """Lexically constrained beam search with dynamic beam allocation (Post & Vilar 2018): every output
 contains given target phrases, in any order, wherever the length limit leaves room for them.
 
-    hyps = constrained_search(model, src, lens, bos, eos, beam=5, n_best=1, max_len=50,
-                              constraints=[[[12, 40]], [[7], [30, 31]]])   # per sentence: phrases as ids
+    search = ConstrainedBeamSearch(5, eos, constraints=[[[12, 40]], [[7], [30, 31]]])   # per sentence: ids
 
 Each hypothesis carries a `Progress`: which phrases it has produced, and every phrase it may be inside
 (each unmet phrase whose first tokens end its output, with how many): phrases that share a first token,
 or one whose start continues another, are followed together, as fairseq's constraint trie follows them
 ("le chat" and "le chien": after "le" both are in progress, and "chien" completes the second). A phrase
 counts once it occurs anywhere in the output (occurrences may overlap: "le" and "le chat" are both met by
-"le chat"); a phrase given twice must occur twice. One step, per sentence:
+"le chat"); a phrase given twice must occur twice. One step (`ConstrainedBeamSearch.step`), per sentence:
 
 1. candidates: the 2K best continuations overall (as plain beam search), plus for every live
    hypothesis the tokens that continue the phrases it is inside (or, inside none, the first token of
    each phrase it has not produced), plus its own single best token;
 2. <eos> is forbidden to hypotheses that have not produced every phrase; <eos> candidates among the
-   K best candidates finish;
+   K best candidates finish (the loop finishes them: they come first);
 3. the others are put into banks by the number of constraint tokens they have produced, and the K live
    slots are dealt round-robin, best first within each bank, starting from the fullest bank: every
    bank with candidates holds a slot, so some hypothesis always gains the next constraint token while
    the others keep the best unconstrained continuations (the unused share of a small bank goes to the
    others).
 
-At the length limit the live hypotheses are cut; an output is chosen among the finished ones by the
+At the length limit the loop cuts the first K candidates; an output is chosen among the finished ones by the
 number of phrases produced first, then score (so in an n-best list, a runner-up cut at the limit may
 lack a phrase: it ranks after every hypothesis that holds them all).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from attnlab.decoding.beam import Finished, finalize, prefix_history, shrink_batch
-from attnlab.decoding.controls import Controls
-from attnlab.decoding.hypothesis import Hypothesis
-from attnlab.decoding.protocol import check_source, expand_state, inference, reserve_steps
-from attnlab.decoding.search import beam_step
+from attnlab.decoding.search import Candidates, Search, SearchState
 
-__all__ = ["Progress", "constrained_search"]
+__all__ = ["ConstrainedBeamSearch", "Progress", "allocate"]
 
 
 @dataclass(frozen=True)
@@ -115,143 +110,81 @@ def allocate(cands: list[tuple[float, int, int, Progress]], phrases: list[list[i
     return sorted(chosen, key=lambda c: -c[0])
 
 
-def constrained_search(
-    model: nn.Module,
-    src: Tensor,
-    src_valid_lens: Tensor | None,
-    bos: int,
-    eos: int,
-    beam: int,
-    n_best: int,
-    max_len: int,
-    constraints: list[list[list[int]]],
-    length_penalty: float = 1.0,
-    *,
-    controls: Controls | None = None,
-    prefix: Tensor | None = None,
-) -> list[list[Hypothesis]]:
-    """Constrained beam search (module docstring): B lists of `n_best` hypotheses, best first.
+class ConstrainedBeamSearch(Search):
+    """Constrained beam search's step (module docstring). `constraints[u]`: unit u's phrases as token id
+    lists (a unit may have none); `prefixes[u]`: the target ids it starts with (they may hold phrase tokens).
+    Candidates per sentence: its finishing <eos> candidates first, then the K dealt live slots by score,
+    then -inf fillers, C = 2K in all."""
 
-    Args:
-        src: (B, S) source ids; src_valid_lens: (B,) or None.
-        max_len: most steps after the prefix (<eos> included).
-        constraints: per sentence, its phrases as token id lists (non-empty; a sentence may have none).
-        controls, prefix: as in `beam_search`.
-    """
-    check_source(src, src_valid_lens, max_len)
-    B, K, device = src.shape[0], beam, src.device
-    if len(constraints) != B or any(not p for c in constraints for p in c):
-        raise ValueError(f"constraints must hold one list of non-empty phrases per sentence ({B})")
-    P = 0 if prefix is None else prefix.shape[1]
-    neg_inf = float("-inf")
-    finished: list[list[Finished]] = [[] for _ in range(B)]
-    met_of: list[list[int]] = [[] for _ in range(B)]  # phrases each finished entry holds
-    active = list(range(B))
-    with inference(model):
-        state = model.start_decoding(src, src_valid_lens)
-        reserve_steps(state, max_len + P)
-        scores = torch.full((B, K), neg_inf, device=device)
-        scores[:, 0] = 0.0
-        progress = [[Progress.start(len(constraints[b]))] * K for b in range(B)]
-        tokens = torch.empty((B * K, 0), dtype=torch.long, device=device)
-        pos_lp = torch.empty((B * K, 0), dtype=torch.float, device=device)
-        inp = torch.full((B, 1), bos, dtype=torch.long, device=device)
-        if prefix is not None:
-            inp = torch.cat([inp, prefix.to(device)], dim=1)
-        for step in range(max_len):
-            n = len(active)
-            logits, state = model.decode_step(inp, state)
-            logprobs = F.log_softmax(logits[:, -1].float(), dim=-1)
-            if step == 0:
-                logprobs = logprobs.repeat_interleave(K, dim=0)
-                if prefix is not None:
-                    tokens, pos_lp = prefix_history(logits, inp, K)
-                    for i, b in enumerate(active):  # the prefix may already hold constraint tokens
-                        for t in prefix[i].tolist():
-                            progress[b] = [p.advance(constraints[b], t) for p in progress[b]]
-            if controls is not None:
-                logprobs = controls(logprobs, tokens)
-            not_done = [i * K + k for i, b in enumerate(active) for k in range(K) if not progress[b][k].done]
-            if not_done:
-                logprobs[torch.tensor(not_done, device=device), eos] = neg_inf
-            V = logprobs.shape[-1]
-            total = scores[:, :, None] + logprobs.view(n, K, V)  # (n, K, V)
-            top_s, top_t, top_b = beam_step(logprobs.view(n, K, V), scores)  # (n, 2K)
-            best_s, best_t = total.max(dim=-1)  # (n, K) each hypothesis' own best continuation
-            sc = scores.tolist()
-            want = [
-                (i, k, t)
-                for i, b in enumerate(active)
-                for k in range(K)
-                if sc[i][k] > neg_inf
-                for t in progress[b][k].wanted(constraints[b])
-            ]
-            want_s = total[[w[0] for w in want], [w[1] for w in want], [w[2] for w in want]].tolist() if want else []
-            by_sentence: list[dict[tuple[int, int], float]] = [{} for _ in range(n)]
-            for i, row in enumerate(zip(top_s.tolist(), top_b.tolist(), top_t.tolist())):
-                by_sentence[i].update({(k, t): s for s, k, t in zip(*row)})
-            for i, (ss, ts) in enumerate(zip(best_s.tolist(), best_t.tolist())):
-                by_sentence[i].update({(k, t): s for k, (s, t) in enumerate(zip(ss, ts))})
-            for (i, k, t), s in zip(want, want_s):
-                by_sentence[i][(k, t)] = s
+    def __init__(self, beam: int, eos: int, constraints: Sequence[Sequence[Sequence[int]]], prefixes=None):
+        self.K, self.eos = beam, eos
+        self.phrases = [[list(p) for p in c] for c in constraints]
+        self.progress: list[list[Progress]] = []
+        for u, phrases in enumerate(self.phrases):
+            p = Progress.start(len(phrases))
+            for t in prefixes[u] if prefixes is not None else []:
+                p = p.advance(phrases, t)
+            self.progress.append([p] * beam)
+        self._units: list[int] = []
+        self._cands: list[list[Progress]] = []
 
-            lp_flat = logprobs.view(n * K, V)
-            new_rows: list[int] = []
-            new_tok: list[int] = []
-            new_scores: list[list[float]] = []
-            new_prog: list[list[Progress]] = []
-            keep = []
-            for i, b in enumerate(active):
-                cands = sorted(((s, k, t) for (k, t), s in by_sentence[i].items() if s > neg_inf), key=lambda c: -c[0])
-                for s, k, t in cands[:K]:  # <eos> among the K best finishes (only done hypotheses may say it)
-                    if t == eos:
-                        r = i * K + k
-                        entry = (
-                            s / (step + 1) ** length_penalty,
-                            tokens[r].tolist(),  # only a finishing row's history leaves the tensors
-                            pos_lp[r].tolist() + [float(lp_flat[r, t])],
-                            True,
-                        )
-                        if finalize(finished[b], entry, K):
-                            met_of[b].append(len(constraints[b]))
-                live = [(s, k, t, progress[b][k].advance(constraints[b], t)) for s, k, t in cands if t != eos]
-                chosen = allocate(live, constraints[b], K)
-                chosen += [(neg_inf, 0, eos, Progress.start(len(constraints[b])))] * (K - len(chosen))
-                new_rows += [i * K + c[1] for c in chosen]
-                new_tok += [c[2] for c in chosen]
-                new_scores.append([c[0] for c in chosen])
-                new_prog.append([c[3] for c in chosen])
-            rows = torch.tensor(new_rows, device=device)
-            nt = torch.tensor(new_tok, device=device)
-            new_lp = lp_flat[rows, nt].masked_fill(torch.tensor(new_scores, device=device).view(-1) == neg_inf, 0.0)
-            tokens = torch.cat([tokens.index_select(0, rows), nt[:, None]], dim=1)
-            pos_lp = torch.cat([pos_lp.index_select(0, rows), new_lp[:, None]], dim=1)
-            scores = torch.tensor(new_scores, device=device, dtype=torch.float)
-            for i, b in enumerate(active):
-                progress[b] = new_prog[i]
-                if len(finished[b]) >= K:
-                    continue
-                if step + 1 >= max_len:  # the limit: live hypotheses finish as they are
-                    hist, hist_lp = tokens[i * K : (i + 1) * K].tolist(), pos_lp[i * K : (i + 1) * K].tolist()
-                    for k in range(K):
-                        if new_scores[i][k] > neg_inf:
-                            entry = (new_scores[i][k] / (step + 1) ** length_penalty, hist[k], hist_lp[k], False)
-                            if finalize(finished[b], entry, K):
-                                met_of[b].append(sum(progress[b][k].met))
-                    continue
-                keep.append(i)
-            if not keep:
-                break
-            if len(keep) < n:
-                rows, tokens, pos_lp, nt, scores = shrink_batch(keep, K, rows, tokens, pos_lp, nt, scores)
-                active = [active[i] for i in keep]
-            if step == 0:
-                state = expand_state(model, state, rows // K, K)
-            else:
-                state = model.reorder_state(state, rows, same_sources=len(keep) == n)
-            inp = nt[:, None]
-    out = []
-    for b, fin in enumerate(finished):
-        ranked = [f for _, f in sorted(zip(met_of[b], fin), key=lambda mf: (-mf[0], -mf[1][0]))]
-        out.append([Hypothesis(t, s, e, lp) for s, t, lp, e in ranked[:n_best]] or [Hypothesis([], neg_inf, False)])
-    return out
+    def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
+        n, K, V = lprobs.shape
+        units, eos, neg_inf = state.sentences, self.eos, float("-inf")
+        not_done = [i * K + k for i, u in enumerate(units) for k in range(K) if not self.progress[u][k].done]
+        flat = lprobs.view(n * K, V)
+        if not_done:
+            flat[torch.tensor(not_done, device=flat.device), eos] = neg_inf
+        by_sentence = self._candidates(lprobs, scores, units)
+        rows, cands = [], []
+        for i, u in enumerate(units):
+            ranked = sorted(((s, k, t) for (k, t), s in by_sentence[i].items() if s > neg_inf), key=lambda c: -c[0])
+            done = self.progress[u]
+            finishing = [(s, k, t, done[k]) for s, k, t in ranked[:K] if t == eos]
+            live = [(s, k, t, done[k].advance(self.phrases[u], t)) for s, k, t in ranked if t != eos]
+            row = finishing + allocate(live, self.phrases[u], K)
+            row += [(neg_inf, 0, eos, Progress.start(len(self.phrases[u])))] * (2 * K - len(row))
+            rows.append(row)
+            cands.append([c[3] for c in row])
+        self._units, self._cands = list(units), cands
+        dev = lprobs.device
+        cand_scores = torch.tensor([[c[0] for c in r] for r in rows], device=dev, dtype=scores.dtype)
+        tokens = torch.tensor([[c[2] for c in r] for r in rows], device=dev, dtype=torch.long)
+        beams = torch.tensor([[c[1] for c in r] for r in rows], device=dev, dtype=torch.long)
+        parent = (torch.arange(n, device=dev)[:, None] * K + beams).reshape(-1)
+        lp = flat[parent, tokens.reshape(-1)].view(n, 2 * K)
+        return Candidates(cand_scores, tokens, beams, lp.masked_fill(cand_scores == neg_inf, 0.0))
+
+    def _candidates(self, lprobs: Tensor, scores: Tensor, units: list[int]) -> list[dict[tuple[int, int], float]]:
+        """Per sentence: (beam, token) -> total score of the 2K best overall, each hypothesis' own best and the
+        tokens that advance its phrases."""
+        n, K, V = lprobs.shape
+        neg_inf = float("-inf")
+        total = scores[:, :, None] + lprobs  # (n, K, V)
+        top_s, idx = total.reshape(n, K * V).topk(min(2 * K, K * V), dim=1)
+        top_t, top_b = idx % V, idx // V
+        best_s, best_t = total.max(dim=-1)  # (n, K) each hypothesis' own best continuation
+        sc = scores.tolist()
+        want = [
+            (i, k, t)
+            for i, u in enumerate(units)
+            for k in range(K)
+            if sc[i][k] > neg_inf
+            for t in self.progress[u][k].wanted(self.phrases[u])
+        ]
+        want_s = total[[w[0] for w in want], [w[1] for w in want], [w[2] for w in want]].tolist() if want else []
+        by_sentence: list[dict[tuple[int, int], float]] = [{} for _ in range(n)]
+        for i, row in enumerate(zip(top_s.tolist(), top_b.tolist(), top_t.tolist())):
+            by_sentence[i].update({(k, t): s for s, k, t in zip(*row)})
+        for i, (ss, ts) in enumerate(zip(best_s.tolist(), best_t.tolist())):
+            by_sentence[i].update({(k, t): s for k, (s, t) in enumerate(zip(ss, ts))})
+        for (i, k, t), s in zip(want, want_s):
+            by_sentence[i][(k, t)] = s
+        return by_sentence
+
+    def chosen(self, live: Tensor) -> None:
+        for i, (u, pos) in enumerate(zip(self._units, live.tolist())):
+            self.progress[u] = [self._cands[i][p] for p in pos]
+
+    def met(self, row: int, position: int) -> int:
+        return sum(self._cands[row][position].met)

@@ -1,31 +1,78 @@
-"""`DecodeOptions`: every choice of how to decode, in one dataclass validated in one place, so the
-command line, the Python API and a REST body pass the same thing.
+"""`DecodeOptions`: every choice of how to decode, in one frozen record validated in one place (as Hugging
+Face's `GenerationConfig`), so the command line, the Python API and a REST body pass the same thing.
 
     opts = DecodeOptions(beam=5, n_best=3, no_repeat_ngram=3, constraints=("la maison",))
     translator.translate_tokens(["i'm home ."], options=opts)[0].nbest   # 3 Translations, best first
     DecodeOptions.from_dict({"sample": True, "top_p": 0.9, "seed": 1})  # unknown keys raise
+    translator.defaults.merged({"n_best": 2})   # the run's defaults (beam 4) with one change
 
 Strategies: greedy (beam 1), beam search (beam > 1; n-best from its finished hypotheses), sampling
 (`sample`: n_best independent samples per source, with temperature, top-k and nucleus top-p), and
 lexically constrained beam search (`constraints`). Length and repetition controls, a target prefix and
-word alignments apply to all of them. The default options decode exactly as `Translator.decode` does.
+word alignments apply to all of them. The field defaults are the neutral record (greedy); the defaults a
+user gets come from the run (`RUN/generation.json`, `TRANSLATOR_DEFAULTS` where there is none).
+
+Every refusal is an `OptionError` (a ValueError, one line) whose `field` names the option, so a command
+line can name its flag instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from attnlab.utils.checks import SEED_MAX, check_field_types, check_range
 
-__all__ = ["DecodeOptions", "MAX_BEAM", "MAX_OUTPUT_TOKENS", "MAX_SAMPLES", "MAX_NGRAM", "target_ids"]
+__all__ = [
+    "DEFAULTABLE",
+    "DecodeOptions",
+    "MAX_BEAM",
+    "MAX_NGRAM",
+    "MAX_OUTPUT_TOKENS",
+    "MAX_SAMPLES",
+    "OptionError",
+    "TRANSLATOR_DEFAULTS",
+]
 
-DEFAULT_BEAM = 4  # translate's and evaluate's beam (Marian's generation default): +2.5-2.9 BLEU over greedy
 MAX_BEAM = 16  # beams x output length is memory: 16 is far past where BLEU stops improving
 MAX_SAMPLES = 64  # samples per source: each is one decoding row
 MAX_OUTPUT_TOKENS = 1024  # --max-len: a cap on memory (caches grow with it), not on quality
 MAX_NGRAM = 10
+# Fields a run's decoding defaults (generation.json) may set: how to search, never per-sentence text.
+DEFAULTABLE = (
+    "beam", "n_best", "sample", "temperature", "top_k", "top_p", "length_penalty", "early_stopping", "min_len",
+    "max_len", "no_repeat_ngram",
+)  # fmt: skip
+
+
+class OptionError(ValueError):
+    """A decoding option that cannot decode; `field` is the DecodeOptions field it names."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+    def named(self, name: str) -> str:
+        """The message with the option called `name` (a command line's flag) where it names the field."""
+        msg = str(self)
+        if msg.startswith(self.field + " "):
+            return name + msg[len(self.field) :]
+        return f"{name}: {msg}"
+
+
+@contextmanager
+def _field(name: str) -> Iterator[None]:
+    """Turn a ValueError raised while checking `name` into an OptionError naming it."""
+    try:
+        yield
+    except OptionError:
+        raise
+    except ValueError as e:
+        msg = str(e)
+        own = f"DecodeOptions.{name}"  # check_field_types names the class
+        raise OptionError(name + msg[len(own) :] if msg.startswith(own) else msg, name) from None
 
 
 @dataclass(frozen=True)
@@ -46,6 +93,9 @@ class DecodeOptions:
     top_p: float = 1.0  # sampling: only the smallest set of tokens holding this probability (0, 1]
     seed: int | None = None  # sampling: same seed, input and batch size -> same samples; None = random
     length_penalty: float = 1.0  # scores are log-probability / length ** length_penalty
+    # beam search: False (Hugging Face's default) goes on after `beam` hypotheses finished while a live one
+    # could still beat the worst of them at its current length; True stops there (fairseq's rule)
+    early_stopping: bool = False
     min_len: int = 0  # <eos> is forbidden before this many output tokens (the prefix counts)
     max_len: int | None = None  # most decoding steps (<eos> included); None = the Translator's limit
     no_repeat_ngram: int = 0  # no n-gram of this size occurs twice in an output (0 = off)
@@ -60,60 +110,116 @@ class DecodeOptions:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DecodeOptions:
-        """From a JSON body or config: unknown keys and wrong types raise ValueError."""
+        """From a JSON body or config: unknown keys and wrong types raise OptionError."""
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
-            raise ValueError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+            raise OptionError(
+                f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", unknown[0]
+            )
         return cls(**d)
 
+    def merged(self, changes: Mapping[str, Any]) -> DecodeOptions:
+        """These options (a run's defaults) with `changes` (a body, flags given, keyword arguments): the one
+        rule every surface applies. Sampling without a beam given samples (beam 1); a beam given below the
+        defaults' n_best returns as many as it keeps."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise OptionError(
+                f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", unknown[0]
+            )
+        base = dict(changes)
+        if base.get("sample") and "beam" not in base:
+            base["beam"] = 1
+        if not base.get("sample", self.sample) and "n_best" not in base:
+            beam = base.get("beam", self.beam)
+            if isinstance(beam, int) and not isinstance(beam, bool) and beam >= 1:
+                base["n_best"] = min(self.n_best, beam)
+        return replace(self, **base)
+
     def validate(self) -> None:
-        """Raise ValueError (one line, naming the option) for values that cannot decode."""
+        """Raise OptionError (one line, naming the option) for values that cannot decode."""
         plain = {"prefix", "constraints", "align_heads"}
-        check_field_types(type(self), {f.name: getattr(self, f.name) for f in fields(self) if f.name not in plain})
-        check_range("beam", self.beam, 1, MAX_BEAM, integer=True)
+        for f in fields(self):
+            if f.name not in plain:
+                with _field(f.name):
+                    check_field_types(type(self), {f.name: getattr(self, f.name)})
+        with _field("beam"):
+            check_range("beam", self.beam, 1, MAX_BEAM, integer=True)
+        self._check_strategy()
+        with _field("temperature"):
+            check_range("temperature", self.temperature, 0, lo_open=True)
+        with _field("top_k"):
+            check_range("top_k", self.top_k, 0, integer=True)
+        with _field("top_p"):
+            check_range("top_p", self.top_p, 0, 1, lo_open=True)
+        with _field("seed"):
+            check_range("seed", self.seed, 0, SEED_MAX, integer=True, none_ok=True)
+        with _field("length_penalty"):
+            check_range("length_penalty", self.length_penalty, 0, 5)
+        with _field("max_len"):
+            check_range("max_len", self.max_len, 1, MAX_OUTPUT_TOKENS, integer=True, none_ok=True)
+        with _field("min_len"):
+            hi = (self.max_len or MAX_OUTPUT_TOKENS) - 1  # room for the <eos> after them
+            why = " (max_len - 1: the <eos> comes after them)" if self.max_len is not None else ""
+            check_range("min_len", self.min_len, 0, hi, integer=True, why=why)
+        with _field("no_repeat_ngram"):
+            check_range("no_repeat_ngram", self.no_repeat_ngram, 0, MAX_NGRAM, integer=True)
+        self._check_alignment()
+        with _field("prefix"):
+            _check_texts("prefix", self.prefix, allow_none=True)
+        with _field("constraints"):
+            if isinstance(self.constraints, (str, bytes)):
+                raise ValueError(f"constraints must be a list of phrases, got one string {self.constraints!r}")
+            if not isinstance(self.constraints, (list, tuple)):
+                raise ValueError(f"constraints must be a list of phrases, got {self.constraints!r}")
+            for c in self.constraints:
+                _check_texts("constraints", c, allow_none=False)
+
+    def _check_strategy(self) -> None:
+        """The fields that belong to one strategy: sampling's with sample only, beam's without it."""
         if self.sample:
-            check_range("n_best", self.n_best, 1, MAX_SAMPLES, integer=True, why=" (samples per source)")
+            with _field("n_best"):
+                check_range("n_best", self.n_best, 1, MAX_SAMPLES, integer=True, why=" (samples per source)")
             if self.beam != 1:
-                raise ValueError(f"sample draws n_best samples per source and takes no beam, got beam={self.beam}")
+                raise OptionError(
+                    f"sample draws n_best samples per source and takes no beam, got beam={self.beam}", "beam"
+                )
             if self.constraints:
-                raise ValueError("constraints need beam search; drop sample")
-        else:
+                raise OptionError("constraints need beam search; drop sample", "constraints")
+            return
+        with _field("n_best"):
             check_range("n_best", self.n_best, 1, self.beam, integer=True, why=f" (the beam, {self.beam})")
-            changed = [n for n, v, d in self._sampling() if v != d]
-            if changed:
-                raise ValueError(f"{', '.join(changed)} only apply to sampling; add sample (--sample)")
-        check_range("temperature", self.temperature, 0, lo_open=True)
-        check_range("top_k", self.top_k, 0, integer=True)
-        check_range("top_p", self.top_p, 0, 1, lo_open=True)
-        check_range("seed", self.seed, 0, SEED_MAX, integer=True, none_ok=True)
-        check_range("length_penalty", self.length_penalty, 0, 5)
-        check_range("max_len", self.max_len, 1, MAX_OUTPUT_TOKENS, integer=True, none_ok=True)
-        check_range("min_len", self.min_len, 0, self.max_len or MAX_OUTPUT_TOKENS, integer=True,
-                    why="" if self.max_len is None else " (max_len)")  # fmt: skip
-        check_range("no_repeat_ngram", self.no_repeat_ngram, 0, MAX_NGRAM, integer=True)
-        check_range("align_layer", self.align_layer, 0, integer=True, none_ok=True)
+        changed = [n for n, v, d in self._sampling() if v != d]
+        if changed:
+            verb = "applies" if len(changed) == 1 else "apply"
+            raise OptionError(f"{', '.join(changed)} {verb} only to sampling; add sample (--sample)", changed[0])
+
+    def _check_alignment(self) -> None:
+        with _field("align_layer"):
+            check_range("align_layer", self.align_layer, 0, integer=True, none_ok=True)
         if self.align_heads is not None:
             if not isinstance(self.align_heads, (list, tuple)) or not self.align_heads:
-                raise ValueError(f"align_heads must be a non-empty list of head indices, got {self.align_heads!r}")
+                raise OptionError(
+                    f"align_heads must be a non-empty list of head indices, got {self.align_heads!r}", "align_heads"
+                )
             for h in self.align_heads:
-                check_range("align_heads", h, 0, integer=True)
+                with _field("align_heads"):
+                    check_range("align_heads", h, 0, integer=True)
         if (self.align_layer is not None or self.align_heads is not None) and not self.align:
-            raise ValueError("align_layer and align_heads choose the alignment's attention; add align (--align)")
-        _check_texts("prefix", self.prefix, allow_none=True)
-        if isinstance(self.constraints, (str, bytes)):
-            raise ValueError(f"constraints must be a list of phrases, got one string {self.constraints!r}")
-        if not isinstance(self.constraints, (list, tuple)):
-            raise ValueError(f"constraints must be a list of phrases, got {self.constraints!r}")
-        for c in self.constraints:
-            _check_texts("constraints", c, allow_none=False)
+            field = "align_layer" if self.align_layer is not None else "align_heads"
+            raise OptionError(
+                "align_layer and align_heads choose the alignment's attention; add align (--align)", field
+            )
 
     def _sampling(self) -> list[tuple[str, Any, Any]]:
-        return [("temperature", self.temperature, 1.0), ("top_k", self.top_k, 0), ("top_p", self.top_p, 1.0)]
+        return [("temperature", self.temperature, 1.0), ("top_k", self.top_k, 0), ("top_p", self.top_p, 1.0),
+                ("seed", self.seed, None)]  # fmt: skip
 
     @property
     def plain(self) -> bool:
-        """True when these options decode as `Translator.decode` (greedy or beam, one answer)."""
+        """True for plain greedy or beam search with one answer: what the explorer's search trace draws."""
         return (
             self.n_best == 1
             and not self.sample
@@ -125,17 +231,21 @@ class DecodeOptions:
         )
 
     def for_sentence(self, i: int, n: int) -> tuple[str | None, list[str]]:
-        """Sentence i's (of n) prefix text and constraint phrases, or ValueError if a per-sentence list
+        """Sentence i's (of n) prefix text and constraint phrases, or OptionError if a per-sentence list
         does not have n entries."""
         prefix = self.prefix
         if prefix is not None and not isinstance(prefix, str):
             if len(prefix) != n:
-                raise ValueError(f"prefix has {len(prefix)} entries for {n} sentences; give one per sentence")
+                raise OptionError(
+                    f"prefix has {len(prefix)} entries for {n} sentences; give one per sentence", "prefix"
+                )
             prefix = prefix[i]
         cons = list(self.constraints)
         if cons and not isinstance(cons[0], str):
             if len(cons) != n:
-                raise ValueError(f"constraints has {len(cons)} lists for {n} sentences; give one list per sentence")
+                raise OptionError(
+                    f"constraints has {len(cons)} lists for {n} sentences; give one list per sentence", "constraints"
+                )
             cons = list(cons[i])
         return prefix, cons
 
@@ -158,43 +268,5 @@ def _check_texts(name: str, value, allow_none: bool) -> None:
             raise ValueError(f"{name}: an empty phrase {v!r}; give some target words or leave it out")
 
 
-def target_ids(
-    tgt_vocab, options: DecodeOptions, limits: Sequence[int]
-) -> tuple[list[list[int]], list[list[list[int]]]]:
-    """Each sentence's prefix and constraint phrases as target ids (limits[i]: sentence i's output limit in
-    tokens), or ValueError: a prefix of only unknown words, a phrase with an unknown word, or more target
-    tokens than the output limit holds."""
-    n = len(limits)
-    prefixes, constraints = [], []
-    for i, limit in enumerate(limits):
-        prefix, phrases = options.for_sentence(i, n)
-        p = tgt_vocab.encode(prefix) if prefix is not None else []
-        if prefix is None:
-            pass
-        elif not p or all(t == tgt_vocab.unk for t in p):
-            raise ValueError(f"the prefix {prefix[:60]!r} has no word the target vocabulary knows; give target words")
-        elif len(p) >= limit:
-            raise ValueError(
-                f"the prefix {prefix[:60]!r} has {len(p)} tokens but outputs of sentence {i} hold at most "
-                f"{limit - 1} before <eos>; shorten it or raise max_len"
-            )
-        cs = []
-        for phrase in phrases:
-            c = tgt_vocab.encode(phrase)
-            if not c:
-                raise ValueError(f"the constraint {phrase!r} has no tokens; give target-language words")
-            if tgt_vocab.unk in c:
-                raise ValueError(
-                    f"the constraint {phrase[:60]!r} has a word the target vocabulary does not know "
-                    "(it would appear as <unk>); rephrase it"
-                )
-            cs.append(c)
-        used = len(p) + sum(map(len, cs))
-        if cs and used > limit:
-            raise ValueError(
-                f"the constraints{' and prefix' if p else ''} of sentence {i} need {used} tokens but its output "
-                f"limit is {limit}; shorten them or raise max_len"
-            )
-        prefixes.append(p)
-        constraints.append(cs)
-    return prefixes, constraints
+# What a translator decodes with when its run records nothing (Marian's generation_config.json: 4 beams).
+TRANSLATOR_DEFAULTS = DecodeOptions(beam=4)

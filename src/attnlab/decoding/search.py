@@ -1,37 +1,124 @@
-"""One step of beam search, apart from the loop around it (as fairseq's `search.BeamSearch.step`).
+"""Search strategies: how one step chooses, apart from the loop around it (fairseq's `search.py`). Each is a
+`Search` with one `step(step, lprobs, scores, state) -> Candidates`: from the log-probabilities (n, K, V) of
+the next token after each of n sentences' K live hypotheses and their totals so far (n, K), the candidates
+(n, C), best first, each a token extending one of the K (`beams`). The loop (`attnlab.decoding.generator`)
+finishes the <eos> candidates among the first K, keeps the first K others live, shrinks the batch and
+reorders the caches; a strategy never sees the model.
 
-    cand_scores, cand_tokens, cand_beams = beam_step(lprobs, scores)   # (n, K, V), (n, K) -> 3 x (n, 2K)
-
-Taking 2K candidates per sentence guarantees K that do not end in <eos>, so the beam stays full even
-when up to K candidates finish at this step.
+    Greedy      K = 1, C = 1: the arg-max (`argmax.pick`: the C kernel, no log-softmax without bans)
+    BeamSearch  K = beam, C = 2K: the 2K best continuations, so K that do not end in <eos> always remain
+    Sampling    K = 1, C = 1: one draw per row from softmax(warped log-probabilities)
+    (constrained beam search: `attnlab.decoding.constraints.ConstrainedBeamSearch`)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
 from torch import Tensor
 
+from attnlab.decoding.processors import Processor, apply
+from attnlab.kernels.argmax import pick
 
-def beam_step(lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The best 2K continuations of each sentence's K live hypotheses.
+__all__ = ["BeamSearch", "Candidates", "Greedy", "Sampling", "Search", "SearchState"]
 
-    Args:
-        lprobs: (n, K, V) log-probabilities of the next token after each live hypothesis.
-        scores: (n, K) total log-probability of each live hypothesis so far (-inf: an unused beam, as
-            at the first step, where only beam 0 may expand).
 
-    Returns:
-        cand_scores: (n, min(2K, K*V)) total log-probability of each candidate, best first.
-        cand_tokens: (n, min(2K, K*V)) the token it appends.
-        cand_beams: (n, min(2K, K*V)) the beam (0..K-1) it extends.
+class Candidates(NamedTuple):
+    """One step's choice for n sentences, C candidates each, best first."""
+
+    scores: Tensor  # (n, C) total log-probability of each candidate (-inf: none)
+    tokens: Tensor  # (n, C) the token it appends
+    beams: Tensor  # (n, C) the live hypothesis (0..K-1) it extends
+    lprobs: Tensor  # (n, C) the token's own log-probability (its positional score)
+
+
+class SearchState(NamedTuple):
+    """What the loop tells a strategy besides the step's numbers."""
+
+    sentences: list[int]  # the unit (sentence, or one sample of it) of each of the n rows of the step
+    history: Tensor | None  # (n * K, t) tokens so far, prefix included (None when no one asked for it)
+
+
+class Search:
+    """A strategy. `K`: live hypotheses per sentence; `compact`: the fraction of a batch's sentences that must
+    be done before their rows leave it (0: at once; dropping rows copies every cache); `raw_logits`: step
+    takes the logits themselves when no ban applies (greedy's arg-max needs no log-softmax); `history`: step
+    reads the tokens so far."""
+
+    K: int = 1
+    compact: float = 0.0
+    raw_logits: bool = False
+    history: bool = False
+
+    def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
+        raise NotImplementedError
+
+    def chosen(self, live: Tensor) -> None:
+        """The loop kept candidates `live` (n, K) (positions into the step's C) as the next live hypotheses."""
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Only the sentences at positions `rows` of the step stay in the batch."""
+
+    def met(self, row: int, position: int) -> int:
+        """Constraint phrases the candidate at (row, position) holds (ranks n-best lists; 0 without any)."""
+        return 0
+
+
+class Greedy(Search):
+    """The most likely token. With `raw_logits`, step gets the logits and `pick` reads the chosen token's
+    log-probability off them (logit - logsumexp) only when `scores`; otherwise the banned log-probabilities."""
+
+    compact = 0.25
+    raw_logits = True
+
+    def __init__(self, scores: bool = True, raw_logits: bool = True):
+        self.scores, self.raw_logits = scores, raw_logits
+
+    def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
+        rows = lprobs[:, 0]  # (n, V): logits or log-probabilities
+        if self.raw_logits:
+            tok, lp = pick(rows, self.scores)
+        else:
+            tok, _ = pick(rows, False)
+            lp = rows.gather(1, tok[:, None]).squeeze(1).float() if self.scores else None
+        lp = torch.zeros(tok.shape, device=tok.device) if lp is None else lp
+        tok, lp = tok[:, None], lp[:, None]
+        return Candidates(scores + lp, tok, torch.zeros_like(tok), lp)
+
+
+class BeamSearch(Search):
+    """The best 2K continuations of each sentence's K live hypotheses (fairseq's `BeamSearch.step`).
 
     Examples:
-        >>> import torch
         >>> lprobs = torch.log(torch.tensor([[[0.6, 0.3, 0.1], [0.5, 0.4, 0.1]]]))   # n=1, K=2, V=3
-        >>> s, t, b = beam_step(lprobs, torch.tensor([[0.0, float("-inf")]]))
-        >>> t[0, :3].tolist(), b[0, :3].tolist()   # beam 1 is unused: the finite candidates extend beam 0
+        >>> c = BeamSearch(2).step(0, lprobs, torch.tensor([[0.0, float("-inf")]]), SearchState([0], None))
+        >>> c.tokens[0, :3].tolist(), c.beams[0, :3].tolist()   # beam 1 is unused: the finite ones extend beam 0
         ([0, 1, 2], [0, 0, 0])
     """
-    n, K, V = lprobs.shape
-    cand = (scores.unsqueeze(-1) + lprobs).reshape(n, K * V)
-    cand_scores, idx = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first
-    return cand_scores, idx % V, idx // V
+
+    def __init__(self, beam: int):
+        self.K = beam
+
+    def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
+        n, K, V = lprobs.shape
+        flat = lprobs.reshape(n, K * V)
+        cand = (scores.unsqueeze(-1) + lprobs).reshape(n, K * V)
+        cand_scores, idx = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first
+        return Candidates(cand_scores, idx % V, idx // V, flat.gather(1, idx))
+
+
+class Sampling(Search):
+    """One token per row drawn from softmax(warpers(lprobs)) (temperature, top-k, top-p) with `generator`;
+    the candidate's score is the model's log-probability, before the warpers."""
+
+    def __init__(self, warpers: Sequence[Processor], generator: torch.Generator | None = None):
+        self.warpers, self.generator = list(warpers), generator
+
+    def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
+        rows = lprobs[:, 0]  # (n, V)
+        probs = apply(self.warpers, rows, rows).softmax(dim=-1)
+        tok = torch.multinomial(probs, 1, generator=self.generator)  # (n, 1)
+        lp = rows.gather(1, tok)
+        return Candidates(scores + lp, tok, torch.zeros_like(tok), lp)

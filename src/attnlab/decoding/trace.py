@@ -1,4 +1,4 @@
-"""The beam search's own record (opt-in `beam_search(..., trace=[])`): every candidate of every step,
+"""The beam search's own record (opt-in `generate(..., trace=[])`): every candidate of every step,
 whether it stayed live, was pruned or finished, and the path of each sentence's winner. The explorer draws it.
 
 A step record: {"step", "sentence", "candidates": [{"parent", "token", "logprob", "score", "norm_score",
@@ -11,33 +11,26 @@ import math
 
 from torch import Tensor
 
+from attnlab.decoding.search import Candidates
+
 __all__ = ["trace_path", "trace_step"]
 
 
 def trace_step(
-    trace: list,
-    step: int,
-    active: list[int],
-    top_scores: Tensor,
-    top_beam: Tensor,
-    top_tok: Tensor,
-    top_lp: Tensor,
-    pick: Tensor,
-    finished_at: dict,
-    length_penalty: float,
+    trace: list, step: int, active: list[int], cands: Candidates, live: Tensor, *, accepted: set, norm: float
 ) -> list[dict]:
-    """Append one record per active sentence for this step (see `beam_search`'s trace); returns them."""
-    sc, par, tok, lp, live = (top_scores.tolist(), top_beam.tolist(), top_tok.tolist(), top_lp.tolist(), pick.tolist())
-    norm = (step + 1) ** length_penalty
+    """Append one record per active sentence for this step: its candidates (n, 2K) and the positions kept
+    live (n, K); `accepted`: the (row, position) of the <eos> candidates that finished; norm: the length
+    penalty's divisor. Returns the records."""
+    sc, par, tok, lp = (cands.scores.tolist(), cands.beams.tolist(), cands.tokens.tolist(), cands.lprobs.tolist())
     records = []
-    for i, b in enumerate(active):
-        done = {r for s_, r in finished_at.get(b, []) if s_ == step}
-        slot = {r: k for k, r in enumerate(live[i])}
-        cands = []
+    for i, (b, kept) in enumerate(zip(active, live.tolist())):
+        slot = {r: k for k, r in enumerate(kept)}
+        cs = []
         for r in range(len(sc[i])):
             ok = math.isfinite(sc[i][r])  # False: fewer than 2*beam real continuations (tiny vocabularies)
-            status = "impossible" if not ok else "finished" if r in done else "live" if r in slot else "pruned"
-            cands.append(
+            status = "impossible" if not ok else "finished" if (i, r) in accepted else "live" if r in slot else "pruned"
+            cs.append(
                 {
                     "parent": par[i][r],
                     "token": tok[i][r],
@@ -48,7 +41,7 @@ def trace_step(
                     "slot": slot.get(r) if ok else None,
                 }
             )
-        rec = {"step": step, "sentence": b, "candidates": cands}
+        rec = {"step": step, "sentence": b, "candidates": cs}
         trace.append(rec)
         records.append(rec)
     return records

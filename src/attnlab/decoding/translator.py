@@ -1,6 +1,10 @@
 """Text in, translations out: `Translator` and the one `encode_source` every caller uses.
 
-    text --encode_source--> source ids --Translator.decode--> Hypothesis --tgt_vocab.decode--> text
+    text --encode_source--> source ids --Translator.search(options)--> Hypothesis --tgt_vocab.decode--> text
+
+One front door: `translate` / `translate_tokens(sentences, options=...)` (ids: `search`); the options are the
+translator's `defaults` (its run's generation.json, else `TRANSLATOR_DEFAULTS`: beam 4) unless given, and
+`translator.options(n_best=2)` changes them.
 
 `encode_source` is the single check of an input sentence (type, emptiness, characters, tokens, the
 model's source length) for `translate`, `evaluate`, `explain` and the explorer; what it refuses raises
@@ -19,9 +23,10 @@ from torch import nn
 
 from attnlab.attention.positions import SCHEMES
 from attnlab.decoding.alignment import SavedAlignment, align_batch, alignment_heads
-from attnlab.decoding.batches import decode_batches, search_batches
+from attnlab.decoding.batches import search_batches
 from attnlab.decoding.hypothesis import Hypothesis
-from attnlab.decoding.options import DecodeOptions, target_ids
+from attnlab.decoding.options import TRANSLATOR_DEFAULTS, DecodeOptions, OptionError
+from attnlab.decoding.targets import holds_phrases, target_ids
 from attnlab.utils.checks import check_range
 from attnlab.utils.precision import PrecisionChoice, prepare_for_inference, resolve_precision
 
@@ -44,7 +49,7 @@ DEFAULT_MAX_OUTPUT_LEN = 200  # tokens; fairseq's default max_len_b is of the sa
 DEFAULT_BATCH_SIZE = 256
 # Precisions whose decode measured faster at another size (validation split, BENCHMARKS.md "int8's fused
 # step"): int8's step is short enough that a smaller batch's working set staying in cache, and 2 workers
-# sharing 17 batches out more evenly than 9, pay (1.08-1.11x 192 with 2 workers, 1.04x at 1 thread). Same outputs.
+# sharing 17 batches out more evenly than 9, pay (the figures: that section). Same outputs.
 BATCH_SIZE_BY_PRECISION = {"int8": 96}
 
 
@@ -137,6 +142,8 @@ class Translator:
             undertrained model that never says <eos> still stops soon.
         precision: 'fp32' (default), 'bf16', 'int8' or 'auto' (`attnlab.utils.precision`): the model is
             decoded as a converted copy in that precision; `translator.precision` says what runs and why.
+        defaults: the decoding options used where a call gives none (a run's generation.json; default
+            `TRANSLATOR_DEFAULTS`, beam 4).
 
     Examples:
         >>> import torch
@@ -147,9 +154,9 @@ class Translator:
         >>> model = Transformer(TransformerConfig(len(src), len(tgt), num_hiddens=8, num_heads=2,
         ...                                       num_layers=1, ffn_num_hiddens=16))
         >>> translator = Translator(model, src, tgt)
-        >>> out = translator.translate(["go ."], beam=2)   # an untrained model: some French-ish tokens
-        >>> isinstance(out[0], str), translator.output_limit(3)
-        (True, 16)
+        >>> out = translator.translate(["go ."], options=translator.options(beam=2))   # untrained: French-ish tokens
+        >>> isinstance(out[0], str), translator.output_limit(3), translator.defaults.beam
+        (True, 16, 4)
     """
 
     def __init__(
@@ -162,6 +169,7 @@ class Translator:
         max_len: int | None = None,
         max_output_len: int | None = None,
         precision: str | PrecisionChoice = "fp32",
+        defaults: DecodeOptions | None = None,
     ):
         model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
         choice = (
@@ -180,6 +188,11 @@ class Translator:
         # sentences per batch when a call gives none
         self.batch_size = BATCH_SIZE_BY_PRECISION.get(choice.picked, DEFAULT_BATCH_SIZE)
         self.alignment: SavedAlignment | None = None  # a run's alignment.json: the default layer and heads of align
+        self.defaults = TRANSLATOR_DEFAULTS if defaults is None else defaults  # what a call without options decodes
+
+    def options(self, **changes) -> DecodeOptions:
+        """The translator's default options with `changes` (`DecodeOptions.merged`: sample alone samples)."""
+        return self.defaults.merged(changes)
 
     def alignment_heads(self, layer: int | None = None, heads=None) -> tuple[int, list[int]]:
         """The (layer, heads) an alignment reads: those given, else the run's alignment.json, else the
@@ -207,73 +220,41 @@ class Translator:
             raise InputError("translate expects a list of sentences, got one string; wrap it in a list")
         return [encode_source(self.src_vocab, s, self.max_len, truncate) for s in sentences]
 
-    def decode(
+    def search(
         self,
         src_ids: Sequence[Sequence[int]],
-        beam: int = 1,
-        batch_size: int | None = None,
-        length_penalty: float = 1.0,
+        options: DecodeOptions | None = None,
         *,
+        batch_size: int | None = None,
         scores: bool = True,
         workers: int | None = None,
-    ) -> list[Hypothesis]:
-        """Source id lists (no <eos>) -> one Hypothesis each, in input order; batched, longest first.
+    ) -> list[list[Hypothesis]]:
+        """Source id lists (no <eos>) -> options.n_best hypotheses each (default: `self.defaults`), best first,
+        in input order; batched, longest first.
+
+        Each output holds its constraint phrases: a hypothesis cut at the length limit without them is left
+        out, and a sentence none of whose hypotheses holds them is an OptionError (raise max_len).
 
         Args:
             batch_size: sentences per batch (default `self.batch_size`: DEFAULT_BATCH_SIZE, or the
                 precision's own in BATCH_SIZE_BY_PRECISION).
-            length_penalty: beam search's alpha (score / len ** alpha; greedy ignores it).
             scores: greedy only: False skips the log-probabilities (score NaN; same tokens, faster).
             workers: decode this many batches at once, each on one torch thread: in this process and
                 forked worker processes kept for later calls, or in threads where forking is not safe
                 (`attnlab.decoding.batches`); default `self.workers`, whose default None means one per
                 torch thread; 1: batches one after another on torch's intra-op threads.
         """
-
-        check_range("beam", beam, 1, integer=True)
-        batch_size = self.batch_size if batch_size is None else batch_size
-        check_range("batch_size", batch_size, 1, integer=True)
-        workers = self.workers if workers is None else workers
-        return decode_batches(self, src_ids, beam, batch_size, scores, workers, length_penalty)
-
-    def decode_ids(
-        self,
-        src_ids: Sequence[Sequence[int]],
-        beam: int = 1,
-        batch_size: int | None = None,
-        length_penalty: float = 1.0,
-    ) -> list[list[int]]:
-        """Source id lists (no <eos>) -> target id lists (no <bos>/<eos>); skips greedy's scores."""
-        hyps = self.decode(src_ids, beam, batch_size, length_penalty, scores=False)
-        return [h.tokens for h in hyps]
-
-    def translate_ids(
-        self, src_ids: Sequence[Sequence[int]], beam: int = 1, batch_size: int | None = None
-    ) -> list[str]:
-        """Source id lists (no <eos>) -> detokenized translations."""
-        return [self.tgt_vocab.decode(ids) for ids in self.decode_ids(src_ids, beam, batch_size)]
-
-    def search(
-        self,
-        src_ids: Sequence[Sequence[int]],
-        options: DecodeOptions,
-        prefixes: Sequence[Sequence[int]] | None = None,
-        constraints: Sequence[Sequence[Sequence[int]]] | None = None,
-        batch_size: int | None = None,
-        scores: bool = True,
-    ) -> list[list[Hypothesis]]:
-        """Source id lists (no <eos>) -> options.n_best hypotheses each, best first, in input order.
-
-        prefixes: per source, target ids to continue from; constraints: per source, phrases as target
-        id lists (`encode_targets` makes both from text). Default options decode exactly as `decode`
-        (`scores=False`: plain greedy skips the log-probabilities, as there)."""
-        n = len(src_ids)
-        prefixes = prefixes if prefixes is not None else [[] for _ in range(n)]
-        constraints = constraints if constraints is not None else [[] for _ in range(n)]
+        options = self.defaults if options is None else options
+        prefixes, constraints = self.encode_targets(src_ids, options)
         batch_size = check_range("batch_size", self.batch_size if batch_size is None else batch_size, 1, integer=True)
-        if options.plain and not any(prefixes) and not any(constraints):
-            return [[h] for h in self.decode(src_ids, options.beam, batch_size, options.length_penalty, scores=scores)]
-        return search_batches(self, src_ids, options, prefixes, constraints, batch_size, self.workers)
+        workers = self.workers if workers is None else workers
+        nbest = search_batches(
+            self, src_ids, options, prefixes, constraints, batch_size=batch_size, workers=workers, scores=scores
+        )
+        for i, (hs, cs) in enumerate(zip(nbest, constraints)):
+            if cs:
+                nbest[i] = _holding(hs, cs, i, self.output_limit(len(src_ids[i]) + 1, options.max_len))
+        return nbest
 
     def encode_targets(
         self, src_ids: Sequence[Sequence[int]], options: DecodeOptions
@@ -284,35 +265,26 @@ class Translator:
         return target_ids(self.tgt_vocab, options, limits)
 
     def translate(
-        self, sentences: Sequence[str], beam: int = 1, truncate: bool = False, *, options: DecodeOptions | None = None
+        self, sentences: Sequence[str], truncate: bool = False, *, options: DecodeOptions | None = None
     ) -> list[str]:
-        """English sentences -> French translations (detokenized, lowercase as the corpus is trained);
-        with `options`, the best hypothesis of each (`translate_tokens` gives the n-best and alignments)."""
-        if options is None:
-            return self.translate_ids(self.encode(sentences, truncate), beam)
-        return [t.text for t in self.translate_tokens(sentences, beam, truncate, options=options)]
+        """English sentences -> French translations (detokenized, lowercase as the corpus is trained): the best
+        hypothesis of each under `options` (default: `self.defaults`)."""
+        return [t.text for t in self.translate_tokens(sentences, truncate, options=options, scores=False)]
 
     def translate_tokens(
         self,
         sentences: Sequence[str],
-        beam: int = 1,
         truncate: bool = False,
         *,
         options: DecodeOptions | None = None,
         scores: bool = True,
     ) -> list[Translation]:
-        """Like `translate`, also returning the source and target tokens (axis labels for attention maps).
-        With `options`, each Translation also has its score (NaN for plain greedy under `scores=False`),
-        alignment (options.align) and `nbest`."""
+        """Like `translate`, also returning the source and target tokens (axis labels for attention maps),
+        each Translation's score (NaN for greedy under `scores=False`), alignment (options.align) and `nbest`."""
+        options = self.defaults if options is None else options
         src_ids = self.encode(sentences, truncate)
-        if options is None:
-            hyps = self.decode(src_ids, beam, scores=False)
-            return [self._translation(s, ids, h) for s, ids, h in zip(sentences, src_ids, hyps)]
-        if beam != 1 and beam != options.beam:
-            raise ValueError(f"beam={beam} and options.beam={options.beam} disagree; give the beam in DecodeOptions")
         heads = self.alignment_heads(options.align_layer, options.align_heads) if options.align else None
-        prefixes, constraints = self.encode_targets(src_ids, options)
-        nbest = self.search(src_ids, options, prefixes, constraints, scores=scores)
+        nbest = self.search(src_ids, options, scores=scores)
         aligned: list = [[None] * len(h) for h in nbest]
         if heads is not None:
             flat = [(i, k) for i, hs in enumerate(nbest) for k in range(len(hs))]
@@ -336,3 +308,15 @@ class Translator:
             h.score,
             alignment,
         )
+
+
+def _holding(hyps: list[Hypothesis], phrases: list[list[int]], i: int, limit: int) -> list[Hypothesis]:
+    """The hypotheses that hold every phrase (the check every constrained output passes), or OptionError."""
+    kept = [h for h in hyps if holds_phrases(h.tokens, phrases)]
+    if not kept:
+        raise OptionError(
+            f"no translation of sentence {i} within its limit of {limit} tokens holds every constraint (the "
+            "other options may forbid them); raise max_len, or drop or shorten a constraint",
+            "constraints",
+        )
+    return kept

@@ -13,10 +13,12 @@ from .checkpoints import (
     verify_checkpoint,
 )
 from .config import read_run_config, record_choice, write_run_config
+from .generation import read_generation, write_generation
 from .layout import (
     CHECKPOINTS,
     CONFIG_FILE,
     DEFAULT_RUN,
+    GENERATION_FILE,
     LOG_FILE,
     MANIFEST_FILE,
     MARKER_FILE,
@@ -39,6 +41,9 @@ from .outputs import (
 from .weights import CONFIG_METADATA, check_weights, load_weights, read_header, read_weights, save_weights
 
 __all__ = [
+    "GENERATION_FILE",
+    "read_generation",
+    "write_generation",
     "CONFIG_FILE",
     "WEIGHTS_FILE",
     "STATE_FILE",

@@ -1,5 +1,6 @@
-"""A run's config.json: written once with the vocabularies when a run starts, read (and checked)
-by every command that opens the run; the decoding precision chosen is recorded there too.
+"""A run's config.json: written once with the vocabularies (and a translator's generation.json) when a run
+starts, read (and checked) by every command that opens the run; the decoding precision chosen is recorded
+there too.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import sys
 from pathlib import Path
 
 from attnlab import __version__
-from attnlab.models import CONFIGS
+from attnlab.models import CONFIGS, TRANSLATORS
+from attnlab.runs.generation import write_generation
 from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE
 from attnlab.utils.files import read_json, read_json_object, write_json
 from attnlab.utils.precision import PrecisionChoice
@@ -25,6 +27,7 @@ def write_run_config(
     src_vocab,
     tgt_vocab,
 ) -> None:
+    """config.json and the vocabularies; a translator's decoding defaults too (generation.json)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     src_vocab.save(run_dir / SRC_VOCAB_FILE)
@@ -39,6 +42,8 @@ def write_run_config(
             "attnlab_version": __version__,
         },
     )
+    if model_type in TRANSLATORS:
+        write_generation(run_dir)
 
 
 # The sections of a run's config.json and what each must be; the sections may be absent only if not required.

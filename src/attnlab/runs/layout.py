@@ -7,6 +7,7 @@ run_dir/
   checkpoints/step_0000500/{model.safetensors, trainer_state.pt, meta.json, manifest.json}
   log.jsonl            one JSON object per event (train / eval / end)
   alignment.json       the cross-attention head `attnlab heads` chose for word alignments (runs.alignment)
+  generation.json      a translator's decoding defaults: beam 4 unless changed (runs.generation)
   attnlab-output.json  the marker: this folder is an attnlab run (runs.outputs)
 """
 
@@ -23,5 +24,6 @@ SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
 CHECKPOINTS = "checkpoints"
 LOG_FILE = "log.jsonl"
 ALIGNMENT_FILE = "alignment.json"
+GENERATION_FILE = "generation.json"
 MARKER_FILE = "attnlab-output.json"  # what kind of attnlab output a folder is (runs.outputs)
 DEFAULT_RUN = Path("runs") / "demo" / "transformer"

@@ -21,6 +21,7 @@ from attnlab.models import TRANSLATORS, build_model
 from attnlab.runs.alignment import read_alignment
 from attnlab.runs.checkpoints import list_checkpoints
 from attnlab.runs.config import read_run_config
+from attnlab.runs.generation import read_generation
 from attnlab.runs.layout import CONFIG_FILE, DEFAULT_RUN, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from attnlab.runs.weights import check_weights, load_weights
 from attnlab.utils.runtime import resolve_device
@@ -37,7 +38,8 @@ def load_translator(
     folder or an averaged .safetensors file), prepared to decode in `precision` ('auto', 'fp32',
     'bf16', 'int8'; see attnlab.utils.precision); `translator.precision` says what runs and why.
 
-    Raises FileNotFoundError naming a missing file, ValueError when config, vocabularies and
+    The translator decodes with the run's generation.json (`attnlab.runs.generation`) unless a call gives
+    options. Raises FileNotFoundError naming a missing file, ValueError when config, vocabularies and
     weights disagree.
     """
 
@@ -46,6 +48,7 @@ def load_translator(
 
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
+    defaults = read_generation(run_dir)  # the run's decoding defaults (generation.json), checked up front
     if cfg["model_type"] not in TRANSLATORS:
         raise ValueError(
             f"{run_dir} is a {cfg['model_type']} run, not a translator; `attnlab evaluate` and "
@@ -65,8 +68,9 @@ def load_translator(
             )
     model = _load_model(run_dir, cfg, weights)
     translator = Translator(
-        model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg), precision=precision
-    )
+        model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg), precision=precision,
+        defaults=defaults,
+    )  # fmt: skip
     translator.alignment = read_alignment(run_dir)  # `attnlab heads`' choice: the default of align
     return translator
 

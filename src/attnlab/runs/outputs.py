@@ -36,6 +36,7 @@ from attnlab.runs.layout import (
     ALIGNMENT_FILE,
     CHECKPOINTS,
     CONFIG_FILE,
+    GENERATION_FILE,
     LOG_FILE,
     MARKER_FILE,
     SRC_VOCAB_FILE,
@@ -68,6 +69,7 @@ RUN_ENTRIES = {
     LOG_FILE,
     MARKER_FILE,
     ALIGNMENT_FILE,
+    GENERATION_FILE,
 }
 
 

@@ -44,6 +44,7 @@ from attnlab.analysis.heads import head_confidence
 from attnlab.analysis.positions import position_maps, position_numbers
 from attnlab.analysis.subwords import merge_subwords
 from attnlab.data import ATTRIBUTION
+from attnlab.decoding.options import DEFAULTABLE
 from attnlab.decoding.translator import InputError, TextTooLong
 
 from .apidocs import api_docs_html
@@ -53,7 +54,6 @@ from .memory import IdleTrim, TrimWhenIdle
 from .options import decode_options, explorer_options, options_bytes, translation_result
 from .pool import Busy, TooLarge, TranslatorPool
 from .schemas import (
-    MAX_BEAM,
     ErrorResponse,
     Health,
     ModelInfo,
@@ -233,11 +233,12 @@ def create_app(
             heads_off = req.heads_off.model_dump() if req.heads_off is not None else None
             head_masks_for(translator.model, heads_off)  # a bad mask is a 422 before any queueing
             try:
-                options = None if req.options is None else explorer_options(translator, ids, req.options, req.beam)
+                resolved = explorer_options(translator, ids, req.options, req.beam, limits.max_beam)
             except ValueError as exc:
                 return _error(422, f"options: {exc}", request)
+            beam, options = resolved.beam, resolved if req.options is not None else None
             traced = req.trace and (options is None or options.plain)
-            size = explain_bytes_bound(translator, len(ids) + 1, req.beam if traced else 1, options)
+            size = explain_bytes_bound(translator, len(ids) + 1, beam if traced else 1, options)
             if size > limits.max_response_bytes:
                 return _error(
                     413,
@@ -247,7 +248,7 @@ def create_app(
                     request,
                 )
             return await pool.run(
-                _explain_timed, req.text, req.beam, heads_off, req.trace, req.merge_subwords, importance, options
+                _explain_timed, req.text, beam, heads_off, req.trace, req.merge_subwords, importance, options
             )
         except Busy as exc:
             return _busy(request, exc)
@@ -277,24 +278,23 @@ def create_app(
                 return _error(413, f"texts[{i}]: {exc}", request)
             except InputError as exc:
                 return _error(422, f"texts[{i}]: {exc}", request)
-        options = None
-        if req.options is not None:
-            try:
-                options = decode_options(req.options, req.beam)
-            except ValueError as exc:
-                return _error(422, f"options: {exc}", request)
         try:
-            out = await batcher.translate(req.texts, req.beam, options)
+            resolved = decode_options(translator, req.options, req.beam, limits.max_beam)
+        except ValueError as exc:
+            return _error(422, f"options: {exc}", request)
+        beam, options = resolved.beam, resolved if req.options is not None else None
+        try:
+            out = await batcher.translate(req.texts, beam, options)
         except Busy as exc:
             return _busy(request, exc)
         except ValueError as exc:  # options that do not fit these texts (a prefix per text, say)
             return _error(422, f"options: {exc}", request)
         elapsed = round((time.perf_counter() - t0) * 1000, 1)
         if options is None:
-            return TranslationsResponse(translations=out, beam=req.beam, results=None, elapsed_ms=elapsed)
+            return TranslationsResponse(translations=out, beam=beam, results=None, elapsed_ms=elapsed)
         results = [translation_result(t) for t in out]
         return TranslationsResponse(
-            translations=[r.text for r in results], beam=req.beam, results=results, elapsed_ms=elapsed
+            translations=[r.text for r in results], beam=beam, results=results, elapsed_ms=elapsed
         )
 
     @app.get("/api/model", response_model=ModelInfo, responses=doc(431, 500))
@@ -316,7 +316,8 @@ def create_app(
             max_source_tokens=translator.max_len,
             max_output_tokens=translator.max_output_len,
             max_chars=MAX_CHARS,
-            max_beam=MAX_BEAM,
+            max_beam=limits.max_beam,
+            decoding={k: getattr(translator.defaults, k) for k in DEFAULTABLE},
             max_texts=min(limits.max_texts, batcher.max_pending),
             max_body_bytes=limits.max_body_bytes,
             max_response_bytes=limits.max_response_bytes,
@@ -371,7 +372,6 @@ def _version() -> str:
 
 __all__ = [
     "ATTRIBUTION",
-    "MAX_BEAM",
     "Limits",
     "MicroBatcher",
     "TranslateRequest",

@@ -34,7 +34,7 @@ class _Item:
 
 class MicroBatcher:
     """Args:
-    translator: an `attnlab.decoding.Translator`; only `translate(list[str], beam)` is used.
+    translator: an `attnlab.decoding.Translator`; only `translate(list[str], options=...)` is used.
     max_batch: most sentences in one decode call.
     max_wait_ms: longest a sentence waits for company before its batch starts.
     max_pending: most sentences waiting or decoding at once; more -> Busy.
@@ -147,7 +147,10 @@ class MicroBatcher:
                     decode = functools.partial(self.translator.translate_tokens, texts, options=options)
                     out = await loop.run_in_executor(self.threads.get(), decode)
                 else:
-                    out = await loop.run_in_executor(self.threads.get(), self.translator.translate, texts, beam)
+                    plain = functools.partial(
+                        self.translator.translate, texts, options=self.translator.options(beam=beam)
+                    )
+                    out = await loop.run_in_executor(self.threads.get(), plain)
                 results: list = list(out)
             except ValueError as exc:
                 if options is not None:  # the options do not fit these texts: that request's error (422)
@@ -156,8 +159,10 @@ class MicroBatcher:
                     results = []
                     for t in texts:
                         try:
-                            one = self.translator.translate
-                            results.append((await loop.run_in_executor(self.threads.get(), one, [t], beam))[0])
+                            one = functools.partial(
+                                self.translator.translate, [t], options=self.translator.options(beam=beam)
+                            )
+                            results.append((await loop.run_in_executor(self.threads.get(), one))[0])
                         except Exception as err:  # noqa: BLE001 - handed to that sentence's request
                             results.append(err)
             except Exception as exc:  # noqa: BLE001 - a bug: every request of the batch gets it (-> 500)

@@ -18,6 +18,8 @@ import json
 import uuid
 from dataclasses import dataclass
 
+from attnlab.decoding.options import MAX_BEAM
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -31,6 +33,7 @@ class Limits:
     max_connections: int = 100  # open connections; more get 503 from uvicorn
     max_response_bytes: int = 2_000_000  # explorer: attention maps larger than this are refused (413)
     max_texts: int = 64  # texts in one POST /api/translations
+    max_beam: int = 8  # largest beam and n_best a request may ask (within DecodeOptions' own MAX_BEAM)
 
     def __post_init__(self):
         for name in (
@@ -39,11 +42,14 @@ class Limits:
             "max_connections",
             "max_response_bytes",
             "max_texts",
+            "max_beam",
             "keep_alive_s",
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.max_beam > MAX_BEAM:
+            raise ValueError(f"max_beam must be at most {MAX_BEAM} (DecodeOptions' own bound), got {self.max_beam}")
         for name in ("body_timeout_s", "header_timeout_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not (0 < v < float("inf")):

@@ -1,6 +1,7 @@
-"""Decoding options in the JSON API: the body's `options` as a `DecodeOptions` within the server's bounds,
-checked against one sentence for the explorer (`explorer_options`), the bytes they add to its response,
-and a `Translation` as the batching API's result."""
+"""Decoding options in the JSON API: the body's `beam` and `options` over the run's decoding defaults as a
+`DecodeOptions` within the server's bounds (the options' own, narrowed by --max-beam), checked against one
+sentence for the explorer (`explorer_options`), the bytes they add to its response, and a `Translation` as
+the batching API's result."""
 
 from __future__ import annotations
 
@@ -11,25 +12,32 @@ from attnlab.analysis.explanation import MAX_CHARS
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import Translation
 
-from .schemas import MAX_BEAM, Hypothesis, TranslationResult
+from .schemas import Hypothesis, TranslationResult
 
 
-def decode_options(options: dict[str, Any], beam: int) -> DecodeOptions:
-    """`options` (a JSON object) with the body's `beam`; ValueError (-> 422) for anything the library
-    refuses, a `beam` inside options, or more than MAX_BEAM hypotheses per text (the response's size)."""
+def decode_options(translator, options: dict[str, Any] | None, beam: int | None, max_beam: int) -> DecodeOptions:
+    """`options` (a JSON object, or None) and the body's `beam` (None: the run's) over the translator's
+    defaults; ValueError (-> 422) for anything the library refuses, a `beam` inside options, or a beam or
+    n_best over `max_beam` (the server's --max-beam: work and the response's size)."""
+    options = dict(options or {})
     if "beam" in options:
         raise ValueError("give the beam as the body's `beam`, not inside options")
-    n_best = options.get("n_best", 1)
-    if isinstance(n_best, int) and not isinstance(n_best, bool) and n_best > MAX_BEAM:
-        raise ValueError(f"n_best must be at most {MAX_BEAM} on this server, got {n_best}")
-    return DecodeOptions.from_dict({**options, "beam": beam})
+    if beam is not None:
+        options["beam"] = beam
+    opts = translator.defaults.merged(options)
+    for name in ("beam", "n_best"):
+        value = getattr(opts, name)
+        if value > max_beam:
+            raise ValueError(f"{name} must be at most {max_beam} on this server (--max-beam), got {value}")
+    return opts
 
 
-def explorer_options(translator, ids: list[int], options: dict[str, Any], beam: int) -> DecodeOptions:
+def explorer_options(translator, ids: list[int], options: dict[str, Any] | None, beam: int | None,
+                     max_beam: int) -> DecodeOptions:  # fmt: skip
     """`decode_options` for POST /api/translate, also checked against this sentence and model before any
     queueing: its prefix and constraints in the target vocabulary and output limit, and the alignment's
     layer and heads. ValueError (-> 422) says what is wrong."""
-    opts = decode_options(options, beam)
+    opts = decode_options(translator, options, beam, max_beam)
     if not isinstance(opts.prefix, (str, type(None))):
         raise ValueError("prefix: give one text (the explorer translates one sentence)")
     if opts.constraints and not isinstance(opts.constraints[0], str):

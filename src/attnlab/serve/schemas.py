@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from attnlab.analysis.explanation import MAX_CHARS
+from attnlab.decoding.options import MAX_BEAM
 
-MAX_BEAM = 8
 MAX_HEADS_OFF = 512  # most [layer, head] pairs per attention kind in one request
 OPTIONS_FIELDS = (
     "n_best, sample, temperature, top_k, top_p, seed, length_penalty, min_len, max_len, no_repeat_ngram, "
@@ -45,7 +45,13 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     text: str = Field(description=f"an English sentence, 1 to {MAX_CHARS} characters", examples=["i'm home ."])
-    beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy decoding")
+    beam: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_BEAM,
+        description="beam size; 1 = greedy; null: the run's default (GET /api/model "
+        "`decoding`), at most the server's max_beam",
+    )
     heads_off: HeadsOff | None = Field(
         None,
         description="heads masked while translating; a kind, layer or head "
@@ -60,7 +66,8 @@ class TranslateRequest(BaseModel):
     options: dict[str, Any] | None = Field(
         None,
         description="decoding options, as `attnlab translate` takes them (attnlab.decoding.DecodeOptions, beam "
-        f"aside): {OPTIONS_FIELDS}; prefix: a text, constraints: a list of phrases; n_best at most {MAX_BEAM}. "
+        f"aside): {OPTIONS_FIELDS}; prefix: a text, constraints: a list of phrases; beam and n_best at most the "
+        "server's max_beam; fields left out take the run's defaults. "
         "The maps are those of the best hypothesis; `nbest` lists them all, `alignment` (with align) links "
         "words. beam_trace is given only when the options leave the search plain beam search",
         examples=[{"n_best": 2, "align": True}],
@@ -78,12 +85,19 @@ class TranslationsRequest(BaseModel):
         "at most the server's max_texts (GET /api/model)",
         examples=[["i'm home .", "go ."]],
     )
-    beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy decoding")
+    beam: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_BEAM,
+        description="beam size; 1 = greedy; null: the run's default (GET /api/model "
+        "`decoding`), at most the server's max_beam",
+    )
     options: dict[str, Any] | None = Field(
         None,
         description="decoding options, as `attnlab translate` takes them (attnlab.decoding.DecodeOptions, beam "
         f"aside): {OPTIONS_FIELDS}; prefix: a text, or one per text; constraints: phrases, or a list of them "
-        f"per text; n_best at most {MAX_BEAM}. With options the response also holds "
+        "per text; beam and n_best at most the server's max_beam; fields left out take the run's defaults. "
+        "With options the response also holds "
         "`results` (scores, n-best lists, alignments), and the texts are decoded as a batch of their own",
         examples=[{"n_best": 2, "align": True}],
     )
@@ -207,7 +221,8 @@ class ModelInfo(BaseModel):
     max_source_tokens: int | None = Field(description="longest source accepted, <eos> included")
     max_output_tokens: int
     max_chars: int
-    max_beam: int
+    max_beam: int = Field(description="largest beam and n_best this server decodes (--max-beam)")
+    decoding: dict = Field(description="the run's decoding defaults (RUN/generation.json): what an option left out is")
     max_texts: int = Field(description="most texts in one POST /api/translations (--max-texts, within the queue)")
     max_body_bytes: int
     max_response_bytes: int = Field(description="the explorer refuses sentences whose attention maps exceed this")
@@ -248,7 +263,6 @@ class Health(BaseModel):
 
 
 __all__ = [
-    "MAX_BEAM",
     "MAX_HEADS_OFF",
     "AttentionMaps",
     "BeamTrace",

@@ -37,8 +37,15 @@ document.querySelectorAll(".tab").forEach((tab) => tab.addEventListener("click",
 // ───────────────────────── translator state ─────────────────────────
 const S = { data: null, layer: 0, head: "mean", step: 0, off: {} };  // off: kind -> Set of "layer,head"
 
-for (let b = 1; b <= 8; b++) el("option", { value: b }, $("beam"), b === 1 ? "1 (greedy)" : String(b));
-for (let n = 1; n <= 8; n++) el("option", { value: n }, $("nbest"), String(n));
+// Beam and n-best choices up to the server's max_beam, starting at the run's decoding defaults (GET /api/model).
+function beamChoices(maxBeam, defaults) {
+  $("beam").innerHTML = ""; $("nbest").innerHTML = "";
+  for (let b = 1; b <= maxBeam; b++) el("option", { value: b }, $("beam"), b === 1 ? "1 (greedy)" : String(b));
+  for (let n = 1; n <= maxBeam; n++) el("option", { value: n }, $("nbest"), String(n));
+  $("beam").value = String(Math.min(defaults.beam || 1, maxBeam));
+  $("nbest").value = String(Math.min(defaults.n_best || 1, Number($("beam").value)));
+}
+beamChoices(8, { beam: 1, n_best: 1 });
 // n-best hypotheses come from the beam: keep n-best <= beam, moving the other select when one moves.
 $("nbest").addEventListener("change", () => {
   if (Number($("nbest").value) > Number($("beam").value)) $("beam").value = $("nbest").value;
@@ -62,13 +69,15 @@ fetch("/api/model").then((r) => r.json()).then((m) => {
   for (const [k, v] of Object.entries(c)) el("span", { class: "opt" }, opts, `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`);
   $("text").maxLength = m.max_chars;
   $("model-layout").textContent = m.positions ? `· ${m.positions} positions, ${m.num_kv_heads} KV heads` : "";
-}).catch(() => { $("model-info").textContent = "model info unavailable"; });
+  beamChoices(m.max_beam, m.decoding || {});
+}).catch(() => { $("model-info").textContent = "model info unavailable"; }).finally(() => {
+  // A newcomer sees attention at once: translate the first example on load (unless they already typed),
+  // with the run's default decoding, as `attnlab translate` would.
+  if (!$("text").value.trim()) $("text").value = EXAMPLES[0];
+  translate();
+});
 
 $("translate-form").addEventListener("submit", (e) => { e.preventDefault(); translate(); });
-
-// A newcomer sees attention at once: translate the first example on load (unless they already typed).
-if (!$("text").value.trim()) $("text").value = EXAMPLES[0];
-translate();
 
 // The options object of POST /api/translate (attnlab.decoding.DecodeOptions); null when all are defaults.
 function decodeOptions() {

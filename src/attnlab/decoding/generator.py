@@ -1,0 +1,339 @@
+"""The one decoding loop, shaped as fairseq's SequenceGenerator: every strategy (`attnlab.decoding.search`)
+runs through it, and it alone owns the prefix, finishing, shrinking the batch and reordering the caches.
+
+    hyps = generate(model, src, src_lens, DecodeOptions(beam=4, n_best=2), bos=1, eos=2, max_len=30)
+
+Per step: the model's logits for every live row -> log_softmax -> the bans (`processors`) -> the strategy's
+`step` -> candidates. The <eos> candidates among each sentence's first K finish (`Finished`, the K best kept),
+the first K others stay live; at a sentence's length limit its first K candidates finish as they are. A
+sentence is done once K hypotheses finished and, unless `early_stopping`, no live one could beat the worst
+of them at its current length (`transformers`' default heuristic: best live total / length ** penalty <=
+worst finished), or at its limit. Done sentences leave the batch (at once, or once the strategy's `compact`
+fraction of it is done): every cache drops their rows (`reorder_state`); live hypotheses that change parents
+reorder only the growing caches (`same_sources=True`). The model is called only through the decoding
+protocol (`attnlab.decoding.protocol`).
+
+Sampling's n_best draws per source are n_best units of one row each; greedy is the K = 1 strategy whose
+step is the C arg-max (`argmax.pick`) and whose finished rows leave in bulk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.decoding.constraints import ConstrainedBeamSearch
+from attnlab.decoding.hypothesis import Finished, Hypothesis, keep_best
+from attnlab.decoding.options import DecodeOptions
+from attnlab.decoding.processors import Processor, apply, processors_for
+from attnlab.decoding.protocol import check_source, expand_state, inference, reserve_steps
+from attnlab.decoding.search import BeamSearch, Candidates, Greedy, Sampling, Search, SearchState
+from attnlab.decoding.trace import trace_step
+
+__all__ = ["generate", "make_search"]
+
+
+def make_search(options: DecodeOptions, eos: int, bans: list, constraints=None, prefixes=None, *, generator=None,
+                scores: bool = True) -> Search:  # fmt: skip
+    """The strategy `options` ask for: constrained beam search where any sentence has phrases, sampling,
+    greedy (beam 1) or beam search."""
+    if constraints is not None and any(constraints):
+        return ConstrainedBeamSearch(options.beam, eos, constraints, prefixes)
+    if options.sample:
+        return Sampling(processors_for(options, eos)[1], generator)
+    if options.beam == 1:
+        return Greedy(scores, raw_logits=not bans)
+    return BeamSearch(options.beam)
+
+
+def generate(
+    model: nn.Module,
+    src: Tensor,
+    src_valid_lens: Tensor | None,
+    options: DecodeOptions,
+    *,
+    bos: int,
+    eos: int,
+    max_len: int | Sequence[int],
+    prefix: Tensor | None = None,
+    constraints: Sequence[Sequence[Sequence[int]]] | None = None,
+    generator: torch.Generator | None = None,
+    trace: list | None = None,
+    scores: bool = True,
+) -> list[list[Hypothesis]]:
+    """Decode B sources as `options` say: B lists of hypotheses, best first (n_best each where there are so many).
+
+    Args:
+        src: (B, S) source ids; src_valid_lens: (B,) or None.
+        max_len: most steps after the prefix (<eos> included): one for all, or one per source.
+        prefix: (B, P) target ids every output starts with (fed in one step after <bos>); outputs' tokens and
+            positional scores include them, their score and its length do not.
+        constraints: per source, phrases (token id lists) every output must contain.
+        generator: sampling's random stream (seeded: reproducible samples).
+        trace: beam search only: a list the search is recorded into (`attnlab.decoding.trace`).
+        scores: greedy only: False skips the log-probabilities (score NaN, no positional scores).
+    """
+    B = src.shape[0]
+    limits = [max_len] * B if isinstance(max_len, int) else list(max_len)
+    if len(limits) != B or any(not isinstance(n, int) or n < 1 for n in limits):
+        raise ValueError(f"max_len must be at least 1, one for all or one per source ({B}), got {max_len!r}")
+    check_source(src, src_valid_lens, None)
+    copies = options.n_best if options.sample else 1  # units per source
+    bans = processors_for(options, eos)[0]
+    units_prefix = None if prefix is None else [row for row in prefix.tolist() for _ in range(copies)]
+    units_cons = None if constraints is None else [list(c) for c in constraints for _ in range(copies)]
+    search = make_search(options, eos, bans, units_cons, units_prefix, generator=generator, scores=scores)
+    units = [n for n in limits for _ in range(copies)]  # one limit per unit
+    run = _Loop(model, search, options, bans=bans, eos=eos, limits=units, copies=copies, trace=trace)
+    with inference(model), torch.inference_mode():
+        run.start(src, src_valid_lens, bos, prefix)
+        for step in range(max(limits)):
+            if run.advance(step):
+                break
+        finished = run.results(scores or not isinstance(search, Greedy))
+    return [_ranked([f for u in range(b * copies, (b + 1) * copies) for f in finished[u]], options.n_best, trace, b)
+            for b in range(B)]  # fmt: skip
+
+
+def _ranked(fin: list[Finished], n_best: int, trace: list | None, b: int) -> list[Hypothesis]:
+    """A source's n-best list: most constraint phrases first, then best score (stable: ties keep finishing order)."""
+    ranked = sorted(fin, key=lambda f: (-f.met, -f.score))[:n_best]
+    if trace is not None:
+        trace.append({"sentence": b, "winner": list(ranked[0].origin) if ranked and ranked[0].origin else None})
+    return [f.hypothesis() for f in ranked] or [Hypothesis([], float("-inf"), False, [])]
+
+
+class _Loop:
+    """The loop's state: n live sentences (units) of K rows each, their tokens and log-probabilities in tables
+    of one row per (unit, slot), and every unit's finished hypotheses."""
+
+    def __init__(self, model, search: Search, options: DecodeOptions, *, bans: list[Processor], eos: int,
+                 limits: list[int], copies: int, trace: list | None):  # fmt: skip
+        self.model, self.search, self.bans, self.eos, self.limits = model, search, bans, eos, limits
+        self.alpha, self.early = options.length_penalty, options.early_stopping
+        self.copies, self.trace, self.K = copies, trace, search.K
+        # One candidate per row (greedy, sampling): a unit finishes once and its table row is its output.
+        self.single = isinstance(search, (Greedy, Sampling))
+        self.first_limit = min(limits)
+        self.finished: list[list[Finished]] = [[] for _ in limits]
+        self.ends: dict[int, tuple[int, bool]] = {}  # single: unit -> (generated tokens kept, ended with <eos>)
+
+    def start(self, src: Tensor, lens: Tensor | None, bos: int, prefix: Tensor | None) -> None:
+        U, K, device = len(self.limits), self.K, src.device
+        self.P = P = 0 if prefix is None else prefix.shape[1]
+        self.state = self.model.start_decoding(src, lens)
+        reserve_steps(self.state, max(self.limits) + P)
+        self.tokens = torch.zeros((U * K, P + max(self.limits)), dtype=torch.long, device=device)
+        self.lps = torch.zeros((U * K, P + max(self.limits)), dtype=torch.float, device=device)
+        self.active = list(range(U))  # the unit of each live sentence
+        self.home = torch.arange(U * K, device=device)  # (n*K,) table row of each batch row
+        self.done = torch.zeros(U, dtype=torch.bool, device=device)  # sentences done but still in the batch
+        self.dead = 0
+        # All K copies start identical: only the first may expand, or the beam fills with duplicates.
+        self.scores = torch.full((U, K), float("-inf"), device=device)
+        self.scores[:, 0] = 0.0
+        inp = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=device)
+        self.inp = inp if prefix is None else torch.cat([inp, prefix.to(device)], dim=1)  # (B, 1 + P)
+
+    def advance(self, step: int) -> bool:
+        """One step; True when every sentence is done."""
+        logits, self.state = self.model.decode_step(self.inp, self.state)
+        cands = self._candidates(step, logits)
+        if self.single:  # one candidate per row: it is the row's next token, or its <eos>
+            hits = cands.tokens[:, 0] == self.eos
+            if self.dead:  # rows already done may say <eos> again
+                hits &= ~self.done
+            self._write(step, None, None, cands)
+            ended = self._single_ends(step, hits)
+            self.scores = cands.scores
+            rows = torch.arange(len(self.active), device=hits.device)
+            return self._shrink(step, ended, rows, cands.tokens[:, 0])
+        n, K = len(self.active), self.K
+        C = cands.tokens.shape[1]
+        filler = (cands.tokens == self.eos) | ~(cands.scores > float("-inf"))
+        # The first K positions that are neither <eos> nor impossible stay live (fillers after them: -inf).
+        order = torch.arange(C, device=filler.device) + C * filler
+        live = order.topk(K, dim=1, largest=False).indices  # (n, K) positions, in candidate order
+        live_scores = cands.scores.gather(1, live).masked_fill(filler.gather(1, live), float("-inf"))
+        hits = (cands.tokens[:, :K] == self.eos) & (cands.scores[:, :K] > float("-inf"))
+        rows = (torch.arange(n, device=live.device)[:, None] * K + cands.beams.gather(1, live)).reshape(-1)
+        new_tok = cands.tokens.gather(1, live).reshape(-1)
+        accepted = self._finish_eos(step, cands, hits)
+        self._write(step, rows, (new_tok, cands.lprobs.gather(1, live).reshape(-1)), cands)
+        self.search.chosen(live)
+        records = None
+        if self.trace is not None:
+            norm = (step + 1) ** self.alpha
+            records = trace_step(self.trace, step, self.active, cands, live, accepted=accepted, norm=norm)
+        ended = self._done_sentences(step, cands, live, live_scores, records)
+        self.scores = live_scores
+        return self._shrink(step, ended, rows, new_tok)
+
+    def _at_limit(self, step: int) -> list[int]:
+        """Positions of the live sentences whose limit this step reaches."""
+        if step + 1 < self.first_limit:
+            return []
+        return [i for i, u in enumerate(self.active) if step + 1 >= self.limits[u]]
+
+    def _single_ends(self, step: int, hits: Tensor) -> list[int]:
+        """Single-candidate rows that finish now: at their <eos> (`hits` (n,)), or cut at their limit."""
+        ended = []
+        if int(hits.sum()):  # one read of the step's result
+            ended = hits.nonzero().squeeze(1).tolist()
+            for i in ended:
+                self.ends[self.active[i]] = (step, True)
+        for i in self._at_limit(step):
+            if self.active[i] not in self.ends:
+                self.ends[self.active[i]] = (step + 1, False)
+                ended.append(i)
+        return ended
+
+    def _candidates(self, step: int, logits: Tensor) -> Candidates:
+        """The strategy's step on this step's logits (n*K, L, V) (step 0: (B, 1 + P, V), expanded here)."""
+        n, K = len(self.active), self.K
+        x = logits[:, -1]
+        raw = getattr(self.search, "raw_logits", False)
+        if not raw:
+            x = F.log_softmax(x.float(), dim=-1)
+        if step == 0:
+            if self.P:  # the prefix's own log-probabilities, into every row's table
+                lp = F.log_softmax(logits[:, :-1].float(), dim=-1).gather(2, self.inp[:, 1:, None]).squeeze(2)
+                self.tokens[:, : self.P] = self.inp[:, 1:].repeat_interleave(self.copies * K, dim=0)
+                self.lps[:, : self.P] = lp.repeat_interleave(self.copies * K, dim=0)
+            if self.copies * K > 1:
+                x = x.repeat_interleave(self.copies * K, dim=0)
+        history = None
+        if self.bans or self.search.history:
+            history = self.tokens.index_select(0, self.home)[:, : self.P + step]
+            x = apply(self.bans, x, history)
+        V = x.shape[-1]
+        return self.search.step(step, x.view(n, K, V), self.scores, SearchState(self.active, history))
+
+    def _finish_eos(self, step: int, cands: Candidates, hits: Tensor) -> set[tuple[int, int]]:
+        """The <eos> hits (n, K) finish; returns the (row, position) of those kept."""
+        where = hits.nonzero()
+        if not len(where):
+            return set()
+        wi, wc = where[:, 0], where[:, 1]
+        homes = self.home.index_select(0, wi * self.K + cands.beams[wi, wc])
+        toks, lps = self.tokens[homes, : self.P + step].tolist(), self.lps[homes, : self.P + step].tolist()
+        vals, last = cands.scores[wi, wc].tolist(), cands.lprobs[wi, wc].tolist()
+        accepted = set()
+        norm = (step + 1) ** self.alpha
+        for (i, c), s, t, lp, eos_lp in zip(where.tolist(), vals, toks, lps, last):
+            entry = Finished(s / norm, t, lp + [eos_lp], True, self.search.met(i, c), (step, c))
+            if keep_best(self.finished[self.active[i]], entry, self.K):
+                accepted.add((i, c))
+        return accepted
+
+    def _write(self, step: int, rows: Tensor | None, chosen: tuple[Tensor, Tensor] | None, cands: Candidates) -> None:
+        """This step's tokens into the tables; live rows take their parents' history first (K > 1)."""
+        col = self.P + step
+        if chosen is None:  # one candidate per row: the row's own, <eos> too (a finished row's tail is never read)
+            self.tokens[self.home, col] = cands.tokens[:, 0]
+            self.lps[self.home, col] = cands.lprobs[:, 0]
+            return
+        if col and rows is not None and self.K > 1:
+            parents = self.home.index_select(0, rows)
+            self.tokens[self.home, :col] = self.tokens[parents, :col]
+            self.lps[self.home, :col] = self.lps[parents, :col]
+        self.tokens[self.home, col], self.lps[self.home, col] = chosen
+
+    def _done_sentences(self, step, cands, live, live_scores, records) -> list[int]:
+        """Sentences done after this step: cut at their limit (their first K candidates finish as they are),
+        or K finished and (early stopping, or no live hypothesis that could still beat the worst of them)."""
+        K = self.K
+        limit = set(self._at_limit(step))
+        best = live_scores.max(dim=1).values.tolist()
+        norm = (step + 1) ** self.alpha
+        ended = []
+        for i, u in enumerate(self.active):
+            if self.dead and bool(self.done[i]):  # still in a batch that cannot shrink
+                continue
+            if i in limit:
+                self._cut(step, i, cands, live, records)
+                ended.append(i)
+                continue
+            fin = self.finished[u]
+            if best[i] == float("-inf") or (
+                len(fin) >= K and (self.early or best[i] / norm <= min(f.score for f in fin))
+            ):
+                ended.append(i)
+        return ended
+
+    def _cut(self, step: int, i: int, cands: Candidates, live: Tensor, records) -> None:
+        """At the limit, sentence i's live hypotheses among its first K candidates finish unended."""
+        K, u = self.K, self.active[i]
+        pos, sc, tok = live[i].tolist(), cands.scores[i].tolist(), cands.tokens[i].tolist()
+        slots = [k for k, c in enumerate(pos) if c < K and sc[c] > float("-inf") and tok[c] != self.eos]
+        if not slots:
+            return
+        homes = self.home[[i * K + k for k in slots]]
+        toks = self.tokens[homes, : self.P + step + 1].tolist()
+        lps = self.lps[homes, : self.P + step + 1].tolist()
+        norm = (step + 1) ** self.alpha
+        for k, t, lp in zip(slots, toks, lps):
+            c = pos[k]
+            entry = Finished(sc[c] / norm, t, lp, False, self.search.met(i, c), (step, c))
+            if keep_best(self.finished[u], entry, K) and records is not None:
+                records[i]["candidates"][c]["status"] = "cut"
+
+    def _shrink(self, step: int, ended: list[int], rows: Tensor, new_tok: Tensor) -> bool:
+        """Mark `ended` done; drop done sentences from the batch once the strategy says so; reorder the state."""
+        n, K = len(self.active), self.K
+        if ended:
+            self.done[ended] = True
+            self.dead += len(ended)
+            if self.dead == n:
+                return True
+        drop = self.dead and self.dead >= self.search.compact * n and hasattr(self.model, "reorder_state")
+        keep = (~self.done).nonzero().squeeze(1) if drop else None
+        if keep is not None:
+            sel = (keep[:, None] * K + torch.arange(K, device=keep.device)).reshape(-1)
+            rows, new_tok = rows.index_select(0, sel), new_tok.index_select(0, sel)
+            kept = keep.tolist()
+            self.search.keep(kept)
+            self.active = [self.active[i] for i in kept]
+            self.home, self.scores = self.home.index_select(0, sel), self.scores.index_select(0, keep)
+            self.done, self.dead = self.done[keep], 0
+        self._reorder(step, rows, keep is not None, n)
+        self.inp = new_tok[:, None]
+        return False
+
+    def _reorder(self, step: int, rows: Tensor, shrunk: bool, n: int) -> None:
+        """The model's state follows the live rows: step 0 expands each source to its rows; later, rows that
+        changed parents (K > 1) or left (a shrink) reorder the caches."""
+        K, copies = self.K, self.copies
+        if step == 0 and copies * K > 1:
+            if copies == 1:  # whole sentences: the kept ones expand straight from their sources
+                self.state = expand_state(self.model, self.state, rows // K, K)
+                return
+            every = torch.arange(n * K, device=rows.device)  # sampling: every source's copies, then the shrink
+            self.state = expand_state(self.model, self.state, every // (copies * K), copies * K)
+        if shrunk:  # sentences left: every part of the state drops their rows
+            self.state = self.model.reorder_state(self.state, rows)
+        elif K > 1 and step > 0:  # beams changed parents within their sentences: only the growing caches move
+            self.state = self.model.reorder_state(self.state, rows, same_sources=True)
+
+    def results(self, scores: bool) -> list[list[Finished]]:
+        """Every unit's finished hypotheses (single-candidate strategies: read off the tables now)."""
+        if not self.single:
+            return self.finished
+        P, alpha = self.P, self.alpha
+        units = sorted(self.ends)
+        toks = self.tokens[units].tolist()
+        lps = self.lps[units].tolist() if scores else None
+        for j, u in enumerate(units):
+            m, ended = self.ends[u]
+            row = toks[j][: P + m]
+            if lps is None:
+                self.finished[u] = [Finished(math.nan, row, [], ended)]
+                continue
+            pos = lps[j][: P + m + 1] if ended else lps[j][: P + m]
+            generated = pos[P:]
+            self.finished[u] = [Finished(sum(generated) / max(len(generated), 1) ** alpha, row, pos, ended)]
+        return self.finished
