@@ -11,6 +11,7 @@ from torch import Tensor
 
 from attnlab.utils import native
 
+from .gather import gather_rows
 from .masking import build_mask
 
 
@@ -149,8 +150,8 @@ class KVCache:
             else:
                 knew, vnew = kbuf.new_empty((n, *kbuf.shape[1:])), vbuf.new_empty((n, *vbuf.shape[1:]))
             # Only the L filled steps of each row are copied, straight into the other buffer.
-            torch.index_select(kbuf[:, :, :L], 0, index, out=knew[:, :, :L])
-            torch.index_select(vbuf[:, :, :L], 0, index, out=vnew[:, :, :L])
+            gather_rows(knew[:, :, :L], kbuf[:, :, :L], index)
+            gather_rows(vnew[:, :, :L], vbuf[:, :, :L], index)
             self._spare = (kbuf, vbuf)
             self._kbuf, self._vbuf = knew, vnew
             self._set_views(L)
