@@ -27,10 +27,10 @@ def model(precision: str = "int8", seed: int = 0, **kw) -> nn.Module:
 
 
 def counted(monkeypatch) -> list:
-    """A list that gets an item per call of the fused step."""
+    """A list that gets an item per call of the fused step: the rows it was given."""
     calls: list = []
     original = Int8DecoderStep.__call__
-    monkeypatch.setattr(Int8DecoderStep, "__call__", lambda self, *a: calls.append(1) or original(self, *a))
+    monkeypatch.setattr(Int8DecoderStep, "__call__", lambda self, *a: calls.append(len(a[0])) or original(self, *a))
     return calls
 
 
@@ -138,7 +138,7 @@ def test_tokens_the_kernel_cannot_read_go_to_the_modules(monkeypatch):
     with int8_step.off(), torch.inference_mode():
         state = m.start_decoding(*sources())
         same([int32], [m.decode_step(torch.ones((6, 1), dtype=torch.int64), state)[0]])
-    assert calls == [1]  # called, and it handed the step back
+    assert calls == [6]  # called, and it handed the step back
 
 
 @needs_kernels
@@ -263,9 +263,7 @@ def test_beam_search_on_the_int8_step_finds_the_modules_hypotheses(K, monkeypatc
     with torch.no_grad():
         m.decoder.dense.bias[2] += 1.0  # <eos> likely enough that hypotheses finish along the way
     src, lens = sources(B=8)
-    rows: list[int] = []
-    original = Int8DecoderStep.__call__
-    monkeypatch.setattr(Int8DecoderStep, "__call__", lambda self, tgt, st: rows.append(len(tgt)) or original(self, tgt, st))
+    rows = counted(monkeypatch)
     # Limits of source length + 4: sentences finish or reach theirs at different steps and leave the batch.
     fused = beam_search(m, src, lens, bos=1, eos=2, beam=K, max_len_a=1.0, max_len_b=4)
     assert rows[:2] == [8, 8 * K] and rows[-1] < rows[2] and len(rows) == 9  # every step fused, rows leaving
