@@ -207,19 +207,23 @@ def test_kv_cache_next_slot_starts_grows_and_keeps_the_steps():
     assert torch.equal(cache.k, torch.stack(steps_written, 2)) and torch.equal(cache.v, -cache.k)
 
 
-def beam_steps(m, src, lens, K: int, n: int = 7, seed: int = 3) -> tuple[list[torch.Tensor], list[int]]:
+def beam_steps(m, src, lens, K: int, n: int = 7, seed: int = 3, watched=()) -> tuple[list[torch.Tensor], list[int]]:
     """Logits of n teacher-forced steps of a beam state, driven as beam search drives it: step 0 on the B
     sources, `expand_beams` (sources 1 and 4 gone: they finished at once), then each step every hypothesis
     takes a random parent of its sentence (`reorder_state(same_sources=True)`); after step 3 sentence 0 and
     the last leave the batch, after step 5 every hypothesis takes a parent of any sentence (the state drops
-    to one row per hypothesis). Returns the logits and the beam of the state at each step."""
+    to one row per hypothesis). At the steps in `watched` a forward hook makes the modules take the step.
+    Returns the logits and the beam of the state at each step."""
     g = torch.Generator().manual_seed(seed)
     out, beams = [], []
     with torch.inference_mode():
         state = m.start_decoding(src, lens)
         inp = teacher(src.shape[0], 1, seed)
         for t in range(n):
+            hook = m.decoder.blocks[0].register_forward_hook(lambda *a: None) if t in watched else None
             logits, state = m.decode_step(inp, state)
+            if hook is not None:
+                hook.remove()
             out.append(logits.clone())
             beams.append(state.beam)
             if t == 0:
@@ -253,6 +257,18 @@ def test_the_int8_step_gives_the_modules_logits_bit_for_bit_on_beams(config, K, 
         modules, _ = beam_steps(m, src, lens, K)
     assert len(calls) == len(fused)
     same(fused, modules)
+
+
+@needs_kernels
+def test_the_modules_take_over_a_beam_state_the_int8_step_left_reordered(monkeypatch):
+    """Reorders kept as an index (`TransformerState.ancestry`) are laid out again for the modules' steps."""
+    m = model(num_kv_heads=2)
+    src, lens = sources()
+    calls = counted(monkeypatch)
+    fused, _ = beam_steps(m, src, lens, 4, watched=(2, 5))
+    assert len(calls) == len(fused) - 2
+    with int8_step.off():
+        same(fused, beam_steps(m, src, lens, 4)[0])
 
 
 @needs_kernels

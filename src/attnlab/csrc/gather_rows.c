@@ -25,3 +25,17 @@ int attnlab_gather_rows(const char *src, int64_t rows, int64_t s0, int64_t s1, i
     }
     return 0;
 }
+
+/* dst[i, b, c, :] = src[index[i, c], b, c, :], index (n, n2) contiguous: every step c of a row from its own
+   source row (a cache whose reorders were kept as an index, `TransformerState.ancestry`, laid out again).
+   Returns 0, or 2 when an index lies outside [0, rows) (nothing copied). */
+int attnlab_gather_steps(const char *src, int64_t rows, int64_t s0, int64_t s1, int64_t s2, char *dst, int64_t d0,
+                         int64_t d1, int64_t d2, const int64_t *index, int64_t n, int64_t n1, int64_t n2, int64_t row) {
+    for (int64_t i = 0; i < n * n2; i++)
+        if (index[i] < 0 || index[i] >= rows) return 2;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < n1; b++)
+            for (int64_t c = 0; c < n2; c++)
+                memcpy(dst + i * d0 + b * d1 + c * d2, src + index[i * n2 + c] * s0 + b * s1 + c * s2, (size_t)row);
+    return 0;
+}

@@ -18,9 +18,11 @@ greedy decoding and for every hypothesis of a beam alike.
 Beam states (`TransformerState.beam` = K > 1, `Transformer.expand_beams`): the n = B * K rows are the K
 hypotheses of each of B sentences; the memory and the cross-attention keys and values stay at B rows,
 computed once per sentence, and each row's query reads its sentence's keys where they lie (the kernel's
-`fold`), never a copy per hypothesis. The model's `reorder_state` moves the self-attention caches' rows to
-the hypotheses' parents by index (`attnlab.attention.gather`), and sentences that are done leave the
-batch there too, so every step of a beam search, the first included, runs here.
+`fold`), never a copy per hypothesis. The model's `reorder_state` (the hypotheses' parents, sentences that
+are done leaving the batch) copies no cache for this step: it keeps, per row, the cache row of each earlier
+step (`TransformerState.ancestry`), and the kernel reads each row's keys through it; the caches are laid out
+again (`attnlab.attention.gather`) only where the modules take a step over. So every step of a beam search,
+the first included, runs here.
 
 The modules' int8 path computes the same rows with the same C functions (`csrc/rows.h`, `csrc/attend.h`),
 so the logits are theirs bit for bit (`tests/models/test_int8_step.py`). Covered: post-norm blocks whose
@@ -78,7 +80,7 @@ _SIGNATURES = {
     "attnlab_step_embed": [_PTR, _I64, _I64, _PTR, _I64, _I64, _F, _PTR, _PTR, _PTR, _PTR],
     "attnlab_step_attention": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64]
     + [_PTR, _I64, _I64, _I64] * 2
-    + [_INT, _I64, _PTR, _I64, _I64, _F, _PTR, _PTR],
+    + [_INT, _I64, _PTR, _I64, _I64, _PTR, _I64, _F, _PTR, _PTR],
     "attnlab_step_add_ln": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _F, _PTR, _PTR, _PTR],
     "attnlab_step_relu": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
 }
@@ -245,12 +247,15 @@ class Int8DecoderStep:
             return False
         if all(sc.k is None and cc.k is None for sc, cc in state.caches):
             return native.takes(torch.float32, state.memory) and state.memory.is_contiguous()
+        anc = state.ancestry
+        if anc is not None and not (anc.dtype is torch.int64 and anc.is_cpu and anc.is_contiguous()):
+            return False
         for sc, cc in state.caches:
             if sc.k is None or cc.k is None or not (sc.finite and cc.finite):
                 return False
             if (
                 not native.takes(torch.float32, sc.k, sc.v, cc.k, cc.v)
-                or sc.k.shape[0] != rows
+                or (sc.k.shape[0] != rows if anc is None else sc.k.shape[0] < rows)
                 or cc.k.shape[0] != sources
             ):
                 return False
@@ -273,9 +278,10 @@ class Int8DecoderStep:
             if not all(cc.finite for _, cc in state.caches):
                 return None  # the modules' exact non-finite attention, on the caches just filled
         lens = kernel_lengths(state.src_valid_lens)
+        anc = state.ancestry if state.ancestry is not None and state.ancestry.shape[1] else None
         for (qkv, o, cq, co, f1, f2, n1, n2, n3, sa, ca), (self_cache, cross_cache) in zip(self.layers, state.caches):
             kbuf, vbuf, at = self_cache.next_slot(n, sa[0] // sa[1], sa[2])
-            q, s, status = self._attention(q, s, qkv, sa, kbuf, vbuf, True, at, None, 0)
+            q, s, status = self._attention(q, s, qkv, sa, kbuf, vbuf, True, at, None, 0, anc=anc)
             self_cache.advance(status != 4)
             x, q, s = p.add_ln(q, s, o, x, n1)
             ck, cv = cross_cache.k, cross_cache.v
@@ -295,9 +301,12 @@ class Int8DecoderStep:
             k, v = ca.W_kv(state.memory).split(ca._qkv_sizes()[1:], dim=-1)
             cross_cache.update(ca._split(k, ca.num_kv_heads), ca._split(v, ca.num_kv_heads))
 
-    def _attention(self, q, s, proj: _Linear, heads, k, v, write: bool, at: int, lens, Lk: int, fold: int = 1):
+    def _attention(
+        self, q, s, proj: _Linear, heads, k, v, write: bool, at: int, lens, Lk: int, fold: int = 1, anc=None
+    ):
         """int_mm(q, proj) -> attention -> its output rows quantized; returns (q, s, the kernel's status).
-        Cross-attention: `fold` consecutive query rows (a sentence's hypotheses) read one key row."""
+        Cross-attention: `fold` consecutive query rows (a sentence's hypotheses) read one key row; self-
+        attention: `anc` (n, A), where row m's first A steps lie (`TransformerState.ancestry`)."""
         n = q.shape[0]
         H, G, Dh, scale = heads
         acc = torch._int_mm(q, proj.w)
@@ -305,7 +314,8 @@ class Int8DecoderStep:
         status = self.passes.fn["attnlab_step_attention"](
             acc.data_ptr(), n, s.data_ptr(), proj.cs, proj.bias, H, G, Dh,
             k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
-            int(write), at, _ptr(lens), Lk, fold, scale, oq.data_ptr(), oscale.data_ptr(),
+            int(write), at, _ptr(lens), Lk, fold, _ptr(anc), 0 if anc is None else anc.shape[1], scale,
+            oq.data_ptr(), oscale.data_ptr(),
         )  # fmt: skip
         if status == 2:
             raise ValueError(f"source lengths must lie in [0, {Lk}], got {lens.tolist()}")
