@@ -112,10 +112,12 @@ class TransformerState:
     def reorder_lazily(self, index: Tensor) -> bool:
         """Keep the rows named by index (R',) as `ancestry` instead of copying the self-attention caches,
         where the fused step reads them (its caches filled, rows that do not outgrow them, index int64 on
-        the CPU); says whether it did."""
+        the CPU) and the rows are a beam's (greedy's rows only leave: copying the rest costs less than
+        reading every later step through the index); says whether it did."""
         caches = [sc for sc, _ in self.caches]
         if (
             self.step is None
+            or (self.beam == 1 and self.ancestry is None)
             or not caches
             or index.dtype is not torch.int64
             or not index.is_cpu
