@@ -1,8 +1,9 @@
-"""attnlab vs CTranslate2 on the same model and sentences: greedy sentences/s, same threads.
+"""attnlab vs CTranslate2 on the same model and sentences: sentences/s, greedy or beam search, same threads.
 
 The run is exported once (float32) with `attnlab.export.ctranslate2`; CTranslate2 loads it as float32
 and as int8 (compute_type), attnlab decodes in fp32 and its other precisions. All decode the same
-sentences (the run's test split), sorted by length, greedy, with the same output length cap per batch;
+sentences (the run's test split), sorted by length, greedy or with --beam K (both sides: beam K, length
+penalty 1, the 1-best), with the same output length cap per batch;
 rounds are interleaved (rotating order), model loading and conversion are not timed. sentences/s is the
 median over rounds; ratios are medians of paired ratios against the first CTranslate2 engine. Token
 agreement with attnlab fp32 is printed too.
@@ -81,6 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--attnlab", default="fp32:b256,int8:b256", help="attnlab engines, NAME[:bN][:wK], comma-separated")
     ap.add_argument("--ct2", default="float32:b128,int8:b128", help="CTranslate2 engines, NAME[:bN][:wK]")
     ap.add_argument("--floors", action="store_true", help="add each attnlab engine's kernel floor (see above)")
+    ap.add_argument("--beam", type=int, default=1, help="beam size on both sides (1: greedy)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     header(argv)
@@ -98,7 +100,7 @@ def main(argv=None) -> int:
         t.workers = workers
         engines[f"attnlab {spec}"] = ("attnlab", t, bs)
         if args.floors:
-            linear, both, counts = floors(t, src_ids, bs)
+            linear, both, counts = floors(t, src_ids, bs, args.beam)
             print(f"floor of attnlab {spec}: captured " + ", ".join(f"{v} {k}" for k, v in counts.items()))
             engines[f"attnlab {spec}, its linear layers only (floor)"] = ("floor", linear, workers)
             engines[f"attnlab {spec}, its linear layers + attention (floor)"] = ("floor+attention", both, workers)
@@ -116,7 +118,7 @@ def main(argv=None) -> int:
             return engine(bs)
         if kind == "attnlab":
             with switches(engine):  # a variant's " without C kernels" / " on worker threads"
-                found = engine.search(src_ids, engine.options(beam=1), batch_size=bs, scores=False)
+                found = engine.search(src_ids, engine.options(beam=args.beam), batch_size=bs, scores=False)
                 return [engine.tgt_vocab.to_tokens(hs[0].tokens) for hs in found]
         # attnlab caps each batch (sorted by length) by its longest source; CTranslate2 takes one cap per
         # call, so it gets one call per batch, all submitted at once (its workers take them in turn).
@@ -124,7 +126,8 @@ def main(argv=None) -> int:
         pending = [
             engine.translate_batch(
                 [toks[i] for i in b],
-                beam_size=1,
+                beam_size=args.beam,
+                length_penalty=1.0,
                 max_decoding_length=base.output_limit(len(src_ids[b[0]]) + 1),
                 min_decoding_length=0,  # as attnlab: an empty translation is allowed (CTranslate2's default: 1)
                 max_batch_size=bs,
@@ -150,8 +153,9 @@ def main(argv=None) -> int:
             times[n].append(time.perf_counter() - t0)
             cores[n].append((cpu_seconds() - c0) / times[n][-1])
     anchor = next(n for n in names if n.startswith("CTranslate2"))
+    search = "greedy" if args.beam == 1 else f"beam {args.beam}"
     print(
-        f"\n## {args.checkpoint}: {len(src_ids)} sentences of the {args.split} split, greedy, "
+        f"\n## {args.checkpoint}: {len(src_ids)} sentences of the {args.split} split, {search}, "
         f"{args.threads} threads each, {args.rounds} interleaved rounds\n"
     )
     rows = []
@@ -180,13 +184,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def floors(translator, src_ids, bs):
+def floors(translator, src_ids, bs, beam=1):
     """The replays of `translator` decoding src_ids: its linear layers (matmuls / quantized linears), and
     those with its attention kernels; and the calls each kind captured (matmuls, quantized linears,
     attention kernels). One capture, on one thread (a dispatch mode sees only its own thread's calls)."""
     workers, translator.workers = translator.workers, 1
     try:
-        greedy = translator.options(beam=1)
+        greedy = translator.options(beam=beam)
         calls = capture_kernels(
             lambda: translator.search(src_ids, greedy, batch_size=bs, scores=False), LINEAR | ATTENTION
         )

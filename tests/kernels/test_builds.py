@@ -14,9 +14,11 @@ import torch
 
 from attnlab.kernels import loader
 from attnlab.kernels.argmax import argmax_rows, native_pick
+from attnlab.kernels.beam_topk import beam_candidates
 from attnlab.kernels.copy_rows import native_copy_rows
 from attnlab.kernels.few_queries import few_queries_attention, native_few_queries
 from attnlab.kernels.finite import native_all_finite
+from attnlab.kernels.gather_rows import gather_rows
 from attnlab.kernels.int8_rows import int8_linear, native_int8_linear
 from attnlab.kernels.layer_norm import add_layer_norm
 from attnlab.models import Transformer, TransformerConfig, int8_step
@@ -104,11 +106,30 @@ def _int8_step() -> None:
     torch.testing.assert_close(fused, modules, rtol=0, atol=0)
 
 
+def _gather_rows() -> None:
+    src, dst = torch.randn(4, 2, 3, 8), torch.empty(3, 2, 3, 8)
+    index = torch.tensor([3, 0, 3])
+    with torch.inference_mode():
+        gather_rows(dst, src, index)
+    assert torch.equal(dst, src[index])
+
+
+def _beam_topk() -> None:
+    logits, scores = torch.randn(6, 50), torch.randn(3, 2)
+    got = beam_candidates(logits, scores, 4)
+    with loader.off():
+        want = beam_candidates(logits, scores, 4)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
 CASES: dict[str, Callable[[], None]] = {
     "argmax": _argmax,
+    "beam_topk": _beam_topk,
     "copy_rows": _copy_rows,
     "few_queries": _few_queries,
     "finite": _finite,
+    "gather_rows": _gather_rows,
     "int8_rows": _int8_rows,
     "int8_step": _int8_step,
     "layer_norm": _layer_norm,

@@ -1,5 +1,5 @@
-"""int8's fused decoding step (`Int8DecoderStep`) gives the modules' logits bit for bit, and hands every step
-it does not cover back to the modules."""
+"""int8's fused decoding step (`Int8DecoderStep`) gives the modules' logits bit for bit, greedy and beam states
+alike, and hands every step it does not cover back to the modules."""
 
 import pytest
 import torch
@@ -7,6 +7,8 @@ from torch import nn
 
 from attnlab.attention import KVCache, record_attention
 from attnlab.attention.heads import mask_heads
+from attnlab.decoding.generator import generate
+from attnlab.decoding.options import DecodeOptions
 from attnlab.kernels import loader as native
 from attnlab.models import int8_step
 from attnlab.models.int8_step import Int8DecoderStep
@@ -26,10 +28,10 @@ def model(precision: str = "int8", seed: int = 0, **kw) -> nn.Module:
 
 
 def counted(monkeypatch) -> list:
-    """A list that gets an item per call of the fused step."""
+    """A list that gets an item per call of the fused step: the rows it was given."""
     calls: list = []
     original = Int8DecoderStep.__call__
-    monkeypatch.setattr(Int8DecoderStep, "__call__", lambda self, *a: calls.append(1) or original(self, *a))
+    monkeypatch.setattr(Int8DecoderStep, "__call__", lambda self, *a: calls.append(len(a[0])) or original(self, *a))
     return calls
 
 
@@ -137,7 +139,7 @@ def test_tokens_the_kernel_cannot_read_go_to_the_modules(monkeypatch):
     with int8_step.off(), torch.inference_mode():
         state = m.start_decoding(*sources())
         same([int32], [m.decode_step(torch.ones((6, 1), dtype=torch.int64), state)[0]])
-    assert calls == [1]  # called, and it handed the step back
+    assert calls == [6]  # called, and it handed the step back
 
 
 @needs_kernels
@@ -165,7 +167,7 @@ def test_a_token_outside_the_vocabulary_is_the_modules_error():
 
 
 @needs_kernels
-def test_recording_hooks_head_masks_and_beams_take_the_modules_path(monkeypatch):
+def test_recording_hooks_and_head_masks_take_the_modules_path(monkeypatch):
     m = model()
     src, lens = sources()
     calls = counted(monkeypatch)
@@ -177,10 +179,6 @@ def test_recording_hooks_head_masks_and_beams_take_the_modules_path(monkeypatch)
     handle.remove()
     with mask_heads(m, {"decoder.blocks.0.self_attention": [1, 0, 1, 1]}):
         steps(m, src, lens, n=3)
-    assert calls == []
-    with torch.inference_mode():
-        state = m.expand_beams(m.start_decoding(src, lens), torch.arange(6), 2)
-        m.decode_step(torch.ones((12, 1), dtype=torch.long), state)
     assert calls == []
     steps(m, src, lens, n=3)
     assert len(calls) == 3  # nothing in the way again: the fused step is back
@@ -208,3 +206,89 @@ def test_kv_cache_next_slot_starts_grows_and_keeps_the_steps():
         cache.advance(finite=t != 5)
     assert len(cache) == KVCache.min_capacity + 3 and not cache.finite
     assert torch.equal(cache.k, torch.stack(steps_written, 2)) and torch.equal(cache.v, -cache.k)
+
+
+def beam_steps(m, src, lens, K: int, n: int = 7, seed: int = 3, watched=()) -> tuple[list[torch.Tensor], list[int]]:
+    """Logits of n teacher-forced steps of a beam state, driven as beam search drives it: step 0 on the B
+    sources, `expand_beams` (sources 1 and 4 gone: they finished at once), then each step every hypothesis
+    takes a random parent of its sentence (`reorder_state(same_sources=True)`); after step 3 sentence 0 and
+    the last leave the batch, after step 5 every hypothesis takes a parent of any sentence (the state drops
+    to one row per hypothesis). At the steps in `watched` a forward hook makes the modules take the step.
+    Returns the logits and the beam of the state at each step."""
+    g = torch.Generator().manual_seed(seed)
+    out, beams = [], []
+    with torch.inference_mode():
+        state = m.start_decoding(src, lens)
+        inp = teacher(src.shape[0], 1, seed)
+        for t in range(n):
+            hook = m.decoder.blocks[0].register_forward_hook(lambda *a: None) if t in watched else None
+            logits, state = m.decode_step(inp, state)
+            if hook is not None:
+                hook.remove()
+            out.append(logits.clone())
+            beams.append(state.beam)
+            if t == 0:
+                state = m.expand_beams(state, torch.tensor([0, 2, 3, 5]), K)
+            else:
+                B = state.rows // state.beam
+                parents = torch.randint(0, state.beam, (B, state.beam), generator=g)
+                rows = (torch.arange(B)[:, None] * state.beam + parents).reshape(-1)
+                if t == 3:  # the first and the last sentence leave: their groups of rows go
+                    rows = rows.view(B, state.beam)[1:-1].reshape(-1)
+                    state = m.reorder_state(state, rows)
+                elif t == 5:
+                    state = m.reorder_state(state, torch.randint(0, state.rows, (state.rows,), generator=g))
+                else:
+                    state = m.reorder_state(state, rows, same_sources=True)
+            inp = torch.randint(0, V, (state.rows, 1), generator=g)
+    return out, beams
+
+
+@needs_kernels
+@pytest.mark.parametrize("K", [2, 4])
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_the_int8_step_gives_the_modules_logits_bit_for_bit_on_beams(config, K, monkeypatch):
+    m = model(**config)
+    src, lens = sources()
+    calls = counted(monkeypatch)
+    fused, beams = beam_steps(m, src, lens, K)
+    assert len(calls) == len(fused)  # every step fused, the first, the folded and the unfolded ones
+    assert beams == [1, K, K, K, K, K, 1]
+    with int8_step.off():
+        modules, _ = beam_steps(m, src, lens, K)
+    assert len(calls) == len(fused)
+    same(fused, modules)
+
+
+@needs_kernels
+def test_the_modules_take_over_a_beam_state_the_int8_step_left_reordered(monkeypatch):
+    """Reorders kept as an index (`TransformerState.ancestry`) are laid out again for the modules' steps."""
+    m = model(num_kv_heads=2)
+    src, lens = sources()
+    calls = counted(monkeypatch)
+    fused, _ = beam_steps(m, src, lens, 4, watched=(2, 5))
+    assert len(calls) == len(fused) - 2
+    with int8_step.off():
+        same(fused, beam_steps(m, src, lens, 4)[0])
+
+
+@needs_kernels
+@pytest.mark.parametrize("K", [1, 2, 4])
+def test_beam_search_on_the_int8_step_finds_the_modules_hypotheses(K, monkeypatch):
+    """Every step of greedy, beam and n-best search on the fused step, the hypotheses the modules find."""
+    m = model(num_kv_heads=2)
+    with torch.no_grad():
+        m.decoder.dense.bias[2] += 1.0  # <eos> likely enough that hypotheses finish along the way
+    src, lens = sources(B=8)
+    rows = counted(monkeypatch)
+    # Limits of source length + 4: sentences finish or reach theirs at different steps and leave the batch.
+    best = DecodeOptions(beam=K, early_stopping=True)
+    limits = (lens + 4).tolist()
+    fused = [hs[0] for hs in generate(m, src, lens, best, bos=1, eos=2, max_len=limits)]
+    assert rows[:2] == [8, 8 * K] and rows[-1] < rows[2] and len(rows) == 9  # every step fused, rows leaving
+    assert any(h.finished for h in fused) and not all(h.finished for h in fused)
+    every = DecodeOptions(beam=K, n_best=K, early_stopping=True)
+    nbest = generate(m, src, lens, every, bos=1, eos=2, max_len=9)
+    with int8_step.off():
+        assert [hs[0] for hs in generate(m, src, lens, best, bos=1, eos=2, max_len=limits)] == fused
+        assert generate(m, src, lens, every, bos=1, eos=2, max_len=9) == nbest

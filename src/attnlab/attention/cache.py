@@ -9,6 +9,7 @@ from torch import Tensor
 
 from attnlab.kernels.copy_rows import copy_rows
 from attnlab.kernels.finite import all_finite
+from attnlab.kernels.gather_rows import gather_rows
 
 from .masking import build_mask
 
@@ -134,11 +135,19 @@ class KVCache:
         return self._mask
 
     def reorder(self, index: Tensor) -> KVCache:
-        """Keep the batch rows named by `index` (beam search, finished sentences leaving); returns self."""
+        """Keep the batch rows named by `index` (n,) (beam search, finished sentences leaving), or with index
+        (n, L) take step t of row i from row index[i, t] (reorders kept as an index, laid out again); returns
+        self."""
         if self.k is None:
             return self
-        if self._owns_buffers() and not self.k.requires_grad:
-            L, n = self.k.shape[2], index.numel()
+        if index.dim() == 2 and not (self._owns_buffers() and not self.k.requires_grad):
+            k, v = self.k.new_empty((len(index), *self.k.shape[1:])), self.v.new_empty((len(index), *self.v.shape[1:]))
+            gather_rows(k, self.k, index)
+            gather_rows(v, self.v, index)
+            self.k, self.v = k, v
+            self._kbuf = self._vbuf = self._spare = None
+        elif self._owns_buffers() and not self.k.requires_grad:
+            L, n = self.k.shape[2], index.shape[0]
             kbuf, vbuf = self._kbuf, self._vbuf
             spare = self._spare  # same (H, capacity, Dh) as kbuf: `_grow` and `update` drop it
             if spare is not None and spare[0].shape[0] >= n:
@@ -148,8 +157,8 @@ class KVCache:
             else:
                 knew, vnew = kbuf.new_empty((n, *kbuf.shape[1:])), vbuf.new_empty((n, *vbuf.shape[1:]))
             # Only the L filled steps of each row are copied, straight into the other buffer.
-            torch.index_select(kbuf[:, :, :L], 0, index, out=knew[:, :, :L])
-            torch.index_select(vbuf[:, :, :L], 0, index, out=vnew[:, :, :L])
+            gather_rows(knew[:, :, :L], kbuf[:, :, :L], index)
+            gather_rows(vnew[:, :, :L], vbuf[:, :, :L], index)
             self._spare = (kbuf, vbuf)
             self._kbuf, self._vbuf = knew, vnew
             self._set_views(L)

@@ -47,7 +47,7 @@ def make_search(options: DecodeOptions, eos: int, bans: list, constraints=None, 
         return Sampling(processors_for(options, eos)[1], generator)
     if options.beam == 1:
         return Greedy(scores, raw_logits=not bans)
-    return BeamSearch(options.beam)
+    return BeamSearch(options.beam, raw_logits=not bans)
 
 
 def generate(

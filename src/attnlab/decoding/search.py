@@ -7,6 +7,7 @@ reorders the caches; a strategy never sees the model.
 
     Greedy      K = 1, C = 1: the arg-max (`argmax.pick`: the C kernel, no log-softmax without bans)
     BeamSearch  K = beam, C = 2K: the 2K best continuations, so K that do not end in <eos> always remain
+                (from the logits themselves without bans: `kernels.beam_topk`'s one pass)
     Sampling    K = 1, C = 1: one draw per row from softmax(warped log-probabilities)
     (constrained beam search: `attnlab.decoding.constraints.ConstrainedBeamSearch`)
 """
@@ -21,6 +22,7 @@ from torch import Tensor
 
 from attnlab.decoding.processors import Processor, apply
 from attnlab.kernels.argmax import pick
+from attnlab.kernels.beam_topk import beam_candidates
 
 __all__ = ["BeamSearch", "Candidates", "Greedy", "Sampling", "Search", "SearchState"]
 
@@ -98,11 +100,13 @@ class BeamSearch(Search):
         ([0, 1, 2], [0, 0, 0])
     """
 
-    def __init__(self, beam: int):
-        self.K = beam
+    def __init__(self, beam: int, raw_logits: bool = False):
+        self.K, self.raw_logits = beam, raw_logits
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         n, K, V = lprobs.shape
+        if self.raw_logits:  # logits: log-softmax, totals and the 2K best in one pass (`kernels.beam_topk`)
+            return Candidates(*beam_candidates(lprobs.reshape(n * K, V), scores, min(2 * K, K * V)))
         flat = lprobs.reshape(n, K * V)
         cand = (scores.unsqueeze(-1) + lprobs).reshape(n, K * V)
         cand_scores, idx = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first

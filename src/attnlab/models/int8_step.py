@@ -1,6 +1,6 @@
-"""int8 decoding's greedy step (`--precision int8`) as int8 matmuls with one C pass between each two
-(`csrc/int8_step.c`): about 30 calls per step of the 2-layer `laptop` decoder instead of the modules' ~290,
-which were ~40% of int8's time; int8 greedy 1.19-1.28x faster (BENCHMARKS.md, "Precision").
+"""int8 decoding's step (`--precision int8`) as int8 matmuls with one C pass between each two
+(`csrc/int8_step.c`): a few dozen calls per step of a small decoder instead of the modules' hundreds, for
+greedy decoding and for every hypothesis of a beam alike.
 
     step = Int8DecoderStep.build(decoder)  -> None where it does not cover the decoder (or inside `off()`)
     step.covers(state)                     -> whether this step of this state runs here
@@ -15,14 +15,22 @@ which were ~40% of int8's time; int8 greedy 1.19-1.28x faster (BENCHMARKS.md, "P
         q, s = relu(int_mm(q, W_1)); x, (q, s) = add_ln(int_mm(q, W_2), x)
     logits = dequantize(int_mm(q, W_dense))
 
+Beam states (`TransformerState.beam` = K > 1, `Transformer.expand_beams`): the n = B * K rows are the K
+hypotheses of each of B sentences; the memory and the cross-attention keys and values stay at B rows,
+computed once per sentence, and each row's query reads its sentence's keys where they lie (the kernel's
+`fold`), never a copy per hypothesis. The model's `reorder_state` (the hypotheses' parents, sentences that
+are done leaving the batch) copies no cache for this step: it keeps, per row, the cache row of each earlier
+step (`TransformerState.ancestry`), and the kernel reads each row's keys through it; the caches are laid out
+again (`attnlab.kernels.gather_rows`) only where the modules take a step over. So every step of a beam search,
+the first included, runs here.
+
 The modules' int8 path computes the same rows with the same C functions (`csrc/rows.h`, `csrc/attend.h`),
 so the logits are theirs bit for bit (`tests/models/test_int8_step.py`). Covered: post-norm blocks whose
 linear layers are all `Int8Linear`s on attnlab's C passes, ReLU FFNs, sinusoidal or learned positions, any
-grouped-query layout, states with one row per sentence (greedy; beam search's first step), and nothing
-watching (`_unwatched`). A step whose caches hold a non-finite key or value goes to the modules (their
-exact non-finite path), as does everything else: beam search's later steps, fp32 and bf16. The encoder
-stays on the modules: it runs once per batch, and neither fused passes for it nor a fused step for fp32
-measured faster (BENCHMARKS.md, "Tried, not kept").
+grouped-query layout, any beam, and nothing watching (`_unwatched`). A step whose caches hold a non-finite
+key or value goes to the modules (their exact non-finite path), as does everything else: fp32 and bf16.
+The encoder stays on the modules: it runs once per batch, and neither fused passes for it nor a fused step
+for fp32 measured faster (BENCHMARKS.md, "Tried, not kept").
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ _step = Switch()  # off inside `off()`
 
 def off() -> contextlib.AbstractContextManager[None]:
     """Inside the block, decoding states opened get no int8 step: every step runs the modules (benchmarks
-    measure what the step gives, as `attnlab.utils.native.off` does for the C kernels)."""
+    measure what the step gives, as `attnlab.kernels.loader.off` does for the C kernels)."""
     return _step.off()
 
 
@@ -69,7 +77,7 @@ _SIGNATURES = {
     "attnlab_step_embed": [_PTR, _I64, _I64, _PTR, _I64, _I64, _F, _PTR, _PTR, _PTR, _PTR],
     "attnlab_step_attention": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64]
     + [_PTR, _I64, _I64, _I64] * 2
-    + [_INT, _I64, _PTR, _I64, _F, _PTR, _PTR],
+    + [_INT, _I64, _PTR, _I64, _I64, _PTR, _I64, _F, _PTR, _PTR],
     "attnlab_step_add_ln": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _F, _PTR, _PTR, _PTR],
     "attnlab_step_relu": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
 }
@@ -222,29 +230,30 @@ class Int8DecoderStep:
         return cls(decoder, functions)
 
     def covers(self, state) -> bool:
-        """One row per sentence, the C kernels on, nothing in the way (`_unwatched`), source lengths the
-        kernels read as the modules would, and either the first step (every cache empty, an fp32 memory) or
-        every cache finite, fp32 on the CPU, with one row per sentence and keys laid out as the kernel reads."""
-        rows = state.rows
-        if (
-            state.beam != 1
-            or len(state.caches) != len(self.blocks)
-            or not native.active()
-            or not _unwatched(self.modules)
-        ):
+        """The C kernels on, nothing in the way (`_unwatched`), source lengths the kernels read as the modules
+        would, and either the first step (every cache empty, an fp32 memory) or every cache finite, fp32 on
+        the CPU, laid out as the kernel reads: self-attention at one row per hypothesis (B * beam), cross-
+        attention at one row per sentence (B)."""
+        rows, sources = state.rows, state.memory.shape[0]
+        if state.beam < 1 or len(state.caches) != len(self.blocks) or not native.active():
+            return False
+        if not _unwatched(self.modules):
             return False
         lens = state.src_valid_lens
-        if lens is not None and not (_whole_lengths(lens, rows) and lens.is_cpu):
+        if lens is not None and not (_whole_lengths(lens, sources) and lens.is_cpu):
             return False
         if all(sc.k is None and cc.k is None for sc, cc in state.caches):
             return native.takes(torch.float32, state.memory) and state.memory.is_contiguous()
+        anc = state.ancestry
+        if anc is not None and not (anc.dtype is torch.int64 and anc.is_cpu and anc.is_contiguous()):
+            return False
         for sc, cc in state.caches:
             if sc.k is None or cc.k is None or not (sc.finite and cc.finite):
                 return False
             if (
                 not native.takes(torch.float32, sc.k, sc.v, cc.k, cc.v)
-                or sc.k.shape[0] != rows
-                or cc.k.shape[0] != rows
+                or (sc.k.shape[0] != rows if anc is None else sc.k.shape[0] < rows)
+                or cc.k.shape[0] != sources
             ):
                 return False
         return True
@@ -266,14 +275,14 @@ class Int8DecoderStep:
             if not all(cc.finite for _, cc in state.caches):
                 return None  # the modules' exact non-finite attention, on the caches just filled
         lens = kernel_lengths(state.src_valid_lens)
+        anc = state.ancestry if state.ancestry is not None and state.ancestry.shape[1] else None
         for (qkv, o, cq, co, f1, f2, n1, n2, n3, sa, ca), (self_cache, cross_cache) in zip(self.layers, state.caches):
             kbuf, vbuf, at = self_cache.next_slot(n, sa[0] // sa[1], sa[2])
-            q, s, status = self._attention(q, s, qkv, sa, kbuf, vbuf, True, at, None, 0)
+            q, s, status = self._attention(q, s, qkv, sa, kbuf, vbuf, True, at, None, 0, anc=anc)
             self_cache.advance(status != 4)
             x, q, s = p.add_ln(q, s, o, x, n1)
-            q, s, _ = self._attention(
-                q, s, cq, ca, cross_cache.k, cross_cache.v, False, 0, lens, cross_cache.k.shape[2]
-            )
+            ck, cv = cross_cache.k, cross_cache.v
+            q, s, _ = self._attention(q, s, cq, ca, ck, cv, False, 0, lens, ck.shape[2], state.beam)
             x, q, s = p.add_ln(q, s, co, x, n2)
             x, q, s = p.ffn(q, s, f1, f2, x, n3)
         acc = torch._int_mm(q, self.dense.w)
@@ -289,8 +298,12 @@ class Int8DecoderStep:
             k, v = ca.W_kv(state.memory).split(ca._qkv_sizes()[1:], dim=-1)
             cross_cache.update(ca._split(k, ca.num_kv_heads), ca._split(v, ca.num_kv_heads))
 
-    def _attention(self, q, s, proj: _Linear, heads, k, v, write: bool, at: int, lens, Lk: int):
-        """int_mm(q, proj) -> attention -> its output rows quantized; returns (q, s, the kernel's status)."""
+    def _attention(
+        self, q, s, proj: _Linear, heads, k, v, write: bool, at: int, lens, Lk: int, fold: int = 1, anc=None
+    ):
+        """int_mm(q, proj) -> attention -> its output rows quantized; returns (q, s, the kernel's status).
+        Cross-attention: `fold` consecutive query rows (a sentence's hypotheses) read one key row; self-
+        attention: `anc` (n, A), where row m's first A steps lie (`TransformerState.ancestry`)."""
         n = q.shape[0]
         H, G, Dh, scale = heads
         acc = torch._int_mm(q, proj.w)
@@ -298,7 +311,8 @@ class Int8DecoderStep:
         status = self.passes.fn["attnlab_step_attention"](
             acc.data_ptr(), n, s.data_ptr(), proj.cs, proj.bias, H, G, Dh,
             k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
-            int(write), at, _ptr(lens), Lk, scale, oq.data_ptr(), oscale.data_ptr(),
+            int(write), at, _ptr(lens), Lk, fold, _ptr(anc), 0 if anc is None else anc.shape[1], scale,
+            oq.data_ptr(), oscale.data_ptr(),
         )  # fmt: skip
         if status == 2:
             raise ValueError(f"source lengths must lie in [0, {Lk}], got {lens.tolist()}")

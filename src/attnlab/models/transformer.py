@@ -55,6 +55,10 @@ class TransformerState:
     Shape: memory (B, S, D); src_valid_lens (B,) or None; self-attention caches (B*beam, H, L, Dh),
     cross-attention caches (B, H, S, Dh). `beam` target rows share each memory row (beam search's
     hypotheses of one sentence, see `Transformer.expand_beams`); 1 outside beam search.
+
+    ancestry (B*beam, A) or None: reorders the fused step reads through instead of copying the caches (see
+    `Transformer.reorder_state`): row i's steps t < A lie in self-attention cache row ancestry[i, t], its
+    later ones in row i; the caches may then hold more rows than the state. `settle` lays them out again.
     """
 
     memory: Tensor
@@ -62,6 +66,7 @@ class TransformerState:
     caches: list[tuple[KVCache, KVCache]]
     beam: int = 1
     step: Int8DecoderStep | None = None  # int8's fused step, where it covers the model
+    ancestry: Tensor | None = None
 
     @property
     def offset(self) -> int:
@@ -85,7 +90,43 @@ class TransformerState:
         for _, cross_cache in self.caches:
             cross_cache.reorder(index)
         lens = None if self.src_valid_lens is None else self.src_valid_lens.index_select(0, index)
-        return TransformerState(self.memory.index_select(0, index), lens, self.caches, beam, self.step)
+        memory = self.memory.index_select(0, index)
+        return TransformerState(memory, lens, self.caches, beam, self.step, self.ancestry)
+
+    def settle(self) -> None:
+        """Lay the self-attention caches out as the rows they hold (one row per target row, steps in
+        place), where reorders were kept as `ancestry`: what the modules read."""
+        if self.ancestry is None:
+            return
+        steps = self.lineage(self.offset)
+        for self_cache, _ in self.caches:
+            self_cache.reorder(steps)
+        self.ancestry = None
+
+    def lineage(self, L: int) -> Tensor:
+        """(rows, L): the cache row of each row's step t < L (`ancestry`, then the row itself)."""
+        anc, rows = self.ancestry, self.rows
+        own = torch.arange(rows)[:, None].expand(rows, L - (0 if anc is None else anc.shape[1]))
+        return own.contiguous() if anc is None else torch.cat([anc, own], dim=1)
+
+    def reorder_lazily(self, index: Tensor) -> bool:
+        """Keep the rows named by index (R',) as `ancestry` instead of copying the self-attention caches,
+        where the fused step reads them (its caches filled, rows that do not outgrow them, index int64 on
+        the CPU) and the rows are a beam's (greedy's rows only leave: copying the rest costs less than
+        reading every later step through the index); says whether it did."""
+        caches = [sc for sc, _ in self.caches]
+        if (
+            self.step is None
+            or (self.beam == 1 and self.ancestry is None)
+            or not caches
+            or index.dtype is not torch.int64
+            or not index.is_cpu
+            or index.dim() != 1
+            or any(sc.k is None or sc.k.shape[0] < index.numel() for sc in caches)
+        ):
+            return False
+        self.ancestry = self.lineage(self.offset).index_select(0, index)
+        return True
 
 
 class Transformer(nn.Module):
@@ -206,6 +247,7 @@ class Transformer(nn.Module):
         if state.step is not None and tgt.shape[1] == 1 and state.step.covers(state):
             logits = state.step(tgt, state)
         if logits is None:
+            state.settle()
             logits = self.decoder(
                 tgt, state.memory, state.src_valid_lens, state.caches, offset=state.offset, beam=state.beam
             )
@@ -224,6 +266,7 @@ class Transformer(nn.Module):
         """
         if state.beam != 1:
             raise ValueError(f"expand_beams expects a state with one row per source, got beam={state.beam}")
+        state.settle()
         rows = index.repeat_interleave(beam)
         for self_cache, _ in state.caches:
             self_cache.reorder(rows)
@@ -242,8 +285,10 @@ class Transformer(nn.Module):
         keep whole groups of `beam` rows per source (sentences leaving the batch) keep the memory at one
         row per source; any other index gives every row its own copy of its source (beam becomes 1).
         """
-        for self_cache, _ in state.caches:
-            self_cache.reorder(index)
+        if not state.reorder_lazily(index):
+            state.settle()
+            for self_cache, _ in state.caches:
+                self_cache.reorder(index)
         if same_sources:
             return state
         K = state.beam

@@ -1,0 +1,90 @@
+/* One beam-search selection in one pass per row: log-softmax of each hypothesis' logits, plus its score, and
+   the best k2 of every sentence's K * V candidates (fairseq's BeamSearch.step after a log_softmax):
+
+     lp[t] = x[t] - max - log(sum exp(x - max)),  candidate b * V + t scores scores[b] + lp[t]
+
+   Each row is read twice (its maximum and exponential sum, then the candidates against the running k2-th
+   best, a vector compare that rejects almost all of them), never written: no (n * K, V) log-probabilities in
+   memory. Ties go to the lower candidate index; NaN candidates are never chosen. */
+
+#include "vec.h"
+
+/* max + log(sum exp(x - max)) of x[0, V); -inf for a row of -inf. */
+static float row_lse(const float *x, int64_t V) {
+    vf mv = splat(-INFINITY);
+    int64_t t = 0;
+    for (; t + W <= V; t += W) {
+        const vf v = load(x + t);
+        mv = select(v > mv, v, mv);
+    }
+    float m = hmax(mv);
+    for (; t < V; t++) m = x[t] > m ? x[t] : m;
+    if (m == -INFINITY) return m;
+    vf sv = {0};
+    for (t = 0; t + W <= V; t += W) sv += vexp(load(x + t) - m);
+    float s = hsum(sv);
+    for (; t < V; t++) {
+        vf e = vexp(splat(x[t] - m));
+        s += e[0];
+    }
+    return m + logf(s);
+}
+
+/* Insert (v, i) into the sorted best list (val, idx) of *have <= k entries; ties after the equal ones. */
+static void insert(float *val, int64_t *idx, int64_t *have, int64_t k, float v, int64_t i) {
+    int64_t p = *have < k ? (*have)++ : k - 1;
+    while (p > 0 && val[p - 1] < v) {
+        val[p] = val[p - 1];
+        idx[p] = idx[p - 1];
+        p--;
+    }
+    val[p] = v;
+    idx[p] = i;
+}
+
+/* logits (n * K, V) with row stride ld, scores (n, K) -> the best k2 (<= K * V) candidates of each sentence,
+   best first: their scores cs, tokens ct, beams cb and the token's log-probability clp, each (n, k2).
+   Returns 0, or 1 when k2 is out of range (nothing written). */
+int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int64_t V, const float *scores,
+                      int64_t k2, float *cs, int64_t *ct, int64_t *cb, float *clp) {
+    if (k2 < 1 || k2 > K * V || k2 > 64) return 1;
+    float lse[256];
+    for (int64_t i = 0; i < n; i++) {
+        float *val = cs + i * k2;
+        int64_t *idx = ct + i * k2, have = 0;
+        for (int64_t b = 0; b < K; b++) {
+            const float *x = logits + (i * K + b) * ld;
+            const float s = scores[i * K + b], l = row_lse(x, V);
+            if (b < 256) lse[b] = l;
+            for (int64_t t = 0; t < V;) {
+                if (have < k2 || t + W > V) { /* filling the list, or the row's tail: one at a time */
+                    const float c = s + (x[t] - l);
+                    if (c == c && (have < k2 || c > val[k2 - 1])) insert(val, idx, &have, k2, c, b * V + t);
+                    t++;
+                    continue;
+                }
+                /* the list is full: a vector compare against its worst rejects almost every candidate */
+                const vi hit = s + (load(x + t) - l) > val[k2 - 1];
+                int any = 0;
+                for (int j = 0; j < W; j++) any |= hit[j];
+                for (int j = 0; any && j < W; j++) {
+                    const float c = s + (x[t + j] - l);
+                    if (c > val[k2 - 1]) insert(val, idx, &have, k2, c, b * V + t + j);
+                }
+                t += W;
+            }
+        }
+        for (int64_t r = 0; r < k2; r++) {
+            if (r >= have) { /* fewer than k2 candidates that are not NaN */
+                val[r] = -INFINITY;
+                idx[r] = 0;
+            }
+            const int64_t b = idx[r] / V, tok = idx[r] % V;
+            cb[i * k2 + r] = b;
+            ct[i * k2 + r] = tok;
+            const float *x = logits + (i * K + b) * ld;
+            clp[i * k2 + r] = x[tok] - (b < 256 ? lse[b] : row_lse(x, V));
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,63 @@
+"""Beam search's selection in one C pass (`csrc/beam_topk.c`): the log-softmax of each hypothesis' logits, its
+score added, and each sentence's best 2K of K * V candidates, with PyTorch's ops where the pass does not run.
+
+    scores, tokens, beams, token_lp = beam_candidates(logits (n*K, V), scores (n, K), 2 * K)   # 4 x (n, 2K)
+
+The same contract as `attnlab.decoding.search.beam_step` over `log_softmax(logits)`, without the (n*K, V)
+log-probabilities in memory: each row's maximum and exponential sum, then its candidates compared against the
+running k-th best. The C pass's log-probabilities may differ from PyTorch's in the last bits (its own
+exponential); ties go to the lower candidate index (beam, then token).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import loader as native
+
+__all__ = ["beam_candidates"]
+
+_ARGS = [native.PTR, *[native.I64] * 4, native.PTR, native.I64, *[native.PTR] * 4]
+_MAX_K = 64  # the C pass keeps each sentence's best list in registers' reach
+
+
+def beam_candidates(logits: Tensor, scores: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The best k continuations of each sentence's K live hypotheses, best first.
+
+    Shape: logits (n*K, V) (rows i*K .. i*K + K-1 are sentence i's hypotheses), scores (n, K) (-inf: an unused
+    hypothesis) -> scores (n, k), tokens (n, k), beams (n, k) (0..K-1), token log-probabilities (n, k).
+
+    Examples:
+        >>> logits = torch.log(torch.tensor([[0.6, 0.3, 0.1], [0.5, 0.4, 0.1]]))   # n=1, K=2, V=3
+        >>> s, t, b, lp = beam_candidates(logits, torch.tensor([[0.0, float("-inf")]]), 3)
+        >>> t.tolist(), b.tolist()   # beam 1 is unused: the finite candidates extend beam 0
+        ([[0, 1, 2]], [[0, 0, 0]])
+    """
+    n, K = scores.shape
+    V = logits.shape[-1]
+    if not 1 <= k <= K * V:
+        raise ValueError(f"k must lie in [1, K * V = {K * V}], got {k}")
+    if (
+        k <= _MAX_K
+        and logits.dim() == 2
+        and logits.shape[0] == n * K
+        and scores.is_contiguous()
+        and native.takes(torch.float32, logits, scores)
+    ):
+        fn = native.function("beam_topk", "attnlab_beam_topk", _ARGS, ctypes.c_int)
+        if fn is not None:
+            cs, clp = torch.empty((n, k)), torch.empty((n, k))
+            ct, cb = torch.empty((n, k), dtype=torch.int64), torch.empty((n, k), dtype=torch.int64)
+            status = fn(
+                logits.data_ptr(), logits.stride(0), n, K, V, scores.data_ptr(), k,
+                cs.data_ptr(), ct.data_ptr(), cb.data_ptr(), clp.data_ptr(),
+            )  # fmt: skip
+            if status == 0:
+                return cs, ct, cb, clp
+    lprobs = F.log_softmax(logits.float(), dim=-1).reshape(n, K * V)
+    cand_scores, idx = (scores.unsqueeze(-1) + lprobs.view(n, K, V)).reshape(n, K * V).topk(k, dim=1)
+    return cand_scores, idx % V, idx // V, lprobs.gather(1, idx)
