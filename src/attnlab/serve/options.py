@@ -26,7 +26,7 @@ def decode_options(options: dict[str, Any], beam: int) -> DecodeOptions:
 
 
 def explorer_options(translator, ids: list[int], options: dict[str, Any], beam: int) -> DecodeOptions:
-    """`decode_options` for POST /api/translate, also checked against this sentence and model before any
+    """`decode_options` for POST /api/explain, also checked against this sentence and model before any
     queueing: its prefix and constraints in the target vocabulary and output limit, and the alignment's
     layer and heads. ValueError (-> 422) says what is wrong."""
     opts = decode_options(options, beam)
