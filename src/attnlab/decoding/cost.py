@@ -252,8 +252,8 @@ def over_budget(
             cheaper = cost_of(_cheaper(opts, name, cheap))
         except ValueError:  # that change alone does not make valid options
             continue
-        shown = len(value) if name == "constraints" else value
-        savings.append((size(cost) - size(cheaper), f"{name} ({shown})"))
+        shown = name if value is True else f"{name} ({len(value) if name == 'constraints' else value})"
+        savings.append((size(cost) - size(cheaper), shown))
     if len(sources) > 1:
         one = cost_of(opts, [max(sources)])
         savings.append((size(cost) - size(one), f"the number of texts ({len(sources)})"))

@@ -5,10 +5,11 @@
 
 Work and peak memory come from the request's rows x steps x (layers, beam, n_best, alignment,
 constraints); a request over `Limits.max_request_work` or `Limits.max_request_mb` is refused with a
-message naming the option to lower first. The work budget defaults to `AUTO_FACTOR` times the cost of
-the largest plain request the server takes (`max_texts` sentences of `AUTO_SOURCE` tokens at the
-largest beam and default output limits), so every plain request fits and options may multiply it a few
-times. The explorer's answer also holds every attention map: `explain_bytes_bound` bounds its JSON.
+message naming the option to lower first. The work budget defaults to `AUTO_FACTOR` times the larger of
+the largest plain request the server takes (`max_texts` sentences of `AUTO_SOURCE` tokens at the largest
+beam and default output limits) and one such sentence explained with every option at its largest
+(beam, n_best, max_len, align), so each of those fits and a request may cost a few of them. The
+explorer's answer also holds every attention map: `explain_bytes_bound` bounds its JSON.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from attnlab.decoding.cost import ModelShape, over_budget, recorded_weights, translation_cost
-from attnlab.decoding.options import DecodeOptions
+from attnlab.decoding.options import MAX_OUTPUT_TOKENS, DecodeOptions
 
 from .guard import Limits
 from .options import options_bytes
@@ -28,11 +29,13 @@ AUTO_SOURCE = 32  # source tokens (<eos> included) of the sentences of the large
 
 def work_budget(translator, limits: Limits) -> float:
     """Multiply-add equivalents one request may cost: `limits.max_request_work` (in G), or by default
-    AUTO_FACTOR x the largest plain request's cost (see the module docstring)."""
+    AUTO_FACTOR x the larger of two reference requests' costs (see the module docstring)."""
     if limits.max_request_work is not None:
         return limits.max_request_work * 1e9
     plain = translation_cost(translator, [AUTO_SOURCE] * limits.max_texts, DecodeOptions(beam=MAX_BEAM))
-    return AUTO_FACTOR * plain.work
+    most = DecodeOptions(beam=MAX_BEAM, n_best=MAX_BEAM, max_len=MAX_OUTPUT_TOKENS, align=True)
+    single = translation_cost(translator, [AUTO_SOURCE], most, maps=True)
+    return AUTO_FACTOR * max(plain.work, single.work)
 
 
 def request_refusal(

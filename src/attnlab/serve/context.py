@@ -4,9 +4,9 @@ the head importance, held in `app.state.served` and handed to a route by `Depend
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from .batcher import MicroBatcher
 from .guard import Limits
@@ -28,4 +28,6 @@ def served(request: Request) -> Served:
     return request.app.state.served
 
 
-__all__ = ["Served", "served"]
+ServedDep = Annotated[Served, Depends(served)]  # a route's parameter `s: ServedDep`
+
+__all__ = ["Served", "ServedDep", "served"]

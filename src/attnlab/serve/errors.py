@@ -77,7 +77,10 @@ def add_error_handlers(app: FastAPI) -> None:
         log.error("internal error in %s %s (request %s)", request.method, request.url.path, rid, exc_info=exc)
         return JSONResponse(
             status_code=500,
-            content={"detail": f"internal error (request id {rid}); the server's log has the details", "request_id": rid},
+            content={
+                "detail": f"internal error (request id {rid}); the server's log has the details",
+                "request_id": rid,
+            },
             headers={"X-Request-ID": str(rid)},
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
 from attnlab.analysis.explanation import check_text, explain, head_masks_for
 from attnlab.analysis.heads import head_confidence
@@ -14,7 +14,7 @@ from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import InputError, TextTooLong
 
 from ..budget import explain_bytes_bound, request_refusal
-from ..context import Served, served
+from ..context import ServedDep
 from ..errors import POST_ERRORS, busy, error, responses
 from ..options import explorer_options
 from ..pool import Busy
@@ -49,7 +49,7 @@ def explain_timed(
 
 
 @router.post("/api/explain", response_model=ExplainResponse, responses=responses(*POST_ERRORS))
-async def explain_sentence(req: ExplainRequest, request: Request, s: Served = Depends(served)):
+async def explain_sentence(req: ExplainRequest, request: Request, s: ServedDep):
     """Translate one sentence and return every attention map (encoder self, decoder self, cross per
     layer and head), the tokens, the n-best list and, with options.align, the word alignment."""
     translator, limits = s.translator, s.limits
@@ -61,7 +61,8 @@ async def explain_sentence(req: ExplainRequest, request: Request, s: Served = De
             options = None if req.options is None else explorer_options(translator, ids, req.options, req.beam)
         except ValueError as exc:
             return error(422, f"options: {exc}", request)
-        refusal = request_refusal(translator, limits, [len(ids) + 1], options or DecodeOptions(beam=req.beam), maps=True)
+        asked = options or DecodeOptions(beam=req.beam)
+        refusal = request_refusal(translator, limits, [len(ids) + 1], asked, maps=True)
         if refusal is not None:
             return error(413, refusal, request)
         traced = req.trace and (options is None or options.plain)

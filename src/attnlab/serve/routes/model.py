@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
 from attnlab.analysis.explanation import MAX_CHARS, attention_layout, head_kinds
 from attnlab.analysis.positions import position_maps, position_numbers
 from attnlab.data import ATTRIBUTION
 
-from ..context import Served, served
+from ..context import ServedDep
 from ..errors import error, responses
 from ..schemas import MAX_BEAM, ModelInfo, PositionMaps
 from .explain import CONFIDENCE_SOURCE
@@ -30,7 +30,7 @@ def model_origin(config: dict) -> str:
 
 
 @router.get("/api/model", response_model=ModelInfo, responses=responses(431, 500))
-async def model_info(s: Served = Depends(served)):
+async def model_info(s: ServedDep):
     translator, limits = s.translator, s.limits
     cfg, model = translator.config, translator.model
     positions, _, num_kv_heads = attention_layout(model)
@@ -60,7 +60,7 @@ async def model_info(s: Served = Depends(served)):
 @router.get(
     "/api/positions", response_model=PositionMaps, response_model_exclude_none=True, responses=responses(413, 422, 431)
 )
-async def positions(source_len: int, target_len: int, request: Request, s: Served = Depends(served)):
+async def positions(source_len: int, target_len: int, request: Request, s: ServedDep):
     """What the position scheme adds to each head for a source of `source_len` tokens (<eos> included)
     and an output of `target_len`: ALiBi's or T5's bias, RoPE's angles, or the scheme's name only."""
     translator, limits = s.translator, s.limits

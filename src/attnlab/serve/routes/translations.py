@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
 from attnlab.analysis.explanation import check_text
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import InputError, TextTooLong
 
 from ..budget import request_refusal
-from ..context import Served, served
+from ..context import ServedDep
 from ..errors import POST_ERRORS, busy, error, responses
 from ..options import decode_options, translation_result
 from ..pool import Busy, TooLarge
@@ -22,14 +22,15 @@ router = APIRouter()
 
 
 @router.post("/api/translations", response_model=TranslationsResponse, responses=responses(*POST_ERRORS))
-async def translate_texts(req: TranslationsRequest, request: Request, s: Served = Depends(served)):
+async def translate_texts(req: TranslationsRequest, request: Request, s: ServedDep):
     """Translate up to max_texts texts (GET /api/model); each answer in the order of the texts."""
     t0 = time.perf_counter()
     translator, limits = s.translator, s.limits
     if len(req.texts) > limits.max_texts:
         return error(
             413,
-            f"{len(req.texts)} texts in one request; this server takes at most {limits.max_texts} (--max-texts); split them",
+            f"{len(req.texts)} texts in one request; this server takes at most {limits.max_texts} "
+            "(--max-texts); split them",
             request,
         )
     try:
@@ -64,7 +65,8 @@ async def translate_texts(req: TranslationsRequest, request: Request, s: Served 
     if options is None:
         return TranslationsResponse(translations=out, beam=req.beam, results=None, elapsed_ms=elapsed)
     results = [translation_result(t) for t in out]
-    return TranslationsResponse(translations=[r.text for r in results], beam=req.beam, results=results, elapsed_ms=elapsed)
+    texts = [r.text for r in results]
+    return TranslationsResponse(translations=texts, beam=req.beam, results=results, elapsed_ms=elapsed)
 
 
 __all__ = ["router"]
