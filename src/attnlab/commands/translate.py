@@ -7,13 +7,21 @@ attnlab translate --sample --top-p 0.9 --n-best 4 --seed 1 "i'm home ."
 attnlab translate --beam 5 --constraint "à la maison" --align "i'm home ."
 
 With --n-best, each hypothesis is a line SOURCE_INDEX ||| translation ||| score (0-based index of the
-input sentence); --align appends ||| i-j ... (source word i, target word j, 0-based, whitespace words).
+input sentence; an empty input line gets one row with an empty translation and score nan); --align
+appends ||| i-j ... (source word i, target word j, 0-based, whitespace words).
+
+Lines are written in input order as soon as they and every line before them are done (the input is
+decoded in windows of a few batches), flushed: `| head -1` ends quietly, and a stopped run (Ctrl-C,
+SIGTERM) keeps every finished line on stdout or in --out.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from attnlab.commands._common import add_command
@@ -85,6 +93,12 @@ def add_parser(subparsers) -> None:
         f"1 = greedy, the quickest answer; --sample takes no beam)",
     )
     p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the translations to FILE, a new file (never one that exists), line by line as they finish "
+        "(default: stdout)",
+    )
     g = p.add_argument_group("decoding options (attnlab.decoding.DecodeOptions)")
     g.add_argument(
         "--n-best",
@@ -181,9 +195,12 @@ FLAGS["constraints"] = "--constraint"
 
 
 def format_lines(index: int, t, n_best: bool, align: bool) -> list[str]:
-    """The output lines of one sentence's Translation: its text, or with n_best one line per hypothesis."""
+    """The output lines of one sentence's Translation (None: an empty input line): its text, or with n_best
+    one line per hypothesis (an empty input line: one row, empty, score nan)."""
     from attnlab.decoding.alignment import pharaoh
 
+    if t is None:
+        return [" ||| ".join([str(index), "", "nan"] + ([""] if align else []))] if n_best else [""]
     hyps = t.nbest or [t]
     if not n_best:
         hyps = hyps[:1]
@@ -225,13 +242,126 @@ def _stdin_lines() -> list[str]:
     return _utf8([line.rstrip("\n").encode("utf-8", "surrogateescape") for line in sys.stdin], "stdin line")
 
 
+class Lines:
+    """Where translate writes: stdout, or --out, a new file made when its first lines are ready (so a
+    refused run leaves nothing behind). Each `write` is flushed. A closed pipe (`| head`) raises
+    PipeClosed; `written` counts the input lines whose output is out."""
+
+    def __init__(self, path: str | None):
+        self.path, self.written = path, 0
+        self.stream = sys.stdout if path is None else None
+        if path is not None:
+            check_new_file(path)
+
+    def write(self, lines: list[str], inputs: int) -> None:
+        if not lines and self.stream is not None:
+            return
+        if self.stream is None:
+            assert self.path is not None
+            # O_EXCL: a path that appeared since the check (another writer, a dangling symlink) is refused
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            self.stream = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        try:
+            self.stream.write("".join(line + "\n" for line in lines))
+            self.stream.flush()
+        except BrokenPipeError:
+            raise PipeClosed from None
+        self.written += inputs
+
+    def close(self) -> None:
+        if self.path is not None:
+            if self.stream is None:  # no line at all (empty input): the file still says so
+                self.write([], 0)
+            assert self.stream is not None
+            self.stream.close()
+
+    def where(self) -> str:
+        return "stdout" if self.path is None else self.path
+
+
+class PipeClosed(Exception):
+    """The reader of stdout went away (`| head -1`): nothing more to write, and nothing to report."""
+
+
+def check_new_file(path: str) -> None:
+    """--out must be a new file in a folder that exists: one line otherwise, before the model loads."""
+    p = Path(path)
+    if p.is_symlink() or p.exists():
+        what = "a symlink" if p.is_symlink() else "a folder" if p.is_dir() else "a file"
+        raise FileExistsError(
+            f"--out {path} is {what} already there; attnlab translate writes a new file only: choose a new name"
+        )
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"--out {path}: the folder {parent} does not exist; create it or choose another path")
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"--out {path}: cannot write in {parent}; choose a folder you can write to")
+
+
+@contextlib.contextmanager
+def one_line_warnings(command: str):
+    """Warnings (a truncated sentence, a worker process lost) as one line each, without source paths."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"attnlab {command}: warning: {message}", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
+def check_cost(translator, texts: list[str], options, truncate: bool) -> None:
+    """Every sentence checked (without --truncate: InputError, before the first line is written); then
+    refuse (ValueError, one line) what this machine's memory cannot hold, and warn (one line) when each
+    sentence alone would cost more than a default server accepts (attnlab.decoding.cost)."""
+    import torch
+
+    from attnlab.decoding.cost import machine_verdict
+    from attnlab.utils.machine import memory_bytes
+
+    if truncate:  # cut, never refused for length: the decoder warns about each cut once, as it cuts
+        cap = translator.max_len or sys.maxsize
+        sources = [min(len(translator.src_vocab.encode(t)) + 1, cap) for t in texts]
+    else:
+        sources = [len(ids) + 1 for ids in translator.encode(texts)]
+    workers = translator.workers or torch.get_num_threads()
+    refusal, warning = machine_verdict(translator, sources, options, memory_bytes(), workers=workers)
+    if refusal is not None:
+        raise ValueError(refusal)
+    if warning is not None:
+        print(f"attnlab translate: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def write_translations(out: Lines, lines: list[str], todo: list[int], translate, windows: list[range],
+                       n_best: bool, align: bool) -> None:  # fmt: skip
+    """Translate lines[todo[k]], one window of k at a time (`translate`: texts -> Translations), and write
+    every input line's output in input order (an empty line's for each line not in todo) as soon as it
+    and every line before it are done."""
+    done = 0  # input lines whose output is written
+    for window in windows:
+        idx = [todo[k] for k in window]
+        rows: list[str] = []
+        for i, t in zip(idx, translate([lines[i] for i in idx])):
+            rows += [row for blank in range(done, i) for row in format_lines(blank, None, n_best, align)]
+            rows += format_lines(i, t, n_best, align)
+            done = i + 1
+        out.write(rows, done - out.written)
+    rows = [row for blank in range(done, len(lines)) for row in format_lines(blank, None, n_best, align)]
+    out.write(rows, len(lines) - out.written)
+
+
 def run(args) -> int:
+    import torch
+
+    from attnlab.data.encode_pool import sigterm_unwinds
+    from attnlab.decoding.batches import input_windows
     from attnlab.utils.checks import check_range
 
     if args.beam is None:
         args.beam = 1 if args.sample else DEFAULT_BEAM
     check_range("--beam", args.beam, 1, MAX_BEAM, integer=True)
     options = decode_options(args)  # every flag checked before the model loads
+    out = Lines(args.out)  # and --out
     translator = open_translator(args)
     if args.align:  # a model without cross-attention, or a layer/head it lacks: refused before decoding
         translator.alignment_heads(options.align_layer, options.align_heads)
@@ -245,14 +375,32 @@ def run(args) -> int:
         # stdin: one output line per input line (blank in -> blank out), so outputs stay aligned.
         lines = _stdin_lines()
         todo = [i for i, line in enumerate(lines) if line.strip()]
-    out: list[list[str]] = [[""] for _ in lines] if not n_best else [[] for _ in lines]
-    if todo:
-        texts = [lines[i] for i in todo]
+    check_cost(translator, [lines[i] for i in todo], options, args.truncate)
+
+    def translate(texts: list[str]):
         # Plain options take Translator.decode inside `search`, with the options' length penalty.
-        results = translator.translate_tokens(texts, truncate=args.truncate, options=options, scores=n_best)
-        for i, t in zip(todo, results):
-            out[i] = format_lines(i, t, n_best, args.align)
-    for group in out:
-        for text in group:
-            print(text)
+        return translator.translate_tokens(texts, truncate=args.truncate, options=options, scores=n_best)
+
+    windows = input_windows(len(todo), translator.batch_size, translator.workers or torch.get_num_threads())
+    try:
+        with sigterm_unwinds(), one_line_warnings("translate"):
+            try:
+                write_translations(out, lines, todo, translate, windows, n_best, args.align)
+            except BaseException as e:  # Ctrl-C, SIGTERM: say what is kept, then go on stopping
+                if not isinstance(e, Exception) and out.written < len(lines):
+                    print(
+                        f"attnlab translate: stopped after {out.written} of {len(lines)} lines; the finished "
+                        f"lines are in {out.where()}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                raise
+    except PipeClosed:
+        # The reader has all it wanted: stop quietly (stdout now points nowhere, so the interpreter's
+        # final flush cannot fail again).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            out.close()
     return 0

@@ -27,9 +27,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from attnlab.decoding.options import DecodeOptions
+from attnlab.decoding.options import MAX_OUTPUT_TOKENS, DecodeOptions
 
 __all__ = [
+    "AUTO_FACTOR",
+    "AUTO_SOURCE",
     "CANDIDATE_WORK",
     "HISTORY_WORK",
     "STEP_WORK",
@@ -37,12 +39,15 @@ __all__ = [
     "Cost",
     "ModelShape",
     "decode_cost",
+    "default_budget",
+    "machine_verdict",
     "over_budget",
     "recorded_weights",
     "translation_cost",
 ]
 
 THREE_VIEWS = ("transformer", "decoder-only")  # model kinds whose maps are encoder self, decoder self, cross
+MAX_BEAM_SERVED = 8  # the reference requests' beam: the largest a server takes (serve.schemas.MAX_BEAM)
 FLOAT = 4  # bytes of a float32 value (caches, logits, recorded weights)
 STEP_WORK = 5_000_000  # one decoding step of one batch: ~100 small ops of dispatch, ~1 ms
 CANDIDATE_WORK = 60_000  # one candidate of constrained beam search (Python: scored, banked, sorted)
@@ -269,6 +274,40 @@ def over_budget(
         rest = [s for _, s in savings[1:]]
         line += f" (also counting: {', '.join(rest)})" if rest else ""
     return line
+
+
+AUTO_FACTOR = 4  # the default work budget: this many reference requests
+AUTO_SOURCE = 32  # source tokens (<eos> included) of the reference requests' sentences
+
+
+def default_budget(translator, texts: int) -> float:
+    """The work one request may cost by default: AUTO_FACTOR x the larger of two reference requests —
+    `texts` sentences of AUTO_SOURCE tokens at the largest beam and default output limits, and one such
+    sentence with every option at its largest (beam, n_best, max_len, align, recorded maps) — so each
+    of those fits and a request may cost a few of them."""
+    plain = translation_cost(translator, [AUTO_SOURCE] * texts, DecodeOptions(beam=MAX_BEAM_SERVED))
+    most = DecodeOptions(beam=MAX_BEAM_SERVED, n_best=MAX_BEAM_SERVED, max_len=MAX_OUTPUT_TOKENS, align=True)
+    single = translation_cost(translator, [AUTO_SOURCE], most, maps=True)
+    return AUTO_FACTOR * max(plain.work, single.work)
+
+
+def machine_verdict(
+    translator, sources: Sequence[int], options: DecodeOptions | None, memory: int | None, workers: int = 1
+) -> tuple[str | None, str | None]:
+    """(refusal, warning) for decoding `sources` here: a refusal when the estimated peak memory exceeds
+    `memory` (this machine's, `attnlab.utils.machine.memory_bytes`); a warning when one sentence alone
+    would cost more than a default server accepts (`default_budget`), as options multiplied past any
+    use (an output limit of 1024, a thousand constraints) make it."""
+    if not sources:
+        return None, None
+    refusal = over_budget(
+        translator, sources, options, max_work=None, max_bytes=memory, bytes_flag="this machine's memory",
+        workers=workers,
+    )  # fmt: skip
+    warning = over_budget(translator, [max(sources)], options, max_work=default_budget(translator, 64), max_bytes=None)
+    if warning is not None:
+        warning = warning.replace("this request", "each sentence", 1) + "; it may run for a long time"
+    return refusal, warning
 
 
 def _cheaper(options: DecodeOptions, name: str, value: Any) -> DecodeOptions:

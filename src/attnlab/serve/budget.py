@@ -5,37 +5,29 @@
 
 Work and peak memory come from the request's rows x steps x (layers, beam, n_best, alignment,
 constraints); a request over `Limits.max_request_work` or `Limits.max_request_mb` is refused with a
-message naming the option to lower first. The work budget defaults to `AUTO_FACTOR` times the larger of
-the largest plain request the server takes (`max_texts` sentences of `AUTO_SOURCE` tokens at the largest
-beam and default output limits) and one such sentence explained with every option at its largest
-(beam, n_best, max_len, align), so each of those fits and a request may cost a few of them. The
-explorer's answer also holds every attention map: `explain_bytes_bound` bounds its JSON.
+message naming the option to lower first. The work budget defaults to `default_budget` with the
+server's `max_texts`: a few times the larger of its largest plain request and one sentence explained with
+every option at its largest. The explorer's answer also holds every attention map: `explain_bytes_bound`
+bounds its JSON.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnlab.decoding.cost import ModelShape, over_budget, recorded_weights, translation_cost
-from attnlab.decoding.options import MAX_OUTPUT_TOKENS, DecodeOptions
+from attnlab.decoding.cost import ModelShape, default_budget, over_budget, recorded_weights
+from attnlab.decoding.options import DecodeOptions
 
 from .guard import Limits
 from .options import options_bytes
-from .schemas import MAX_BEAM
-
-AUTO_FACTOR = 4  # the default work budget: this many largest plain requests
-AUTO_SOURCE = 32  # source tokens (<eos> included) of the sentences of the largest plain request
 
 
 def work_budget(translator, limits: Limits) -> float:
     """Multiply-add equivalents one request may cost: `limits.max_request_work` (in G), or by default
-    AUTO_FACTOR x the larger of two reference requests' costs (see the module docstring)."""
+    `attnlab.decoding.cost.default_budget` for the server's max_texts."""
     if limits.max_request_work is not None:
         return limits.max_request_work * 1e9
-    plain = translation_cost(translator, [AUTO_SOURCE] * limits.max_texts, DecodeOptions(beam=MAX_BEAM))
-    most = DecodeOptions(beam=MAX_BEAM, n_best=MAX_BEAM, max_len=MAX_OUTPUT_TOKENS, align=True)
-    single = translation_cost(translator, [AUTO_SOURCE], most, maps=True)
-    return AUTO_FACTOR * max(plain.work, single.work)
+    return default_budget(translator, limits.max_texts)
 
 
 def request_refusal(
@@ -71,4 +63,4 @@ def explain_bytes_bound(translator, src_len: int, beam: int = 1, options=None) -
     return 8 * numbers + 64 * (Ls + 2 * Lt) + 1024 + trace + options_bytes(Lt, Ls, options)
 
 
-__all__ = ["AUTO_FACTOR", "AUTO_SOURCE", "explain_bytes_bound", "request_refusal", "work_budget"]
+__all__ = ["explain_bytes_bound", "request_refusal", "work_budget"]
