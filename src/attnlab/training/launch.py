@@ -21,6 +21,7 @@ from attnlab.runs.layout import CHECKPOINTS, CONFIG_FILE, SRC_VOCAB_FILE, TGT_VO
 from attnlab.runs.outputs import Claim, claim_output, start_in_place
 from attnlab.runs.weights import load_weights
 from attnlab.training.config import TrainConfig
+from attnlab.training.sizes import check_fits
 from attnlab.training.tensorboard import TensorBoardScalars
 from attnlab.training.trainer import Trainer, TrainResult
 from attnlab.utils.files import write_json
@@ -66,6 +67,7 @@ def train_run(
     if data_config.get("loader", "translation") == "translation":
         data_config.setdefault("seed", train_config.seed)  # the split follows --seed unless fixed
     check_model_config(model_type, model_config)
+    check_fits(model_type, {"src_vocab_size": 1, "tgt_vocab_size": 1, **model_config}, train_config)  # no data yet
     check_data_config(data_config)
     rank, _ = distributed_info()
     if run_dir is not None and rank == 0:
@@ -75,6 +77,7 @@ def train_run(
     # Record the resolved file so `evaluate` rebuilds the same test split without --data.
     data_config["path"] = data.settings.get("data_path", data_config.get("path"))
     model_config = {**model_config, "src_vocab_size": len(data.src_vocab), "tgt_vocab_size": len(data.tgt_vocab)}
+    check_fits(model_type, model_config, train_config)  # with the data's vocabularies
     seed_everything(train_config.seed)
     model = build_model(model_type, model_config)
     if run_dir is not None and rank == 0:
