@@ -146,4 +146,4 @@ def claim_tensorboard_dir(args, out: str | None):
         raise ValueError(
             f"--tensorboard {args.tensorboard} is the run folder; give it a folder of its own (e.g. DIR/tb)"
         )
-    return claim_tensorboard(args.tensorboard, force=args.force)
+    return claim_tensorboard(args.tensorboard, force=args.force, resume=bool(args.resume))
