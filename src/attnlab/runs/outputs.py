@@ -308,9 +308,10 @@ def start_in_place(claim: Claim, details: dict | None = None) -> Path:
     if claim.keep:
         return path
     if claim.replace:
-        old = aside_name(path)
+        aside = aside_name(path)
+        old: Path | None = aside
         try:
-            os.rename(path, old)
+            os.rename(path, aside)
         except FileNotFoundError:  # gone with the folder it was in (RUN/tb when the run was replaced)
             old = None
         if old is not None and (read_marker(old) or {}).get("id") != claim.token:
