@@ -66,3 +66,12 @@ def test_a_request_over_a_lowered_memory_budget_names_the_flag(translator):
         body = {"texts": ["i'm home ."] * 8, "beam": 8, "options": {"n_best": 8, "align": True, "max_len": 200}}
         r = c.post("/api/translations", json=body)
         assert r.status_code == 413 and "(--max-request-mb)" in r.json()["detail"]
+
+
+def test_an_idle_server_collects_before_it_trims(monkeypatch):
+    from attnlab.serve import memory
+
+    collected = []
+    monkeypatch.setattr(memory.gc, "collect", lambda: collected.append(1) or 0)
+    trim = memory.IdleTrim(lambda: False, min_interval_s=0.0)
+    assert trim.idle() and collected == [1]
