@@ -71,7 +71,12 @@ def test_a_request_over_a_lowered_memory_budget_names_the_flag(translator):
 def test_an_idle_server_collects_before_it_trims(monkeypatch):
     from attnlab.serve import memory
 
-    collected = []
-    monkeypatch.setattr(memory.gc, "collect", lambda: collected.append(1) or 0)
+    collected: list[int] = []
+
+    def collect() -> int:
+        collected.append(1)
+        return 0
+
+    monkeypatch.setattr(memory.gc, "collect", collect)
     trim = memory.IdleTrim(lambda: False, min_interval_s=0.0)
     assert trim.idle() and collected == [1]
