@@ -53,7 +53,7 @@ def _get(port: int, path: str) -> socket.socket:
 
 def big_body(port: int, mb: int, chunked: bool) -> str:
     s = socket.create_connection(("127.0.0.1", port))
-    head = b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + (
+    head = b"POST /api/explain HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + (
         b"Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {mb << 20}\r\n\r\n".encode()
     )
     s.sendall(head)
@@ -72,7 +72,7 @@ def big_body(port: int, mb: int, chunked: bool) -> str:
 
 def slow(port: int, body: bool, seconds: float) -> str:
     s = socket.create_connection(("127.0.0.1", port))
-    head = b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    head = b"POST /api/explain HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     t0 = time.monotonic()
     try:
         if body:
@@ -99,7 +99,7 @@ def no_read(port: int, text: str, holders: list) -> str:
     body = json.dumps({"text": text, "beam": 8}).encode()
     for _ in range(20):  # pipelined: 20 requests, never read
         s.sendall(
-            b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /api/explain HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
             + body
         )

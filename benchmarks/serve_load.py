@@ -2,7 +2,7 @@
 
     single    POST /api/translations on a server started with --max-batch 1 (one sentence per decode)
     batched   POST /api/translations on a server started with --max-batch 32 --max-wait-ms 5
-    explain   POST /api/translate (the explorer: decode + recorded forward + every map), for scale only
+    explain   POST /api/explain (the explorer: decode + recorded forward + every map), for scale only
 
 `single` and `batched` differ in --max-batch alone (same checkpoint, precision, --threads, workers), so
 batched / single is what batching buys. C keep-alive clients send one sentence per request. The paths run
@@ -46,7 +46,7 @@ SENTENCES = [
 PATHS = {  # path -> (server, route, body of one sentence)
     "single": ("single", "/api/translations", lambda t: {"texts": [t]}),
     "batched": ("batched", "/api/translations", lambda t: {"texts": [t]}),
-    "explain": ("batched", "/api/translate", lambda t: {"text": t}),
+    "explain": ("batched", "/api/explain", lambda t: {"text": t}),
 }
 SHOWN_FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni")
 

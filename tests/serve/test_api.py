@@ -20,7 +20,7 @@ def _shape(x):
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_translate_shapes_and_rows(client, translator, beam):
-    r = client.post("/api/translate", json={"text": "i'm home .", "beam": beam})
+    r = client.post("/api/explain", json={"text": "i'm home .", "beam": beam})
     assert r.status_code == 200, r.text
     d = r.json()
     N, H = translator.config["model"]["num_layers"], translator.config["model"]["num_heads"]
@@ -42,7 +42,7 @@ def test_translate_shapes_and_rows(client, translator, beam):
 
 
 def test_unknown_word_shown_as_unk(client):
-    d = client.post("/api/translate", json={"text": "qwzx is here ."}).json()
+    d = client.post("/api/explain", json={"text": "qwzx is here ."}).json()
     assert d["src_tokens"][0] == "<unk>"
 
 
@@ -65,14 +65,14 @@ def test_unknown_word_shown_as_unk(client):
     ],
 )
 def test_bad_input_is_4xx_with_message(client, body, status, words):
-    r = client.post("/api/translate", json=body)
+    r = client.post("/api/explain", json=body)
     assert r.status_code == status, r.text
     detail = r.json()["detail"]
     assert isinstance(detail, str) and words.lower() in detail.lower()
 
 
 def test_malformed_json(client):
-    r = client.post("/api/translate", content=b'{"text": "go .",', headers={"content-type": "application/json"})
+    r = client.post("/api/explain", content=b'{"text": "go .",', headers={"content-type": "application/json"})
     assert r.status_code == 422 and "not valid JSON" in r.json()["detail"]
 
 
@@ -84,7 +84,7 @@ def test_unexpected_error_is_generic_500_with_request_id(translator, caplog):
     broken = copy.copy(translator)
     broken.search = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("decoder exploded at /secret/path"))
     with TestClient(create_app(broken), raise_server_exceptions=False) as c:
-        r = c.post("/api/translate", json={"text": "go .", "beam": 1})
+        r = c.post("/api/explain", json={"text": "go .", "beam": 1})
     assert r.status_code == 500
     body = r.json()
     assert "exploded" not in r.text and "/secret" not in r.text and "RuntimeError" not in r.text
@@ -97,9 +97,9 @@ def test_unexpected_error_is_generic_500_with_request_id(translator, caplog):
 @pytest.mark.parametrize(
     "path, raw",
     [
-        ("/api/translate", b'{"text": "\\ud800 ."}'),
-        ("/api/translate", b'{"text": "go .", "\\udfff": 1}'),
-        ("/api/translate", b'{"text": "go \\udbff\\udbff ."}'),
+        ("/api/explain", b'{"text": "\\ud800 ."}'),
+        ("/api/explain", b'{"text": "go .", "\\udfff": 1}'),
+        ("/api/explain", b'{"text": "go \\udbff\\udbff ."}'),
         ("/api/translations", b'{"texts": ["go .", "\\ud800"]}'),
     ],
 )
@@ -130,12 +130,12 @@ def test_model_info_and_health(client, translator):
 
 def test_openapi_lists_routes(client):
     spec = client.get("/openapi.json").json()
-    assert {"/api/translate", "/api/translations", "/api/model", "/healthz"} <= set(spec["paths"])
+    assert {"/api/explain", "/api/translations", "/api/model", "/healthz"} <= set(spec["paths"])
     # The documented error body is the one sent (a string detail), not FastAPI's default list.
-    errs = spec["paths"]["/api/translate"]["post"]["responses"]
+    errs = spec["paths"]["/api/explain"]["post"]["responses"]
     assert {"408", "413", "422", "500", "503"} <= set(errs)
     assert errs["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
-    req = spec["components"]["schemas"]["TranslateRequest"]["properties"]
+    req = spec["components"]["schemas"]["ExplainRequest"]["properties"]
     beam = next(b for b in req["beam"]["anyOf"] if b.get("type") == "integer")  # or null: the run's default
     assert beam["minimum"] == 1 and beam["maximum"] == MAX_BEAM  # the options' bound; --max-beam narrows it
 
@@ -148,16 +148,16 @@ def test_page_and_static_files(client):
 
 
 def test_full_queue_answers_503_with_retry_after(client):
-    pool = client.app.state.pool
+    pool = client.app.state.served.pool
     saved = pool.pending
     pool.pending = pool.max_pending  # as if max_pending requests were already waiting
     try:
-        r = client.post("/api/translate", json={"text": "go ."})
+        r = client.post("/api/explain", json={"text": "go ."})
     finally:
         pool.pending = saved
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     assert "busy" in r.json()["detail"]
-    assert client.post("/api/translate", json={"text": "go ."}).status_code == 200  # and it recovers
+    assert client.post("/api/explain", json={"text": "go ."}).status_code == 200  # and it recovers
 
 
 def test_pool_counts_pending_and_refuses_beyond_the_bound(translator):

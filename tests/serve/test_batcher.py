@@ -158,7 +158,7 @@ def test_api_translations_concurrent_clients_are_batched(translator):
     held = HeldTranslator(translator, 16)
     texts = ["i'm home .", "go .", "he's calm .", "i lost ."] * 4
     with TestClient(create_app(held, max_batch=32)) as client:
-        held.batcher = batcher = client.app.state.batcher
+        held.batcher = batcher = client.app.state.served.batcher
         with ThreadPoolExecutor(16) as ex:
             outs = list(ex.map(lambda t: client.post("/api/translations", json={"texts": [t]}), texts))
     expected = dict(zip(texts, translator.translate(texts)))
@@ -186,7 +186,7 @@ def test_api_translations_bad_input(client, body, status, words):
 
 
 def test_api_translations_full_queue_503(client):
-    batcher = client.app.state.batcher
+    batcher = client.app.state.served.batcher
     saved = batcher.pending
     batcher.pending = batcher.max_pending
     try:

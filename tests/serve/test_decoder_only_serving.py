@@ -38,7 +38,7 @@ def test_model_info_names_the_type_and_every_view(do_client, do_translator):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_translate_shows_the_three_views(do_client, do_translator, beam):
-    r = do_client.post("/api/translate", json={"text": "i'm home .", "beam": beam})
+    r = do_client.post("/api/explain", json={"text": "i'm home .", "beam": beam})
     assert r.status_code == 200, r.text
     d = r.json()
     N, H = do_translator.config["model"]["num_layers"], do_translator.config["model"]["num_heads"]
@@ -67,13 +67,13 @@ def test_response_size_is_bounded_for_its_maps(do_translator):
 
 def test_a_head_switched_off_in_any_view_is_the_same_head(do_client):
     off = {
-        kind: do_client.post("/api/translate", json={"text": "i'm home .", "heads_off": {kind: [[0, 0]]}}).json()
+        kind: do_client.post("/api/explain", json={"text": "i'm home .", "heads_off": {kind: [[0, 0]]}}).json()
         for kind in ("cross", "decoder_self", "encoder_self")
     }
     assert off["cross"]["attention"] == off["decoder_self"]["attention"] == off["encoder_self"]["attention"]
-    on = do_client.post("/api/translate", json={"text": "i'm home ."}).json()
+    on = do_client.post("/api/explain", json={"text": "i'm home ."}).json()
     assert off["cross"]["attention"] != on["attention"]
-    r = do_client.post("/api/translate", json={"text": "go .", "heads_off": {"cross": [[9, 0]]}})
+    r = do_client.post("/api/explain", json={"text": "go .", "heads_off": {"cross": [[9, 0]]}})
     assert r.status_code == 422 and "layer 9" in r.json()["detail"]
 
 

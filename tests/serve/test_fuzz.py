@@ -32,7 +32,7 @@ def api_schema(translator):
 def test_schema_lists_every_route(api_schema):
     ops = {(op.ok().method.upper(), op.ok().path) for op in api_schema.get_all_operations()}
     assert {
-        ("POST", "/api/translate"),
+        ("POST", "/api/explain"),
         ("POST", "/api/translations"),
         ("GET", "/api/model"),
         ("GET", "/healthz"),

@@ -13,7 +13,7 @@ TEXT = "i'm home ."
 
 
 def post(client, **body):
-    return client.post("/api/translate", json={"text": TEXT, **body})
+    return client.post("/api/explain", json={"text": TEXT, **body})
 
 
 def test_masking_heads_changes_maps_and_equals_mask_heads(client, translator):
@@ -152,7 +152,7 @@ def test_model_panel_says_origin_size_and_heads(client, translator):
 
 
 def test_origin_of_an_imported_model():
-    from attnlab.serve.app import model_origin
+    from attnlab.serve.routes.model import model_origin
 
     assert "imported from Hugging Face marian" in model_origin(
         {"data": {"source": "hf", "hf_model_type": "marian", "hf_source": "/m/opus-mt-en-fr"}}

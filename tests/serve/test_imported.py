@@ -54,10 +54,10 @@ def test_pieces_merge_into_words_and_rows_still_sum_to_one(imported_client):
         assert bool(torch.allclose(ones, torch.ones_like(ones), atol=1e-4))
         assert bool(torch.allclose(merged, torch.ones_like(merged), atol=1e-4))
 
-    r = client.post("/api/translate", json={"text": TEXT, "merge_subwords": True}).json()
+    r = client.post("/api/explain", json={"text": TEXT, "merge_subwords": True}).json()
     assert r["merged"] and r["src_tokens"] == words.src_tokens
     assert len(r["attention"]["cross"][0][0][0]) == len(words.src_tokens)
-    plain = client.post("/api/translate", json={"text": TEXT}).json()
+    plain = client.post("/api/explain", json={"text": TEXT}).json()
     assert plain["subwords"] and not plain["merged"] and plain["src_tokens"] == exp.src_tokens
 
 

@@ -16,7 +16,7 @@ from attnlab.serve.guard import GuardMiddleware, Limits, guarded_h11
 
 
 def test_declared_body_over_limit_is_413_before_reading(client):
-    r = client.post("/api/translate", content=b"x" * (65536 + 1), headers={"content-type": "application/json"})
+    r = client.post("/api/explain", content=b"x" * (65536 + 1), headers={"content-type": "application/json"})
     assert r.status_code == 413 and "--max-body-bytes" in r.json()["detail"]
     assert r.headers["connection"] == "close" and r.json()["request_id"] == r.headers["x-request-id"]
 
@@ -32,7 +32,7 @@ def test_streamed_body_over_limit_is_413(client):
 
 def test_body_within_limit_passes_through(client):
     body = json.dumps({"text": "go ."}).encode() + b" " * 60000  # whitespace: still valid JSON
-    assert client.post("/api/translate", content=body, headers={"content-type": "application/json"}).status_code == 200
+    assert client.post("/api/explain", content=body, headers={"content-type": "application/json"}).status_code == 200
 
 
 def _asgi_call(app, receive, hang_guard_s: float = 60.0):
@@ -186,17 +186,18 @@ def test_response_size_is_bounded(translator):
     from fastapi.testclient import TestClient
 
     from attnlab.analysis.explanation import check_text
-    from attnlab.serve.app import create_app, explain_bytes_bound
+    from attnlab.serve.app import create_app
+    from attnlab.serve.budget import explain_bytes_bound
 
     with TestClient(create_app(translator)) as c:
         for text in ("go .", "i'm home .", "we are friends and he is calm ."):
             for beam in (1, 4):
-                r = c.post("/api/translate", json={"text": text, "beam": beam})
+                r = c.post("/api/explain", json={"text": text, "beam": beam})
                 assert r.status_code == 200
                 assert len(r.content) <= explain_bytes_bound(translator, len(check_text(translator, text)) + 1)
     small = Limits(max_response_bytes=5000)
     with TestClient(create_app(translator, limits=small)) as c:
-        r = c.post("/api/translate", json={"text": "we are friends and he is calm ."})
+        r = c.post("/api/explain", json={"text": "we are friends and he is calm ."})
         assert r.status_code == 413 and "--max-response-bytes" in r.json()["detail"]
         assert c.post("/api/translations", json={"texts": ["we are friends and he is calm ."]}).status_code == 200
 

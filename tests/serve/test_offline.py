@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from attnlab.serve.app import STATIC_DIR
+from attnlab.serve.routes.pages import STATIC_DIR
 
 # Tags whose src/href the browser fetches as part of the page; <a href> is a link the reader may follow.
 _FETCHED = {"script", "img", "link", "iframe", "source", "video", "audio", "embed", "object", "image", "use"}
@@ -49,8 +49,20 @@ def test_outside_refs_are_found():  # the checker itself: a CDN page is caught, 
     assert not _outside_refs('<a href="https://www.manythings.org/anki/">data</a><script src="/static/app.js">')
 
 
+def _get_paths(routes) -> list[str]:
+    """Every GET path, routers included (they keep their own route lists; no prefixes here)."""
+    paths = []
+    for r in routes:
+        inner = getattr(getattr(r, "original_router", None), "routes", None)
+        if inner is not None:
+            paths += _get_paths(inner)
+        elif "GET" in getattr(r, "methods", ()) and "{" not in r.path:
+            paths.append(r.path)
+    return paths
+
+
 def test_no_served_page_loads_from_another_host(client):
-    html_routes = [r.path for r in client.app.routes if "GET" in getattr(r, "methods", ()) and "{" not in r.path]
+    html_routes = _get_paths(client.app.routes)
     pages = {p: client.get(p) for p in html_routes}
     html = {p: r.text for p, r in pages.items() if r.headers.get("content-type", "").startswith("text/html")}
     assert {"/", "/docs"} <= set(html)

@@ -1,5 +1,5 @@
 """The run's alignment head (RUN/alignment.json, from `attnlab heads`) is the default alignment of both
-POST /api/translate and POST /api/translations; one naming a head the model lacks is a 422."""
+POST /api/explain and POST /api/translations; one naming a head the model lacks is a 422."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_both_endpoints_align_with_the_runs_head(chosen_run):
         r = client.post("/api/translations", json={"texts": TEXTS, "beam": 2, "options": {"align": True}})
         assert r.status_code == 200, r.text
         assert [[tuple(p) for p in res["alignment"]] for res in r.json()["results"]] == expected
-        r = client.post("/api/translate", json={"text": TEXTS[0], "beam": 2, "options": {"align": True}})
+        r = client.post("/api/explain", json={"text": TEXTS[0], "beam": 2, "options": {"align": True}})
         assert r.status_code == 200, r.text
         assert [tuple(p) for p in r.json()["alignment"]["pairs"]] == expected[0]
 
@@ -53,7 +53,7 @@ def test_a_head_the_model_lacks_is_a_422(chosen_run):
     _write(chosen_run, 0, [99])
     _, client = _app(chosen_run)
     with client:
-        for path, body in (("/api/translations", {"texts": TEXTS}), ("/api/translate", {"text": TEXTS[0]})):
+        for path, body in (("/api/translations", {"texts": TEXTS}), ("/api/explain", {"text": TEXTS[0]})):
             r = client.post(path, json={**body, "options": {"align": True}})
             assert r.status_code == 422 and "alignment.json" in r.text and "got [99]" in r.text, r.text
-        assert client.post("/api/translate", json={"text": TEXTS[0]}).status_code == 200  # no align: unaffected
+        assert client.post("/api/explain", json={"text": TEXTS[0]}).status_code == 200  # no align: unaffected

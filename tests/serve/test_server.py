@@ -49,7 +49,7 @@ def test_broken_checkpoint_subprocess_has_no_traceback(tmp_path):
 
 def _post(url, body):
     req = urllib.request.Request(
-        f"{url}/api/translate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        f"{url}/api/explain", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, json.loads(r.read())

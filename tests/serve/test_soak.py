@@ -29,7 +29,7 @@ def _rss_mb() -> float:
 def _requests(k: int, sentences: list[str]):
     for r in range(REQUESTS):
         if (k + r) % 3 == 0:  # the explorer: every map recorded and serialised
-            yield "/api/translate", {"text": sentences[(k * 7 + r) % len(sentences)], "beam": 1 + (k + r) % 3}
+            yield "/api/explain", {"text": sentences[(k * 7 + r) % len(sentences)], "beam": 1 + (k + r) % 3}
         else:
             texts = [sentences[(k * 3 + r * 5 + j) % len(sentences)] for j in range(1 + (k + r) % 8)]
             yield "/api/translations", {"texts": texts, "beam": 1 + (k * r) % 3}
@@ -56,12 +56,12 @@ def test_bursts_leave_no_objects_and_no_growing_heap(translator):
             for _ in range(BURSTS):
                 list(ex.map(client, range(CLIENTS)))
                 gc.collect()
-                assert c.app.state.pool.pending == 0 and c.app.state.batcher.pending == 0
+                assert c.app.state.served.pool.pending == 0 and c.app.state.served.batcher.pending == 0
                 c.get("/healthz")  # answered while idle: the server trims its heap after it
                 objects.append(len(gc.get_objects()))
                 traced.append(tracemalloc.get_traced_memory()[0] / 1e6)
                 rss.append(_rss_mb())
-            assert c.app.state.trim.trims >= BURSTS
+            assert c.app.state.served.trim.trims >= BURSTS
     finally:
         tracemalloc.stop()
     half = BURSTS // 2

@@ -36,6 +36,16 @@ LIMIT_FLAGS = {
     ),
     "--max-texts": ("max_texts", int, "most texts in one POST /api/translations"),
     "--max-beam": ("max_beam", int, "largest beam and n_best a request may ask (at most 16)"),
+    "--max-request-mb": (
+        "max_request_mb",
+        int,
+        "estimated peak memory (MB) of one request's decoding; more gets 413 naming the option to lower",
+    ),
+    "--max-request-work": (
+        "max_request_work",
+        float,
+        "estimated cost of one request in G multiply-adds (attnlab.decoding.cost); more gets 413",
+    ),
 }
 
 
@@ -66,7 +76,9 @@ def add_parser(subparsers) -> None:
     d = Limits()
     for flag, (field, kind, what) in LIMIT_FLAGS.items():
         default = getattr(d, field)
-        shown = f"{default:g}" if kind is float else default  # 10 seconds, not 10.0; 2000000, not 2e+06
+        shown = f"{default:g}" if kind is float and default is not None else default  # 10, not 10.0
+        if default is None:  # the work budget: sized to the model served (attnlab.serve.budget)
+            shown = "4 x the cost of the largest plain request"
         metavar = flag[2:].upper().replace("-", "_")
         g.add_argument(flag, dest=field, metavar=metavar, type=kind, default=default, help=f"{what} (default: {shown})")
     p.add_argument(

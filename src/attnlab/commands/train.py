@@ -242,7 +242,9 @@ def run(args) -> int:
         raise ValueError("--nproc given inside a torchrun launch; drop --nproc (torchrun sets the processes)")
     main_rank = "RANK" not in os.environ or os.environ["RANK"] == "0"
     out = args.resume or args.out or settings.default_run_dir()  # type: ignore[union-attr]
-    tensorboard = claim_tensorboard_dir(args.tensorboard, out, force=args.force) if main_rank else None
+    tensorboard = (
+        claim_tensorboard_dir(args.tensorboard, out, force=args.force, resume=bool(args.resume)) if main_rank else None
+    )
     if main_rank and settings is not None:
         claim_run_dir(out, force=args.force)
     if launching:  # everything checked once here, not once per process

@@ -7,17 +7,25 @@ attnlab translate --sample --top-p 0.9 --n-best 4 --seed 1 "i'm home ."
 attnlab translate --beam 5 --constraint "à la maison" --align "i'm home ."
 
 With --n-best, each hypothesis is a line SOURCE_INDEX ||| translation ||| score (0-based index of the
-input sentence); --align appends ||| i-j ... (source word i, target word j, 0-based, whitespace words).
+input sentence; an empty input line gets one row with an empty translation and score nan); --align
+appends ||| i-j ... (source word i, target word j, 0-based, whitespace words).
 A decoding flag not given takes the run's default (RUN/generation.json; beam 4 where it has none).
+
+Lines are written in input order as soon as they and every line before them are done (the input is
+decoded in windows of a few batches), flushed: `| head -1` ends quietly, and a stopped run (Ctrl-C,
+SIGTERM) keeps every finished line on stdout or in --out.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from attnlab.commands._common import add_command
+from attnlab.commands._stream import Lines, PipeClosed, check_cost, one_line_warnings, write_translations
 from attnlab.decoding.options import MAX_BEAM, TRANSLATOR_DEFAULTS
 from attnlab.runs.layout import DEFAULT_RUN
 
@@ -68,6 +76,12 @@ def add_parser(subparsers) -> None:
         "says otherwise; 1 = greedy, the quickest answer; --sample takes no beam)",
     )
     p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the translations to FILE, a new file (never one that exists), line by line as they finish "
+        "(default: stdout)",
+    )
     add_option_flags(p.add_argument_group("decoding options (attnlab.decoding.DecodeOptions; default: the run's)"))
     p.set_defaults(func=run)  # fmt: skip
 
@@ -204,22 +218,6 @@ def named(e) -> str:
     return e.named(FLAGS.get(e.field, e.field))
 
 
-def format_lines(index: int, t, n_best: bool, align: bool) -> list[str]:
-    """The output lines of one sentence's Translation: its text, or with n_best one line per hypothesis."""
-    from attnlab.decoding.alignment import pharaoh
-
-    hyps = t.nbest or [t]
-    if not n_best:
-        hyps = hyps[:1]
-    lines = []
-    for h in hyps:
-        fields = [str(index), h.text, f"{h.score:.4f}"] if n_best else [h.text]
-        if align:
-            fields.append(pharaoh(h.alignment or []))
-        lines.append(" ||| ".join(fields))
-    return lines
-
-
 def _utf8(raw: list[bytes], where: str) -> list[str]:
     """Decode each line as UTF-8; bytes that are not UTF-8 become U+FFFD, with one warning naming the
     lines (a stray Latin-1 byte should not stop a whole file from being translated)."""
@@ -250,10 +248,15 @@ def _stdin_lines() -> list[str]:
 
 
 def run(args) -> int:
+    import torch
+
+    from attnlab.data.encode_pool import sigterm_unwinds
+    from attnlab.decoding.batches import input_windows
     from attnlab.decoding.options import OptionError
     from attnlab.runs.loading import open_translator
 
     options = decode_options(args, run_defaults(args))  # every flag checked before the model loads
+    out = Lines(args.out)  # and --out
     translator = open_translator(args.checkpoint, args.device, args.weights, args.precision)
     if args.align:  # a model without cross-attention, or a layer/head it lacks: refused before decoding
         translator.alignment_heads(options.align_layer, options.align_heads)
@@ -267,16 +270,34 @@ def run(args) -> int:
         # stdin: one output line per input line (blank in -> blank out), so outputs stay aligned.
         lines = _stdin_lines()
         todo = [i for i, line in enumerate(lines) if line.strip()]
-    out: list[list[str]] = [[""] for _ in lines] if not n_best else [[] for _ in lines]
-    if todo:
-        texts = [lines[i] for i in todo]
+    check_cost(translator, [lines[i] for i in todo], options, args.truncate)
+
+    def translate(texts: list[str]):
         try:
-            results = translator.translate_tokens(texts, truncate=args.truncate, options=options, scores=n_best)
+            return translator.translate_tokens(texts, truncate=args.truncate, options=options, scores=n_best)
         except OptionError as e:  # options these sentences cannot hold (a prefix past a limit...): name the flag
             raise ValueError(named(e)) from None
-        for i, t in zip(todo, results):
-            out[i] = format_lines(i, t, n_best, args.align)
-    for group in out:
-        for text in group:
-            print(text)
+
+    windows = input_windows(len(todo), translator.batch_size, translator.workers or torch.get_num_threads())
+    try:
+        with sigterm_unwinds(), one_line_warnings("translate"):
+            try:
+                write_translations(out, lines, todo, translate, windows, n_best, args.align)
+            except BaseException as e:  # Ctrl-C, SIGTERM: say what is kept, then go on stopping
+                if not isinstance(e, Exception) and out.written < len(lines):
+                    print(
+                        f"attnlab translate: stopped after {out.written} of {len(lines)} lines; the finished "
+                        f"lines are in {out.where()}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                raise
+    except PipeClosed:
+        # The reader has all it wanted: stop quietly (stdout now points nowhere, so the interpreter's
+        # final flush cannot fail again).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            out.close()
     return 0

@@ -94,7 +94,7 @@ def load_image_data(data_config: Mapping[str, Any]) -> ImageData:
 
 def load_digits_data() -> ImageData:
     """scikit-learn's 8x8 handwritten digits (1,797 images, values 0..16 scaled to [0, 1]), split by index."""
-    require("vision", "the digits")
+    require("vision", "the digits data set")
     from sklearn.datasets import load_digits
 
     digits = load_digits()

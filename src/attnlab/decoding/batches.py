@@ -10,12 +10,16 @@ decode their own batches with one intra-op thread apiece, taking the next batch 
   notebook's kernel threads are daemons) and the model is on the CPU, they are this process and N - 1
   processes forked from it at the first such call and kept with the translator (forked again when
   `_decoding_key` changes: weights, modules, settings). Every op drops and takes back the GIL, so threads
-  mostly wait for each other (BENCHMARKS.md, "Worker processes", measures processes against threads).
-  A worker killed (out of memory) sends that translator to worker threads from then on, with a warning.
+  mostly wait for each other (BENCHMARKS.md, "Worker processes"). A worker killed (out of memory) sends
+  that translator to worker threads from then on, with a warning.
 - Elsewhere (a server's request threads, an attention recording or a head mask, which workers forked
   earlier would not see) they are threads, with torch's thread count set to 1 for the duration and
   restored afterwards; it is process-wide, so other torch work running at the same time in the process
   also runs on one thread meanwhile. Each batch runs in a copy of the caller's context.
+
+Streaming callers (`attnlab translate`) decode their input in `input_windows`: consecutive runs of lines,
+each sorted by length and cut into batches here, so that results come back in input order window by
+window, as soon as each window is done (Marian's maxi-batches, CTranslate2's buffered iterables).
 
 Only inputs of two batches or more use workers (a server request, a single sentence: never). Each batch
 is decoded exactly as it would be alone on one intra-op thread, so the outputs do not depend on N (with
@@ -47,15 +51,30 @@ from attnlab.utils.checks import check_range
 from attnlab.utils.forked import WorkerPool, can_fork
 from attnlab.utils.runtime import gc_paused, intra_op_threads
 
-__all__ = ["close_worker_pool", "length_batches", "search_batches"]
+__all__ = ["WINDOW_BATCHES", "close_worker_pool", "input_windows", "length_batches", "search_batches"]
 
 _THREADS_LOCK = threading.Lock()  # one worker pool at a time changes torch's thread count
+# Batches per worker in one streaming window: enough that the workers' last batches of a window end
+# close together (sorted batches differ in length), few enough that the first lines come out soon.
+WINDOW_BATCHES = 4
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices of sentences cut into batches of `batch_size`, longest first (padding stays low)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def input_windows(n: int, batch_size: int, workers: int = 1) -> list[range]:
+    """Indices 0..n-1 in consecutive windows of WINDOW_BATCHES x workers batches of `batch_size`: a
+    streaming caller decodes one window at a time and writes its results in input order.
+
+    Examples:
+        >>> input_windows(10, batch_size=2, workers=1)
+        [range(0, 8), range(8, 10)]
+    """
+    size = batch_size * WINDOW_BATCHES * max(1, workers)
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]
 
 
 def search_batches(

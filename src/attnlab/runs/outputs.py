@@ -82,6 +82,7 @@ class Claim:
     replace: bool = False  # an earlier output of the same kind is there and --force was given
     token: str | None = None  # the earlier output's marker id, checked again at the final rename
     flag: str = "--out"
+    keep: bool = False  # an earlier output continued in place (a resumed run's TensorBoard folder)
 
 
 def describe(kind: str) -> str:
@@ -146,6 +147,19 @@ def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
+def _through_link(path: Path, flag: str) -> Path:
+    """The path a writer works at: a symlink's target (so a replacement lands where the link points and
+    the link stays), or one line for a link to nothing (it would end as a failed rename after the work)."""
+    if not path.is_symlink():
+        return path
+    if not path.exists():
+        raise ValueError(
+            f"{flag} {path} is a symlink to {os.readlink(path)}, which does not exist; create what it points "
+            f"to, or pass {flag} a path that is not a dangling link"
+        )
+    return path.resolve()
+
+
 def _check_writable(path: Path, flag: str) -> None:
     existing = path
     while not existing.exists():  # the nearest folder that exists is where ours would be created
@@ -178,7 +192,7 @@ def claim_output(
     """
     if kind not in KINDS:
         raise KeyError(kind)
-    path = Path(path)
+    path = _through_link(Path(path), flag)
     what = describe(kind)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {path} is a file; pass a folder (a new one, or {what} to replace with --force)")
@@ -208,6 +222,8 @@ def claim_output(
     expected = set(marker.get("entries") or ()) | (RUN_ENTRIES if kind == "run" else set()) | {MARKER_FILE}
     if kind == "tensorboard":  # written in place as training goes, one event file per training process
         expected |= {name for name in _entries(path) if name.startswith("events.out.tfevents.")}
+    if kind == "run":  # its TensorBoard folder where attnlab's own message suggests it (RUN/tb)
+        expected |= {name for name in _entries(path) if (read_marker(path / name) or {}).get("kind") == "tensorboard"}
     extra = sorted(_entries(path) - expected)
     if extra:
         shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
@@ -291,13 +307,20 @@ def start_in_place(claim: Claim, details: dict | None = None) -> Path:
     """Prepare claim.path for an output written in place (a run): an earlier one (claimed with --force)
     is removed, then the folder is created and marked. Returns the folder."""
     path = claim.path
+    if claim.keep:
+        return path
     if claim.replace:
-        old = aside_name(path)
-        os.rename(path, old)
-        if (read_marker(old) or {}).get("id") != claim.token:
+        aside = aside_name(path)
+        old: Path | None = aside
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:  # gone with the folder it was in (RUN/tb when the run was replaced)
+            old = None
+        if old is not None and (read_marker(old) or {}).get("id") != claim.token:
             _rename_back(old, path)
             raise _refuse_rival(claim)
-        shutil.rmtree(old, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     tmp = fresh_temp_dir(path)  # the marked folder appears whole, and only if the place is still free
     try:
         write_marker(tmp, claim.kind, details)
@@ -308,11 +331,20 @@ def start_in_place(claim: Claim, details: dict | None = None) -> Path:
     return path
 
 
+def continue_output(path: str | os.PathLike, kind: str, *, flag: str = "--out") -> Claim:
+    """An earlier output of `kind` at `path` to write more into in place (a resumed run's TensorBoard
+    folder gains an event file), or, where there is none yet, `claim_output`'s new one."""
+    path = _through_link(Path(path), flag)
+    if path.is_dir() and any(path.iterdir()) and output_kind(path) == kind:
+        return Claim(path, kind, flag=flag, keep=True)
+    return claim_output(path, kind, flag=flag)
+
+
 def claim_output_file(
     path: str | os.PathLike, kind: str, *, force: bool = False, flag: str = "--out", suffix: str = ".safetensors"
 ) -> Claim:
     """`claim_output` for a single file: new, an earlier file of the same kind (with `force`), or refused."""
-    path = Path(path)
+    path = _through_link(Path(path), flag)
     what = describe(kind)
     if path.suffix != suffix:
         raise ValueError(f"{flag} {path} must end in {suffix}")
@@ -359,6 +391,7 @@ __all__ = [
     "Claim",
     "claim_output",
     "claim_output_file",
+    "continue_output",
     "describe",
     "output_kind",
     "read_marker",

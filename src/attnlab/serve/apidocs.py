@@ -27,7 +27,7 @@ def _ref_name(schema: dict) -> str | None:
 
 
 def _type(schema: dict | bool) -> str:
-    """A short type for a property schema: `str`, `list[str]`, `TranslateRequest`, `int | null`."""
+    """A short type for a property schema: `str`, `list[str]`, `ExplainRequest`, `int | null`."""
     if not isinstance(schema, dict):  # JSON Schema's `true`: anything
         return "any"
     if name := _ref_name(schema):

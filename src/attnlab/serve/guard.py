@@ -34,6 +34,8 @@ class Limits:
     max_response_bytes: int = 2_000_000  # explorer: attention maps larger than this are refused (413)
     max_texts: int = 64  # texts in one POST /api/translations
     max_beam: int = 8  # largest beam and n_best a request may ask (within DecodeOptions' own MAX_BEAM)
+    max_request_mb: int = 1024  # estimated peak memory of one request's decoding (budget.py); more gets 413
+    max_request_work: float | None = None  # G multiply-adds one request may cost; None: budget.work_budget's
 
     def __post_init__(self):
         for name in (
@@ -43,6 +45,7 @@ class Limits:
             "max_response_bytes",
             "max_texts",
             "max_beam",
+            "max_request_mb",
             "keep_alive_s",
         ):
             v = getattr(self, name)
@@ -54,6 +57,9 @@ class Limits:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not (0 < v < float("inf")):
                 raise ValueError(f"{name} must be a positive finite number of seconds, got {v!r}")
+        w = self.max_request_work
+        if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not (0 < w < float("inf"))):
+            raise ValueError(f"max_request_work must be a positive finite number (G multiply-adds) or none, got {w!r}")
 
 
 def safe_text(s: str) -> str:

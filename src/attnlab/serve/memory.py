@@ -4,13 +4,15 @@ Under bursts of concurrent requests glibc's malloc serves each thread (event loo
 decode threads, torch's OpenMP threads) from its own arena; freed blocks below an arena's top stay
 mapped, so resident memory climbs from burst to burst by less each time although no object outlives
 its request (tests/serve/test_soak.py counts both). `malloc_trim(0)` returns those pages; `IdleTrim`
-calls it when the last waiting request is answered, at most once per `min_interval_s`.
+calls it when the last waiting request is answered, at most once per `min_interval_s`, after a cyclic
+garbage collection (decoding pauses the collector, so a large request's cycles are freed here).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import time
 from collections.abc import Callable
 
@@ -27,7 +29,9 @@ _TRIM = _malloc_trim()
 
 
 def trim_heap() -> bool:
-    """Return freed heap pages to the system (glibc); False where the C library has no malloc_trim."""
+    """Collect cycles, then return freed heap pages to the system (glibc); False where the C library
+    has no malloc_trim."""
+    gc.collect()
     if _TRIM is None:
         return False
     _TRIM(0)

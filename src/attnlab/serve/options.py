@@ -34,7 +34,7 @@ def decode_options(translator, options: dict[str, Any] | None, beam: int | None,
 
 def explorer_options(translator, ids: list[int], options: dict[str, Any] | None, beam: int | None,
                      max_beam: int) -> DecodeOptions:  # fmt: skip
-    """`decode_options` for POST /api/translate, also checked against this sentence and model before any
+    """`decode_options` for POST /api/explain, also checked against this sentence and model before any
     queueing: its prefix and constraints in the target vocabulary and output limit, and the alignment's
     layer and heads. ValueError (-> 422) says what is wrong."""
     opts = decode_options(translator, options, beam, max_beam)

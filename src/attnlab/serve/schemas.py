@@ -40,7 +40,7 @@ class HeadsOff(BaseModel):
     cross: list[Pair] = Field([], max_length=MAX_HEADS_OFF)
 
 
-class TranslateRequest(BaseModel):
+class ExplainRequest(BaseModel):
     # strict: a number for text or a string for beam is a client bug worth reporting, not coercing.
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -180,7 +180,7 @@ class WordAlignment(BaseModel):
     target_token_words: list[int] = Field(description="the target word of each output token (<eos> aside)")
 
 
-class TranslateResponse(BaseModel):
+class ExplainResponse(BaseModel):
     text: str
     translation: str = Field(description="the detokenized translation")
     src_tokens: list[str] = Field(description="source tokens as the model saw them (<unk> for unknown words, <eos>)")
@@ -267,14 +267,14 @@ __all__ = [
     "AttentionMaps",
     "BeamTrace",
     "ErrorResponse",
+    "ExplainRequest",
+    "ExplainResponse",
     "HeadImportance",
     "HeadsOff",
     "Health",
     "ModelInfo",
     "NBestEntry",
     "PositionMaps",
-    "TranslateRequest",
-    "TranslateResponse",
     "TranslationsRequest",
     "TranslationsResponse",
     "WordAlignment",

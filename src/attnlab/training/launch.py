@@ -22,6 +22,7 @@ from attnlab.runs.layout import CHECKPOINTS, CONFIG_FILE, WEIGHTS_FILE
 from attnlab.runs.outputs import Claim, claim_output, start_in_place
 from attnlab.runs.weights import load_weights
 from attnlab.training.config import TrainConfig
+from attnlab.training.sizes import check_fits
 from attnlab.training.tasks import task_for
 from attnlab.training.tensorboard import TensorBoardScalars, claim_tensorboard
 from attnlab.training.trainer import Trainer, TrainResult
@@ -42,7 +43,9 @@ def claim_run_dir(run_dir: str | os.PathLike, *, force: bool = False) -> Claim:
     return claim_output(run_dir, "run", force=force, hint=f"; continue it with --resume {run_dir}")
 
 
-def claim_tensorboard_dir(tensorboard: str | os.PathLike | None, run_dir: str | os.PathLike | None, *, force: bool):
+def claim_tensorboard_dir(
+    tensorboard: str | os.PathLike | None, run_dir: str | os.PathLike | None, *, force: bool, resume: bool = False
+):
     """The TensorBoard folder of a run, checked before any work: the extra is installed, the folder is not
     the run folder and may be written (`claim_tensorboard`). None when no folder is asked for."""
     if tensorboard is None:
@@ -50,7 +53,7 @@ def claim_tensorboard_dir(tensorboard: str | os.PathLike | None, run_dir: str | 
     require("tensorboard", "attnlab train --tensorboard")
     if run_dir is not None and Path(tensorboard).resolve() == Path(run_dir).resolve():
         raise ValueError(f"--tensorboard {tensorboard} is the run folder; give it a folder of its own (e.g. DIR/tb)")
-    return claim_tensorboard(tensorboard, force=force)
+    return claim_tensorboard(tensorboard, force=force, resume=resume)
 
 
 def train_run(
@@ -71,6 +74,7 @@ def train_run(
 
     task = task_for(model_type)
     data_config = task.check(model_type, model_config, data_config, train_config.seed)
+    check_fits(model_type, {"src_vocab_size": 1, "tgt_vocab_size": 1, **model_config}, train_config)  # no data yet
     rank, _ = distributed_info()
     if run_dir is not None and rank == 0:
         claim_run_dir(run_dir, force=force)
@@ -78,6 +82,7 @@ def train_run(
     data = task.load(data_config)
     data_config = task.recorded(data_config, data)
     model_config = task.sized(model_config, data)
+    check_fits(model_type, model_config, train_config)  # with the data's vocabularies
     seed_everything(train_config.seed)
     model = build_model(model_type, model_config)
     if run_dir is not None and rank == 0:

@@ -12,7 +12,7 @@ import math
 import os
 from pathlib import Path
 
-from attnlab.runs.outputs import Claim, claim_output, start_in_place
+from attnlab.runs.outputs import Claim, claim_output, continue_output, start_in_place
 
 # log.jsonl event -> {its key: the TensorBoard tag}
 TAGS: dict[str, dict[str, str]] = {
@@ -21,8 +21,11 @@ TAGS: dict[str, dict[str, str]] = {
 }
 
 
-def claim_tensorboard(folder: str | os.PathLike, *, force: bool = False) -> Claim:
-    """The folder for the event files, checked before any work: new, or an earlier one with `force`."""
+def claim_tensorboard(folder: str | os.PathLike, *, force: bool = False, resume: bool = False) -> Claim:
+    """The folder for the event files, checked before any work: new, or an earlier one with `force`;
+    with `resume`, an earlier one is continued (a new event file beside the earlier ones)."""
+    if resume:
+        return continue_output(folder, "tensorboard", flag="--tensorboard")
     return claim_output(folder, "tensorboard", force=force, flag="--tensorboard")
 
 

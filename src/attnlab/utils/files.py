@@ -91,6 +91,12 @@ def make_temp_file(path: str | os.PathLike, suffix: str = ".tmp") -> Path:
     )
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # read it the only way POSIX offers: set, then put back
+    os.umask(mask)
+    return mask
+
+
 def aside_name(path: Path) -> Path:
     """A hidden name beside `path` to move it to just before it is replaced. Never removed by
     `clean_stale_temps`: if the writer dies between the two renames, the earlier output waits there."""
@@ -105,6 +111,9 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp"):
     tmp = make_temp_file(path, suffix)
     try:
         yield str(tmp)
+        # writers that replace the file (safetensors' save_file makes it anew, 0600) keep the open() mode
+        with suppress(FileNotFoundError):
+            os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -189,6 +198,10 @@ def read_json_object(path: str | os.PathLike, what: str = "vocabulary") -> dict:
     """The JSON object in `path` (a `what` file): a missing file, bad JSON or another JSON type is one
     clear error naming the file."""
     path = Path(path)
+    if path.is_dir():
+        inside = path / "config.json" if what == "config" else None
+        hint = f"; pass {inside}" if inside is not None and inside.is_file() else f"; pass the {what} file itself"
+        raise ValueError(f"{what} file {path} is a folder{hint}")
     if not path.is_file():
         raise FileNotFoundError(f"{what} file {path} does not exist")
     try:

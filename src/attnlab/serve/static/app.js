@@ -79,7 +79,7 @@ fetch("/api/model").then((r) => r.json()).then((m) => {
 
 $("translate-form").addEventListener("submit", (e) => { e.preventDefault(); translate(); });
 
-// The options object of POST /api/translate (attnlab.decoding.DecodeOptions); null when all are defaults.
+// The options object of POST /api/explain (attnlab.decoding.DecodeOptions); null when all are defaults.
 function decodeOptions() {
   const o = {}, n = Number($("nbest").value), prefix = $("prefix").value.trim();
   const phrases = $("constraints").value.split("\n").map((p) => p.trim()).filter(Boolean);
@@ -115,7 +115,7 @@ async function translate() {
       merge_subwords: $("merge").checked };
     const options = decodeOptions();
     if (options) payload.options = options;
-    const [body, samples] = await Promise.all([postJSON("/api/translate", payload), samplesRequest(payload.text)]);
+    const [body, samples] = await Promise.all([postJSON("/api/explain", payload), samplesRequest(payload.text)]);
     body.samples = samples;
     body.options = options;
     show(body);

@@ -1,4 +1,4 @@
-"""POST /api/translate (the explorer's) with decoding options: the maps are those of the best hypothesis
+"""POST /api/explain (the explorer's) with decoding options: the maps are those of the best hypothesis
 `Translator.translate_tokens` finds with the same DecodeOptions (fp32), `nbest` and `alignment` are its
 n-best list and word alignment, and every refusal is a 422 naming the option."""
 
@@ -12,7 +12,7 @@ TEXT = "i'm home ."
 
 
 def _post(client, **body):
-    return client.post("/api/translate", json={"text": TEXT, **body})
+    return client.post("/api/explain", json={"text": TEXT, **body})
 
 
 def test_nbest_and_alignment_are_the_libraries(client, translator):
@@ -96,5 +96,5 @@ def test_a_long_max_len_is_bounded_by_the_response_limit(translator):
     from attnlab.serve.guard import Limits
 
     with TestClient(create_app(translator, limits=Limits(max_response_bytes=200_000))) as c:
-        r = c.post("/api/translate", json={"text": TEXT, "options": {"max_len": 1024}})
+        r = c.post("/api/explain", json={"text": TEXT, "options": {"max_len": 1024}})
     assert r.status_code == 413, r.text

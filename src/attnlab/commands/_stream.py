@@ -1,0 +1,137 @@
+"""How `attnlab translate` writes: the output claimed before any work (`Lines`, a new file or stdout), lines in
+input order as their windows finish, flushed; a closed pipe (`PipeClosed`) ends the command quietly."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from pathlib import Path
+
+
+class Lines:
+    """Where translate writes: stdout, or --out, a new file made when its first lines are ready (so a
+    refused run leaves nothing behind). Each `write` is flushed. A closed pipe (`| head`) raises
+    PipeClosed; `written` counts the input lines whose output is out."""
+
+    def __init__(self, path: str | None):
+        self.path, self.written = path, 0
+        self.stream = sys.stdout if path is None else None
+        if path is not None:
+            check_new_file(path)
+
+    def write(self, lines: list[str], inputs: int) -> None:
+        if not lines and self.stream is not None:
+            return
+        if self.stream is None:
+            assert self.path is not None
+            # O_EXCL: a path that appeared since the check (another writer, a dangling symlink) is refused
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            self.stream = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        try:
+            self.stream.write("".join(line + "\n" for line in lines))
+            self.stream.flush()
+        except BrokenPipeError:
+            raise PipeClosed from None
+        self.written += inputs
+
+    def close(self) -> None:
+        if self.path is not None:
+            if self.stream is None:  # no line at all (empty input): the file still says so
+                self.write([], 0)
+            assert self.stream is not None
+            self.stream.close()
+
+    def where(self) -> str:
+        return "stdout" if self.path is None else self.path
+
+
+class PipeClosed(Exception):
+    """The reader of stdout went away (`| head -1`): nothing more to write, and nothing to report."""
+
+
+def check_new_file(path: str) -> None:
+    """--out must be a new file in a folder that exists: one line otherwise, before the model loads."""
+    p = Path(path)
+    if p.is_symlink() or p.exists():
+        what = "a symlink" if p.is_symlink() else "a folder" if p.is_dir() else "a file"
+        raise FileExistsError(
+            f"--out {path} is {what} already there; attnlab translate writes a new file only: choose a new name"
+        )
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"--out {path}: the folder {parent} does not exist; create it or choose another path")
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"--out {path}: cannot write in {parent}; choose a folder you can write to")
+
+
+@contextlib.contextmanager
+def one_line_warnings(command: str):
+    """Warnings (a truncated sentence, a worker process lost) as one line each, without source paths."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"attnlab {command}: warning: {message}", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
+def check_cost(translator, texts: list[str], options, truncate: bool) -> None:
+    """Every sentence checked (without --truncate: InputError, before the first line is written); then
+    refuse (ValueError, one line) what this machine's memory cannot hold, and warn (one line) when each
+    sentence alone would cost more than a default server accepts (attnlab.decoding.cost)."""
+    import torch
+
+    from attnlab.decoding.cost import machine_verdict
+    from attnlab.utils.machine import memory_bytes
+
+    if truncate:  # cut, never refused for length: the decoder warns about each cut once, as it cuts
+        cap = translator.max_len or sys.maxsize
+        sources = [min(len(translator.src_vocab.encode(t)) + 1, cap) for t in texts]
+    else:
+        sources = [len(ids) + 1 for ids in translator.encode(texts)]
+    workers = translator.workers or torch.get_num_threads()
+    refusal, warning = machine_verdict(translator, sources, options, memory_bytes(), workers=workers)
+    if refusal is not None:
+        raise ValueError(refusal)
+    if warning is not None:
+        print(f"attnlab translate: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def write_translations(out: Lines, lines: list[str], todo: list[int], translate, windows: list[range],
+                       n_best: bool, align: bool) -> None:  # fmt: skip
+    """Translate lines[todo[k]], one window of k at a time (`translate`: texts -> Translations), and write
+    every input line's output in input order (an empty line's for each line not in todo) as soon as it
+    and every line before it are done."""
+    done = 0  # input lines whose output is written
+    for window in windows:
+        idx = [todo[k] for k in window]
+        rows: list[str] = []
+        for i, t in zip(idx, translate([lines[i] for i in idx])):
+            rows += [row for blank in range(done, i) for row in format_lines(blank, None, n_best, align)]
+            rows += format_lines(i, t, n_best, align)
+            done = i + 1
+        out.write(rows, done - out.written)
+    rows = [row for blank in range(done, len(lines)) for row in format_lines(blank, None, n_best, align)]
+    out.write(rows, len(lines) - out.written)
+
+
+def format_lines(index: int, t, n_best: bool, align: bool) -> list[str]:
+    """The output lines of one sentence's Translation (None: an empty input line): its text, or with n_best
+    one line per hypothesis (an empty input line: one row, empty, score nan)."""
+    from attnlab.decoding.alignment import pharaoh
+
+    if t is None:
+        return [" ||| ".join([str(index), "", "nan"] + ([""] if align else []))] if n_best else [""]
+    hyps = t.nbest or [t]
+    if not n_best:
+        hyps = hyps[:1]
+    lines = []
+    for h in hyps:
+        fields = [str(index), h.text, f"{h.score:.4f}"] if n_best else [h.text]
+        if align:
+            fields.append(pharaoh(h.alignment or []))
+        lines.append(" ||| ".join(fields))
+    return lines

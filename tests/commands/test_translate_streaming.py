@@ -1,0 +1,111 @@
+"""`attnlab translate` writes its lines as they finish: `| head -1` ends quietly, a SIGTERM mid-run keeps
+every finished line (the first lines of a full run) in --out, --out is a new file only, and a request
+this machine's memory cannot hold is one line before any decoding."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.data.corpus import sample_data_path
+from attnlab.testing import train_tiny
+
+LINES = 3500  # four windows of 1024 lines at one torch thread
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    return train_tiny(tmp_path_factory.mktemp("stream") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    english = [line.split("\t")[0].lower() for line in sample_data_path().read_text(encoding="utf-8").splitlines()]
+    path = tmp_path_factory.mktemp("stream") / "in.txt"
+    path.write_text("".join(english[i % len(english)] + "\n" for i in range(LINES)), encoding="utf-8")
+    return path
+
+
+def _translate(run, *flags, **kw) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "attnlab", "translate", "--checkpoint", str(run), "--beam", "1", *flags]
+    return subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, **kw)
+
+
+def test_head_ends_quietly(tiny_run, source):
+    with source.open("rb") as stdin:
+        proc = _translate(tiny_run, stdin=stdin, stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # what `head -1` does after its line
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 0
+    assert first.strip() and err == "", err
+
+
+def test_sigterm_keeps_every_finished_line(tiny_run, source, tmp_path):
+    full = tmp_path / "full.txt"
+    with source.open("rb") as stdin:
+        assert _translate(tiny_run, "--out", str(full), stdin=stdin).wait(timeout=300) == 0
+    expected = full.read_text(encoding="utf-8").splitlines()
+    assert len(expected) == LINES
+    part = tmp_path / "part.txt"
+    with source.open("rb") as stdin:
+        proc = _translate(tiny_run, "--out", str(part), stdin=stdin)
+        deadline = time.monotonic() + 120
+        while not (part.exists() and part.read_text(encoding="utf-8").count("\n")) and time.monotonic() < deadline:
+            assert proc.poll() is None, "finished before a line was seen"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+    kept = part.read_text(encoding="utf-8").splitlines()
+    assert 0 < len(kept) < LINES and kept == expected[: len(kept)]
+    assert f"stopped after {len(kept)} of {LINES} lines" in err and "Traceback" not in err
+
+
+def test_out_is_a_new_file_only(tiny_run, tmp_path, capsys):
+    mine = tmp_path / "mine.txt"
+    mine.write_text("my notes\n")
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    for out in (mine, dangling):
+        assert main(["translate", "--checkpoint", str(tiny_run), "--out", str(out), "go ."]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "writes a new file only" in err
+    assert mine.read_text() == "my notes\n" and not (tmp_path / "nowhere").exists()
+
+
+def test_an_empty_line_keeps_its_nbest_row(tiny_run, monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"go .\n\ni'm home .\n")))
+    assert main(["translate", "--checkpoint", str(tiny_run), "--beam", "2", "--n-best", "2"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert [r.split(" ||| ")[0] for r in rows] == ["0", "0", "1", "2", "2"]
+    assert rows[2] == "1 |||  ||| nan"
+
+
+def test_what_memory_cannot_hold_is_one_line_before_decoding(tiny_run, monkeypatch, capsys):
+    monkeypatch.setattr("attnlab.utils.machine.memory_bytes", lambda: 64 * 2**20)
+    monkeypatch.setattr(
+        "attnlab.decoding.translator.Translator.translate_tokens", lambda *a, **k: pytest.fail("decoded")
+    )
+    argv = ["translate", "--checkpoint", str(tiny_run), "--beam", "8", "--n-best", "8", "--max-len", "1024"]
+    assert main([*argv, "--align", *["i'm home ."] * 20]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "this machine's memory" in err and "lower max_len (1024) first" in err
+
+
+def test_warnings_are_one_line_without_paths(tiny_run, capsys):
+    long = " ".join(["go"] * 40) + " ."
+    assert main(["translate", "--checkpoint", str(tiny_run), "--beam", "1", "--truncate", long]) == 0
+    err = capsys.readouterr().err
+    assert "attnlab translate: warning: truncating" in err and ".py:" not in err
