@@ -34,7 +34,7 @@ from torch import nn
 
 from attnlab.export.onnx.graphs import DecoderGraph, DecoderWithPastGraph, EncoderGraph
 from attnlab.runs.layout import SRC_VOCAB_FILE, TGT_VOCAB_FILE
-from attnlab.runs.loading import load_translator
+from attnlab.runs.loading import imported_source, load_translator
 from attnlab.runs.outputs import claim_output, write_output
 from attnlab.utils.files import atomic_write_text
 
@@ -162,6 +162,15 @@ def quantize_int8(folder: Path) -> None:
         os.replace(tmp, path)
 
 
+def origin(config: dict) -> str:
+    """Where the run's model comes from, in words (the explorer's footer)."""
+    imported = imported_source(config)
+    if imported is not None:
+        return f"imported from {imported}"
+    path = (config.get("data") or {}).get("path")
+    return "trained with attnlab" + (f" on {Path(str(path)).name}" if path else "")
+
+
 def _token(vocab, index: int) -> dict:
     return {"id": int(index), "token": vocab.to_tokens(int(index))}
 
@@ -184,6 +193,8 @@ def onnx_config(translator, quantization: str) -> dict:
         "head_dim": c.num_hiddens // c.num_heads,
         "positions": c.positions,
         "model": c.to_dict(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "origin": origin(translator.config),
         "src_vocab_size": len(src),
         "tgt_vocab_size": len(tgt),
         "tokenizer": {"kind": src.kind, "style": getattr(src, "style", "book"), "lang": getattr(tgt, "lang", None)},
