@@ -87,14 +87,14 @@ def test_greedy_and_attention_equal_attnlab(run, exported):
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"positions": "rope", "rope_fraction": 0.5},
-        {"positions": "alibi", "num_heads": 4},
-        {"positions": "t5", "norm_first": True},
-        {"positions": "learned", "num_heads": 4, "num_kv_heads": 2},
-        {"positions": "none", "window": 1, "num_kv_heads": 1},
-        {"share_embeddings": False, "tie_output": True, "activation": "gelu", "pos_layout": "split"},
+        {"positions": "rope", "rope_fraction": 0.5, "num_kv_heads": 1},
+        {"positions": "alibi", "num_heads": 4, "num_kv_heads": 2},
+        {"positions": "t5", "norm_first": True, "window": 1},
+        {"positions": "learned", "tie_output": True, "activation": "gelu"},
+        {"positions": "none"},
+        {"pos_layout": "split", "embed_scale": 1.0},
     ],
-    ids=["rope", "alibi", "t5-prenorm", "learned-gqa", "none-window-mqa", "tied-gelu-split"],
+    ids=["rope-mqa", "alibi-gqa", "t5-prenorm-window", "learned-tied-gelu", "none", "split-sinusoids"],
 )
 def test_schemes_and_heads_export(run, tmp_path, overrides):
     """Untrained models (random weights give arbitrary but definite argmaxes) of each layout."""
@@ -114,7 +114,7 @@ def test_schemes_and_heads_export(run, tmp_path, overrides):
     save_weights(model, other / "model.safetensors")
     out = tmp_path / "onnx"
     assert main(["export", "--format", "onnx", "--checkpoint", str(other), "--out", str(out)]) == 0
-    _check_against_attnlab(other, out, SENTENCES[:3])
+    _check_against_attnlab(other, out, SENTENCES[:2])
 
 
 def test_int8_within_tolerance(run, exported, tmp_path):
