@@ -44,6 +44,7 @@ PLAN: dict[str, list[str]] = {
     "decode_profile.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--rounds", "1", "--rows", "5"],
     "compile_decode.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--quick"],
     "ct2_speed.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100", "--floors"],
+    "onnx_speed.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100", "--out", "benchmarks/results/onnx_speed.json"],
     "serve_attack.py": ["--checkpoint", RUN, "--body-mb", "20", "--clients", "2", "--slow-seconds", "3"],
     "hf_decode.py": [],
     "decode_levers.py": ["--checkpoint", RUN, "--beams", "1,4", "--length-penalties", "0.6,1.0", "--limit", "50"],

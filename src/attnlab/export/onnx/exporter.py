@@ -23,6 +23,7 @@ quantization of every MatMul's weights (int8 per tensor, activations quantized a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import warnings
@@ -155,11 +156,17 @@ def quantize_int8(folder: Path) -> None:
     """Replace each graph in `folder` by onnxruntime's dynamic int8 quantization of it."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    for name in (ENCODER, DECODER, DECODER_WITH_PAST):
-        path = folder / name
-        tmp = folder / f"{name}.int8"
-        quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8)
-        os.replace(tmp, path)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its advice to pre-process applies to static (calibrated) quantization
+    try:
+        for name in (ENCODER, DECODER, DECODER_WITH_PAST):
+            path = folder / name
+            tmp = folder / f"{name}.int8"
+            quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8)
+            os.replace(tmp, path)
+    finally:
+        root.setLevel(level)
 
 
 def origin(config: dict) -> str:
