@@ -4,15 +4,20 @@ threads: sentences/s, token identity with attnlab fp32, and multi-reference BLEU
 The run is exported twice (float32 and int8, onnxruntime's dynamic quantization) into a temp folder; model
 loading and export are not timed. Every engine decodes the split's sentences greedily: attnlab through
 `Translator.decode_ids` (its default batches and workers: its best way), onnxruntime through
-`attnlab.export.onnx.OnnxTranslator` in batches of --ort-batch (default attnlab's), longest first, each batch's output capped as
-attnlab caps it. Rounds are interleaved; sentences/s is the median over rounds. With --ct2, CTranslate2's
-float32 and int8 (ctranslate2 exported the same way) are timed as well.
+`attnlab.export.onnx.OnnxTranslator` in batches of --ort-batch (default attnlab's), longest first, each batch's
+output capped as attnlab caps it. Rounds are interleaved; sentences/s is the median over rounds. With --ct2,
+CTranslate2's float32 and int8 (ctranslate2 exported the same way) are timed as well.
 
 Token identity counts sentences whose onnxruntime fp32 tokens equal attnlab fp32's; each sentence that differs is
 explained: the step where they part and attnlab's margin between its top two logits there (a near tie that
 float rounding in another matmul order flips).
 
     flock /tmp/attnlab-measure.lock python benchmarks/onnx_speed.py --checkpoint /work/runs/laptop600 --threads 2
+
+With --page, the run's static explorer (`attnlab export --format web`) is timed too, in headless Chromium behind
+a plain static server: the first translation after the page opens (navigation start to the first drawn maps,
+the sentence given in the address), then each --page-sentences sentence of 10 words typed and translated
+(click to drawn maps, median).
 
 The result is one JSON object (command, cpu_features, torch, date, figures) in --out
 (default benchmarks/results/onnx_speed.json).
@@ -54,9 +59,9 @@ def _ort_decode(tr: OnnxTranslator, ids: list[list[int]], batch: int) -> list[li
 
 
 def _ct2_engines(run: str, tmp: Path, threads: int) -> dict:
-    from attnlab.export.ctranslate2 import export
+    import ctranslate2
 
-    import ctranslate2  # noqa: I001 -- optional, after attnlab's own
+    from attnlab.export.ctranslate2 import export
 
     folder = export(run, tmp / "ct2")
     engines = {}
@@ -71,6 +76,65 @@ def _ct2_decode(tr, translator, ids: list[list[int]]) -> list[list[int]]:
     limit = max(translator.output_limit(len(r) + 1) for r in ids)
     res = tr.translate_batch(toks, beam_size=1, max_batch_size=64, min_decoding_length=0, max_decoding_length=limit)
     return [translator.tgt_vocab.to_indices(r.hypotheses[0]) for r in res]
+
+
+PAGE_JS = """
+window.__shown = [];
+document.addEventListener("attn:shown", () => requestAnimationFrame(() => setTimeout(() => {
+  window.__shown.push(performance.now());
+}, 0)));
+"""
+
+
+def time_page(run: str, tmp: Path, sentences: list[str]) -> dict:
+    """Seconds to the first drawn translation after open, and ms per typed sentence to its drawn maps."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import quote
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from attnlab.export import export_run
+
+    page = export_run(run, "web", tmp / "page")
+    handler = functools.partial(type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}),
+                                directory=str(page))  # fmt: skip
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+    ):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    try:
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": PAGE_JS})
+        driver.get(f"http://127.0.0.1:{httpd.server_address[1]}/index.html?text={quote(sentences[0])}")
+        WebDriverWait(driver, 60).until(lambda d: d.execute_script("return window.__shown.length"))
+        first = driver.execute_script("return window.__shown[0]") / 1000  # from navigation start
+        times = []
+        for text in sentences[1:]:
+            n = driver.execute_script("return window.__shown.length")
+            t0 = driver.execute_script(
+                "document.getElementById('text').value = arguments[0]; const t = performance.now();"
+                "document.getElementById('translate').click(); return t;",
+                text,
+            )
+            WebDriverWait(driver, 60).until(lambda d, n=n: d.execute_script("return window.__shown.length") > n)
+            times.append(driver.execute_script("return window.__shown[window.__shown.length - 1]") - t0)
+    finally:
+        driver.quit()
+        httpd.shutdown()
+    return {"first_translation_s": round(first, 3), "ten_word_ms_median": round(statistics.median(times), 1),
+            "ten_word_ms_max": round(max(times), 1), "ten_word_sentences": len(times)}  # fmt: skip
 
 
 def explain_difference(translator, src: list[int], want: list[int], got: list[int]) -> dict:
@@ -92,6 +156,8 @@ def main(argv=None) -> int:
         "--ort-batch", type=int, help="sentences per onnxruntime batch (default: attnlab's, so both cap alike)"
     )
     ap.add_argument("--ct2", action="store_true", help="also time CTranslate2 float32 and int8")
+    ap.add_argument("--page", action="store_true", help="also time the static explorer page in headless Chromium")
+    ap.add_argument("--page-sentences", type=int, default=10, help="10-word sentences typed into the page")
     ap.add_argument("--out", default=str(RESULTS), help="the JSON result (default benchmarks/results/onnx_speed.json)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -115,6 +181,12 @@ def main(argv=None) -> int:
         if args.ct2:
             for name, ct in _ct2_engines(args.checkpoint, Path(tmp), args.threads).items():
                 engines[name] = lambda ids, c=ct: _ct2_decode(c, translator, ids)
+        page = None
+        if args.page:
+            # 10 words each, or the nearest lengths the split has
+            ten = sorted(sentences, key=lambda t: (abs(len(t.split()) - 10), t))[: args.page_sentences + 1]
+            page = time_page(args.checkpoint, Path(tmp), ten)
+            page["words"] = sorted({len(t.split()) for t in ten[1:]})
         speed: dict[str, list[float]] = {n: [] for n in engines}
         outputs: dict[str, list[list[int]]] = {}
         names = list(engines)
@@ -132,7 +204,15 @@ def main(argv=None) -> int:
         hyps = [translator.tgt_vocab.decode(o) for o in outputs[name]]
         score = corpus_bleu(hyps, refs)
         sps = statistics.median(speed[name])
-        rows.append([name, f"{sps:.1f}", f"{sps / statistics.median(speed['attnlab fp32']):.2f}x", f"{same}/{len(ids)}", f"{score:.2f}"])
+        rows.append(
+            [
+                name,
+                f"{sps:.1f}",
+                f"{sps / statistics.median(speed['attnlab fp32']):.2f}x",
+                f"{same}/{len(ids)}",
+                f"{score:.2f}",
+            ]
+        )
         figures_rows.append({"engine": name, "sentences_per_s": round(sps, 2), "identical_to_attnlab_fp32": same,
                              "bleu": round(score, 2)})  # fmt: skip
     ort = outputs["onnxruntime fp32"]
@@ -146,6 +226,10 @@ def main(argv=None) -> int:
     print(f"## {args.checkpoint}: {len(ids)} sentences of the {args.split} split, greedy, {args.threads} threads\n")
     print(table(["engine", "sentences/s", "/ attnlab fp32", "same tokens as attnlab fp32", "BLEU"], rows))
     print(f"\ntoken identity onnxruntime fp32 vs attnlab fp32: {identity:.4%} ({len(ids) - len(differ)}/{len(ids)})")
+    if page is not None:
+        print(f"page: first translation {page['first_translation_s']} s after open; a 10-word sentence translated and "
+              f"drawn in {page['ten_word_ms_median']} ms (median of {page['ten_word_sentences']}, max "
+              f"{page['ten_word_ms_max']} ms)")  # fmt: skip
     for e in explained:
         print(f"  differs: {e['sentence']!r} at step {e['step']}, attnlab's top-two margin {e['attnlab_margin']:.2e}")
     result = {
@@ -153,10 +237,19 @@ def main(argv=None) -> int:
         "cpu_features": " ".join(sorted(cpu_features())),
         "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "figures": {"checkpoint": args.checkpoint, "split": args.split, "sentences": len(ids), "threads": args.threads,
-                    "rounds": args.rounds, "ort_batch": args.ort_batch, "engines": figures_rows,
-                    "token_identity": round(identity, 6), "differences": explained,
-                    "onnxruntime": onnxruntime.__version__},  # fmt: skip
+        "figures": {
+            "checkpoint": args.checkpoint,
+            "split": args.split,
+            "sentences": len(ids),
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "ort_batch": args.ort_batch,
+            "engines": figures_rows,
+            "token_identity": round(identity, 6),
+            "differences": explained,
+            "onnxruntime": onnxruntime.__version__,
+            "page": page,
+        },
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
-
 from attnlab import explain
 from attnlab.cli import main
 from attnlab.export.onnx import OnnxTranslator, check_exportable
 from attnlab.runs.loading import load_translator
 from attnlab.testing import train_tiny
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
 
 SENTENCES = ["i'm home .", "go .", "he's calm .", "we are friends .", "i like apples .", "they won ."]
 FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
@@ -71,7 +71,12 @@ def test_optimum_layout_and_config(exported):
     assert dec_out[:5] == ["logits", *(f"present.0.{s}.{w}" for s in ("decoder", "encoder") for w in ("key", "value"))]
     assert dec_out[-4:] == ["decoder_attentions.0", "decoder_attentions.1", "cross_attentions.0", "cross_attentions.1"]
     past_in, past_out = names["decoder_with_past_model.onnx"]
-    assert past_in[:4] == ["input_ids", "encoder_attention_mask", "past_key_values.0.decoder.key", "past_key_values.0.decoder.value"]
+    assert past_in[:4] == [
+        "input_ids",
+        "encoder_attention_mask",
+        "past_key_values.0.decoder.key",
+        "past_key_values.0.decoder.value",
+    ]
     assert "past_key_values.1.encoder.value" in past_in and not any(".encoder." in n for n in past_out)
     config = json.loads((exported / "config.json").read_text())
     tgt = config["special_tokens"]["target"]
@@ -121,7 +126,9 @@ def test_int8_within_tolerance(run, exported, tmp_path):
     """Stated tolerance for int8 (onnxruntime's dynamic quantization): the decoder's first-step logits within
     a tenth of their fp32 spread, and the same greedy translation for most sentences."""
     out = tmp_path / "int8"
-    assert main(["export", "--format", "onnx", "--checkpoint", str(run), "--out", str(out), "--quantization", "int8"]) == 0
+    assert (
+        main(["export", "--format", "onnx", "--checkpoint", str(run), "--out", str(out), "--quantization", "int8"]) == 0
+    )
     assert json.loads((out / "config.json").read_text())["quantization"] == "int8"
     assert (out / "decoder_model.onnx").stat().st_size < (exported / "decoder_model.onnx").stat().st_size
     fp32, int8 = OnnxTranslator(exported, threads=1), OnnxTranslator(out, threads=1)
@@ -129,7 +136,9 @@ def test_int8_within_tolerance(run, exported, tmp_path):
     feeds = {"input_ids": np.array(ids), "attention_mask": np.ones((1, len(ids[0])), dtype=np.int64)}
     step = {"input_ids": np.array([[fp32.bos]]), "encoder_attention_mask": feeds["attention_mask"]}
     logits = [
-        tr.decoder.run(["logits"], {**step, "encoder_hidden_states": tr.encoder.run(["last_hidden_state"], feeds)[0]})[0]
+        tr.decoder.run(["logits"], {**step, "encoder_hidden_states": tr.encoder.run(["last_hidden_state"], feeds)[0]})[
+            0
+        ]
         for tr in (fp32, int8)
     ]
     spread = float(logits[0].max() - logits[0].min())

@@ -18,12 +18,12 @@ from urllib.parse import quote, urlsplit
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime")
-
 from attnlab import explain
 from attnlab.cli import main
 from attnlab.runs.loading import load_translator
 from attnlab.testing import train_tiny
+
+pytest.importorskip("onnxruntime")
 
 pytestmark = pytest.mark.browser
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

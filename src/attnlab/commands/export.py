@@ -3,7 +3,7 @@
 attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2-model
 attnlab export --checkpoint runs/demo/transformer --format ctranslate2 --out ct2-int8 --quantization int8
 attnlab export --checkpoint runs/demo/transformer --format onnx --out onnx-model [--quantization int8]
-attnlab export --checkpoint runs/demo/transformer --format web --out explorer   # then: python -m http.server -d explorer
+attnlab export --checkpoint runs/demo/transformer --format web --out explorer   # python -m http.server -d explorer
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ def add_parser(subparsers) -> None:
 
     formats = "; ".join(f"{name}: {desc}" for name, (_, desc) in sorted(FORMATS.items()))
     p = add_command(
-        subparsers, "export", "export a trained model to another engine (CTranslate2, transformers, ONNX, a web page)", __doc__
+        subparsers,
+        "export",
+        "export a trained model to another engine (CTranslate2, transformers, ONNX, a web page)",
+        __doc__,
     )
     p.add_argument(
         "--checkpoint",
@@ -56,9 +59,7 @@ def run(args) -> int:
     if args.format in ("ctranslate2", "onnx", "web"):
         options["quantization"] = args.quantization
     elif args.quantization != "float32":
-        raise ValueError(
-            f"--quantization applies to --format ctranslate2, onnx and web, got --format {args.format}"
-        )
+        raise ValueError(f"--quantization applies to --format ctranslate2, onnx and web, got --format {args.format}")
     if args.format == "web":
         options["runtime"] = args.runtime
     elif args.runtime is not None:

@@ -28,7 +28,7 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -58,7 +58,7 @@ def require_onnx():
     return onnx, onnxruntime
 
 
-def check_exportable(model: nn.Module) -> None:
+def check_exportable(model: Any) -> None:
     """ValueError (one line) when `model` has no ONNX graphs here: only the encoder–decoder Transformer
     does, with at least one head left in every attention."""
     model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
@@ -69,7 +69,9 @@ def check_exportable(model: nn.Module) -> None:
         )
     for name, m in model.named_modules():
         if getattr(m, "num_heads", None) == 0:
-            raise ValueError(f"{name} has every head pruned, which the ONNX graphs cannot hold; export the unpruned run")
+            raise ValueError(
+                f"{name} has every head pruned, which the ONNX graphs cannot hold; export the unpruned run"
+            )
 
 
 def io_names(num_layers: int) -> dict[str, tuple[list[str], list[str]]]:
@@ -132,7 +134,7 @@ def _trace(graph: nn.Module, args: tuple, path: Path, names: tuple[list[str], li
         )
 
 
-def export_graphs(model: nn.Module, out_dir: Path) -> None:
+def export_graphs(model: Any, out_dir: Path) -> None:
     """Trace the three graphs of `model` (an eval-mode attnlab Transformer) into out_dir."""
     check_exportable(model)
     c = model.config
@@ -251,7 +253,7 @@ def export(
 
 def write_folder(translator, run_dir: Path, folder: Path, quantization: str = "float32") -> None:
     """The graphs, vocabularies and config.json of `translator` (loaded from `run_dir`) into `folder`."""
-    export_graphs(cast(nn.Module, translator.model), folder)
+    export_graphs(translator.model, folder)
     if quantization == "int8":
         quantize_int8(folder)
     for name in (SRC_VOCAB_FILE, TGT_VOCAB_FILE):

@@ -21,15 +21,16 @@ logits (B, T, V); keys and values (B, Hkv, L, Dh); weights (B, H, Lq, Lk), H and
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-def _linear(x: Tensor, lin: nn.Module) -> Tensor:
+def _linear(x: Tensor, lin: Any) -> Tensor:
     # The Parameters themselves: a packed or swapped projection keeps them, and F.linear traces cleanly.
-    return F.linear(x, lin.weight, lin.bias)  # type: ignore[arg-type]
+    return F.linear(x, lin.weight, lin.bias)
 
 
 def _positions(row: Tensor, offset: Tensor | None = None) -> Tensor:
@@ -49,7 +50,7 @@ def _sinusoids(pos: Tensor, D: int, layout: str) -> Tensor:
     return pairs if D % 2 == 0 else torch.cat([pairs, sin[:, D // 2 :]], dim=-1)
 
 
-def embed(stack: nn.Module, ids: Tensor, offset: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def embed(stack: Any, ids: Tensor, offset: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Token ids (B, L) -> (embedding * scale + positions (B, L, D), positions (L,))."""
     pos = _positions(ids[0], offset)
     x = F.embedding(ids, stack.embedding.weight) * stack.embed_scale
@@ -59,7 +60,7 @@ def embed(stack: nn.Module, ids: Tensor, offset: Tensor | None = None) -> tuple[
     return x, pos
 
 
-def _rotate(rotary: nn.Module, x: Tensor, pos: Tensor) -> Tensor:
+def _rotate(rotary: Any, x: Tensor, pos: Tensor) -> Tensor:
     """attnlab's RotaryEmbedding.rotate at positions pos (L,): (B, H, L, Dh) -> (B, H, L, Dh)."""
     freqs = pos.to(torch.float32)[:, None] * rotary.inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -74,14 +75,14 @@ def _heads(x: Tensor, heads: int, head_dim: int) -> Tensor:
     return x.reshape(x.shape[0], x.shape[1], heads, head_dim).transpose(1, 2)  # (B, H, L, Dh)
 
 
-def project_kv(mha: nn.Module, memory: Tensor) -> tuple[Tensor, Tensor]:
+def project_kv(mha: Any, memory: Tensor) -> tuple[Tensor, Tensor]:
     """Keys and values (B, Hkv, L, Dh) of `memory` (B, L, D) through mha's W_k, W_v."""
     k = _heads(_linear(memory, mha.W_k), mha.num_kv_heads, mha.head_dim)
     v = _heads(_linear(memory, mha.W_v), mha.num_kv_heads, mha.head_dim)
     return k, v
 
 
-def attend(mha: nn.Module, x: Tensor, k: Tensor, v: Tensor, visible: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor]:
+def attend(mha: Any, x: Tensor, k: Tensor, v: Tensor, visible: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor]:
     """mha's attention of queries from x (B, Lq, D) over projected keys and values (B, Hkv, Lk, Dh):
     (output (B, Lq, D), weights (B, H, Lq, Lk)); `visible` bool broadcasting to (B, H, Lq, Lk)."""
     q = _heads(_linear(x, mha.W_q), mha.num_heads, mha.head_dim)
@@ -89,7 +90,7 @@ def attend(mha: nn.Module, x: Tensor, k: Tensor, v: Tensor, visible: Tensor, bia
 
 
 def attend_projected(
-    mha: nn.Module, q: Tensor, k: Tensor, v: Tensor, visible: Tensor, bias: Tensor | None
+    mha: Any, q: Tensor, k: Tensor, v: Tensor, visible: Tensor, bias: Tensor | None
 ) -> tuple[Tensor, Tensor]:
     """`attend` from projected queries q (B, H, Lq, Dh)."""
     if mha.groups > 1:  # each KV head serves G consecutive query heads
@@ -104,7 +105,7 @@ def attend_projected(
     return _linear(out, mha.W_o), weights
 
 
-def position_bias(stack: nn.Module, mha: nn.Module, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+def position_bias(stack: Any, mha: Any, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
     """The stack's ALiBi or T5 bias (1, H, Lq, Lk) for mha's heads, or None for other schemes."""
     if stack.relative_bias is None:
         return None
@@ -114,7 +115,7 @@ def position_bias(stack: nn.Module, mha: nn.Module, q_pos: Tensor, k_pos: Tensor
     return bias
 
 
-def sublayer(addnorm: nn.Module, x: Tensor, fn) -> Tensor:
+def sublayer(addnorm: Any, x: Tensor, fn) -> Tensor:
     """Post-norm ln(x + fn(x)) or pre-norm x + fn(ln(x)) (`attnlab.models.transformer_layers.Sublayer`)."""
     ln = addnorm.ln
     if addnorm.norm_first:
@@ -122,11 +123,11 @@ def sublayer(addnorm: nn.Module, x: Tensor, fn) -> Tensor:
     return F.layer_norm(x + fn(x), ln.normalized_shape, ln.weight, ln.bias, ln.eps)
 
 
-def ffn(block_ffn: nn.Module, x: Tensor) -> Tensor:
+def ffn(block_ffn: Any, x: Tensor) -> Tensor:
     return _linear(block_ffn.activation(_linear(x, block_ffn.dense1)), block_ffn.dense2)
 
 
-def final_norm(stack: nn.Module, x: Tensor) -> Tensor:
+def final_norm(stack: Any, x: Tensor) -> Tensor:
     ln = stack.final_norm
     if isinstance(ln, nn.LayerNorm):
         return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
@@ -136,7 +137,7 @@ def final_norm(stack: nn.Module, x: Tensor) -> Tensor:
 class EncoderGraph(nn.Module):
     """(input_ids (B, S), attention_mask (B, S)) -> (last_hidden_state (B, S, D), N weights (B, H, S, S))."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: Any):
         super().__init__()
         self.stack = model.encoder
 
@@ -170,7 +171,9 @@ class _DecoderSteps(nn.Module):
     """What both decoder graphs compute: the blocks over new tokens, given each layer's cross keys/values
     and the self-attention past (or none)."""
 
-    def __init__(self, model: nn.Module):
+    suppress: Tensor | None
+
+    def __init__(self, model: Any):
         super().__init__()
         self.stack = model.decoder
         suppress = torch.zeros(model.config.tgt_vocab_size)
@@ -201,7 +204,8 @@ class _DecoderSteps(nn.Module):
                 return out
 
             def cross_attention(h: Tensor, i=i, block=block) -> Tensor:
-                out, w = attend(block.cross_attention, h, *cross_kv[i], enc_visible, None)
+                k, v = cross_kv[i]
+                out, w = attend(block.cross_attention, h, k, v, enc_visible, None)
                 cross_w.append(w)
                 return out
 

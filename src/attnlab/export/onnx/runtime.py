@@ -8,9 +8,9 @@
 
 Each source gets `<eos>` appended; decoding starts from `decoder_start_token_id`, picks the most likely
 token at every step and stops at `<eos>` or at min(max_output_tokens, 2 * S + 10) tokens, S the batch's
-padded source length with `<eos>`: the limit attnlab's Translator uses for a batch. The attention maps are those attnlab's `explain` returns: encoder_self
-(N, H, Ls, Ls), decoder_self (N, H, Lt, Lt) (zeros above the diagonal) and cross (N, H, Lt, Ls), Lt = the
-tokens produced with their `<eos>`.
+padded source length with `<eos>`: the limit attnlab's Translator uses for a batch. The attention maps are
+those attnlab's `explain` returns: encoder_self (N, H, Ls, Ls), decoder_self (N, H, Lt, Lt) (zeros above the
+diagonal) and cross (N, H, Lt, Ls), Lt = the tokens produced with their `<eos>`.
 """
 
 from __future__ import annotations
@@ -95,50 +95,64 @@ class OnnxTranslator:
             src[b, : len(r)], mask[b, : len(r)] = r, 1
         limit = self.output_limit(S)  # of the padded batch, as attnlab's batches
         L = self.num_layers
-        enc_out = self.encoder.run(None, {"input_ids": src, "attention_mask": mask})
-        memory = enc_out[0]
-        step_in = np.full((B, 1), self.bos, dtype=np.int64)
-        outs = self.decoder.run(None, {"input_ids": step_in, "encoder_hidden_states": memory, "encoder_attention_mask": mask})
-        cross_kv = [outs[1 + 4 * i + 2 : 1 + 4 * i + 4] for i in range(L)]
-        past = [outs[1 + 4 * i : 1 + 4 * i + 2] for i in range(L)]
-        self_rows, cross_rows = [outs[1 + 4 * L : 1 + 5 * L]], [outs[1 + 5 * L : 1 + 6 * L]]
-        tokens = np.zeros((B, 0), dtype=np.int64)
+        weights = (
+            [f"{k}.{i}" for k in ("decoder_attentions", "cross_attentions") for i in range(L)] if attentions else []
+        )
+        enc_names = ["last_hidden_state"] + ([f"encoder_attentions.{i}" for i in range(L)] if attentions else [])
+        kv = [f"present.{i}.decoder.{w}" for i in range(L) for w in ("key", "value")]
+        first = ["logits", *kv, *(f"present.{i}.encoder.{w}" for i in range(L) for w in ("key", "value")), *weights]
+        later = ["logits", *kv, *weights]
+        enc_out = self.encoder.run(enc_names, {"input_ids": src, "attention_mask": mask})
+        feeds = {"input_ids": np.full((B, 1), self.bos, dtype=np.int64), "encoder_hidden_states": enc_out[0]}
+        outs = dict(zip(first, self.decoder.run(first, {**feeds, "encoder_attention_mask": mask})))
+        cross = {
+            f"past_key_values.{i}.encoder.{w}": outs[f"present.{i}.encoder.{w}"]
+            for i in range(L)
+            for w in ("key", "value")
+        }
+        steps = [outs] if attentions else []
+        tokens: list[list[int]] = [[] for _ in range(B)]
         finished = np.zeros(B, dtype=bool)
-        lengths = np.full(B, limit)
+        alive = np.arange(B)  # original rows still in the batch
         for step in range(limit):
-            nxt = outs[0][:, -1].argmax(-1)  # (B,) the first maximum, as torch's argmax
-            tokens = np.concatenate([tokens, nxt[:, None]], axis=1)
-            ended = (nxt == self.eos) & ~finished
-            lengths[ended] = step
-            finished |= ended
+            nxt = outs["logits"][:, -1].argmax(-1)  # the first maximum, as torch's argmax
+            for j, b in enumerate(alive):
+                if not finished[b]:
+                    if nxt[j] == self.eos:
+                        finished[b] = True
+                    else:
+                        tokens[b].append(int(nxt[j]))
             if bool(finished.all()) or step + 1 == limit:
                 break
-            feeds = {"input_ids": nxt[:, None].astype(np.int64), "encoder_attention_mask": mask}
-            for i in range(L):
-                feeds[f"past_key_values.{i}.decoder.key"], feeds[f"past_key_values.{i}.decoder.value"] = past[i]
-                feeds[f"past_key_values.{i}.encoder.key"], feeds[f"past_key_values.{i}.encoder.value"] = cross_kv[i]
-            outs = self.decoder_with_past.run(None, feeds)
-            past = [outs[1 + 2 * i : 1 + 2 * i + 2] for i in range(L)]
-            self_rows.append(outs[1 + 2 * L : 1 + 3 * L])
-            cross_rows.append(outs[1 + 3 * L : 1 + 4 * L])
+            past = {f"past_key_values.{n[len('present.') :]}": outs[n] for n in kv}
+            keep = ~finished[alive]
+            if not attentions and (~keep).sum() >= max(1, len(alive) // 4):  # finished rows leave the batch
+                alive, nxt, mask = alive[keep], nxt[keep], mask[keep]
+                past = {n: t[keep] for n, t in past.items()}
+                cross = {n: t[keep] for n, t in cross.items()}
+            feeds = {"input_ids": nxt[:, None].astype(np.int64), "encoder_attention_mask": mask, **past, **cross}
+            outs = dict(zip(later, self.decoder_with_past.run(later, feeds)))
+            if attentions:
+                steps.append(outs)
         results = []
         for b in range(B):
-            n = int(lengths[b])
-            out = OnnxOutput([int(t) for t in tokens[b, :n]], bool(finished[b]))
+            out = OnnxOutput(tokens[b], bool(finished[b]))
             if attentions:
-                out.attentions = _maps(enc_out[1:], self_rows, cross_rows, b, len(rows[b]), n + int(out.finished))
+                out.attentions = _maps(enc_out[1:], steps, L, b, len(rows[b]), len(tokens[b]) + int(out.finished))
             results.append(out)
         return results
 
 
-def _maps(enc_w, self_rows, cross_rows, b: int, Ls: int, Lt: int) -> dict[str, np.ndarray]:
-    """Row b's maps cut to its Ls source tokens and Lt produced tokens, stacked over layers."""
-    layers = range(len(enc_w))
-    dec = np.zeros((len(enc_w), self_rows[0][0].shape[1], Lt, Lt), dtype=np.float32)
+def _maps(enc_w, steps: list[dict], L: int, b: int, Ls: int, Lt: int) -> dict[str, np.ndarray]:
+    """Row b's maps cut to its Ls source tokens and Lt produced tokens, stacked over layers; steps[t] holds
+    step t's `decoder_attentions.{i}` (B, H, 1, t + 1) and `cross_attentions.{i}` (B, H, 1, S)."""
+    dec = np.zeros((L, steps[0]["decoder_attentions.0"].shape[1], Lt, Lt), dtype=np.float32)
     for t in range(Lt):
-        for i in layers:
-            dec[i, :, t, : t + 1] = self_rows[t][i][b, :, 0, : t + 1]
-    cross = np.stack([np.concatenate([cross_rows[t][i][b, :, :, :Ls] for t in range(Lt)], axis=1) for i in layers])
+        for i in range(L):
+            dec[i, :, t, : t + 1] = steps[t][f"decoder_attentions.{i}"][b, :, 0, : t + 1]
+    cross = np.stack(
+        [np.concatenate([steps[t][f"cross_attentions.{i}"][b, :, :, :Ls] for t in range(Lt)], axis=1) for i in range(L)]
+    )
     return {"encoder_self": np.stack([w[b, :, :Ls, :Ls] for w in enc_w]), "decoder_self": dec, "cross": cross}
 
 

@@ -17,12 +17,11 @@
   });
   const session = (name) => ort.InferenceSession.create(MODEL + name, { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
 
-  // Everything loads once, on the first call.
+  // Everything loads once, at once, as the page opens (the WebAssembly compiles while the JSON arrives).
   const ready = (async () => {
-    const config = await getJSON("config.json");
-    const [srcJSON, tgtJSON, encoder, decoder, withPast] = await Promise.all([getJSON("src_vocab.json"),
-      getJSON("tgt_vocab.json"), session("encoder_model.onnx"), session("decoder_model.onnx"),
-      session("decoder_with_past_model.onnx")]);
+    const [config, srcJSON, tgtJSON, encoder, decoder, withPast] = await Promise.all([getJSON("config.json"),
+      getJSON("src_vocab.json"), getJSON("tgt_vocab.json"), session("encoder_model.onnx"),
+      session("decoder_model.onnx"), session("decoder_with_past_model.onnx")]);
     return { config, src: window.AttnTokenizer.load(srcJSON), tgt: window.AttnTokenizer.load(tgtJSON), encoder, decoder, withPast };
   })();
 
