@@ -15,9 +15,10 @@ The folder holds:
 - `config.json`: special tokens and their ids, the decoder's start token, limits, heads per layer, the
   tokenizer's kind and the names above.
 
-The source is attnlab's tokens followed by `<eos>` (`attnlab.export.source_tokens` + `<eos>`); the target
-starts with the run's start token (`decoder_start_token_id`). `--quantization int8`: onnxruntime's dynamic
-quantization of every MatMul's weights (int8 per tensor, activations quantized at run time).
+The source is attnlab's ids followed by `<eos>` (`attnlab.data.load_vocab(FOLDER / "src_vocab.json").encode(text)`
+then the `<eos>` id); the target starts with the run's start token (`decoder_start_token_id`).
+`--quantization int8`: onnxruntime's dynamic quantization of every MatMul's weights (int8 per tensor,
+activations quantized at run time).
 """
 
 from __future__ import annotations
