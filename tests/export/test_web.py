@@ -174,3 +174,27 @@ def test_folder_layout(page):
     static = Path(__file__).resolve().parents[2] / "src" / "attnlab" / "serve" / "static"
     for name in ("app.js", "heatmap.js", "positions.js", "style.css"):
         assert (page / "static" / name).read_bytes() == (static / name).read_bytes()
+
+
+def test_runtime_files_sources(tmp_path, monkeypatch):
+    """--runtime / $ATTNLAB_ORT_WEB name a folder (its dist/ or node_modules/ found too); a folder without the
+    files, or no npm to fill the cache, is one line saying what to do."""
+    from attnlab.export.web import runtime_files
+    from attnlab.export.web.runtime_files import FILES
+
+    dist = tmp_path / "pkg" / "node_modules" / "onnxruntime-web" / "dist"
+    dist.mkdir(parents=True)
+    for name in FILES:
+        (dist / name).write_text("x")
+    assert runtime_files(tmp_path / "pkg") == {name: dist / name for name in FILES}
+    monkeypatch.setenv("ATTNLAB_ORT_WEB", str(dist))
+    assert runtime_files()["ort.wasm.min.js"] == dist / "ort.wasm.min.js"
+    with pytest.raises(ValueError, match="holds no onnxruntime-web dist files") as err:
+        runtime_files(tmp_path)
+    assert "\n" not in str(err.value)
+    monkeypatch.delenv("ATTNLAB_ORT_WEB")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # an empty cache
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # and no npm
+    with pytest.raises(ValueError, match="npm \\(to fetch it\\) is not installed; install Node.js") as err:
+        runtime_files()
+    assert "\n" not in str(err.value) and "--runtime DIR" in str(err.value)
