@@ -195,6 +195,6 @@ def test_runtime_files_sources(tmp_path, monkeypatch):
     monkeypatch.delenv("ATTNLAB_ORT_WEB")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # an empty cache
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # and no npm
-    with pytest.raises(ValueError, match="npm \\(to fetch it\\) is not installed; install Node.js") as err:
+    with pytest.raises(ValueError, match=r"npm \(to fetch it\) is not installed; install Node.js") as err:
         runtime_files()
     assert "\n" not in str(err.value) and "--runtime DIR" in str(err.value)
