@@ -116,12 +116,12 @@ class OnnxTranslator:
         alive = np.arange(B)  # original rows still in the batch
         for step in range(limit):
             nxt = outs["logits"][:, -1].argmax(-1)  # the first maximum, as torch's argmax
-            for j, b in enumerate(alive):
-                if not finished[b]:
+            for j, row in enumerate(alive):
+                if not finished[row]:
                     if nxt[j] == self.eos:
-                        finished[b] = True
+                        finished[row] = True
                     else:
-                        tokens[b].append(int(nxt[j]))
+                        tokens[row].append(int(nxt[j]))
             if bool(finished.all()) or step + 1 == limit:
                 break
             past = {f"past_key_values.{n[len('present.') :]}": outs[n] for n in kv}
