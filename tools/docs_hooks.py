@@ -40,7 +40,7 @@ API_PAGES = {
     "viz": ("attnlab.viz", "Heatmaps and the chapter's plots (matplotlib Figures)."),
     "training": ("attnlab.training", "Training: config, trainer, stop policy, presets, whole runs."),
     "analysis": ("attnlab.analysis", "Inside a trained model: explanations, heads, subwords, notebook views."),
-    "export": ("attnlab.export", "Formats out and in: CTranslate2, Hugging Face Marian."),
+    "export": ("attnlab.export", "Formats out and in: CTranslate2, Hugging Face Marian, ONNX, the static web page."),
     "chapter": ("attnlab.chapter", "The chapter's sections as computations, the report and the demo."),
 }
 
