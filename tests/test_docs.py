@@ -50,6 +50,9 @@ def test_site_has_every_part(site):
         "robustness.html",
         "api/attention.html",
         "notebooks/07_transformer.html",
+        "explorer-web/index.html",  # the static explorer (attnlab export --format web), linked from explorer.md
+        "explorer-web/model/encoder_model.onnx",
+        "explorer-web/static/ort/ort-wasm-simd-threaded.wasm",
     ):
         assert (site / page).is_file(), page
     cli = (site / "cli.html").read_text(encoding="utf-8")

@@ -7,6 +7,9 @@
                   text, code, and what the code printed and drew (figures as PNG files beside the page,
                   tables, the interactive attention views); exercise solutions collapsed
 - api/*.md        one mkdocstrings page per public module
+- explorer-web/   `attnlab export --format web` of a tiny translator trained on the bundled sample pairs at
+                  build time (seconds): the explorer translating in the reader's browser, no server
+                  (onnxruntime-web from the pinned npm package: `npm ci` on the first build)
 
 Links that point outside the site (source files) become plain text, so the strict build has nothing
 dangling. Used by mkdocs.yml (`hooks:`); `make docs` builds the site in strict mode.
@@ -37,7 +40,7 @@ API_PAGES = {
     "viz": ("attnlab.viz", "Heatmaps and the chapter's plots (matplotlib Figures)."),
     "training": ("attnlab.training", "Training: config, trainer, stop policy, presets, whole runs."),
     "analysis": ("attnlab.analysis", "Inside a trained model: explanations, heads, subwords, notebook views."),
-    "export": ("attnlab.export", "Formats out and in: CTranslate2, Hugging Face Marian."),
+    "export": ("attnlab.export", "Formats out and in: CTranslate2, Hugging Face Marian, ONNX, the static web page."),
     "chapter": ("attnlab.chapter", "The chapter's sections as computations, the report and the demo."),
 }
 
@@ -182,9 +185,32 @@ def api_page(name: str) -> str:
     return f"# `{module}`\n\n{blurb}\n\n::: {module}\n"
 
 
+WEB_PAGE = "explorer-web"  # where the site carries the static explorer (docs/explorer.md links it)
+WEB_STEPS = 60  # training steps of its tiny translator: enough to translate the sample's short sentences
+
+
+def web_page_files() -> dict[str, bytes]:
+    """uri -> bytes of the static explorer of a tiny run trained here (attnlab.export.web)."""
+    from attnlab.export import export_run
+    from attnlab.testing import train_tiny
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            run = train_tiny(Path(tmp) / "run", steps=WEB_STEPS)
+            out = export_run(run, "web", Path(tmp) / "page")
+        except ValueError as exc:  # npm or onnxruntime missing: the export's own one-line advice
+            raise PluginError(f"the docs' explorer page: {exc}") from exc
+        return {
+            f"{WEB_PAGE}/{p.relative_to(out).as_posix()}": p.read_bytes()
+            for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name != "attnlab-output.json"
+        }
+
+
 def generated_pages() -> dict[str, str | bytes]:
-    """uri -> content of every generated page (and the notebooks' figures)."""
+    """uri -> content of every generated page (and the notebooks' figures and the explorer's page)."""
     pages: dict[str, str | bytes] = {"tour.md": tour_page(), "benchmarks.md": benchmarks_page(), "cli.md": cli_page()}
+    pages.update(web_page_files())
     images: dict[str, bytes] = {}
     for stem, nb in executed_notebooks():
         pages[f"notebooks/{stem}.md"] = notebook_page(stem, nb, images)

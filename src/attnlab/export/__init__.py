@@ -16,6 +16,8 @@ from pathlib import Path
 FORMATS: dict[str, tuple[str, str]] = {
     "ctranslate2": ("ctranslate2", "a CTranslate2 model folder (model.bin + vocabularies), for its C++ decoder"),
     "hf": ("hf_export", "a Hugging Face MarianMTModel folder (config, weights, tokenizer) for transformers"),
+    "onnx": ("onnx", "ONNX graphs in Optimum's seq2seq layout (encoder, decoder, decoder with past), for onnxruntime"),
+    "web": ("web", "a static explorer page that translates in the browser (onnxruntime-web), no server"),
 }
 
 

@@ -51,6 +51,8 @@ KINDS = {
     "prepared": "a prepared corpus",
     "export-hf": "a Hugging Face export",
     "export-ctranslate2": "a CTranslate2 export",
+    "export-onnx": "an ONNX export",
+    "export-web": "a static explorer page",
     "demo": "an attnlab demo",
     "heads": "a head analysis",
     "attention": "attention figures",

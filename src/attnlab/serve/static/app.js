@@ -58,7 +58,12 @@ EXAMPLES.forEach((ex) => {
   chip.addEventListener("click", () => { $("text").value = ex; translate(); });
 });
 
-fetch("/api/model").then((r) => r.json()).then((m) => {
+const source = window.AttnSource;  // source.js (the server's API) or source-onnx.js (the browser, no server)
+// Controls the source cannot serve are hidden, not left to fail.
+const F = source.features;
+document.querySelectorAll("[data-needs]").forEach((node) => { node.hidden = !F[node.dataset.needs]; });
+
+source.model().then((m) => {
   const c = m.model || {};
   const shape = c.num_layers ? `${c.num_layers} layers × ${c.num_heads} heads, d=${c.num_hiddens}` : "";
   $("model-info").textContent = `model: ${m.model_type} ${shape}, ${m.parameters.toLocaleString("en")} parameters, ` +
@@ -70,10 +75,12 @@ fetch("/api/model").then((r) => r.json()).then((m) => {
   $("text").maxLength = m.max_chars;
   $("model-layout").textContent = m.positions ? `· ${m.positions} positions, ${m.num_kv_heads} KV heads` : "";
   beamChoices(m.max_beam, m.decoding || {});
-}).catch(() => { $("model-info").textContent = "model info unavailable"; }).finally(() => {
-  // A newcomer sees attention at once: translate the first example on load (unless they already typed),
-  // with the run's default decoding, as `attnlab translate` would.
-  if (!$("text").value.trim()) $("text").value = EXAMPLES[0];
+}).catch((err) => { $("model-info").textContent = `model info unavailable (${err.message || err})`; }).finally(() => {
+  // A newcomer sees attention at once: translate the sentence of the address (index.html?text=...), else the
+  // first example (unless they already typed), with the run's default decoding, as `attnlab translate` would.
+  const asked = new URLSearchParams(window.location.search).get("text");
+  if (asked) $("text").value = asked;
+  else if (!$("text").value.trim()) $("text").value = EXAMPLES[0];
   translate();
 });
 
@@ -90,19 +97,12 @@ function decodeOptions() {
   return Object.keys(o).length ? o : null;
 }
 
-async function postJSON(url, payload) {
-  const resp = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(payload) });
-  const body = await resp.json().catch(() => ({ detail: `HTTP ${resp.status}` }));
-  if (!resp.ok) throw new Error(typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail));
-  return body;
-}
-
-// A few samples beside the beam's best (POST /api/translations: no maps), or null when sampling is off.
+// A few samples beside the beam's best (the source's samples: no maps), or null when sampling is off.
 function samplesRequest(text) {
-  if (!$("sample").checked) return Promise.resolve(null);
+  if (!F.sampling || !$("sample").checked) return Promise.resolve(null);
   const options = { sample: true, n_best: Number($("samples").value) || 3, temperature: Number($("temperature").value),
     top_p: Number($("top-p").value), seed: Math.trunc(Number($("seed").value)) };
-  return postJSON("/api/translations", { texts: [text], options }).then((b) => ({ options, nbest: b.results[0].nbest }));
+  return source.samples({ texts: [text], options }).then((b) => ({ options, nbest: b.results[0].nbest }));
 }
 
 async function translate() {
@@ -111,11 +111,11 @@ async function translate() {
   button.disabled = true;
   button.textContent = "Translating…";
   try {
-    const payload = { text: $("text").value, beam: Number($("beam").value), heads_off: headsOff(),
+    const payload = { text: $("text").value, beam: F.beam ? Number($("beam").value) : 1, heads_off: F.heads ? headsOff() : null,
       merge_subwords: $("merge").checked };
-    const options = decodeOptions();
+    const options = F.options ? decodeOptions() : null;
     if (options) payload.options = options;
-    const [body, samples] = await Promise.all([postJSON("/api/explain", payload), samplesRequest(payload.text)]);
+    const [body, samples] = await Promise.all([source.translate(payload), samplesRequest(payload.text)]);
     body.samples = samples;
     body.options = options;
     show(body);

@@ -1,4 +1,4 @@
-// attnlab explorer: what the model's position scheme adds to the selected head (GET /api/positions), drawn
+// attnlab explorer: what the model's position scheme adds to the selected head (the data source's positions: GET /api/positions, or computed in the browser), drawn
 // after each translation (app.js dispatches "attn:shown") and on every head change. ALiBi and T5: the bias
 // heatmaps of encoder and decoder self-attention for this sentence's lengths; RoPE: each feature pair's
 // rotation angle at each position; other schemes: one line saying nothing is added per head.
@@ -48,8 +48,7 @@
 
   document.addEventListener("attn:shown", (e) => {
     const d = e.detail;
-    fetch(`/api/positions?source_len=${d.src_tokens.length}&target_len=${d.tgt_tokens.length}`)
-      .then((r) => (r.ok ? r.json() : null))
+    window.AttnSource.positions(d.src_tokens.length, d.tgt_tokens.length)
       .then((m) => { maps = m; if (m) draw(); else $("positions-card").hidden = true; })
       .catch(() => { $("positions-card").hidden = true; });
   });
