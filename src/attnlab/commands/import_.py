@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
 
     out = import_hf(args.source, args.out, force=args.force)
     print(f'imported {args.source} -> {out}; try: attnlab translate --checkpoint {out} "Hello."')
