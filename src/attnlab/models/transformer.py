@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.attention import KVCache, get_scheme
+from attnlab.attention import ATTENTION_KINDS, KVCache, get_scheme
 from attnlab.attention.heads import merge_pruned, prune_heads
 
 # The layers are re-exported: `from attnlab.models.transformer import AddNorm` keeps working.
@@ -109,7 +109,7 @@ class Transformer(nn.Module):
     MODEL_TYPE = "transformer"
     # The attention maps this model produces, by kind -> the recorded modules of that kind in layer
     # order (see `attention_kinds`); `attnlab.analysis.explain` groups recordings by this, not by name matching.
-    ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
+    ATTENTION_KINDS = ATTENTION_KINDS
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
