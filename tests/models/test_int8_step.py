@@ -7,9 +7,8 @@ from torch import nn
 
 from attnlab.attention import KVCache, record_attention
 from attnlab.attention.heads import mask_heads
-from attnlab.models import int8_step
+from attnlab.models import Transformer, TransformerConfig, int8_step
 from attnlab.models.int8_step import Int8DecoderStep
-from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.utils import native
 from attnlab.utils.precision import prepare_for_inference
 

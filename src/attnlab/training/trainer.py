@@ -105,7 +105,7 @@ class Trainer:
         self.device = resolve_device(config.device)
         self.model = model.to(self.device)
         self.precision = resolve_precision(
-            config.precision if config.amp else "fp32",
+            config.precision,
             self.device,
             training=True,
             model_type=getattr(model, "MODEL_TYPE", "transformer"),
