@@ -284,10 +284,8 @@ def prepare(
     say = log or (lambda line: None)
     t0 = time.perf_counter()
     src_vocab, tgt_vocab = _vocabularies(plan)
-    say(
-        f"vocabulary ({plan.kind}): {len(src_vocab)} source / {len(tgt_vocab)} target entries "
-        f"({time.perf_counter() - t0:.1f} s)"
-    )
+    sizes = f"{len(src_vocab)} source / {len(tgt_vocab)} target entries"
+    say(f"vocabulary ({plan.kind}): {sizes} ({time.perf_counter() - t0:.1f} s)")
     dtype = np.uint16 if max(len(src_vocab), len(tgt_vocab)) <= np.iinfo(np.uint16).max else np.int32
     local = (src_vocab.encode_batch, tgt_vocab.encode_batch)
     # Outermost: a SIGTERM unwinds the encoder (its workers reaped) and the temporary folder first.
@@ -300,8 +298,6 @@ def prepare(
         shards, reports = _encode_and_write(plan, enc, writer, log)
         seconds = time.perf_counter() - t0
         meta = _write_meta(tmp, plan, (src_vocab, tgt_vocab), dtype, shards, reports, seconds)
-    say(
-        f"prepared {meta['splits']['train']['pairs']} train / {meta['splits']['valid']['pairs']} valid / "
-        f"{meta['splits']['test']['pairs']} test pairs in {seconds:.1f} s"
-    )
+    pairs = {split: meta["splits"][split]["pairs"] for split in SPLITS}
+    say(f"prepared {pairs['train']} train / {pairs['valid']} valid / {pairs['test']} test pairs in {seconds:.1f} s")
     return meta
