@@ -46,7 +46,7 @@ def main():
     ap.parse_args()
     from transformers import MarianMTModel, MarianTokenizer
 
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
     from attnlab.runs.loading import load_translator
 
     torch.set_num_threads(2)
@@ -95,7 +95,7 @@ def main():
             )
     core = import_time("import attnlab, attnlab.cli; attnlab.cli.build_parser()")
     extra = import_time(
-        "import attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.hf; "
+        "import attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.marian; "
         "from transformers import MarianMTModel; import sentencepiece"
     )
     base = import_time("import torch")

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import median_time, table
 from data_scale import cpu_features, load
 
-from attnlab.data.manifest import FULL_CHECK_BYTES, check_manifest, write_manifest
+from attnlab.data.prepared.manifest import FULL_CHECK_BYTES, check_manifest, write_manifest
 
 SHARD, TOKENS = 250_000, 25
 

@@ -32,6 +32,7 @@ MODULES = [
     "attnlab.analysis.positions",
     "attnlab.viz.positions",
     "attnlab.training.settings",
+    "attnlab.export.tokens",
 ]
 
 

@@ -26,7 +26,7 @@ from attnlab.attention.positions import (
 from attnlab.attention.positions.base import stack_bias_maps
 from attnlab.cli import main
 from attnlab.export.ctranslate2 import source_tokens
-from attnlab.export.hf import config_to_marian
+from attnlab.export.marian import config_to_marian
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.runs.loading import load_translator
 from attnlab.testing import train_tiny

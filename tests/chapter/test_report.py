@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 import pytest
 
 from attnlab.chapter.report import Section, format_table, prepare_output_dir, write_report
-from attnlab.data.translation import ATTRIBUTION
+from attnlab.data import ATTRIBUTION
 from attnlab.viz.files import save_figure
 from attnlab.viz.plots import plot_loss_curve
 

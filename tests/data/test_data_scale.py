@@ -9,7 +9,7 @@ import pytest
 from test_data_batching import greedy_reference
 
 from attnlab.data import open_prepared, plan_batches, prepare
-from attnlab.data.shards_read import HeldOutExamples, ShardedExamples
+from attnlab.data.prepared.reader import HeldOutExamples, ShardedExamples
 
 
 def write_corpus(folder, n: int, seed: int) -> str:

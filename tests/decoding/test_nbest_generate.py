@@ -32,7 +32,7 @@ def pair(tmp_path_factory, one_thread):
     """(the imported Translator, generate's model, its tokenizer), <pad> allowed on both sides."""
     from transformers import MarianMTModel, MarianTokenizer
 
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian.importer import import_hf
     from attnlab.runs.loading import load_translator
 
     folder = tiny_marian(tmp_path_factory.mktemp("marian"))

@@ -11,7 +11,7 @@ pytest.importorskip("sentencepiece")
 
 from attnlab.testing import sentences, tiny_marian
 
-__all__ = ["sentences"]  # test_hf.py imports it from here
+__all__ = ["sentences"]  # the marian and pruned-export tests import it from here
 
 
 @pytest.fixture(scope="session")

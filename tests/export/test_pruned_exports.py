@@ -13,7 +13,7 @@ from attnlab.export.pruning import restore_pruned_heads
 from attnlab.runs.loading import load_translator
 
 from .conftest import sentences
-from .test_hf import TEXTS, _batch, _generate
+from .marian.test_marian_roundtrip import TEXTS, _batch, _generate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 HEADS = {
@@ -25,7 +25,7 @@ HEADS = {
 
 @pytest.fixture(scope="module")
 def runs(marian_dir, tmp_path_factory):
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
 
     root = tmp_path_factory.mktemp("pruned")
     run = import_hf(marian_dir, root / "opus")

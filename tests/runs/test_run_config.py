@@ -16,6 +16,7 @@ from attnlab.runs.checkpoints import save_checkpoint
 from attnlab.runs.config import read_run_config, write_run_config
 from attnlab.runs.loading import load_translator
 from attnlab.runs.weights import save_weights
+from attnlab.training import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +100,24 @@ def test_a_run_with_the_older_flat_position_fields_loads_with_one_note(tmp_path,
     translator = load_translator(run)
     assert translator.model.config.position_block.base == 500.0 and translator.model.encoder.rotary.rot_dim == 2
     assert (run / "config.json").read_text() == before  # nothing a user made is rewritten
+
+
+@pytest.mark.parametrize("amp, precision", [(True, "bf16"), (False, "fp32")])
+def test_a_run_with_the_older_amp_field_loads_with_one_note(tmp_path, capsys, amp, precision):
+    """`amp` of an older run's training settings: read as `precision` (`amp: false` forced fp32), said once in
+    one line, the file left as it was; today's TrainConfig has no such field."""
+
+    vocab = Vocab(["i", "am", "home", ".", "go", "now"], min_freq=1)
+    run = tmp_path / "old"
+    train = {**TrainConfig().to_dict(), "precision": "bf16", "amp": amp}
+    write_run_config(run, "transformer", {"src_vocab_size": 9, "tgt_vocab_size": 9}, train, {}, vocab, vocab)
+    before = (run / "config.json").read_text()
+    capsys.readouterr()
+    cfg = read_run_config(run)
+    read_run_config(run)  # the note comes once a process
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"amp={str(amp).lower()}" in err[0] and f"precision={precision!r}" in err[0]
+    assert "amp" not in cfg["train"] and TrainConfig.from_dict(cfg["train"]).precision == precision
+    with pytest.raises(ValueError, match="unknown TrainConfig keys \\['amp'\\]"):
+        TrainConfig.from_dict({"amp": True})
+    assert (run / "config.json").read_text() == before

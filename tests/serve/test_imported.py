@@ -27,7 +27,7 @@ TEXT = "The cat sees the old tree."
 def imported_client(marian_dir, tmp_path_factory):
     from fastapi.testclient import TestClient
 
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
     from attnlab.runs.loading import load_translator
     from attnlab.serve.app import create_app
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from attnlab.attention import mask_heads, record_attention
-from attnlab.attention.recording import attention_maps
+from attnlab.attention.recording import ATTENTION_KINDS, attention_maps
 from attnlab.decoding.alignment import align_batch, source_word_index, target_word_index
 from attnlab.decoding.generator import generate
 from attnlab.decoding.hypothesis import Hypothesis
@@ -34,7 +34,6 @@ from attnlab.models.config import TransformerConfig
 from attnlab.models.decoder_only import DecoderOnlyConfig
 
 MAX_CHARS = 500  # longest request text, in characters, before tokenization
-KINDS = ("encoder_self", "decoder_self", "cross")  # every kind a model may declare, in display order
 
 
 @dataclass
@@ -112,7 +111,9 @@ class Explanation:
             "merged": self.merged,
             "nbest": self.nbest,
             "alignment": self.alignment,
-            "attention": {kind: _rounded(self.maps[kind], decimals) if kind in self.maps else [] for kind in KINDS},
+            "attention": {
+                kind: _rounded(self.maps[kind], decimals) if kind in self.maps else [] for kind in ATTENTION_KINDS
+            },
         }
 
 
@@ -161,7 +162,7 @@ def head_kinds(model) -> dict[str, list]:
     kinds = model.attention_kinds()
     if getattr(model, "attention_views", None) is not None and len(kinds) == 1:
         (modules,) = kinds.values()
-        return {kind: modules for kind in KINDS}
+        return {kind: modules for kind in ATTENTION_KINDS}
     return kinds
 
 
@@ -370,7 +371,6 @@ def _entry(vocab, h: Hypothesis) -> dict:
 
 
 __all__ = [
-    "KINDS",
     "MAX_CHARS",
     "Explanation",
     "InputError",

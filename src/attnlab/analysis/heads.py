@@ -25,11 +25,13 @@ from torch import Tensor, nn
 
 from attnlab.analysis.alignment import choose_alignment, word_confidence
 from attnlab.analysis.explanation import Explanation
-
-if TYPE_CHECKING:
-    from attnlab.models import Transformer
-
-from attnlab.attention import attention_modules, head_masks_from_indices, mask_heads, record_attention
+from attnlab.attention import (
+    ATTENTION_KINDS,
+    attention_modules,
+    head_masks_from_indices,
+    mask_heads,
+    record_attention,
+)
 from attnlab.data import iterate_batches
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
@@ -39,7 +41,11 @@ from attnlab.runs.weights import save_weights
 from attnlab.training.loss import sequence_loss
 from attnlab.utils.files import write_json
 
-KINDS = ("encoder self", "decoder self", "cross")
+if TYPE_CHECKING:
+    from attnlab.models import Transformer
+
+# The kinds as this module names them in its results and flags: words ("encoder self"), not identifiers.
+_LABELS = {kind: kind.replace("_", " ") for kind in ATTENTION_KINDS}
 _PUNCT = set(string.punctuation) | set("«»…¿¡–—’“”")
 
 
@@ -55,7 +61,7 @@ def attention_kinds(model: nn.Module) -> dict[str, list[str]]:
             f"head analysis needs a model with multi-head attention (a Transformer), got "
             f"{type(model).__name__}; train one with `attnlab train --model transformer`"
         )
-    kinds: dict[str, list[str]] = {k: [] for k in KINDS}
+    kinds: dict[str, list[str]] = {label: [] for label in _LABELS.values()}
     for name in modules:
         if name.endswith("cross_attention"):
             kinds["cross"].append(name)

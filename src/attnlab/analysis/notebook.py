@@ -22,10 +22,10 @@ from importlib import resources
 from pathlib import Path
 
 from attnlab.analysis.subwords import merge_subwords as merge
+from attnlab.attention import ATTENTION_KINDS
 from attnlab.utils.files import atomic_path
 from attnlab.viz.heatmaps import show_heatmaps
 
-KINDS = ("cross", "encoder_self", "decoder_self")
 # Query and key tokens of each attention kind, as Explanation fields.
 AXES = {
     "cross": ("tgt_tokens", "src_tokens"),
@@ -148,11 +148,11 @@ class AttentionView:
             explanation = merge(explanation)
         if view not in ("head", "model"):
             raise ValueError(f"view must be 'head' or 'model', got {view!r}")
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        weights = {k: getattr(explanation, k) for k in KINDS}
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
+        weights = {k: getattr(explanation, k) for k in ATTENTION_KINDS}
         if not len(weights[kind]):
-            have = [k for k in KINDS if len(weights[k])]
+            have = [k for k in ATTENTION_KINDS if len(weights[k])]
             raise ValueError(f"this model has no {kind} attention; choose kind from {', '.join(have)}")
         if not 0 <= layer < len(weights[kind]):
             raise ValueError(f"layer must be in 0..{len(weights[kind]) - 1} for {kind} attention, got {layer}")
@@ -165,7 +165,7 @@ class AttentionView:
             "colors": HEAD_COLORS,
             "text": explanation.text,
             "translation": explanation.translation,
-            "attention": {k: (weights[k].float() * 1000).round().div(1000).tolist() for k in KINDS},
+            "attention": {k: (weights[k].float() * 1000).round().div(1000).tolist() for k in ATTENTION_KINDS},
             "axes": {k: [getattr(explanation, q), getattr(explanation, kk)] for k, (q, kk) in AXES.items()},
         }
 

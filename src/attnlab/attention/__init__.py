@@ -19,10 +19,11 @@ from .positions import (
     sinusoidal_encoding,
     t5_relative_bucket,
 )
-from .recording import AttentionRecording, record_attention
+from .recording import ATTENTION_KINDS, AttentionRecording, record_attention
 from .scoring import AdditiveAttention, DotProductAttention, MultiplicativeAttention, attend
 
 __all__ = [
+    "ATTENTION_KINDS",
     "AlibiBias",
     "OnlineSoftmaxState",
     "PositionBias",

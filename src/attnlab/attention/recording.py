@@ -23,6 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+# Every kind of attention map a model may declare (its `ATTENTION_KINDS`, a subset), in display order:
+# the groups `attnlab.analysis` sorts recordings into.
+ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
+
 # The recordings open in this context, innermost last. A tuple (immutable), so a context that copies
 # it can never see another context's later changes.
 _ACTIVE: ContextVar[tuple[AttentionRecording, ...]] = ContextVar("attnlab_recordings", default=())

@@ -5,12 +5,10 @@ Transformer (shared or separate embeddings), and per-layer complexity; `params` 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
-if TYPE_CHECKING:
-    from attnlab.chapter.result import ChapterResult
 from attnlab.attention import MultiHeadAttention
 from attnlab.chapter.result import ChapterResult
 from attnlab.models import PositionWiseFFN, Transformer, TransformerConfig

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnlab.data import ATTRIBUTION  # the report's footer credits the data (re-exported)
+from attnlab.data import ATTRIBUTION  # the report's footer credits the data
 from attnlab.utils.files import atomic_write_text
 
-__all__ = ["Section", "TableView", "write_report", "format_table", "format_cell", "prepare_output_dir", "ATTRIBUTION"]
+__all__ = ["Section", "TableView", "format_cell", "format_table", "prepare_output_dir", "write_report"]
 
 Table = tuple[Sequence[str], Sequence[Sequence[object]]]  # (headers, rows)
 

@@ -51,7 +51,7 @@ def check_replaced(out: str) -> None:
 
 
 def run(args) -> int:
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
 
     if args.force:
         check_replaced(args.out)

@@ -70,8 +70,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from attnlab.data.encode_pool import sigterm_unwinds
-    from attnlab.data.shards import prepare
+    from attnlab.data.prepared.encoders import sigterm_unwinds
+    from attnlab.data.prepared.pipeline import prepare
     from attnlab.runs.outputs import claim_output, write_output
 
     sources = [f for spec in (args.data, args.valid, args.test) if spec for f in spec.split(",")]

@@ -250,7 +250,7 @@ def _stdin_lines() -> list[str]:
 def run(args) -> int:
     import torch
 
-    from attnlab.data.encode_pool import sigterm_unwinds
+    from attnlab.data.prepared.encoders import sigterm_unwinds
     from attnlab.decoding.batches import input_windows
     from attnlab.decoding.options import OptionError
     from attnlab.runs.loading import open_translator

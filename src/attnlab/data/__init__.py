@@ -5,8 +5,7 @@ from .batching import Batch, collate, iterate_batches, plan_batches
 from .corpus import ReadStats, cache_dir, download_fra_eng, read_fra_eng, resolve_data_path, sample_data_path
 from .formats import CorpusReport, FileReport, iter_pairs
 from .loading import check_data_config, check_prepared_overrides, load_data
-from .parallel import load_parallel_data
-from .shards import ShardedExamples, open_prepared, prepare
+from .prepared import ShardedExamples, load_parallel_data, open_prepared, prepare
 from .text import detokenize, preprocess, tokenize
 from .translation import ATTRIBUTION, BOOK_EVAL_PAIRS, Example, TranslationData, load_d2l_data, load_translation_data
 from .vocab import SubwordVocab, Vocab, load_vocab

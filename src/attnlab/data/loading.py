@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .parallel import load_parallel_data, wants_parallel
-from .shards import resolve_tokenizer
-from .shards_read import META, is_prepared
+from .prepared.cache import load_parallel_data, wants_parallel
+from .prepared.layout import META, resolve_tokenizer
+from .prepared.reader import is_prepared
 from .translation import TranslationData, load_d2l_data, load_translation_data
 
 

@@ -1,40 +1,25 @@
 """From the corpus file to encoded train/valid/test splits: `load_translation_data`, `load_d2l_data`.
 
-Pipeline: raw pairs -> the book's tokenization (cached on disk) -> first `num_examples` pairs ->
-`max_len` filter -> seeded split (grouped by source sentence) -> vocabularies from the training split
-only -> `Example`s holding ids and the raw texts (the raw target text is the BLEU reference).
-
-The tokenized corpus is cached at `<cache_dir>/tokenized/<sha256 of the data file>-v<N>.pt` as plain
-tensors (a uint8 tensor holds the token table as UTF-8), read back with `torch.load(weights_only=True)`:
-no pickled code. Word ids are local to the cache; vocabularies are rebuilt from counts each time, so
-one cache serves every `min_freq`, seed and split.
+Pipeline: raw pairs -> the book's tokenization (cached on disk, `attnlab.data.tokenized`) -> first
+`num_examples` pairs -> `max_len` filter -> seeded split (grouped by source sentence) -> vocabularies from
+the training split only -> `Example`s holding ids and the raw texts (the raw target text is the BLEU reference).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import io
 import os
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-import torch
-
-from attnlab.utils.files import atomic_write_bytes
 
 from .batching import iterate_batches
-from .corpus import cache_dir, file_sha256, read_fra_eng, resolve_data_path
-from .text import preprocess
+from .corpus import read_fra_eng, resolve_data_path
+from .tokenized import Tokenized, tokenized_corpus
 from .vocab import SubwordVocab, Vocab
 
-# Bump when `preprocess`/`tokenize` change: old caches then simply stop matching.
-TOKENIZED_CACHE_VERSION = 1
-# Below this many pairs, tokenizing directly is faster than building the whole-corpus cache.
-_DIRECT_TOKENIZE_LIMIT = 20_000
 # The book's four evaluation sentences (section "Sequence to Sequence Learning").
 BOOK_EVAL_PAIRS = [
     ("go .", "va !"),
@@ -79,94 +64,6 @@ class TranslationData:
             raise ValueError(f"split must be 'train', 'valid' or 'test', got {split!r}")
         opts = {**self.batching, **kwargs}
         return iterate_batches(getattr(self, split), self.src_vocab, self.tgt_vocab, **opts)
-
-
-# --------------------------------------------------------------------------- tokenized corpus
-@dataclass
-class _Tokenized:
-    """Both sides of N pairs as flat id arrays into one shared token table."""
-
-    table: list[str]
-    src_flat: np.ndarray  # (sum of source lengths,) int32
-    src_off: np.ndarray  # (N + 1,) int64: pair i is src_flat[src_off[i]:src_off[i+1]]
-    tgt_flat: np.ndarray
-    tgt_off: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.src_off) - 1
-
-
-def _tokenize_pairs(pairs: Sequence[tuple[str, str]]) -> _Tokenized:
-    """The book's tokenization of every side, done on one joined string so each step runs in C.
-
-    Equal to `tokenize(side)` per side: a side's first character may gain a leading space when
-    preprocessed inside the joined text, and spaces next to the separators are removed below.
-    """
-    text = preprocess("\n".join(f"{e}\t{f}" for e, f in pairs)).replace("\n", "\t")
-    while "  " in text:  # runs of spaces -> one (rare: only a few lines have them)
-        text = text.replace("  ", " ")
-    text = text.replace(" \t", "\t").replace("\t ", "\t").strip(" ")
-    parts = text.split("\t")  # 2N sides: src, tgt, src, tgt, ...
-    if len(parts) != 2 * len(pairs):
-        raise AssertionError(f"tokenizer lost a side: {len(parts)} parts for {len(pairs)} pairs")
-    lens = np.fromiter((p.count(" ") + 1 for p in parts), np.int64, len(parts))
-    words = text.replace("\t", " ").split(" ")
-    table = {t: i for i, t in enumerate(dict.fromkeys(words))}
-    ids = np.fromiter(map(table.__getitem__, words), np.int32, len(words))
-    is_src = np.repeat(np.tile(np.array([True, False]), len(pairs)), lens)
-
-    def offsets(n):
-        return np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
-
-    return _Tokenized(list(table), ids[is_src], offsets(lens[0::2]), ids[~is_src], offsets(lens[1::2]))
-
-
-def _cache_path(data_path: Path) -> Path:
-    return cache_dir() / "tokenized" / f"{file_sha256(data_path)}-v{TOKENIZED_CACHE_VERSION}.pt"
-
-
-def _save_tokenized(tok: _Tokenized, path: Path) -> None:
-    obj = {
-        "version": TOKENIZED_CACHE_VERSION,
-        "table": torch.frombuffer(bytearray("\n".join(tok.table).encode("utf-8")), dtype=torch.uint8),
-        "src_flat": torch.from_numpy(tok.src_flat),
-        "src_off": torch.from_numpy(tok.src_off),
-        "tgt_flat": torch.from_numpy(tok.tgt_flat),
-        "tgt_off": torch.from_numpy(tok.tgt_off),
-    }
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def _load_tokenized(path: Path) -> _Tokenized | None:
-    try:
-        obj = torch.load(path, weights_only=True)
-        table = bytes(obj["table"].numpy()).decode("utf-8").split("\n") if obj["table"].numel() else []
-        return _Tokenized(
-            table, obj["src_flat"].numpy(), obj["src_off"].numpy(), obj["tgt_flat"].numpy(), obj["tgt_off"].numpy()
-        )
-    except Exception as exc:  # noqa: BLE001 (a damaged cache, however it fails, is disposable: rebuild it)
-        warnings.warn(f"ignoring unreadable tokenized cache {path} ({exc}); rebuilding it", stacklevel=2)
-        return None
-
-
-def _tokenized_corpus(data_path: Path, pairs, num_examples: int | None, use_cache: bool):
-    """(tokenized first-N pairs, whether the disk cache was hit)."""
-    n = len(pairs) if num_examples is None else min(num_examples, len(pairs))
-    path = _cache_path(data_path) if use_cache else None
-    if path is not None and path.is_file():
-        tok = _load_tokenized(path)
-        if tok is not None and len(tok) == len(pairs):
-            return tok, True
-    if path is None or n <= _DIRECT_TOKENIZE_LIMIT:
-        return _tokenize_pairs(pairs[:n]), False
-    tok = _tokenize_pairs(pairs)
-    try:
-        _save_tokenized(tok, path)
-    except OSError as exc:  # a read-only home must not stop training
-        warnings.warn(f"could not write tokenized cache {path}: {exc}", stacklevel=2)
-    return tok, False
 
 
 # --------------------------------------------------------------------------- splits
@@ -217,7 +114,7 @@ def _gc_paused():
             gc.enable()
 
 
-def _word_vocab(tok: _Tokenized, side: str, idx: np.ndarray, min_freq: int, lang: str) -> tuple[Vocab, np.ndarray]:
+def _word_vocab(tok: Tokenized, side: str, idx: np.ndarray, min_freq: int, lang: str) -> tuple[Vocab, np.ndarray]:
     """Vocab from the token counts of examples `idx`, and a lookup table: corpus token id -> vocab id."""
     flat, off = getattr(tok, f"{side}_flat"), getattr(tok, f"{side}_off")
     lens = np.diff(off)
@@ -228,6 +125,78 @@ def _word_vocab(tok: _Tokenized, side: str, idx: np.ndarray, min_freq: int, lang
     vocab = Vocab.from_counts({tok.table[i]: int(counts[i]) for i in present}, min_freq=min_freq, lang=lang)
     lut = np.fromiter((vocab.token_to_idx.get(t, 0) for t in tok.table), np.int64, len(tok.table))
     return vocab, lut
+
+
+def _check_options(tokenizer: str, valid_fraction: float, test_fraction: float, num_examples, max_len) -> None:
+    """ValueError naming the first option of `load_translation_data` out of its range."""
+    if tokenizer not in ("word", "bpe"):
+        raise ValueError(f"tokenizer must be 'word' or 'bpe', got {tokenizer!r}")
+    if not (0 <= valid_fraction < 1 and 0 <= test_fraction < 1 and valid_fraction + test_fraction < 1):
+        raise ValueError(
+            f"valid_fraction and test_fraction must be in [0, 1) and sum below 1, "
+            f"got {valid_fraction} and {test_fraction}"
+        )
+    if num_examples is not None and num_examples < 1:
+        raise ValueError(f"num_examples must be a positive number of pairs or None, got {num_examples}")
+    if max_len is not None and max_len < 1:
+        raise ValueError(f"max_len must be a positive number of tokens or None, got {max_len}")
+
+
+def _kept_and_split(tok: Tokenized, n: int, max_len, holdout_duplicates: bool, seed: int, fractions):
+    """(indices kept by `max_len`, their grouping keys, train / valid / test indices) of the first `n` pairs."""
+    idx = np.arange(n)
+    src_len, tgt_len = np.diff(tok.src_off)[:n], np.diff(tok.tgt_off)[:n]
+    if max_len is not None:
+        idx = idx[(src_len <= max_len) & (tgt_len <= max_len)]
+    if len(idx) == 0:
+        raise ValueError(f"no pair has at most max_len={max_len} tokens on both sides; raise max_len")
+
+    keys: Sequence[object]  # what groups pairs into one split: the source ids, or each pair alone
+    if holdout_duplicates:
+        src_list, off = tok.src_flat.tolist(), tok.src_off.tolist()
+        keys = [tuple(src_list[off[i] : off[i + 1]]) for i in idx.tolist()]
+    else:
+        keys = range(len(idx))
+    tr, va, te = (idx[s] for s in _split_indices(keys, seed, *fractions))
+    if len(tr) == 0:
+        raise ValueError(f"the training split is empty ({len(idx)} pairs kept); use more data or smaller fractions")
+    return idx, keys, tr, va, te
+
+
+def _vocabs_and_encode(tok: Tokenized, pairs, tr: np.ndarray, tokenizer: str, min_freq: int, bpe_vocab_size: int):
+    """(source vocab, target vocab, encode: split indices -> `Example`s), vocabularies from `tr` only."""
+
+    def texts(split):
+        return [pairs[i] for i in split.tolist()]
+
+    src_vocab: Vocab | SubwordVocab
+    tgt_vocab: Vocab | SubwordVocab
+    if tokenizer == "word":
+        src_vocab, src_lut = _word_vocab(tok, "src", tr, min_freq, "en")
+        tgt_vocab, tgt_lut = _word_vocab(tok, "tgt", tr, min_freq, "fr")
+        src_mapped, tgt_mapped = src_lut[tok.src_flat].tolist(), tgt_lut[tok.tgt_flat].tolist()
+        src_off, tgt_off = tok.src_off.tolist(), tok.tgt_off.tolist()
+
+        def encode(split):
+            return [
+                Example(s, t, e, f)
+                for s, t, (e, f) in zip(
+                    _slices(src_mapped, src_off, split), _slices(tgt_mapped, tgt_off, split), texts(split)
+                )
+            ]
+    else:
+        bpe = SubwordVocab.train(
+            [side for pair in texts(tr) for side in pair], vocab_size=bpe_vocab_size, min_freq=min_freq
+        )
+        src_vocab, tgt_vocab = bpe.with_lang("en"), bpe.with_lang("fr")
+
+        def encode(split):
+            ps = texts(split)
+            src_ids = bpe.encode_batch([e for e, _ in ps])
+            tgt_ids = bpe.encode_batch([f for _, f in ps])
+            return [Example(s, t, e, f) for s, t, (e, f) in zip(src_ids, tgt_ids, ps)]
+
+    return src_vocab, tgt_vocab, encode
 
 
 @_gc_paused()
@@ -260,72 +229,18 @@ def load_translation_data(
         tokenizer: 'word' (the book's) or 'bpe' (one shared `SubwordVocab` of `bpe_vocab_size`).
         use_cache: read/write the tokenized-corpus cache.
     """
-    if tokenizer not in ("word", "bpe"):
-        raise ValueError(f"tokenizer must be 'word' or 'bpe', got {tokenizer!r}")
-    if not (0 <= valid_fraction < 1 and 0 <= test_fraction < 1 and valid_fraction + test_fraction < 1):
-        raise ValueError(
-            f"valid_fraction and test_fraction must be in [0, 1) and sum below 1, "
-            f"got {valid_fraction} and {test_fraction}"
-        )
-    if num_examples is not None and num_examples < 1:
-        raise ValueError(f"num_examples must be a positive number of pairs or None, got {num_examples}")
-    if max_len is not None and max_len < 1:
-        raise ValueError(f"max_len must be a positive number of tokens or None, got {max_len}")
+    _check_options(tokenizer, valid_fraction, test_fraction, num_examples, max_len)
 
     data_path = resolve_data_path(path)
     pairs, read_stats = read_fra_eng(data_path, return_stats=True)  # warns about malformed lines
     if not pairs:
         raise ValueError(f"{data_path} holds no tab-separated English–French pairs")
-    tok, cache_hit = _tokenized_corpus(data_path, pairs, num_examples, use_cache)
+    tok, cache_hit = tokenized_corpus(data_path, pairs, num_examples, use_cache)
     n = len(pairs) if num_examples is None else min(num_examples, len(pairs))
 
-    idx = np.arange(n)
-    src_len, tgt_len = np.diff(tok.src_off)[:n], np.diff(tok.tgt_off)[:n]
-    if max_len is not None:
-        idx = idx[(src_len <= max_len) & (tgt_len <= max_len)]
-    if len(idx) == 0:
-        raise ValueError(f"no pair has at most max_len={max_len} tokens on both sides; raise max_len")
+    idx, keys, tr, va, te = _kept_and_split(tok, n, max_len, holdout_duplicates, seed, (valid_fraction, test_fraction))
 
-    keys: Sequence[object]  # what groups pairs into one split: the source ids, or each pair alone
-    if holdout_duplicates:
-        src_list, off = tok.src_flat.tolist(), tok.src_off.tolist()
-        keys = [tuple(src_list[off[i] : off[i + 1]]) for i in idx.tolist()]
-    else:
-        keys = range(len(idx))
-    tr, va, te = (idx[s] for s in _split_indices(keys, seed, valid_fraction, test_fraction))
-    if len(tr) == 0:
-        raise ValueError(f"the training split is empty ({len(idx)} pairs kept); use more data or smaller fractions")
-
-    def texts(split):
-        return [pairs[i] for i in split.tolist()]
-
-    src_vocab: Vocab | SubwordVocab
-    tgt_vocab: Vocab | SubwordVocab
-    if tokenizer == "word":
-        src_vocab, src_lut = _word_vocab(tok, "src", tr, min_freq, "en")
-        tgt_vocab, tgt_lut = _word_vocab(tok, "tgt", tr, min_freq, "fr")
-        src_mapped, tgt_mapped = src_lut[tok.src_flat].tolist(), tgt_lut[tok.tgt_flat].tolist()
-        src_off, tgt_off = tok.src_off.tolist(), tok.tgt_off.tolist()
-
-        def encode(split):
-            return [
-                Example(s, t, e, f)
-                for s, t, (e, f) in zip(
-                    _slices(src_mapped, src_off, split), _slices(tgt_mapped, tgt_off, split), texts(split)
-                )
-            ]
-    else:
-        bpe = SubwordVocab.train(
-            [side for pair in texts(tr) for side in pair], vocab_size=bpe_vocab_size, min_freq=min_freq
-        )
-        src_vocab, tgt_vocab = bpe.with_lang("en"), bpe.with_lang("fr")
-
-        def encode(split):
-            ps = texts(split)
-            src_ids = bpe.encode_batch([e for e, _ in ps])
-            tgt_ids = bpe.encode_batch([f for _, f in ps])
-            return [Example(s, t, e, f) for s, t, (e, f) in zip(src_ids, tgt_ids, ps)]
-
+    src_vocab, tgt_vocab, encode = _vocabs_and_encode(tok, pairs, tr, tokenizer, min_freq, bpe_vocab_size)
     train, valid, test = encode(tr), encode(va), encode(te)
     stats = {
         "pairs_read": len(pairs),

@@ -1,4 +1,4 @@
-"""Model formats out of attnlab (and, in `hf`, into it), through a registry of named formats.
+"""Model formats out of attnlab (and, in `marian`, into it), through a registry of named formats.
 
     export_run("runs/demo/transformer", "ctranslate2", "ct2-model", quantization="int8")
 
@@ -12,10 +12,12 @@ import importlib
 import os
 from pathlib import Path
 
+from .tokens import source_tokens
+
 # format name -> (module under attnlab.export, one-line description for --help)
 FORMATS: dict[str, tuple[str, str]] = {
     "ctranslate2": ("ctranslate2", "a CTranslate2 model folder (model.bin + vocabularies), for its C++ decoder"),
-    "hf": ("hf_export", "a Hugging Face MarianMTModel folder (config, weights, tokenizer) for transformers"),
+    "hf": ("marian.exporter", "a Hugging Face MarianMTModel folder (config, weights, tokenizer) for transformers"),
     "onnx": ("onnx", "ONNX graphs in Optimum's seq2seq layout (encoder, decoder, decoder with past), for onnxruntime"),
     "web": ("web", "a static explorer page that translates in the browser (onnxruntime-web), no server"),
 }
@@ -29,4 +31,4 @@ def export_run(run_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathLike,
     return module.export(run_dir, out_dir, **options)
 
 
-__all__ = ["FORMATS", "export_run"]
+__all__ = ["FORMATS", "export_run", "source_tokens"]

@@ -4,7 +4,7 @@
     tgt (B, T) -> embed * sqrt(D) + positions -> N x [causal self-attention, cross-attention, FFN]
                -> dense -> logits (B, T, V)
 
-The layers live in `attnlab.models.transformer_layers` (re-exported here).
+The layers live in `attnlab.models.transformer_layers`.
 Post-norm (`LayerNorm(x + sublayer(x))`, the paper and the book) by default; `norm_first=True` gives the
 pre-norm variant (`x + sublayer(LayerNorm(x))`, easier to train deep) and then each stack ends with a final
 LayerNorm, as `torch.nn.Transformer` does.
@@ -26,14 +26,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.attention import KVCache, get_scheme
+from attnlab.attention import ATTENTION_KINDS, KVCache, get_scheme
 from attnlab.attention.heads import merge_pruned, prune_heads
 
-# The layers are re-exported: `from attnlab.models.transformer import AddNorm` keeps working.
-from . import transformer_layers
 from .config import TransformerConfig
 from .int8_step import Int8DecoderStep
-from .transformer_layers import AddNorm as AddNorm
 from .transformer_layers import (
     PositionWiseFFN,
     TransformerDecoder,
@@ -41,11 +38,6 @@ from .transformer_layers import (
     _embedding,
     make_activation,
 )
-from .transformer_layers import Sublayer as Sublayer
-from .transformer_layers import TransformerDecoderBlock as TransformerDecoderBlock
-from .transformer_layers import TransformerEncoderBlock as TransformerEncoderBlock
-
-__all__ = ["TransformerConfig", "Transformer", "TransformerState", *transformer_layers.__all__]
 
 
 @dataclass
@@ -150,7 +142,7 @@ class Transformer(nn.Module):
     MODEL_TYPE = "transformer"
     # The attention maps this model produces, by kind -> the recorded modules of that kind in layer
     # order (see `attention_kinds`); `attnlab.analysis.explain` groups recordings by this, not by name matching.
-    ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
+    ATTENTION_KINDS = ATTENTION_KINDS
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -307,3 +299,6 @@ def _check_tokens(src: Tensor, tgt: Tensor | None, valid_lens: Tensor | None) ->
         raise ValueError(f"tgt_in must have shape ({src.shape[0]}, T), got {tuple(tgt.shape)}")
     if valid_lens is not None and tuple(valid_lens.shape) != (src.shape[0],):
         raise ValueError(f"src_valid_lens must have shape ({src.shape[0]},), got {tuple(valid_lens.shape)}")
+
+
+__all__ = ["Transformer", "TransformerState"]

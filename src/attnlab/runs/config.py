@@ -59,6 +59,22 @@ _SECTIONS: dict[str, tuple[type, str, bool]] = {
 _NOTED: set[str] = set()  # config files whose older spelling was pointed out (once a process)
 
 
+def _upgrade_amp(train: dict, path: Path) -> dict:
+    """An older run's `amp` flag read as today's `precision` (`amp: false` forced fp32), noted once a process."""
+    train = dict(train)
+    amp = train.pop("amp")
+    if amp is False:
+        train["precision"] = "fp32"
+    if str(path) + ":amp" not in _NOTED:
+        _NOTED.add(str(path) + ":amp")
+        print(
+            f"attnlab: note: {path} has the older field amp={str(amp).lower()}; "
+            f"read as precision={train.get('precision', 'fp32')!r}",
+            file=sys.stderr,
+        )
+    return train
+
+
 def read_run_config(run_dir: str | os.PathLike) -> dict:
     """A run's config.json, checked once for every command: it is a JSON object whose sections have
     their types (a hand-edited `"data": null` is one line here, not a crash in whichever command reads it)."""
@@ -82,6 +98,8 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
                 f"{path}: {key!r} must be {what}, got {got}; the file was edited or damaged — restore "
                 f"the run's config.json"
             )
+    if "amp" in cfg["train"]:
+        cfg["train"] = _upgrade_amp(cfg["train"], path)
     if cfg["model_type"] in CONFIGS:
         cfg["model"], old = CONFIGS[cfg["model_type"]].upgraded(cfg["model"])
         if old and str(path) not in _NOTED:  # read as today's fields; the file stays as it is

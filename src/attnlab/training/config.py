@@ -69,7 +69,6 @@ class TrainConfig:
     keep_last: int = 5  # newest checkpoints kept (for `attnlab average --last K`)
     keep_best: int = 1  # checkpoints kept for the best validation BLEU
     patience: int | None = None  # stop after this many evaluations without a better BLEU
-    amp: bool = True  # False forces fp32 whatever `precision` says (older configs)
     precision: str = "fp32"  # 'fp32' (reproducible everywhere), 'bf16' (autocast), 'auto' (attnlab.utils.precision)
     log_every: int = 10  # steps between 'train' events in log.jsonl
     device: str = "auto"  # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...

@@ -10,9 +10,10 @@ import torch
 from torch import nn
 from torch.autograd.graph import increment_version
 
+from attnlab.attention import PositionalEncoding, T5RelativeBias
+
 if TYPE_CHECKING:
     from attnlab.training.config import TrainConfig
-from attnlab.attention import PositionalEncoding, T5RelativeBias
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:

@@ -32,8 +32,6 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from torch.nn.parallel import DistributedDataParallel
 from attnlab.runs.config import record_choice
 from attnlab.training.config import TrainConfig
 from attnlab.training.mixed import compute_copy
@@ -44,6 +42,9 @@ from attnlab.training.stop import StopPolicy
 from attnlab.training.tasks import Task, batch_options, task_for
 from attnlab.utils.precision import autocast, bf16_attention, resolve_precision
 from attnlab.utils.runtime import distributed_info, intra_op_threads, resolve_device
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 
 # --------------------------------------------------------------------------- trainer
@@ -104,7 +105,7 @@ class Trainer:
         self.device = resolve_device(config.device)
         self.model = model.to(self.device)
         self.precision = resolve_precision(
-            config.precision if config.amp else "fp32",
+            config.precision,
             self.device,
             training=True,
             model_type=getattr(model, "MODEL_TYPE", "transformer"),

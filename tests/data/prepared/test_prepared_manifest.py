@@ -5,10 +5,10 @@ import shutil
 
 import numpy as np
 import pytest
-from test_data_shards import write_corpus  # tests/data is on sys.path (no __init__)
+from test_prepared_shards import write_corpus  # tests/data/prepared is on sys.path (no __init__)
 
-from attnlab.data import manifest, open_prepared, prepare
-from attnlab.data.parallel import load_parallel_data
+from attnlab.data import open_prepared, prepare
+from attnlab.data.prepared import load_parallel_data, manifest
 
 
 @pytest.fixture(scope="module")

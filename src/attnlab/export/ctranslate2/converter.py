@@ -17,7 +17,7 @@ What the export sets so that CTranslate2 decodes exactly as attnlab does:
 - the position table, passed explicitly (sinusoidal: at least 1024 rows, as attnlab extends them): attnlab's
   sinusoids interleave sin/cos (column 2j = sin, 2j+1 = cos, the book's layout) where CTranslate2's built-in
   table puts all sines first; learned position tables are passed the same way; rope, t5, none and grouped- or
-  multi-query attention (num_kv_heads) as `attnlab.export.ct2_positions` maps them;
+  multi-query attention (num_kv_heads) as `attnlab.export.ctranslate2.positions` maps them;
 - embeddings scaled by sqrt(D) before positions (CTranslate2's `scale_embeddings`, as attnlab), or by the
   model's own `embed_scale` folded into the exported table (imported Marian models: 1 or sqrt(D));
 - the FFN activation (relu, swish/silu, exact gelu), and `-inf` output biases for the tokens attnlab never
@@ -49,13 +49,14 @@ import torch
 from torch import nn
 
 from attnlab.decoding.alignment import alignment_heads
-from attnlab.export.ct2_positions import check_positions, set_positions, transformer_spec_for
 from attnlab.export.pruning import restore_pruned_heads
+from attnlab.runs.loading import load_translator
 from attnlab.runs.outputs import claim_output, write_output
+
+from .positions import check_positions, set_positions, transformer_spec_for
 
 if TYPE_CHECKING:
     from attnlab.models import Transformer, TransformerDecoderBlock, TransformerEncoderBlock
-from attnlab.runs.loading import load_translator
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32")
 
@@ -111,7 +112,7 @@ def _ffn(spec, ffn, ln: nn.LayerNorm) -> None:
 
 def _inputs(spec, stack, scale: float) -> None:
     """Embeddings times `scale` (CTranslate2's own sqrt(D) scaling when that is the factor, else folded into
-    the table) and the stack's positions (`attnlab.export.ct2_positions.set_positions`)."""
+    the table) and the stack's positions (`attnlab.export.ctranslate2.positions.set_positions`)."""
     emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: a list
     weight = stack.embedding.weight.detach().float().clone()
     sqrt_d = math.sqrt(weight.shape[1])
@@ -244,12 +245,6 @@ def build_spec(model: nn.Module, src_vocab, tgt_vocab, alignment: tuple[int, lis
     return spec
 
 
-def source_tokens(src_vocab, sentence: str) -> list[str]:
-    """`sentence` as the token strings CTranslate2 takes: attnlab's tokenization, unknown words as <unk>,
-    without the <eos> (the exported model appends it)."""
-    return list(src_vocab.to_tokens(src_vocab.encode(sentence)))
-
-
 def export(
     run_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -280,7 +275,7 @@ def export(
         "quantization": quantization,
         "alignment": {"layer": alignment[0], "heads": alignment[1]},  # as attnlab numbers the heads
         "model": translator.config.get("model", {}),
-        "input": "source tokens as attnlab tokenizes them (attnlab.export.ctranslate2.source_tokens); "
+        "input": "source tokens as attnlab tokenizes them (attnlab.export.source_tokens); "
         "<eos> is appended by the model",
     }
     with write_output(claim, note) as tmp:
@@ -288,4 +283,4 @@ def export(
     return claim.path
 
 
-__all__ = ["QUANTIZATIONS", "alignment_export", "build_spec", "check_exportable", "export", "source_tokens"]
+__all__ = ["QUANTIZATIONS", "alignment_export", "build_spec", "check_exportable", "export"]

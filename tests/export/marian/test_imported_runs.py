@@ -17,7 +17,7 @@ SAMPLE = str(sample_data_path())
 
 @pytest.fixture(scope="module")
 def run(marian_dir, tmp_path_factory):
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
 
     return import_hf(marian_dir, tmp_path_factory.mktemp("imported") / "opus")
 

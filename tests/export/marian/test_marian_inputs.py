@@ -112,7 +112,7 @@ def test_damaged_folder_is_one_line_naming_the_file(marian_dir, tmp_path, capsys
 def test_pytorch_model_bin_of_tensors_still_imports(marian_dir, tmp_path):
     from safetensors.torch import load_file
 
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
     from attnlab.runs.loading import load_translator
 
     src = _copy(marian_dir, tmp_path)

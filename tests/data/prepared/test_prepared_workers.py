@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from test_data_shards import write_corpus  # tests/data is on sys.path (no __init__)
+from test_prepared_shards import write_corpus  # tests/data/prepared is on sys.path (no __init__)
 
 from attnlab.data import open_prepared, prepare
 
@@ -33,11 +33,11 @@ def _files(folder):
 def small_chunks(monkeypatch):
     # 37-pair chunks: a 300-pair corpus spans 9 chunks, so the pool starts and chunk edges fall
     # inside shards (shard_size 50) and inside the random split's runs.
-    monkeypatch.setattr("attnlab.data.shards._CHUNK", 37)
+    monkeypatch.setattr("attnlab.data.prepared.pipeline._CHUNK", 37)
 
 
 def test_one_and_two_workers_write_identical_shards(tmp_path, small_chunks, monkeypatch):
-    from attnlab.data.encode_pool import ChunkEncoder
+    from attnlab.data.prepared.encoders import ChunkEncoder
 
     submitted = []  # chunks sent to the pool: the two-worker run must really use it
     submit = ChunkEncoder._submit

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnlab.data import collate, open_prepared, plan_batches, prepare
-from attnlab.data.parallel import load_parallel_data
+from attnlab.data.prepared import load_parallel_data
 
 _DE_EN = {
     "haus": "house",

@@ -1,6 +1,7 @@
 """attnlab run -> a Hugging Face MarianMTModel folder (`attnlab export --format hf`); the mapping of
-configs and weights is shared with the import in `attnlab.export.hf` (see its docstring for why book
-models with interleaved sinusoids are exported by permuting the hidden basis)."""
+configs and weights is shared with the import (`attnlab.export.marian.config`, `.weights`; see
+`attnlab.export.marian.importer` for why book models with interleaved sinusoids are exported by permuting
+the hidden basis)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import Tensor
 
-from attnlab.export.hf import _weight_map, config_to_marian
+from attnlab.data.spm import SentencePieceVocab
 from attnlab.export.pruning import restore_pruned_heads
+from attnlab.runs.loading import load_translator
 from attnlab.runs.outputs import claim_output, write_output
+
+from .config import config_to_marian
+from .weights import weight_map
 
 if TYPE_CHECKING:
     from attnlab.models import Transformer
-from attnlab.data.spm import SentencePieceVocab
-from attnlab.runs.loading import load_translator
 
 __all__ = ["export", "export_hf"]
 
@@ -65,7 +68,7 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, weights=No
         for key, value in target.items():
             if key.endswith(".bias"):
                 value.zero_()  # attnlab's bias=False projections are Marian's with zero biases
-        for key, tensor, axis in _weight_map(model):
+        for key, tensor, axis in weight_map(model):
             if key not in target:
                 continue  # a tied tensor HF stores once
             value = tensor.detach().float()

@@ -37,7 +37,7 @@ import numpy as np
 
 from attnlab.utils.runtime import usable_cores
 
-from .vocab import Vocab
+from ..vocab import Vocab
 
 # ("subword", tokenizer JSON, tokenizer JSON) or ("word", src Vocab dict, tgt Vocab dict): what a
 # worker needs to rebuild the two encoders (plain data, cheap to send to a spawned process).

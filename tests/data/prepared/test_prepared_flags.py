@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from test_data_shards import write_corpus  # tests/data is on sys.path (no __init__)
+from test_prepared_shards import write_corpus  # tests/data/prepared is on sys.path (no __init__)
 
 from attnlab.cli import main
 from attnlab.data import check_prepared_overrides, prepare

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from .conftest import sentences
+from ..conftest import sentences
 
 pytest.importorskip("transformers")
 
@@ -23,7 +23,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def imported(marian_dir, tmp_path_factory, one_thread):
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
     from attnlab.runs.loading import load_translator
 
     run = import_hf(marian_dir, tmp_path_factory.mktemp("run") / "opus")
@@ -118,10 +118,10 @@ def test_translate_and_explain_work_on_imported_model(imported):
 def test_export_round_trip_of_imported_model(imported, marian_dir, tmp_path, hf):
     from transformers import MarianMTModel, MarianTokenizer
 
-    from attnlab.export.hf_export import export_hf
+    from attnlab.export.marian import export_hf
 
     run = tmp_path / "run"
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
 
     import_hf(marian_dir, run)
     out = export_hf(run, tmp_path / "hf")
@@ -143,7 +143,7 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
     from transformers import MarianMTModel, PreTrainedTokenizerFast
 
     from attnlab.data import Vocab
-    from attnlab.export.hf_export import export_hf
+    from attnlab.export.marian import export_hf
     from attnlab.models import Transformer, TransformerConfig
     from attnlab.runs.config import write_run_config
     from attnlab.runs.weights import save_weights
@@ -200,7 +200,7 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
 def test_export_refuses_options_marian_lacks(tmp_path, capsys, option, words):
     from attnlab.cli import main
     from attnlab.data import Vocab
-    from attnlab.export.hf_export import export_hf
+    from attnlab.export.marian import export_hf
     from attnlab.models import Transformer, TransformerConfig
     from attnlab.runs.config import write_run_config
     from attnlab.runs.weights import save_weights
@@ -221,7 +221,7 @@ def test_export_refuses_options_marian_lacks(tmp_path, capsys, option, words):
 
 def test_export_refuses_a_bahdanau_run(tmp_path):
     from attnlab.data import Vocab
-    from attnlab.export.hf_export import export_hf
+    from attnlab.export.marian import export_hf
     from attnlab.models import build_model
     from attnlab.runs.config import write_run_config
     from attnlab.runs.weights import save_weights
@@ -254,7 +254,7 @@ def test_import_refuses_what_attnlab_lacks(marian_dir, tmp_path, change, option)
     cfg = json.loads((src / "config.json").read_text())
     cfg.update(change)
     (src / "config.json").write_text(json.dumps(cfg))
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
 
     with pytest.raises(ValueError, match=option.replace("/", ".")):
         import_hf(src, tmp_path / "out")
@@ -287,7 +287,7 @@ def test_spm_vocab_round_trip(imported, tmp_path):
 
 def test_core_does_not_import_transformers():
     code = (
-        "import sys, attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.hf, attnlab.data.spm;"
+        "import sys, attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.marian, attnlab.data.spm;"
         "assert 'transformers' not in sys.modules, 'transformers imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

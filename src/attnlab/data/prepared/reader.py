@@ -1,4 +1,4 @@
-"""Reading prepared corpora (see `attnlab.data.shards` for the layout `prepare` writes): lazy
+"""Reading prepared corpora (see `attnlab.data.prepared.layout` for what `prepare` writes): lazy
 memory-mapped examples, epoch plans drawn one shard at a time from the lengths index, `open_prepared`.
 
 Nothing here holds a Python object per pair: plans are integer arrays (`BatchPlan`), batches are counted
@@ -17,15 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .batching import BatchPlan, count_batches, plan_lengths
+from ..batching import BatchPlan, count_batches, plan_lengths
+from ..translation import Example, TranslationData
+from ..vocab import load_vocab
+from .layout import FORMAT, META, SPLITS, VERSION
 from .manifest import check_manifest
-from .translation import Example, TranslationData
-from .vocab import load_vocab
-
-FORMAT = "attnlab.prepared"
-VERSION = 2  # 2: a manifest.json of every file's size and sha256
-META = "meta.json"
-SPLITS = ("train", "valid", "test")
 
 
 class ShardExample:
@@ -283,7 +279,7 @@ def is_prepared(path: str | os.PathLike) -> bool:
 def open_prepared(path: str | os.PathLike, *, full_check: bool | None = None, **ignored):
     """A prepared folder -> `TranslationData` (every split lazy and memory-mapped).
 
-    The folder is first checked against its manifest (`attnlab.data.manifest`: every file's size, and
+    The folder is first checked against its manifest (`attnlab.data.prepared.manifest`: every file's size, and
     the sha256 of all but a large corpus' training token files; `full_check=True` hashes those too).
     Keyword arguments a preset passes for raw corpora (num_examples, min_freq, ...) are ignored: the
     folder fixed them when it was prepared (its meta.json says how)."""

@@ -1,5 +1,5 @@
 """Writing a prepared corpus as fixed-size shards (flat token ids + the lengths index), whole encoded
-chunks at a time with numpy; `attnlab.data.shards.prepare` drives it."""
+chunks at a time with numpy; `attnlab.data.prepared.pipeline.prepare` drives it."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from typing import IO
 
 import numpy as np
 
-from .encode_pool import EncodedChunk
-from .formats import CorpusReport
-
-SPLIT_NAMES = ("train", "valid", "test")  # split code -> name (codes index this tuple)
+from ..formats import CorpusReport
+from .encoders import EncodedChunk
+from .layout import SPLITS
 
 
 class _ShardWriter:
@@ -75,12 +74,12 @@ class CorpusWriter:
     BLEU references). Drops, and reports, pairs with more than `max_len` tokens on a side."""
 
     def __init__(self, root: Path, shard_size: int, dtype, max_len: int | None):
-        self.writers = {s: _ShardWriter(root, s, shard_size, dtype) for s in SPLIT_NAMES}
+        self.writers = {s: _ShardWriter(root, s, shard_size, dtype) for s in SPLITS}
         self.texts = {s: open(root / f"{s}.tsv", "w", encoding="utf-8") for s in ("valid", "test")}  # noqa: SIM115
         self.max_len = max_len
 
     def write(self, linenos, sources, targets, codes, enc: EncodedChunk, report: CorpusReport) -> None:
-        """One chunk of N pairs: line numbers, texts, split codes (indices into SPLIT_NAMES), encoding."""
+        """One chunk of N pairs: line numbers, texts, split codes (indices into SPLITS), encoding."""
         sl, tl = enc.src_lens, enc.tgt_lens
         codes = np.asarray(codes, np.int8)
         if self.max_len is not None:
@@ -94,7 +93,7 @@ class CorpusWriter:
                 report.pairs -= 1
                 report.skipped += 1
             codes = np.where(long, -1, codes)
-        for code, split in enumerate(SPLIT_NAMES):
+        for code, split in enumerate(SPLITS):
             rows = codes == code
             if not rows.any():
                 continue

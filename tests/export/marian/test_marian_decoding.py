@@ -17,8 +17,8 @@ import torch
 
 from attnlab.decoding import DecodeOptions
 
-from .conftest import sentences
-from .test_hf import TEXTS
+from ..conftest import sentences
+from .test_marian_roundtrip import TEXTS
 
 pytest.importorskip("transformers")
 
@@ -47,7 +47,7 @@ def _generate(tr, ref, texts, start: int = 1, **kw):
 
 @pytest.fixture(scope="module")
 def imported(marian_dir, tmp_path_factory, one_thread):
-    from attnlab.export.hf import import_hf
+    from attnlab.export.marian import import_hf
     from attnlab.runs.loading import load_translator
 
     return load_translator(import_hf(marian_dir, tmp_path_factory.mktemp("run") / "opus"), precision="fp32")

@@ -13,17 +13,28 @@ import hashlib
 import json
 import shutil
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .corpus import cache_dir
-from .formats import split_spec
-from .shards import VERSION, _hash_specs, is_prepared, open_prepared, prepare
+from ..corpus import cache_dir, file_sha256
+from ..formats import split_spec
+from .layout import VERSION
+from .pipeline import prepare
+from .reader import is_prepared, open_prepared
 
 _PARALLEL_KEYS = {"src_lang", "tgt_lang", "valid", "test", "normalization", "vocab_size", "shard_size"}
 # Keys of the book loader's settings (presets pass them) and what they become here.
 _RENAMED = {"bpe_vocab_size": "vocab_size"}
 _IGNORED = {"holdout_duplicates", "use_cache", "loader"}  # always by source / always cached
+
+
+def _hash_specs(specs: Sequence[str | None]) -> str:
+    h = hashlib.sha256()
+    for spec in specs:
+        for p in split_spec(spec) if spec else []:
+            h.update(file_sha256(p).encode())
+        h.update(b"|")
+    return h.hexdigest()
 
 
 def wants_parallel(opts: Mapping[str, Any]) -> bool:

@@ -12,14 +12,14 @@ import torch
 from attnlab.attention.positions import POSITIONS
 from attnlab.cli import main
 from attnlab.data import Vocab
-from attnlab.export.ct2_positions import exportable
+from attnlab.export.ctranslate2.positions import exportable
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.runs.config import write_run_config
 from attnlab.runs.layout import WEIGHTS_FILE
 from attnlab.runs.loading import load_translator
 from attnlab.runs.weights import save_weights
 
-from .test_ctranslate2 import _both, _task, _train  # skips this module too without ctranslate2
+from .test_ct2_converter import _both, _task, _train  # skips this module too without ctranslate2
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 

@@ -10,17 +10,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_data_shards import write_corpus  # tests/data is on sys.path (no __init__)
+from test_prepared_shards import write_corpus  # tests/data/prepared is on sys.path (no __init__)
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = Path(__file__).resolve().parents[3] / "src"
 
 # The CLI with 10-pair chunks (so the pool starts at once) and workers that announce themselves and
 # then block, as a worker deep in a long chunk would.
 _SCRIPT = textwrap.dedent(
     """
     import os, sys, threading
-    import attnlab.data.encode_pool as pool
-    import attnlab.data.shards as shards
+    import attnlab.data.prepared.encoders as pool
+    import attnlab.data.prepared.pipeline as shards
 
     shards._CHUNK = 10
 
