@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_decoding_args, table
+from common import add_decoding_args, table, write_result
 from decode import ATTENTION as SDPA
 from decode import PACKED_LINEAR as PACKED
 from decode import capture_kernels, replay_kernels
@@ -248,6 +248,7 @@ def main(argv=None) -> int:
         heads += ["linear layers alone (floor), sentences/s", "floor vs fp32 floor"]
     print(table(heads, rows))
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    write_result(__file__, argv)
     return 0
 
 
