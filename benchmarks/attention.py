@@ -125,8 +125,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     args = ap.parse_args()
-    speed_L = [128, 256] if args.quick else [256, 1024, 4096]
-    mem_L = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192, 16384]
+    speed_L = [64, 128] if args.quick else [256, 1024, 4096]
+    mem_L = [256] if args.quick else [1024, 2048, 4096, 8192, 16384]
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
     print("\n## Peak memory, forward+backward (B=1, H=4, head dim 64)\n")
     print(bench_memory(mem_L))

@@ -44,7 +44,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--imports-only", action="store_true", help="only measure the import times")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved decoding rounds")
-    ap.add_argument("--import-rounds", type=int, default=5, help="fresh interpreters per import time")
+    ap.add_argument("--import-rounds", type=int, default=5, help="fresh interpreters per import time (0: none)")
     args = ap.parse_args()
     from transformers import MarianMTModel, MarianTokenizer
 
@@ -97,6 +97,10 @@ def main():
             )
             name = "greedy" if beam == 1 else f"beam {beam}"
             rows.append([name, f"{a * 1e3:.0f} ms", f"{b * 1e3:.0f} ms", f"{a / b:.2f}", f"{same}/{len(out)}"])
+    print(table(["decoding", "attnlab", "`generate`", "attnlab time / generate's", "identical outputs"], rows))
+    if not args.import_rounds:
+        write_result(__file__)
+        return
     core = import_time("import attnlab, attnlab.cli; attnlab.cli.build_parser()", args.import_rounds)
     extra = import_time(
         "import attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.hf; "
@@ -109,7 +113,6 @@ def main():
         f"{extra:.2f} s ({extra / core:.2f}x); python + torch alone {base:.2f} s"
     )
     print("uptime:", os.popen("uptime").read().strip())
-    print(table(["decoding", "attnlab", "`generate`", "attnlab time / generate's", "identical outputs"], rows))
     imports = {"attnlab core s": round(core, 2), "with [hf] s": round(extra, 2), "python + torch s": round(base, 2)}
     write_result(__file__, import_times=imports)
 

@@ -1,8 +1,9 @@
 """Run every benchmark script in sequence at sizes that fit 10 minutes on 2 CPU cores (`make bench`).
 
 Each script prints its own ratios against its named baselines, with the command that made them; this
-runner prints each command before its output and tees everything to benchmarks/results/latest.txt
-(not committed: results worth keeping are copied into BENCHMARKS.md with their commands).
+runner prints each command before its output and tees everything to benchmarks/results/latest.txt. The
+records the scripts write at these sizes go to benchmarks/results/smoke/ (`$ATTNLAB_RESULTS`), not over the
+measured benchmarks/results/*.json that BENCHMARKS.md is rendered from (neither is committed).
 
     python benchmarks/run_all.py                 # all of them, ~10 minutes at most
     python benchmarks/run_all.py --only train_throughput attention
@@ -23,6 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results" / "latest.txt"
+SMOKE_RECORDS = HERE / "results" / "smoke"
 
 # script -> arguments sized for the 10-minute budget (the full runs are in each script's docstring and in
 # BENCHMARKS.md). Every script must be listed: a new one without a plan is an error, so none is run with
@@ -89,7 +91,7 @@ def train_tiny_run(env: dict, folder: Path) -> Path:
 
 
 def environment() -> dict:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", ATTNLAB_RESULTS=str(SMOKE_RECORDS))
     if not env.get("ATTNLAB_DATA"):
         default = ROOT.parent / "shared" / "data" / "fra-eng.zip"
         if default.exists():
