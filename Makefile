@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # The CPU wheel of torch lies on this machine's disk; pinning it avoids a multi-GB CUDA download.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test lint bench docs install clean
+.PHONY: demo test test-timing lint bench docs install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# The suite timed once (20 slowest tests, each package's share) into docs/testing.md, alone on the machine.
+test-timing: $(VENV)/.installed
+	flock /tmp/attnlab-measure.lock $(PY) tools/suite_timing.py
 
 # Lint, format check and types, as CI runs them before the tests (settings in pyproject.toml).
 lint: $(VENV)/.installed

@@ -123,6 +123,7 @@ def summary(records: dict[str, dict], sections: dict[str, str]) -> list[str]:
 
 def render(frame: str, records: dict[str, dict]) -> str:
     """The page: the frame with each `{{NAME}}` line replaced by that record (see the module docstring)."""
+    records = {n: r for n, r in records.items() if r.get("page", PAGE.name) == PAGE.name}  # not another page's
     lines = frame.splitlines()
     sections, heading = {}, ""
     for line in lines:  # first pass: the section each record lands in, for the summary's links

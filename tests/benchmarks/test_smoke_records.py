@@ -7,18 +7,17 @@ Each run is seconds: tiny models, a few sentences, one round. The records go to 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_records import check_record
 from train_helpers import DATA, SUBPROCESS_ENV, tiny_run
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "{run}"  # the tiny trained run, for the scripts that measure a translator
-KEYS = ("command", "cpu_features", "torch", "date", "figures")
 
 # script -> (arguments at smoke size, what it needs beyond torch: "data", "run", or a module to import)
 SMOKE: dict[str, tuple[list[str], tuple[str, ...]]] = {
@@ -77,20 +76,6 @@ def test_every_benchmark_script_has_a_smoke_run():
     scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - HELPERS
     assert scripts - SMOKE.keys() - ELSEWHERE == set(), "add the new script to SMOKE with tiny arguments"
     assert not (SMOKE.keys() | ELSEWHERE) - scripts, "SMOKE names a script that is gone"
-
-
-def check_record(folder: Path, script: str, args: list[str]) -> dict:
-    """The record `script` wrote into `folder`: the context keys, its command as run, and figures."""
-    path = folder / f"{Path(script).stem}.json"
-    assert path.is_file(), f"{script} wrote no record into {folder}"
-    record = json.loads(path.read_text(encoding="utf-8"))
-    missing = [k for k in KEYS if k not in record]
-    assert not missing, f"{script}'s record lacks {missing}"
-    assert record["command"].startswith(f"python benchmarks/{script}"), record["command"]
-    assert all(a in record["command"] for a in args if a.startswith("--")), record["command"]
-    assert record["date"] and record["torch"] and isinstance(record["cpu_features"], list)
-    assert record["figures"] and all(isinstance(r, dict) and r for r in record["figures"]), record["figures"]
-    return record
 
 
 @pytest.fixture(scope="module")
