@@ -103,3 +103,44 @@ def test_cells_keep_numbers_readable():
         "| 1,234 | 0.985 | — | x\\|y |",
     ]
     assert render_benchmarks.slug("Decoder-only vs encoder–decoder") == "decoder-only-vs-encoderdecoder"
+
+
+RATIO = re.compile(r"[0-9]\.[0-9]+([–-][0-9]\.[0-9]+)? ?[x×](?![A-Za-z0-9])")
+# Files whose measured ratios are still to move to BENCHMARKS.md; empty this as they go.
+RATIOS_TO_MOVE = {
+    "attention/steps.py",
+    "attention/cache.py",
+    "attention/multihead.py",
+    "decoding/translator.py",
+    "decoding/batches.py",
+    "decoding/argmax.py",
+    "models/int8_step.py",
+    "utils/quantize.py",
+    "utils/precision.py",
+    "csrc/few_queries.c",
+}
+
+
+def test_no_measured_ratio_in_the_sources():
+    """A figure lives once, in BENCHMARKS.md: docstrings, comments and C sources say why, not how fast."""
+    src = ROOT / "src" / "attnlab"
+    found = [
+        f"{path.relative_to(src)}:{n}: {line.strip()}"
+        for path in sorted(p for p in src.rglob("*") if p.suffix in (".py", ".c", ".h"))
+        if str(path.relative_to(src)) not in RATIOS_TO_MOVE
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if RATIO.search(line)
+    ]
+    assert not found, "measured ratios in src/ (move them to BENCHMARKS.md, name its section):\n" + "\n".join(found)
+
+
+def test_readme_quotes_at_most_six_figures_each_linking_its_section():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    headline = re.findall(r"\[([^\]]*\d[^\]]*)\]\(BENCHMARKS\.md#([\w-]+)\)", text)
+    assert 1 <= len(headline) <= 6, headline
+    anchors = {render_benchmarks.slug(h) for h in re.findall(r"^#+ (.+)$", render_benchmarks.PAGE.read_text(), re.M)}
+    assert {a for _, a in headline} <= anchors, "a headline figure links a section BENCHMARKS.md does not have"
+    outside = re.sub(r"\[[^\]]*\]\(BENCHMARKS\.md#[\w-]+\)", "", text)
+    assert not re.findall(r"\d(?:\.\d+)?(?:–\d+(?:\.\d+)?)?×", outside), (
+        "a ratio in the README outside its headline links"
+    )
