@@ -33,8 +33,9 @@ SMOKE_RECORDS = HERE / "results" / "smoke"
 RUN = "{run}"
 PLAN: dict[str, list[str]] = {
     "attention.py": ["--quick"],
-    "train_throughput.py": ["--steps", "5", "--warmup", "1"],  # full model sizes, fewer rounds
-    "train_precision.py": ["--threads", "2", "--steps", "3"],
+    "train_throughput.py": ["--steps", "3", "--warmup", "1", "--d", "128", "--layers", "2", "--ffn", "512"]
+    + ["--vocab", "4000", "--batch-size", "32"],  # the page's second shapes, fewer rounds
+    "train_precision.py": ["--threads", "2", "--steps", "2"],
     "train_quality.py": ["--steps", "20"],
     "decode.py": ["--rounds", "2", "--skip-uncached"],
     "data.py": [],
@@ -47,12 +48,12 @@ PLAN: dict[str, list[str]] = {
     "compile_decode.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--quick"],
     "ct2_speed.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100", "--floors"],
     "serve_attack.py": ["--checkpoint", RUN, "--body-mb", "20", "--clients", "2", "--slow-seconds", "3"],
-    "hf_decode.py": [],
+    "hf_decode.py": ["--rounds", "1", "--import-rounds", "1"],
     "decode_levers.py": ["--checkpoint", RUN, "--beams", "1,4", "--length-penalties", "0.6,1.0", "--limit", "50"],
     "constraints.py": ["--checkpoint", RUN, "--limit", "50", "--rounds", "1"],
-    "data_scale.py": ["--sizes", "20000,40000", "--rounds", "1", "--loader-batches", "20", "--train-steps", "4"]
+    "data_scale.py": ["--sizes", "10000,20000", "--rounds", "1", "--loader-batches", "20", "--train-steps", "4"]
     + ["--process-steps", "4"],
-    "time_to_quality.py": ["--budget", "40", "--points", "20,40", "--valid-limit", "100"],
+    "time_to_quality.py": ["--budget", "20", "--points", "10,20", "--valid-limit", "100"],
     "positions.py": ["--budget", "5", "--limit", "50", "--num-examples", "3000", "--schemes", "sinusoidal", "rope:1"],
     "vit_digits.py": ["--quick"],
     "prepared_check.py": ["--sizes", "20000", "--repeats", "1"],

@@ -48,7 +48,7 @@ def test_train_throughput_rejects_bad_lengths():
 def test_run_all_lists_every_benchmark():
     out = _run([sys.executable, "benchmarks/run_all.py", "--list"])
     lines = out.splitlines()
-    assert "python benchmarks/train_throughput.py --steps 5 --warmup 1" in lines
+    assert any(line.startswith("python benchmarks/train_throughput.py --steps 3 --warmup 1") for line in lines)
     assert not any("gpu_" in line or "run_all" in line or "common" in line for line in lines)
     scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {"run_all.py", "common.py", "gpu_kernels.py"}
     assert {line.split()[1].removeprefix("benchmarks/") for line in lines} == scripts
