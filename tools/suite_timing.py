@@ -122,7 +122,7 @@ def section(record: dict | None) -> str:
         return PLACEHOLDER
     c = record["counts"]
     whole = record["paths"] == ["(the whole suite)"]
-    what = "`make test` (the whole suite)" if whole else f"a subset of the suite ({', '.join(record['paths'])})"
+    what = "`make test` (the whole suite)" if whole else f"A subset of the suite ({', '.join(record['paths'])})"
     lines = [
         f"{what} took **{_minutes(record['wall_s'])}** wall time on {record['machine']} (load {record['load']}), "
         f"{record['date']}: {c['passed']} passed, {c['skipped']} skipped, {c['failure'] + c['error']} failed. "

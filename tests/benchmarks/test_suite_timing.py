@@ -67,5 +67,5 @@ def test_a_timed_run_writes_the_record_and_renders_the_page(tmp_path):
     assert saved["counts"]["passed"] == 2 and saved["exit_status"] == 0 and saved["wall_s"] > 0
     assert saved["paths"] == [str(tests)] and len(saved["figures"]) == 2
     text = page.read_text(encoding="utf-8")
-    assert "a subset of the suite" in text and "2 passed, 0 skipped, 0 failed" in text and "old" not in text
+    assert "A subset of the suite" in text and "2 passed, 0 skipped, 0 failed" in text and "old" not in text
     assert text.endswith("\n\nafter\n") and "| package | tests | seconds | share |" in text
