@@ -13,7 +13,9 @@ measured benchmarks/results/*.json that BENCHMARKS.md is rendered from (neither 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -91,6 +93,12 @@ def train_tiny_run(env: dict, folder: Path) -> Path:
     return run
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop the script and everything it started (a killed script cannot stop its own servers)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def environment() -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1", ATTNLAB_RESULTS=str(SMOKE_RECORDS))
     if not env.get("ATTNLAB_DATA"):
@@ -156,14 +164,18 @@ def main(argv=None) -> int:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
+                start_new_session=True,  # its own process group: the servers or workers it started end with it
             )
             # A watchdog, not a read timeout: a script that hangs silently must be stopped too.
-            watchdog = threading.Timer(timeout, proc.kill)
+            watchdog = threading.Timer(timeout, _kill_group, (proc,))
             watchdog.start()
+            # Once the script exits, what it left running (a killed script's servers) must not hold the pipe.
+            threading.Thread(target=lambda p=proc: (p.wait(), _kill_group(p)), daemon=True).start()
             for line in proc.stdout:  # stream, so a slow script shows progress
                 emit(line)
             proc.wait()
             watchdog.cancel()
+            _kill_group(proc)
             seconds = time.monotonic() - t0
             if proc.returncode != 0:
                 why = (
