@@ -5,7 +5,7 @@ runner prints each command before its output and tees everything to benchmarks/r
 records the scripts write at these sizes go to benchmarks/results/smoke/ (`$ATTNLAB_RESULTS`), not over the
 measured benchmarks/results/*.json that BENCHMARKS.md is rendered from (neither is committed).
 
-    python benchmarks/run_all.py                 # all of them, ~10 minutes at most
+    python benchmarks/run_all.py                 # all of them, within 570 s (docs/testing.md: as measured)
     python benchmarks/run_all.py --only train_throughput attention
     python benchmarks/run_all.py --list          # what would run, with which arguments
 """
