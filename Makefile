@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 ATTNLAB_DATA ?= $(abspath $(wildcard ../shared/data/fra-eng.zip))
 export ATTNLAB_DATA
 
-.PHONY: demo test lint bench docs notebook install clean
+.PHONY: demo test test-timing lint bench docs notebook install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# The suite timed once (20 slowest tests, each package's share) into docs/testing.md, alone on the machine.
+test-timing: $(VENV)/.installed
+	flock /tmp/attnlab-measure.lock $(PY) tools/suite_timing.py
 
 # Lint, format check and types, as CI runs them before the tests (settings in pyproject.toml).
 lint: $(VENV)/.installed

@@ -1,8 +1,34 @@
-"""Helpers shared by the benchmarks: medians of repeated runs, tables, the decoding benchmarks' flags."""
+"""Helpers shared by the benchmarks: medians of repeated runs, tables, the decoding benchmarks' flags, and
+the one JSON record each script writes (`write_result`), which BENCHMARKS.md is rendered from.
 
+Every table a script prints through `table()` is also kept, so that `write_result()` at the end of `main`
+saves it as data: `figures` holds the last table's rows (one dict per row, the headers as keys), `tables`
+the earlier ones. The record lands in benchmarks/results/<script>.json, or under `$ATTNLAB_RESULTS` (the
+smoke tests and `make bench` point it at a scratch folder, so they never replace the measured page).
+`python tools/render_benchmarks.py` then rewrites BENCHMARKS.md from benchmarks/results/*.json.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
 import math
+import os
+import shlex
 import statistics
+import sys
 import time
+from pathlib import Path
+
+import torch
+
+from attnlab.utils.precision import cpu_features as all_cpu_features
+
+RESULTS_ENV = "ATTNLAB_RESULTS"
+RESULTS = Path(__file__).resolve().parent / "results"
+# The features that decide which kernels a figure ran on: vector width, int8 and bf16 dot products, AMX.
+WATCHED = ("avx2", "avx512", "avx_vnni", "amx", "fma")
+_TABLES: list[dict] = []
 
 
 def median_time(fn, repeats: int = 3, warmup: int = 1) -> float:
@@ -24,11 +50,79 @@ def time_call(fn, reps: int, *args) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def table(headers, rows) -> str:
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+def table(headers, rows, caption: str | None = None) -> str:
+    """`rows` as a Markdown table under `headers`; also kept for `write_result` (with its caption)."""
+    headers, rows = [str(h) for h in headers], [list(r) for r in rows]
+    _TABLES.append({"caption": caption, "figures": [dict(zip(headers, map(_cell, r))) for r in rows]})
+    widths = [max(len(h), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def _cell(value):
+    """A table cell as JSON keeps it: numbers stay numbers (finite ones), anything else its text."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def cpu_features() -> list[str]:
+    """The CPU features that matter to the figures (AVX2, AVX-512*, VNNI, BF16, AMX), sorted."""
+    return sorted(f for f in all_cpu_features() if f.startswith(WATCHED))
+
+
+def print_machine() -> list[str]:
+    """Print (and return) the CPU features found, torch's version and the load: a figure's context."""
+    features = cpu_features()
+    print(
+        f"CPU features: {' '.join(features) or 'none of ' + '/'.join(WATCHED)}; torch {torch.__version__}; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    return features
+
+
+def results_dir() -> Path:
+    """Where records go: `$ATTNLAB_RESULTS` if set, else benchmarks/results/."""
+    return Path(os.environ[RESULTS_ENV]) if os.environ.get(RESULTS_ENV) else RESULTS
+
+
+def write_result(script: str, argv=None, figures=None, main: int = -1, **extra) -> Path:
+    """Write this run's record to results_dir()/<script stem>.json and return its path.
+
+    `script` is the script's path or name (pass `__file__`); `argv` its arguments (default sys.argv[1:]);
+    `figures` the rows of its main table (default: table number `main` of those printed through `table()`,
+    the last unless said, the others going to `tables`); `extra` any other keys the page needs (`baseline`,
+    `notes`, `summary`, ...)."""
+    name = Path(script).name
+    argv = sys.argv[1:] if argv is None else list(argv)
+    kept = list(_TABLES)
+    if figures is None:
+        figures = kept.pop(main)["figures"] if kept else []
+    record = {
+        "command": " ".join(["python", f"benchmarks/{name}", shlex.join(argv)]).rstrip(),
+        "cpu_features": print_machine(),
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+        "figures": [{str(k): _cell(v) for k, v in row.items()} for row in figures],
+        **({"tables": kept} if kept else {}),
+        **extra,
+    }
+    folder = results_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{Path(name).stem}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)  # atomic: a killed run never leaves half a record
+    print(f"result: {path}", flush=True)
+    return path
 
 
 def add_decoding_args(ap, checkpoint_help: str = "run folder") -> None:

@@ -24,7 +24,7 @@ import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_decoding_args
+from common import add_decoding_args, table, write_result
 
 from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import load_data
@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     worker_counts = [int(w) for w in args.workers.split(",")]
     print(f"{len(ids)} {args.split} sources, greedy, default batch size")
     print(f"step={args.step} mode={args.mode} cpp_wrapper={args.cpp_wrapper} freezing={args.freezing}")
+    rows = []
     for precision in args.precisions.split(","):
         eager = load_translator(args.checkpoint, precision=precision)
         comp = load_translator(args.checkpoint, precision=precision)
@@ -104,6 +105,12 @@ def main(argv=None) -> int:
                 f"{len(ids) / best['compiled']:.0f} ({best['eager'] / best['compiled']:.2f}x eager); "
                 f"tokens identical: {same}; graphs compiled while timed: {recompiles}"
             )
+            rows.append([precision, w, f"{len(ids) / best['eager']:.0f}", f"{len(ids) / best['compiled']:.0f}"])
+            rows[-1] += [f"{best['eager'] / best['compiled']:.2f}x", graphs, breaks]
+            rows[-1].append(f"{_differ(got, want)}/{len(want)}")
+    heads = ["precision", "workers", "eager sentences/s", "compiled sentences/s", "compiled vs eager", "graphs"]
+    print(table([*heads, "graph breaks", "tokens differing"], rows))
+    write_result(__file__, argv, step=args.step)
     return 0
 
 

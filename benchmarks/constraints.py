@@ -24,7 +24,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import table, write_result
 
 from attnlab.decoding import DecodeOptions
 from attnlab.metrics import corpus_bleu, corpus_chrf, group_by_source, reference_text
@@ -130,6 +130,7 @@ def main(argv=None) -> int:
     heads += ["sentences/s", "time vs beam"]
     print(table(heads, rows))
     print(f"load average at end: {os.getloadavg()}")
+    write_result(__file__, argv)
     return 0
 
 

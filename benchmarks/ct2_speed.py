@@ -45,7 +45,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 import ctranslate2
 
 sys.path.append(_HERE)
-from common import add_decoding_args, table
+from common import add_decoding_args, table, write_result
 from decode import capture_kernels, replay_kernels
 from precision import ATTENTION, LINEAR, QUANTIZED, header, switches, variants
 
@@ -181,6 +181,7 @@ def main(argv=None) -> int:
         ratio = statistics.median(c / a for a, c in zip(times[ours], times[best_ct2]))
         print(f"\nbest {kind} ({ours}) / best CTranslate2 ({best_ct2}): {ratio:.2f}x sentences/s")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    write_result(__file__, argv)
     return 0
 
 

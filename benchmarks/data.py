@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from common import table, write_result
+
 
 def one_run(batch_tokens: int) -> dict:
     from attnlab.data import load_translation_data
@@ -66,9 +68,18 @@ def main() -> int:
         f"pairs={cold['pairs']} train={cold['train']} first-epoch batches={cold['batches']} "
         f"(batch_tokens={args.batch_tokens}); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
-    for label, r in results.items():
-        print(f"{label}: load+vocab {r['load_s']:.2f} s + first epoch {r['batches_s']:.2f} s = {r['total_s']:.2f} s")
-    print(f"warm/cold = {warm['total_s'] / cold['total_s']:.2f}")
+    rows = [
+        [
+            label,
+            f"{r['load_s']:.2f}",
+            f"{r['batches_s']:.2f}",
+            f"{r['total_s']:.2f}",
+            f"{r['total_s'] / cold['total_s']:.2f}x",
+        ]
+        for label, r in (("cold (no tokenized cache)", cold), ("cached", warm))
+    ]
+    print(table(["run", "load + vocabulary s", "first epoch's batches s", "total s", "vs cold"], rows))
+    write_result(__file__, pairs=cold["pairs"], batches=cold["batches"], batch_tokens=args.batch_tokens)
     return 0
 
 

@@ -47,18 +47,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import cpu_features, table, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cpu_features() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        flags = next(line for line in lines if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    wanted = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
-    return ", ".join(f"{f}={'yes' if f in flags else 'no'}" for f in wanted)
+PREPARED: list[list] = []  # one row per prepare run, printed as a table at the end
 
 
 def load() -> str:
@@ -248,6 +240,19 @@ def measure_process(work: Path, sizes: list[int], args) -> None:
             print(f"round {rnd}, {n:>9,} pairs: peak RSS {r['rss_mb']:.0f} MB (anonymous {r['anon_mb']:.0f} MB, "
                   f"file-backed {r['file_mb']:.0f} MB, sampled); load {r['load']}", flush=True)  # fmt: skip
     base = sizes[0]
+    rows = [
+        [
+            rnd,
+            *(
+                f"{r['rss_mb']:.0f} MB ({r['anon_mb']:.0f}, {r['file_mb']:.0f})"
+                for r in (results[n][rnd] for n in sizes)
+            ),
+        ]
+        + [f"{results[sizes[-1]][rnd]['rss_mb'] / results[base][rnd]['rss_mb']:.3f}x"]
+        for rnd in range(args.rounds)
+    ]
+    heads = ["round", *(f"{n:,} pairs: peak RSS (anon, file)" for n in sizes), f"{sizes[-1]:,} / {base:,}"]
+    print(table(heads, rows, caption="The whole `attnlab train` process, peak RSS per round"))
     for n in sizes[1:]:
         per_round = [b["rss_mb"] / a["rss_mb"] for a, b in zip(results[base], results[n])]
         worst = max(x["rss_mb"] for x in results[n]) / max(x["rss_mb"] for x in results[base])
@@ -306,6 +311,8 @@ def prepare_size(work: Path, n: int, dev: str, test: str, args) -> dict:
         r = child(PREPARE.format(data=spec, out=str(out), valid=dev, test=test, shard_size=args.shard_size, workers=w))
         r.update(workers=w, pairs_per_s=r["pairs"] / r["seconds"], disk=du(out), raw=raw, load=load())
         runs.append(r)
+        PREPARED.append([f"{n:,}", w or "all cores", f"{r['seconds']:.0f} s", f"{r['pairs_per_s']:,.0f}"])
+        PREPARED[-1] += [f"{r['rss_mb']:.0f} MB / {r['workers_rss_mb']:.0f} MB", f"{r['disk'] / 1e6:.0f} MB", r["load"]]
         print(
             f"{n:>9,} pairs, workers={w or 'all cores'}: prepare {r['seconds']:.0f} s = "
             f"{r['pairs_per_s']:,.0f} pairs/s, "
@@ -334,20 +341,18 @@ def measure(work: Path, sizes: list[int], args) -> None:
             results[n]["train"].append(child(TRAIN.format(out=str(out), run=str(run), steps=args.train_steps)))
             shutil.rmtree(run, ignore_errors=True)
     print(f"\nload after the rounds: {load()}")
-    print(
-        "| pairs | loader tokens/s (median) | plan of epoch 0 | model consumes tokens/s | loader / model | "
-        "peak RSS loader | peak RSS training |"
-    )
-    print("|---|---|---|---|---|---|---|")
     med = lambda xs: float(np.median(xs))
+    rows = []
     for n in sizes:
         lo, tr = results[n]["loader"], results[n]["train"]
         lt, mt = med([x["tokens_per_s"] for x in lo]), med([x["tokens_per_s"] for x in tr])
-        print(
-            f"| {n:,} | {lt:,.0f} | {med([x['plan_s'] for x in lo]):.1f} s, {lo[0]['epoch_batches']:,} batches | "
-            f"{mt:,.0f} | {lt / mt:.1f}x | {max(x['rss_mb'] for x in lo):.0f} MB | "
-            f"{max(x['rss_mb'] for x in tr):.0f} MB |"
+        rows.append(
+            [f"{n:,}", f"{lt:,.0f}", f"{med([x['plan_s'] for x in lo]):.1f} s, {lo[0]['epoch_batches']:,} batches"]
         )
+        rows[-1] += [f"{mt:,.0f}", f"{lt / mt:.1f}x", f"{max(x['rss_mb'] for x in lo):.0f} MB"]
+        rows[-1] += [f"{max(x['rss_mb'] for x in tr):.0f} MB"]
+    heads = ["pairs", "loader tokens/s (median)", "plan of epoch 0", "model consumes tokens/s", "loader / model"]
+    print(table([*heads, "peak RSS loader", "peak RSS training"], rows, caption="The loader and a short training run"))
     base = sizes[0]
     for n in sizes[1:]:
         for what in ("train", "loader"):
@@ -381,7 +386,7 @@ def main() -> None:
     if args.phase != "all" and not args.workdir:
         ap.error("--phase generate/prepare/measure/process need --workdir (the folder the phases share)")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
-    print(f"platform: {platform.machine()}, {os.cpu_count()} CPUs; CPU features: {cpu_features()}")
+    print(f"platform: {platform.machine()}, {os.cpu_count()} CPUs; CPU features: {' '.join(cpu_features())}")
     print(f"load at start: {load()}", flush=True)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="attnlab-data-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -405,7 +410,11 @@ def main() -> None:
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
+    if PREPARED:
+        heads = ["pairs", "workers", "prepare", "pairs/s", "peak RSS (main / a worker)", "on disk", "load at the end"]
+        print(table(heads, PREPARED, caption="prepare"))
     print(f"load at the end: {load()}")
+    write_result(__file__)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import print_machine, table, write_result
 
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
@@ -186,16 +186,6 @@ def replay_kernels(captured: list, device):
     return replay, len(calls)
 
 
-def cpu_features() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line for line in f if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    wanted = ["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]
-    return ", ".join(f"{f}={'yes' if f in flags else 'no'}" for f in wanted)
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sentences", type=int, default=64)
@@ -267,10 +257,7 @@ def main(argv=None):
         g = [len(t) for t in outs["greedy, cached"]]
         mean = sum(g) / len(g)
         print(f"output lengths: greedy {min(g)}..{max(g)} (mean {mean:.1f}), beam {min(lengths)}..{max(lengths)}")
-    print(
-        f"cpu: {cpu_features()}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
-        f"{os.getloadavg()[2]:.2f}"
-    )
+    print_machine()
     print(table(["method", "seconds (median)", "output tokens/s", "time / cached greedy"], rows))
     print(f"cache speed-up over the book's decoder: {med['greedy, book (encode once, re-run prefix)'] / base:.2f}x")
     print(f"beam 4 cost (beam / greedy, both cached): {med['beam 4, cached'] / base:.2f}x")
@@ -286,6 +273,7 @@ def main(argv=None):
         f"outside those kernels: 1.6x greedy would leave beam 4 {budget:.3f} s; greedy spends {greedy_rest:.3f} s "
         f"there, beam 4 {med['beam 4, cached'] - med['beam 4, matmuls + attention kernels (floor)']:.3f} s"
     )
+    write_result(__file__, argv)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import table, write_result
 
 from attnlab.metrics import corpus_bleu, corpus_chrf, group_by_source, reference_text
 from attnlab.runs.loading import load_translator
@@ -80,6 +80,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "a") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
+    write_result(__file__, argv)
     return 0
 
 

@@ -17,7 +17,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_decoding_args
+from common import add_decoding_args, table, write_result
 
 from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import load_data
@@ -37,6 +37,7 @@ def main(argv=None) -> int:
     print(f"CPU features: {feats}; torch {torch.__version__}, {args.threads} threads, load {os.getloadavg()[0]:.2f}")
     data = load_data(read_run_config(args.checkpoint)["data"])
     ids = [s for _, s, _ in held_out_sources(getattr(data, args.split), data.tgt_vocab, args.limit or 500)]
+    rows, bests = [], []
     for precision in args.precisions.split(","):
         tr = load_translator(args.checkpoint, precision=precision)
         tr.workers = 1  # one batch at a time: the profile of one decoding loop
@@ -55,6 +56,10 @@ def main(argv=None) -> int:
             f"outside PyTorch's operators (C kernels, Python): {outside * 1e3:.1f} ms of the "
             f"profiled pass's {wall * 1e3:.1f} ms ({outside / wall:.0%})"
         )
+        bests.append(best)
+        rows.append([precision, f"{len(ids) / best:.0f}", f"{bests[0] / best:.2f}x"])
+    print(table(["precision", "sentences/s (best pass)", "vs the first"], rows))
+    write_result(__file__, argv)
     return 0
 
 

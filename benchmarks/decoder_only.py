@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import budget_points, table
+from common import budget_points, table, write_result
 from time_to_quality import evaluate_split, figure, score
 
 from attnlab.chapter.time_to_quality import held_out_sources
@@ -284,6 +284,7 @@ def main(argv=None) -> int:
         report(results, args.budget)
         if args.figure:
             figure(results, args.figure)
+        write_result(__file__, argv)
         return 0
     data_cfg = dict(get_preset("transformer", args.preset)["data"])
     data_cfg.pop("loader", None)
@@ -315,6 +316,7 @@ def main(argv=None) -> int:
         write_json(args.json, public)
     if args.figure:
         figure(public, args.figure)
+    write_result(__file__, argv)
     return 0
 
 

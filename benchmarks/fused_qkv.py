@@ -15,22 +15,14 @@ import argparse
 import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
+from common import print_machine, table, write_result
 
 from attnlab.attention import MultiHeadAttention
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
 from attnlab.models import Transformer, TransformerConfig
-
-
-def cpu_features() -> str:
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[1].split("\n", 1)[0].split()
-    except (OSError, IndexError):
-        return "unknown"
-    return " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))
 
 
 def interleaved(fns: dict, rounds: int) -> dict:
@@ -58,11 +50,12 @@ def bench_qkv(D, H, B, L, rounds):
         m(x, x.view_as(x), x.view_as(x), valid_lens=lens).sum().backward()
 
     t = interleaved({"three matmuls": separate, "fused QKV": fused}, rounds)
-    print(
-        f"self-attention D={D} H={H} B={B} L={L}, forward+backward: three matmuls "
-        f"{t['three matmuls'] * 1e3:.2f} ms, fused {t['fused QKV'] * 1e3:.2f} ms, "
-        f"speedup {t['three matmuls'] / t['fused QKV']:.2f}x"
-    )
+    return [
+        f"self-attention fwd+bwd, D={D} H={H} B={B} L={L}",
+        f"three Q/K/V matmuls {t['three matmuls'] * 1e3:.1f} ms",
+        f"fused QKV {t['fused QKV'] * 1e3:.1f} ms",
+        f"{t['three matmuls'] / t['fused QKV']:.2f}x",
+    ]
 
 
 @torch.no_grad()
@@ -82,12 +75,12 @@ def bench_pruned(rounds):
             model, src[:32], lens[:32], DecodeOptions(), bos=1, eos=2, max_len=20
         )
     t = interleaved(fns, rounds)
-    for what in ("forward", "greedy"):
+    rows = []
+    for what, shape in (("forward", "forward 64x20"), ("greedy", "greedy 32 sentences")):
         a, b = t[f"full (8 heads) {what}"], t[f"pruned (4 heads) {what}"]
-        print(
-            f"Transformer D=256 N=3 batch 64x20, {what}: full {a * 1e3:.1f} ms, half the heads pruned "
-            f"{b * 1e3:.1f} ms, speedup {a / b:.2f}x"
-        )
+        rows.append([f"Transformer D=256 N=3, {shape}", f"8 heads {a * 1e3:.0f} ms", f"4 heads {b * 1e3:.0f} ms"])
+        rows[-1].append(f"{a / b:.2f}x")
+    return rows
 
 
 def main():
@@ -96,12 +89,13 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), CPU: {cpu_features()}")
-    print(f"load before: {os.getloadavg()}")
-    for D, H, B, L in ((256, 4, 32, 32), (512, 8, 32, 32), (256, 4, 8, 128)):
-        bench_qkv(D, H, B, L, args.rounds)
-    bench_pruned(max(args.rounds // 3, 3))
+    print_machine()
+    print(f"{args.threads} thread(s); load before: {os.getloadavg()}")
+    rows = [bench_qkv(D, H, B, L, args.rounds) for D, H, B, L in ((256, 4, 32, 32), (512, 8, 32, 32), (256, 4, 8, 128))]
+    rows += bench_pruned(max(args.rounds // 3, 3))
+    print(table(["measurement", "baseline", "attnlab", "ratio"], rows))
     print(f"load after: {os.getloadavg()}")
+    write_result(__file__)
 
 
 if __name__ == "__main__":

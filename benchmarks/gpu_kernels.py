@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import table, write_result
 
 from attnlab.attention import MultiHeadAttention
 
@@ -156,6 +156,7 @@ def main(argv=None) -> int:
             f"ratio: L={L}: attnlab fused / raw SDPA flash = {ours / raw:.2f}; "
             f"attnlab fused = {100 * ours / peak:.0f}% of the matmul rate"
         )
+    write_result(__file__, argv)
     return 0
 
 

@@ -10,6 +10,7 @@ generated sentences) is saved, imported with `attnlab import hf`, and both decod
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import print_machine, table, write_result
 
 from attnlab.testing import sentences, tiny_marian
 
@@ -39,19 +41,19 @@ def import_time(code: str, rounds: int = 5) -> float:
 
 
 def main():
-    import argparse
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--imports-only", action="store_true", help="only measure the import times")
-    ap.parse_args()
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved decoding rounds")
+    ap.add_argument("--import-rounds", type=int, default=5, help="fresh interpreters per import time (0: none)")
+    args = ap.parse_args()
     from transformers import MarianMTModel, MarianTokenizer
 
     from attnlab.export.marian import import_hf
     from attnlab.runs.loading import load_translator
 
     torch.set_num_threads(2)
-    flags = Path("/proc/cpuinfo").read_text()
-    print("cpu features:", " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags))
+    print_machine()
+    rows = []
     print("uptime:", os.popen("uptime").read().strip())
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "marian"
@@ -63,7 +65,7 @@ def main():
         src_ids = [tr.src_vocab.encode(t) for t in texts]
         enc = tok(texts, padding=True, return_tensors="pt")
         limit = tr.output_limit(enc["input_ids"].shape[1])
-        for beam in (1, 4) if "--imports-only" not in sys.argv else ():
+        for beam in (1, 4) if not args.imports_only else ():
             ours = lambda: [hs[0].tokens for hs in tr.search(src_ids, tr.options(beam=beam), scores=False)]
             theirs = lambda: hf.generate(  # the settings tests/export/test_hf.py proves identical outputs with
                 **enc,
@@ -77,7 +79,7 @@ def main():
             with torch.no_grad():
                 ours(), theirs()  # warm-up
                 t_ours, t_theirs = [], []
-                for _ in range(3):  # interleaved rounds
+                for _ in range(args.rounds):  # interleaved rounds
                     t0 = time.perf_counter()
                     out = ours()
                     t_ours.append(time.perf_counter() - t0)
@@ -93,17 +95,26 @@ def main():
                 f"attnlab/generate time ratio {a / b:.2f}, identical outputs: {same}/{len(out)}, "
                 f"mean output length {sum(map(len, out)) / len(out):.1f}"
             )
-    core = import_time("import attnlab, attnlab.cli; attnlab.cli.build_parser()")
+            name = "greedy" if beam == 1 else f"beam {beam}"
+            rows.append([name, f"{a * 1e3:.0f} ms", f"{b * 1e3:.0f} ms", f"{a / b:.2f}", f"{same}/{len(out)}"])
+    print(table(["decoding", "attnlab", "`generate`", "attnlab time / generate's", "identical outputs"], rows))
+    if not args.import_rounds:
+        write_result(__file__)
+        return
+    core = import_time("import attnlab, attnlab.cli; attnlab.cli.build_parser()", args.import_rounds)
     extra = import_time(
         "import attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.marian; "
-        "from transformers import MarianMTModel; import sentencepiece"
+        "from transformers import MarianMTModel; import sentencepiece",
+        args.import_rounds,
     )
-    base = import_time("import torch")
+    base = import_time("import torch", args.import_rounds)
     print(
         f"import time (median of 5 subprocesses): attnlab core {core:.2f} s, with the [hf] extra loaded "
         f"{extra:.2f} s ({extra / core:.2f}x); python + torch alone {base:.2f} s"
     )
     print("uptime:", os.popen("uptime").read().strip())
+    imports = {"attnlab core s": round(core, 2), "with [hf] s": round(extra, 2), "python + torch s": round(base, 2)}
+    write_result(__file__, import_times=imports)
 
 
 if __name__ == "__main__":

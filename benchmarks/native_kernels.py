@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table, time_call
+from common import table, time_call, write_result
 from precision import header
 
 from attnlab.attention.masking import lengths_to_mask
@@ -154,6 +154,7 @@ def main(argv=None) -> int:
     print()
     print(table(["case", "PyTorch us", "C kernel us", "C vs PyTorch", "max |difference|"], rows))
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    write_result(__file__, argv)
     return 0
 
 

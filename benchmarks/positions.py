@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import table, write_result
 from time_to_quality import figure
 
 from attnlab.chapter.time_to_quality import held_out_sources
@@ -138,6 +138,7 @@ def main() -> int:
     print(f"\n{len(long)} long sources ({LONG_WORDS[0]}-{LONG_WORDS[1]} words), load {os.getloadavg()[0]:.2f}")
     head = ["scheme", "steps", "valid BLEU along the way", "valid BLEU", "chrF", "BLEU 13-20 words"]
     print(table([*head, "parameters", "KV bytes/sentence", "greedy sent/s"], rows))
+    write_result(__file__)
     return 0
 
 

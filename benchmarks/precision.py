@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_decoding_args, table
+from common import add_decoding_args, table, write_result
 from decode import ATTENTION as SDPA
 from decode import PACKED_LINEAR as PACKED
 from decode import capture_kernels, replay_kernels
@@ -267,6 +267,7 @@ def main(argv=None) -> int:
     for on, off in native_pairs(names):
         print(f"same output with and without the C kernels: {same_as_baseline(hyps, on)[off]} ({off!r} as {on!r})")
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    write_result(__file__, argv)
     return 0
 
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table, time_call
+from common import table, time_call, write_result
 from precision import header
 
 from attnlab.kernels import loader as native
@@ -97,6 +97,7 @@ def main(argv=None) -> int:
     print()
     print(table(["rows x in -> out", "fp32 us/call", *(f"{n} vs fp32" for n in list(ks)[1:])], rows_out))
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    write_result(__file__, argv)
     return 0
 
 

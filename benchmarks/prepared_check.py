@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median_time, table
-from data_scale import cpu_features, load
+from common import cpu_features, median_time, table, write_result
+from data_scale import load
 
 from attnlab.data.prepared.manifest import FULL_CHECK_BYTES, check_manifest, write_manifest
 
@@ -53,7 +53,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="500000,5000000", help="pairs, comma-separated")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    print(f"cpu: {cpu_features()}; cores {os.cpu_count()}; load {load()}; full hash below {FULL_CHECK_BYTES >> 20} MiB")
+    print(f"cpu: {' '.join(cpu_features())}; cores {os.cpu_count()}; load {load()}")
+    print(f"full hash below {FULL_CHECK_BYTES >> 20} MiB")
     rows = []
     with tempfile.TemporaryDirectory(prefix="attnlab-check-") as work:
         for n in (int(s) for s in args.sizes.split(",")):
@@ -72,6 +73,7 @@ def main() -> None:
             shutil.rmtree(root)
     print(table(["pairs", "shards", "on disk", "sizes only", "default", "full sha256"], rows))
     print("baseline of each ratio: the full sha256 check of the same folder")
+    write_result(__file__, baseline="the full sha256 check of the same folder")
 
 
 if __name__ == "__main__":

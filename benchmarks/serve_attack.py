@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from common import table, write_result
+
 from attnlab.testing import start_server, stop_server
 
 
@@ -148,6 +150,7 @@ def main() -> None:
         args.checkpoint, "--log-level", "critical", env={"PYTHONPATH": args.src} if args.src else None
     )
     holders: list[socket.socket] = []
+    rows = []
     try:
         time.sleep(1)
         print(f"server {args.src or 'this tree'}; idle RSS {rss_mb(proc.pid):.0f} MB")
@@ -167,6 +170,7 @@ def main() -> None:
                 f"{rss_mb(proc.pid):.0f} MB, peak {rss_mb(proc.pid, 'VmHWM'):.0f} MB",
                 flush=True,
             )
+            rows.append([name, n, summary(res), f"{rss_mb(proc.pid, 'VmHWM'):.0f} MB"])
         for s in holders:
             s.close()
         time.sleep(2)
@@ -181,6 +185,8 @@ def main() -> None:
     finally:
         stop_server(proc)
     print("load average (1, 5, 15 min):", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(table(["probe", "clients", "answers", "server peak RSS"], rows))
+    write_result(__file__, still_answers=alive)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import table, write_result
 
 from attnlab.serve.listen import decode_threads
 from attnlab.testing import start_server, stop_server, train_tiny
@@ -150,18 +151,18 @@ def main() -> None:
         f"{args.clients} clients x {args.requests} requests x {args.rounds} interleaved rounds; one sentence "
         f"per request; batcher --max-wait-ms {args.max_wait_ms:g}, 1 decode thread; explorer workers {args.workers}"
     )
-    print("| path | sentences/s | vs single (median of per-round ratios) | p50 ms | p95 ms | p99 ms | errors |")
-    print("|---|---|---|---|---|---|---|")
     base = stats["single"]["rates"]
+    rows = []
     for mode, st in stats.items():
         ratio = statistics.median(r / b for r, b in zip(st["rates"], base))
-        print(
-            f"| {mode} | {statistics.median(st['rates']):.1f} | {ratio:.2f}x | {pct(st['lat'], 0.5) * 1e3:.0f} | "
-            f"{pct(st['lat'], 0.95) * 1e3:.0f} | {pct(st['lat'], 0.99) * 1e3:.0f} | {st['fails']} |"
-        )
+        rows.append([mode, f"{statistics.median(st['rates']):.1f}", f"{ratio:.2f}x"])
+        rows[-1] += [f"{pct(st['lat'], q) * 1e3:.0f}" for q in (0.5, 0.95, 0.99)] + [st["fails"]]
+    heads = ["path", "sentences/s", "vs single (median of per-round ratios)", "p50 ms", "p95 ms", "p99 ms", "errors"]
+    print(table(heads, rows))
     print("load average (1, 5, 15 min):", " ".join(f"{x:.2f}" for x in os.getloadavg()))
     bad = sum(st["fails"] for st in stats.values())
     assert bad == 0, f"{bad} requests failed"
+    write_result(__file__)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import budget_points, table
+from common import budget_points, table, write_result
 
 from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import iterate_batches
@@ -383,6 +383,12 @@ def main(argv=None) -> int:
         ]
         print(f"\n{r['recipe']} ({r['valid_sources']} validation sources, load at start {r['load_at_start']})")
         print(table(["train s", "steps", "epoch", "loss", "valid BLEU", "load"], rows))
+    summary = [
+        [r["recipe"], r["curve"][-1]["steps"], " / ".join(f"{p['valid_bleu']:.2f}" for p in r["curve"])]
+        for r in results
+    ]
+    points = " / ".join(f"{p['seconds']:.0f}" for p in results[0]["curve"]) if results else ""
+    print(table(["recipe", f"updates in {args.budget:.0f} s", f"validation BLEU at {points} s"], summary))
     if len(results) == 2 and results[1]["curve"][-1]["valid_bleu"] > 0:
         ratio = results[0]["curve"][-1]["valid_bleu"] / results[1]["curve"][-1]["valid_bleu"]
         print(f"\n{results[0]['recipe']} / {results[1]['recipe']} validation BLEU at {args.budget:.0f} s: {ratio:.2f}x")
@@ -390,6 +396,7 @@ def main(argv=None) -> int:
         write_json(args.json, results)
     if args.figure:
         figure(results, args.figure)
+    write_result(__file__, argv)
     return 0
 
 

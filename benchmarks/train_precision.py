@@ -30,7 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table
+from common import table, write_result
 from train_throughput import make_batches, masked_loss
 
 from attnlab.models import Transformer, TransformerConfig
@@ -160,6 +160,7 @@ def main(argv=None) -> int:
     print(f"command: python benchmarks/train_precision.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     print(f"torch {torch.__version__}; CPU features {' '.join(feats) or '(none of avx512f/bf16/vnni/amx)'}")
     precisions = args.precision.split(",")
+    every = []  # one row per (threads, precision): the record's figures
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         print(f"\n# {threads} thread(s), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -172,7 +173,9 @@ def main(argv=None) -> int:
         rows = [
             [p, *(f"{med[p][ph]:.1f}" for ph in PHASES), f"{step[p]:.1f}", f"{base / step[p]:.2f}x"] for p in precisions
         ]
-        print(table(["precision", "forward ms", "backward ms", "optimizer ms", "step ms", "speed vs first"], rows))
+        heads = ["precision", "forward ms", "backward ms", "optimizer ms", "step ms", "speed vs first"]
+        print(table(heads, rows))
+        every += [{"threads": threads, **dict(zip(heads, r))} for r in rows]
         for p in precisions:
             prof = phase_profile(steppers[p], batches[0])
             for ph in PHASES:
@@ -180,6 +183,7 @@ def main(argv=None) -> int:
                 print(f"  {p} {ph} (self ms/step): {top}")
         if args.attention:
             print(attention_kernels(threads))
+    write_result(__file__, argv, figures=every)
     return 0
 
 

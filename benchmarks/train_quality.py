@@ -13,6 +13,8 @@ import argparse
 import sys
 import time
 
+from common import table, write_result
+
 from attnlab.data import load_data
 from attnlab.models import build_model
 from attnlab.training.config import TrainConfig
@@ -33,7 +35,7 @@ def quality(steps: int, precisions: list[str], width: int = 64) -> str:
         "src_vocab_size": len(data.src_vocab),
         "tgt_vocab_size": len(data.tgt_vocab),
     }
-    losses, lines = {}, []
+    losses, rows = {}, []
     for p in precisions:
         seed_everything(0)
         model = build_model("transformer", model_cfg)
@@ -53,15 +55,11 @@ def quality(steps: int, precisions: list[str], width: int = 64) -> str:
         trainer.fit()
         seconds = time.perf_counter() - t0
         losses[p] = trainer.evaluate()["valid_loss"]  # teacher-forced, under the same autocast as training
-        lines.append(
-            f"  {p}: validation loss {losses[p]:.4f} after {steps} steps ({seconds:.0f} s, "
-            f"{len(data.valid)} validation sentences)"
-        )
-    for p in precisions[1:]:
-        lines.append(
-            f"  {p} vs fp32: {100 * (losses[p] / losses['fp32'] - 1):+.2f}% validation loss (target: within 2%)"
-        )
-    return f"\n## quality: cpu-small recipe at D={width}, seed 0, same batches\n" + "\n".join(lines)
+        change = f"{100 * (losses[p] / losses['fp32'] - 1):+.2f}%"
+        rows.append([p, width, steps, f"{losses[p]:.4f}", "baseline" if p == "fp32" else change, f"{seconds:.0f}"])
+    heads = ["precision", "D", "steps", "validation loss", "vs fp32", "training s"]
+    caption = f"cpu-small recipe at D={width}, seed 0, same batches, {len(data.valid)} validation sentences"
+    return f"\n## quality: {caption} (target: within 2%)\n" + table(heads, rows, caption=caption)
 
 
 def main(argv=None) -> int:
@@ -75,6 +73,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"--precision must start with fp32 (the baseline), got {args.precision!r}")
     print(f"command: python benchmarks/train_quality.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     print(quality(args.steps, precisions, args.d))
+    write_result(__file__, argv)
     return 0
 
 

@@ -42,7 +42,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from baselines.d2l_transformer import from_attnlab_config
-from common import table
+from common import table, write_result
 from train_quality import quality
 
 from attnlab.attention.dropout import Dropout
@@ -392,6 +392,7 @@ def main(argv=None) -> int:
         for name in ("attnlab", "nn.Transformer"):
             print(f"\n## torch.profiler: {name}, 3 steps, top operators by self time\n")
             print(profile(args, name))
+    write_result(__file__, argv, main=0)
     return 0
 
 

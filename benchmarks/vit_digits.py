@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from common import table
+from common import table, write_result
 from torch import nn
 
 from attnlab.data.images import ImageData, load_digits_data
@@ -138,6 +138,7 @@ def main(argv=None) -> int:
     vit_test = rows[0][4]
     for name, *_, test in rows[1:]:
         print(f"ratio: ViT / {name.split(' (')[0]} = {vit_test / max(test, 1e-9):.3f}x test accuracy")
+    write_result(__file__, argv)
     return 0
 
 

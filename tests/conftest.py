@@ -14,6 +14,8 @@ a reason that starts with the rule's name and a colon (`pytest.skip("no-procfs: 
 """
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,16 @@ class CISkipRule:
 def pytest_configure(config):
     if CI:
         config.pluginmanager.register(CISkipRule(), "attnlab-ci-skip-rule")
+    # A benchmark script a test starts writes its record here, never over the measured benchmarks/results/.
+    if not os.environ.get("ATTNLAB_RESULTS"):
+        os.environ["ATTNLAB_RESULTS"] = config._attnlab_results = tempfile.mkdtemp(prefix="attnlab-results-")
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_attnlab_results", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("ATTNLAB_RESULTS", None)
 
 
 # What a skip lacked, told by its reason: (words in the reason, what was missing, how to give it).

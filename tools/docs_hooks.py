@@ -48,7 +48,7 @@ LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
 def _fix_links(text: str) -> str:
-    """docs/x.png -> x.png; BENCHMARKS.md -> benchmarks.md; other relative links -> plain text."""
+    """docs/x.png -> x.png; BENCHMARKS.md[#section] -> benchmarks.md[#section]; other relative links -> plain text."""
 
     def sub(m: re.Match) -> str:
         bang, label, target = m.groups()
@@ -56,8 +56,8 @@ def _fix_links(text: str) -> str:
             return m.group(0)
         if target.startswith("docs/"):
             return f"{bang}[{label}]({target[len('docs/') :]})"
-        if target == "BENCHMARKS.md":
-            return f"[{label}](benchmarks.md)"
+        if target == "BENCHMARKS.md" or target.startswith("BENCHMARKS.md#"):  # a section of the page, too
+            return f"[{label}](benchmarks.md{target[len('BENCHMARKS.md') :]})"
         return label if not bang else f"`{target}`"
 
     return LINK.sub(sub, text)

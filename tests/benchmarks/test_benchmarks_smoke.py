@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_records import check_record, results_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +26,8 @@ def test_train_throughput_quick_prints_ratios():
     assert out.startswith("command: python benchmarks/train_throughput.py --quick")
     for baseline in ("nn.Transformer", "book \\(d2l\\)"):
         assert re.search(rf"^ratio: attnlab / {baseline} = \d+\.\d\dx target tokens/s$", out, re.M), out
+    record = check_record(results_folder(), "train_throughput.py", ["--quick"])
+    assert [row["model"] for row in record["figures"]] == ["attnlab", "nn.Transformer", "book (d2l)"]
 
 
 def test_train_throughput_plain_dropout_is_timed_in_the_same_run():
@@ -46,7 +49,7 @@ def test_train_throughput_rejects_bad_lengths():
 def test_run_all_lists_every_benchmark():
     out = _run([sys.executable, "benchmarks/run_all.py", "--list"])
     lines = out.splitlines()
-    assert "python benchmarks/train_throughput.py --steps 5 --warmup 1" in lines
+    assert any(line.startswith("python benchmarks/train_throughput.py --steps 3 --warmup 1") for line in lines)
     assert not any("gpu_" in line or "run_all" in line or "common" in line for line in lines)
     scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {"run_all.py", "common.py", "gpu_kernels.py"}
     assert {line.split()[1].removeprefix("benchmarks/") for line in lines} == scripts
@@ -92,6 +95,7 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
     # Everything printed also lands in $OUT/gpu_results.txt.
     saved = (out_dir / "gpu_results.txt").read_text()
     assert "result: test BLEU" in saved and "ratio: attnlab / nn.Transformer" in saved
+    check_record(results_folder(), "gpu_kernels.py", [])
 
 
 def test_gpu_script_explains_missing_data(tmp_path):
@@ -141,6 +145,7 @@ def test_decoder_only_comparison_smoke():
     for name in ("decoder-only causal", "decoder-only prefix-LM"):
         assert re.search(rf"^ratio: {name} / encoder-decoder = \d+\.\d\dx greedy sentences/s$", out, re.M), out
     assert re.search(r"^chosen on validation: ", out, re.M), out
+    check_record(results_folder(), "decoder_only.py", args)
 
 
 @pytest.mark.usefixtures("c_kernels")
@@ -155,3 +160,5 @@ def test_native_kernels_benchmark_times_each_kernel_against_pytorch():
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert float(cells[1]) > 0 and float(cells[2]) > 0 and cells[3].endswith("x")
         assert float(cells[4]) < (0.1 if "bf16" in row else 1e-4), row  # what PyTorch computes (bf16: its rounding)
+    record = check_record(results_folder(), "native_kernels.py", ["--rounds", "--reps", "--batch"])
+    assert len(record["figures"]) == 24, record["figures"]  # every row of the printed table

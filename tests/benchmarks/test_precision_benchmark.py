@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_records import check_record, results_folder
 from train_helpers import SUBPROCESS_ENV, needs_data, tiny_run
 
 from attnlab.data import load_data
@@ -98,6 +99,8 @@ def test_precision_benchmark_prints_speed_and_bleu(run_dir):
     out = _bench("precision.py", run_dir, "--precisions", "bf16,int8")
     assert "CPU features:" in out and "native bf16:" in out
     assert _row(out, "fp32")[-1] == "baseline"  # fp32 is run even when not asked for, and not compared with itself
+    record = check_record(results_folder(), "precision.py", ["--checkpoint", "--precisions"])
+    assert [row["precision"] for row in record["figures"]][:3] == ["fp32", "bf16", "int8"], record["figures"]
     base = load_translator(run_dir, precision="fp32")
     src = [ex.src_ids for ex in load_data(base.config["data"]).test[:8]]
     ref = [
@@ -135,6 +138,7 @@ def test_kernel_benchmark_prints_every_kernel():
     for kernel in ("bf16", "int8 dyn (tensor)", "int8 dyn (channel)", "int8 _int_mm (row)"):
         assert f"{kernel} vs fp32" in out.stdout
     assert _row(out.stdout, "8x16->24")
+    check_record(results_folder(), "precision_kernels.py", ["--rounds", "--rows", "--shapes"])
 
 
 @needs_data
@@ -148,6 +152,7 @@ def test_ctranslate2_benchmark_compares_engines(run_dir):
         if "int8" not in engine:  # the export, and attnlab's workers, decode like attnlab fp32
             assert row.rstrip(" |").endswith("8/8"), row
     assert "best attnlab" in out
+    check_record(results_folder(), "ct2_speed.py", ["--attnlab", "--ct2"])
 
 
 @needs_data

@@ -4,8 +4,8 @@ this process's memory as it was when the pool was made (a loaded model: nothing 
 and the results).
 
 Why processes: a decoding step of a small model is hundreds of small torch ops, each of which drops and
-takes back the GIL, so two threads of one process mostly wait for each other (BENCHMARKS.md, "Worker
-processes": with 2 workers, int8 greedy 1.19-1.37x faster in processes than in threads). Why kept: a fresh
+takes back the GIL, so two threads of one process mostly wait for each other; two processes have no GIL to
+share (BENCHMARKS.md, "Precision": the `on worker threads` rows). Why kept: a fresh
 child first faults in its working set, ~0.1-0.3 s for a batch of 256 sentences, which a map of a few
 batches would pay every time.
 

@@ -7,10 +7,10 @@
 
 Why: a decoding step's matmuls are small (a few hundred rows), and `F.linear` reorders the weight into the
 kernel's blocked layout on every call. oneDNN's linear on a weight reordered once (`mkldnn::_linear_pointwise`,
-what inductor's weight prepacking uses) skips that: 2.0-2.3x faster per fp32 layer at 64-256 rows of the
-`laptop` decoder on an AVX512 EPYC, 1.5x fp32 greedy end to end, with the same tokens on its validation and
-test splits (BENCHMARKS.md, "Precision"). Below `MIN_WORK` (rows x outputs) `F.linear`'s own small-matrix
-path is faster, so those calls stay on it; so do training (autograd), other devices and dtypes.
+what inductor's weight prepacking uses) skips that, and gives the same tokens: faster per layer and end to
+end at the `laptop` decoder's shapes (BENCHMARKS.md, "C kernels and linear layers"). Below `MIN_WORK`
+(rows x outputs) `F.linear`'s own small-matrix path is faster, so those calls stay on it; so do training
+(autograd), other devices and dtypes.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ ONEDNN = (
 # Rows x output features from which the packed kernel wins: measured crossings at 192 -> 192 (~20 rows),
 # 192 -> 576 (~4), 384 -> 192 (~5) and 192 -> 4000 (2 rows; one row is a tie).
 MIN_WORK = 4096
-# fp32 only: bf16 linears already run on oneDNN, and packing them measured no faster (0.96-1.0x greedy).
+# fp32 only: bf16 linears already run on oneDNN, and packing them measured no faster (BENCHMARKS.md, "Tried, not kept").
 _DTYPES = (torch.float32,)
 
 

@@ -1,0 +1,146 @@
+"""BENCHMARKS.md is rendered from benchmarks/results/*.json and benchmarks/frame.md: the committed page is the
+rendering, every record carries its context, and a record the frame does not name still reaches the page."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import render_benchmarks  # noqa: E402
+
+KEYS = ("command", "cpu_features", "torch", "date", "figures")
+
+
+def test_committed_page_is_the_rendering_of_the_records():
+    page = render_benchmarks.render(
+        render_benchmarks.FRAME.read_text(encoding="utf-8"), render_benchmarks.load_records(render_benchmarks.RESULTS)
+    )
+    committed = render_benchmarks.PAGE.read_text(encoding="utf-8")
+    assert committed == page, "BENCHMARKS.md is stale or edited by hand: run python tools/render_benchmarks.py"
+
+
+def test_page_is_a_reference_of_at_most_600_lines():
+    assert len(render_benchmarks.PAGE.read_text(encoding="utf-8").splitlines()) <= 600
+
+
+def test_every_record_names_its_command_machine_and_figures():
+    records = render_benchmarks.load_records(render_benchmarks.RESULTS)
+    assert len(records) >= 20
+    for name, record in records.items():
+        missing = [k for k in KEYS if k not in record]
+        assert not missing, f"{name}.json lacks {missing}"
+        assert record["command"], name
+        assert record["figures"] and all(isinstance(row, dict) for row in record["figures"]), name
+        if not record["date"]:  # measured before records existed: say so instead of inventing a date
+            assert record.get("source") == render_benchmarks.TRANSCRIBED, name
+
+
+def test_summary_links_point_at_headings_of_the_page():
+    page = render_benchmarks.PAGE.read_text(encoding="utf-8")
+    anchors = {render_benchmarks.slug(h) for h in re.findall(r"^#+ (.+)$", page, re.M)}
+    links = re.findall(r"\]\(#([^)]+)\)", page)
+    assert links and set(links) <= anchors, set(links) - anchors
+
+
+def _folder_with(tmp_path, **new) -> Path:
+    folder = tmp_path / "results"
+    shutil.copytree(render_benchmarks.RESULTS, folder)
+    for name, record in new.items():
+        (folder / f"{name}.json").write_text(json.dumps(record), encoding="utf-8")
+    return folder
+
+
+def test_a_new_record_appears_without_touching_the_renderer(tmp_path):
+    record = {
+        "title": "ONNX Runtime against attnlab",
+        "command": "python benchmarks/onnx_speed.py --rounds 3",
+        "cpu_features": ["avx2"],
+        "torch": "2.13.0",
+        "date": "2026-12-01 10:00 UTC",
+        "figures": [{"engine": "onnxruntime", "sentences/s": 1234.5, "vs attnlab fp32": "1.10×"}],
+        "summary": [{"what": "ONNX export", "baseline": "attnlab fp32", "measured": "1.10×"}],
+    }
+    folder = _folder_with(tmp_path, onnx_speed=record)
+    frame = render_benchmarks.FRAME.read_text(encoding="utf-8")
+    page = render_benchmarks.render(frame, render_benchmarks.load_records(folder))
+    assert "## ONNX Runtime against attnlab" in page
+    assert "python benchmarks/onnx_speed.py --rounds 3" in page
+    assert "| engine | sentences/s | vs attnlab fp32 |" in page and "| onnxruntime | 1,234.5 | 1.10× |" in page
+    assert "Measured 2026-12-01 10:00 UTC on " in page
+    assert "[ONNX Runtime against attnlab](#onnx-runtime-against-attnlab)" in page  # the summary links it
+    # And the page as the tool writes it, from the command line.
+    out = tmp_path / "B.md"
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "render_benchmarks.py"), "--results", str(folder), "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    assert out.read_text(encoding="utf-8") == page
+    check = [sys.executable, str(ROOT / "tools" / "render_benchmarks.py"), "--results", str(folder), "--check"]
+    assert subprocess.run(check, capture_output=True).returncode == 1  # the committed page lacks the new record
+
+
+def test_a_frame_naming_a_missing_record_or_a_broken_record_is_refused(tmp_path):
+    records = render_benchmarks.load_records(render_benchmarks.RESULTS)
+    with pytest.raises(SystemExit, match="no_such_bench"):
+        render_benchmarks.render("# B\n\n{{no_such_bench}}\n", records)
+    folder = _folder_with(tmp_path)
+    (folder / "bad.json").write_text('{"command": "x"}', encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"bad\.json: a record needs a 'figures' list"):
+        render_benchmarks.load_records(folder)
+
+
+def test_cells_keep_numbers_readable():
+    assert render_benchmarks.table([{"a": 1234, "b": 0.985, "c": None, "d": "x|y"}]) == [
+        "| a | b | c | d |",
+        "|---|---|---|---|",
+        "| 1,234 | 0.985 | — | x\\|y |",
+    ]
+    assert render_benchmarks.slug("Decoder-only vs encoder–decoder") == "decoder-only-vs-encoderdecoder"
+
+
+RATIO = re.compile(r"[0-9]\.[0-9]+([–-][0-9]\.[0-9]+)? ?[x×](?![A-Za-z0-9])")
+# Files whose measured ratios are still to move to BENCHMARKS.md; empty this as they go.
+RATIOS_TO_MOVE = {
+    "attention/steps.py",
+    "attention/cache.py",
+    "attention/multihead.py",
+    "decoding/translator.py",
+    "decoding/batches.py",
+    "decoding/argmax.py",
+    "models/int8_step.py",
+    "utils/quantize.py",
+    "utils/precision.py",
+    "csrc/few_queries.c",
+}
+
+
+def test_no_measured_ratio_in_the_sources():
+    """A figure lives once, in BENCHMARKS.md: docstrings, comments and C sources say why, not how fast."""
+    src = ROOT / "src" / "attnlab"
+    found = [
+        f"{path.relative_to(src)}:{n}: {line.strip()}"
+        for path in sorted(p for p in src.rglob("*") if p.suffix in (".py", ".c", ".h"))
+        if str(path.relative_to(src)) not in RATIOS_TO_MOVE
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if RATIO.search(line)
+    ]
+    assert not found, "measured ratios in src/ (move them to BENCHMARKS.md, name its section):\n" + "\n".join(found)
+
+
+def test_readme_quotes_at_most_six_figures_each_linking_its_section():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    headline = re.findall(r"\[([^\]]*\d[^\]]*)\]\(BENCHMARKS\.md#([\w-]+)\)", text)
+    assert 1 <= len(headline) <= 6, headline
+    anchors = {render_benchmarks.slug(h) for h in re.findall(r"^#+ (.+)$", render_benchmarks.PAGE.read_text(), re.M)}
+    assert {a for _, a in headline} <= anchors, "a headline figure links a section BENCHMARKS.md does not have"
+    outside = re.sub(r"\[[^\]]*\]\(BENCHMARKS\.md#[\w-]+\)", "", text)
+    assert not re.findall(r"\d(?:\.\d+)?(?:–\d+(?:\.\d+)?)?×", outside), (
+        "a ratio in the README outside its headline links"
+    )
