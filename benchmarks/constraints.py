@@ -15,6 +15,7 @@ right terminology would give.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import statistics
@@ -95,21 +96,22 @@ def main(argv=None) -> int:
     print(f"{args.checkpoint}: {len(sources)} validation sources, {n_phrases} phrases, beam {args.beam}")
 
     opts = DecodeOptions(beam=args.beam)
+    phrase_texts = tuple(tuple(vocab.decode(p) for p in ps) for ps in cons)  # the options take phrases as text
     n = args.n_best
     runs = {
         "beam": (opts, None),
-        "constrained beam": (opts, cons),
+        "constrained beam": (DecodeOptions(beam=args.beam, constraints=phrase_texts), phrase_texts),
         f"n-best (n_best {n})": (DecodeOptions(beam=args.beam, n_best=min(n, args.beam)), None),
         f"sampling ({n} samples)": (DecodeOptions(sample=True, n_best=n, seed=args.seed), None),
     }
     for o, given in runs.values():  # warm-up
-        translator.search(src_ids[:8], o, constraints=given and given[:8])
+        translator.search(src_ids[:8], dataclasses.replace(o, constraints=given[:8]) if given else o)
     times: dict[str, list[float]] = {name: [] for name in runs}
     outputs = {}
     for _ in range(args.rounds):  # interleaved, so all see the same load
-        for name, (o, given) in runs.items():
+        for name, (o, _) in runs.items():
             start = time.perf_counter()
-            outputs[name] = translator.search(src_ids, o, constraints=given)
+            outputs[name] = translator.search(src_ids, o)
             times[name].append(time.perf_counter() - start)
     rows = []
     for name in runs:

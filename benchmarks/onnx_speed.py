@@ -3,7 +3,7 @@ threads: sentences/s, token identity with attnlab fp32, and multi-reference BLEU
 
 The run is exported twice (float32 and int8, onnxruntime's dynamic quantization) into a temp folder; model
 loading and export are not timed. Every engine decodes the split's sentences greedily: attnlab through
-`Translator.decode_ids` (its default batches and workers: its best way), onnxruntime through
+`Translator.search` greedy (its default batches and workers: its best way), onnxruntime through
 `attnlab.export.onnx.OnnxTranslator` in batches of --ort-batch (default attnlab's), longest first, each batch's
 output capped as attnlab caps it. Rounds are interleaved; sentences/s is the median over rounds. With --ct2,
 CTranslate2's float32 and int8 (ctranslate2 exported the same way) are timed as well.
@@ -169,7 +169,10 @@ def main(argv=None) -> int:
     ids = translator.encode(sentences)
     refs = [[reference_text(r, translator.tgt_vocab) for r in rs] for rs in refs]
     with tempfile.TemporaryDirectory() as tmp:
-        engines: dict = {"attnlab fp32": lambda ids: translator.decode_ids(ids)}
+        greedy = translator.options(beam=1)
+        engines: dict = {
+            "attnlab fp32": lambda ids: [hs[0].tokens for hs in translator.search(ids, greedy, scores=False)]
+        }
         for q in ("float32", "int8"):
             folder = Path(tmp) / q
             folder.mkdir()

@@ -16,6 +16,7 @@ import pytest
 from train_helpers import DATA, SUBPROCESS_ENV, tiny_run
 
 import attnlab
+from attnlab.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -23,9 +24,9 @@ MOVED = ["library.md", "translators.md", "explorer.md", "data.md", "chapter.md",
 PAGES = [README, ROOT / "ARCHITECTURE.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```(?:python|py)\n(.*?)```", re.S)
 # Examples that read a trained run: they run with runs/small a tiny trained run (runs/small-ct2 its
-# CTranslate2 export), a marker of each block naming it.
+# CTranslate2 export, runs/small-onnx its ONNX export), a marker of each block naming it.
 NEEDS_RUN = {
-    "translators.md": ["ctranslate2.Translator(", "DecodeOptions(\n"],
+    "translators.md": ["ctranslate2.Translator(", "DecodeOptions(\n", "OnnxTranslator("],
 }
 FILE_SUFFIXES = {"py", "c", "h", "md", "json", "jsonl", "txt", "png", "yml", "toml", "zip", "pt", "html", "ipynb"}
 
@@ -69,6 +70,12 @@ def test_every_example_that_needs_a_run_is_listed_and_runs_on_a_tiny_one(tmp_pat
         export += ["--format", "ctranslate2", "--out", str(runs / "small-ct2")]
         env = {**SUBPROCESS_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
         subprocess.run(export, check=True, capture_output=True, env=env, timeout=300)
+    if any("OnnxTranslator(" in b for _, b in listed):
+        pytest.importorskip("onnxruntime")
+        assert (
+            main(["export", "--checkpoint", str(runs / "small"), "--format", "onnx", "--out", str(runs / "small-onnx")])
+            == 0
+        )
     monkeypatch.chdir(tmp_path)
     for page, block in listed:
         exec(compile(block, page.name, "exec"), {})

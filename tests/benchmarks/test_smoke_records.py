@@ -60,7 +60,8 @@ SMOKE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "train_quality.py": (["--steps", "2"], ("data",)),
     "vit_digits.py": (["--quick"], ("sklearn",)),
 }
-ELSEWHERE = {  # smoke-tested (record included) in test_benchmarks_smoke.py / test_precision_benchmark.py
+ELSEWHERE = {  # smoke-tested in test_benchmarks_smoke.py / test_precision_benchmark.py / export/test_onnx_speed.py
+    "onnx_speed.py",
     "train_throughput.py",
     "precision.py",
     "ct2_speed.py",

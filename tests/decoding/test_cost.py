@@ -68,8 +68,9 @@ def test_every_factor_raises_the_estimate(base, options, texts, maps):
 
 
 def test_the_hostile_body_is_gigabytes_and_plain_ones_are_not():
-    # 50 texts, beam 8, n_best 8, min_len = max_len = 1024, align: measured trying to allocate 6.7 GB.
-    asked = DecodeOptions(beam=8, n_best=8, min_len=1024, max_len=1024, align=True)
+    # 50 texts, beam 8, n_best 8, min_len 1023 (every step but the last), max_len 1024, align:
+    # measured trying to allocate 6.7 GB.
+    asked = DecodeOptions(beam=8, n_best=8, min_len=1023, max_len=1024, align=True)
     hostile = decode_cost(TINY, [6] * 50, [1024] * 50, asked)
     plain = decode_cost(TINY, [32] * 64, [74] * 64, DecodeOptions(beam=8))
     assert 4 * 2**30 < hostile.peak_bytes < 12 * 2**30
@@ -78,7 +79,7 @@ def test_the_hostile_body_is_gigabytes_and_plain_ones_are_not():
 
 def test_the_refusal_names_the_option_that_saves_most():
     t = Tiny()
-    hostile = DecodeOptions(beam=8, n_best=8, min_len=1024, max_len=1024, align=True)
+    hostile = DecodeOptions(beam=8, n_best=8, min_len=1023, max_len=1024, align=True)
     line = over_budget(t, [6] * 50, hostile, max_work=None, max_bytes=2**30, bytes_flag="--max-request-mb")
     assert line is not None and "\n" not in line
     assert "lower max_len (1024) first" in line and "--max-request-mb" in line and "GB of memory" in line

@@ -13,7 +13,7 @@ from attnlab.serve.guard import Limits
 HOSTILE = {
     "texts": ["i'm home ."] * 50,
     "beam": 8,
-    "options": {"n_best": 8, "min_len": 1024, "max_len": 1024, "align": True},
+    "options": {"n_best": 8, "min_len": 1023, "max_len": 1024, "align": True},
 }
 
 

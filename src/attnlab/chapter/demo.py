@@ -34,15 +34,20 @@ from attnlab.chapter.scoring_functions import scaling
 from attnlab.chapter.self_attention import positional_encoding
 from attnlab.chapter.time_to_quality import time_to_quality_section
 from attnlab.chapter.transformer import norm_comparison
-from attnlab.chapter.translators import TrainedModel, draw_attention, evaluate_test, four_sentences, which_heads
+from attnlab.chapter.translators import (
+    TrainedModel,
+    attention_sections,
+    book_sentences_section,
+    test_split_section,
+    training_section,
+    which_heads,
+)
 from attnlab.data import ATTRIBUTION, resolve_data_path, sample_data_path
 from attnlab.runs.outputs import claim_output, write_output
 from attnlab.training.config import TrainConfig
 from attnlab.training.launch import train_run
 from attnlab.training.presets import get_preset
 from attnlab.utils.checks import check_seed
-from attnlab.viz.files import save_figure
-from attnlab.viz.plots import plot_loss_curve
 
 # What each scale trains: (run name, model type, preset, overrides of train settings, of data settings, weight).
 # A weight is the trainer's part of the training time the budget leaves (`DemoClock.share`): the demo's
@@ -228,88 +233,13 @@ def _build_demo(out: Path, data_path: Path, data_note: str, scale: str, seed: in
     t0 = clock.elapsed()
     scale_down = clock.scoring_scale()  # < 1 when the trainers ran over their share: fewer sentences scored
 
-    headers = ["model", "English", "translation", "reference", "BLEU (k=2)"]
-    rows = []
-    for t in trained:
-        t.rows = four_sentences(t)
-        rows += [[t.name, *r] for r in t.rows]
-    print("\n== the book's four sentences ==")
-    print(format_table(headers, rows))
-    perfect = {t.name: sum(r[-1] == 1.0 for r in t.rows) for t in trained}
-    sections.append(
-        Section(
-            "Translating the book's four sentences",
-            "Each translator's greedy translation of the four sentences the book tests, scored with the book's "
-            "per-sentence BLEU (k=2) on tokens. Sentences at 1.000: "
-            + ", ".join(f"{name} {n}/4" for name, n in perfect.items())
-            + f". {data_note.splitlines()[0]}",
-            tables=[(headers, rows)],
-        )
-    )
-
-    loss_figs, train_rows = [], []
-    for t in trained:
-        r = t.result
-        if r.losses:
-            fig = plot_loss_curve(r.losses, xlabel="step", title=f"{t.name} training loss")
-            loss_figs.append(save_figure(fig, fig_dir / f"{t.name}_loss", ("png", "svg"))[0])
-        train_rows.append(
-            [
-                t.name,
-                t.preset,
-                r.step,
-                r.epoch,
-                round(r.train_loss, 4) if r.train_loss is not None else "n/a",
-                round(t.seconds),
-                round(r.tokens_per_second),
-            ]
-        )
-    train_headers = ["model", "preset", "steps", "epochs", "final loss", "seconds", "tokens/s"]
-    sections.append(
-        Section(
-            "Training",
-            "Per-token cross-entropy (padding excluded) during training of each translator, "
-            "with its preset, length and throughput on this machine.",
-            figures=loss_figs,
-            tables=[(train_headers, train_rows)],
-        )
-    )
-
-    sentence = "i'm home ."
-    for t in trained:
-        if t.name == "transformer-d2l":
-            continue  # the demo's Transformer is drawn; the book's small one adds nothing new
-        what = (
-            "the decoder's additive attention over the source at every output step"
-            if t.model_type == "bahdanau"
-            else "encoder self-attention, decoder self-attention and encoder–decoder attention, one row per "
-            "layer and one column per head (rows are queries, columns keys)"
-        )
-        sections.append(
-            Section(
-                f"Attention of {t.name} on “{sentence}”",
-                f"Heatmaps of {what}. Grey cells are keys a query may not see.",
-                figures=draw_attention(t, sentence, fig_dir),
-            )
-        )
-
-    eval_rows = []
-    for t in trained:
-        if t.name == "transformer":
-            eval_rows += evaluate_test(t, limit=50 if tiny else max(50, int(1000 * scale_down)))
-    if eval_rows:
-        eval_headers = ["model", "test sources", "BLEU (sacreBLEU, all refs)", "chrF", "sentences/s (greedy)"]
-        print("\n== test split ==")
-        print(format_table(eval_headers, eval_rows))
-        sections.append(
-            Section(
-                "Test-set quality",
-                "Corpus BLEU and chrF (sacreBLEU, detokenized text) of greedy translations of "
-                "the distinct held-out English sentences (none occurs in training), each scored against every "
-                "French reference it has in the split.",
-                tables=[(eval_headers, eval_rows)],
-            )
-        )
+    section, perfect = book_sentences_section(trained, data_note)
+    sections.append(section)
+    sections.append(training_section(trained, fig_dir))
+    sections += attention_sections(trained, fig_dir)
+    quality, eval_rows = test_split_section(trained, 50 if tiny else max(50, int(1000 * scale_down)))
+    if quality is not None:
+        sections.append(quality)
 
     for t in trained:
         if t.name == "transformer":

@@ -24,6 +24,7 @@ from attnlab.runs.loading import load_translator
 from attnlab.utils.files import write_json
 from attnlab.viz.files import save_figure
 from attnlab.viz.heatmaps import attention_figures
+from attnlab.viz.plots import plot_loss_curve
 
 
 @dataclass
@@ -140,3 +141,100 @@ def which_heads(trained: TrainedModel, fig_dir: Path, limit: int):
     print(f"\n== which heads matter ({trained.name}) ==")
     print(format_table(headers, rows))
     return Section("Which heads matter", paragraph, figures=figures, tables=[(headers, rows)])
+
+
+def book_sentences_section(trained: list[TrainedModel], data_note: str) -> tuple[Section, dict[str, int]]:
+    """The book's four sentences through every translator (each `t.rows` filled), and how many each got right."""
+    headers = ["model", "English", "translation", "reference", "BLEU (k=2)"]
+    rows = []
+    for t in trained:
+        t.rows = four_sentences(t)
+        rows += [[t.name, *r] for r in t.rows]
+    print("\n== the book's four sentences ==")
+    print(format_table(headers, rows))
+    perfect = {t.name: sum(r[-1] == 1.0 for r in t.rows) for t in trained}
+    section = Section(
+        "Translating the book's four sentences",
+        "Each translator's greedy translation of the four sentences the book tests, scored with the book's "
+        "per-sentence BLEU (k=2) on tokens. Sentences at 1.000: "
+        + ", ".join(f"{name} {n}/4" for name, n in perfect.items())
+        + f". {data_note.splitlines()[0]}",
+        tables=[(headers, rows)],
+    )
+    return section, perfect
+
+
+def training_section(trained: list[TrainedModel], fig_dir: Path) -> Section:
+    """Each translator's loss curve and its training table."""
+    loss_figs, train_rows = [], []
+    for t in trained:
+        r = t.result
+        if r.losses:
+            fig = plot_loss_curve(r.losses, xlabel="step", title=f"{t.name} training loss")
+            loss_figs.append(save_figure(fig, fig_dir / f"{t.name}_loss", ("png", "svg"))[0])
+        train_rows.append(
+            [
+                t.name,
+                t.preset,
+                r.step,
+                r.epoch,
+                round(r.train_loss, 4) if r.train_loss is not None else "n/a",
+                round(t.seconds),
+                round(r.tokens_per_second),
+            ]
+        )
+    train_headers = ["model", "preset", "steps", "epochs", "final loss", "seconds", "tokens/s"]
+    return Section(
+        "Training",
+        "Per-token cross-entropy (padding excluded) during training of each translator, "
+        "with its preset, length and throughput on this machine.",
+        figures=loss_figs,
+        tables=[(train_headers, train_rows)],
+    )
+
+
+def attention_sections(trained: list[TrainedModel], fig_dir: Path) -> list[Section]:
+    """Heatmaps of every translator but the book's small Transformer on one sentence."""
+    sections = []
+    sentence = "i'm home ."
+    for t in trained:
+        if t.name == "transformer-d2l":
+            continue  # the demo's Transformer is drawn; the book's small one adds nothing new
+        what = (
+            "the decoder's additive attention over the source at every output step"
+            if t.model_type == "bahdanau"
+            else "encoder self-attention, decoder self-attention and encoder–decoder attention, one row per "
+            "layer and one column per head (rows are queries, columns keys)"
+        )
+        sections.append(
+            Section(
+                f"Attention of {t.name} on “{sentence}”",
+                f"Heatmaps of {what}. Grey cells are keys a query may not see.",
+                figures=draw_attention(t, sentence, fig_dir),
+            )
+        )
+
+    return sections
+
+
+def test_split_section(trained: list[TrainedModel], limit: int) -> tuple[Section | None, list[list]]:
+    """The demo's Transformer on the test split: its section (None without test sources) and rows."""
+    eval_rows = []
+    for t in trained:
+        if t.name == "transformer":
+            eval_rows += evaluate_test(t, limit=limit)
+    if not eval_rows:
+        return None, eval_rows
+    eval_headers = ["model", "test sources", "BLEU (sacreBLEU, all refs)", "chrF", "sentences/s (greedy)"]
+    print("\n== test split ==")
+    print(format_table(eval_headers, eval_rows))
+    return (
+        Section(
+            "Test-set quality",
+            "Corpus BLEU and chrF (sacreBLEU, detokenized text) of greedy translations of "
+            "the distinct held-out English sentences (none occurs in training), each scored against every "
+            "French reference it has in the split.",
+            tables=[(eval_headers, eval_rows)],
+        ),
+        eval_rows,
+    )

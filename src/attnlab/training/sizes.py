@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from attnlab.models import CONFIGS, build_model
+from attnlab.models import CONFIGS, TRANSLATORS, build_model
 from attnlab.training.config import TrainConfig
 from attnlab.utils.machine import memory_bytes
 from attnlab.utils.runtime import resolve_device
@@ -59,7 +59,7 @@ def device_memory(device: str) -> int | None:
 def check_fits(model_type: str, model_config: Mapping[str, Any], train: TrainConfig) -> None:
     """ValueError (one line) when training this model cannot fit the device's memory; see the module."""
     available = device_memory(train.device)
-    if available is None or model_type not in CONFIGS:
+    if available is None or model_type not in TRANSLATORS:  # the translators' sizes are the open-ended ones
         return
     P, need = training_bytes(model_type, model_config, train)
     if need <= available:
