@@ -42,7 +42,8 @@ def test_two_threads_record_one_model_at_once():
     for i in range(2):
         assert len(got[i]) == 3  # only its own three calls, none of the other thread's
         for w in got[i]:
-            assert torch.equal(w, expected[i][0])
+            # the same numbers up to the last bits (threads may take other matmul kernels), none of the other's
+            torch.testing.assert_close(w, expected[i][0], rtol=1e-5, atol=1e-7)
 
 
 def test_other_threads_run_unrecorded_while_one_records():
