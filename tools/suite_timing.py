@@ -174,7 +174,9 @@ def main(argv=None) -> int:
     ap.add_argument("--render", action="store_true", help="only re-render docs/testing.md from the record")
     ap.add_argument("--record", type=Path, default=RECORD, help="where the record goes (default %(default)s)")
     ap.add_argument("--page", type=Path, default=PAGE)
-    ap.add_argument("--pytest-args", default="-p no:cacheprovider -n 2 --dist loadfile", help="more pytest arguments, one string")
+    ap.add_argument(
+        "--pytest-args", default="-p no:cacheprovider -n 2 --dist loadfile", help="more pytest arguments, one string"
+    )
     args = ap.parse_args(argv)
     if not args.render:
         record = measure(args.paths, shlex.split(args.pytest_args))
