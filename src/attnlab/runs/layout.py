@@ -27,3 +27,15 @@ ALIGNMENT_FILE = "alignment.json"
 GENERATION_FILE = "generation.json"
 MARKER_FILE = "attnlab-output.json"  # what kind of attnlab output a folder is (runs.outputs)
 DEFAULT_RUN = Path("runs") / "demo" / "transformer"
+# What a run folder may hold besides what its marker lists (`runs.outputs`: --force replaces only these).
+RUN_ENTRIES = {
+    CONFIG_FILE,
+    SRC_VOCAB_FILE,
+    TGT_VOCAB_FILE,
+    WEIGHTS_FILE,
+    CHECKPOINTS,
+    LOG_FILE,
+    MARKER_FILE,
+    ALIGNMENT_FILE,
+    GENERATION_FILE,
+}

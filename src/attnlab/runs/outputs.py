@@ -32,17 +32,7 @@ from pathlib import Path
 from safetensors import SafetensorError, safe_open
 
 from attnlab import __version__
-from attnlab.runs.layout import (
-    ALIGNMENT_FILE,
-    CHECKPOINTS,
-    CONFIG_FILE,
-    GENERATION_FILE,
-    LOG_FILE,
-    MARKER_FILE,
-    SRC_VOCAB_FILE,
-    TGT_VOCAB_FILE,
-    WEIGHTS_FILE,
-)
+from attnlab.runs.layout import CONFIG_FILE, MARKER_FILE, RUN_ENTRIES
 from attnlab.runs.weights import CONFIG_METADATA
 from attnlab.utils.files import aside_name, fresh_temp_dir, make_temp_file
 
@@ -62,17 +52,6 @@ KINDS = {
     "weights": "a run's weights",  # model.safetensors and checkpoints: written by training, never replaced
 }
 OUTPUT_METADATA = "attnlab_output"  # safetensors metadata key: the kind of an attnlab weights file
-RUN_ENTRIES = {
-    CONFIG_FILE,
-    SRC_VOCAB_FILE,
-    TGT_VOCAB_FILE,
-    WEIGHTS_FILE,
-    CHECKPOINTS,
-    LOG_FILE,
-    MARKER_FILE,
-    ALIGNMENT_FILE,
-    GENERATION_FILE,
-}
 
 
 @dataclass(frozen=True)

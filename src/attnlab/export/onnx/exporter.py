@@ -37,7 +37,7 @@ from torch import nn
 from attnlab.export.onnx.graphs import DecoderGraph, DecoderWithPastGraph, EncoderGraph
 from attnlab.runs.layout import SRC_VOCAB_FILE, TGT_VOCAB_FILE
 from attnlab.runs.loading import imported_source, load_translator
-from attnlab.runs.outputs import claim_output, write_output
+from attnlab.runs.outputs import Claim, claim_output, write_output
 from attnlab.utils.files import atomic_write_text
 
 QUANTIZATIONS = ("float32", "int8")
@@ -230,6 +230,19 @@ def onnx_config(translator, quantization: str) -> dict:
     }
 
 
+def claim_export(run_dir, out_dir, kind: str, quantization: str, weights, force: bool) -> tuple[Claim, Any]:
+    """Everything an ONNX-based export checks before any work: the quantization, the output folder (claimed
+    as `kind`), the onnx packages, and the run's model. Returns the claim and the run's translator."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"unknown ONNX quantization {quantization!r}; expected one of {', '.join(QUANTIZATIONS)}")
+    sources = [run_dir] + ([weights] if weights is not None else [])
+    claim = claim_output(out_dir, kind, force=force, sources=sources)
+    require_onnx()
+    translator = load_translator(run_dir, weights=weights)
+    check_exportable(translator.model)
+    return claim, translator
+
+
 def export(
     run_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -239,13 +252,7 @@ def export(
 ) -> Path:
     """Write the ONNX folder of the run `run_dir` to `out_dir` (built beside it, then renamed; `force`
     replaces an earlier ONNX export only)."""
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"unknown ONNX quantization {quantization!r}; expected one of {', '.join(QUANTIZATIONS)}")
-    sources = [run_dir] + ([weights] if weights is not None else [])
-    claim = claim_output(out_dir, "export-onnx", force=force, sources=sources)
-    require_onnx()
-    translator = load_translator(run_dir, weights=weights)
-    check_exportable(translator.model)
+    claim, translator = claim_export(run_dir, out_dir, "export-onnx", quantization, weights, force)
     note = {"source_run": str(Path(run_dir).resolve()), "quantization": quantization}
     with write_output(claim, note) as tmp:
         write_folder(translator, Path(run_dir), tmp, quantization)
@@ -263,6 +270,7 @@ def write_folder(translator, run_dir: Path, folder: Path, quantization: str = "f
 
 
 __all__ = [
+    "claim_export",
     "CONFIG",
     "DECODER",
     "DECODER_WITH_PAST",

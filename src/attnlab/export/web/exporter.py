@@ -24,10 +24,9 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
-from attnlab.export.onnx.exporter import QUANTIZATIONS, check_exportable, require_onnx, write_folder
+from attnlab.export.onnx.exporter import claim_export, write_folder
 from attnlab.export.web.runtime_files import runtime_files
-from attnlab.runs.loading import load_translator
-from attnlab.runs.outputs import claim_output, write_output
+from attnlab.runs.outputs import write_output
 
 # The explorer's own files (read as data: the export does not import the server)
 STATIC = Path(str(resources.files("attnlab") / "serve" / "static"))
@@ -85,13 +84,7 @@ def export(
 ) -> Path:
     """Write the static explorer of the run `run_dir` to `out_dir` (built beside it, then renamed; `force`
     replaces an earlier web export only). `runtime`: a folder with onnxruntime-web's dist files."""
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"unknown ONNX quantization {quantization!r}; expected one of {', '.join(QUANTIZATIONS)}")
-    sources = [run_dir] + ([weights] if weights is not None else [])
-    claim = claim_output(out_dir, "export-web", force=force, sources=sources)
-    require_onnx()
-    translator = load_translator(run_dir, weights=weights)
-    check_exportable(translator.model)
+    claim, translator = claim_export(run_dir, out_dir, "export-web", quantization, weights, force)
     check_tokenizer(translator.src_vocab, "source")
     check_tokenizer(translator.tgt_vocab, "target")
     files = runtime_files(runtime)  # fetched (or refused) before anything is written
