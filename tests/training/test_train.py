@@ -84,7 +84,7 @@ def test_train_config_rejects_unknown_keys_and_bad_values():
     with pytest.raises(ValueError, match="unknown TrainConfig keys"):
         TrainConfig.from_dict({"lr": 1e-3, "learning_rate": 1})
     with pytest.raises(ValueError, match="schedule"):
-        TrainConfig(schedule="cosine")
+        TrainConfig(schedule="step")
     with pytest.raises(ValueError, match="batch_tokens"):
         TrainConfig(batch_tokens=None, batch_size=None)
 

@@ -18,6 +18,8 @@ import os
 from attnlab.commands._common import add_command, add_force
 
 _PRESET = "(default: the preset's; --print-config shows it)"
+# TrainConfig's schedules (attnlab.training.config.SCHEDULES), spelled out: importing it here would load torch.
+SCHEDULES = ("inverse_sqrt", "constant", "linear", "cosine")
 # flag -> (section, key): the common overrides get their own flags; `--set` reaches every field.
 FLAGS = {
     "seed": ("train", "seed"),
@@ -29,6 +31,7 @@ FLAGS = {
     "grad_accum": ("train", "grad_accum"),
     "lr": ("train", "lr"),
     "warmup_steps": ("train", "warmup_steps"),
+    "schedule": ("train", "schedule"),
     "label_smoothing": ("train", "label_smoothing"),
     "eval_every": ("train", "eval_every"),
     "checkpoint_every": ("train", "checkpoint_every"),
@@ -59,7 +62,7 @@ _NUMBERS = (
     ("--batch-size", int, "N", "sentences per batch (the book's fixed-size batches)"),
     ("--grad-accum", int, "N", "batches whose gradients add up to one update"),
     ("--lr", float, "RATE", "peak learning rate (after warmup), or the constant rate"),
-    ("--warmup-steps", int, "N", "linear warmup length of the inverse-sqrt schedule"),
+    ("--warmup-steps", int, "N", "linear warmup length of the learning-rate schedule (all but constant)"),
     ("--label-smoothing", float, "EPS", "probability mass spread over the vocabulary (the paper's 0.1)"),
     ("--eval-every", int, "STEPS", "steps between validation loss + BLEU (0: only at the end)"),
     ("--checkpoint-every", int, "STEPS", "steps between checkpoints (0: only at the end)"),
@@ -84,6 +87,12 @@ def add_parser(subparsers) -> None:
     g = p.add_argument_group("overrides of the preset's fields")
     for flag, kind, metavar, what in _NUMBERS:
         g.add_argument(flag, type=kind, metavar=metavar, help=f"{what} {_PRESET}")
+    g.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        help="learning rate after warmup: inverse_sqrt (lr * sqrt(warmup / step)), constant, or linear / cosine "
+        f"(decay to zero at the end of the run: its --time-budget or --max-steps) {_PRESET}",
+    )
     _add_machine_args(p.add_argument_group("machine and output"))
     p.set_defaults(func=run)
 

@@ -11,6 +11,11 @@ from attnlab.utils.checks import check_field_types, check_range
 from attnlab.utils.precision import TRAIN_PRECISIONS
 from attnlab.utils.runtime import resolve_device
 
+SCHEDULES = ("inverse_sqrt", "constant", "linear", "cosine")  # TrainConfig.schedule's names
+# Schedules that decay to zero at the end of the run (Li et al., "Budgeted Training", ICLR 2020): they need
+# to know where the end is (a time budget or a step limit).
+BUDGETED_SCHEDULES = ("linear", "cosine")
+
 # Fields a resumed run may change (its limits); the rest must stay as the run was started.
 RESUMABLE = frozenset(
     {
@@ -55,8 +60,9 @@ class TrainConfig:
     grad_accum: int = 1  # batches whose gradients add up to one optimizer update
     optimizer: str = "adam"  # 'adam' or 'adamw'
     lr: float = 1e-3  # peak learning rate (after warmup) or the constant rate
-    schedule: str = "inverse_sqrt"  # 'inverse_sqrt' (linear warmup, then lr*sqrt(warmup/step)) or 'constant'
-    warmup_steps: int = 400  # linear warmup length for 'inverse_sqrt'
+    schedule: str = "inverse_sqrt"  # 'inverse_sqrt' (warmup, then lr*sqrt(warmup/step)), 'constant', or
+    # 'linear' / 'cosine': warmup, then a decay to zero at the end of the run (its time budget or max_steps)
+    warmup_steps: int = 400  # linear warmup length (every schedule but 'constant')
     betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the Transformer paper's 0.98)
     eps: float = 1e-9  # Adam epsilon (the paper's)
     weight_decay: float = 0.0  # decoupled for adamw, L2 for adam
@@ -78,8 +84,13 @@ class TrainConfig:
     def __post_init__(self):
         check_field_types(self)
         self.betas = tuple(self.betas)  # type: ignore[assignment]  # JSON has no tuples; each beta is checked below
-        if self.schedule not in ("inverse_sqrt", "constant"):
-            raise ValueError(f"schedule must be 'inverse_sqrt' or 'constant', got {self.schedule!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {self.schedule!r}")
+        if self.schedule in BUDGETED_SCHEDULES and self.time_budget is None and self.max_steps is None:
+            raise ValueError(
+                f"schedule {self.schedule!r} decays to zero at the end of the run: set time_budget or max_steps "
+                "(got neither)"
+            )
         if self.optimizer not in ("adam", "adamw"):
             raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
         if self.batch_tokens is None and self.batch_size is None:

@@ -1,5 +1,6 @@
 """Optimizer and learning-rate schedule: Adam/AdamW with nanoGPT's parameter groups, and the
-Transformer paper's warmup + inverse-square-root schedule (or a constant rate, as the book)."""
+Transformer paper's warmup + inverse-square-root schedule, a constant rate (as the book), or a budgeted
+decay to zero at the end of the run (linear or cosine, Li et al., "Budgeted Training", ICLR 2020)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,39 @@ from torch import nn
 from torch.autograd.graph import increment_version
 
 from attnlab.attention import PositionalEncoding, T5RelativeBias
+from attnlab.training.config import BUDGETED_SCHEDULES
 
 if TYPE_CHECKING:
     from attnlab.training.config import TrainConfig
 
 
-def learning_rate(step: int, cfg: TrainConfig) -> float:
-    """lr for optimizer update `step` (1-based): constant, or linear warmup to cfg.lr then
-    cfg.lr * sqrt(warmup / step) — the paper's schedule with the peak set directly (as fairseq)."""
+def learning_rate(step: int, cfg: TrainConfig, progress: float = 0.0) -> float:
+    """lr for optimizer update `step` (1-based), `progress` in [0, 1] being the fraction of the run spent
+    before it (`StopPolicy.progress`; clipped to [0, 1], read only by 'linear' and 'cosine').
+
+    - 'constant': cfg.lr.
+    - 'inverse_sqrt': linear warmup to cfg.lr, then cfg.lr * sqrt(warmup / step) — the paper's schedule
+      with the peak set directly (as fairseq).
+    - 'linear', 'cosine': linear warmup over cfg.warmup_steps to cfg.lr, times a decay that is zero at
+      progress 1: `1 - p`, or `0.5 * (1 + cos(pi * p))`. A time budget counts per invocation, so a
+      resumed run's rate decays to zero again at the end of the resumed invocation's budget; a run under
+      max_steps alone resumes on the very same rates.
+
+    Examples:
+        >>> from attnlab.training.config import TrainConfig
+        >>> cfg = TrainConfig(lr=1e-3, schedule="linear", warmup_steps=10, max_steps=100, device="cpu")
+        >>> learning_rate(5, cfg, progress=0.04), learning_rate(51, cfg, progress=0.5), learning_rate(100, cfg, 1.0)
+        (0.00048, 0.0005, 0.0)
+    """
     if cfg.schedule == "constant":
         return cfg.lr
-    warmup = max(1, cfg.warmup_steps)
-    return cfg.lr * min(step / warmup, math.sqrt(warmup / max(step, 1)))
+    if cfg.schedule not in BUDGETED_SCHEDULES:  # inverse_sqrt
+        warmup = max(1, cfg.warmup_steps)
+        return cfg.lr * min(step / warmup, math.sqrt(warmup / max(step, 1)))
+    warm = min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps > 0 else 1.0
+    p = min(max(progress, 0.0), 1.0)
+    decay = 1.0 - p if cfg.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
+    return cfg.lr * warm * decay
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

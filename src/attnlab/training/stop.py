@@ -11,6 +11,9 @@
 Reasons that are facts about the run (its step and epoch limits, early stopping) survive a resume;
 reasons that belong to one invocation (its time budget, a Ctrl-C, a divergence) do not: `--resume`
 asks `finished(step, epoch)`, which only looks at the former.
+
+The same clock tells the budgeted schedules how much of the run is spent (`progress`), so a linear or
+cosine learning rate reaches zero exactly when the time budget ends the run.
 """
 
 from __future__ import annotations
@@ -48,6 +51,26 @@ class StopPolicy:
         self.signum: int | None = None  # the signal that asked us to stop, if any
         self.best_bleu: float | None = None  # best validation BLEU so far (patience)
         self.evals_since_best = 0
+
+    def restart(self) -> None:
+        """This invocation's clock starts now (the time budget counts from here)."""
+        self.start = self.clock()
+
+    def progress(self, step: int) -> float:
+        """The fraction of the run spent after `step` updates, in [0, 1]: step / max_steps, or this
+        invocation's elapsed seconds / time_budget, the larger when both are set (the limit that ends the
+        run first governs). The time budget counts per invocation, so a resumed run's fraction starts
+        again at (its step / max_steps, or) 0. Every rank gets the same value (the MAX over ranks), so
+        every rank sets the same learning rate. 0 when neither limit is set."""
+        p = step / self.cfg.max_steps if self.cfg.max_steps is not None else 0.0
+        if self.cfg.time_budget is not None:
+            spent = (self.clock() - self.start) / self.cfg.time_budget
+            if self.world_size > 1:  # clocks differ between ranks: agree on the furthest
+                t = torch.tensor([spent], dtype=torch.float64, device=self.device)
+                torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+                spent = float(t.item())
+            p = max(p, spent)
+        return min(max(p, 0.0), 1.0)
 
     # -- state that a checkpoint carries ----------------------------------------------------------
     def state_dict(self) -> dict:

@@ -2,7 +2,7 @@
 
     data (the task's) -> the task's batches (translation: token-count or fixed-shape; sharded by rank)
       -> the task's loss, summed over its units (real target tokens, images) / their number
-      -> Adam + warmup/inverse-sqrt (or constant) lr, gradient clipping, accumulation
+      -> Adam + warmup/inverse-sqrt, constant, or linear/cosine to zero at the run's end; clipping, accumulation
       -> bf16: on the CPU a bf16 compute copy with fp32 masters (training/mixed.py), on CUDA autocast
       -> every N steps: validation (the task's metric: corpus BLEU, accuracy), atomic checkpoints, log.jsonl
 
@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from attnlab.runs.config import record_choice
-from attnlab.training.config import TrainConfig
+from attnlab.training.config import BUDGETED_SCHEDULES, TrainConfig
 from attnlab.training.mixed import compute_copy
 from attnlab.training.optim import build_optimizer, learning_rate
 from attnlab.training.progress import LossWindow, Progress
@@ -210,7 +210,9 @@ class Trainer:
             self.mixed.grads_to_masters()
         if self.cfg.grad_clip is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        lr = learning_rate(self.state.step + 1, self.cfg)
+        # A budgeted schedule reads how much of the run is spent (agreed by every rank); the others only the step.
+        spent = self.stop.progress(self.state.step) if self.cfg.schedule in BUDGETED_SCHEDULES else 0.0
+        lr = learning_rate(self.state.step + 1, self.cfg, spent)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -245,7 +247,8 @@ class Trainer:
 
     def _fit(self) -> TrainResult:
         cfg, stop = self.cfg, self.stop
-        stop.start = start = time.monotonic()
+        stop.restart()  # the time budget, and a budgeted schedule's progress, count from here
+        start = time.monotonic()
         losses: list[float] = []
         window, tokens_this_run = LossWindow(), 0
         bar = self._progress() if self.progress else None
