@@ -37,6 +37,7 @@ FLAGS = {
     "checkpoint_every": ("train", "checkpoint_every"),
     "keep_best": ("train", "keep_best"),
     "keep_last": ("train", "keep_last"),
+    "average_last": ("train", "average_last"),
     "patience": ("train", "patience"),
     "device": ("train", "device"),
     "log_every": ("train", "log_every"),
@@ -68,6 +69,13 @@ _NUMBERS = (
     ("--checkpoint-every", int, "STEPS", "steps between checkpoints (0: only at the end)"),
     ("--keep-best", int, "N", "checkpoints kept for the best validation BLEU"),
     ("--keep-last", int, "N", "newest checkpoints kept (for `attnlab average --last K`)"),
+    (
+        "--average-last",
+        int,
+        "K",
+        "at a run's end, its final weights become the mean of them and the K-1 newest checkpoints (0: off; "
+        "the final checkpoint keeps the weights as trained, for --resume)",
+    ),
     ("--patience", int, "EVALS", "stop after this many evaluations without a better validation BLEU"),
     ("--log-every", int, "STEPS", "steps between 'train' lines in log.jsonl (and TensorBoard points)"),
     ("--num-examples", int, "N", "use the first N pairs of the corpus"),
@@ -321,5 +329,9 @@ def _report(result, run_dir, task) -> int:
             file=sys.stderr,
         )
     else:
+        if result.average is not None:
+            steps = result.average["steps"]
+            note = f" ({result.average['note']})" if "note" in result.average else ""
+            print(f"final weights: the average of steps {', '.join(map(str, steps))}{note}")
         print(f"saved the model to {result.run_dir / 'model.safetensors'}")
     return result.exit_code

@@ -20,12 +20,16 @@ def save_weights(model: nn.Module, path: str | os.PathLike) -> None:
     which changes no tensor shape) from the one the weights were trained with."""
     from safetensors.torch import save_model
 
-    config = getattr(model, "config", None)
-    metadata = None
-    if config is not None and hasattr(config, "to_dict"):
-        metadata = {CONFIG_METADATA: json.dumps(config.to_dict(), sort_keys=True)}
     with atomic_path(Path(path)) as tmp:
-        save_model(model, tmp, metadata=metadata)
+        save_model(model, tmp, metadata=weights_metadata(model))
+
+
+def weights_metadata(model: nn.Module) -> dict[str, str] | None:
+    """The safetensors metadata `save_weights` gives `model`'s weights: its config as JSON (None without one)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "to_dict"):
+        return {CONFIG_METADATA: json.dumps(config.to_dict(), sort_keys=True)}
+    return None
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, Tensor]:

@@ -26,6 +26,7 @@ RESUMABLE = frozenset(
         "checkpoint_every",
         "keep_best",
         "keep_last",
+        "average_last",
         "patience",
         "device",
         "log_every",
@@ -72,8 +73,10 @@ class TrainConfig:
     eval_limit: int | None = 500  # validation sentences decoded for BLEU (None = all)
     eval_beam: int = 1  # beam for validation BLEU (1 = greedy)
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
-    keep_last: int = 5  # newest checkpoints kept (for `attnlab average --last K`)
+    keep_last: int = 5  # newest checkpoints kept (for average_last, and `attnlab average --last K`)
     keep_best: int = 1  # checkpoints kept for the best validation BLEU
+    average_last: int = 0  # K >= 2: a finished run's final weights are the mean of them and the K-1 newest
+    # checkpoints (attnlab.training.averaging; the final checkpoint keeps the weights as trained); 0 = off
     patience: int | None = None  # stop after this many evaluations without a better BLEU
     precision: str = "fp32"  # 'fp32' (reproducible everywhere), 'bf16' (autocast), 'auto' (attnlab.utils.precision)
     log_every: int = 10  # steps between 'train' events in log.jsonl
@@ -111,6 +114,7 @@ class TrainConfig:
             ("checkpoint_every", 0, None, False),
             ("keep_last", 1, None, False),
             ("keep_best", 0, None, False),
+            ("average_last", 0, None, False),
             ("patience", 1, None, True),
             ("log_every", 1, None, False),
             ("threads", 1, None, True),
@@ -124,6 +128,14 @@ class TrainConfig:
         check_range("TrainConfig.label_smoothing", self.label_smoothing, 0.0, 1.0, hi_open=True)
         for i, beta in enumerate(self.betas):
             check_range(f"TrainConfig.betas[{i}]", beta, 0.0, 1.0, hi_open=True)
+        if self.average_last == 1:
+            raise ValueError("TrainConfig.average_last must be 0 (off) or at least 2 (weights averaged), got 1")
+        if self.average_last and self.keep_last < self.average_last - 1:
+            raise ValueError(
+                f"average_last={self.average_last} averages the final weights with the {self.average_last - 1} "
+                f"newest checkpoints before them, but keep_last={self.keep_last} keeps fewer; set keep_last to at "
+                f"least {self.average_last - 1}"
+            )
         resolve_device(self.device)  # a device this machine has, before anything is written
         if self.precision not in TRAIN_PRECISIONS:
             raise ValueError(f"TrainConfig.precision must be one of {TRAIN_PRECISIONS}, got {self.precision!r}")

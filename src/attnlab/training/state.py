@@ -20,6 +20,7 @@ from torch import nn
 from attnlab.runs.checkpoints import prune_checkpoints, save_checkpoint
 from attnlab.runs.layout import LOG_FILE
 from attnlab.runs.weights import save_weights
+from attnlab.training.averaging import install_average, plan_average
 from attnlab.training.config import TrainConfig
 from attnlab.training.stop import StopPolicy
 from attnlab.utils.files import append_jsonl
@@ -176,7 +177,18 @@ class Checkpointing:
             meta.update({self.metric: scores.get(self.metric), "best_by": self.metric})
         self.writer.checkpoint(self.model, st.step, self.state_dict, meta)
 
-    def save_final(self) -> None:
-        """Final weights at the run root, then a checkpoint that marks the run finished."""
+    def save_final(self) -> dict | None:
+        """Final weights at the run root, then a checkpoint that marks the run finished (the weights as
+        trained, and the optimizer: `--resume` continues from there). With `average_last` K >= 2, the root's
+        weights, and the model's, then become the mean of the final weights and the newest K-1 checkpoints
+        before them (`attnlab.training.averaging`); returns that 'average' event (None when off, and on every
+        rank but the one that writes)."""
         self.writer.final_weights(self.model)
+        k, run_dir = self.cfg.average_last, self.writer.run_dir
+        plan = plan_average(run_dir, self.state.step, k) if k >= 2 and self.rank == 0 else None
         self.save_checkpoint()
+        if plan is None:
+            return None
+        if run_dir is not None:
+            install_average(run_dir, self.model, plan)
+        return plan.event

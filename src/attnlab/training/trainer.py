@@ -63,7 +63,9 @@ class TrainResult:
     tokens_per_second: float = 0.0
     checkpoint: Path | None = None  # the newest checkpoint written (where --resume continues)
     exit_code: int = 0  # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
-    scores: dict = field(default_factory=dict)  # the latest validation scores (valid_bleu or valid_accuracy, ...)
+    # the latest validation scores (valid_bleu or valid_accuracy, ...): at the end, of the weights a user loads
+    scores: dict = field(default_factory=dict)
+    average: dict | None = None  # the 'average' event (the steps averaged, any shortfall), under average_last
 
 
 class Trainer:
@@ -321,10 +323,13 @@ class Trainer:
                 "elapsed_s": elapsed,
             }
         )
+        average = None
         if reason == "signal":
             self.checkpointing.save_checkpoint()
         elif reason != "non_finite_loss":
-            self.checkpointing.save_final()
+            average = self.checkpointing.save_final()
+            if average is not None:
+                failure = self._log_average(average, failure)
         if failure is not None:
             raise failure
         return TrainResult(
@@ -340,7 +345,25 @@ class Trainer:
             self.writer.last_checkpoint,
             exit_code,
             self.state.scores[1],
+            average,
         )
+
+    def _log_average(self, event: dict, failure: Exception | None) -> Exception | None:
+        """Log the 'average' event, then score the averaged weights (the model holds them now): those are
+        what a user loads, so theirs are the run's final scores. Returns the first evaluation failure, if any
+        (`failure`: the final evaluation's, which skips this one)."""
+        self.checkpointing.log(event)
+        if failure is not None or len(event["steps"]) < 2 or not self.is_main or not self.data.valid:
+            return failure  # nothing averaged: the final scores are those of the weights as trained
+        try:
+            scores = self.evaluate()
+        except Exception as exc:  # noqa: BLE001 — the weights are saved; raised by the caller
+            return exc
+        self.checkpointing.log(
+            {"event": "eval", "step": self.state.step, "epoch": self.state.epoch, "weights": "averaged", **scores}
+        )
+        self.state.scores = (self.state.step, scores)
+        return None
 
     def _progress(self) -> Progress:
         total = self._steps_per_epoch() * self.cfg.epochs
