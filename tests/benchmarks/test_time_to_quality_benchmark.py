@@ -96,7 +96,7 @@ def test_valid_run_writes_one_row_per_run_with_its_settings_scores_speed_and_ave
     assert [r["layers"] for r in rows] == ["2 + 2", "3 + 3"]
     for r in rows:
         assert r["precision"] == "fp32" and r["schedule"] == "inverse_sqrt" and r["d"] == 192
-        assert r["steps"] == 6 and r["seconds"] > 0 and r["beam 4 sent/s"] > 0 and r["sources"] == 20
+        assert r["steps"] == 6 and r["seconds"] > 0 and r["beam 4 sent/s"] > 0 and 0 < r["sources"] <= 20
         for key in ("valid BLEU greedy", "valid BLEU beam 4", "last 2 averaged: greedy", "last 2 averaged: beam 4"):
             assert 0 <= r[key] <= 100, key
     assert not (results / "time_to_quality.json").exists()  # the curve's record is left alone
