@@ -123,7 +123,7 @@ def laptop_curve(args, sources, log=print) -> dict:
                 "valid_bleu": greedy,
                 "valid_bleu_beam4": beam,
                 "load": round(os.getloadavg()[0], 2),
-                "run": str(run_dir),
+                "run": str(run_dir) if args.runs or run_dir == Path(args.save or "") else None,  # kept folders only
             }
         )
         log(f"  laptop: {t:6.0f} s run  step {result.step:5d}  valid BLEU greedy {greedy:5.2f}  beam 4 {beam:5.2f}")
@@ -199,7 +199,7 @@ def curves(args) -> int:
     if args.figure:
         figure(results, args.figure)
     metric = METRIC.format(n=len(sources)) + "; the clock counts training only"
-    write_result(__file__, args.argv, figures=rows, recipes=results, metric=metric, notes=notes, summary=summary)
+    write_result(__file__, args.argv, recipes=results, metric=metric, notes=notes, summary=summary)  # the table
     return 0
 
 
@@ -269,7 +269,7 @@ def valid_runs(args) -> int:
     print(table(columns, [[r.get(c) for c in columns] for r in rows]))
     metric = METRIC.format(n=max(r["sources"] for r in rows)) + "; speed: beam 4, the sources twice minus once"
     title = "How `laptop` was chosen"
-    write_result(__file__, args.argv, figures=rows, stem="laptop_search", title=title, metric=metric)
+    write_result(__file__, args.argv, stem="laptop_search", title=title, metric=metric)  # the table: its figures
     return 0
 
 

@@ -39,6 +39,7 @@ def test_the_curve_mode_trains_one_laptop_run_per_point_and_scores_both_recipes(
     assert record["command"].startswith("python benchmarks/time_to_quality.py") and "--points 2,4" in record["command"]
     assert record["cpu_features"] is not None and record["torch"] and record["date"]
     rows = record["figures"]
+    assert "tables" not in record  # the printed table is the figures, once
     assert [(r["recipe"], r["budget s"]) for r in rows] == [
         ("laptop", 2),
         ("laptop", 4),
@@ -92,6 +93,7 @@ def test_valid_run_writes_one_row_per_run_with_its_settings_scores_speed_and_ave
     assert record["command"].startswith("python benchmarks/time_to_quality.py --threads 1 --valid-run")
     assert "--average 2" in record["command"] and isinstance(record["cpu_features"], list) and record["date"]
     rows = record["figures"]
+    assert "tables" not in record
     assert [r["run"] for r in rows] == ["d192", "three-layers"]
     assert [r["layers"] for r in rows] == ["2 + 2", "3 + 3"]
     for r in rows:

@@ -116,6 +116,14 @@ def test_the_section_notes_missing_curves_and_still_draws_the_run(run_with_check
     section = time_to_quality_section(run_with_checkpoints, tmp_path, "tiny run", limit=20)
     assert "missing" not in section.paragraph and "benchmarks/time_to_quality.py" in section.paragraph
     assert "torch-tutorial" in [r[0] for r in section.tables[0][1]]
+    assert "dotted" not in section.paragraph  # the shipped curves are greedy only
+
+    record = {"command": "python benchmarks/time_to_quality.py", "date": "d", "figures": [], "recipes": []}
+    point = {"seconds": 60, "steps": 9, "valid_bleu": 1.0, "valid_bleu_beam4": 2.0}
+    record["recipes"] = [{"recipe": "laptop", "curve": [point]}]
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    section = time_to_quality_section(run_with_checkpoints, tmp_path, "tiny run", tmp_path / "record.json", limit=20)
+    assert "The solid curves (dotted: beam 4) were measured once" in section.paragraph
 
 
 def test_the_benchmarks_record_is_read_as_measured_curves(tmp_path):

@@ -4,9 +4,10 @@
     own = run_curve("runs/demo/transformer")        # this machine's run: each kept checkpoint, scored
     fig = plot_time_to_quality(measured["recipes"], own, "this demo's cpu-small run")
 
-The measured curves (the `laptop` recipe and a plain `torch.nn.Transformer` recipe, 600 s each) take
-20 minutes to draw, too long for the demo, so they ship with attnlab (`attnlab/measured/`) with where,
-when and how they were measured. A run's own curve comes from its checkpoints: each is scored the
+The measured curves (the `laptop` recipe, one run per point up to 600 s, and a plain `torch.nn.Transformer`
+recipe) take half an hour to draw, too long for the demo, so they ship with attnlab (`attnlab/measured/`:
+the benchmark's record, benchmarks/results/time_to_quality.json, is such a file) with where, when and how
+they were measured. A run's own curve comes from its checkpoints: each is scored the
 way the benchmark scores (`held_out_sources`, `score_sources`) at the training seconds its log gives.
 A run folder is described and timed the way the benchmark's recipe search compares runs: `run_settings`
 (what it was trained with, how far it got), `decode_speed`, and `averaged_translator` (its last K
@@ -234,8 +235,10 @@ def time_to_quality_section(run_dir, fig_dir, own_label: str, curves_path=None, 
     where = ""
     if recipes:
         commands = "; ".join(f"`{c}`" for c in measured.get("commands", [])) or "benchmarks/time_to_quality.py"
+        dotted = any("valid_bleu_beam4" in p for r in recipes for p in r["curve"])
         where = (
-            f"The solid curves were measured once, not by this demo (600 s per recipe is too long for it): "
+            f"The solid curves{' (dotted: beam 4)' if dotted else ''} were measured once, not by this demo "
+            f"(they take half an hour): "
             f"{measured.get('measured', 'when and where unrecorded')}, with {commands}. "
             f"Their score: {measured.get('metric', 'validation BLEU')}. "
         )
