@@ -92,8 +92,9 @@ def results_dir() -> Path:
     return Path(os.environ[RESULTS_ENV]) if os.environ.get(RESULTS_ENV) else RESULTS
 
 
-def write_result(script: str, argv=None, figures=None, main: int = -1, **extra) -> Path:
-    """Write this run's record to results_dir()/<script stem>.json and return its path.
+def write_result(script: str, argv=None, figures=None, main: int = -1, stem: str | None = None, **extra) -> Path:
+    """Write this run's record to results_dir()/<script stem>.json (or <stem>.json: a script that writes
+    more than one record) and return its path.
 
     `script` is the script's path or name (pass `__file__`); `argv` its arguments (default sys.argv[1:]);
     `figures` the rows of its main table (default: table number `main` of those printed through `table()`,
@@ -117,7 +118,7 @@ def write_result(script: str, argv=None, figures=None, main: int = -1, **extra) 
     }
     folder = results_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{Path(name).stem}.json"
+    path = folder / f"{stem or Path(name).stem}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(path)  # atomic: a killed run never leaves half a record

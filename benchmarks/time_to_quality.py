@@ -1,185 +1,70 @@
-"""Time to quality: validation BLEU against training wall-clock seconds, for attnlab's `laptop`
-recipe and a plain `torch.nn.Transformer` recipe, on the same data, machine and run.
+"""Time to quality: validation BLEU against training wall-clock seconds, for attnlab's `laptop` recipe and
+PyTorch's `nn.Transformer` tutorial recipe (benchmarks/baselines/torch_tutorial.py), on the same data,
+sources and machine, in one invocation.
 
-Both recipes train one after the other in this process for `--budget` seconds of *training* time
-(the clock stops while we score, so evaluation never eats the budget). At each point of `--points`
-the model translates a fixed set of held-out validation sources (3–10 words, `--valid-limit` of them)
-greedily, and each hypothesis is scored against **all** references of its source (multi-reference
-sacreBLEU), the way the test figure is computed.
+`laptop` trains through the product's own loop (`train_run`, as `attnlab train --preset laptop` does:
+its precision, schedule, checkpoints and averaging), one run per point of `--points` with that point as
+its time budget, since a budget-aware schedule decays to zero at the budget: a point at t seconds is a
+t-second run. The tutorial recipe's lr is constant, so it trains once and is scored at each point (its
+clock stops while it is scored). Every point translates the first `--valid-limit` distinct validation
+sources of 3–10 words, each scored against all of its references (multi-reference sacreBLEU): `laptop`
+greedily and with beam 4 (its default decoding), the tutorial recipe greedily (its tutorial's decoding).
 
-The plain recipe is what a user who follows PyTorch's "Language Translation with nn.Transformer"
-tutorial writes: `nn.Transformer` with d_model 512, 8 heads, FFN 512, 3 + 3 layers, dropout 0.1,
-batches of 128 sentences, Adam at a constant 1e-4 (betas 0.9/0.98, eps 1e-9), cross-entropy that
-ignores padding, recomputing greedy decoding; the same word vocabulary and training pairs as ours.
+    python benchmarks/time_to_quality.py --save runs/laptop-600 --figure docs/time_to_quality.png  # 60..600 s
+    python benchmarks/time_to_quality.py --points 2,4 --num-examples 3000 --valid-limit 20  # smoke
+    python benchmarks/time_to_quality.py --recipes laptop --set model.num_layers=3 --label d192x3  # a variant
+    python benchmarks/time_to_quality.py --valid-run runs/a runs/b --average 5   # the recipe search's table
+    python benchmarks/time_to_quality.py --test-run runs/laptop-600               # the test split, once
 
-    python benchmarks/time_to_quality.py                       # the run in BENCHMARKS.md (2 x 600 s)
-    python benchmarks/time_to_quality.py --budget 20 --points 10,20 --num-examples 3000 --valid-limit 50  # smoke
-    python benchmarks/time_to_quality.py --recipes laptop --set model.num_layers=3   # one recipe, a variant
-    python benchmarks/time_to_quality.py --valid-run RUN   # a saved run on the same validation sources, beams 1 and 4
-
-Prints a table per recipe, writes the curve as JSON (`--json`) and a figure (`--figure`).
+The curve mode writes benchmarks/results/time_to_quality.json (also `--json`: the curves alone); the
+`--valid-run` mode benchmarks/results/laptop_search.json (one row per run: settings, validation BLEU greedy
+and beam 4, beam-4 sentences/s, and with `--average K` the BLEU of its last K checkpoints averaged).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import budget_points, table, write_result
+from baselines.torch_tutorial import BATCHING, SETTINGS, tutorial_recipe
+from common import budget_points, print_machine, table, write_result
 
-from attnlab.chapter.time_to_quality import held_out_sources
-from attnlab.data import iterate_batches
+from attnlab.chapter.time_to_quality import (
+    PLAIN_RECIPE,
+    averaged_translator,
+    decode_speed,
+    held_out_sources,
+    run_settings,
+    score_sources,
+)
+from attnlab.data import iterate_batches, load_data
 from attnlab.metrics import corpus_bleu
-from attnlab.models import build_model
-from attnlab.runs.config import write_run_config
-from attnlab.runs.layout import WEIGHTS_FILE
-from attnlab.runs.weights import save_weights
-from attnlab.training.presets import get_preset
+from attnlab.runs.config import read_run_config
+from attnlab.runs.loading import load_translator
+from attnlab.training.launch import claim_run_dir, train_run
+from attnlab.training.settings import no_overrides, parse_set, resolve
 from attnlab.utils.files import write_json
-from attnlab.utils.precision import cpu_features, native_bf16
+from attnlab.utils.precision import native_bf16
+
+RECIPES = ("laptop", PLAIN_RECIPE)
+DEFAULT_POINTS = (0.1, 0.25, 0.5, 1.0)  # of --budget: 60, 150, 300 and 600 s
+METRIC = "multi-reference sacreBLEU on the first {n} distinct validation sources of 3-10 words"
 
 
-# --------------------------------------------------------------------------- the plain recipe
-class TutorialTransformer(nn.Module):
-    """PyTorch's tutorial translator: embeddings * sqrt(D) + sinusoids, nn.Transformer, linear out.
-
-    Shape: src (B, S), tgt_in (B, T), src_valid_lens (B,) -> logits (B, T, V).
-    """
-
-    def __init__(
-        self,
-        src_vocab: int,
-        tgt_vocab: int,
-        d: int = 512,
-        heads: int = 8,
-        layers: int = 3,
-        ffn: int = 512,
-        dropout: float = 0.1,
-        max_len: int = 256,
-    ):
-        super().__init__()
-        from attnlab.attention.positions import sinusoidal_encoding
-
-        self.d = d
-        self.src_emb, self.tgt_emb = nn.Embedding(src_vocab, d), nn.Embedding(tgt_vocab, d)
-        self.register_buffer("P", sinusoidal_encoding(torch.arange(max_len), d), persistent=False)
-        self.drop = nn.Dropout(dropout)
-        self.core = nn.Transformer(d, heads, layers, layers, ffn, dropout, batch_first=True)
-        self.out = nn.Linear(d, tgt_vocab)
-
-    def forward(self, src, tgt_in, src_valid_lens):
-        S, T = src.shape[1], tgt_in.shape[1]
-        pad = torch.arange(S)[None, :] >= src_valid_lens[:, None]  # True = ignore (torch's sense)
-        causal = nn.Transformer.generate_square_subsequent_mask(T)
-        x = self.drop(self.src_emb(src) * math.sqrt(self.d) + self.P[:S])
-        y = self.drop(self.tgt_emb(tgt_in) * math.sqrt(self.d) + self.P[:T])
-        return self.out(self.core(x, y, tgt_mask=causal, src_key_padding_mask=pad, memory_key_padding_mask=pad))
-
-    @torch.no_grad()
-    def greedy(self, src, src_valid_lens, bos: int, eos: int, max_len: int) -> list[list[int]]:
-        """The tutorial's greedy decoding: the whole prefix is recomputed at every step."""
-        self.eval()
-        B = src.shape[0]
-        prefix = torch.full((B, 1), bos, dtype=torch.long)
-        done = torch.zeros(B, dtype=torch.bool)
-        for _ in range(max_len):
-            nxt = self(src, prefix, src_valid_lens)[:, -1].argmax(-1)
-            prefix = torch.cat([prefix, nxt[:, None]], 1)
-            done |= nxt == eos
-            if bool(done.all()):
-                break
-        out = []
-        for row in prefix[:, 1:].tolist():
-            out.append(row[: row.index(eos)] if eos in row else row)
-        return out
-
-
-# --------------------------------------------------------------------------- recipes
-def laptop_recipe(data, overrides):
-    """attnlab's `laptop` preset: the model and the Trainer's own update (param groups, schedule)."""
-    from attnlab.training.config import TrainConfig
-    from attnlab.training.trainer import Trainer
-
-    preset = get_preset("transformer", "laptop")
-    for section, key, value in overrides:
-        preset[section][key] = value
-    cfg = {**preset["model"], "src_vocab_size": len(data.src_vocab), "tgt_vocab_size": len(data.tgt_vocab)}
-    torch.manual_seed(preset["train"].get("seed", 0))  # --set train.seed=N: another initialisation and batch order
-    model = build_model("transformer", cfg)
-    train_cfg = TrainConfig.from_dict({**preset["train"], "time_budget": None, "device": "cpu"})
-    trainer = Trainer(model, data, train_cfg, None, progress=False)
-    opts = {"batch_tokens": train_cfg.batch_tokens, "batch_size": train_cfg.batch_size}
-
-    def step(batch):
-        loss, _ = trainer.train_step([batch])
-        trainer.state.step += 1
-        return loss
-
-    def decode(src, lens, max_len):
-        from attnlab.decoding.generator import generate
-        from attnlab.decoding.options import DecodeOptions
-
-        tgt = data.tgt_vocab
-        return [
-            hs[0].tokens
-            for hs in generate(model, src, lens, DecodeOptions(), bos=tgt.bos, eos=tgt.eos, max_len=max_len)
-        ]
-
-    def save(run_dir, data_cfg):
-
-        write_run_config(
-            run_dir,
-            "transformer",
-            model.config.to_dict(),
-            train_cfg.to_dict(),
-            data_cfg,
-            data.src_vocab,
-            data.tgt_vocab,
-        )
-        save_weights(model, os.path.join(run_dir, WEIGHTS_FILE))
-
-    step.save = save
-    step.seed = preset["train"].get("seed", 0)
-    return model, step, decode, {k: v for k, v in opts.items() if v is not None}, preset
-
-
-def torch_recipe(data, overrides):
-    torch.manual_seed(0)
-    model = TutorialTransformer(len(data.src_vocab), len(data.tgt_vocab))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    pad = data.tgt_vocab.pad
-
-    def step(batch):
-        model.train()
-        logits = model(batch.src, batch.tgt_in, batch.src_valid_lens)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.tgt_out.reshape(-1), ignore_index=pad)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return float(loss.detach())
-
-    def decode(src, lens, max_len):
-        return model.greedy(src, lens, data.tgt_vocab.bos, data.tgt_vocab.eos, max_len)
-
-    settings = {"model": "nn.Transformer d512 h8 ffn512 3+3 dropout 0.1", "train": "Adam 1e-4 const, 128 sents"}
-    return model, step, decode, {"batch_size": 128}, settings
-
-
-RECIPES = {"laptop": laptop_recipe, "torch-tutorial": torch_recipe}
-
-
-# --------------------------------------------------------------------------- evaluation
+# --------------------------------------------------------------------------- scoring
 def score(decode, sources, data, batch: int = 64) -> float:
+    """Corpus BLEU of decode(src (B, S), lens (B,), max_len) -> token id lists on `held_out_sources`."""
     hyps = []
     for i in range(0, len(sources), batch):
         chunk = sources[i : i + batch]
@@ -191,65 +76,208 @@ def score(decode, sources, data, batch: int = 64) -> float:
     return corpus_bleu(hyps, [refs for _, _, refs in sources])
 
 
-def run_recipe(name, data, args, overrides, log=print) -> dict:
-    model, step, decode, batching, settings = RECIPES[name](data, overrides)
-    sources = held_out_sources(data.valid, data.tgt_vocab, args.valid_limit)
+def bleu_pair(translator, sources) -> tuple[float, float]:
+    """(greedy, beam 4) validation BLEU, the run's other decoding defaults kept."""
+    return score_sources(translator, sources, beam=1), score_sources(translator, sources, beam=4)
+
+
+# --------------------------------------------------------------------------- the two recipes
+def laptop_settings(args, budget: float | None = None):
+    """The `laptop` preset with `--set`, `--num-examples` and (given) the time budget, as `attnlab train`
+    resolves it."""
+    over = copy.deepcopy(args.overrides)
+    if args.num_examples:
+        over["data"]["num_examples"] = args.num_examples
+    if budget is not None:
+        over["train"]["time_budget"] = budget
+    return resolve("transformer", "laptop", None, over)
+
+
+def point_dirs(args) -> dict[float, Path]:
+    """The run folder of each `laptop` point, every one claimed before any training: `--save` for the
+    longest, `--runs DIR`/laptop-Ts (or a scratch folder) for the others."""
+    base = Path(args.runs) if args.runs else Path(args.scratch)
+    dirs = {t: base / f"laptop-{t:g}s" for t in args.points}
+    if args.save:
+        dirs[max(args.points)] = Path(args.save)
+    for path in dirs.values():
+        claim_run_dir(path)  # never a folder a user made: a new one, or an error before any work
+    return dirs
+
+
+def laptop_curve(args, sources, log=print) -> dict:
+    """One `train_run` per point, each scored greedily and with beam 4."""
+    curve = []
+    for t, run_dir in sorted(point_dirs(args).items()):
+        s = laptop_settings(args, t)
+        result = train_run("transformer", s.sections["model"], s.train, s.sections["data"], run_dir, progress=False)
+        greedy, beam = bleu_pair(load_translator(run_dir), sources)
+        curve.append(
+            {
+                "seconds": t,
+                "train_s": round(result.seconds, 1),
+                "steps": result.step,
+                "epoch": result.epoch,
+                "loss": result.train_loss,
+                "stop": result.stop_reason,
+                "valid_bleu": greedy,
+                "valid_bleu_beam4": beam,
+                "load": round(os.getloadavg()[0], 2),
+                "run": str(run_dir) if args.runs or run_dir == Path(args.save or "") else None,  # kept folders only
+            }
+        )
+        log(f"  laptop: {t:6.0f} s run  step {result.step:5d}  valid BLEU greedy {greedy:5.2f}  beam 4 {beam:5.2f}")
+    settings = laptop_settings(args).sections
+    return {"recipe": args.label or "laptop", "settings": settings, "curve": curve, "valid_sources": len(sources)}
+
+
+def plain_curve(data, args, sources, log=print) -> dict:
+    """The tutorial recipe trained once to the last point, scored greedily at each (clock stopped)."""
+    step, decode = tutorial_recipe(data)
     points = sorted(args.points)
     curve, clock, steps, epoch = [], 0.0, 0, 0
-    load = os.getloadavg()[0]
     while points:
         for batch in iterate_batches(
-            data.train,
-            data.src_vocab,
-            data.tgt_vocab,
-            shuffle=True,
-            seed=getattr(step, "seed", 0),
-            epoch=epoch,
-            **batching,
+            data.train, data.src_vocab, data.tgt_vocab, shuffle=True, seed=0, epoch=epoch, **BATCHING
         ):
             t0 = time.perf_counter()
             loss = step(batch)
             clock += time.perf_counter() - t0
             steps += 1
             if not math.isfinite(loss):
-                raise RuntimeError(f"{name}: non-finite loss at step {steps}")
+                raise RuntimeError(f"{PLAIN_RECIPE}: non-finite loss at step {steps}")
             if clock >= points[0]:
                 bleu = score(decode, sources, data)
-                curve.append(
-                    {
-                        "seconds": round(clock, 1),
-                        "steps": steps,
-                        "epoch": epoch,
-                        "loss": loss,
-                        "valid_bleu": bleu,
-                        "load": round(os.getloadavg()[0], 2),
-                    }
-                )
-                log(f"  {name}: {clock:6.0f} s  step {steps:5d}  loss {loss:.3f}  valid BLEU {bleu:5.2f}")
-                points.pop(0)
+                point = {"seconds": points.pop(0), "train_s": round(clock, 1), "steps": steps, "epoch": epoch}
+                curve.append({**point, "loss": loss, "valid_bleu": bleu, "load": round(os.getloadavg()[0], 2)})
+                log(f"  {PLAIN_RECIPE}: {clock:6.0f} s  step {steps:5d}  loss {loss:.3f}  valid BLEU {bleu:5.2f}")
                 if not points:
                     break
         epoch += 1
-    if args.save and hasattr(step, "save"):
-        step.save(args.save, args.data_cfg)
-        log(f"  {name}: saved the final model as a run folder: {args.save}")
-    return {
-        "recipe": name,
-        "settings": settings,
-        "curve": curve,
-        "valid_sources": len(sources),
-        "load_at_start": round(load, 2),
+    return {"recipe": PLAIN_RECIPE, "settings": SETTINGS, "curve": curve, "valid_sources": len(sources)}
+
+
+# --------------------------------------------------------------------------- the curve mode
+def curves(args) -> int:
+    """Both recipes' points: printed, as a record (time_to_quality.json), `--json` and `--figure`."""
+    settings = laptop_settings(args)  # every setting checked before any data is read
+    data = load_data(settings.sections["data"])
+    sources = held_out_sources(data.valid, data.tgt_vocab, args.valid_limit)
+    if not sources:
+        raise ValueError("the validation split holds no source of 3-10 words; use more --num-examples")
+    print(
+        f"data: {len(data.train)} training pairs, {len(data.valid)} validation pairs, vocabulary "
+        f"{len(data.src_vocab)} / {len(data.tgt_vocab)}; {len(sources)} validation sources scored; "
+        f"native bf16: {native_bf16('cpu')[1]}; {args.threads} threads"
+    )
+    results = []
+    args.scratch = tempfile.mkdtemp(prefix="attnlab-ttq-")
+    try:
+        for name in args.recipes:
+            print(f"{name}: points at {', '.join(f'{t:g}' for t in args.points)} s (load {os.getloadavg()[0]:.2f})")
+            results.append(laptop_curve(args, sources) if name == "laptop" else plain_curve(data, args, sources))
+    finally:
+        shutil.rmtree(args.scratch, ignore_errors=True)
+    rows = [
+        {
+            "recipe": r["recipe"],
+            "budget s": p["seconds"],
+            "trained s": p["train_s"],
+            "updates": p["steps"],
+            "valid BLEU greedy": round(p["valid_bleu"], 2),
+            "valid BLEU beam 4": round(p["valid_bleu_beam4"], 2) if "valid_bleu_beam4" in p else None,
+        }
+        for r in results
+        for p in r["curve"]
+    ]
+    print(table(list(rows[0]), [list(r.values()) for r in rows]))
+    notes, summary = ratio_notes(results)
+    for line in notes:
+        print(line)
+    if args.json:
+        write_json(args.json, results)
+    if args.figure:
+        figure(results, args.figure)
+    metric = METRIC.format(n=len(sources)) + "; the clock counts training only"
+    write_result(__file__, args.argv, recipes=results, metric=metric, notes=notes, summary=summary)  # the table
+    return 0
+
+
+def ratio_notes(results) -> tuple[list[str], list[dict]]:
+    """laptop's beam 4 (its default decoding) over the tutorial recipe's greedy (its tutorial's) at the
+    last point: the notes line and the summary row of the record."""
+    by = {r["recipe"]: r["curve"][-1] for r in results if r["curve"]}
+    ours = next((p for name, p in by.items() if name != PLAIN_RECIPE), None)
+    plain = by.get(PLAIN_RECIPE)
+    if ours is None or plain is None or plain["valid_bleu"] <= 0 or "valid_bleu_beam4" not in ours:
+        return [], []
+    t, ratio = ours["seconds"], ours["valid_bleu_beam4"] / plain["valid_bleu"]
+    line = (
+        f"laptop beam 4 / {PLAIN_RECIPE} greedy validation BLEU at {t:g} s: {ours['valid_bleu_beam4']:.2f} / "
+        f"{plain['valid_bleu']:.2f} = {ratio:.2f}x"
+    )
+    row = {
+        "what": f"`laptop`, {t:g} s of training on 2 cores, validation BLEU (beam 4)",
+        "baseline": "PyTorch's nn.Transformer tutorial recipe, greedy, same run",
+        "measured": f"{ours['valid_bleu_beam4']:.2f} against {plain['valid_bleu']:.2f} ({ratio:.2f}×)",
     }
+    return [line], [row]
+
+
+# --------------------------------------------------------------------------- saved runs
+def check_runs(runs, average: int | None) -> None:
+    """Every run folder readable (and, with --average K, holding K checkpoints) before any is scored."""
+    from attnlab.runs.checkpoints import list_checkpoints
+
+    for run in runs:
+        read_run_config(run)
+        kept = len(list_checkpoints(run))
+        if average and kept < average:
+            raise ValueError(
+                f"--average {average}: {run} kept {kept} checkpoint(s); pass --average {kept or 1} or fewer, "
+                f"or train with a larger keep_last"
+            )
+
+
+def run_row(run: str, limit: int, average: int | None, scratch: str) -> dict:
+    """One row of the recipe search: `run_settings`, validation BLEU greedy and beam 4, beam-4 sentences/s
+    and, with `average`, the BLEU of the last `average` checkpoints averaged."""
+    translator = load_translator(run)
+    data = load_data(read_run_config(run)["data"])
+    sources = held_out_sources(data.valid, translator.tgt_vocab, limit)
+    if not sources:
+        raise ValueError(f"{run}: its validation split holds no source of 3-10 words to score")
+    greedy, beam = bleu_pair(translator, sources)
+    row = {**run_settings(run), "valid BLEU greedy": round(greedy, 2), "valid BLEU beam 4": round(beam, 2)}
+    row["beam 4 sent/s"] = round(decode_speed(translator, sources, beam=4), 1)
+    if average:
+        greedy, beam = bleu_pair(averaged_translator(run, average, scratch), sources)
+        row[f"last {average} averaged: greedy"] = round(greedy, 2)
+        row[f"last {average} averaged: beam 4"] = round(beam, 2)
+    return row | {"sources": len(sources)}
+
+
+def valid_runs(args) -> int:
+    """The recipe search's table (laptop_search.json): one row per `--valid-run` folder."""
+    check_runs(args.valid_run, args.average)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="attnlab-avg-") as scratch:
+        for run in args.valid_run:
+            rows.append(run_row(run, args.valid_limit, args.average, scratch))
+            print(f"{run}: " + ", ".join(f"{k} {v}" for k, v in rows[-1].items() if k != "run"), flush=True)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    print(table(columns, [[r.get(c) for c in columns] for r in rows]))
+    metric = METRIC.format(n=max(r["sources"] for r in rows)) + "; speed: beam 4, the sources twice minus once"
+    title = "How `laptop` was chosen"
+    write_result(__file__, args.argv, stem="laptop_search", title=title, metric=metric)  # the table: its figures
+    return 0
 
 
 def evaluate_split(run_dir, split: str = "test", limit: int = 10**9, beams=(1, 4)) -> None:
-    """A saved run on a split, greedy and beam search: its 3-10-word held-out sources (the first `limit`;
-    for valid, the ones the curves score), each against all of its references (multi-reference sacreBLEU
-    BLEU and chrF). The test figure is touched once, for the chosen recipe."""
-    from attnlab.data import load_data
+    """A saved run on a split, greedy and beam search: its 3-10-word held-out sources (the first `limit`),
+    each against all of its references (multi-reference sacreBLEU BLEU and chrF). The test figure is
+    touched once, for the chosen recipe."""
     from attnlab.metrics import book_bleu, corpus_chrf
-    from attnlab.runs.config import read_run_config
-    from attnlab.runs.loading import load_translator
 
     translator = load_translator(run_dir)
     data = load_data(read_run_config(run_dir)["data"])
@@ -271,6 +299,7 @@ def evaluate_split(run_dir, split: str = "test", limit: int = 10**9, beams=(1, 4
 
 
 def figure(results, path):
+    """The curves as one PNG at `path` (`plot_time_to_quality`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -285,119 +314,69 @@ def figure(results, path):
     plt.close(fig)
 
 
+# --------------------------------------------------------------------------- command line
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--recipes", default="laptop,torch-tutorial", help=f"comma-separated, from {sorted(RECIPES)}")
-    ap.add_argument("--budget", type=float, default=600.0, help="training seconds per recipe")
-    ap.add_argument("--points", default=None, help="comma-separated seconds at which to score (default: 6 points)")
+    ap.add_argument("--recipes", default=",".join(RECIPES), help=f"comma-separated, from {list(RECIPES)}")
+    ap.add_argument("--budget", type=float, default=600.0, help="the longest point, in training seconds")
+    ap.add_argument("--points", help="comma-separated training seconds (default: 0.1, 0.25, 0.5, 1 x --budget)")
     ap.add_argument("--valid-limit", type=int, default=500, help="distinct validation sources scored")
     ap.add_argument("--num-examples", type=int, help="first N corpus pairs only (smoke runs)")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=JSON",
-        help="override a field of the laptop preset (model/train/data)",
-    )
-    ap.add_argument(
-        "--save", metavar="DIR", help="save the final laptop model as a run folder (for `attnlab evaluate`)"
-    )
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=JSON", help="a laptop preset field")
+    ap.add_argument("--save", metavar="DIR", help="the run folder of laptop's longest point (a new folder)")
+    ap.add_argument("--runs", metavar="DIR", help="keep every laptop point's run folder in DIR (default: none)")
     ap.add_argument("--json", help="write the curves here")
     ap.add_argument("--figure", help="write the picture here (PNG)")
     ap.add_argument("--label", help="name this run's laptop curve (e.g. a candidate's settings)")
     ap.add_argument("--plot", metavar="JSON[,JSON]", help="only draw --figure from curves saved with --json")
     ap.add_argument("--test-run", metavar="DIR", help="only score a saved run on the test split (touch it once)")
-    ap.add_argument(
-        "--valid-run", metavar="DIR", help="only score a saved run on the curves' validation sources, greedy and beam 4"
-    )
+    ap.add_argument("--valid-run", nargs="+", metavar="DIR", help="only score saved runs on the validation sources")
+    ap.add_argument("--average", type=int, metavar="K", help="with --valid-run: also their last K checkpoints averaged")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    budget_points(ap, args)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
+    if args.average is not None and (args.average < 1 or not args.valid_run):
+        ap.error(f"--average expects K >= 1 with --valid-run DIR...; got --average {args.average}")
+    if args.points is None:
+        args.points = ",".join(f"{args.budget * f:g}" for f in DEFAULT_POINTS)
+    try:
+        budget_points(ap, args)
+    except ValueError:
+        ap.error(f"--points expects comma-separated seconds such as 60,150,300,600; got {args.points!r}")
+    if not all(p > 0 and math.isfinite(p) for p in args.points):
+        ap.error(f"--points expects positive seconds; got {args.points}")
+    args.points = sorted(set(args.points))
     args.recipes = args.recipes.split(",")
-    for r in args.recipes:
-        if r not in RECIPES:
-            ap.error(f"unknown recipe {r!r}; choose from {sorted(RECIPES)}")
-    overrides = []
-    for item in args.set:
-        target, _, raw = item.partition("=")
-        section, _, key = target.partition(".")
-        if section not in ("model", "train", "data") or not key or not raw:
-            ap.error(f"--set expects SECTION.KEY=VALUE, got {item!r}")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        overrides.append((section, key, value))
-    args.overrides = overrides
+    unknown = [r for r in args.recipes if r not in RECIPES]
+    if unknown:
+        ap.error(f"--recipes expects names from {list(RECIPES)}; got {unknown}")
+    try:
+        args.overrides = parse_set(args.set, no_overrides())
+    except ValueError as exc:
+        ap.error(str(exc))
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.test_run or args.valid_run:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    print_machine()
+    try:
         if args.test_run:
             evaluate_split(args.test_run)
-        else:
-            evaluate_split(args.valid_run, "valid", args.valid_limit)
-        return 0
-    if args.plot:
-        if not args.figure:
-            raise SystemExit("--plot needs --figure PATH")
-        results = [r for path in args.plot.split(",") for r in json.loads(Path(path).read_text())]
-        figure(results, args.figure)
-        return 0
-    torch.set_num_threads(args.threads)
-    from attnlab.data import load_translation_data
-
-    feats = cpu_features()
-    print(
-        f"CPU features: {' '.join(sorted(f for f in feats if f.startswith(('avx', 'amx', 'fma', 'sse4'))))}; "
-        f"native bf16: {native_bf16('cpu')[1]}; torch {torch.__version__}, {args.threads} threads"
-    )
-    data_cfg = dict(get_preset("transformer", "laptop")["data"])
-    data_cfg.pop("loader", None)
-    for section, key, value in args.overrides:
-        if section == "data":
-            data_cfg[key] = value
-    if args.num_examples:
-        data_cfg["num_examples"] = args.num_examples
-    data = load_translation_data(**data_cfg)
-    args.data_cfg = {"loader": "translation", **data.settings, "path": data.settings.get("data_path")}
-    args.data_cfg.pop("data_path", None)
-    print(
-        f"data: {len(data.train)} training pairs, {len(data.valid)} validation pairs, "
-        f"vocab {len(data.src_vocab)} / {len(data.tgt_vocab)} ({data_cfg})"
-    )
-    results = []
-    for name in args.recipes:
-        print(f"{name}: training {args.budget:.0f} s (load average {os.getloadavg()[0]:.2f})")
-        result = run_recipe(name, data, args, args.overrides)
-        if name == "laptop" and args.label:
-            result["recipe"] = args.label
-        results.append(result)
-    for r in results:
-        rows = [
-            (p["seconds"], p["steps"], p["epoch"], f"{p['loss']:.3f}", f"{p['valid_bleu']:.2f}", p["load"])
-            for p in r["curve"]
-        ]
-        print(f"\n{r['recipe']} ({r['valid_sources']} validation sources, load at start {r['load_at_start']})")
-        print(table(["train s", "steps", "epoch", "loss", "valid BLEU", "load"], rows))
-    summary = [
-        [r["recipe"], r["curve"][-1]["steps"], " / ".join(f"{p['valid_bleu']:.2f}" for p in r["curve"])]
-        for r in results
-    ]
-    points = " / ".join(f"{p['seconds']:.0f}" for p in results[0]["curve"]) if results else ""
-    print(table(["recipe", f"updates in {args.budget:.0f} s", f"validation BLEU at {points} s"], summary))
-    if len(results) == 2 and results[1]["curve"][-1]["valid_bleu"] > 0:
-        ratio = results[0]["curve"][-1]["valid_bleu"] / results[1]["curve"][-1]["valid_bleu"]
-        print(f"\n{results[0]['recipe']} / {results[1]['recipe']} validation BLEU at {args.budget:.0f} s: {ratio:.2f}x")
-    if args.json:
-        write_json(args.json, results)
-    if args.figure:
-        figure(results, args.figure)
-    write_result(__file__, argv)
-    return 0
+            return 0
+        if args.valid_run:
+            return valid_runs(args)
+        if args.plot:
+            if not args.figure:
+                raise ValueError("--plot draws a picture: add --figure PATH")
+            results = [r for path in args.plot.split(",") for r in json.loads(Path(path).read_text())]
+            figure(results, args.figure)
+            return 0
+        return curves(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"time_to_quality.py: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

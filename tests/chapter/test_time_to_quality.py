@@ -6,14 +6,19 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from train_helpers import needs_data, tiny_run
 
 from attnlab.chapter.time_to_quality import (
+    averaged_translator,
+    decode_speed,
     held_out_sources,
     load_measured_curves,
     measured_curves_path,
     plot_time_to_quality,
     run_curve,
+    run_settings,
+    score_sources,
     time_to_quality_section,
     training_seconds,
 )
@@ -97,8 +102,6 @@ def test_a_runs_curve_scores_each_checkpoint_at_its_logged_seconds(run_with_chec
     data = load_data(read_run_config(run_with_checkpoints)["data"])
     sources = held_out_sources(data.valid, translator.tgt_vocab, 20)
     assert sources and all(3 <= len(src.split()) <= 10 and refs for src, _, refs in sources)
-    from attnlab.chapter.time_to_quality import score_sources
-
     assert curve[-1]["valid_bleu"] == pytest.approx(score_sources(translator, sources))
 
 
@@ -113,3 +116,66 @@ def test_the_section_notes_missing_curves_and_still_draws_the_run(run_with_check
     section = time_to_quality_section(run_with_checkpoints, tmp_path, "tiny run", limit=20)
     assert "missing" not in section.paragraph and "benchmarks/time_to_quality.py" in section.paragraph
     assert "torch-tutorial" in [r[0] for r in section.tables[0][1]]
+    assert "dotted" not in section.paragraph  # the shipped curves are greedy only
+
+    record = {"command": "python benchmarks/time_to_quality.py", "date": "d", "figures": [], "recipes": []}
+    point = {"seconds": 60, "steps": 9, "valid_bleu": 1.0, "valid_bleu_beam4": 2.0}
+    record["recipes"] = [{"recipe": "laptop", "curve": [point]}]
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    section = time_to_quality_section(run_with_checkpoints, tmp_path, "tiny run", tmp_path / "record.json", limit=20)
+    assert "The solid curves (dotted: beam 4) were measured once" in section.paragraph
+
+
+def test_the_benchmarks_record_is_read_as_measured_curves(tmp_path):
+    record = {
+        "command": "python benchmarks/time_to_quality.py --points 60,600",
+        "cpu_features": ["avx2"],
+        "torch": "2.13.0",
+        "date": "2026-12-01 10:00 UTC",
+        "figures": [{"recipe": "laptop"}],
+        "recipes": [{"recipe": "laptop", "curve": [{"seconds": 60, "valid_bleu": 1.0, "valid_bleu_beam4": 2.0}]}],
+    }
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    measured = load_measured_curves(tmp_path / "record.json")
+    assert measured["commands"] == [record["command"]]
+    assert "2026-12-01" in measured["measured"] and "avx2" in measured["measured"]
+
+
+def test_a_recipe_scored_with_beam_4_gets_a_dotted_line_of_its_colour():
+    curve = [{"seconds": 60, "valid_bleu": 3.0, "valid_bleu_beam4": 4.0}, {"seconds": 600, "valid_bleu": 30.0}]
+    recipes = [
+        {"recipe": "laptop", "curve": [dict(p, valid_bleu_beam4=p["valid_bleu"] + 1) for p in curve]},
+        {"recipe": "torch-tutorial", "curve": [{"seconds": 60, "valid_bleu": 0.1}, {"seconds": 600, "valid_bleu": 4}]},
+    ]
+    lines = plot_time_to_quality(recipes).axes[0].get_lines()
+    assert [line.get_label() for line in lines] == [
+        "laptop, greedy",
+        "laptop, beam 4",
+        "plain nn.Transformer (PyTorch tutorial recipe)",
+    ]
+    assert lines[1].get_linestyle() == ":" and lines[1].get_color() == lines[0].get_color()
+    assert list(lines[1].get_ydata()) == [0, 4.0, 31.0]
+
+
+@needs_data
+def test_a_runs_settings_speed_and_average_of_its_last_checkpoints(run_with_checkpoints, tmp_path):
+    row = run_settings(run_with_checkpoints)
+    assert row["run"] == run_with_checkpoints.name and row["steps"] == 6 and row["seconds"] > 0
+    assert row["precision"] == "fp32" and row["schedule"] == "inverse_sqrt"
+    cfg = json.loads((run_with_checkpoints / "config.json").read_text())["model"]
+    assert row["layers"] == f"{cfg['num_layers']} + {cfg['num_layers']}" and row["d"] == cfg["num_hiddens"]
+    translator = averaged_translator(run_with_checkpoints, 2, tmp_path)
+    assert (tmp_path / f"{run_with_checkpoints.name}_averaged_last2.safetensors").is_file()
+    from attnlab.data import load_data
+    from attnlab.runs.checkpoints import average_checkpoints, list_checkpoints
+    from attnlab.runs.config import read_run_config
+
+    mean = average_checkpoints(list_checkpoints(run_with_checkpoints)[-2:])
+    state = translator.model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in mean.items() if k in state)
+    data = load_data(read_run_config(run_with_checkpoints)["data"])
+    sources = held_out_sources(data.valid, translator.tgt_vocab, 8)
+    assert 0 <= score_sources(translator, sources, beam=4) <= 100
+    assert decode_speed(translator, sources, beam=4) > 0
+    with pytest.raises(ValueError, match=r"last 99 checkpoints .* found 3; pass a smaller --average"):
+        averaged_translator(run_with_checkpoints, 99, tmp_path)

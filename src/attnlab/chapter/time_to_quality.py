@@ -4,23 +4,28 @@
     own = run_curve("runs/demo/transformer")        # this machine's run: each kept checkpoint, scored
     fig = plot_time_to_quality(measured["recipes"], own, "this demo's cpu-small run")
 
-The measured curves (the `laptop` recipe and a plain `torch.nn.Transformer` recipe, 600 s each) take
-20 minutes to draw, too long for the demo, so they ship with attnlab (`attnlab/measured/`) with where,
-when and how they were measured. A run's own curve comes from its checkpoints: each is scored the
+The measured curves (the `laptop` recipe, one run per point up to 600 s, and a plain `torch.nn.Transformer`
+recipe) take half an hour to draw, too long for the demo, so they ship with attnlab (`attnlab/measured/`:
+the benchmark's record, benchmarks/results/time_to_quality.json, is such a file) with where, when and how
+they were measured. A run's own curve comes from its checkpoints: each is scored the
 way the benchmark scores (`held_out_sources`, `score_sources`) at the training seconds its log gives.
+A run folder is described and timed the way the benchmark's recipe search compares runs: `run_settings`
+(what it was trained with, how far it got), `decode_speed`, and `averaged_translator` (its last K
+checkpoints averaged, judged without retraining).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from importlib import resources
 from pathlib import Path
 
 from attnlab.chapter.report import Section
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, group_by_source, reference_text
-from attnlab.runs.checkpoints import list_checkpoints
+from attnlab.runs.checkpoints import average_checkpoints, list_checkpoints, save_tensors
 from attnlab.runs.config import read_run_config
 from attnlab.runs.layout import META_FILE
 from attnlab.runs.loading import load_translator
@@ -37,7 +42,9 @@ def measured_curves_path(name: str = "time_to_quality") -> Path:
 
 def load_measured_curves(path: str | os.PathLike | None = None) -> dict:
     """{'measured', 'commands', 'metric', 'source', 'recipes': [{'recipe', 'curve': [{'seconds',
-    'valid_bleu', ...}], ...}]}. Raises FileNotFoundError / ValueError saying what is wrong."""
+    'valid_bleu', ...}], ...}]}, from such a file, the benchmark's record (benchmarks/results/
+    time_to_quality.json: 'command' and 'date' stand for 'commands' and 'measured') or its bare --json
+    list. Raises FileNotFoundError / ValueError saying what is wrong."""
     path = Path(path) if path is not None else measured_curves_path()
     if not path.is_file():
         raise FileNotFoundError(
@@ -51,6 +58,14 @@ def load_measured_curves(path: str | os.PathLike | None = None) -> dict:
         raise ValueError(f"{path} is not JSON ({exc}); {what}") from None
     if isinstance(data, list):  # a bare --json file of the benchmark: curves without their provenance
         data = {"recipes": data}
+    if isinstance(data, dict) and "command" in data and "commands" not in data:  # the benchmark's record
+        features = " ".join(data.get("cpu_features") or []) or "none recorded"
+        where = f"{data.get('date')}, torch {data.get('torch')}, CPU features {features}"
+        data = {
+            **data,
+            "commands": [data["command"]] if isinstance(data["command"], str) else list(data["command"]),
+            "measured": data.get("measured") or where,
+        }
     recipes = data.get("recipes") if isinstance(data, dict) else None
     if not recipes or not all(isinstance(r, dict) and r.get("curve") for r in recipes):
         raise ValueError(f"{path} holds no curves; expected {{'recipes': [{{'recipe', 'curve': [...]}}]}}")
@@ -91,6 +106,63 @@ def training_seconds(run_dir: str | os.PathLike) -> dict[int, float]:
     return seconds
 
 
+def run_settings(run_dir: str | os.PathLike) -> dict:
+    """What a run was trained with and how far it got, as one table row: 'run' (the folder's name),
+    'precision' (what training ran: `auto`'s pick), 'schedule', 'layers' ("encoder + decoder"), 'd',
+    'steps' and 'seconds' (from its log; None before its end), and 'averaged in run' where its
+    config sets `train.average_last`."""
+    cfg = read_run_config(run_dir)
+    model, train = cfg.get("model", {}), cfg.get("train", {})
+    encoder = model.get("num_layers")
+    decoder = model.get("decoder_layers") or encoder  # unset: as deep as the encoder
+    seconds = training_seconds(run_dir)
+    final = max(seconds, default=None)
+    row = {
+        "run": Path(run_dir).name,
+        "precision": (cfg.get("precision") or {}).get("picked", train.get("precision", "fp32")),
+        "schedule": train.get("schedule"),
+        "layers": f"{encoder} + {decoder}",
+        "d": model.get("num_hiddens"),
+        "steps": final,
+        "seconds": None if final is None else round(seconds[final], 1),
+    }
+    if "average_last" in train:
+        row["averaged in run"] = train["average_last"]
+    return row
+
+
+def decode_speed(translator, sources, beam: int = 4) -> float:
+    """Sentences per second of `translator.search` on `sources` (`held_out_sources` output) at `beam`, the
+    run's other decoding defaults kept. Timed as the difference of the sources twice over and once, after
+    a warm-up: what stays is the cost of the sentences, not that of the first call (kernels built on
+    first use, caches grown)."""
+    ids = [s for _, s, _ in sources]
+    opts = translator.options(beam=beam)
+    translator.search(ids, opts, scores=False)  # warm-up
+    took = []
+    for copies in (1, 2):
+        start = time.perf_counter()
+        translator.search(ids * copies, opts, scores=False)
+        took.append(time.perf_counter() - start)
+    extra = took[1] - took[0]
+    return len(ids) / extra if extra > 0 else 2 * len(ids) / took[1]  # noise beat a tiny input: the mean
+
+
+def averaged_translator(run_dir: str | os.PathLike, last: int, folder: str | os.PathLike):
+    """The run's translator with the mean of its newest `last` checkpoints as weights, written as a
+    .safetensors file into `folder` (a scratch folder of the caller's). ValueError (one line) when the
+    run kept fewer checkpoints."""
+    ckpts = list_checkpoints(run_dir)
+    if last < 1 or len(ckpts) < last:
+        raise ValueError(
+            f"averaging the last {last} checkpoints of {run_dir} needs at least {max(last, 1)}, found "
+            f"{len(ckpts)}; pass a smaller --average, or train with a larger keep_last / smaller checkpoint_every"
+        )
+    path = Path(folder) / f"{Path(run_dir).name}_averaged_last{last}.safetensors"
+    save_tensors(average_checkpoints(ckpts[-last:]), path)
+    return load_translator(run_dir, weights=path)
+
+
 def run_curve(run_dir: str | os.PathLike, limit: int = 500, split: str = "valid") -> list[dict]:
     """[{'seconds', 'steps', 'valid_bleu'}] of a finished run: each kept checkpoint whose step the log
     timed, then the final weights, scored greedily on its `split` (`held_out_sources`, `limit` of them).
@@ -118,8 +190,8 @@ def run_curve(run_dir: str | os.PathLike, limit: int = 500, split: str = "valid"
 
 
 def plot_time_to_quality(recipes: list[dict], own: list[dict] | None = None, own_label: str = "this run"):
-    """Validation BLEU against training seconds: one line per measured recipe, `own` dashed on top.
-    Returns a matplotlib Figure."""
+    """Validation BLEU against training seconds: one line per measured recipe (greedy), a dotted one for
+    each recipe whose points hold 'valid_bleu_beam4', `own` dashed on top. Returns a matplotlib Figure."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
@@ -127,7 +199,10 @@ def plot_time_to_quality(recipes: list[dict], own: list[dict] | None = None, own
         xs = [0] + [p["seconds"] for p in r["curve"]]
         ys = [0] + [p["valid_bleu"] for p in r["curve"]]
         label = "plain nn.Transformer (PyTorch tutorial recipe)" if r["recipe"] == PLAIN_RECIPE else r["recipe"]
-        ax.plot(xs, ys, marker="o", label=label)
+        beam = [p.get("valid_bleu_beam4") for p in r["curve"]]
+        (line,) = ax.plot(xs, ys, marker="o", label=label + (", greedy" if None not in beam else ""))
+        if None not in beam:  # scored with beam 4 too: the same colour, dotted
+            ax.plot(xs, [0, *beam], marker="^", linestyle=":", color=line.get_color(), label=f"{label}, beam 4")
     if own:
         xs = [0] + [p["seconds"] for p in own]
         ys = [0] + [p["valid_bleu"] for p in own]
@@ -160,8 +235,10 @@ def time_to_quality_section(run_dir, fig_dir, own_label: str, curves_path=None, 
     where = ""
     if recipes:
         commands = "; ".join(f"`{c}`" for c in measured.get("commands", [])) or "benchmarks/time_to_quality.py"
+        dotted = any("valid_bleu_beam4" in p for r in recipes for p in r["curve"])
         where = (
-            f"The solid curves were measured once, not by this demo (600 s per recipe is too long for it): "
+            f"The solid curves{' (dotted: beam 4)' if dotted else ''} were measured once, not by this demo "
+            f"(they take half an hour): "
             f"{measured.get('measured', 'when and where unrecorded')}, with {commands}. "
             f"Their score: {measured.get('metric', 'validation BLEU')}. "
         )
