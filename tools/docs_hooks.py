@@ -191,7 +191,7 @@ WEB_STEPS = 60  # training steps of its tiny translator: enough to translate the
 
 def web_page_files() -> dict[str, bytes]:
     """uri -> bytes of the static explorer of a tiny run trained here (attnlab.export.web)."""
-    from attnlab.export import export_run
+    from attnlab.export.formats import export_run
     from attnlab.testing import train_tiny
 
     with tempfile.TemporaryDirectory() as tmp:
