@@ -81,7 +81,7 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
             "ATTNLAB_DATA": data,
             "OUT": str(out_dir),
             "RUN_DIR": str(tmp_path / "run"),
-            "GPU_TRAIN_SECONDS": "10",
+            "GPU_TRAIN_SECONDS": "2",  # the script end to end; how well it trains is the GPU run's
             "PYTHON": sys.executable,
         },
     )
