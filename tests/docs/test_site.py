@@ -48,6 +48,7 @@ def site(tmp_path_factory, executed) -> Path:
     return out
 
 
+@pytest.mark.slow  # the build: the notebooks executed, the explorer's page exported, every page rendered
 def test_site_has_every_part(site):
     from attnlab.cli import COMMANDS
 
