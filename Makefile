@@ -24,9 +24,10 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/attnlab demo $(DEMO_FLAGS)
 
-# Two test processes: most tests pin torch to one thread, so the suite keeps both cores busy.
+# Two test processes: most tests pin torch to one thread, so the suite keeps both cores busy. Each takes
+# whole files, the longest first (tests/conftest.py orders them; xdist would reorder them by test count).
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # The suite timed once (20 slowest tests, each package's share) into docs/testing.md, alone on the machine.
 test-timing: $(VENV)/.installed

@@ -97,7 +97,7 @@ def time_page(run: str, tmp: Path, sentences: list[str]) -> dict:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from attnlab.export import export_run
+    from attnlab.export.formats import export_run
 
     page = export_run(run, "web", tmp / "page")
     handler = functools.partial(type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}),

@@ -5,7 +5,8 @@
 - cli.md          `attnlab <command> --help` for every command, from the argument parser itself
 - notebooks/*.md  the chapter notebooks (notebooks/src/*.py), executed at small settings (ATTNLAB_SMALL=1):
                   text, code, and what the code printed and drew (figures as PNG files beside the page,
-                  tables, the interactive attention views); exercise solutions collapsed
+                  tables, the interactive attention views); exercise solutions collapsed; with
+                  ATTNLAB_DOCS_NOTEBOOKS=DIR the executed notebooks are also written to DIR
 - api/*.md        one mkdocstrings page per public module
 - explorer-web/   `attnlab export --format web` of a tiny translator trained on the bundled sample pairs at
                   build time (seconds): the explorer translating in the reader's browser, no server
@@ -25,6 +26,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import nbformat
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
@@ -43,6 +45,9 @@ API_PAGES = {
     "export": ("attnlab.export", "Formats out and in: CTranslate2, Hugging Face Marian, ONNX, the static web page."),
     "chapter": ("attnlab.chapter", "The chapter's sections as computations, the report and the demo."),
 }
+
+# A folder named here receives the executed notebooks too (NAME.ipynb, with their outputs).
+KEEP_NOTEBOOKS = "ATTNLAB_DOCS_NOTEBOOKS"
 
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
@@ -135,6 +140,11 @@ def executed_notebooks() -> list[tuple[str, object]]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    kept = os.environ.get(KEEP_NOTEBOOKS)
+    if kept:  # the test suite checks the executed notebooks of the build it checks, without running them twice
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        for source, nb in zip(sources, executed):
+            nbformat.write(nb, Path(kept) / f"{source.stem}.ipynb")
     return [(source.stem, nb) for source, nb in zip(sources, executed)]
 
 
@@ -191,7 +201,7 @@ WEB_STEPS = 60  # training steps of its tiny translator: enough to translate the
 
 def web_page_files() -> dict[str, bytes]:
     """uri -> bytes of the static explorer of a tiny run trained here (attnlab.export.web)."""
-    from attnlab.export import export_run
+    from attnlab.export.formats import export_run
     from attnlab.testing import train_tiny
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,6 +24,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
+import sacrebleu
+
 from attnlab.data import BOOK_EVAL_PAIRS, detokenize, tokenize
 
 
@@ -80,8 +82,6 @@ def corpus_bleu(hyps: Sequence[str], refs: Refs) -> float:
         >>> corpus_bleu(["il est calme ."], [["il est tranquille .", "il est calme ."]])
         100.0
     """
-    import sacrebleu
-
     streams = _streams(hyps, refs, "corpus_bleu")
     if not hyps:
         return 0.0
@@ -91,8 +91,6 @@ def corpus_bleu(hyps: Sequence[str], refs: Refs) -> float:
 
 def corpus_chrf(hyps: Sequence[str], refs: Refs) -> float:
     """sacreBLEU corpus chrF (0-100) of detokenized hypotheses vs one or several references each."""
-    import sacrebleu
-
     streams = _streams(hyps, refs, "corpus_chrf")
     if not hyps:
         return 0.0

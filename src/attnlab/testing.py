@@ -23,6 +23,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import torch
+
 from attnlab.data import sample_data_path
 from attnlab.training.config import TrainConfig
 from attnlab.training.launch import train_run
@@ -83,7 +85,6 @@ def tiny_marian(
     made likelier (so sentences end at different lengths). <pad> is never emitted, as in OPUS-MT models.
     """
     import sentencepiece as spm
-    import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     d = Path(folder)

@@ -81,7 +81,7 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
             "ATTNLAB_DATA": data,
             "OUT": str(out_dir),
             "RUN_DIR": str(tmp_path / "run"),
-            "GPU_TRAIN_SECONDS": "10",
+            "GPU_TRAIN_SECONDS": "2",  # the script end to end; how well it trains is the GPU run's
             "PYTHON": sys.executable,
         },
     )
@@ -138,9 +138,12 @@ def test_decoder_only_comparison_smoke():
     data = os.environ.get("ATTNLAB_DATA") or str(ROOT.parent / "shared" / "data" / "fra-eng.zip")
     if not Path(data).exists():
         pytest.skip("the fra-eng corpus is absent (set ATTNLAB_DATA)")
-    args = ["--budget", "3", "--points", "3", "--num-examples", "2000", "--valid-limit", "20", "--rounds", "1"]
+    # Each model trains 1.5 s on one thread (the suite's other process has the other core): the script's every
+    # step and line, not the models' quality.
+    args = ["--budget", "1.5", "--points", "1.5", "--num-examples", "2000", "--valid-limit", "20", "--rounds", "1"]
+    args += ["--threads", "1"]
     out = _run([sys.executable, "benchmarks/decoder_only.py", *args], env={"ATTNLAB_DATA": data})
-    assert out.startswith("command: python benchmarks/decoder_only.py --budget 3")
+    assert out.startswith("command: python benchmarks/decoder_only.py --budget 1.5")
     assert "CPU features:" in out and "decoder-only blocks: " in out
     for name in ("decoder-only causal", "decoder-only prefix-LM"):
         assert re.search(rf"^ratio: {name} / encoder-decoder = \d+\.\d\dx greedy sentences/s$", out, re.M), out

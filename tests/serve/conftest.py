@@ -15,6 +15,12 @@ def tiny_run(tmp_path_factory) -> Path:
     return train_tiny(tmp_path_factory.mktemp("serve") / "tiny")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_decode_thread(one_thread):
+    """The in-process apps decode with one torch thread, as `attnlab serve` does on two cores
+    (`serve.listen.decode_threads`); more threads per decode thread only fight over the cores."""
+
+
 @pytest.fixture(scope="session")
 def translator(tiny_run):
     from attnlab.runs.loading import load_translator

@@ -277,7 +277,6 @@ def _readable_trace(trace: list, vocab) -> dict:
     return {"steps": steps, "winner": winner, "path": [list(p) for p in trace_path(trace, 0)]}
 
 
-# Longer than 80 lines only by its docstring: one pass from text to maps reads best unbroken.
 def explain(
     translator,
     text: str,
@@ -307,12 +306,7 @@ def explain(
     if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
         raise InputError(f"beam must be a positive integer, got {beam!r}")
     ids = check_text(translator, text, max_chars, truncate)
-    src_vocab, tgt_vocab, model, device = (
-        translator.src_vocab,
-        translator.tgt_vocab,
-        translator.model,
-        translator.device,
-    )
+    src_vocab, tgt_vocab, model = translator.src_vocab, translator.tgt_vocab, translator.model
     masks = head_masks_for(model, heads_off)
     if options is not None:
         beam = options.beam
@@ -330,19 +324,7 @@ def explain(
         # A decode cut at the length limit has no query that produced <eos>: its last token is
         # not fed back, so the forward takes one input fewer and no <eos> row is shown.
         dec_in = [tgt_vocab.bos] + (out if hyp.finished else out[:-1])
-        src = torch.tensor([ids + [src_vocab.eos]], dtype=torch.long, device=device)  # (1, Ls)
-        tgt = torch.tensor([dec_in], dtype=torch.long, device=device)  # (1, Lt)
-        lens = torch.tensor([src.shape[1]], device=device)
-        was_training = model.training
-        model.eval()
-        try:
-            with record_attention(model) as rec:
-                model(src, tgt, lens)
-        finally:
-            model.train(was_training)
-        maps = group_maps(model, rec)
-        views = getattr(model, "attention_views", None)  # one self-attention cut into kinds (decoder-only)
-        maps = {k: v.cpu() for k, v in (views(maps, src.shape[1]) if views else maps).items()}
+        maps = _recorded_maps(translator, ids, dec_in)
     model_type = getattr(model, "MODEL_TYPE", None) or translator.config.get("model_type", type(model).__name__.lower())
     positions, num_heads, num_kv_heads = attention_layout(model)
     return Explanation(
@@ -364,6 +346,25 @@ def explain(
         nbest=nbest,
         alignment=alignment,
     )
+
+
+def _recorded_maps(translator, ids: list[int], dec_in: list[int]) -> dict[str, torch.Tensor]:
+    """Every attention map of one teacher-forced forward over the source `ids` (+ <eos>) and the decoder
+    inputs `dec_in`, grouped by kind (`group_maps`), on the CPU; the model in eval mode meanwhile."""
+    model, device = translator.model, translator.device
+    src = torch.tensor([ids + [translator.src_vocab.eos]], dtype=torch.long, device=device)  # (1, Ls)
+    tgt = torch.tensor([dec_in], dtype=torch.long, device=device)  # (1, Lt)
+    lens = torch.tensor([src.shape[1]], device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with record_attention(model) as rec:
+            model(src, tgt, lens)
+    finally:
+        model.train(was_training)
+    maps = group_maps(model, rec)
+    views = getattr(model, "attention_views", None)  # one self-attention cut into kinds (decoder-only)
+    return {k: v.cpu() for k, v in (views(maps, src.shape[1]) if views else maps).items()}
 
 
 def _entry(vocab, h: Hypothesis) -> dict:

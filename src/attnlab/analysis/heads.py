@@ -13,6 +13,7 @@ name, e.g. "encoder.blocks.0.attention"), ready for JSON, a table, a figure or t
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import string
@@ -373,9 +374,6 @@ def head_confidence(exp: Explanation) -> dict[str, list[list[float]]]:
 def load_head_importance(path, model, key: str = "gradient_importance") -> dict[str, list[list[float]]]:
     """Per-head importance from `attnlab heads`' heads.json, as `{kind: [layer][head]}` with this model's
     kinds (encoder_self, decoder_self, cross). Raises ValueError if the file does not fit the model."""
-    import json
-    from pathlib import Path
-
     path = Path(path)
     try:
         report = json.loads(path.read_text(encoding="utf-8"))

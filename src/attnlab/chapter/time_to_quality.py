@@ -22,6 +22,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from attnlab.chapter.report import Section
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, group_by_source, reference_text
@@ -192,9 +194,8 @@ def run_curve(run_dir: str | os.PathLike, limit: int = 500, split: str = "valid"
 def plot_time_to_quality(recipes: list[dict], own: list[dict] | None = None, own_label: str = "this run"):
     """Validation BLEU against training seconds: one line per measured recipe (greedy), a dotted one for
     each recipe whose points hold 'valid_bleu_beam4', `own` dashed on top. Returns a matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    fig = Figure(figsize=(6, 3.6), dpi=120, layout="tight")  # no pyplot: no GUI backend, nothing to close
+    ax = fig.subplots()
     for r in recipes:
         xs = [0] + [p["seconds"] for p in r["curve"]]
         ys = [0] + [p["valid_bleu"] for p in r["curve"]]
@@ -212,15 +213,12 @@ def plot_time_to_quality(recipes: list[dict], own: list[dict] | None = None, own
     ax.set_title("Time to quality: English→French, 3–10-word sources")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 
 def time_to_quality_section(run_dir, fig_dir, own_label: str, curves_path=None, limit: int = 500):
     """The demo report's "Time to quality" Section: the measured curves (or a note saying why they are
     missing) with `run_dir`'s own curve on top, saved as fig_dir/time_to_quality.png/.svg."""
-    import matplotlib.pyplot as plt
-
     try:
         measured = load_measured_curves(curves_path)
         recipes, note = measured["recipes"], ""
@@ -231,7 +229,6 @@ def time_to_quality_section(run_dir, fig_dir, own_label: str, curves_path=None, 
         return Section("Time to quality", note + "This run has no 3–10-word validation source to score either.")
     fig = plot_time_to_quality(recipes, own, own_label)
     figures = save_figure(fig, Path(fig_dir) / "time_to_quality", ("png", "svg"))[:1]
-    plt.close(fig)  # the report keeps the files only
     where = ""
     if recipes:
         commands = "; ".join(f"`{c}`" for c in measured.get("commands", [])) or "benchmarks/time_to_quality.py"

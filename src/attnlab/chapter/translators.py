@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from attnlab.training.trainer import TrainResult
 from attnlab.analysis import analyze_heads
 from attnlab.analysis.explanation import explain
 from attnlab.analysis.figures import plot_importance, plot_pruning_curves
@@ -25,6 +23,9 @@ from attnlab.utils.files import write_json
 from attnlab.viz.files import save_figure
 from attnlab.viz.heatmaps import attention_figures
 from attnlab.viz.plots import plot_loss_curve
+
+if TYPE_CHECKING:
+    from attnlab.training.trainer import TrainResult
 
 
 @dataclass

@@ -13,7 +13,7 @@ from attnlab.runs.layout import DEFAULT_RUN
 
 
 def add_parser(subparsers) -> None:
-    from attnlab.export import FORMATS
+    from attnlab.export.formats import FORMATS
 
     formats = "; ".join(f"{name}: {desc}" for name, (_, desc) in sorted(FORMATS.items()))
     p = add_command(
@@ -53,7 +53,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from attnlab.export import export_run
+    from attnlab.export.formats import export_run
 
     options = {"weights": args.weights, "force": args.force}
     if args.format in ("ctranslate2", "onnx", "web"):

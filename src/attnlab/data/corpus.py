@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from tqdm import tqdm
+
 from attnlab.utils.files import atomic_path
 
 DATA_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
@@ -72,8 +74,6 @@ def download_fra_eng(dest: str | os.PathLike | None = None, url: str | None = No
     only a file matching a known checksum is renamed into place, so the cache never holds a partial
     or wrong download. Raises `ValueError` on a checksum mismatch, `OSError` on network errors.
     """
-    from tqdm import tqdm
-
     dest = Path(dest) if dest is not None else cache_dir() / CACHE_FILE_NAME
     url = url or DATA_URL
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,8 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 from attnlab.utils.files import atomic_write_text, read_json_object
 
 from .spm import FORMAT as SPM_FORMAT
@@ -240,8 +242,6 @@ class SubwordVocab(_SpecialsMixin):
         cls, texts: Iterable[str], vocab_size: int = 8000, min_freq: int = 2, lang: str | None = None
     ) -> SubwordVocab:
         """Learn merges from raw `texts` (pass the training split only, source and target together)."""
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
         tok = Tokenizer(models.BPE(unk_token=UNK))
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
         tok.decoder = decoders.Metaspace()
@@ -318,8 +318,6 @@ class SubwordVocab(_SpecialsMixin):
 
     @classmethod
     def from_dict(cls, obj: dict, source: str = "<dict>") -> SubwordVocab:
-        from tokenizers import Tokenizer
-
         obj = dict(obj)
         meta = obj.pop("attnlab", {})
         if "model" not in obj:

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, load_model, save_model
 from torch import Tensor, nn
 
 from attnlab.utils.files import atomic_path
@@ -18,8 +20,6 @@ def save_weights(model: nn.Module, path: str | os.PathLike) -> None:
     """safetensors, atomically; tied parameters (shared embeddings) are stored once. The model's config
     goes into the file's metadata, so loading can tell a config edited after training (e.g. num_heads,
     which changes no tensor shape) from the one the weights were trained with."""
-    from safetensors.torch import save_model
-
     with atomic_path(Path(path)) as tmp:
         save_model(model, tmp, metadata=weights_metadata(model))
 
@@ -33,8 +33,6 @@ def weights_metadata(model: nn.Module) -> dict[str, str] | None:
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, Tensor]:
-    from safetensors.torch import load_file
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: the weights file {path.name} was not found in {path.parent}")
@@ -43,8 +41,6 @@ def read_weights(path: str | os.PathLike) -> dict[str, Tensor]:
 
 def read_header(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
     """Tensor shapes and metadata of a safetensors file, read from its header only (no tensor data)."""
-    from safetensors import SafetensorError, safe_open
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: the weights file {path.name} was not found in {path.parent}")
@@ -116,8 +112,6 @@ def load_weights(
     """Load safetensors weights into `model`, checking names and shapes (and, given `config`, the
     config saved with the weights) first, so a mismatch is one error naming the first differing
     tensors rather than a bare RuntimeError deep in load_state_dict."""
-    from safetensors.torch import load_model
-
     check_weights(model, path, what, config)
     missing, unexpected = load_model(model, path, strict=False)
     if missing or unexpected:  # check_weights saw the same names: this is a safety net

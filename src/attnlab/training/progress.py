@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
+from tqdm import tqdm
+
 from attnlab.utils.runtime import interactive
 
 PLAIN_EVERY_S = 5.0  # seconds between plain progress lines when stderr is not a terminal
@@ -28,8 +30,6 @@ class Progress:
         self.step = initial
         self.postfix: dict = {}
         if interactive(self.stream):
-            from tqdm import tqdm
-
             self.bar = tqdm(
                 total=total,
                 initial=min(initial, total),

@@ -22,7 +22,32 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-# Longer than 80 lines only by its docstring (the book's signature, every argument explained).
+def _checked(matrices, mask, xticklabels, yticklabels, titles, row_labels) -> np.ndarray:
+    """`show_heatmaps`' arguments checked against the matrices: (rows, cols, Lq, Lk) float64, hidden cells NaN."""
+    data = to_numpy(matrices)
+    if data.ndim != 4:
+        raise ValueError(
+            f"show_heatmaps expects matrices of shape (rows, cols, Lq, Lk), got shape {data.shape}; "
+            "add leading axes, e.g. weights.reshape(1, 1, Lq, Lk) for a single matrix"
+        )
+    rows, cols, lq, lk = data.shape
+    if mask is not None:
+        m = to_numpy(mask).astype(bool)
+        try:
+            m = np.broadcast_to(m, data.shape)
+        except ValueError:
+            raise ValueError(f"mask of shape {m.shape} does not broadcast to matrices of shape {data.shape}") from None
+        data = np.where(m, data, np.nan)
+    for name, labels, n in (("xticklabels", xticklabels, lk), ("yticklabels", yticklabels, lq)):
+        if labels is not None and len(labels) != n:
+            raise ValueError(f"{name} has {len(labels)} labels but the matrices have {n} positions")
+    if titles is not None and len(titles) != cols:
+        raise ValueError(f"titles has {len(titles)} entries but there are {cols} columns")
+    if row_labels is not None and len(row_labels) != rows:
+        raise ValueError(f"row_labels has {len(row_labels)} entries but there are {rows} rows")
+    return data
+
+
 def show_heatmaps(
     matrices,
     xlabel: str,
@@ -53,27 +78,8 @@ def show_heatmaps(
     Returns:
         Figure with rows*cols image axes (plus one colorbar axis).
     """
-    data = to_numpy(matrices)
-    if data.ndim != 4:
-        raise ValueError(
-            f"show_heatmaps expects matrices of shape (rows, cols, Lq, Lk), got shape {data.shape}; "
-            "add leading axes, e.g. weights.reshape(1, 1, Lq, Lk) for a single matrix"
-        )
+    data = _checked(matrices, mask, xticklabels, yticklabels, titles, row_labels)
     rows, cols, lq, lk = data.shape
-    if mask is not None:
-        m = to_numpy(mask).astype(bool)
-        try:
-            m = np.broadcast_to(m, data.shape)
-        except ValueError:
-            raise ValueError(f"mask of shape {m.shape} does not broadcast to matrices of shape {data.shape}") from None
-        data = np.where(m, data, np.nan)
-    for name, labels, n in (("xticklabels", xticklabels, lk), ("yticklabels", yticklabels, lq)):
-        if labels is not None and len(labels) != n:
-            raise ValueError(f"{name} has {len(labels)} labels but the matrices have {n} positions")
-    if titles is not None and len(titles) != cols:
-        raise ValueError(f"titles has {len(titles)} entries but there are {cols} columns")
-    if row_labels is not None and len(row_labels) != rows:
-        raise ValueError(f"row_labels has {len(row_labels)} entries but there are {rows} rows")
 
     finite = data[np.isfinite(data)]
     vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)

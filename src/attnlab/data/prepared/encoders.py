@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from attnlab.utils.runtime import usable_cores
 
@@ -84,7 +85,6 @@ def _encoders(spec: EncoderSpec) -> tuple[Encode, Encode]:
             return lambda texts: [vocab.encode(t) for t in texts]
 
         return word(src), word(tgt)
-    from tokenizers import Tokenizer
 
     def subword(js: str) -> Encode:
         tok = Tokenizer.from_str(js)

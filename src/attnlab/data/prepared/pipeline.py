@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from attnlab.utils.files import atomic_dir
 
@@ -35,15 +36,6 @@ _CHUNK = 8192  # pairs per encoded chunk: the unit of work of the encoding pool
 def _train_subword(texts: Iterator[str], kind: str, vocab_size: int, min_freq: int, normalization: str) -> SubwordVocab:
     """A shared BPE or unigram model with the Unicode normalizer inside the tokenizer itself, so
     training, `translate` and `serve` all normalize the same way; Metaspace keeps spaces exact."""
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        trainers,
-    )
-
     specials = [UNK, *DEFAULT_RESERVED]
     trainer: trainers.BpeTrainer | trainers.UnigramTrainer
     if kind == "bpe":

@@ -1,6 +1,7 @@
 """`make docs`: the MkDocs site builds in strict mode (broken links, missing pages and references fail),
 has every generated page, shows the executed notebooks' figures and outputs, and its home page, an API page
-and a notebook page render in headless Chromium."""
+and a notebook page render in headless Chromium. The build executes every notebook (ATTNLAB_SMALL=1) and keeps
+the executed notebooks (ATTNLAB_DOCS_NOTEBOOKS), which the notebook checks here read: one execution for both."""
 
 from __future__ import annotations
 
@@ -12,19 +13,27 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # Never build with -q: mkdocs counts warnings for --strict through its log handler, and -q silences them
 # before they are counted (measured: a broken link then builds with exit 0).
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
+def executed(tmp_path_factory) -> Path:
+    """Where the site's build writes the notebooks it executed (STEM.ipynb, with outputs)."""
+    return tmp_path_factory.mktemp("executed")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, executed) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
         "NO_MKDOCS_2_WARNING": "1",
         "MPLBACKEND": "Agg",
+        "OMP_NUM_THREADS": "1",  # the build and its notebook kernel beside the suite's other process
+        "ATTNLAB_DOCS_NOTEBOOKS": str(executed),
     }
     res = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
@@ -39,6 +48,7 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # the build: the notebooks executed, the explorer's page exported, every page rendered
 def test_site_has_every_part(site):
     from attnlab.cli import COMMANDS
 
@@ -101,6 +111,34 @@ def test_notebook_pages_show_their_outputs(site):
     assert "Var(q.k) = " in text  # what a solution printed
     assert "<table>" in text  # the scaling table, rendered from Markdown
     assert "attnlab-view" in (site / "notebooks" / "07_transformer.html").read_text(encoding="utf-8")  # head_view
+
+
+def _shows(cell) -> bool:
+    """A code cell whose outputs are a figure, a table or an interactive view (not plain text)."""
+    kinds = ("image/png", "text/html", "text/markdown")
+    return any(kind in out.get("data", {}) for out in cell.get("outputs", []) for kind in kinds)
+
+
+def test_every_notebook_runs_and_explains_its_figures(site, executed):
+    """Every notebook ran top to bottom in the build (all in one kernel, notebooks/build.py's `execute`,
+    solutions included; a raising cell fails the build, naming its notebook); every run of cells that show a
+    figure, table or view has a markdown cell before it (what to look for) and after it (what it showed)."""
+    import nbformat
+
+    stems = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert stems and sorted(p.stem for p in executed.glob("*.ipynb")) == stems
+    for stem in stems:
+        nb = nbformat.read(executed / f"{stem}.ipynb", as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(c.get("execution_count") for c in code), stem
+        assert not any(o.get("output_type") == "error" for c in code for o in c.outputs), stem
+        shows = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _shows(c)]
+        assert shows, f"{stem} shows nothing"
+        for i in shows:
+            before = next(j for j in range(i - 1, -1, -1) if j not in shows)
+            after = next((j for j in range(i + 1, len(nb.cells)) if j not in shows), None)
+            assert nb.cells[before].cell_type == "markdown", f"{stem}: no prose before cell {i}"
+            assert after is not None and nb.cells[after].cell_type == "markdown", f"{stem}: no prose after cell {i}"
 
 
 def test_strict_build_fails_on_a_broken_link(tmp_path):

@@ -18,7 +18,7 @@ from train_helpers import DATA, SUBPROCESS_ENV, tiny_run
 import attnlab
 from attnlab.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MOVED = ["library.md", "translators.md", "explorer.md", "data.md", "chapter.md", "demo.md", "testing.md"]
 PAGES = [README, ROOT / "ARCHITECTURE.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -1,5 +1,7 @@
-"""Under CI=true a skipped test (missing browser, corpus or optional package) is a failure, not a silent skip:
-inside a test, and while collecting a module or a folder whose conftest.py skips at import."""
+"""What a skip means (tests/conftest.py). Under CI=true a skipped test (missing browser, corpus or optional
+package) is a failure, not a silent skip: inside a test, and while collecting a module or a folder whose
+conftest.py skips at import. Off CI, the run's summary says how many tests skipped for want of the corpus (or
+Chromium) and how to give it."""
 
 import subprocess
 import sys
@@ -22,6 +24,20 @@ def test_no_procfs():
 
 @pytest.mark.xfail(strict=False, reason="fixed elsewhere")
 def test_known(): assert False
+"""
+
+
+PROBES = """
+import pytest
+
+@pytest.mark.parametrize("n", range(3))
+def test_corpus(n):
+    pytest.skip("set ATTNLAB_DATA to the shared fra-eng.zip")
+
+@pytest.mark.skipif(True, reason="needs /usr/bin/chromium and /usr/bin/chromedriver")
+def test_browser(): pass
+
+def test_fine(): pass
 """
 
 
@@ -92,3 +108,18 @@ def test_collection_skips_stay_skips_off_ci(tmp_path):
     res = _run(tmp_path, "", {**MODULE_SKIP, **CONFTEST_SKIP})
     assert res.returncode == 0, res.stdout
     assert "2 skipped" in res.stdout and "1 passed" in res.stdout, res.stdout
+
+
+def test_the_summary_counts_the_skips_for_want_of_the_corpus(tmp_path):
+    res = _run(tmp_path, "", {"test_probe.py": PROBES})
+    assert res.returncode == 0, res.stdout
+    out = res.stdout
+    assert "3 test(s) skipped for want of the English–French corpus: set ATTNLAB_DATA=PATH/fra-eng.zip" in out, out
+    assert "1 test(s) skipped for want of Chromium" in out, out
+
+
+def test_nothing_is_said_when_nothing_skipped(tmp_path):
+    res = _run(tmp_path, "", {"test_probe.py": "def test_fine(): pass\n"})
+    assert res.returncode == 0, res.stdout
+    out = res.stdout
+    assert "skipped for want of" not in out, out

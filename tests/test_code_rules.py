@@ -1,0 +1,112 @@
+"""The code rules the layout depends on (DESIGN.md, "Rules that keep it so"), checked on src/attnlab: modules of
+at most 400 lines, functions of at most 80 unless a comment just above says why, each module's imports in one
+block at its top, package faces (`__init__.py`) that only re-export, and at most 6 test files at tests/'s root."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "attnlab"
+MODULES = sorted(PACKAGE.rglob("*.py"))
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_ROOT_TEST_FILES = 400, 80, 6
+# The package root's face loads its few entry points on first use (PEP 562) so `import attnlab` stays light.
+LAZY_FACE = PACKAGE / "__init__.py"
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def long_functions(path: Path) -> list[str]:
+    """`name (N lines)` of each function longer than MAX_FUNCTION_LINES (decorators included) without a
+    comment on the line above it that says why ("... 80 lines ...")."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            length = node.end_lineno - first + 1
+            above = lines[first - 2].strip() if first >= 2 else ""
+            if length > MAX_FUNCTION_LINES and not (above.startswith("#") and "80 lines" in above):
+                found.append(f"{node.name} ({length} lines)")
+    return found
+
+
+def late_imports(tree: ast.Module) -> list[int]:
+    """Lines of module-level imports that come after other statements (the docstring and
+    `from __future__` aside)."""
+    body = tree.body[1:] if tree.body and isinstance(tree.body[0], ast.Expr) else tree.body
+    seen_other, late = False, []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if seen_other:
+                late.append(node.lineno)
+        else:
+            seen_other = True
+    return late
+
+
+def face_definitions(tree: ast.Module) -> list[str]:
+    """What a package face defines beyond its docstring, imports, `__all__` and `__version__`."""
+    kept = {"__all__", "__version__"}
+    found = []
+    for i, node in enumerate(tree.body):
+        if (i == 0 and isinstance(node, ast.Expr)) or isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and all(getattr(t, "id", None) in kept for t in targets):
+            continue
+        found.append(f"{type(node).__name__} at line {node.lineno}")
+    return found
+
+
+def test_modules_and_functions_are_short():
+    long_modules = {
+        str(p.relative_to(ROOT)): n
+        for p in MODULES
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
+    functions = {str(p.relative_to(ROOT)): found for p in MODULES if (found := long_functions(p))}
+    assert not functions, f"functions over {MAX_FUNCTION_LINES} lines without a comment saying why: {functions}"
+
+
+def test_imports_are_one_block_at_the_top_and_faces_only_re_export():
+    late = {str(p.relative_to(ROOT)): lines for p in MODULES if (lines := late_imports(_tree(p)))}
+    assert not late, f"imports after other statements (move them to the top block): {late}"
+    faces = [p for p in MODULES if p.name == "__init__.py" and p != LAZY_FACE]
+    defining = {str(p.relative_to(ROOT)): found for p in faces if (found := face_definitions(_tree(p)))}
+    assert not defining, f"__init__.py files that define things (move them to a module of their own): {defining}"
+
+
+def test_at_most_six_test_files_at_the_root_of_tests():
+    files = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    assert len(files) <= MAX_ROOT_TEST_FILES, files
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("def f():\n" + "    x = 1\n" * 80 + "    return x\n", ["f (82 lines)"]),
+        ("# Longer than 80 lines: why.\ndef f():\n" + "    x = 1\n" * 80 + "    return x\n", []),
+        ("def f():\n" + "    x = 1\n" * 78 + "    return x\n", []),
+    ],
+)
+def test_the_function_rule_can_fail(tmp_path, source, expected):
+    path = tmp_path / "m.py"
+    path.write_text(source, encoding="utf-8")
+    assert long_functions(path) == expected
+
+
+def test_the_import_and_face_rules_can_fail():
+    assert late_imports(ast.parse('"""doc."""\nimport os\nX = 1\nimport sys\n')) == [4]
+    assert late_imports(ast.parse('"""doc."""\nfrom __future__ import annotations\nimport os\n')) == []
+    assert face_definitions(ast.parse('"""doc."""\nfrom .a import b\n__all__ = ["b"]\n')) == []
+    assert face_definitions(ast.parse("from .a import b\nX = {}\ndef f(): pass\n")) == [
+        "Assign at line 2",
+        "FunctionDef at line 3",
+    ]
