@@ -300,18 +300,12 @@ def evaluate_split(run_dir, split: str = "test", limit: int = 10**9, beams=(1, 4
 
 def figure(results, path):
     """The curves as one PNG at `path` (`plot_time_to_quality`)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from attnlab.chapter.time_to_quality import plot_time_to_quality
     from attnlab.utils.files import atomic_path
 
-    fig = plot_time_to_quality(results)
+    fig = plot_time_to_quality(results)  # a pyplot-free Figure: nothing to close
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- command line
