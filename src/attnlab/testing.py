@@ -119,7 +119,8 @@ def tiny_marian(
 def train_tiny(run_dir: str | Path, steps: int = 20, model: str = "transformer", **overrides) -> Path:
     """A 2-layer, 2-head translator (the `tiny` preset; `model` "transformer" or "decoder-only", whose
     2 blocks form one stack) trained `steps` steps on attnlab's bundled sample pairs into `run_dir`
-    (seconds): enough to emit words, for the server's tests and benchmarks. `overrides`: model fields."""
+    (seconds): enough to emit words, for the server's tests and benchmarks. `overrides`: model fields
+    (`decoder_layers=1`: a 2-block encoder under a 1-block decoder)."""
 
     preset = get_preset(model, "tiny")
     fast = {"max_steps": steps, "epochs": 100, "schedule": "constant", "lr": 1e-2, "eval_limit": 4}

@@ -94,12 +94,14 @@ def test_param_tables():
     counts = r.data["transformer"]
     assert 60e6 < counts["base"] < 66e6  # the paper reports 65M
     assert 205e6 < counts["big"] < 220e6  # and 213M
+    assert "base 6+1" in counts  # a deep encoder under a one-block decoder
     # Independent count of the paper's post-norm layout with biases, tied embeddings and an
     # output bias: guards against the model silently growing or losing a sublayer.
     for name, s in TRANSFORMER_SETTINGS.items():
         d, f, n, v = s["num_hiddens"], s["ffn_num_hiddens"], s["num_layers"], s["vocab_size"]
+        n_dec = s.get("decoder_layers", n)
         attn, ffn, norm = 4 * (d * d + d), 2 * d * f + d + f, 2 * d
-        expected = v * d + v + n * ((attn + ffn + 2 * norm) + (2 * attn + ffn + 3 * norm))
+        expected = v * d + v + n * (attn + ffn + 2 * norm) + n_dec * (2 * attn + ffn + 3 * norm)
         assert counts[name] == expected
         assert r.data["transformer_untied"][name] == expected + 2 * v * d
     cx = dict((row[0], row[1:]) for row in complexity_table()[1])

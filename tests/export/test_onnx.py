@@ -104,6 +104,27 @@ def test_greedy_and_attention_equal_attnlab(run, exported):
 )
 def test_schemes_and_heads_export(run, tmp_path, overrides):
     """Untrained models (random weights give arbitrary but definite argmaxes) of each layout."""
+    other, out = _untrained_export(run, tmp_path, overrides)
+    _check_against_attnlab(other, out, SENTENCES[:2])
+
+
+@pytest.mark.parametrize("encoder, decoder", [(3, 1), (1, 2)])
+def test_unequal_depths_export_a_cache_per_decoder_block(run, tmp_path, encoder, decoder):
+    other, out = _untrained_export(run, tmp_path, {"num_layers": encoder, "decoder_layers": decoder})
+    config = json.loads((out / "config.json").read_text())
+    assert (config["num_layers"], config["decoder_layers"]) == (encoder, decoder)
+    enc_out = [o.name for o in onnx.load(str(out / FILES[0])).graph.output]
+    past_in = [i.name for i in onnx.load(str(out / FILES[2])).graph.input]
+    assert enc_out == ["last_hidden_state", *(f"encoder_attentions.{i}" for i in range(encoder))]
+    assert len([n for n in past_in if n.startswith("past_key_values.")]) == 4 * decoder
+    _check_against_attnlab(other, out, SENTENCES[:3])
+    older = {k: v for k, v in config.items() if k != "decoder_layers"}  # an export before the key: equal depths
+    (out / "config.json").write_text(json.dumps(older))
+    assert OnnxTranslator(out, threads=1).decoder_layers == encoder
+
+
+def _untrained_export(run, tmp_path, overrides):
+    """An untrained model of the tiny run's config with `overrides`, saved as a run and exported to ONNX."""
     from attnlab.models import Transformer, TransformerConfig
     from attnlab.runs.weights import save_weights
 
@@ -120,7 +141,7 @@ def test_schemes_and_heads_export(run, tmp_path, overrides):
     save_weights(model, other / "model.safetensors")
     out = tmp_path / "onnx"
     assert main(["export", "--format", "onnx", "--checkpoint", str(other), "--out", str(out)]) == 0
-    _check_against_attnlab(other, out, SENTENCES[:2])
+    return other, out
 
 
 def test_int8_within_tolerance(run, exported, tmp_path):

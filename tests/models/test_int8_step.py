@@ -75,6 +75,7 @@ CONFIGS = {
     "grouped-query": dict(num_kv_heads=2),
     "learned positions": dict(positions="learned", max_len=64),
     "no biases": dict(bias=False),
+    "3 encoder blocks, 1 decoder block": dict(num_layers=3, decoder_layers=1),
 }
 
 

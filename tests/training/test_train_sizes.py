@@ -60,3 +60,24 @@ def test_what_fits_passes_and_the_estimate_counts_the_batch():
     P, few = training_bytes("transformer", small, TrainConfig(batch_tokens=256))
     _, many = training_bytes("transformer", small, TrainConfig(batch_tokens=4096))
     assert few > 16 * P and many > few
+
+
+def test_a_shallow_decoder_is_counted_at_its_own_depth(monkeypatch):
+    base = {"src_vocab_size": 50, "tgt_vocab_size": 50, "num_hiddens": 32, "num_heads": 2, "ffn_num_hiddens": 64}
+    train = TrainConfig(batch_tokens=512)
+    sizes = {(e, d): training_bytes("transformer", {**base, "num_layers": e, "decoder_layers": d}, train)
+             for e, d in ((4, 1), (4, 4), (1, 1), (1, 4))}  # fmt: skip
+    assert sizes[1, 1] < sizes[4, 1] < sizes[4, 4]
+    assert sizes[4, 1][0] - sizes[1, 1][0] != sizes[1, 4][0] - sizes[1, 1][0]  # encoder and decoder blocks differ
+    assert training_bytes("transformer", {**base, "num_layers": 4}, train) == sizes[4, 4]
+    # Over the memory, the advice names decoder_layers when it is the size furthest above its default.
+    monkeypatch.setattr("attnlab.training.sizes.device_memory", lambda device: 1)
+    with pytest.raises(ValueError, match=r"lower model\.decoder_layers \(30; the default is 6\)"):
+        check_fits("transformer", {**base, "num_layers": 2, "decoder_layers": 30}, TrainConfig(device="cpu"))
+
+
+def test_a_bad_decoder_depth_is_one_line_before_anything_is_written(tmp_path, capsys):
+    code, out = _train(tmp_path, "--set", "model.decoder_layers=0")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "decoder_layers" in err and "Traceback" not in err
+    assert not out.exists()

@@ -51,7 +51,8 @@ class TransformerParams(NamedTuple):
     setting: str
     d: int
     heads: int
-    layers: int
+    layers: int  # encoder blocks
+    decoder_layers: int
     ffn: int
     vocab: int
     tied: str  # "yes" / "no": shared source/target embeddings and output projection
@@ -87,8 +88,8 @@ class KVCacheRow(NamedTuple):
 def kv_cache_table(num_hiddens: int = 512, num_heads: int = 8, num_kv_heads: int | None = None, num_layers: int = 6):
     """Multi-head vs grouped-query vs multi-query attention: projection parameters of one module
     (counted on real modules, meta device) and the decoder's KV cache per generated token, keys and
-    values of `num_layers` self-attention layers, `TransformerConfig.kv_cache_bytes` (cross-attention
-    adds the same per source token). Returns (headers, [KVCacheRow])."""
+    values of `num_layers` decoder blocks' self-attention, `TransformerConfig.kv_cache_bytes` (cross-attention
+    adds the same per source token; the encoder caches nothing). Returns (headers, [KVCacheRow])."""
     kinds = {num_heads: "multi-head", 1: "multi-query"}
     if num_kv_heads is not None and num_kv_heads not in kinds:
         kinds[num_kv_heads] = "grouped-query"
@@ -96,17 +97,21 @@ def kv_cache_table(num_hiddens: int = 512, num_heads: int = 8, num_kv_heads: int
     for kv in sorted(kinds, reverse=True):
         with torch.device("meta"):
             n = count_parameters(MultiHeadAttention(num_hiddens, num_heads, bias=False, num_kv_heads=kv))
-        cfg = TransformerConfig(1, 1, num_hiddens, num_heads, num_layers, num_kv_heads=kv)
+        cfg = TransformerConfig(1, 1, num_hiddens, num_heads, decoder_layers=num_layers, num_kv_heads=kv)
         rows.append(KVCacheRow(kinds[kv], kv, n, cfg.kv_cache_bytes(1, 0, 4), cfg.kv_cache_bytes(1, 0, 2)))
     headers = [f"attention (d={num_hiddens}, {num_heads} heads)", "KV heads", "parameters"]
-    return headers + [f"KV bytes/token ({num_layers} layers, fp32)", "fp16"], rows
+    return headers + [f"KV bytes/token ({num_layers} decoder layers, fp32)", "fp16"], rows
 
 
-# The paper's Table 3 settings; both share one 37,000-token BPE vocabulary between source, target
-# and the pre-softmax projection. `paper` is the count the paper reports, for comparison only.
+# The paper's Table 3 settings, and base with a one-block decoder (Kasai et al. 2021, "Deep Encoder, Shallow
+# Decoder"); all share one 37,000-token BPE vocabulary between source, target and the pre-softmax projection.
+# `paper` is the count the paper reports, for comparison only.
 TRANSFORMER_SETTINGS: dict[str, dict[str, Any]] = {
     "base": dict(num_hiddens=512, num_heads=8, num_layers=6, ffn_num_hiddens=2048, vocab_size=37000, paper="65M"),
     "big": dict(num_hiddens=1024, num_heads=16, num_layers=6, ffn_num_hiddens=4096, vocab_size=37000, paper="213M"),
+    "base 6+1": dict(
+        num_hiddens=512, num_heads=8, num_layers=6, decoder_layers=1, ffn_num_hiddens=2048, vocab_size=37000, paper="-"
+    ),
 }
 
 
@@ -148,6 +153,7 @@ def transformer_param_table(share_embeddings_variants: Sequence[bool] = (True, F
                 num_hiddens=s["num_hiddens"],
                 num_heads=s["num_heads"],
                 num_layers=s["num_layers"],
+                decoder_layers=s.get("decoder_layers"),
                 ffn_num_hiddens=s["ffn_num_hiddens"],
                 share_embeddings=share,
             )
@@ -159,6 +165,7 @@ def transformer_param_table(share_embeddings_variants: Sequence[bool] = (True, F
                     cfg.num_hiddens,
                     cfg.num_heads,
                     cfg.num_layers,
+                    cfg.decoder_depth,
                     cfg.ffn_num_hiddens,
                     s["vocab_size"],
                     "yes" if share else "no",
@@ -167,7 +174,22 @@ def transformer_param_table(share_embeddings_variants: Sequence[bool] = (True, F
                     s["paper"] if share else "-",
                 )
             )
-    return (["Transformer", "d", "heads", "layers", "ffn", "vocab", "tied emb.", "parameters", "≈", "paper"], rows)
+    return (
+        [
+            "Transformer",
+            "d",
+            "heads",
+            "enc. layers",
+            "dec. layers",
+            "ffn",
+            "vocab",
+            "tied emb.",
+            "parameters",
+            "≈",
+            "paper",
+        ],
+        rows,
+    )
 
 
 def complexity_table():
@@ -210,10 +232,12 @@ def params(
         f"{ffn_num_hiddens / num_hiddens:g}x and holds {ffn_params:,} parameters, "
         f"{ffn_params / multi:.1f}x the attention's. Built on the meta device, the base "
         f"Transformer has {tied['base'] / 1e6:.1f}M parameters with the paper's tied embeddings "
-        f"({untied['base'] / 1e6:.1f}M untied). Self-attention connects any two positions in one step "
-        f"(path length O(1)) and runs in parallel, at a cost quadratic in sequence length. "
-        f"Sharing key/value heads shrinks what decoding caches per token: {kv[1][0].bytes_fp32:,} bytes "
-        f"with {kv[1][0].kv_heads} KV heads, {kv[1][-1].bytes_fp32:,} with one (float32, {num_layers} layers)."
+        f"({untied['base'] / 1e6:.1f}M untied), {tied['base 6+1'] / 1e6:.1f}M with one decoder block under its "
+        f"six encoder blocks (the decoder runs once per token, the encoder once per sentence). Self-attention "
+        f"connects any two positions in one step (path length O(1)) and runs in parallel, at a cost quadratic in "
+        f"sequence length. Sharing key/value heads shrinks what decoding caches per token: "
+        f"{kv[1][0].bytes_fp32:,} bytes with {kv[1][0].kv_heads} KV heads, {kv[1][-1].bytes_fp32:,} with one "
+        f"(float32, {num_layers} decoder layers)."
     )
     return ChapterResult(
         "Parameters and complexity",

@@ -23,7 +23,9 @@ def add_parser(subparsers) -> None:
         default=None,
         help="key/value heads of a grouped-query row (must divide --num-heads; default: no such row)",
     )
-    p.add_argument("--num-layers", type=int, default=6, help="decoder layers in the KV-cache table")
+    p.add_argument(
+        "--num-layers", type=int, default=6, help="decoder layers in the KV-cache table (the encoder caches nothing)"
+    )
     p.set_defaults(func=run)
 
 

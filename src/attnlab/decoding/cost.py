@@ -68,6 +68,12 @@ class ModelShape:
     heads: int  # H
     ffn: int  # F, the FFN's inner width
     vocab: int  # V, target vocabulary
+    decoder_layers: int | None = None  # N', decoder blocks of a transformer; None = layers
+
+    @property
+    def decoder_depth(self) -> int:
+        """N': the decoder's blocks (`layers` unless a transformer's decoder_layers says otherwise)."""
+        return self.layers if self.decoder_layers is None else self.decoder_layers
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ModelShape:
@@ -82,7 +88,9 @@ class ModelShape:
         D = size("num_hiddens")
         if kind == "bahdanau":
             return cls(kind, size("num_layers"), D, 1, 3 * D, size("tgt_vocab_size"))
-        return cls(kind, size("num_layers"), D, size("num_heads"), size("ffn_num_hiddens"), size("tgt_vocab_size"))
+        decoder = (size("decoder_layers", 0) or None) if kind == "transformer" else None  # None: num_layers
+        heads, ffn, vocab = size("num_heads"), size("ffn_num_hiddens"), size("tgt_vocab_size")
+        return cls(kind, size("num_layers"), D, heads, ffn, vocab, decoder)
 
 
 @dataclass(frozen=True)
@@ -98,11 +106,11 @@ class Cost:
 
 def recorded_weights(shape: ModelShape, Ls: int, Lt: int) -> int:
     """Attention weights one recorded forward keeps for one sentence of Ls source and Lt target
-    positions: N layers x H heads x (Ls² + Lt² + Lt·Ls) for a Transformer or a decoder-only model (its
+    positions: H heads x (N x Ls² + N' x (Lt² + Lt·Ls)) for a Transformer or a decoder-only model (its
     three views), Lt·Ls for Bahdanau's one attention."""
     if shape.kind not in THREE_VIEWS:
         return Lt * Ls
-    return shape.layers * shape.heads * (Ls * Ls + Lt * Lt + Lt * Ls)
+    return shape.heads * (shape.layers * Ls * Ls + shape.decoder_depth * (Lt * Lt + Lt * Ls))
 
 
 def _hypotheses(options: DecodeOptions) -> int:
@@ -112,7 +120,7 @@ def _hypotheses(options: DecodeOptions) -> int:
 
 def _step_work(shape: ModelShape, S: int, T: int) -> float:
     """Multiply-adds of T decoding steps of one row over a source of S tokens."""
-    N, D, F, V = shape.layers, shape.width, shape.ffn, shape.vocab
+    N, D, F, V = shape.decoder_depth, shape.width, shape.ffn, shape.vocab
     if shape.kind == "decoder-only":  # one stack: the source is keys of every step's self-attention
         return T * (N * (4 * D * D + 2 * D * F + 2 * S * D) + D * V) + N * D * T * (T + 1)
     per_step = N * (6 * D * D + 2 * D * F + 2 * S * D) + D * V  # self, cross (q, o), FFN; output projection
@@ -121,8 +129,9 @@ def _step_work(shape: ModelShape, S: int, T: int) -> float:
 
 def _forward_work(shape: ModelShape, S: int, T: int) -> float:
     """Multiply-adds of one full forward (encoder over S, decoder over T: the alignment's and the maps')."""
-    N, D, F = shape.layers, shape.width, shape.ffn
-    return N * ((S + T) * (4 * D * D + 2 * D * F) + 2 * D * (S * S + T * T + S * T)) + T * D * shape.vocab
+    N, Nd, D, F = shape.layers, shape.decoder_depth, shape.width, shape.ffn
+    encoder = N * (S * (4 * D * D + 2 * D * F) + 2 * D * S * S)
+    return encoder + Nd * (T * (4 * D * D + 2 * D * F) + 2 * D * (T * T + S * T)) + T * D * shape.vocab
 
 
 def decode_cost(
@@ -153,7 +162,7 @@ def decode_cost(
     n, R = len(sources), _hypotheses(options)
     if n == 0:
         return Cost(0.0, 0.0, 0, 0)
-    N, D, F, V, H = shape.layers, shape.width, shape.ffn, shape.vocab, shape.heads
+    N, Nd, D, F, V, H = shape.layers, shape.decoder_depth, shape.width, shape.ffn, shape.vocab, shape.heads
     work = 0.0
     for i, (S, T) in enumerate(zip(sources, outputs)):
         work += N * (S * (4 * D * D + 2 * D * F) + 2 * S * S * D)  # the encoder, once per sentence
@@ -172,13 +181,16 @@ def decode_cost(
     # cross over S: keys and values per layer), 4 copies of the logits (logits, log-probs, totals, top-k).
     S_max, T_max = max(sources), max(outputs)
     rows = min(n, batch_size) * min(workers, batches) * R
-    decoding = rows * (2 * N * D * (S_max + T_max) + 4 * V + 2 * T_max + 4 * (F + 4 * D)) * FLOAT
+    decoding = rows * (2 * Nd * D * (S_max + T_max) + 4 * V + 2 * T_max + 4 * (F + 4 * D)) * FLOAT
     decoding += min(n, batch_size) * min(workers, batches) * H * S_max * S_max * FLOAT  # encoder scores
     # The alignment: every hypothesis of every sentence in one recorded forward.
     aligned = n * options.n_best if options.align else 0
-    recorded = aligned * (recorded_weights(shape, S_max, T_max) + N * (S_max + T_max) * (F + 4 * D)) * FLOAT
+    kept = recorded_weights(shape, S_max, T_max) + (N * S_max + Nd * T_max) * (
+        F + 4 * D
+    )  # what one recorded forward keeps
+    recorded = aligned * kept * FLOAT
     if maps:
-        recorded += (recorded_weights(shape, S_max, T_max) + N * (S_max + T_max) * (F + 4 * D)) * FLOAT
+        recorded += kept * FLOAT
     return Cost(work=work, peak_bytes=max(decoding, recorded), rows=n * R, steps=T_max)
 
 

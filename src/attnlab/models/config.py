@@ -123,7 +123,7 @@ class TransformerConfig(ConfigMixin):
     tgt_vocab_size: int  # V, target vocabulary size
     num_hiddens: int = 512  # D, model width (d_model)
     num_heads: int = 8  # H, attention heads; must divide num_hiddens
-    num_layers: int = 6  # N, blocks in the encoder and in the decoder
+    num_layers: int = 6  # N, encoder blocks, and decoder blocks unless decoder_layers is set
     ffn_num_hiddens: int = 2048  # inner width of the position-wise FFN (d_ff)
     dropout: float = 0.1  # residual, embedding and attention-weight dropout
     norm_first: bool = False  # pre-norm blocks + final LayerNorm per stack; False = post-norm (paper)
@@ -136,6 +136,7 @@ class TransformerConfig(ConfigMixin):
     num_kv_heads: int | None = None  # key/value heads, dividing num_heads (1 = multi-query); None = num_heads
     bias: bool = True  # attention projection biases (as nn.Transformer); the book uses False
     window: int | None = None  # local attention in the encoder: each token sees +-window tokens
+    decoder_layers: int | None = None  # decoder blocks (e.g. 1 under a deep encoder); None = num_layers
     # Options of imported Marian (OPUS-MT) models; the defaults are the book's model.
     activation: str = "relu"  # FFN nonlinearity: relu (paper), swish (= silu, Marian) or gelu
     embed_scale: float | None = None  # embeddings are multiplied by this; None = sqrt(num_hiddens) (paper)
@@ -146,6 +147,11 @@ class TransformerConfig(ConfigMixin):
 
     def __post_init__(self):
         check_translator_config(self)
+        dec = self.decoder_layers
+        if dec is not None and (not isinstance(dec, int) or isinstance(dec, bool) or dec < 1):
+            raise ValueError(
+                f"TransformerConfig.decoder_layers must be None (as many as num_layers) or an integer >= 1, got {dec!r}"
+            )
         if self.window is not None and (not isinstance(self.window, int) or self.window < 0):
             raise ValueError(f"TransformerConfig.window must be None or a non-negative integer, got {self.window!r}")
         self._check_positions()
@@ -193,6 +199,11 @@ class TransformerConfig(ConfigMixin):
             )
 
     @property
+    def decoder_depth(self) -> int:
+        """Decoder blocks: decoder_layers, or num_layers when it is None (the encoder has num_layers)."""
+        return self.num_layers if self.decoder_layers is None else self.decoder_layers
+
+    @property
     def kv_heads(self) -> int:
         """Key/value heads per attention module: num_kv_heads, or num_heads when it is None."""
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
@@ -201,7 +212,7 @@ class TransformerConfig(ConfigMixin):
         """Bytes a decoding KV cache holds for one sentence: keys and values of every decoder layer's
         self-attention for `target_tokens` steps, plus its cross-attention over `source_tokens` (before
         any head pruning; 4 bytes per value in float32, 2 in float16/bfloat16)."""
-        per_token = 2 * self.num_layers * self.kv_heads * (self.num_hiddens // self.num_heads) * bytes_per_value
+        per_token = 2 * self.decoder_depth * self.kv_heads * (self.num_hiddens // self.num_heads) * bytes_per_value
         return per_token * (target_tokens + source_tokens)
 
     @property

@@ -1,8 +1,12 @@
 """The encoder–decoder Transformer of "Attention Is All You Need", assembled from `attnlab.attention`.
 
     src (B, S) -> embed * sqrt(D) + positions -> N x [self-attention, FFN] -> memory (B, S, D)
-    tgt (B, T) -> embed * sqrt(D) + positions -> N x [causal self-attention, cross-attention, FFN]
+    tgt (B, T) -> embed * sqrt(D) + positions -> N' x [causal self-attention, cross-attention, FFN]
                -> dense -> logits (B, T, V)
+
+N = `num_layers`; N' = `decoder_layers`, N unless set. A deep encoder under a shallow decoder (Kasai et
+al., "Deep Encoder, Shallow Decoder", 2021) keeps most of the quality and decodes faster: the encoder runs
+once per sentence, the decoder once per token.
 
 The layers live in `attnlab.models.transformer_layers`.
 Post-norm (`LayerNorm(x + sublayer(x))`, the paper and the book) by default; `norm_first=True` gives the
@@ -174,7 +178,7 @@ class Transformer(nn.Module):
             **common,
         )
         self.decoder = TransformerDecoder(
-            c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_layers, c.dropout, **common
+            c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.decoder_depth, c.dropout, **common
         )
         if shared is not None or c.tie_output:
             # Tying as in the paper (section 3.4): the output projection reuses the (target) embedding.

@@ -284,6 +284,7 @@ class TransformerEncoder(_TokenStack):
 
 class TransformerDecoder(_TokenStack):
     """Embedding * sqrt(D) + positional encoding (from `offset`), `num_layers` decoder blocks, dense.
+    (The Transformer passes `TransformerConfig.decoder_depth`: a decoder may be shallower than its encoder.)
 
     Shape: X (B*beam, t) token ids, memory (B, S, D), src_valid_lens (B,) -> logits (B*beam, t, V).
     `caches`: one (self_cache, cross_cache) pair per block for incremental decoding; `offset` is the

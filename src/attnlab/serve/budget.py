@@ -52,9 +52,10 @@ def explain_bytes_bound(translator, src_len: int, beam: int = 1, options=None) -
 
     Every weight is printed with 4 decimals ("0.1234," = 7 bytes; 8 counted for brackets); the output
     may run to the decoder's limit (options.max_len where given), + its <eos> row. The maps are the
-    recorded forward's (`attnlab.decoding.cost.recorded_weights`: N layers x H heads x (Ls² + Lt² + Lt·Ls)
-    for a Transformer or a decoder-only model's three views, Lt·Ls for Bahdanau). With beam > 1 the trace
-    adds 2 x beam candidates of ~300 bytes per step; the n-best list and alignment add `options_bytes`.
+    recorded forward's (`attnlab.decoding.cost.recorded_weights`: H heads x (N x Ls² + N' x (Lt² + Lt·Ls)),
+    N encoder and N' decoder layers, for a Transformer or a decoder-only model's three views, Lt·Ls for
+    Bahdanau). With beam > 1 the trace adds 2 x beam candidates of ~300 bytes per step; the n-best list and
+    alignment add `options_bytes`.
     """
     max_len = None if options is None else options.max_len
     Ls, Lt = src_len, translator.output_limit(src_len, max_len) + 1

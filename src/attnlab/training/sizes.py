@@ -20,7 +20,14 @@ from attnlab.utils.runtime import resolve_device
 __all__ = ["PER_PARAMETER", "check_fits", "training_bytes"]
 
 PER_PARAMETER = 16  # bytes: float32 weight, gradient, Adam's first and second moments
-SIZES = ("num_hiddens", "ffn_num_hiddens", "num_layers", "embed_size", "max_len")  # what a message may name
+SIZES = (
+    "num_hiddens",
+    "ffn_num_hiddens",
+    "num_layers",
+    "decoder_layers",
+    "embed_size",
+    "max_len",
+)  # a message names one
 
 
 def parameters(model_type: str, model_config: Mapping[str, Any]) -> int:
@@ -40,7 +47,8 @@ def training_bytes(model_type: str, model_config: Mapping[str, Any], train: Trai
     D = int(getattr(cfg, "num_hiddens", 1))
     F = int(getattr(cfg, "ffn_num_hiddens", 3 * D))
     H = int(getattr(cfg, "num_heads", 1))
-    N = 2 * int(getattr(cfg, "num_layers", 1))  # encoder + decoder (a decoder-only stack counts alike)
+    layers = int(getattr(cfg, "num_layers", 1))
+    N = layers + int(getattr(cfg, "decoder_depth", layers))  # encoder + decoder (a decoder-only stack counts alike)
     V = int(getattr(cfg, "tgt_vocab_size", 1))
     L = train.num_steps or min(int(getattr(cfg, "max_len", 64) or 64), 64)  # a batch's sequence length
     tokens = train.batch_tokens or (train.batch_size or 1) * L
@@ -65,15 +73,17 @@ def check_fits(model_type: str, model_config: Mapping[str, Any], train: TrainCon
     if need <= available:
         return
     defaults = CONFIGS[model_type].from_dict({"src_vocab_size": 1, "tgt_vocab_size": 1})
+    # decoder_layers' default (None) means as many as num_layers: compared with num_layers' default
+    default = {k: getattr(defaults, "decoder_depth" if k == "decoder_layers" else k, None) for k in SIZES}
     ratios = {
-        k: model_config[k] / max(1, getattr(defaults, k))
+        k: model_config[k] / max(1, default[k])
         for k in SIZES
-        if isinstance(model_config.get(k), int) and hasattr(defaults, k)
+        if isinstance(model_config.get(k), int) and isinstance(default[k], int)
     }
     worst = max(ratios, key=lambda k: ratios[k], default=None)
     advice = "choose a smaller model"
     if worst is not None:
-        advice = f"lower model.{worst} ({model_config[worst]:,}; the default is {getattr(defaults, worst):,})"
+        advice = f"lower model.{worst} ({model_config[worst]:,}; the default is {default[worst]:,})"
     where = "this machine" if resolve_device(train.device).type == "cpu" else f"device {train.device}"
     raise ValueError(
         f"this {model_type} needs about {_size(need)} to train ({P:,} parameters at {PER_PARAMETER} bytes each "

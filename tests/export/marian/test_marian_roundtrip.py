@@ -240,7 +240,9 @@ def test_export_refuses_a_bahdanau_run(tmp_path):
     [
         ({"model_type": "bart"}, "model_type"),
         ({"activation_function": "tanh"}, "activation_function"),
-        ({"decoder_layers": 3}, "encoder_layers/decoder_layers"),
+        ({"decoder_ffn_dim": 64}, "encoder_ffn_dim/decoder_ffn_dim"),  # depths may differ, block shapes not
+        ({"decoder_layers": 3}, "model.decoder.layers.2"),  # a depth its weights lack
+        ({"decoder_layers": 1}, "more decoder layers than decoder_layers=1"),  # layers it would leave unread
         ({"normalize_before": True}, "normalize_before"),
     ],
 )

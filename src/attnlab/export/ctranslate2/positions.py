@@ -55,16 +55,16 @@ def transformer_spec_for(
     alignment_layer: int,
     alignment_heads: int,
 ):
-    """A `TransformerSpec` (`transformer_spec` is CTranslate2's module) with `config`'s layer and head
-    counts, position scheme and key/value heads; what `TransformerSpec.from_config` builds, plus the
-    rotary and grouped-query options it does not pass on."""
+    """A `TransformerSpec` (`transformer_spec` is CTranslate2's module) with `config`'s layer counts (the
+    encoder's and the decoder's, which may differ), head counts, position scheme and key/value heads; what
+    `TransformerSpec.from_config` builds, plus the rotary and grouped-query options it does not pass on."""
     check_positions(config)
     options = _stack_options(config)
     encoder = transformer_spec.TransformerEncoderSpec(
         config.num_layers, config.num_heads, pre_norm=pre_norm, activation=activation, **options
     )
     decoder = transformer_spec.TransformerDecoderSpec(
-        config.num_layers,
+        config.decoder_depth,
         config.num_heads,
         pre_norm=pre_norm,
         activation=activation,

@@ -26,7 +26,7 @@ def refuse(option: str, got, want: str) -> None:
 
 
 # Marian config keys without a default that attnlab could assume.
-_NEEDED = ("vocab_size", "d_model", "encoder_layers", "encoder_attention_heads", "encoder_ffn_dim")
+_NEEDED = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim")
 
 
 def _token_id(hf: dict, key: str, size, default=None):
@@ -54,13 +54,12 @@ def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
     for key, want in _REQUIRED.items():
         if key in hf and want is not None and hf[key] != want:
             refuse(key, hf[key], f"attnlab needs {want!r}")
-    for a, b in (
-        ("encoder_layers", "decoder_layers"),
+    for a, b in (  # the stacks' depths may differ (decoder_layers); their blocks' shapes may not
         ("encoder_attention_heads", "decoder_attention_heads"),
         ("encoder_ffn_dim", "decoder_ffn_dim"),
     ):
         if hf.get(a) != hf.get(b):
-            refuse(f"{a}/{b}", (hf.get(a), hf.get(b)), "the encoder and decoder must have the same shape")
+            refuse(f"{a}/{b}", (hf.get(a), hf.get(b)), "the encoder's and decoder's blocks must have the same shape")
     lacking = [k for k in _NEEDED if k not in hf]
     if lacking:
         raise ValueError(
@@ -87,6 +86,7 @@ def marian_to_config(hf: dict, generation: dict | None = None) -> dict:
         num_hiddens=hf["d_model"],
         num_heads=hf["encoder_attention_heads"],
         num_layers=hf["encoder_layers"],
+        decoder_layers=None if hf["decoder_layers"] == hf["encoder_layers"] else hf["decoder_layers"],
         ffn_num_hiddens=hf["encoder_ffn_dim"],
         dropout=0.0,
         norm_first=False,
@@ -128,7 +128,7 @@ def config_to_marian(cfg, pad: int, eos: int) -> dict:
         decoder_vocab_size=cfg.tgt_vocab_size,
         d_model=cfg.num_hiddens,
         encoder_layers=cfg.num_layers,
-        decoder_layers=cfg.num_layers,
+        decoder_layers=cfg.decoder_depth,
         encoder_attention_heads=cfg.num_heads,
         decoder_attention_heads=cfg.num_heads,
         encoder_ffn_dim=cfg.ffn_num_hiddens,

@@ -164,6 +164,14 @@ def check_shapes(skeleton: Transformer, shapes: Mapping[str, tuple[int, ...]], p
                 f"Marian tensor {key} in {path} has shape {tuple(shape)}, {path.parent / 'config.json'} "
                 f"implies {tuple(tensor.shape)}; the folder's files disagree — download the model again"
             )
+    c = skeleton.config
+    for side, depth in (("encoder", c.num_layers), ("decoder", c.decoder_depth)):  # no layer left unread
+        first_extra = f"model.{side}.layers.{depth}."
+        if any(k.startswith((first_extra, first_extra.removeprefix("model."))) for k in shapes):
+            raise ValueError(
+                f"{path} holds more {side} layers than {side}_layers={depth} in {path.parent / 'config.json'}; "
+                f"the folder's files disagree — download the model again"
+            )
     bias = shapes.get("final_logits_bias")
     V = skeleton.config.tgt_vocab_size
     if bias is not None and math.prod(bias) != V:

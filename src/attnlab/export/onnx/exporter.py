@@ -75,16 +75,21 @@ def check_exportable(model: Any) -> None:
             )
 
 
-def io_names(num_layers: int) -> dict[str, tuple[list[str], list[str]]]:
-    """file -> (input names, output names), Optimum's seq2seq names plus the attention outputs."""
-    layers = range(num_layers)
+def io_names(num_layers: int, decoder_layers: int | None = None) -> dict[str, tuple[list[str], list[str]]]:
+    """file -> (input names, output names), Optimum's seq2seq names plus the attention outputs: the encoder's
+    per encoder block (`num_layers`), the decoders' caches and maps per decoder block (`decoder_layers`,
+    None = as many)."""
+    layers = range(num_layers if decoder_layers is None else decoder_layers)
     kv = [f"{side}.{w}" for side in ("decoder", "encoder") for w in ("key", "value")]
     present_all = [f"present.{i}.{x}" for i in layers for x in (kv[0], kv[1], kv[2], kv[3])]
     present_dec = [f"present.{i}.decoder.{w}" for i in layers for w in ("key", "value")]
     past = [f"past_key_values.{i}.{x}" for i in layers for x in (kv[0], kv[1], kv[2], kv[3])]
     self_w, cross_w = [f"decoder_attentions.{i}" for i in layers], [f"cross_attentions.{i}" for i in layers]
     return {
-        ENCODER: (["input_ids", "attention_mask"], ["last_hidden_state"] + [f"encoder_attentions.{i}" for i in layers]),
+        ENCODER: (
+            ["input_ids", "attention_mask"],
+            ["last_hidden_state"] + [f"encoder_attentions.{i}" for i in range(num_layers)],
+        ),
         DECODER: (
             ["input_ids", "encoder_hidden_states", "encoder_attention_mask"],
             ["logits", *present_all, *self_w, *cross_w],
@@ -139,7 +144,7 @@ def export_graphs(model: Any, out_dir: Path) -> None:
     """Trace the three graphs of `model` (an eval-mode attnlab Transformer) into out_dir."""
     check_exportable(model)
     c = model.config
-    names = io_names(c.num_layers)
+    names = io_names(c.num_layers, c.decoder_depth)
     B, S, T = 2, 5, 3
     src = torch.full((B, S), 4, dtype=torch.long)
     mask = torch.ones(B, S, dtype=torch.long)
@@ -149,7 +154,7 @@ def export_graphs(model: Any, out_dir: Path) -> None:
     with torch.no_grad():
         memory = enc(src, mask)[0]
         first = dec(tgt, memory, mask)
-    present = first[1 : 1 + 4 * c.num_layers]
+    present = first[1 : 1 + 4 * c.decoder_depth]
     _trace(enc, (src, mask), out_dir / ENCODER, names[ENCODER])
     _trace(dec, (tgt, memory, mask), out_dir / DECODER, names[DECODER])
     _trace(dec_past, (tgt[:, :1], mask, *present), out_dir / DECODER_WITH_PAST, names[DECODER_WITH_PAST])
@@ -197,7 +202,8 @@ def onnx_config(translator, quantization: str) -> dict:
         "model_type": "transformer",
         "quantization": quantization,
         "d_model": c.num_hiddens,
-        "num_layers": c.num_layers,
+        "num_layers": c.num_layers,  # encoder blocks
+        "decoder_layers": c.decoder_depth,  # decoder blocks: the caches and maps the decoders take and give
         "heads": {k: [m.num_heads for m in ms] for k, ms in kinds.items()},
         "kv_heads": {k: [m.num_kv_heads for m in ms] for k, ms in kinds.items()},
         "head_dim": c.num_hiddens // c.num_heads,
@@ -226,7 +232,9 @@ def onnx_config(translator, quantization: str) -> dict:
         "max_output_tokens": translator.max_output_len,
         "output_limit": "min(max_output_tokens, 2 * source tokens (with <eos>) + 10)",
         "max_target_positions": model.max_target_positions,
-        "files": {name: {"inputs": i, "outputs": o} for name, (i, o) in io_names(c.num_layers).items()},
+        "files": {
+            name: {"inputs": i, "outputs": o} for name, (i, o) in io_names(c.num_layers, c.decoder_depth).items()
+        },
     }
 
 

@@ -61,7 +61,9 @@ class OnnxTranslator:
             ort.InferenceSession(str(self.folder / name), options, providers=providers)
             for name in (ENCODER, DECODER, DECODER_WITH_PAST)
         )
-        self.num_layers = int(self.config["num_layers"])
+        self.num_layers = int(self.config["num_layers"])  # encoder blocks
+        # decoder blocks (each with its caches); exports without the key have as many as the encoder
+        self.decoder_layers = int(self.config.get("decoder_layers", self.num_layers))
         self.bos = int(self.config["decoder_start_token_id"])
         self.eos = int(self.config["eos_token_id"])
         self.src_eos = int(self.config["special_tokens"]["source"]["eos"]["id"])
@@ -94,11 +96,12 @@ class OnnxTranslator:
         for b, r in enumerate(rows):
             src[b, : len(r)], mask[b, : len(r)] = r, 1
         limit = self.output_limit(S)  # of the padded batch, as attnlab's batches
-        L = self.num_layers
+        L = self.decoder_layers
         weights = (
             [f"{k}.{i}" for k in ("decoder_attentions", "cross_attentions") for i in range(L)] if attentions else []
         )
-        enc_names = ["last_hidden_state"] + ([f"encoder_attentions.{i}" for i in range(L)] if attentions else [])
+        enc_maps = [f"encoder_attentions.{i}" for i in range(self.num_layers)] if attentions else []
+        enc_names = ["last_hidden_state", *enc_maps]
         kv = [f"present.{i}.decoder.{w}" for i in range(L) for w in ("key", "value")]
         first = ["logits", *kv, *(f"present.{i}.encoder.{w}" for i in range(L) for w in ("key", "value")), *weights]
         later = ["logits", *kv, *weights]

@@ -65,7 +65,8 @@ document.querySelectorAll("[data-needs]").forEach((node) => { node.hidden = !F[n
 
 source.model().then((m) => {
   const c = m.model || {};
-  const shape = c.num_layers ? `${c.num_layers} layers × ${c.num_heads} heads, d=${c.num_hiddens}` : "";
+  const depth = c.decoder_layers != null && c.decoder_layers !== c.num_layers ? `${c.num_layers}+${c.decoder_layers}` : c.num_layers;
+  const shape = c.num_layers ? `${depth} layers × ${c.num_heads} heads, d=${c.num_hiddens}` : "";
   $("model-info").textContent = `model: ${m.model_type} ${shape}, ${m.parameters.toLocaleString("en")} parameters, ` +
     `vocabularies ${m.src_vocab_size} / ${m.tgt_vocab_size}` +
     (m.max_source_tokens ? `, up to ${m.max_source_tokens - 1} source tokens` : "") + ` · ${m.origin}`;
@@ -131,7 +132,10 @@ async function translate() {
 function show(data) {
   S.data = data;
   const A = data.attention;
-  const layers = A.cross.length, heads = layers ? A.cross[0].length : 0;
+  // The stacks may differ in depth (a deep encoder, a shallow decoder): the selector spans the deepest,
+  // and a shallower stack shows its last layer past its depth (`pick`).
+  const layers = Math.max(A.cross.length, A.encoder_self.length, A.decoder_self.length);
+  const heads = A.cross.length ? A.cross[0].length : 0;
   S.layer = Math.min(S.layer, Math.max(0, layers - 1));
   if (S.head !== "mean" && S.head >= heads) S.head = "mean";
   fillSelect($("layer"), Array.from({ length: layers }, (_, i) => [i, `${i + 1} of ${layers}`]), S.layer);
@@ -211,7 +215,7 @@ function fillSelect(sel, options, value) {
 // The selected layer's [q][k] matrix: one head, or the mean over heads.
 function pick(maps) {
   if (!maps || !maps.length) return [];
-  const perHead = maps[S.layer];
+  const perHead = maps[Math.min(S.layer, maps.length - 1)];
   if (S.head !== "mean") return perHead[S.head];
   return perHead[0].map((row, q) => row.map((_, k) => perHead.reduce((s, h) => s + h[q][k], 0) / perHead.length));
 }

@@ -61,7 +61,8 @@
 
   // Greedy decoding with the key/value cache; every step's attention rows are kept for the maps.
   async function greedy(m, ids) {
-    const c = m.config, L = c.num_layers, src = [...ids, c.special_tokens.source.eos.id], S = src.length;
+    // L decoder blocks (their caches and maps), c.num_layers encoder blocks; older exports: as many
+    const c = m.config, L = c.decoder_layers ?? c.num_layers, src = [...ids, c.special_tokens.source.eos.id], S = src.length;
     const mask = ints(src.map(() => 1), [1, S]);
     const enc = await m.encoder.run({ input_ids: ints(src, [1, S]), attention_mask: mask });
     let out = await m.decoder.run({ input_ids: ints([c.decoder_start_token_id], [1, 1]),
@@ -84,7 +85,7 @@
       }
       out = await m.withPast.run(feeds);
     }
-    const encMaps = Array.from({ length: L }, (_, i) => heads(enc[`encoder_attentions.${i}`]));
+    const encMaps = Array.from({ length: c.num_layers }, (_, i) => heads(enc[`encoder_attentions.${i}`]));
     return { src, tokens, finished, encMaps, selfRows, crossRows };
   }
 
