@@ -66,6 +66,10 @@ def test_the_curve_mode_trains_one_laptop_run_per_point_and_scores_both_recipes(
     again = bench(tmp_path / "again", "--points", "2", *SMALL, "--recipes", "laptop", "--save", str(save))
     assert again.returncode == 2 and "error:" in again.stderr and len(again.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "again").exists()
+    # the saved longest point is what the test figure scores, once
+    test = bench(tmp_path / "test", "--test-run", str(save))
+    assert test.returncode == 0, test.stderr[-3000:]
+    assert "distinct sources of 3-10 words" in test.stdout and "beam 4: BLEU" in test.stdout
 
 
 @pytest.fixture(scope="module")
