@@ -142,17 +142,51 @@ def test_kernel_benchmark_prints_every_kernel():
 
 
 @needs_data
-def test_ctranslate2_benchmark_compares_engines(run_dir):
+def test_ctranslate2_benchmark_compares_engines_on_every_search(run_dir):
+    """One invocation, five tables (greedy, beam, n-best, sampling, constrained), CTranslate2 beside attnlab in
+    each but the constrained one ("—"); one record holding them all."""
     pytest.importorskip("ctranslate2")
-    extra = ("--threads", "2", "--attnlab", "fp32:b4,fp32:b4:w2", "--ct2", "float32:b4,int8:b4:w2")
+    extra = ("--threads", "2", "--beam", "2", "--attnlab", "fp32:b4,fp32:b4:w2", "--ct2", "float32:b4,int8:b4:w2")
     out = _bench("ct2_speed.py", run_dir, *extra)
-    assert "| CTranslate2 float32:b4 |" in out and "| attnlab fp32:b4 " in out
-    for engine in ("CTranslate2 float32:b4 ", "CTranslate2 int8:b4:w2", "attnlab fp32:b4:w2"):
-        row = next(line for line in out.splitlines() if line.startswith(f"| {engine}"))
-        if "int8" not in engine:  # the export, and attnlab's workers, decode like attnlab fp32
-            assert row.rstrip(" |").endswith("8/8"), row
-    assert "best attnlab" in out
-    check_record(results_folder(), "ct2_speed.py", ["--attnlab", "--ct2"])
+    engines = {"attnlab fp32:b4", "attnlab fp32:b4:w2", "CTranslate2 float32:b4", "CTranslate2 int8:b4:w2"}
+    titles = ["greedy", "beam 2", "n-best (beam 2, 2 hypotheses)", "sampling (top-k 10, temperature 1)"]
+    tables = {}
+    for title in [*titles, "constrained beam 2"]:
+        lines = out.splitlines()
+        start = lines.index(next(line for line in lines if line.startswith(f"| {title} ")))
+        tables[title] = [[c.strip() for c in line.strip("|").split("|")] for line in lines[start + 2 : start + 6]]
+        tables[title] = [r for r in tables[title] if len(r) == 5]
+    for title in titles:
+        rows = {r[0]: r for r in tables[title]}
+        assert set(rows) == engines
+        assert all(float(r[1]) > 0 and r[2].endswith("×") and 0 <= float(r[3]) <= 100 for r in rows.values()), rows
+        if title.startswith("sampling"):
+            assert {r[4] for r in rows.values()} == {"—"}  # draws are not compared
+        elif title == "greedy":  # the export, and attnlab's workers, decode like attnlab fp32
+            assert rows["CTranslate2 float32:b4"][4] == rows["attnlab fp32:b4:w2"][4] == "8/8", rows
+        else:  # beams: attnlab's workers as attnlab; CTranslate2 stops its beams by a rule of its own
+            assert rows["attnlab fp32:b4:w2"][4] == "8/8" and re.fullmatch(r"\d/8", rows["CTranslate2 int8:b4:w2"][4])
+        assert "best attnlab (attnlab fp32:b4" in out and f"), {title}: " in out
+    constrained = tables["constrained beam 2"]
+    assert [r[0] for r in constrained] == ["attnlab fp32:b4", "attnlab fp32:b4:w2", *sorted(engines)[:2]]
+    assert constrained[0][2] == "—" and float(constrained[0][1]) > 0
+    assert all(set(r[1:]) == {"—"} for r in constrained[2:])  # CTranslate2's rows: no equivalent
+    assert "constrained beam 2: CTranslate2 has no equivalent" in out
+    record = check_record(results_folder(), "ct2_speed.py", ["--attnlab", "--ct2", "--beam"])
+    assert "greedy" in record["figures"][0]
+    assert [next(iter(t["figures"][0])) for t in record["tables"]] == [*titles[1:], "constrained beam 2"]
+    assert [s["what"] for s in record["summary"]] == [f"best attnlab / best CTranslate2, {t}" for t in titles[:2]]
+
+
+def test_ctranslate2_benchmark_refuses_unknown_searches():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "ct2_speed.py"), "--checkpoint", "x", "--searches", "beam,top"],
+        capture_output=True, text=True, timeout=120, env={**SUBPROCESS_ENV, "PYTHONPATH": str(ROOT / "src")},
+        check=False,
+    )  # fmt: skip
+    if "No module named 'ctranslate2'" in out.stderr:
+        pytest.skip("ctranslate2 is not installed")
+    assert out.returncode == 2 and "--searches: expected some of greedy,beam,nbest,sampling,constrained" in out.stderr
 
 
 @needs_data
@@ -160,19 +194,29 @@ def test_ctranslate2_benchmark_floors(run_dir):
     """--floors adds, per attnlab engine, the replay of its linear layers (and with attention) as rows, and
     prints what each captured: an int8 engine's floor holds quantized linears, an fp32 one's matmuls."""
     pytest.importorskip("ctranslate2")
-    extra = ("--threads", "2", "--floors", "--attnlab", "fp32:b4:w2,int8:b4", "--ct2", "float32:b4")
+    extra = (
+        "--threads",
+        "2",
+        "--floors",
+        "--searches",
+        "greedy",
+        "--attnlab",
+        "fp32:b4:w2,int8:b4",
+        "--ct2",
+        "float32:b4",
+    )
     out = _bench("ct2_speed.py", run_dir, *extra)
     lines = out.splitlines()
     captured = {}
     for engine in ("fp32:b4:w2", "int8:b4"):
-        line = next(line for line in lines if line.startswith(f"floor of attnlab {engine}: captured "))
+        line = next(line for line in lines if line.startswith(f"floor of attnlab {engine}, greedy: captured "))
         captured[engine] = {k: int(v) for v, k in re.findall(r"(\d+) ([a-z ]+?)(?:,|$)", line)}
         assert set(captured[engine]) == {"matmuls", "quantized linears", "attention kernels"}, line
         assert captured[engine]["attention kernels"] > 0, line
         for what in ("its linear layers only (floor)", "its linear layers + attention (floor)"):
             row = next(line for line in lines if line.startswith(f"| attnlab {engine}, {what}"))
             cells = [c.strip() for c in row.strip("|").split("|")]
-            assert float(cells[1]) > 0 and cells[-1] == "-", row  # timed; no tokens to compare
+            assert float(cells[1]) > 0 and cells[-1] == cells[-2] == "—", row  # timed; no tokens, no BLEU
     assert captured["fp32:b4:w2"]["matmuls"] > 0 and captured["fp32:b4:w2"]["quantized linears"] == 0
     int8 = captured["int8:b4"]
     assert int8["quantized linears"] > 0 and int8["matmuls"] == 0, int8  # every Linear quantized: no fp32 matmul

@@ -50,3 +50,27 @@ def test_beam_candidates_on_strided_logits_and_every_candidate():
     assert sorted((b * 9 + t)[0].tolist()) == list(range(18))
     with pytest.raises(ValueError):
         beam_candidates(logits, scores, 19)
+
+
+def test_beam_candidates_skip_hopeless_hypotheses_nan_rows_and_ties():
+    """A hypothesis far behind the list's worst is skipped whole; a row holding NaN gives no candidate (its
+    log-softmax is NaN, as PyTorch's); a tie across blocks goes to the lower token. Otherwise exactly
+    log_softmax + beam_step, with NaN rows as hypotheses that do not exist."""
+    g = torch.Generator().manual_seed(7)
+    n, K, V = 3, 4, 300
+    logits = torch.randn(n * K, V, generator=g) * 4
+    scores = torch.tensor([[0.0, -1.0, -400.0, -500.0], [0.0, -0.5, -0.7, float("-inf")], [-2.0, -2.0, -3.0, -90.0]])
+    logits[0, 100:164] = float("nan")  # a whole block of one row
+    logits[5, ::7] = float("nan")  # scattered ones
+    top = logits[8].max() + 1
+    logits[8, 200] = logits[8, 10] = top  # a tie across blocks of one row
+    got = beam_candidates(logits, scores, 2 * K)
+    absent = scores.clone()
+    absent[0, 0] = absent[1, 1] = float("-inf")
+    want = reference(logits.nan_to_num(0.0), absent, 2 * K)
+    assert got[1][2, :2].tolist() == [10, 200] and got[2][2, :2].tolist() == [0, 0]  # the tie: lower token first
+    assert torch.equal(got[1][:2], want[1][:2]) and torch.equal(got[2][:2], want[2][:2])
+    assert torch.equal(got[1][2, 2:], want[1][2, 2:]) and torch.equal(got[2][2, 2:], want[2][2, 2:])
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=2e-5)
+    assert not bool(got[0].isnan().any() | got[3].isnan().any())
+    assert not {0, 2, 3} & set(got[2][0].tolist()) and 1 not in got[2][1].tolist()

@@ -3,9 +3,9 @@
 
      lp[t] = x[t] - max - log(sum exp(x - max)),  candidate b * V + t scores scores[b] + lp[t]
 
-   Each row is read twice (its maximum and exponential sum, then the candidates against the running k2-th
-   best, a vector compare that rejects almost all of them), never written: no (n * K, V) log-probabilities in
-   memory. Ties go to the lower candidate index; NaN candidates are never chosen. */
+   Each row is read for its maximum and exponential sum, then block by block against the running k2-th best
+   (a block's maximum rejects almost every block), never written: no (n * K, V) log-probabilities in memory.
+   Ties go to the lower candidate index; NaN candidates are never chosen. */
 
 #include "vec.h"
 
@@ -42,9 +42,33 @@ static void insert(float *val, int64_t *idx, int64_t *have, int64_t k, float v, 
     idx[p] = i;
 }
 
+/* Row b's candidates s + (x[t] - l) for t in [t0, t1), one at a time, into the best list (NaN never). */
+static void scan(const float *x, int64_t t0, int64_t t1, float s, float l, int64_t base, float *val, int64_t *idx,
+                 int64_t *have, int64_t k2) {
+    for (int64_t t = t0; t < t1; t++) {
+        const float c = s + (x[t] - l);
+        if (c == c && (*have < k2 || c > val[k2 - 1])) insert(val, idx, have, k2, c, base + t);
+    }
+}
+
+/* The largest of x[t, t + B) (B = 4 vectors), NaN lanes left out: rounding is monotonic, so no candidate of
+   the block beats the list's worst unless s + (this - l) does. */
+#define B (4 * W)
+static float block_max(const float *x) {
+    vf m = splat(-INFINITY);
+    for (int j = 0; j < B; j += W) {
+        const vf v = load(x + j);
+        m = select(v > m, v, m);
+    }
+    return hmax(m);
+}
+
 /* logits (n * K, V) with row stride ld, scores (n, K) -> the best k2 (<= K * V) candidates of each sentence,
    best first: their scores cs, tokens ct, beams cb and the token's log-probability clp, each (n, k2).
-   Returns 0, or 1 when k2 is out of range (nothing written). */
+   A hypothesis whose score is no better than a full list's worst is skipped whole (its log-probabilities are
+   <= 0, so none of its candidates could enter); with the list full, each block of 4 vectors is read once for
+   its maximum and scanned only when that could enter. Returns 0, or 1 when k2 is out of range (nothing
+   written). */
 int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int64_t V, const float *scores,
                       int64_t k2, float *cs, int64_t *ct, int64_t *cb, float *clp) {
     if (k2 < 1 || k2 > K * V || k2 > 64) return 1;
@@ -54,24 +78,21 @@ int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int
         int64_t *idx = ct + i * k2, have = 0;
         for (int64_t b = 0; b < K; b++) {
             const float *x = logits + (i * K + b) * ld;
-            const float s = scores[i * K + b], l = row_lse(x, V);
+            const float s = scores[i * K + b];
+            if (have == k2 && !(s > val[k2 - 1])) continue; /* none of its candidates can enter */
+            const float l = row_lse(x, V);
             if (b < 256) lse[b] = l;
-            for (int64_t t = 0; t < V;) {
-                if (have < k2 || t + W > V) { /* filling the list, or the row's tail: one at a time */
-                    const float c = s + (x[t] - l);
-                    if (c == c && (have < k2 || c > val[k2 - 1])) insert(val, idx, &have, k2, c, b * V + t);
-                    t++;
+            int64_t t = 0;
+            while (t < V) {
+                if (have < k2 || t + B > V) { /* filling the list, or the row's tail: one at a time */
+                    const int64_t end = have < k2 ? t + 1 : V;
+                    scan(x, t, end, s, l, b * V, val, idx, &have, k2);
+                    t = end;
                     continue;
                 }
-                /* the list is full: a vector compare against its worst rejects almost every candidate */
-                const vi hit = s + (load(x + t) - l) > val[k2 - 1];
-                int any = 0;
-                for (int j = 0; j < W; j++) any |= hit[j];
-                for (int j = 0; any && j < W; j++) {
-                    const float c = s + (x[t + j] - l);
-                    if (c > val[k2 - 1]) insert(val, idx, &have, k2, c, b * V + t + j);
-                }
-                t += W;
+                const float c = s + (block_max(x + t) - l);
+                if (!(c <= val[k2 - 1])) scan(x, t, t + B, s, l, b * V, val, idx, &have, k2); /* NaN: scan too */
+                t += B;
             }
         }
         for (int64_t r = 0; r < k2; r++) {

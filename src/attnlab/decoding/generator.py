@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.decoding.constraints import ConstrainedBeamSearch
+from attnlab.decoding.history import History
 from attnlab.decoding.hypothesis import Finished, Hypothesis, keep_best
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.processors import Processor, apply, processors_for
@@ -108,8 +109,10 @@ def _ranked(fin: list[Finished], n_best: int, trace: list | None, b: int) -> lis
 
 
 class _Loop:
-    """The loop's state: n live sentences (units) of K rows each, their tokens and log-probabilities in tables
-    of one row per (unit, slot), and every unit's finished hypotheses."""
+    """The loop's state: n live sentences (units) of K rows each, their tokens and log-probabilities so far
+    (single-candidate strategies: tables of one row per unit, read at the end; beams: a `History` that follows
+    the batch's rows), and every unit's finished hypotheses, with their count and worst score as tensors so
+    that a step decides which sentences are done without a loop over them."""
 
     def __init__(self, model, search: Search, options: DecodeOptions, *, bans: list[Processor], eos: int,
                  limits: list[int], copies: int, trace: list | None):  # fmt: skip
@@ -127,9 +130,16 @@ class _Loop:
         self.P = P = 0 if prefix is None else prefix.shape[1]
         self.state = self.model.start_decoding(src, lens)
         reserve_steps(self.state, max(self.limits) + P)
-        self.tokens = torch.zeros((U * K, P + max(self.limits)), dtype=torch.long, device=device)
-        self.lps = torch.zeros((U * K, P + max(self.limits)), dtype=torch.float, device=device)
+        if self.single:
+            self.tokens = torch.zeros((U * K, P + max(self.limits)), dtype=torch.long, device=device)
+            self.lps = torch.zeros((U * K, P + max(self.limits)), dtype=torch.float, device=device)
+        else:
+            self.hist = History(U * K, P + max(self.limits), device)
+            self.limit_t = torch.tensor(self.limits, device=device)  # (U,) each unit's last step + 1
+            self.nfin = torch.zeros(U, dtype=torch.long, device=device)  # (U,) finished hypotheses held
+            self.worst = torch.full((U,), math.inf, dtype=torch.float64, device=device)  # (U,) their worst score
         self.active = list(range(U))  # the unit of each live sentence
+        self.active_t = torch.arange(U, device=device)  # the same, as a tensor
         self.home = torch.arange(U * K, device=device)  # (n*K,) table row of each batch row
         self.done = torch.zeros(U, dtype=torch.bool, device=device)  # sentences done but still in the batch
         self.dead = 0
@@ -147,7 +157,7 @@ class _Loop:
             hits = cands.tokens[:, 0] == self.eos
             if self.dead:  # rows already done may say <eos> again
                 hits &= ~self.done
-            self._write(step, None, None, cands)
+            self._write(step, cands)
             ended = self._single_ends(step, hits)
             self.scores = cands.scores
             rows = torch.arange(len(self.active), device=hits.device)
@@ -161,9 +171,8 @@ class _Loop:
         live_scores = cands.scores.gather(1, live).masked_fill(filler.gather(1, live), float("-inf"))
         hits = (cands.tokens[:, :K] == self.eos) & (cands.scores[:, :K] > float("-inf"))
         rows = (torch.arange(n, device=live.device)[:, None] * K + cands.beams.gather(1, live)).reshape(-1)
-        new_tok = cands.tokens.gather(1, live).reshape(-1)
+        new_tok, new_lp = cands.tokens.gather(1, live).reshape(-1), cands.lprobs.gather(1, live).reshape(-1)
         accepted = self._finish_eos(step, cands, hits)
-        self._write(step, rows, (new_tok, cands.lprobs.gather(1, live).reshape(-1)), cands)
         self.search.chosen(live)
         records = None
         if self.trace is not None:
@@ -171,7 +180,7 @@ class _Loop:
             records = trace_step(self.trace, step, self.active, cands, live, accepted=accepted, norm=norm)
         ended = self._done_sentences(step, cands, live, live_scores, records)
         self.scores = live_scores
-        return self._shrink(step, ended, rows, new_tok)
+        return self._shrink(step, ended, rows, new_tok, new_lp)
 
     def _at_limit(self, step: int) -> list[int]:
         """Positions of the live sentences whose limit this step reaches."""
@@ -202,13 +211,16 @@ class _Loop:
         if step == 0:
             if self.P:  # the prefix's own log-probabilities, into every row's table
                 lp = F.log_softmax(logits[:, :-1].float(), dim=-1).gather(2, self.inp[:, 1:, None]).squeeze(2)
-                self.tokens[:, : self.P] = self.inp[:, 1:].repeat_interleave(self.copies * K, dim=0)
-                self.lps[:, : self.P] = lp.repeat_interleave(self.copies * K, dim=0)
+                toks, lp = (t.repeat_interleave(self.copies * K, dim=0) for t in (self.inp[:, 1:], lp))
+                if self.single:
+                    self.tokens[:, : self.P], self.lps[:, : self.P] = toks, lp
+                else:
+                    self.hist.start(toks, lp)
             if self.copies * K > 1:
                 x = x.repeat_interleave(self.copies * K, dim=0)
         history = None
         if self.bans or self.search.history:
-            history = self.tokens.index_select(0, self.home)[:, : self.P + step]
+            history = self.tokens.index_select(0, self.home)[:, : self.P + step] if self.single else self.hist.tokens
             x = apply(self.bans, x, history)
         V = x.shape[-1]
         return self.search.step(step, x.view(n, K, V), self.scores, SearchState(self.active, history))
@@ -219,87 +231,96 @@ class _Loop:
         if not len(where):
             return set()
         wi, wc = where[:, 0], where[:, 1]
-        homes = self.home.index_select(0, wi * self.K + cands.beams[wi, wc])
-        toks, lps = self.tokens[homes, : self.P + step].tolist(), self.lps[homes, : self.P + step].tolist()
+        toks, lps = self.hist.read(wi * self.K + cands.beams[wi, wc])
         vals, last = cands.scores[wi, wc].tolist(), cands.lprobs[wi, wc].tolist()
-        accepted = set()
+        accepted, touched = set(), {}
         norm = (step + 1) ** self.alpha
         for (i, c), s, t, lp, eos_lp in zip(where.tolist(), vals, toks, lps, last):
+            u = self.active[i]
             entry = Finished(s / norm, t, lp + [eos_lp], True, self.search.met(i, c), (step, c))
-            if keep_best(self.finished[self.active[i]], entry, self.K):
+            if keep_best(self.finished[u], entry, self.K):
                 accepted.add((i, c))
+                touched[u] = self.finished[u]
+        if touched:  # what the done rule reads: how many finished, the worst of them
+            units = torch.tensor(list(touched), device=hits.device)
+            self.nfin[units] = torch.tensor([len(f) for f in touched.values()], device=hits.device)
+            worst = [min(e.score for e in f) for f in touched.values()]
+            self.worst[units] = torch.tensor(worst, dtype=torch.float64, device=hits.device)
         return accepted
 
-    def _write(self, step: int, rows: Tensor | None, chosen: tuple[Tensor, Tensor] | None, cands: Candidates) -> None:
-        """This step's tokens into the tables; live rows take their parents' history first (K > 1)."""
+    def _write(self, step: int, cands: Candidates) -> None:
+        """Single-candidate strategies: this step's tokens into the tables, <eos> too (a finished row's tail
+        is never read)."""
         col = self.P + step
-        if chosen is None:  # one candidate per row: the row's own, <eos> too (a finished row's tail is never read)
-            self.tokens[self.home, col] = cands.tokens[:, 0]
-            self.lps[self.home, col] = cands.lprobs[:, 0]
-            return
-        if col and rows is not None and self.K > 1:
-            parents = self.home.index_select(0, rows)
-            self.tokens[self.home, :col] = self.tokens[parents, :col]
-            self.lps[self.home, :col] = self.lps[parents, :col]
-        self.tokens[self.home, col], self.lps[self.home, col] = chosen
+        self.tokens[self.home, col] = cands.tokens[:, 0]
+        self.lps[self.home, col] = cands.lprobs[:, 0]
 
-    def _done_sentences(self, step, cands, live, live_scores, records) -> list[int]:
-        """Sentences done after this step: cut at their limit (their first K candidates finish as they are),
-        or K finished and (early stopping, or no live hypothesis that could still beat the worst of them)."""
-        K = self.K
-        limit = set(self._at_limit(step))
-        best = live_scores.max(dim=1).values.tolist()
-        norm = (step + 1) ** self.alpha
-        ended = []
-        for i, u in enumerate(self.active):
-            if self.dead and bool(self.done[i]):  # still in a batch that cannot shrink
-                continue
-            if i in limit:
+    def _done_sentences(self, step, cands, live, live_scores, records) -> Tensor:
+        """(n,) the sentences done after this step: cut at their limit (their first K candidates finish as
+        they are), or K finished and (early stopping, or no live hypothesis that could still beat the worst
+        of them: best live total / length ** penalty <= worst finished, in float64 as the scores are)."""
+        best = live_scores.max(dim=1).values  # (n,)
+        units = self.active_t
+        full = self.nfin.index_select(0, units) >= self.K
+        if not self.early:
+            full &= best.double() / (step + 1) ** self.alpha <= self.worst.index_select(0, units)
+        ended = full | (best == float("-inf"))
+        if self.dead:  # still in a batch that cannot shrink
+            ended &= ~self.done
+        if step + 1 >= self.first_limit:
+            limit = self.limit_t.index_select(0, units) <= step + 1
+            if self.dead:
+                limit &= ~self.done
+            for i in limit.nonzero().squeeze(1).tolist():
                 self._cut(step, i, cands, live, records)
-                ended.append(i)
-                continue
-            fin = self.finished[u]
-            if best[i] == float("-inf") or (
-                len(fin) >= K and (self.early or best[i] / norm <= min(f.score for f in fin))
-            ):
-                ended.append(i)
+            ended |= limit
         return ended
 
     def _cut(self, step: int, i: int, cands: Candidates, live: Tensor, records) -> None:
         """At the limit, sentence i's live hypotheses among its first K candidates finish unended."""
         K, u = self.K, self.active[i]
         pos, sc, tok = live[i].tolist(), cands.scores[i].tolist(), cands.tokens[i].tolist()
+        beams, last = cands.beams[i].tolist(), cands.lprobs[i].tolist()
         slots = [k for k, c in enumerate(pos) if c < K and sc[c] > float("-inf") and tok[c] != self.eos]
         if not slots:
             return
-        homes = self.home[[i * K + k for k in slots]]
-        toks = self.tokens[homes, : self.P + step + 1].tolist()
-        lps = self.lps[homes, : self.P + step + 1].tolist()
+        toks, lps = self.hist.read(torch.tensor([i * K + beams[pos[k]] for k in slots], device=live.device))
         norm = (step + 1) ** self.alpha
         for k, t, lp in zip(slots, toks, lps):
             c = pos[k]
-            entry = Finished(sc[c] / norm, t, lp, False, self.search.met(i, c), (step, c))
+            entry = Finished(sc[c] / norm, t + [tok[c]], lp + [last[c]], False, self.search.met(i, c), (step, c))
             if keep_best(self.finished[u], entry, K) and records is not None:
                 records[i]["candidates"][c]["status"] = "cut"
 
-    def _shrink(self, step: int, ended: list[int], rows: Tensor, new_tok: Tensor) -> bool:
-        """Mark `ended` done; drop done sentences from the batch once the strategy says so; reorder the state."""
+    def _shrink(self, step: int, ended, rows: Tensor, new_tok: Tensor, new_lp: Tensor | None = None) -> bool:
+        """Mark `ended` (positions, or an (n,) mask) done; drop done sentences from the batch once the strategy
+        says so; the beams' history follows the rows that stay; reorder the state."""
         n, K = len(self.active), self.K
-        if ended:
-            self.done[ended] = True
-            self.dead += len(ended)
-            if self.dead == n:
-                return True
+        if isinstance(ended, Tensor):
+            count = int(ended.sum())
+            if count:
+                self.done |= ended
+        else:
+            count = len(ended)
+            if count:
+                self.done[ended] = True
+        self.dead += count
+        if self.dead == n:
+            return True
         drop = self.dead and self.dead >= self.search.compact * n and hasattr(self.model, "reorder_state")
         keep = (~self.done).nonzero().squeeze(1) if drop else None
         if keep is not None:
             sel = (keep[:, None] * K + torch.arange(K, device=keep.device)).reshape(-1)
             rows, new_tok = rows.index_select(0, sel), new_tok.index_select(0, sel)
+            new_lp = None if new_lp is None else new_lp.index_select(0, sel)
             kept = keep.tolist()
             self.search.keep(kept)
             self.active = [self.active[i] for i in kept]
+            self.active_t = self.active_t.index_select(0, keep)
             self.home, self.scores = self.home.index_select(0, sel), self.scores.index_select(0, keep)
             self.done, self.dead = self.done[keep], 0
+        if new_lp is not None:
+            self.hist.advance(rows, new_tok, new_lp)
         self._reorder(step, rows, keep is not None, n)
         self.inp = new_tok[:, None]
         return False
