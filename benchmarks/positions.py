@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def measure(run: Path, long: list, limit: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=180, help="training seconds per scheme")
-    ap.add_argument("--out", type=Path, default=Path("/tmp/attnlab-positions"))
+    ap.add_argument("--out", type=Path, help="folder of the runs (default: a fresh temporary one when training)")
     ap.add_argument("--limit", type=int, default=500, help="validation sources (and long ones) scored")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--schemes", nargs="*", default=SCHEMES, help="name or name:num_kv_heads")
@@ -113,6 +114,11 @@ def main() -> int:
     args = ap.parse_args()
     if "ATTNLAB_DATA" not in os.environ:
         sys.exit("set ATTNLAB_DATA to the fra-eng corpus (fra-eng.zip)")
+    if args.out is None:
+        if args.plot or args.measure_only:
+            ap.error("--plot and --measure-only read the runs saved in --out DIR: pass --out")
+        args.out = Path(tempfile.mkdtemp(prefix="attnlab-positions-"))  # never into an earlier invocation's runs
+        print(f"runs: {args.out}")
     if args.plot:
         figure(
             [r for s in args.schemes for r in json.loads((args.out / f"{run_name(s)}.json").read_text())], args.figure
