@@ -24,10 +24,9 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/attnlab demo $(DEMO_FLAGS)
 
-# Two test processes: most tests pin torch to one thread, so the suite keeps both cores busy. Each takes
-# whole files, the longest first (tests/conftest.py orders them; xdist would reorder them by test count).
+# Two test processes: most tests pin torch to one thread, so the suite keeps both cores busy.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The suite timed once (20 slowest tests, each package's share) into docs/testing.md, alone on the machine.
 test-timing: $(VENV)/.installed

@@ -13,19 +13,15 @@ A test that cannot run on CI by nature may skip there only under a rule named in
 a reason that starts with the rule's name and a colon (`pytest.skip("no-procfs: ...")`).
 """
 
-import json
 import os
 import shutil
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-# The last timing of the whole suite (`make test-timing`): its slowest tests, which decide the files' order.
-SUITE_TIMING = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "suite.json"
 
 
 # rule name -> where it applies; a skip reason "NAME: ..." with a name listed here stays a skip under CI=true
@@ -85,37 +81,6 @@ def pytest_unconfigure(config):
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop("ATTNLAB_RESULTS", None)
-
-
-def recorded_seconds(path: Path = SUITE_TIMING) -> Counter:
-    """Test file -> seconds of its tests among the slowest that the suite's last timing recorded; empty
-    where there is no record (a copy of this file elsewhere, a checkout without benchmarks/)."""
-    try:
-        figures = json.loads(path.read_text(encoding="utf-8")).get("figures", [])
-    except (OSError, ValueError, AttributeError):
-        return Counter()
-    seconds: Counter = Counter()
-    for row in figures:
-        if isinstance(row, dict) and isinstance(row.get("test"), str):
-            seconds[row["test"].split("::")[0]] += float(row.get("seconds") or 0)
-    return seconds
-
-
-def longest_first(files: dict[str, bool], seconds: Counter) -> list[str]:
-    """The files (path -> holds a `slow` test) ordered for two processes that take whole files: those the last
-    timing found slowest first, longest first, then the other files with a `slow` test, then the rest, each
-    group in collection order. A long file started last would run on while the other process idles."""
-    return sorted(files, key=lambda f: (-seconds.get(f, 0.0), not files[f]))
-
-
-def pytest_collection_modifyitems(config, items):
-    """Whole files in `longest_first` order (`make test` keeps it: --dist loadfile --no-loadscope-reorder);
-    the tests of a file keep their order."""
-    by_file: dict[str, list] = {}
-    for item in items:
-        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
-    slow = {f: any(item.get_closest_marker("slow") for item in group) for f, group in by_file.items()}
-    items[:] = [item for f in longest_first(slow, recorded_seconds()) for item in by_file[f]]
 
 
 # What a skip lacked, told by its reason: (words in the reason, what was missing, how to give it).

@@ -175,9 +175,7 @@ def main(argv=None) -> int:
     ap.add_argument("--record", type=Path, default=RECORD, help="where the record goes (default %(default)s)")
     ap.add_argument("--page", type=Path, default=PAGE)
     ap.add_argument(
-        "--pytest-args",
-        default="-p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder",
-        help="more pytest arguments, one string",
+        "--pytest-args", default="-p no:cacheprovider -n 2 --dist loadfile", help="more pytest arguments, one string"
     )
     args = ap.parse_args(argv)
     if not args.render:
