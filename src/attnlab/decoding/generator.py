@@ -158,7 +158,7 @@ class _Loop:
             if self.dead:  # rows already done may say <eos> again
                 hits &= ~self.done
             self._write(step, cands)
-            ended = self._single_ends(step, hits)
+            ended: list[int] | Tensor = self._single_ends(step, hits)
             self.scores = cands.scores
             rows = torch.arange(len(self.active), device=hits.device)
             return self._shrink(step, ended, rows, cands.tokens[:, 0])

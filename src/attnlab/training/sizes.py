@@ -75,11 +75,8 @@ def check_fits(model_type: str, model_config: Mapping[str, Any], train: TrainCon
     defaults = CONFIGS[model_type].from_dict({"src_vocab_size": 1, "tgt_vocab_size": 1})
     # decoder_layers' default (None) means as many as num_layers: compared with num_layers' default
     default = {k: getattr(defaults, "decoder_depth" if k == "decoder_layers" else k, None) for k in SIZES}
-    ratios = {
-        k: model_config[k] / max(1, default[k])
-        for k in SIZES
-        if isinstance(model_config.get(k), int) and isinstance(default[k], int)
-    }
+    ints = {k: v for k, v in default.items() if isinstance(v, int)}
+    ratios = {k: model_config[k] / max(1, ints[k]) for k in SIZES if isinstance(model_config.get(k), int) and k in ints}
     worst = max(ratios, key=lambda k: ratios[k], default=None)
     advice = "choose a smaller model"
     if worst is not None:
