@@ -3,7 +3,7 @@ run (checkpoints, averaged checkpoints), scored as `attnlab evaluate` scores: ev
 of the split translated once and scored against all of its references (multi-reference sacreBLEU
 BLEU and chrF, detokenized). Never on the test split: these choices are made here.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/decode_levers.py --checkpoint /work/models/laptop \\
+    flock /tmp/attnlab-measure.lock python benchmarks/decode_levers.py --checkpoint LAPTOP \\
         --beams 1,4,5 --length-penalties 0.6,0.8,1.0,1.2
     python benchmarks/decode_levers.py --checkpoint RUN --beams 1,4 --length-penalties 1.0 \\
         --weights final,RUN/checkpoints/step_0002000,RUN/averaged_last3.safetensors

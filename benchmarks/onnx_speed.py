@@ -12,7 +12,7 @@ Token identity counts sentences whose onnxruntime fp32 tokens equal attnlab fp32
 explained: the step where they part and attnlab's margin between its top two logits there (a near tie that
 float rounding in another matmul order flips).
 
-    flock /tmp/attnlab-measure.lock python benchmarks/onnx_speed.py --checkpoint /work/runs/laptop600 --threads 2
+    flock /tmp/attnlab-measure.lock python benchmarks/onnx_speed.py --checkpoint LAPTOP_600 --threads 2
 
 With --page, the run's static explorer (`attnlab export --format web`) is timed too, in headless Chromium behind
 a plain static server: the first translation after the page opens (navigation start to the first drawn maps,
