@@ -100,12 +100,17 @@ def exported(request, tmp_path_factory, one_thread):
         max_len=32,
         **VARIANTS[request.param],
     )
+    return _trained_and_exported(cfg, vocab, pairs, tmp_path_factory.mktemp(request.param))
+
+
+def _trained_and_exported(cfg, vocab, pairs, folder):
+    """Train `cfg` on the task, save it as a run in `folder`, export it: (translator, CTranslate2's, sample, out)."""
     model = Transformer(cfg)
     _train(model, vocab, pairs)
-    run = tmp_path_factory.mktemp(request.param) / "run"
+    run = folder / "run"
     write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
     save_weights(model, run / WEIGHTS_FILE)
-    out = run.parent / "ct2"
+    out = folder / "ct2"
     assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(out)]) == 0
     sample = [s for s, _ in _task(random.Random(7), 60)]
     return load_translator(run), ctranslate2.Translator(str(out), intra_threads=1), sample, out

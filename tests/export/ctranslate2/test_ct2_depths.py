@@ -9,15 +9,16 @@ import random
 import pytest
 import torch
 
-from attnlab.cli import main
 from attnlab.data import Vocab
-from attnlab.models import Transformer, TransformerConfig
-from attnlab.runs.config import write_run_config
-from attnlab.runs.layout import WEIGHTS_FILE
-from attnlab.runs.loading import load_translator
-from attnlab.runs.weights import save_weights
+from attnlab.models import TransformerConfig
 
-from .test_ct2_converter import _alignments, _both, _saved_dtypes, _task, _train  # skips without ctranslate2
+from .test_ct2_converter import (  # skips without ctranslate2
+    _alignments,
+    _both,
+    _saved_dtypes,
+    _task,
+    _trained_and_exported,
+)
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -33,15 +34,7 @@ def deep_shallow(tmp_path_factory, one_thread):
         len(vocab), len(vocab), num_hiddens=32, num_heads=4, num_layers=3, decoder_layers=1, ffn_num_hiddens=64,
         dropout=0.0, max_len=32,
     )  # fmt: skip
-    model = Transformer(cfg)
-    _train(model, vocab, pairs)
-    run = tmp_path_factory.mktemp("ct2-3-1") / "run"
-    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
-    save_weights(model, run / WEIGHTS_FILE)
-    out = run.parent / "ct2"
-    assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(out)]) == 0
-    sample = [s for s, _ in _task(random.Random(7), 60)]
-    return load_translator(run), ctranslate2.Translator(str(out), intra_threads=1), sample, out
+    return _trained_and_exported(cfg, vocab, pairs, tmp_path_factory.mktemp("ct2-3-1"))
 
 
 def test_the_spec_holds_three_encoder_layers_and_one_decoder_layer(deep_shallow):
