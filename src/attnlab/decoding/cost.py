@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 THREE_VIEWS = ("transformer", "decoder-only")  # model kinds whose maps are encoder self, decoder self, cross
-MAX_BEAM_SERVED = 8  # the reference requests' beam: the largest a server takes (serve.schemas.MAX_BEAM)
+MAX_BEAM_SERVED = 8  # the largest beam and n_best a server takes: serve.guard.Limits.max_beam's default
 FLOAT = 4  # bytes of a float32 value (caches, logits, recorded weights)
 STEP_WORK = 5_000_000  # one decoding step of one batch: ~100 small ops of dispatch, ~1 ms
 CANDIDATE_WORK = 60_000  # one candidate of constrained beam search (Python: scored, banked, sorted)

@@ -35,6 +35,8 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_OUTPUT_LEN",
     "InputError",
+    "MAX_LEN_A",
+    "MAX_LEN_B",
     "TextTooLong",
     "Translation",
     "Translator",
@@ -43,6 +45,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_OUTPUT_LEN = 200  # tokens; fairseq's default max_len_b is of the same order
+# The length rule (fairseq's max_len_a, max_len_b): a source of S tokens may produce at most a * S + b tokens.
+# Exports write both into their config.json, so the ONNX and browser runtimes read the rule, not repeat it.
+MAX_LEN_A, MAX_LEN_B = 2, 10
 # Sentences per decoding batch (sorted by length). Per step, a decoding batch pays a fixed cost (~100
 # small ops of Python and dispatch) plus work per row; 256 was faster than 128 on the laptop model
 # (BENCHMARKS.md, "Precision, int8 and CTranslate2"); sentences that end leave the batch early.
@@ -137,7 +142,7 @@ class Translator:
         config: the run's config.json contents.
         max_len: longest source (tokens, <eos> included) accepted; None = no limit.
         max_output_len: hard cap on a translation's length in tokens (default 200); within it a
-            sentence of S source tokens may produce at most 2 * S + 10 (fairseq's max_len_a/b), and
+            sentence of S source tokens may produce at most MAX_LEN_A * S + MAX_LEN_B (2 * S + 10), and
             never more than the decoder has positions for (`model.max_target_positions`), so an
             undertrained model that never says <eos> still stops soon.
         precision: 'fp32' (default), 'bf16', 'int8' or 'auto' (`attnlab.utils.precision`): the model is
@@ -201,10 +206,10 @@ class Translator:
 
     def output_limit(self, src_len: int, max_len: int | None = None) -> int:
         """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,
-        2 * src_len + 10 (or `max_len` where given: `DecodeOptions.max_len`), and the decoder's position
-        capacity (a learned position table of P rows holds the inputs <bos> + P - 1 tokens, so at most P
+        MAX_LEN_A * src_len + MAX_LEN_B (or `max_len` where given: `DecodeOptions.max_len`), and the decoder's
+        position capacity (a learned position table of P rows holds the inputs <bos> + P - 1 tokens, so at most P
         steps)."""
-        limit = min(self.max_output_len, 2 * src_len + 10) if max_len is None else max_len
+        limit = min(self.max_output_len, MAX_LEN_A * src_len + MAX_LEN_B) if max_len is None else max_len
         capacity = getattr(self.model, "max_target_positions", None)
         return max(1, min(limit, capacity)) if capacity else limit
 

@@ -20,13 +20,18 @@ from attnlab.decoding.options import DEFAULTABLE, TRANSLATOR_DEFAULTS, DecodeOpt
 from attnlab.runs.layout import GENERATION_FILE
 from attnlab.utils.files import write_json
 
-__all__ = ["read_generation", "write_generation"]
+__all__ = ["generation_values", "read_generation", "write_generation"]
+
+
+def generation_values(options: DecodeOptions) -> dict:
+    """`options`' search fields (`DEFAULTABLE`), as generation.json and exported config.json files hold them."""
+    values = asdict(options)
+    return {k: values[k] for k in DEFAULTABLE}
 
 
 def write_generation(run_dir: str | os.PathLike, options: DecodeOptions = TRANSLATOR_DEFAULTS) -> None:
     """Write `options`' search fields as RUN/generation.json (atomically)."""
-    values = asdict(options)
-    write_json(Path(run_dir) / GENERATION_FILE, {k: values[k] for k in DEFAULTABLE})
+    write_json(Path(run_dir) / GENERATION_FILE, generation_values(options))
 
 
 def read_generation(run_dir: str | os.PathLike) -> DecodeOptions:

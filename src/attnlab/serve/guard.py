@@ -18,6 +18,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
+from attnlab.decoding.cost import MAX_BEAM_SERVED
 from attnlab.decoding.options import MAX_BEAM
 
 
@@ -33,7 +34,7 @@ class Limits:
     max_connections: int = 100  # open connections; more get 503 from uvicorn
     max_response_bytes: int = 2_000_000  # explorer: attention maps larger than this are refused (413)
     max_texts: int = 64  # texts in one POST /api/translations
-    max_beam: int = 8  # largest beam and n_best a request may ask (within DecodeOptions' own MAX_BEAM)
+    max_beam: int = MAX_BEAM_SERVED  # largest beam and n_best a request may ask (within DecodeOptions' MAX_BEAM)
     max_request_mb: int = 1024  # estimated peak memory of one request's decoding (budget.py); more gets 413
     max_request_work: float | None = None  # G multiply-adds one request may cost; None: budget.work_budget's
 

@@ -34,7 +34,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.decoding.translator import MAX_LEN_A, MAX_LEN_B
 from attnlab.export.onnx.graphs import DecoderGraph, DecoderWithPastGraph, EncoderGraph
+from attnlab.runs.generation import generation_values
 from attnlab.runs.layout import SRC_VOCAB_FILE, TGT_VOCAB_FILE
 from attnlab.runs.loading import imported_source, load_translator
 from attnlab.runs.outputs import Claim, claim_output, write_output
@@ -230,7 +232,10 @@ def onnx_config(translator, quantization: str) -> dict:
         "suppress_tokens": list(c.suppress_tokens),
         "max_source_tokens": translator.max_len,  # <eos> included; null: no limit
         "max_output_tokens": translator.max_output_len,
-        "output_limit": "min(max_output_tokens, 2 * source tokens (with <eos>) + 10)",
+        # the output limit: min(max_output_tokens, max_len_a * S + max_len_b), S the source tokens with <eos>
+        "max_len_a": MAX_LEN_A,
+        "max_len_b": MAX_LEN_B,
+        "generation": generation_values(translator.defaults),  # the run's decoding defaults (generation.json)
         "max_target_positions": model.max_target_positions,
         "files": {
             name: {"inputs": i, "outputs": o} for name, (i, o) in io_names(c.num_layers, c.decoder_depth).items()

@@ -7,8 +7,10 @@
     out.tokens, out.attentions["cross"].shape        # target ids; (N, H, Lt, Ls)
 
 Each source gets `<eos>` appended; decoding starts from `decoder_start_token_id`, picks the most likely
-token at every step and stops at `<eos>` or at min(max_output_tokens, 2 * S + 10) tokens, S the batch's
-padded source length with `<eos>`: the limit attnlab's Translator uses for a batch. The attention maps are
+token at every step and stops at `<eos>` or at min(max_output_tokens, max_len_a * S + max_len_b) tokens (the
+numbers config.json holds; the run's `max_len` default where its generation.json sets one), S the batch's
+padded source length with `<eos>`: the limit attnlab's Translator uses for a batch. Finished rows leave the
+batch once they are `Greedy.compact` of it, as in attnlab's generator. The attention maps are
 those attnlab's `explain` returns: encoder_self (N, H, Ls, Ls), decoder_self (N, H, Lt, Lt) (zeros above the
 diagonal) and cross (N, H, Lt, Ls), Lt = the tokens produced with their `<eos>`.
 """
@@ -24,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.data import load_vocab
+from attnlab.decoding.search import Greedy
+from attnlab.decoding.translator import MAX_LEN_A, MAX_LEN_B
 from attnlab.export.onnx.exporter import CONFIG, DECODER, DECODER_WITH_PAST, ENCODER, require_onnx
 from attnlab.runs.layout import SRC_VOCAB_FILE, TGT_VOCAB_FILE
 
@@ -68,6 +72,10 @@ class OnnxTranslator:
         self.eos = int(self.config["eos_token_id"])
         self.src_eos = int(self.config["special_tokens"]["source"]["eos"]["id"])
         self.pad = int(self.config["pad_token_id"])
+        # the length rule; exports made before config.json carried it used attnlab's own (the same numbers)
+        self.max_len_a = int(self.config.get("max_len_a", MAX_LEN_A))
+        self.max_len_b = int(self.config.get("max_len_b", MAX_LEN_B))
+        self.max_len = (self.config.get("generation") or {}).get("max_len")  # the run's default, if it sets one
 
     def encode(self, sentence: str) -> list[int]:
         """attnlab's source ids of `sentence` (no <eos>)."""
@@ -75,7 +83,8 @@ class OnnxTranslator:
 
     def output_limit(self, src_len: int) -> int:
         """Most tokens decoded for a source of `src_len` tokens (<eos> included), as attnlab's Translator."""
-        limit = min(int(self.config["max_output_tokens"]), 2 * src_len + 10)
+        rule = min(int(self.config["max_output_tokens"]), self.max_len_a * src_len + self.max_len_b)
+        limit = rule if self.max_len is None else int(self.max_len)
         capacity = self.config.get("max_target_positions")
         return max(1, min(limit, capacity)) if capacity else limit
 
@@ -129,7 +138,7 @@ class OnnxTranslator:
                 break
             past = {f"past_key_values.{n[len('present.') :]}": outs[n] for n in kv}
             keep = ~finished[alive]
-            if not attentions and (~keep).sum() >= max(1, len(alive) // 4):  # finished rows leave the batch
+            if not attentions and (~keep).sum() >= max(1, Greedy.compact * len(alive)):  # finished rows leave
                 alive, nxt, mask = alive[keep], nxt[keep], mask[keep]
                 past = {n: t[keep] for n, t in past.items()}
                 cross = {n: t[keep] for n, t in cross.items()}

@@ -22,6 +22,9 @@
     const [config, srcJSON, tgtJSON, encoder, decoder, withPast] = await Promise.all([getJSON("config.json"),
       getJSON("src_vocab.json"), getJSON("tgt_vocab.json"), session("encoder_model.onnx"),
       session("decoder_model.onnx"), session("decoder_with_past_model.onnx")]);
+    if (!Number.isInteger(config.max_len_a) || !Number.isInteger(config.max_len_b)) {
+      throw new Error(`${MODEL}config.json has no max_len_a / max_len_b (an older export); export the run again with attnlab export --format web`);
+    }
     return { config, src: window.AttnTokenizer.load(srcJSON), tgt: window.AttnTokenizer.load(tgtJSON), encoder, decoder, withPast };
   })();
 
@@ -54,8 +57,10 @@
     return ids;
   }
 
-  function outputLimit(config, srcLen) {  // attnlab's Translator.output_limit
-    const limit = Math.min(config.max_output_tokens, 2 * srcLen + 10), cap = config.max_target_positions;
+  // attnlab's Translator.output_limit: the length rule config.json carries, or the run's max_len default
+  function outputLimit(config, srcLen) {
+    const rule = Math.min(config.max_output_tokens, config.max_len_a * srcLen + config.max_len_b);
+    const limit = (config.generation || {}).max_len ?? rule, cap = config.max_target_positions;
     return cap ? Math.max(1, Math.min(limit, cap)) : limit;
   }
 
@@ -117,12 +122,19 @@
     };
   }
 
+  // What this page cannot do of the run's decoding defaults (generation.json): it decodes greedily.
+  function greedyNote(generation) {
+    const g = generation || {}, beam = g.beam || 1;
+    if (g.sample) return "; the run samples by default: this page decodes greedily (attnlab serve samples)";
+    return beam > 1 ? `; the run decodes with beam ${beam} by default: this page decodes greedily (beam 1; attnlab serve uses beam ${beam})` : "";
+  }
+
   async function model() {
     const m = await ready, c = m.config;
     return { model_type: c.model_type, model: c.model, parameters: c.parameters, positions: c.positions,
       num_kv_heads: c.model.num_kv_heads || c.model.num_heads, src_vocab_size: c.src_vocab_size,
       tgt_vocab_size: c.tgt_vocab_size, max_source_tokens: c.max_source_tokens, max_chars: MAX_CHARS,
-      origin: `${c.origin}; running in this browser (onnxruntime-web ${ort.env.versions ? ort.env.versions.web : ""})` };
+      origin: `${c.origin}; running in this browser (onnxruntime-web ${ort.env.versions ? ort.env.versions.web : ""})${greedyNote(c.generation)}` };
   }
 
   // Only the schemes that add nothing per head are described here; the others' maps need the server.
