@@ -7,13 +7,13 @@ import pytest
 import torch
 from train_helpers import sample_split, sample_transformer, save_sample_run
 
-from attnlab.analysis.alignment import CRITERION, choose_alignment, word_confidence
+from attnlab.analysis.alignment_head import CRITERION, choose_alignment, word_confidence
 from attnlab.analysis.heads import validation_batches
 from attnlab.attention import record_attention
 from attnlab.cli import main
 from attnlab.data import load_data
 from attnlab.decoding import DecodeOptions
-from attnlab.decoding.alignment import alignment_heads
+from attnlab.decoding.align import alignment_heads
 from attnlab.runs.loading import load_translator
 from attnlab.runs.outputs import claim_output
 

@@ -16,11 +16,11 @@ from attnlab.decoding import (
     TopK,
     TopP,
     Translator,
-    banned_ngram_tokens,
     generate,
     word_alignment,
 )
-from attnlab.decoding.alignment import alignment_heads, cross_attention
+from attnlab.decoding.align import alignment_heads, cross_attention
+from attnlab.decoding.processors import banned_ngram_tokens
 from attnlab.models import Transformer, TransformerConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -255,7 +255,7 @@ def test_cross_attention_equals_explain_maps(translator):
     out = tr.search([tr.src_vocab.encode("i'm home .")], DecodeOptions())[0][0].tokens
     src, lens = _batch(tr, ["i'm home ."])
     for layer in (0, 1):
-        got = cross_attention(tr.model, src, lens, [out], tr.bos, tr.tgt_vocab.pad, layer, [1])[0]
+        got = cross_attention(tr.model, src, lens, [out], bos=tr.bos, pad=tr.tgt_vocab.pad, layer=layer, heads=[1])[0]
         torch.testing.assert_close(got[: len(out)], exp.maps["cross"][layer, 1, : len(out)], atol=1e-5, rtol=1e-5)
 
 

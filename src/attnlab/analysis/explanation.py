@@ -24,7 +24,7 @@ from torch import Tensor
 
 from attnlab.attention import mask_heads, record_attention
 from attnlab.attention.recording import ATTENTION_KINDS, attention_maps
-from attnlab.decoding.alignment import align_batch, source_word_index, target_word_index
+from attnlab.decoding.align import align_batch, source_word_index, target_word_index
 from attnlab.decoding.generator import generate
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions

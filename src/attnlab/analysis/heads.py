@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
-from attnlab.analysis.alignment import choose_alignment, word_confidence
+from attnlab.analysis.alignment_head import choose_alignment, word_confidence
 from attnlab.analysis.explanation import Explanation
 from attnlab.attention import (
     ATTENTION_KINDS,

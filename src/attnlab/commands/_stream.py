@@ -121,7 +121,7 @@ def write_translations(out: Lines, lines: list[str], todo: list[int], translate,
 def format_lines(index: int, t, n_best: bool, align: bool) -> list[str]:
     """The output lines of one sentence's Translation (None: an empty input line): its text, or with n_best
     one line per hypothesis (an empty input line: one row, empty, score nan)."""
-    from attnlab.decoding.alignment import pharaoh
+    from attnlab.decoding.align import pharaoh
 
     if t is None:
         return [" ||| ".join([str(index), "", "nan"] + ([""] if align else []))] if n_best else [""]

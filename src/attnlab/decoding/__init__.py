@@ -1,52 +1,47 @@
 """From source ids to hypotheses through one generator: `DecodeOptions` (the only way in) -> logits processors
 (bans, sampling's warpers) -> a strategy's step (greedy, beam with n-best, sampling, lexically constrained beam)
 -> `Hypothesis`, with target prefixes, word alignments and the search's trace; and the Translator (text in,
-text out) with the decoding defaults its run records."""
+text out) with the decoding defaults its run records.
 
-from .alignment import align_batch, alignment_heads, pharaoh, word_alignment
-from .batches import length_batches, search_batches
+The face names what a user of decoding calls or extends; the loop's helpers (the model protocol's
+`inference`, `expand_state`, the trace's steps, batching) stay in their modules."""
+
+from .align import alignment_heads, pharaoh, word_alignment
 from .constraints import ConstrainedBeamSearch, Progress
 from .generator import generate, make_search
 from .hypothesis import Finished, Hypothesis
 from .options import MAX_BEAM, TRANSLATOR_DEFAULTS, DecodeOptions, OptionError
-from .processors import (
-    MinLength,
-    NoRepeatNGram,
-    Processor,
-    SuppressTokens,
-    Temperature,
-    TopK,
-    TopP,
-    banned_ngram_tokens,
-    processors_for,
-)
-from .protocol import check_source, expand_state, inference, reserve_steps
-from .search import BeamSearch, Candidates, Greedy, Sampling, Search, SearchState
-from .targets import holds_phrases, target_ids
-from .trace import trace_path, trace_step
+from .processors import MinLength, NoRepeatNGram, Processor, SuppressTokens, Temperature, TopK, TopP, processors_for
+from .search import BeamSearch, Greedy, Sampling, Search
 from .translator import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_OUTPUT_LEN,
+    MAX_LEN_A,
+    MAX_LEN_B,
     InputError,
     TextTooLong,
     Translation,
     Translator,
-    encode_source,
-    model_max_len,
 )
 
 __all__ = [
-    "Hypothesis",
-    "Finished",
-    "inference",
-    "check_source",
-    "reserve_steps",
-    "expand_state",
+    "DecodeOptions",
+    "OptionError",
+    "MAX_BEAM",
+    "TRANSLATOR_DEFAULTS",
+    "Translator",
+    "Translation",
+    "InputError",
+    "TextTooLong",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_MAX_OUTPUT_LEN",
+    "MAX_LEN_A",
+    "MAX_LEN_B",
     "generate",
     "make_search",
+    "Hypothesis",
+    "Finished",
     "Search",
-    "SearchState",
-    "Candidates",
     "Greedy",
     "BeamSearch",
     "Sampling",
@@ -59,28 +54,8 @@ __all__ = [
     "Temperature",
     "TopK",
     "TopP",
-    "banned_ngram_tokens",
     "processors_for",
-    "trace_step",
-    "trace_path",
-    "align_batch",
     "alignment_heads",
     "word_alignment",
     "pharaoh",
-    "MAX_BEAM",
-    "TRANSLATOR_DEFAULTS",
-    "DecodeOptions",
-    "OptionError",
-    "target_ids",
-    "holds_phrases",
-    "length_batches",
-    "search_batches",
-    "DEFAULT_MAX_OUTPUT_LEN",
-    "DEFAULT_BATCH_SIZE",
-    "InputError",
-    "TextTooLong",
-    "encode_source",
-    "Translation",
-    "model_max_len",
-    "Translator",
 ]

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from attnlab.attention.positions import SCHEMES
-from attnlab.decoding.alignment import SavedAlignment, align_batch, alignment_heads
+from attnlab.decoding.align import SavedAlignment, align_batch, alignment_heads
 from attnlab.decoding.batches import search_batches
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import TRANSLATOR_DEFAULTS, DecodeOptions, OptionError
@@ -201,7 +201,7 @@ class Translator:
 
     def alignment_heads(self, layer: int | None = None, heads=None) -> tuple[int, list[int]]:
         """The (layer, heads) an alignment reads: those given, else the run's alignment.json, else the
-        last-but-one layer's heads (`attnlab.decoding.alignment.alignment_heads`)."""
+        last-but-one layer's heads (`attnlab.decoding.align.alignment_heads`)."""
         return alignment_heads(self.model, layer, heads, self.alignment)
 
     def output_limit(self, src_len: int, max_len: int | None = None) -> int:

@@ -1,86 +1,32 @@
 """The run folder on disk: its layout, config.json, checkpoints, weights, load_translator, and the one guard
-for every output attnlab writes (outputs)."""
+for every output attnlab writes (outputs).
 
-from .checkpoints import (
-    average_checkpoints,
-    checkpoint_dir,
-    clean_temp_checkpoints,
-    list_checkpoints,
-    load_trainer_state,
-    prune_checkpoints,
-    save_checkpoint,
-    save_tensors,
-    verify_checkpoint,
-)
-from .config import read_run_config, record_choice, write_run_config
-from .generation import read_generation, write_generation
-from .layout import (
-    CHECKPOINTS,
-    CONFIG_FILE,
-    DEFAULT_RUN,
-    GENERATION_FILE,
-    LOG_FILE,
-    MANIFEST_FILE,
-    MARKER_FILE,
-    META_FILE,
-    SRC_VOCAB_FILE,
-    STATE_FILE,
-    TGT_VOCAB_FILE,
-    WEIGHTS_FILE,
-)
+The face names what a user of a run calls: loading it, its decoding defaults, its weights and checkpoints,
+and the files it holds; the trainer's and the output guard's helpers stay in their modules."""
+
+from .checkpoints import average_checkpoints, list_checkpoints, save_checkpoint
+from .config import read_run_config
+from .generation import generation_values, read_generation, write_generation
+from .layout import CONFIG_FILE, GENERATION_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from .loading import load_model, load_translator, open_translator
-from .outputs import (
-    KINDS,
-    claim_output,
-    claim_output_file,
-    output_kind,
-    start_in_place,
-    write_output,
-    write_output_file,
-)
-from .weights import CONFIG_METADATA, check_weights, load_weights, read_header, read_weights, save_weights
+from .weights import load_weights, save_weights
 
 __all__ = [
-    "GENERATION_FILE",
+    "load_translator",
+    "load_model",
+    "open_translator",
+    "read_run_config",
     "read_generation",
     "write_generation",
+    "generation_values",
+    "save_weights",
+    "load_weights",
+    "save_checkpoint",
+    "list_checkpoints",
+    "average_checkpoints",
     "CONFIG_FILE",
+    "GENERATION_FILE",
     "WEIGHTS_FILE",
-    "STATE_FILE",
-    "META_FILE",
-    "MANIFEST_FILE",
     "SRC_VOCAB_FILE",
     "TGT_VOCAB_FILE",
-    "CHECKPOINTS",
-    "LOG_FILE",
-    "MARKER_FILE",
-    "DEFAULT_RUN",
-    "write_run_config",
-    "read_run_config",
-    "record_choice",
-    "CONFIG_METADATA",
-    "save_weights",
-    "read_weights",
-    "read_header",
-    "check_weights",
-    "load_weights",
-    "checkpoint_dir",
-    "save_checkpoint",
-    "verify_checkpoint",
-    "list_checkpoints",
-    "clean_temp_checkpoints",
-    "load_trainer_state",
-    "prune_checkpoints",
-    "average_checkpoints",
-    "save_tensors",
-    "load_model",
-    "load_translator",
-    "open_translator",
-    "KINDS",
-    "claim_output",
-    "claim_output_file",
-    "output_kind",
-    "start_in_place",
-    "write_output",
-    "write_output_file",
 ]

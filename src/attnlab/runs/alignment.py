@@ -5,7 +5,7 @@
 
 `save_alignment` writes it atomically (a temp file beside it, then a rename), only into a folder that is an
 attnlab run, and never over an alignment.json attnlab did not write. `read_alignment` gives what
-`load_translator` keeps as the Translator's default (`attnlab.decoding.alignment.SavedAlignment`); the
+`load_translator` keeps as the Translator's default (`attnlab.decoding.align.SavedAlignment`); the
 layer and heads are checked against the model when an alignment is asked for.
 """
 
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from attnlab import __version__
-from attnlab.decoding.alignment import SavedAlignment
+from attnlab.decoding.align import SavedAlignment
 from attnlab.runs.layout import ALIGNMENT_FILE
 from attnlab.runs.outputs import output_kind
 from attnlab.utils.files import write_json
@@ -61,7 +61,7 @@ def alignment_target(run_dir: str | os.PathLike) -> tuple[Path | None, str | Non
 
 
 def save_alignment(path: str | os.PathLike, choice: dict, split: str, sentences: int) -> dict:
-    """Write the choice (`attnlab.analysis.alignment.choose_alignment`) to `path` (from `alignment_target`),
+    """Write the choice (`attnlab.analysis.alignment_head.choose_alignment`) to `path` (from `alignment_target`),
     atomically; returns what was written."""
     record = {**choice, "split": split, "sentences": sentences, "attnlab_version": __version__}
     write_json(path, record)

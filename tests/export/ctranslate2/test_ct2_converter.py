@@ -16,7 +16,7 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 
 from attnlab.cli import main
 from attnlab.data import Vocab
-from attnlab.decoding.alignment import (
+from attnlab.decoding.align import (
     align_batch,
     alignment_heads,
     source_word_index,

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
-from attnlab.decoding.alignment import alignment_heads
+from attnlab.decoding.align import alignment_heads
 from attnlab.export.pruning import restore_pruned_heads
 from attnlab.runs.loading import load_translator
 from attnlab.runs.outputs import claim_output, write_output

@@ -93,11 +93,12 @@ def alignment_heads(
 
 
 def cross_attention(
-    model: nn.Module, src: Tensor, src_valid_lens: Tensor, outputs: list[list[int]], bos: int, pad: int, layer: int,
-    heads: list[int],
+    model: nn.Module, src: Tensor, src_valid_lens: Tensor, outputs: list[list[int]], *, bos: int, pad: int,
+    layer: int, heads: list[int],
 ) -> Tensor:  # fmt: skip
     """Cross-attention (B, T, S) of `layer` averaged over `heads`, row t = the step producing output token t
-    (T = longest output; rows past an output's end are padding)."""
+    (T = longest output; rows past an output's end are padding); the decoder's input is `bos` + the output,
+    `pad` after its end."""
     T = max(len(o) for o in outputs) or 1
     tgt_in = torch.tensor([[bos] + o + [pad] * (T - len(o)) for o in outputs], device=src.device)[:, :T]
     module = model.attention_kinds()["cross"][layer]
@@ -155,9 +156,10 @@ def align_batch(translator, texts: Sequence[str], src_ids: Sequence[Sequence[int
     device = translator.device
     src = torch.tensor([r + [src_vocab.pad] * (S - len(r)) for r in rows], device=device)
     lens = torch.tensor([len(r) for r in rows], device=device)
-    attn = cross_attention(model, src, lens, [list(o) for o in outputs], translator.bos, tgt_vocab.pad, layer, heads)
+    produced = [list(o) for o in outputs]
+    attn = cross_attention(model, src, lens, produced, bos=translator.bos, pad=tgt_vocab.pad, layer=layer, heads=heads)
     out = []
-    for b, (text, ids, toks) in enumerate(zip(texts, src_ids, outputs)):
+    for b, (text, ids, toks) in enumerate(zip(texts, src_ids, produced)):
         a = attn[b, : len(toks), : len(ids)].cpu()  # drop padding rows, the <eos> and padding columns
         out.append(word_alignment(a, source_word_index(src_vocab, text, ids), target_word_index(tgt_vocab, toks)))
     return out
