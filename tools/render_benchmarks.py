@@ -3,12 +3,23 @@
     python tools/render_benchmarks.py            # rewrite BENCHMARKS.md
     python tools/render_benchmarks.py --check    # exit 1 if BENCHMARKS.md differs from the rendering
 
-The frame (benchmarks/frame.md) holds the headings, one paragraph per section (what it measures, its
-baseline) and the "tried, not kept" list. A line `{{NAME}}` in it becomes the record NAME.json: its
+The frame (benchmarks/frame.md) holds the headings and one paragraph per section (what it measures, its
+baseline). A line `{{NAME}}` in it becomes the record NAME.json: its
 command, the machine it ran on, its table (`figures`: one dict per row, keys as columns) and any further
-`tables`; `{{summary}}` a table of the records' `summary` lines, each linking its section; `{{rest}}` every
+`tables` (a record with `"list": true` prints one line a row instead, its cells joined by ": ": the "tried,
+not kept" ideas); `{{summary}}` a table of the records' `summary` lines, each linking its section; `{{rest}}` every
 record the frame does not place, under a heading of its own (its `title`, else its file name), so a new
 record appears on the page without touching this script.
+
+Figures are numbers; a table's `formats` (`formats` beside `figures`, `summary_formats` beside `summary`) maps
+a column to the format that prints them with their unit: `"{:.2f}×"` for a number, `"{0:,} ({1:.2f}×)"` for
+a list of numbers, or a list of such formats, one per row (null: the plain cell). Without one a number
+prints as is (thousands separated) and a list as its items joined by " / ".
+
+    python tools/render_benchmarks.py --readme   # also fill README.md's figures (the check covers them)
+
+README.md quotes a figure as `<!-- figure NAME -->text<!-- /figure -->`: the text is the record NAME's `readme`,
+a format of the record's own fields (`"[{figures[1][test BLEU]:.1f} test BLEU](BENCHMARKS.md#...)"`).
 """
 
 from __future__ import annotations
@@ -23,6 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 FRAME = ROOT / "benchmarks" / "frame.md"
 PAGE = ROOT / "BENCHMARKS.md"
+README = ROOT / "README.md"
+# Records attnlab reads at run time (the chapter's time-to-quality figure), shipped in the package as copies.
+MEASURED, SHIPPED = ROOT / "src" / "attnlab" / "measured", ("time_to_quality",)
+FIGURE = re.compile(r"<!-- figure ([\w.-]+) -->(.*?)<!-- /figure -->", re.S)
 PLACE = re.compile(r"^\{\{\s*([\w.-]+)\s*\}\}$")
 TRANSCRIBED = "transcribed from the measured page"
 
@@ -61,10 +76,31 @@ def cell(value) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def table(rows: list[dict]) -> list[str]:
+def formatted(rows: list[dict], formats: dict | None, where: str = "a table") -> list[dict]:
+    """`rows` with each column that `formats` names printed by its format (see the module docstring)."""
+    if not formats:
+        return rows
+    out = [dict(row) for row in rows]
+    for column, fmt in formats.items():
+        per_row = fmt if isinstance(fmt, list) else [fmt] * len(rows)
+        if len(per_row) != len(rows):
+            raise SystemExit(f"{where}: formats[{column!r}] has {len(per_row)} entries for {len(rows)} rows")
+        for row, f in zip(out, per_row):
+            value = row.get(column)
+            if f is None or value is None or isinstance(value, str):
+                continue
+            try:
+                row[column] = f.format(*value) if isinstance(value, list) else f.format(value)
+            except (IndexError, KeyError, ValueError, TypeError) as exc:
+                raise SystemExit(f"{where}: {column!r} cannot print {value!r} with {f!r} ({exc})") from None
+    return out
+
+
+def table(rows: list[dict], formats: dict | None = None, where: str = "a table") -> list[str]:
     """Rows as a Markdown table; the columns are every key, in the order they first appear."""
     if not rows:
         return ["(no rows)"]
+    rows = formatted(rows, formats, where)
     columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]
@@ -91,21 +127,21 @@ def machine(record: dict) -> str:
     return f"Measured{when} on {where}{source}."
 
 
-def render_record(record: dict) -> list[str]:
+def render_record(record: dict, where: str = "a record") -> list[str]:
     commands = record.get("command") or []
     commands = [commands] if isinstance(commands, str) else list(commands)
     out = ["```bash", *commands, "```", ""] if commands else []
     out.append(machine(record))
     if record.get("baseline"):
         out[-1] += f" Baseline: {record['baseline']}."
-    out += ["", *table(record["figures"])]
+    out += ["", *table(record["figures"], record.get("formats"), where)]
     for extra in record.get("tables", []):
         out.append("")
         if extra.get("caption"):
             out += [f"{extra['caption']}:", ""]
         if extra.get("command"):
             out += ["```bash", extra["command"], "```", ""]
-        out += table(extra["figures"])
+        out += table(extra["figures"], extra.get("formats"), where)
     notes = record.get("notes") or []
     if notes:
         out += ["", *(f"- {n}" for n in notes)]
@@ -116,9 +152,30 @@ def summary(records: dict[str, dict], sections: dict[str, str]) -> list[str]:
     """One row per `summary` line of each record, in page order, linking the section the record is in."""
     rows = []
     for name, heading in sections.items():
-        for line in records[name].get("summary", []):
-            rows.append({**line, "section": f"[{heading}](#{slug(heading)})"})
+        lines = formatted(records[name].get("summary", []), records[name].get("summary_formats"), f"{name}.json")
+        rows += [{**line, "section": f"[{heading}](#{slug(heading)})"} for line in lines]
     return table(rows)
+
+
+def shipped(folder: Path) -> dict[Path, str]:
+    """src/attnlab/measured/NAME.json for each shipped record: a copy of benchmarks/results/NAME.json."""
+    return {MEASURED / f"{name}.json": (folder / f"{name}.json").read_text(encoding="utf-8") for name in SHIPPED}
+
+
+def readme(text: str, records: dict[str, dict]) -> str:
+    """README.md with each `<!-- figure NAME -->` quote filled from the record NAME's `readme` format."""
+
+    def fill(m: re.Match) -> str:
+        record = records.get(m.group(1), {})
+        if "readme" not in record:
+            raise SystemExit(f"README.md quotes {m.group(1)}.json, which has no 'readme' format; add one")
+        try:
+            quote = record["readme"].format(**record)
+        except (IndexError, KeyError, ValueError, TypeError) as exc:
+            raise SystemExit(f"{m.group(1)}.json: its 'readme' format cannot print ({exc!r})") from None
+        return f"<!-- figure {m.group(1)} -->{quote}<!-- /figure -->"
+
+    return FIGURE.sub(fill, text)
 
 
 def render(frame: str, records: dict[str, dict]) -> str:
@@ -146,11 +203,14 @@ def render(frame: str, records: dict[str, dict]) -> str:
             out += summary(records, {**sections, **{n: str(records[n].get("title", n)) for n in rest}})
         elif m.group(1) == "rest":  # the records the frame does not place yet, each under its own heading
             for name in rest:
-                out += [f"## {records[name].get('title', name)}", "", *render_record(records[name]), ""]
+                out += [f"## {records[name].get('title', name)}", "", *render_record(records[name], name), ""]
             while out and out[-1] == "":
                 out.pop()
+        elif records[m.group(1)].get("list"):  # one line a row ("tried, not kept"): its cells joined by ": "
+            rows = formatted(records[m.group(1)]["figures"], records[m.group(1)].get("formats"), m.group(1))
+            out += ["- " + ": ".join(cell(v) for v in row.values()) for row in rows]
         else:
-            out += render_record(records[m.group(1)])
+            out += render_record(records[m.group(1)], f"{m.group(1)}.json")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -160,16 +220,24 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, default=RESULTS, help="the records' folder")
     ap.add_argument("--frame", type=Path, default=FRAME)
     ap.add_argument("--out", type=Path, default=PAGE)
+    ap.add_argument("--readme", type=Path, nargs="?", const=README, help="also fill README.md's figures")
     args = ap.parse_args(argv)
-    page = render(args.frame.read_text(encoding="utf-8"), load_records(args.results))
+    records = load_records(args.results)
+    outputs = {args.out: render(args.frame.read_text(encoding="utf-8"), records)}
+    if args.readme or args.check:
+        path = args.readme or README
+        outputs[path] = readme(path.read_text(encoding="utf-8"), records)
+    if args.results.resolve() == RESULTS.resolve():  # the package ships copies of the repository's records
+        outputs.update(shipped(args.results))
     if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
-        if current != page:
-            print(f"{args.out} differs from its rendering: run python tools/render_benchmarks.py", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(page, encoding="utf-8")
-    print(f"wrote {args.out} ({page.count(chr(10))} lines from {len(load_records(args.results))} records)")
+        stale = [p for p, text in outputs.items() if (p.read_text(encoding="utf-8") if p.is_file() else "") != text]
+        for path in stale:
+            print(f"{path} differs from its rendering: run python tools/render_benchmarks.py --readme", file=sys.stderr)
+        return 1 if stale else 0
+    page = outputs[args.out]
+    for path, text in outputs.items():
+        path.write_text(text, encoding="utf-8")
+    print(f"wrote {args.out} ({page.count(chr(10))} lines from {len(records)} records) and {len(outputs) - 1} more")
     return 0
 
 

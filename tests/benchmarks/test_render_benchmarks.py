@@ -131,3 +131,60 @@ def test_readme_quotes_at_most_six_figures_each_linking_its_section():
     assert not re.findall(r"\d(?:\.\d+)?(?:–\d+(?:\.\d+)?)?×", outside), (
         "a ratio in the README outside its headline links"
     )
+
+
+def test_formats_print_numbers_with_their_units():
+    rows = [{"x": 1.3, "y": [2.35, 2.36], "z": 4877}, {"x": "—", "y": [1.27, 1.3], "z": 12}]
+    formats = {"x": "{:.2f}×", "y": "{0:.2f}–{1:.2f}×", "z": ["{:,}/s", None]}
+    assert render_benchmarks.table(rows, formats)[2:] == ["| 1.30× | 2.35–2.36× | 4,877/s |", "| — | 1.27–1.30× | 12 |"]
+    with pytest.raises(SystemExit, match=r"r\.json: 'x' cannot print 1\.3"):
+        render_benchmarks.table(rows, {"x": "{0:.2f} / {1:.2f}"}, "r.json")
+    with pytest.raises(SystemExit, match="2 entries for 1 rows"):
+        render_benchmarks.table(rows[:1], {"z": ["{}", "{}"]})
+
+
+# A cell that is only a number and its unit, held as text: what a record's `formats` are for.
+FIGURE_AS_TEXT = re.compile(r"^[~+]?\d[\d,]*(\.\d+)?( ?(×|%|ms|µs|s|MB|MiB|GB))?$")
+MEASURED_ELSEWHERE = {"train_throughput"}  # transcribed, its script's record still to come
+
+
+def test_transcribed_records_hold_figures_as_numbers():
+    texts = []
+    for name, record in render_benchmarks.load_records(render_benchmarks.RESULTS).items():
+        if record.get("source") != render_benchmarks.TRANSCRIBED or name in MEASURED_ELSEWHERE:
+            continue
+        tables = [record["figures"], record.get("summary", [])] + [t["figures"] for t in record.get("tables", [])]
+        texts += [f"{name}: {k} = {v!r}" for rows in tables for row in rows for k, v in row.items()
+                  if isinstance(v, str) and FIGURE_AS_TEXT.match(v)]  # fmt: skip
+    assert not texts, "figures held as text (store the number, print it with `formats`):\n" + "\n".join(texts)
+
+
+def test_readme_quotes_are_filled_from_the_records(tmp_path):
+    records = render_benchmarks.load_records(render_benchmarks.RESULTS)
+    text = render_benchmarks.README.read_text(encoding="utf-8")
+    assert render_benchmarks.readme(text, records) == text, "README.md's figures are stale: run --readme"
+    assert text.count("<!-- figure ") >= 3
+    records["serve_load"]["summary"][0]["measured"][0] = 7.01  # a new measurement reaches the README
+    assert "[7.01× one sentence per decode" in render_benchmarks.readme(text, records)
+    with pytest.raises(SystemExit, match="no_such.json, which has no 'readme'"):
+        render_benchmarks.readme("<!-- figure no_such -->x<!-- /figure -->", records)
+    folder = _folder_with(tmp_path)
+    record = json.loads((folder / "serve_load.json").read_text(encoding="utf-8"))
+    record["summary"][0]["measured"][0] = 7.01
+    (folder / "serve_load.json").write_text(json.dumps(record), encoding="utf-8")
+    readme = tmp_path / "README.md"
+    readme.write_text(text, encoding="utf-8")
+    tool = [sys.executable, str(ROOT / "tools" / "render_benchmarks.py"), "--results", str(folder)]
+    out = tmp_path / "B.md"
+    subprocess.run([*tool, "--out", str(out), "--readme", str(readme)], check=True, capture_output=True)
+    assert "[7.01× one sentence" in readme.read_text(encoding="utf-8")
+    assert "| 7.01× (p99 39 vs 178 ms, 0 errors) |" in out.read_text(encoding="utf-8")
+
+
+def test_tried_ideas_are_a_record_and_shipped_records_are_copies():
+    records = render_benchmarks.load_records(render_benchmarks.RESULTS)
+    lines = render_benchmarks.render("{{tried}}\n", {"tried": records["tried"]}).splitlines()
+    assert len(lines) == len(records["tried"]["figures"]) >= 20 and all(line.startswith("- ") for line in lines)
+    assert lines[0] == "- " + ": ".join(records["tried"]["figures"][0].values())
+    for path, text in render_benchmarks.shipped(render_benchmarks.RESULTS).items():
+        assert path.read_text(encoding="utf-8") == text, f"{path} is not its record: run the renderer"

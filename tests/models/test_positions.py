@@ -135,18 +135,14 @@ def test_pruning_part_of_a_kv_group_is_refused_in_one_line():
         model.prune_heads({"encoder.blocks.0.attention": [0]})
 
 
-def test_config_round_trip_and_older_configs():
+def test_config_round_trip_and_unknown_position_fields():
     for p in POSITIONS:
         cfg = tiny(p, 2).config
         assert TransformerConfig.from_dict(cfg.to_dict()) == cfg
-    old = {"src_vocab_size": 5, "tgt_vocab_size": 5, "learned_positions": True}  # a config of an older run
-    assert TransformerConfig.from_dict(old).positions == "learned"
-    old = {"src_vocab_size": 5, "tgt_vocab_size": 5, "positions": "rope", "rope_base": 500.0, "rope_fraction": 0.5}
-    new = TransformerConfig.from_dict({**old, "t5_num_buckets": 8, "pos_layout": "split"})  # every flat field saved
-    assert new.position_options == {"base": 500.0, "fraction": 0.5} and not hasattr(new, "rope_base")
-    with pytest.raises(ValueError, match="contradicts"):
-        TransformerConfig.from_dict({**old, "learned_positions": True})
     assert TransformerConfig.from_dict({"src_vocab_size": 5, "tgt_vocab_size": 5}).positions == "sinusoidal"
+    flat = {"src_vocab_size": 5, "tgt_vocab_size": 5, "positions": "rope", "rope_base": 500.0}  # no such field
+    with pytest.raises(ValueError, match=r"unknown TransformerConfig keys \['rope_base'\]"):
+        TransformerConfig.from_dict(flat)
 
 
 @pytest.mark.parametrize(

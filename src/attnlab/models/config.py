@@ -13,42 +13,6 @@ from attnlab.utils.checks import check_field_types
 
 # FFN nonlinearities by config name (Marian's "swish" is SiLU).
 ACTIVATIONS = ("relu", "swish", "silu", "gelu")
-# How runs of attnlab 0.1 spelled the position settings: flat field -> (its scheme, the option in its block);
-# `learned_positions: true` was positions="learned".
-OLD_POSITION_FIELDS: dict[str, tuple[str, str] | None] = {
-    "rope_base": ("rope", "base"),
-    "rope_fraction": ("rope", "fraction"),
-    "t5_num_buckets": ("t5", "num_buckets"),
-    "t5_max_distance": ("t5", "max_distance"),
-    "pos_layout": ("sinusoidal", "layout"),
-    "learned_positions": None,
-}
-
-
-def upgrade_position_fields(model_config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A Transformer config dict whose flat position fields (`OLD_POSITION_FIELDS`) are read into
-    `positions` and its scheme's `position_options`, and the old fields it had ([] when none)."""
-    config = dict(model_config)
-    old = [name for name in OLD_POSITION_FIELDS if name in config]
-    values = {name: config.pop(name) for name in old}
-    if values.get("learned_positions"):
-        if config.get("positions", "sinusoidal") not in ("sinusoidal", "learned"):
-            raise ValueError(
-                f"TransformerConfig: learned_positions=True contradicts positions={config['positions']!r}; "
-                f"drop learned_positions (positions='learned' says the same)"
-            )
-        config["positions"] = "learned"
-    scheme = config.get("positions", "sinusoidal")
-    options = dict(config.get("position_options") or {})
-    for name, value in values.items():
-        target = OLD_POSITION_FIELDS[name]
-        if target is not None and target[0] == scheme:
-            options.setdefault(target[1], value)
-    if old:
-        config["position_options"] = options
-    return config, old
-
-
 class ConfigMixin:
     """Mixed into the model config dataclasses (`TransformerConfig`, `BahdanauConfig`)."""
 
@@ -62,7 +26,6 @@ class ConfigMixin:
         """Build a config from a JSON dict; unknown or missing keys raise ValueError naming them."""
         if not isinstance(d, Mapping):
             raise ValueError(f"{cls.__name__}.from_dict expects a dict, got {type(d).__name__}")
-        d = cls.upgraded(d)[0]  # an older run's spelling, read once here
         names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
         unknown = sorted(set(d) - set(names))
         if unknown:
@@ -77,11 +40,6 @@ class ConfigMixin:
 
         check_field_types(cls, d)  # "dropout": "x" in a config.json: one line naming the field
         return cls(**d)
-
-    @classmethod
-    def upgraded(cls, d: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """`d` in this config's current spelling, and the older field names it used (none here)."""
-        return dict(d), []
 
     def check_positive(self, *names: str) -> None:
         """ValueError naming the first of `names` that is not a positive integer."""
@@ -173,11 +131,6 @@ class TransformerConfig(ConfigMixin):
                     f"TransformerConfig: token id {tok} (decoder_start_token / suppress_tokens) is "
                     f"outside the target vocabulary of {self.tgt_vocab_size} tokens"
                 )
-
-    @classmethod
-    def upgraded(cls, d: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """`d` with an older run's flat position fields read into the scheme's block (`upgrade_position_fields`)."""
-        return upgrade_position_fields(d)
 
     def _check_positions(self) -> None:
         scheme = get_scheme(self.positions)

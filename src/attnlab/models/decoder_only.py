@@ -31,9 +31,9 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention import KVCache, MultiHeadAttention
-from attnlab.attention.positions import sinusoidal_encoding
+from attnlab.attention.positions import SinusoidalOptions, StackShape, get_scheme
 from attnlab.models.config import ConfigMixin, check_translator_config
-from attnlab.models.transformer_layers import PositionWiseFFN, Sublayer, _embedding
+from attnlab.models.transformer_layers import PositionWiseFFN, Sublayer, token_embedding
 
 
 @dataclass
@@ -150,11 +150,14 @@ class DecoderOnly(nn.Module):
             raise ValueError(f"DecoderOnly expects a DecoderOnlyConfig, got {type(config).__name__}")
         self.config = c = config
         self.scale = math.sqrt(c.num_hiddens)
-        self.src_embedding = _embedding(c.src_vocab_size, c.num_hiddens)
-        self.tgt_embedding = self.src_embedding if c.share_embeddings else _embedding(c.tgt_vocab_size, c.num_hiddens)
+        self.src_embedding = token_embedding(c.src_vocab_size, c.num_hiddens)
+        self.tgt_embedding = (
+            self.src_embedding if c.share_embeddings else token_embedding(c.tgt_vocab_size, c.num_hiddens)
+        )
         self.segment = nn.Parameter(torch.zeros(2, c.num_hiddens))  # source, target
-        self.P: Tensor  # (max_len, D) sinusoids: a function of the config, not a weight
-        self.register_buffer("P", sinusoidal_encoding(torch.arange(c.max_len), c.num_hiddens), persistent=False)
+        # the registry's sinusoids (no weights: checkpoints hold none), gathered at each token's position
+        shape = StackShape(c.num_hiddens, c.num_heads, 0.0, c.max_len, causal=True)
+        self.pos_encoding = get_scheme("sinusoidal").build(SinusoidalOptions(), shape).encoding
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(DecoderOnlyBlock(c) for _ in range(c.num_layers))
         self.final_norm = nn.LayerNorm(c.num_hiddens) if c.norm_first else nn.Identity()
@@ -176,10 +179,8 @@ class DecoderOnly(nn.Module):
         return {"encoder_self": w[..., :S, :S], "decoder_self": w[..., S:, S:], "cross": w[..., S:, :S]}
 
     def _positions(self, pos: Tensor) -> Tensor:
-        """(B, L) positions -> (B, L, D) sinusoids."""
-        if int(pos.max()) < self.config.max_len:
-            return self.P[pos]
-        return sinusoidal_encoding(pos.flatten(), self.config.num_hiddens).view(*pos.shape, -1).to(pos.device)
+        """(B, L) positions -> (B, L, D) sinusoids (past max_len computed on the fly, as the scheme does)."""
+        return self.pos_encoding.encoding(int(pos.max()) + 1, device=pos.device)[pos]
 
     def _embed(self, ids: Tensor, table: nn.Embedding, segment: int, pos: Tensor) -> Tensor:
         X = table(ids) * self.scale + self.segment[segment] + self._positions(pos).to(self.segment.dtype)

@@ -39,7 +39,7 @@ from .transformer_layers import (
     PositionWiseFFN,
     TransformerDecoder,
     TransformerEncoder,
-    _embedding,
+    token_embedding,
     make_activation,
 )
 
@@ -156,7 +156,7 @@ class Transformer(nn.Module):
                 f"use TransformerConfig.from_dict(d) for a dict"
             )
         self.config = c = config
-        shared = _embedding(c.src_vocab_size, c.num_hiddens) if c.share_embeddings else None
+        shared = token_embedding(c.src_vocab_size, c.num_hiddens) if c.share_embeddings else None
         common: dict[str, Any] = dict(
             bias=c.bias,
             norm_first=c.norm_first,

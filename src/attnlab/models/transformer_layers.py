@@ -190,7 +190,7 @@ class TransformerDecoderBlock(_Block):
         return self.addnorm3(X, self.ffn)
 
 
-def _embedding(vocab_size: int, num_hiddens: int) -> nn.Embedding:
+def token_embedding(vocab_size: int, num_hiddens: int) -> nn.Embedding:
     # N(0, D^-1/2) as in fairseq/tensor2tensor: after the sqrt(D) scale the embeddings have unit variance,
     # comparable to the positional encodings, and a tied output projection starts with small logits.
     emb = nn.Embedding(vocab_size, num_hiddens)
@@ -238,7 +238,7 @@ class _TokenStack(nn.Module):
         self.num_hiddens = num_hiddens
         self.positions = positions
         self.embed_scale = math.sqrt(num_hiddens) if embed_scale is None else embed_scale
-        self.embedding = embedding if embedding is not None else _embedding(vocab_size, num_hiddens)
+        self.embedding = embedding if embedding is not None else token_embedding(vocab_size, num_hiddens)
         scheme = get_scheme(positions)
         shape = StackShape(num_hiddens, num_heads, dropout, max_len, causal=not self.bidirectional)
         built = scheme.build(scheme.options(position_options), shape)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from attnlab import __version__
-from attnlab.models import CONFIGS, TRANSLATORS
+from attnlab.models import TRANSLATORS
 from attnlab.runs.generation import write_generation
 from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE
 from attnlab.utils.files import read_json, read_json_object, write_json
@@ -100,16 +100,6 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
             )
     if "amp" in cfg["train"]:
         cfg["train"] = _upgrade_amp(cfg["train"], path)
-    if cfg["model_type"] in CONFIGS:
-        cfg["model"], old = CONFIGS[cfg["model_type"]].upgraded(cfg["model"])
-        if old and str(path) not in _NOTED:  # read as today's fields; the file stays as it is
-            _NOTED.add(str(path))
-            model = cfg["model"]
-            print(
-                f"attnlab: note: {path} spells its positions the older way ({', '.join(old)}); read as "
-                f"positions={model.get('positions', 'sinusoidal')!r}, position_options={model.get('position_options')}",
-                file=sys.stderr,
-            )
     return cfg
 
 
