@@ -18,6 +18,8 @@ prints as is (thousands separated) and a list as its items joined by " / ".
 
     python tools/render_benchmarks.py --readme   # also fill README.md's figures (the check covers them)
 
+It also writes src/attnlab/measured/ (what attnlab reads at run time) from the records; `--check` covers it.
+
 README.md quotes a figure as `<!-- figure NAME -->text<!-- /figure -->`: the text is the record NAME's `readme`,
 a format of the record's own fields (`"[{figures[1][test BLEU]:.1f} test BLEU](BENCHMARKS.md#...)"`).
 """
@@ -35,7 +37,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 FRAME = ROOT / "benchmarks" / "frame.md"
 PAGE = ROOT / "BENCHMARKS.md"
 README = ROOT / "README.md"
-# Records attnlab reads at run time (the chapter's time-to-quality figure), shipped in the package as copies.
+# What attnlab reads at run time ships in the package, generated here: a record named in SHIPPED as a copy (the
+# chapter's time-to-quality curves), and the `ships` object of any record (the demo's quiet-machine stages, the
+# position schemes' full curves) as src/attnlab/measured/NAME.json.
 MEASURED, SHIPPED = ROOT / "src" / "attnlab" / "measured", ("time_to_quality",)
 FIGURE = re.compile(r"<!-- figure ([\w.-]+) -->(.*?)<!-- /figure -->", re.S)
 PLACE = re.compile(r"^\{\{\s*([\w.-]+)\s*\}\}$")
@@ -158,8 +162,12 @@ def summary(records: dict[str, dict], sections: dict[str, str]) -> list[str]:
 
 
 def shipped(folder: Path) -> dict[Path, str]:
-    """src/attnlab/measured/NAME.json for each shipped record: a copy of benchmarks/results/NAME.json."""
-    return {MEASURED / f"{name}.json": (folder / f"{name}.json").read_text(encoding="utf-8") for name in SHIPPED}
+    """src/attnlab/measured/NAME.json -> its text: a copy of each SHIPPED record, each record's `ships` object."""
+    out = {MEASURED / f"{name}.json": (folder / f"{name}.json").read_text(encoding="utf-8") for name in SHIPPED}
+    for name, record in load_records(folder).items():
+        if "ships" in record:
+            out[MEASURED / f"{name}.json"] = json.dumps(record["ships"], indent=1, ensure_ascii=False) + "\n"
+    return out
 
 
 def readme(text: str, records: dict[str, dict]) -> str:
