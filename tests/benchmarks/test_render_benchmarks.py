@@ -166,7 +166,7 @@ def test_readme_quotes_are_filled_from_the_records(tmp_path):
     assert text.count("<!-- figure ") >= 3
     records["serve_load"]["summary"][0]["measured"][0] = 7.01  # a new measurement reaches the README
     assert "[7.01× one sentence per decode" in render_benchmarks.readme(text, records)
-    with pytest.raises(SystemExit, match="no_such.json, which has no 'readme'"):
+    with pytest.raises(SystemExit, match=r"no_such\.json, which has no 'readme'"):
         render_benchmarks.readme("<!-- figure no_such -->x<!-- /figure -->", records)
     folder = _folder_with(tmp_path)
     record = json.loads((folder / "serve_load.json").read_text(encoding="utf-8"))

@@ -57,7 +57,8 @@ function session() {
 globalThis.window = { ort: { env: { wasm: {} }, Tensor: function (t, d, dims) { this.dims = dims; },
   InferenceSession: { create: async () => session() } }, AttnTokenizer: require(tokenizer) };
 globalThis.document = { baseURI: "http://localhost/" };
-globalThis.fetch = async (url) => ({ ok: true, json: async () => JSON.parse(fs.readFileSync(path.join(folder, url.slice(6)), "utf8")) });
+const read = (url) => JSON.parse(fs.readFileSync(path.join(folder, url.slice("model/".length)), "utf8"));
+globalThis.fetch = async (url) => ({ ok: true, json: async () => read(url) });
 require(script);
 (async () => {
   try {

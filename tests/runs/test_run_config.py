@@ -14,7 +14,6 @@ from attnlab.data import Vocab, sample_data_path
 from attnlab.models import build_model
 from attnlab.runs.checkpoints import save_checkpoint
 from attnlab.runs.config import read_run_config, write_run_config
-from attnlab.runs.loading import load_translator
 from attnlab.runs.weights import save_weights
 from attnlab.training import TrainConfig
 

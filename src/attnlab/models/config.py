@@ -13,6 +13,8 @@ from attnlab.utils.checks import check_field_types
 
 # FFN nonlinearities by config name (Marian's "swish" is SiLU).
 ACTIVATIONS = ("relu", "swish", "silu", "gelu")
+
+
 class ConfigMixin:
     """Mixed into the model config dataclasses (`TransformerConfig`, `BahdanauConfig`)."""
 

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.attention import KVCache, MultiHeadAttention
-from attnlab.attention.positions import SinusoidalOptions, StackShape, get_scheme
+from attnlab.attention.positions import PositionalEncoding, SinusoidalOptions, StackShape, get_scheme
 from attnlab.models.config import ConfigMixin, check_translator_config
 from attnlab.models.transformer_layers import PositionWiseFFN, Sublayer, token_embedding
 
@@ -157,7 +158,8 @@ class DecoderOnly(nn.Module):
         self.segment = nn.Parameter(torch.zeros(2, c.num_hiddens))  # source, target
         # the registry's sinusoids (no weights: checkpoints hold none), gathered at each token's position
         shape = StackShape(c.num_hiddens, c.num_heads, 0.0, c.max_len, causal=True)
-        self.pos_encoding = get_scheme("sinusoidal").build(SinusoidalOptions(), shape).encoding
+        built = get_scheme("sinusoidal").build(SinusoidalOptions(), shape)
+        self.pos_encoding = cast(PositionalEncoding, built.encoding)  # the scheme enters at the embeddings
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(DecoderOnlyBlock(c) for _ in range(c.num_layers))
         self.final_norm = nn.LayerNorm(c.num_hiddens) if c.norm_first else nn.Identity()

@@ -39,8 +39,8 @@ from .transformer_layers import (
     PositionWiseFFN,
     TransformerDecoder,
     TransformerEncoder,
-    token_embedding,
     make_activation,
+    token_embedding,
 )
 
 
