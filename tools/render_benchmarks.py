@@ -1,24 +1,20 @@
 """Render BENCHMARKS.md from the benchmarks' records (benchmarks/results/*.json) and a hand-written frame.
 
-    python tools/render_benchmarks.py            # rewrite BENCHMARKS.md
-    python tools/render_benchmarks.py --check    # exit 1 if BENCHMARKS.md differs from the rendering
+    python tools/render_benchmarks.py            # rewrite BENCHMARKS.md, README.md's figures, src/attnlab/measured/
+    python tools/render_benchmarks.py --check    # exit 1 if any of them differs from its rendering
 
 The frame (benchmarks/frame.md) holds the headings and one paragraph per section (what it measures, its
-baseline). A line `{{NAME}}` in it becomes the record NAME.json: its
-command, the machine it ran on, its table (`figures`: one dict per row, keys as columns) and any further
-`tables` (a record with `"list": true` prints one line a row instead, its cells joined by ": ": the "tried,
-not kept" ideas); `{{summary}}` a table of the records' `summary` lines, each linking its section; `{{rest}}` every
-record the frame does not place, under a heading of its own (its `title`, else its file name), so a new
-record appears on the page without touching this script.
+baseline). A line `{{NAME}}` in it becomes the record NAME.json: its command, the machine it ran on, its table
+(`figures`: one dict per row, keys as columns) and any further `tables` (a record with `"list": true` prints
+one line a row instead, its cells joined by ": ": the "tried, not kept" ideas); `{{summary}}` a table of the
+records' `summary` lines, each linking its section; `{{rest}}` every record the frame does not place, under a
+heading of its own (its `title`, else its file name), so a new record appears on the page without touching
+this script.
 
 Figures are numbers; a table's `formats` (`formats` beside `figures`, `summary_formats` beside `summary`) maps
 a column to the format that prints them with their unit: `"{:.2f}×"` for a number, `"{0:,} ({1:.2f}×)"` for
 a list of numbers, or a list of such formats, one per row (null: the plain cell). Without one a number
 prints as is (thousands separated) and a list as its items joined by " / ".
-
-    python tools/render_benchmarks.py --readme   # also fill README.md's figures (the check covers them)
-
-It also writes src/attnlab/measured/ (what attnlab reads at run time) from the records; `--check` covers it.
 
 README.md quotes a figure as `<!-- figure NAME -->text<!-- /figure -->`: the text is the record NAME's `readme`,
 a format of the record's own fields (`"[{figures[1][test BLEU]:.1f} test BLEU](BENCHMARKS.md#...)"`).
@@ -228,19 +224,21 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, default=RESULTS, help="the records' folder")
     ap.add_argument("--frame", type=Path, default=FRAME)
     ap.add_argument("--out", type=Path, default=PAGE)
-    ap.add_argument("--readme", type=Path, nargs="?", const=README, help="also fill README.md's figures")
+    ap.add_argument("--readme", type=Path, help="a README whose figures to fill (default: README.md, from the "
+                    "repository's own records only)")  # fmt: skip
     args = ap.parse_args(argv)
     records = load_records(args.results)
     outputs = {args.out: render(args.frame.read_text(encoding="utf-8"), records)}
-    if args.readme or args.check:
+    own = args.results.resolve() == RESULTS.resolve()  # the repository's records: its README and package too
+    if args.readme or own:
         path = args.readme or README
         outputs[path] = readme(path.read_text(encoding="utf-8"), records)
-    if args.results.resolve() == RESULTS.resolve():  # the package ships copies of the repository's records
+    if own:
         outputs.update(shipped(args.results))
     if args.check:
         stale = [p for p, text in outputs.items() if (p.read_text(encoding="utf-8") if p.is_file() else "") != text]
         for path in stale:
-            print(f"{path} differs from its rendering: run python tools/render_benchmarks.py --readme", file=sys.stderr)
+            print(f"{path} differs from its rendering: run python tools/render_benchmarks.py", file=sys.stderr)
         return 1 if stale else 0
     page = outputs[args.out]
     for path, text in outputs.items():
