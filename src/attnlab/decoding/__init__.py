@@ -12,7 +12,7 @@ from .generator import generate, make_search
 from .hypothesis import Finished, Hypothesis
 from .options import MAX_BEAM, TRANSLATOR_DEFAULTS, DecodeOptions, OptionError
 from .processors import MinLength, NoRepeatNGram, Processor, SuppressTokens, Temperature, TopK, TopP, processors_for
-from .search import BeamSearch, Greedy, Sampling, Search
+from .search import BeamSearch, Candidates, Greedy, Sampling, Search, SearchState
 from .translator import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_OUTPUT_LEN,
@@ -42,6 +42,8 @@ __all__ = [
     "Hypothesis",
     "Finished",
     "Search",
+    "SearchState",
+    "Candidates",
     "Greedy",
     "BeamSearch",
     "Sampling",
