@@ -6,6 +6,7 @@ and it leaves neither --out nor its temporary folder behind.
 One interpreter imports attnlab once and forks a `prepare` per (point, signal), each of which announces the
 point and then sleeps there: the signal is sure to land at that point, and the case costs a fork, not a start."""
 
+import json
 import os
 import signal
 import subprocess
@@ -15,10 +16,19 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import killed_after  # tests/ is on sys.path
 from test_prepared_shards import write_corpus  # tests/data/prepared is on sys.path (no __init__)
 
 SRC = Path(__file__).resolve().parents[3] / "src"
-POINTS = ["vocabulary", "first-chunk", "starting", "pool-up", "encoding", "writing"]
+# where the signal lands -> the function of the run whose hook (in _FORKS) announces it and sleeps
+POINTS = {
+    "vocabulary": "_vocabularies",  # before any worker
+    "first-chunk": "encode_chunk",  # the first chunk, encoded in this process before the pool starts
+    "starting": "start",  # one worker started, the other not yet
+    "pool-up": "_start",  # both started, no chunk sent
+    "encoding": "_work",  # a worker deep in its chunk
+    "writing": "_write_meta",  # every chunk encoded, the pool still open
+}
 SIGNALS = {"SIGINT": 130, "SIGTERM": -signal.SIGTERM}
 
 _FORKS = textwrap.dedent(
@@ -52,21 +62,19 @@ _FORKS = textwrap.dedent(
         setattr(owner, name, hook)
 
     hooked(pipe, "_vocabularies", before=True)
-    hooked(enc, "encode_chunk", before=True, once=True)  # the first chunk, encoded here
-    hooked(mpc.ForkProcess, "start", once=True)  # one worker started, the other not yet
-    hooked(enc.ChunkEncoder, "_start")  # both started, no chunk sent
-    hooked(pipe, "_write_meta", before=True)  # every chunk encoded, the pool still open
+    hooked(enc, "encode_chunk", before=True, once=True)
+    hooked(mpc.ForkProcess, "start", once=True)
+    hooked(enc.ChunkEncoder, "_start")
+    hooked(pipe, "_write_meta", before=True)
     work = enc._work
-    enc._work = lambda s, t: at("_work") or work(s, t)  # a worker deep in its chunk
-    NAMES = {"vocabulary": "_vocabularies", "first-chunk": "encode_chunk", "starting": "start",
-             "pool-up": "_start", "encoding": "_work", "writing": "_write_meta"}
+    enc._work = lambda s, t: at("_work") or work(s, t)
 
     jobs = json.loads(sys.argv[1])
     children = {}
     for point, argv in jobs:
         pid = os.fork()
         if pid == 0:
-            POINT = NAMES[point]
+            POINT = point
             try:
                 code = main(argv)
             except SystemExit as e:
@@ -84,8 +92,6 @@ _FORKS = textwrap.dedent(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks; the workers are forked on Linux")
 def test_prepare_stops_within_seconds_wherever_the_signal_lands(tmp_path):
-    import json
-
     spec, _, _ = write_corpus(tmp_path, n=80)
     cases = [(point, sig) for point in POINTS for sig in SIGNALS]
     jobs = []
@@ -93,7 +99,7 @@ def test_prepare_stops_within_seconds_wherever_the_signal_lands(tmp_path):
         folder = tmp_path / f"{point}-{sig}"
         folder.mkdir()
         argv = ["prepare", "--data", spec, "--src-lang", "de", "--tgt-lang", "en", "--vocab-size", "100"]
-        jobs.append((point, [*argv, "--workers", "2", "--out", str(folder / "out")]))
+        jobs.append((POINTS[point], [*argv, "--workers", "2", "--out", str(folder / "out")]))
     errors = (tmp_path / "stderr").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-c", _FORKS, json.dumps(jobs)],
@@ -108,32 +114,30 @@ def test_prepare_stops_within_seconds_wherever_the_signal_lands(tmp_path):
     ended: dict[int, tuple[int, float]] = {}
     seen_points: dict[str, int] = {}
     try:
-        deadline = time.monotonic() + 60
-        assert proc.stdout is not None
-        while len(ended) < len(cases) and time.monotonic() < deadline:
-            line = proc.stdout.readline()  # bounded: the interpreter is killed below at the deadline
-            if not line:
-                break
-            if not line.startswith(("at ", "end ")):  # prepare's own lines
-                continue
-            word, pid_text, rest = line.split(" ", 2)
-            pid = int(pid_text)
-            if word == "at":  # the n-th child to reach a point gets that point's n-th signal
-                point = next(p for p, n in (("vocabulary", "_vocabularies"), ("first-chunk", "encode_chunk"),
-                              ("starting", "start"), ("pool-up", "_start"), ("encoding", "_work"),
-                              ("writing", "_write_meta")) if n == rest.strip())  # fmt: skip
-                if point == "encoding":  # a worker announced: signal its parent, the prepare
-                    pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                    if pid in sent:
-                        continue
-                k = seen_points.get(point, 0)
-                seen_points[point] = k + 1
-                sig = list(SIGNALS)[k]
-                sent[pid] = (point, sig, time.monotonic())
-                os.kill(pid, getattr(signal, sig))
-            elif word == "end":
-                code, when = rest.split()
-                ended[pid] = (int(code), float(when))
+        with killed_after(proc, 60, group=True):  # a prepare that never ends ends the reading
+            assert proc.stdout is not None
+            while len(ended) < len(cases):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                if not line.startswith(("at ", "end ")):  # prepare's own lines
+                    continue
+                word, pid_text, rest = line.split(" ", 2)
+                pid = int(pid_text)
+                if word == "at":  # the n-th child to reach a point gets that point's n-th signal
+                    point = next(p for p, hook in POINTS.items() if hook == rest.strip())
+                    if point == "encoding":  # a worker announced: signal its parent, the prepare
+                        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                        if pid in sent:
+                            continue
+                    k = seen_points.get(point, 0)
+                    seen_points[point] = k + 1
+                    sig = list(SIGNALS)[k]
+                    sent[pid] = (point, sig, time.monotonic())
+                    os.kill(pid, getattr(signal, sig))
+                elif word == "end":
+                    code, when = rest.split()
+                    ended[pid] = (int(code), float(when))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
