@@ -57,6 +57,8 @@ def test_built_once_and_reused_from_the_cache(fresh):
     assert _built(fresh / "cache") == [so] and so.stat().st_mtime_ns == mtime  # not rebuilt
     # a function comes with its signature, looked up once
     fn = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
+    assert fn is not None, native.status("int8_rows")
+    assert fn.argtypes == _QUANTIZE_ARGS
     assert fn is native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
 
 
