@@ -77,7 +77,9 @@ def unbounded_waits(tree: ast.Module) -> list[str]:
         ):
             bounded.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     found = []
+    pipes = ("stdout", "stderr")
     for node in ast.walk(tree):
+        free = id(node) not in bounded
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             name, base = node.func.attr, node.func.value
             timed = any(k.arg == "timeout" for k in node.keywords)
@@ -86,12 +88,10 @@ def unbounded_waits(tree: ast.Module) -> list[str]:
                     found.append(f"subprocess.{name} without timeout at line {node.lineno}")
             elif name in ("wait", "communicate") and not node.args and not timed and "Event" not in ast.unparse(base):
                 found.append(f".{name}() without timeout at line {node.lineno}")
-            elif name in ("read", "readline") and getattr(base, "attr", "") in ("stdout", "stderr"):
-                if id(node) not in bounded:
-                    found.append(f"a pipe's .{name}() outside killed_after at line {node.lineno}")
-        elif isinstance(node, ast.For) and getattr(node.iter, "attr", "") in ("stdout", "stderr"):
-            if id(node) not in bounded:
-                found.append(f"a loop over a pipe outside killed_after at line {node.lineno}")
+            elif name in ("read", "readline") and getattr(base, "attr", "") in pipes and free:
+                found.append(f"a pipe's .{name}() outside killed_after at line {node.lineno}")
+        elif isinstance(node, ast.For) and getattr(node.iter, "attr", "") in pipes and free:
+            found.append(f"a loop over a pipe outside killed_after at line {node.lineno}")
     return sorted(found, key=lambda f: int(f.rsplit(" ", 1)[1]))
 
 

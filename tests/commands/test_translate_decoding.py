@@ -147,8 +147,9 @@ def test_early_stopping_ends_the_search_at_the_kth_finished_hypothesis(run_dir, 
 def test_length_penalty_divides_each_score_by_its_length_to_the_penalty(run_dir, capsys):
     """--length-penalty 0 prints the total log-probability; 2 prints it over (tokens + <eos>) ** 2, so for a
     hypothesis in both lists the ratio of its scores is a square of a whole length."""
-    plain, penalized = _n_best(capsys, run_dir, TEXTS, "--length-penalty", "0"), _n_best(
-        capsys, run_dir, TEXTS, "--length-penalty", "2"
+    plain, penalized = (
+        _n_best(capsys, run_dir, TEXTS, "--length-penalty", "0"),
+        _n_best(capsys, run_dir, TEXTS, "--length-penalty", "2"),
     )
     assert plain != penalized
     ratios = [

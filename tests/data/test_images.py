@@ -28,8 +28,10 @@ def test_digits_split_is_fixed_and_disjoint():
 
 
 # The splits of the first digits as shipped: a change of the hash (or of its cut-offs) moves images between splits.
-KNOWN = "train train train test train test test train train train train train train train train train train train " \
+KNOWN = (
+    "train train train test train test test train train train train train train train train train train train "
     "train test train train test train train train train valid train valid train train train train train train valid"
+)
 
 
 def test_split_of_gives_the_known_splits():

@@ -176,6 +176,7 @@ def test_the_first_two_tokens_follow_the_chain(one_thread):
 @pytest.mark.parametrize("k", [2, 3])
 def test_the_first_two_tokens_follow_the_chain_under_top_k(k, one_thread):
     pairs = _first_two(seed=6, top_k=k)
+
     def kept(lp):  # the reference: the k likeliest keep their log-probabilities, the rest none
         return lp.masked_fill(lp < lp.sort(dim=-1, descending=True).values[:, k - 1 : k], -math.inf)
 

@@ -166,9 +166,8 @@ def test_a_cached_library_without_the_function_falls_back_with_one_warning(fresh
     target.parent.mkdir(parents=True)
     other = fresh / "other.c"
     other.write_text("int attnlab_something_else(void) { return 0; }\n")
-    subprocess.run(
-        [*shlex.split(os.environ.get("CC") or "cc"), "-shared", "-fPIC", "-o", str(target), str(other)], check=True, timeout=120
-    )
+    cc = shlex.split(os.environ.get("CC") or "cc")
+    subprocess.run([*cc, "-shared", "-fPIC", "-o", str(target), str(other)], check=True, timeout=120)
     (fresh / "cache" / "native" / f"{target.name}.sha256").write_text(sha256(target) + "\n")
     ln, x = torch.nn.LayerNorm(8), torch.randn(3, 8)
     with caplog.at_level(logging.WARNING), torch.no_grad():

@@ -28,7 +28,8 @@ def test_the_flags_reach_the_server_it_runs(tiny_run, monkeypatch, capsys):
     (config,) = ran
     served = config.app.state.served
     try:
-        assert (config.timeout_keep_alive, config.h11_max_incomplete_event_size, config.limit_concurrency) == (7, 2048, 9)
+        bounds = (config.timeout_keep_alive, config.h11_max_incomplete_event_size, config.limit_concurrency)
+        assert bounds == (7, 2048, 9)
         assert config.http.__name__ == "GuardedH11Protocol"  # the head deadline's protocol, not uvicorn's own
         assert served.batcher.workers == 3 and served.batcher.threads.workers == 3
     finally:
@@ -46,7 +47,9 @@ def _response(sock: socket.socket) -> bytes:
         assert chunk, f"closed mid-response: {data!r}"
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
     while len(body) < length:
         body += sock.recv(4096)
     return head

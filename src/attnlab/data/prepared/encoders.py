@@ -198,7 +198,7 @@ class ChunkEncoder:
 
     def _start(self) -> None:
         method = "fork" if sys.platform == "linux" else "spawn"
-        context = multiprocessing.get_context(method)
+        context: Any = multiprocessing.get_context(method)  # typeshed gives BaseContext no Process
         reader, writer = self._lifeline = context.Pipe(duplex=False)
         # Set while the workers are forked: tokenizers then neither warns about a fork after its threads
         # ran nor starts threads in the workers.
