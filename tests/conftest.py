@@ -117,11 +117,21 @@ def one_thread():
 
 
 @pytest.fixture
-def c_kernels():
-    """attnlab's C kernels built here; skips where no C compiler is found (a failure under CI=true)."""
+def c_kernels(c_compiler):
+    """attnlab's C kernels built here; skips where no C compiler is found (a failure under CI=true), and
+    fails, on CI or off it, where a compiler is found but the kernel does not build: a skip would hide it."""
     from attnlab.kernels import loader as native
 
     if native.load("few_queries") is None:
+        pytest.fail(f"a C compiler is here, yet: {native.status('few_queries')}")
+
+
+@pytest.fixture
+def c_compiler():
+    """A C compiler that runs (the kernels are built with it); skips where there is none (a failure under CI=true)."""
+    from attnlab.kernels import loader as native
+
+    if native.cached_library("few_queries") is None:  # None only where no compiler answers
         pytest.skip(f"needs a C compiler for attnlab's C kernels: {native.status('few_queries')} (.ci/run installs it)")
 
 

@@ -1,6 +1,8 @@
 """The code rules the layout depends on (DESIGN.md, "Rules that keep it so"), checked on src/attnlab: modules of
 at most 400 lines, functions of at most 80 unless a comment just above says why, each module's imports in one
-block at its top, package faces (`__init__.py`) that only re-export, and at most 6 test files at tests/'s root."""
+block at its top, package faces (`__init__.py`) that only re-export, and at most 6 test files at tests/'s root.
+In tests/, no wait on a child process is unbounded: every subprocess call and wait has a timeout, and every read of
+a child's pipe runs inside `killed_after` (tests/processes.py)."""
 
 from __future__ import annotations
 
@@ -62,6 +64,65 @@ def face_definitions(tree: ast.Module) -> list[str]:
             continue
         found.append(f"{type(node).__name__} at line {node.lineno}")
     return found
+
+
+def unbounded_waits(tree: ast.Module) -> list[str]:
+    """subprocess.run/call/check_* and Popen.wait/communicate without timeout=, and reads of a child's
+    stdout/stderr (`.read()`, `.readline()`, `for line in proc.stdout`) outside a `with killed_after(...)`."""
+    bounded: set[int] = set()  # ids of nodes inside a `with killed_after(...)` block
+    for node in ast.walk(tree):
+        if isinstance(node, ast.With) and any(
+            isinstance(w.context_expr, ast.Call) and getattr(w.context_expr.func, "id", "") == "killed_after"
+            for w in node.items
+        ):
+            bounded.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    found = []
+    pipes = ("stdout", "stderr")
+    for node in ast.walk(tree):
+        free = id(node) not in bounded
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name, base = node.func.attr, node.func.value
+            timed = any(k.arg == "timeout" for k in node.keywords)
+            if getattr(base, "id", "") == "subprocess" and name in ("run", "call", "check_call", "check_output"):
+                if not timed:
+                    found.append(f"subprocess.{name} without timeout at line {node.lineno}")
+            elif name in ("wait", "communicate") and not node.args and not timed and "Event" not in ast.unparse(base):
+                found.append(f".{name}() without timeout at line {node.lineno}")
+            elif name in ("read", "readline") and getattr(base, "attr", "") in pipes and free:
+                found.append(f"a pipe's .{name}() outside killed_after at line {node.lineno}")
+        elif isinstance(node, ast.For) and getattr(node.iter, "attr", "") in pipes and free:
+            found.append(f"a loop over a pipe outside killed_after at line {node.lineno}")
+    return sorted(found, key=lambda f: int(f.rsplit(" ", 1)[1]))
+
+
+def test_every_wait_on_a_child_process_in_the_tests_is_bounded():
+    found = {
+        str(p.relative_to(ROOT)): waits
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        if (waits := unbounded_waits(_tree(p)))
+    }
+    assert not found, found
+
+
+def test_the_wait_rule_can_fail():
+    code = """
+import subprocess
+subprocess.run(["x"])
+subprocess.run(["x"], timeout=5)
+p = subprocess.Popen(["x"])
+p.wait()
+line = p.stdout.readline()
+with killed_after(p, 5):
+    line = p.stdout.readline()
+    for line in p.stdout: pass
+for line in p.stderr: pass
+"""
+    assert unbounded_waits(ast.parse(code)) == [
+        "subprocess.run without timeout at line 3",
+        ".wait() without timeout at line 6",
+        "a pipe's .readline() outside killed_after at line 7",
+        "a loop over a pipe outside killed_after at line 11",
+    ]
 
 
 def test_modules_and_functions_are_short():

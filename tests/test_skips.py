@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent
 
 IN_TESTS = """
@@ -41,14 +43,19 @@ def test_fine(): pass
 """
 
 
-def _run(tmp_path, ci: str, files: dict[str, str]) -> subprocess.CompletedProcess:
+# As CI runs the suite (`make test`): two worker processes, whole files each. The rule must hold there too,
+# where the reports are made in the workers and the summary in the controller.
+XDIST = ["-n", "2", "--dist", "loadfile"]
+
+
+def _run(tmp_path, ci: str, files: dict[str, str], *options: str) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text(encoding="utf-8"), encoding="utf-8")
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(textwrap.dedent(text), encoding="utf-8")
     env = {"PATH": "/usr/bin:/bin", "CI": ci}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", *options, str(tmp_path)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -58,8 +65,9 @@ def _run(tmp_path, ci: str, files: dict[str, str]) -> subprocess.CompletedProces
     )
 
 
-def test_skips_fail_under_ci(tmp_path):
-    res = _run(tmp_path, "true", {"test_probe.py": IN_TESTS})
+@pytest.mark.parametrize("options", [[], XDIST], ids=["one-process", "xdist"])
+def test_skips_fail_under_ci(tmp_path, options):
+    res = _run(tmp_path, "true", {"test_probe.py": IN_TESTS}, *options)
     assert res.returncode == 1, res.stdout
     # a skipif fires in setup, so pytest counts that one as an error: both count against the run;
     # the skip under a rule named in ALLOWED_CI_SKIPS stays a skip
@@ -91,8 +99,9 @@ CONFTEST_SKIP = {
 }
 
 
-def test_module_level_skip_fails_under_ci(tmp_path):
-    res = _run(tmp_path, "true", MODULE_SKIP)
+@pytest.mark.parametrize("options", [[], XDIST], ids=["one-process", "xdist"])
+def test_module_level_skip_fails_under_ci(tmp_path, options):
+    res = _run(tmp_path, "true", MODULE_SKIP, *options)
     assert res.returncode != 0, res.stdout
     assert "skipped while collecting under CI=true" in res.stdout, res.stdout
     assert "attnlab_absent_package" in res.stdout and "[dev]" in res.stdout, res.stdout
@@ -110,8 +119,9 @@ def test_collection_skips_stay_skips_off_ci(tmp_path):
     assert "2 skipped" in res.stdout and "1 passed" in res.stdout, res.stdout
 
 
-def test_the_summary_counts_the_skips_for_want_of_the_corpus(tmp_path):
-    res = _run(tmp_path, "", {"test_probe.py": PROBES})
+@pytest.mark.parametrize("options", [[], XDIST], ids=["one-process", "xdist"])
+def test_the_summary_counts_the_skips_for_want_of_the_corpus(tmp_path, options):
+    res = _run(tmp_path, "", {"test_probe.py": PROBES}, *options)
     assert res.returncode == 0, res.stdout
     out = res.stdout
     assert "3 test(s) skipped for want of the English–French corpus: set ATTNLAB_DATA=PATH/fra-eng.zip" in out, out

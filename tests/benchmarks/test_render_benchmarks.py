@@ -80,10 +80,12 @@ def test_a_new_record_appears_without_touching_the_renderer(tmp_path):
         [sys.executable, str(ROOT / "tools" / "render_benchmarks.py"), "--results", str(folder), "--out", str(out)],
         check=True,
         capture_output=True,
+        timeout=120,
     )
     assert out.read_text(encoding="utf-8") == page
     check = [sys.executable, str(ROOT / "tools" / "render_benchmarks.py"), "--results", str(folder), "--check"]
-    assert subprocess.run(check, capture_output=True).returncode == 1  # the committed page lacks the new record
+    # the committed page lacks the new record
+    assert subprocess.run(check, capture_output=True, timeout=120).returncode == 1
 
 
 def test_a_frame_naming_a_missing_record_or_a_broken_record_is_refused(tmp_path):

@@ -4,22 +4,37 @@ import contextlib
 import io
 import os
 import re
+from html import escape as html_escape
 
 import pytest
 
+from attnlab.chapter.demo import SAMPLE_CREDIT
 from attnlab.cli import main
 from attnlab.data import ATTRIBUTION
 
 DATA = os.environ.get("ATTNLAB_DATA")
 
 
+def _offline(*args, **kwargs):
+    raise OSError("network unreachable")
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
+    """The tiny demo on the corpus where ATTNLAB_DATA gives it, else as on a fresh clone offline: no corpus
+    anywhere (an empty cache, no download), so it runs on the bundled sample."""
     out = tmp_path_factory.mktemp("demo") / "runs" / "demo"
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        if not DATA:
+            mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+            mp.setattr("attnlab.data.corpus.download_fra_eng", _offline)
         code = main(["demo", "--scale", "tiny", "--out", str(out)])
     return code, out, printed.getvalue()
+
+
+# What the report and the last line credit: the corpus, or the bundled sample the demo fell back to.
+CREDIT = ATTRIBUTION if DATA else SAMPLE_CREDIT
 
 
 def test_demo_writes_a_report_linking_every_figure(demo_run, capsys):
@@ -42,8 +57,9 @@ def test_demo_writes_a_report_linking_every_figure(demo_run, capsys):
         "bahdanau_decoder_attention",
     ):
         assert any(name in s for s in srcs), name
-    for text in ("four sentences", "BLEU", "CC-BY", "Which heads matter", "heads can go before BLEU falls"):
+    for text in ("four sentences", "BLEU", "Which heads matter", "heads can go before BLEU falls"):
         assert text in html
+    assert f"Data: {html_escape(CREDIT)}." in html
     # The time budget: one row per stage with its threads, seconds and whether it was cut short.
     assert "<h2>Time budget</h2>" in html and "<th>cut short</th>" in html
     for stage in ("training bahdanau", "training transformer-d2l", "training transformer", "scoring"):
@@ -78,7 +94,8 @@ def test_demo_ends_with_its_time_the_command_to_type_and_the_data_it_used(demo_r
     assert "budget 540 s" in last[0] and "the attnlab command is" in last[1] and len(last) in (5, 6)
     # Not runs/demo under the working folder: translate and serve are told where the run is.
     assert f'translate --checkpoint {out / "transformer"} "i\'m home ."' in last[2]
-    assert last[-1] == f"data: {ATTRIBUTION}"
+    assert last[-1] == f"data: {CREDIT}"
+    assert ("NOTE: the English–French corpus is not available" in printed) == (not DATA)
     assert "== time budget ==" in printed and "cut short" in printed
 
 

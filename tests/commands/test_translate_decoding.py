@@ -120,3 +120,45 @@ def test_a_flag_not_given_takes_the_runs_decoding_defaults(run_dir, tmp_path, ca
     (mine / "generation.json").write_text(json.dumps({"beam": 1, "prefix": "je"}))
     assert main(["translate", "--checkpoint", str(mine), "go ."]) == 2
     assert "may set only" in capsys.readouterr().err
+
+
+def _n_best(capsys, run_dir, texts, *flags) -> list[list[tuple[str, float]]]:
+    """Per text, its (translation, score) list from `translate --beam 4 --n-best 4 *flags`."""
+    lines = _out(capsys, [run_dir, "--beam", "4", "--n-best", "4", *flags, *texts])
+    lists: list[list[tuple[str, float]]] = [[] for _ in texts]
+    for line in lines:
+        i, text, score = line.split(" ||| ")
+        lists[int(i)].append((text, float(score)))
+    return lists
+
+
+TEXTS = ["go .", "i'm home .", "he's calm .", "we are friends .", "i lost .", "who ran ?"]
+
+
+def test_early_stopping_ends_the_search_at_the_kth_finished_hypothesis(run_dir, capsys):
+    """Without --early-stopping the search goes on while a live hypothesis could still win, so it finds all the
+    early-stopped search found and maybe better: rank by rank its scores are at least as high."""
+    on, off = _n_best(capsys, run_dir, TEXTS, "--early-stopping"), _n_best(capsys, run_dir, TEXTS)
+    for stopped, full in zip(on, off):
+        assert all(f[1] >= s[1] for s, f in zip(stopped, full))
+    assert on != off  # on this model the flag changes at least one list
+
+
+def test_length_penalty_divides_each_score_by_its_length_to_the_penalty(run_dir, capsys):
+    """--length-penalty 0 prints the total log-probability; 2 prints it over (tokens + <eos>) ** 2, so for a
+    hypothesis in both lists the ratio of its scores is a square of a whole length."""
+    plain, penalized = (
+        _n_best(capsys, run_dir, TEXTS, "--length-penalty", "0"),
+        _n_best(capsys, run_dir, TEXTS, "--length-penalty", "2"),
+    )
+    assert plain != penalized
+    ratios = [
+        (total / score) ** 0.5
+        for a, b in zip(plain, penalized)
+        for text, total in a
+        for other, score in b
+        if text == other
+    ]
+    assert len(ratios) >= 6
+    for length in ratios:
+        assert length >= 2 and abs(length - round(length)) < 0.05, ratios

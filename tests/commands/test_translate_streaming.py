@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from processes import killed_after  # tests/ is on sys.path
 
 from attnlab.cli import main
 from attnlab.data.corpus import sample_data_path
@@ -42,9 +43,10 @@ def test_head_ends_quietly(tiny_run, source):
     with source.open("rb") as stdin:
         proc = _translate(tiny_run, stdin=stdin, stdout=subprocess.PIPE)
         assert proc.stdout is not None and proc.stderr is not None
-        first = proc.stdout.readline()
-        proc.stdout.close()  # what `head -1` does after its line
-        err = proc.stderr.read().decode()
+        with killed_after(proc, 120):
+            first = proc.stdout.readline()
+            proc.stdout.close()  # what `head -1` does after its line
+            err = proc.stderr.read().decode()
         assert proc.wait(timeout=120) == 0
     assert first.strip() and err == "", err
 
@@ -64,7 +66,8 @@ def test_sigterm_keeps_every_finished_line(tiny_run, source, tmp_path):
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         assert proc.stderr is not None
-        err = proc.stderr.read().decode()
+        with killed_after(proc, 60):
+            err = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == -signal.SIGTERM
     kept = part.read_text(encoding="utf-8").splitlines()
     assert 0 < len(kept) < LINES and kept == expected[: len(kept)]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -9,6 +14,7 @@ from PIL import Image
 from attnlab.data.images import load_digits_data, load_image_data, load_image_folder, split_of
 
 pytest.importorskip("sklearn")
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def test_digits_split_is_fixed_and_disjoint():
@@ -19,7 +25,35 @@ def test_digits_split_is_fixed_and_disjoint():
     np.testing.assert_array_equal(a.test.images, b.test.images)
     assert a.image_shape == (1, 8, 8) and a.classes == [str(i) for i in range(10)]
     assert a.train.images.min() >= 0.0 and a.train.images.max() <= 1.0
-    assert split_of("digits-0") == split_of("digits-0")
+
+
+# The splits of the first digits as shipped: a change of the hash (or of its cut-offs) moves images between splits.
+KNOWN = (
+    "train train train test train test test train train train train train train train train train train train "
+    "train test train train test train train train train valid train valid train train train train train train valid"
+)
+
+
+def test_split_of_gives_the_known_splits():
+    assert [split_of(f"digits-{i}") for i in range(37)] == KNOWN.split()
+    counts = {s: sum(split_of(f"digits-{i}") == s for i in range(1797)) for s in ("train", "valid", "test")}
+    assert counts == {"train": 1259, "valid": 260, "test": 278}
+
+
+def test_split_of_is_the_same_in_every_interpreter():
+    """Python's own hash() of a str changes with PYTHONHASHSEED (a new seed per process by default)."""
+    code = "from attnlab.data.images import split_of; print(' '.join(split_of(f'digits-{i}') for i in range(300)))"
+    procs = [  # started together: the two imports overlap
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(SRC)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for seed in ("1", "2")
+    ]
+    outs = [proc.communicate(timeout=120)[0] for proc in procs]
+    assert outs[0] == outs[1] == " ".join(split_of(f"digits-{i}") for i in range(300)) + "\n"
 
 
 def _write(folder, name, size, value=128, mode="L"):

@@ -57,6 +57,8 @@ def test_built_once_and_reused_from_the_cache(fresh):
     assert _built(fresh / "cache") == [so] and so.stat().st_mtime_ns == mtime  # not rebuilt
     # a function comes with its signature, looked up once
     fn = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
+    assert fn is not None, native.status("int8_rows")
+    assert fn.argtypes == _QUANTIZE_ARGS
     assert fn is native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
 
 
@@ -164,9 +166,8 @@ def test_a_cached_library_without_the_function_falls_back_with_one_warning(fresh
     target.parent.mkdir(parents=True)
     other = fresh / "other.c"
     other.write_text("int attnlab_something_else(void) { return 0; }\n")
-    subprocess.run(
-        [*shlex.split(os.environ.get("CC") or "cc"), "-shared", "-fPIC", "-o", str(target), str(other)], check=True
-    )
+    cc = shlex.split(os.environ.get("CC") or "cc")
+    subprocess.run([*cc, "-shared", "-fPIC", "-o", str(target), str(other)], check=True, timeout=120)
     (fresh / "cache" / "native" / f"{target.name}.sha256").write_text(sha256(target) + "\n")
     ln, x = torch.nn.LayerNorm(8), torch.randn(3, 8)
     with caplog.at_level(logging.WARNING), torch.no_grad():

@@ -178,7 +178,7 @@ def test_a_new_file_never_replaces_one_that_appeared_meanwhile(tmp_path):
 def test_temp_folders_of_killed_writers_are_removed_live_ones_kept(tmp_path):
     # A writer that died mid-way (its pid is gone) left a temp folder beside the target.
     code = f"from attnlab.utils.files import make_temp_dir; make_temp_dir({str(tmp_path / 'out')!r})"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
     (left,) = tmp_path.iterdir()
     live = make_temp_dir(tmp_path / "out")  # this process's, still writing
     _made(tmp_path)

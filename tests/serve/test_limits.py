@@ -12,7 +12,8 @@ import time
 import pytest
 
 from attnlab.cli import main
-from attnlab.serve.guard import GuardMiddleware, Limits, guarded_h11
+from attnlab.serve.guard import GuardMiddleware, Limits
+from attnlab.serve.listen import server_config
 
 
 def test_declared_body_over_limit_is_413_before_reading(client):
@@ -92,7 +93,8 @@ def test_slow_body_is_408():
 
 
 def _uvicorn_thread(limits: Limits):
-    """A real uvicorn (guarded h11 protocol) on a free port serving a trivial app, in a thread."""
+    """A real uvicorn configured as `attnlab serve` configures it (listen.server_config) on a free port,
+    serving a trivial app, in a thread."""
     import uvicorn
 
     async def app(scope, receive, send):
@@ -101,16 +103,7 @@ def _uvicorn_thread(limits: Limits):
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    config = uvicorn.Config(
-        GuardMiddleware(app, limits),
-        host="127.0.0.1",
-        port=0,
-        log_level="error",
-        http=guarded_h11(limits.header_timeout_s),
-        timeout_keep_alive=limits.keep_alive_s,
-        h11_max_incomplete_event_size=limits.max_header_bytes,
-        lifespan="off",
-    )
+    config = server_config(GuardMiddleware(app, limits), limits, "error", host="127.0.0.1", port=0, lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -137,6 +137,7 @@ def test_killed_and_resumed_run_ends_with_identical_weights(tmp_path, capsys):
         env=SUBPROCESS_ENV,
         capture_output=True,
         text=True,
+        timeout=300,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (tmp_path / "killed" / "model.safetensors").exists()
@@ -247,6 +248,7 @@ def test_ddp_two_processes_equal_one_process_over_the_combined_batches(tmp_path)
         env=SUBPROCESS_ENV,
         capture_output=True,
         text=True,
+        timeout=300,
     )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     assert ddp.stdout.count("final training loss") == 1  # only rank 0 reports

@@ -33,7 +33,7 @@ def test_atomic_dir_and_path_respect_the_umask(tmp_path, umask):
 
 def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()  # reaped: its pid names no process now
+    child.wait(timeout=60)  # reaped: its pid names no process now
     return child.pid
 
 

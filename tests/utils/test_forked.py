@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from processes import killed_after  # tests/ is on sys.path
 
 from attnlab.utils.forked import WorkerPool, can_fork
 
@@ -160,12 +161,13 @@ def _children_end_with(script: str, kids: int, wait_s: float = 10) -> list[int]:
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         assert ready, "the script printed no pids"
-        pids = [int(p) for p in proc.stdout.readline().split()]
+        with killed_after(proc, 120):
+            pids = [int(p) for p in proc.stdout.readline().split()]
         assert len(pids) == kids
         time.sleep(0.3)
     finally:
         proc.kill()
-        proc.wait()
+        proc.wait(timeout=60)
     deadline = time.monotonic() + wait_s
     alive = pids
     while alive and time.monotonic() < deadline:

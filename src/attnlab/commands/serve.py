@@ -154,8 +154,7 @@ def run(args) -> int:
     import uvicorn
 
     from attnlab.serve.app import create_app
-    from attnlab.serve.guard import guarded_h11
-    from attnlab.serve.listen import bind_listener, decode_threads
+    from attnlab.serve.listen import bind_listener, decode_threads, server_config
     from attnlab.utils.checks import check_range
 
     check_range("--port", args.port, 0, 65535, integer=True)
@@ -191,17 +190,6 @@ def run(args) -> int:
         f"{args.workers} worker(s), {threads} torch thread(s) each); Ctrl-C to stop",
         flush=True,
     )
-    # uvicorn's production knobs (its "Settings" page): bounded connections, head size, idle time; the
-    # header deadline is guard.guarded_h11's (uvicorn has none for a connection's first request).
-    config = uvicorn.Config(
-        app,
-        log_level=args.log_level,
-        http=guarded_h11(limits.header_timeout_s),
-        limit_concurrency=limits.max_connections,
-        timeout_keep_alive=limits.keep_alive_s,
-        h11_max_incomplete_event_size=limits.max_header_bytes,
-        server_header=False,
-    )
     with sock:
-        uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(server_config(app, limits, args.log_level)).run(sockets=[sock])
     return 0

@@ -237,7 +237,7 @@ def over_budget(
         >>> t = Tiny()
         >>> print(over_budget(t, [6], None, max_work=1e12, max_bytes=2**30))
         None
-        >>> opts = DecodeOptions(beam=8, n_best=8, min_len=1024, max_len=1024, align=True)
+        >>> opts = DecodeOptions(beam=8, n_best=8, min_len=1023, max_len=1024, align=True)
         >>> print(over_budget(t, [6] * 50, opts, max_work=None, max_bytes=2**30, bytes_flag="--max-request-mb"))
         ... # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
         this request would take about ... GB of memory (estimated before any work: 400 rows x 1024 steps), over

@@ -1,7 +1,9 @@
-"""Where `attnlab serve` listens, and how many threads each decode uses: settled before it says it serves.
+"""Where `attnlab serve` listens, how many threads each decode uses, and the connection bounds uvicorn keeps:
+settled before it says it serves.
 
     sock = bind_listener("127.0.0.1", 8000)     # bound now; uvicorn serves on it (Server.run(sockets=[sock]))
     torch.set_num_threads(decode_threads(workers=2, batch_workers=1))
+    uvicorn.Server(server_config(app, limits)).run(sockets=[sock])
 
 Binding first means a busy port or a host that does not resolve is one line naming the flag, before
 any URL is printed. `decode_threads` leaves a core to the event loop and shares the rest among the
@@ -14,8 +16,11 @@ from __future__ import annotations
 
 import errno
 import socket
+from typing import Any
 
 from attnlab.utils.runtime import usable_cores
+
+from .guard import Limits, guarded_h11
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -61,4 +66,23 @@ def decode_threads(workers: int, batch_workers: int, cores: int | None = None) -
     return max(1, (cores - 1) // (workers + batch_workers))
 
 
-__all__ = ["bind_listener", "decode_threads"]
+def server_config(app, limits: Limits, log_level: str = "info", **options) -> Any:
+    """The `uvicorn.Config` that `attnlab serve` runs `app` with: uvicorn's production knobs (its "Settings"
+    page) set from `limits` — open connections, the request head's size, an idle connection's life — and the
+    head's deadline, which is guard.guarded_h11's (uvicorn has none for a connection's first request).
+    `options`: more uvicorn.Config settings (a test's host and port)."""
+    import uvicorn  # here: the [serve] extra, checked by the command before it calls this
+
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        http=guarded_h11(limits.header_timeout_s),
+        limit_concurrency=limits.max_connections,
+        timeout_keep_alive=limits.keep_alive_s,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        server_header=False,
+        **options,
+    )
+
+
+__all__ = ["bind_listener", "decode_threads", "server_config"]

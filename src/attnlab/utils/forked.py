@@ -139,10 +139,24 @@ class WorkerPool:
     this one share out each `map`. See the module docstring; `close()` ends them (so does collecting the
     pool). The pool keeps no reference to `owner`: `map` is given this process's.
 
-    Example (Linux; fn must be a module-level function, items and results must pickle):
+    Examples (Linux; fn must be a module-level function, items and results must pickle; skipped here: a test
+    process has working threads, which a fork would copy in the middle of their work):
         >>> pool = WorkerPool(owner=10, workers=2)  # doctest: +SKIP
         >>> pool.map(operator.add, 10, [1, 2, 3])  # doctest: +SKIP
         [11, 12, 13]
+
+        A pool is never forked from a thread other than the main one:
+
+        >>> refused = []
+        >>> def make():
+        ...     try:
+        ...         WorkerPool(owner=10, workers=2)
+        ...     except RuntimeError as e:
+        ...         refused.append(str(e))
+        >>> thread = threading.Thread(target=make)
+        >>> thread.start(); thread.join()
+        >>> refused[0].startswith("a WorkerPool needs Linux, the main thread")
+        True
     """
 
     def __init__(self, owner: Any, workers: int):

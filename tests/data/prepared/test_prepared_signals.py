@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from processes import killed_after  # tests/ is on sys.path
 from test_prepared_shards import write_corpus  # tests/data/prepared is on sys.path (no __init__)
 
 SRC = Path(__file__).resolve().parents[3] / "src"
@@ -68,9 +69,10 @@ def test_stopping_prepare_reaps_its_workers_and_closes_the_pipes(tmp_path, sig):
     )
     workers: list[int] = []
     try:
-        for line in proc.stdout:  # the event: a worker has a chunk (the pool is up, encoding has begun)
-            if line.startswith("worker "):
-                break
+        with killed_after(proc, 120):
+            for line in proc.stdout:  # the event: a worker has a chunk (the pool is up, encoding has begun)
+                if line.startswith("worker "):
+                    break
         workers = _children(proc.pid)
         assert len(workers) == 2, f"prepare ended before encoding: {proc.poll()} {workers}"
         proc.send_signal(sig)
@@ -80,7 +82,7 @@ def test_stopping_prepare_reaps_its_workers_and_closes_the_pipes(tmp_path, sig):
         if sig == signal.SIGKILL:  # the parent could not reap them; they ended themselves
             assert list(tmp_path.glob(".out.tmp-*"))  # a killed writer's temp folder ...
             meta = subprocess.run([sys.executable, "-m", "attnlab", *argv, "--workers", "1", "--out", str(out)],
-                                  env=env, capture_output=True, text=True)  # fmt: skip
+                                  env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
             assert meta.returncode == 0, meta.stderr
             assert not list(tmp_path.glob(".out.tmp-*"))  # ... is removed by the next prepare
         else:

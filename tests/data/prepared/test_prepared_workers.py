@@ -112,3 +112,25 @@ def test_cli_workers_flag(tmp_path, capsys):
     capsys.readouterr()
     assert main([*args, "--workers", "1", "--out", str(tmp_path / "b")]) == 0
     assert "pairs/s" in capsys.readouterr().out
+
+
+def test_a_worker_that_dies_fails_the_map_at_once(monkeypatch):
+    """A worker killed mid-chunk (the OOM killer, say) is noticed: the map raises BrokenProcessPool within
+    seconds, and leaving the block reaps the other worker."""
+    import os
+    import time
+    from concurrent.futures.process import BrokenProcessPool
+
+    from attnlab.data.prepared import encoders
+    from attnlab.data.vocab import Vocab
+
+    vocab = Vocab("a b c".split())
+    monkeypatch.setattr(encoders, "_work", lambda sources, targets: os._exit(9))  # read by the forked workers
+    local = (lambda texts: [vocab.encode(t) for t in texts],) * 2
+    enc = encoders.ChunkEncoder(local, encoders.spec_of("word", vocab, vocab), np.uint16, workers=2)
+    chunks = [(i, ["a b"], ["c"]) for i in range(5)]
+    t0 = time.monotonic()
+    with pytest.raises(BrokenProcessPool, match="exit code 9"), enc:
+        list(enc.map(chunks))
+    assert time.monotonic() - t0 < 20
+    assert not enc._workers  # reaped: nothing left to wait on

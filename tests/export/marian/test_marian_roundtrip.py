@@ -292,4 +292,4 @@ def test_core_does_not_import_transformers():
         "import sys, attnlab, attnlab.cli; attnlab.cli.build_parser(); import attnlab.export.marian, attnlab.data.spm;"
         "assert 'transformers' not in sys.modules, 'transformers imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

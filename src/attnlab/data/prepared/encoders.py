@@ -2,12 +2,14 @@
 
 `ChunkEncoder(local, spec, dtype, workers)` turns chunks `(sources, targets)` into `EncodedChunk`s
 (flat ids and lengths per side, numpy), in order. The first chunk of a corpus is encoded here; from the
-second on, `workers` >= 2 processes encode them (a small corpus never pays for starting the pool), at
-most `2 * workers` chunks in flight so memory stays bounded whatever the corpus size.
+second on, `workers` >= 2 processes encode them (a small corpus never pays for starting the pool), one
+chunk per worker in flight so memory stays bounded whatever the corpus size.
 
 Workers are forked where that is safe and cheap (Linux: no re-import of the caller's script, no
 torch import), spawned elsewhere. A worker that dies fails the call (BrokenProcessPool), never hangs
-it. The encoding is the same function everywhere (the tokenizer's batch encode, or `Vocab.encode`),
+it: each worker has a pipe of its own, so its end of file or its exit is seen at once (a shared result
+queue, as `concurrent.futures`' pool has, can be left half-written by a killed worker and block its
+reader for ever). The encoding is the same function everywhere (the tokenizer's batch encode, or `Vocab.encode`),
 so the shards do not depend on the number of workers.
 
 No worker outlives its pool: each watches a pipe whose only writer is the parent, and exits at its end
@@ -27,10 +29,11 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
@@ -116,12 +119,12 @@ def _watch_parent(conn: Connection) -> None:
     os._exit(1)  # the parent closed its end (the pool is being stopped) or died
 
 
-def _init(spec: EncoderSpec, dtype: str, lifeline: Connection, inherited_writer: int | None) -> None:
+def _init(spec: EncoderSpec, dtype: str, lifeline: Connection, inherited: list[Connection]) -> None:
     # Signals are the parent's to handle; a forked worker would otherwise run the parent's handlers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if inherited_writer is not None:  # forked: drop this copy, so that only the parent holds the writer
-        os.close(inherited_writer)
+    for conn in inherited:  # forked: the parent's ends (lifeline writer, workers' pipes) stay the parent's
+        conn.close()
     threading.Thread(target=_watch_parent, args=(lifeline,), daemon=True, name="attnlab-lifeline").start()
     # One thread per worker: the pool is the parallelism; tokenizers' own threads would oversubscribe.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -132,8 +135,34 @@ def _work(sources: list[str], targets: list[str]) -> EncodedChunk:
     return encode_chunk(_WORKER["encoders"], _WORKER["dtype"], sources, targets)
 
 
+def _serve(conn: Connection, spec: EncoderSpec, dtype: str, lifeline: Connection, inherited: list) -> None:
+    """A worker's life: a chunk from `conn`, its encoding (or the exception) back; the end of `conn` ends it."""
+    _init(spec, dtype, lifeline, inherited)
+    while True:
+        try:
+            sources, targets = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply: tuple[bool, Any] = (True, _work(sources, targets))
+        except Exception as e:  # noqa: BLE001 - the parent raises it, as a pool's future would
+            reply = (False, e)
+        conn.send(reply)
+
+
+@dataclass
+class _Worker:
+    process: Any  # multiprocessing's Process (its type depends on the context)
+    conn: Connection  # the parent's end of this worker's own duplex pipe
+
+
 class ChunkEncoder:
     """Ordered encoding of chunks; use as a context manager (the pool, if started, ends with it).
+
+    Each worker has its own pipe and at most one chunk at a time (chunk i goes to worker i mod N), so the
+    parent reads every answer from one known process: an end of file or the process's exit is a dead
+    worker (BrokenProcessPool), never a wait. Leaving the block closes the pipes and kills what has not
+    exited: nothing waits on a worker that died, or on one stuck mid-chunk.
 
     Args:
         local: the encoders for this process (the vocabularies' own, built once).
@@ -144,48 +173,84 @@ class ChunkEncoder:
 
     def __init__(self, local: tuple[Encode, Encode], spec: EncoderSpec, dtype, workers: int):
         self.local, self.spec, self.dtype, self.workers = local, spec, np.dtype(dtype), check_workers(workers)
-        self._pool: ProcessPoolExecutor | None = None
+        self._workers: list[_Worker] = []
         self._lifeline: tuple[Connection, Connection] | None = None  # (workers' reader, our writer)
+        self._sent = 0  # chunks sent so far: chunk i went to worker i mod N
 
     def __enter__(self) -> ChunkEncoder:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        if self._pool is None:
-            return
-        assert self._lifeline is not None
-        reader, writer = self._lifeline
-        if exc_type is not None:
-            writer.close()  # an error or a signal: the workers exit now, mid-chunk
-        # Reaps the workers; after an error nothing pending is wanted, after success nothing is left.
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        writer.close()
-        reader.close()
-        self._pool, self._lifeline = None, None
+        self.close(kill=exc_type is not None)
 
-    def _submit(self, sources: list[str], targets: list[str]) -> Future:
-        if self._pool is not None:
-            return self._pool.submit(_work, sources, targets)
+    def close(self, kill: bool = False) -> None:
+        """End the workers: each exits at the end of its pipes; after an error (`kill`) or 5 s, SIGKILL."""
+        workers, self._workers = self._workers, []
+        lifeline, self._lifeline = self._lifeline, None
+        for conn in [w.conn for w in workers] + list(lifeline or ()):
+            conn.close()
+        deadline = time.monotonic() + (0.0 if kill else 5.0)
+        for w in workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            if w.process.exitcode is None:
+                w.process.kill()  # SIGKILL: it ends whatever it was doing, so the join below returns
+                w.process.join()
+
+    def _start(self) -> None:
         method = "fork" if sys.platform == "linux" else "spawn"
-        context = multiprocessing.get_context(method)
+        context: Any = multiprocessing.get_context(method)  # typeshed gives BaseContext no Process
         reader, writer = self._lifeline = context.Pipe(duplex=False)
-        # Set while the workers are forked (the first submit forks them all): tokenizers then neither
-        # warns about a fork after its threads ran nor starts threads in the workers.
+        # Set while the workers are forked: tokenizers then neither warns about a fork after its threads
+        # ran nor starts threads in the workers.
         previous = os.environ.get("TOKENIZERS_PARALLELISM")
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
-            self._pool = ProcessPoolExecutor(
-                self.workers,
-                mp_context=context,
-                initializer=_init,
-                initargs=(self.spec, self.dtype.str, reader, writer.fileno() if method == "fork" else None),
-            )
-            return self._pool.submit(_work, sources, targets)
+            for _ in range(self.workers):
+                ours, theirs = context.Pipe(duplex=True)
+                inherited = [writer, ours, *(w.conn for w in self._workers)]
+                process = context.Process(
+                    target=_serve,
+                    args=(theirs, self.spec, self.dtype.str, reader, inherited if method == "fork" else []),
+                    daemon=True,
+                    name="attnlab-encoder",
+                )
+                try:
+                    process.start()
+                finally:
+                    theirs.close()  # the worker's end is the worker's alone: its exit is our end of file
+                self._workers.append(_Worker(process, ours))
         finally:
             if previous is None:
                 del os.environ["TOKENIZERS_PARALLELISM"]
             else:
                 os.environ["TOKENIZERS_PARALLELISM"] = previous
+
+    def _submit(self, sources: list[str], targets: list[str]) -> _Worker:
+        if not self._workers:
+            self._start()
+        worker = self._workers[self._sent % self.workers]
+        self._sent += 1
+        try:
+            worker.conn.send((sources, targets))
+        except OSError:
+            raise BrokenProcessPool(f"encoding worker {worker.process.pid} died") from None
+        return worker
+
+    @staticmethod
+    def _result(worker: _Worker) -> EncodedChunk:
+        """The answer to `worker`'s chunk; BrokenProcessPool as soon as it is gone without one."""
+        ready = wait([worker.conn, worker.process.sentinel])
+        if worker.conn in ready:  # an answer sent before it ended still counts
+            try:
+                ok, value = worker.conn.recv()
+            except (EOFError, OSError):
+                ok, value = False, None
+            if ok:
+                return value
+            if value is not None:
+                raise value
+        worker.process.join(1.0)
+        raise BrokenProcessPool(f"encoding worker {worker.process.pid} died (exit code {worker.process.exitcode})")
 
     def map(self, chunks: Iterable[tuple[Any, list[str], list[str]]]) -> Iterator[tuple[Any, EncodedChunk]]:
         """(payload, sources, targets) chunks -> (payload, EncodedChunk), in the order given."""
@@ -199,15 +264,17 @@ class ChunkEncoder:
             for payload, sources, targets in chunks:
                 yield payload, encode_chunk(self.local, self.dtype, sources, targets)
             return
+        # One chunk per worker in flight: a second one sent to a worker still sending its last answer
+        # could block both ends of its pipe at once.
         pending: collections.deque = collections.deque()
         for payload, sources, targets in chunks:
+            if len(pending) >= self.workers:
+                done, worker = pending.popleft()
+                yield done, self._result(worker)
             pending.append((payload, self._submit(sources, targets)))
-            if len(pending) >= 2 * self.workers:
-                done, future = pending.popleft()
-                yield done, future.result()
         while pending:
-            done, future = pending.popleft()
-            yield done, future.result()
+            done, worker = pending.popleft()
+            yield done, self._result(worker)
 
 
 class _Terminated(BaseException):
