@@ -13,6 +13,7 @@ MODULES = [
     "attnlab.attention.dropout",
     "attnlab.attention.masking",
     "attnlab.attention.recording",
+    "attnlab.attention.backends",
     "attnlab.models.transformer",
     "attnlab.models.transformer_layers",
     "attnlab.decoding.search",

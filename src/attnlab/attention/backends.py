@@ -137,13 +137,17 @@ def sdpa_masked(
 
 def backend_for(q: Tensor, valid_lens: Tensor | None, causal: bool, dropout_p: float = 0.0) -> str:
     """The kernel `masked_attention` takes: SDPA on the CPU and wherever dropout is on (the others have none);
-    on CUDA, ATTNLAB_ATTENTION if set, else CUDA_BACKEND's measured choice."""
+    on CUDA, ATTNLAB_ATTENTION if set, else CUDA_BACKEND's measured choice (SDPA where that is the Triton
+    kernel and Triton is not installed)."""
     name = os.environ.get(ENV, "").strip().lower()
     if name and name not in BACKENDS:
         raise ValueError(f"{ENV} must be one of {', '.join(BACKENDS)}, got {name!r}; unset it for the measured default")
     if q.device.type != "cuda" or dropout_p > 0:
         return "sdpa"
-    return name or CUDA_BACKEND["causal" if causal else "valid_lens", torch.is_grad_enabled() and q.requires_grad]
+    if name:
+        return name
+    measured = CUDA_BACKEND["causal" if causal else "valid_lens", torch.is_grad_enabled() and q.requires_grad]
+    return "sdpa" if measured == "flash" and not triton_flash.available() else measured  # no [kernels] extra here
 
 
 def masked_attention(

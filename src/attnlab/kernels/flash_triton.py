@@ -22,9 +22,9 @@ Key j is visible to query i (whose position is i + Lk - Lq: queries are the last
 `attnlab.attention.masking.causal_mask` aligns them) when j < valid_lens[b] and, if causal, j <= i + Lk - Lq.
 A tile that no query of the tile can see is never loaded: the loops stop at the last visible key.
 Tensors are (B, H, L, D) with any strides but the last; K and V have Hkv = H / GROUPS heads (grouped-query).
-"""
 
-from __future__ import annotations
+(No `from __future__ import annotations` here: Triton reads the `tl.constexpr` annotations of a kernel.)
+"""
 
 import triton.language as tl
 
