@@ -52,8 +52,9 @@ CASES = [
 def test_outputs_and_gradients_match_the_math_path_and_sdpa(B, H, Hkv, Lq, Lk, lens, causal):
     torch.manual_seed(Lq + Lk)
     D = 8
-    q = torch.randn(B, H, Lq, D, requires_grad=True)
-    k, v = (torch.randn(B, Hkv, Lk, D, requires_grad=True) for _ in range(2))
+    # as MultiHeadAttention passes them: (B, L, H, D) projections seen as (B, H, L, D), strided
+    q = torch.randn(B, Lq, H, D, requires_grad=True).transpose(1, 2)
+    k, v = (torch.randn(B, Lk, Hkv, D, requires_grad=True).transpose(1, 2) for _ in range(2))
     lens = None if lens is None else torch.tensor(lens)
     out = flash_attention(q, k, v, lens, causal)
     want = _math(q, k, v, lens, causal)
