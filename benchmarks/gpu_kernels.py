@@ -156,7 +156,7 @@ def masked_rows(lengths, tokens, H, Dh, dtype, device, repeats, peak, deadline):
                     continue
                 fn = _masked_case(q, k, v, grad, lens, backend, mask, train, device)
                 try:
-                    t = timeit(fn, device, repeats, warmup=2 if device.type == "cuda" else 1)  # compiles first
+                    t = timeit(fn, device, repeats, warmup=2 if device.type == "cuda" else 0)  # compiles first
                 except Exception as exc:  # noqa: BLE001 - one failing kernel must not cost the run's other figures
                     rows.append(cells + [f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}", ""])
                     continue
