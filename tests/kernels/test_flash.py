@@ -5,6 +5,7 @@ grouped-query heads; the tiles the kernel skips, and the one-line error without 
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 
@@ -93,3 +94,40 @@ def test_bad_inputs_and_a_missing_triton_are_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "triton", None)  # as if not installed
     with pytest.raises(ValueError, match=r"pip install 'attnlab\[kernels\]'"):
         flash_attention(q, q, q)
+
+
+def test_the_kernels_compile_for_a_hopper_gpu_without_one(tmp_path, monkeypatch):
+    """The compiled path, which the CPU tests never take: Triton compiles each kernel for sm_90 (an H100/H200)
+    with the tile sizes and launch options the wrapper uses there, no GPU needed (its bundled ptxas). Run after
+    the interpreted tests, in a fresh cache: the interpreter must leave `triton.language` as it found it."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from attnlab.kernels import flash_triton
+    from attnlab.kernels.flash import tiles
+
+    t = tiles(torch.device("cuda"), 128)
+    pointers = {  # bf16 tensors, fp32 statistics, int32 lengths
+        "forward": ["*bf16"] * 4 + ["*fp32", "*i32"] + ["*fp32"] * 3,
+        "backward_kv": ["*bf16"] * 4 + ["*fp32", "*fp32", "*bf16", "*bf16", "*i32"],
+        "backward_q": ["*bf16"] * 4 + ["*fp32", "*fp32", "*bf16", "*i32"],
+    }
+    blocks = {"forward": ("fwd_m", "fwd_n"), "backward_kv": ("kv_m", "kv_n"), "backward_q": ("q_m", "q_n")}
+    for name, ptrs in pointers.items():
+        fn = getattr(flash_triton, name)
+        m, n = blocks[name]
+        constants = dict(HAS_LENS=True, CAUSAL=True, DOT="tf32", BLOCK_M=t[m], BLOCK_N=t[n], BLOCK_D=t["d"])
+        if name == "forward":
+            constants["TRACE"] = False
+        params = list(inspect.signature(fn).parameters)
+        runtime = [p for p in params if p not in constants]
+        signature = {p: ptrs[i] if i < len(ptrs) else "fp32" if p == "scale" else "i32" for i, p in enumerate(runtime)}
+        signature.update(dict.fromkeys(constants, "constexpr"))
+        source = ASTSource(fn=triton.jit(fn), signature=signature, constexprs=constants)
+        compiled = triton.compile(
+            source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=t["warps"], num_stages=t["stages"])
+        )
+        assert compiled.asm["cubin"], name
+        assert compiled.metadata.shared <= 228 * 1024, (name, compiled.metadata.shared)  # an H100's shared memory

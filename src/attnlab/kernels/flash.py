@@ -63,18 +63,36 @@ def _interpretable() -> Iterator[None]:
     was set then, and the interpreter can only call interpreted ones. For the launch they are swapped for
     interpreted copies of the same functions, then put back, so a process may run both kinds of kernel."""
     import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     with _interpreter_lock:
         compiled = {name: f for name, f in vars(tl).items() if isinstance(f, JITFunction)}
         try:
             for name, f in compiled.items():
-                setattr(tl, name, InterpretedFunction(f.fn))
+                setattr(tl, name, _interpreted(f.fn))
             yield
         finally:
             for name, f in compiled.items():
                 setattr(tl, name, f)
+
+
+def _interpreted(fn):
+    """fn (a library function of Triton's) run by the interpreter, its patches of `triton.language` undone when
+    it returns: Triton's own `InterpretedFunction` call leaves them in place, which is harmless when everything
+    is interpreted but breaks compiling a kernel for the GPU later in the process."""
+    from triton.runtime.interpreter import InterpretedFunction, _patch_lang
+
+    rewritten = InterpretedFunction(fn).rewrite()
+
+    def call(*args, **kwargs):
+        scope = _patch_lang(fn)
+        try:
+            return rewritten(*args, **kwargs)
+        finally:
+            if scope is not None:  # older Triton versions return nothing to undo
+                scope.restore()
+
+    return call
 
 
 def tiles(device: torch.device, D: int) -> dict[str, int]:

@@ -57,7 +57,7 @@ def forward(
         k = tl.load(K + b * skb + kv * skh + cols[:, None] * skn + dims[None, :],
                     mask=(cols[:, None] < kv_len) & (dims[None, :] < D), other=0.0)  # fmt: skip
         s = tl.dot(q, tl.trans(k), input_precision=DOT) * scale  # s_j = q . k_j * scale
-        visible = (cols[None, :] < kv_len) & (rows[:, None] < Lq)
+        visible = cols[None, :] < kv_len  # rows past Lq compute what no one stores
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None] + Lk - Lq)
         s = tl.where(visible, s, float("-inf"))
@@ -120,7 +120,7 @@ def backward_kv(
             lse = tl.load(LSE + bh * Lq + rows, mask=rows < Lq, other=float("inf"))
             delta = tl.load(DELTA + bh * Lq + rows, mask=rows < Lq, other=0.0)
             s = tl.dot(q, tl.trans(k), input_precision=DOT) * scale  # (BLOCK_M, BLOCK_N)
-            visible = (cols[None, :] < kv_len) & (rows[:, None] < Lq)
+            visible = cols[None, :] < kv_len  # rows past Lq read lse = +inf: weight 0
             if CAUSAL:
                 visible = visible & (cols[None, :] <= rows[:, None] + Lk - Lq)
             p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)  # (5)
@@ -160,7 +160,7 @@ def backward_q(
         k = tl.load(K + b * skb + kv * skh + cols[:, None] * skn + dims[None, :], mask=col_in, other=0.0)
         v = tl.load(V + b * svb + kv * svh + cols[:, None] * svn + dims[None, :], mask=col_in, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=DOT) * scale
-        visible = (cols[None, :] < kv_len) & (rows[:, None] < Lq)
+        visible = cols[None, :] < kv_len  # rows past Lq read lse = +inf: weight 0
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None] + Lk - Lq)
         p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)  # (5)
