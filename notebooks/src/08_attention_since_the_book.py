@@ -33,6 +33,9 @@ from attnlab.runs.loading import load_translator
 from attnlab.training.config import TrainConfig
 from attnlab.training.launch import load_run_data, train_run
 from attnlab.training.presets import get_preset
+from attnlab.attention import flash_attention
+from attnlab.kernels.flash import available as triton_available
+from attnlab.viz.flash_tiles import plot_flash_tiles
 from attnlab.viz.heatmaps import show_heatmaps
 from attnlab.viz.online_softmax import plot_online_softmax
 
@@ -207,6 +210,59 @@ for block in (1, 8, 64):
         exact = F.scaled_dot_product_attention(q4, k4, v4, is_causal=is_causal)
         torch.testing.assert_close(out, exact, atol=1e-5, rtol=1e-5)
 print("online softmax == SDPA for blocks of 1, 8 and 64, with and without the causal mask")
+
+# %% [markdown]
+# ## FlashAttention you can read: the online softmax as a kernel
+#
+# FlashAttention is the loop above turned into a GPU kernel: one program per tile of queries keeps m, l and
+# O in registers and walks the tiles of keys, so the (Lq, Lk) scores never reach memory. attnlab's version is
+# `attnlab.attention.flash_attention`, written in Triton to be read (`attnlab/kernels/flash_triton.py`: the
+# forward pass on one screen, each step commented with the line of the math it computes) and aware of the
+# book's `valid_lens`: a key tile that no query of the tile may see — padding past a sentence's length, keys
+# after the queries of a causal tile — is never loaded, because the loop stops before it.
+#
+# Triton's interpreter runs the same kernel on the CPU, slowly, so here it steps through a short padded
+# batch: two sentences of 16 positions, the second padded after 11 keys, causal, in tiles of 4 x 4. The kernel
+# itself records m, l and the output after each key tile it runs (a `TRACE` switch fixed when it is
+# compiled, off everywhere else).
+
+# %%
+qf, kf, vf = torch.randn(2, 1, 16, 16), torch.randn(2, 1, 16, 16), torch.randn(2, 1, 16, 16)
+lens_f = torch.tensor([16, 11])
+if triton_available():
+    fig_flash = plot_flash_tiles(qf, kf, vf, lens_f, causal=True, tile=4, row=1)
+else:
+    fig_flash = "the kernel needs Triton: pip install 'attnlab[kernels]'"
+fig_flash
+
+# %% [markdown]
+# In sentence 2 (11 keys) the last key tile (keys 12-15) lies past its length, and the tiles above the
+# diagonal lie in the future: grey, never loaded. The tiles on the diagonal and the one holding key 11 run,
+# with their hidden keys set to -inf (light blue). For the last query tile (queries 12-15), m only grows, l
+# is rescaled by exp(m - m') whenever it does, and the rescaled output reaches the final one after key tile
+# 2, the last that ran: key tile 3 leaves no point, since the kernel never visits it. Forward and backward equal the
+# chapter's masked softmax and SDPA (attnlab's tests check them at 1e-4 on lengths that are not
+# multiples of the tile, empty sentences, causal masks and grouped-query heads):
+
+# %%
+if triton_available():
+    qg, kg, vg = (torch.randn(2, 4, 13, 16, requires_grad=True) for _ in range(3))
+    lens_g = torch.tensor([13, 0])  # an empty sentence: zeros, as masked_softmax gives
+    got = flash_attention(qg, kg, vg, lens_g, causal=True)
+    visible_g = (torch.arange(13) < lens_g[:, None])[:, None, None, :] & torch.ones(13, 13, dtype=torch.bool).tril()
+    empty_g = ~visible_g.any(-1, keepdim=True)
+    want = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=visible_g | empty_g).masked_fill(empty_g, 0.0)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    grads = torch.autograd.grad(got.sum(), (qg, kg, vg)), torch.autograd.grad(want.sum(), (qg, kg, vg))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    print("flash_attention == SDPA with the mask, forward and backward; the empty sentence gives zeros")
+
+# %% [markdown]
+# On a GPU the same kernel is compiled. `MultiHeadAttention` sends padded and causal batches on CUDA through
+# one dispatch point, `attnlab.attention.masked_attention`, which picks SDPA with the mask, FlexAttention or
+# this kernel by measurement (`python benchmarks/gpu_kernels.py`; `ATTNLAB_ATTENTION=sdpa|flex|flash`
+# overrides it); on the CPU the module keeps its own paths.
 
 # %% [markdown]
 # ## Attention sinks in a small translator

@@ -1,6 +1,7 @@
 """Attention: scores -> weights -> pooled values, masks, caches and positions. Nothing here imports from
 `attnlab.models`; a decoding step's C passes are `attnlab.kernels`."""
 
+from .backends import flash_attention, masked_attention
 from .dropout import Dropout, dropout_keep_mask
 from .heads import attention_modules, check_head_mask, head_masks_from_indices, mask_heads, prune_heads
 from .masking import build_mask, causal_mask, lengths_to_mask, masked_softmax, sequence_mask, window_mask
@@ -46,6 +47,8 @@ __all__ = [
     "MultiplicativeAttention",
     "PositionalEncoding",
     "attend",
+    "flash_attention",
+    "masked_attention",
     "attention_modules",
     "check_head_mask",
     "head_masks_from_indices",

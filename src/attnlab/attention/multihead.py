@@ -10,10 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.kernels.few_queries import decoding_on_cpu, few_queries_attention, native_few_queries
+from attnlab.kernels.few_queries import decoding_on_cpu, few_queries_attention, native_few_queries, whole_lengths
 from attnlab.kernels.finite import all_finite
 from attnlab.utils.packed import is_float_linear, linear
 
+from .backends import masked_attention, sdpa_masked
 from .cache import KVCache
 from .dropout import Dropout
 from .heads import active_head_mask, check_head_mask, prune_projections
@@ -286,15 +287,7 @@ class MultiHeadAttention(Recordable, nn.Module):
 
     def _sdpa_masked(self, q, k, v, visible: Tensor | None, bias: Tensor | None) -> Tensor:
         """SDPA under a bool mask and/or a float bias; rows that see no key give zeros (not NaN)."""
-        if visible is None:
-            return self._sdpa(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))
-        # A fully masked row would make SDPA return NaN: let it see everything, then zero its output.
-        empty = ~visible.any(dim=-1, keepdim=True)
-        allowed = visible | empty
-        if bias is None:
-            return self._sdpa(q, k, v, attn_mask=allowed).masked_fill(empty, 0.0)
-        attn = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
-        return self._sdpa(q, k, v, attn_mask=attn).masked_fill(empty, 0.0)
+        return sdpa_masked(q, k, v, visible, bias, self.dropout.p if self.training else 0.0)
 
     def _attend_nonfinite(self, q, k, v, valid_lens, mask, causal, beam: int = 1, position_bias=None) -> Tensor:
         """Attention when some query/key/value is NaN or inf, with the semantics of the class docstring.
@@ -370,6 +363,15 @@ class MultiHeadAttention(Recordable, nn.Module):
                 if decoding_on_cpu(q):
                     return self._few_queries(q, k, v, visible)
                 return self._sdpa(q, k, v, attn_mask=visible)
+        if (
+            q.is_cuda
+            and (causal or valid_lens is not None)
+            and self.window is None
+            and mask is None
+            and (valid_lens is None or whole_lengths(valid_lens, B))
+        ):
+            # A padded batch or causal attention on a GPU: the kernel measured fastest there (`backends`).
+            return masked_attention(q, k, v, valid_lens, causal, self.dropout.p if self.training else 0.0)
         if causal and self.window is None and valid_lens is None and mask is None and Lq == Lk:
             # SDPA's own causal flag aligns top-left, which equals ours only when Lq == Lk.
             return self._sdpa(q, k, v, is_causal=True)

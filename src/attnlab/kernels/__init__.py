@@ -1,12 +1,14 @@
-"""attnlab's C passes (`src/attnlab/csrc`): the loader (build, cache, verify) and one wrapper module per C
-file, each holding the file's ctypes signatures, the check of what it accepts and its PyTorch fallback.
+"""attnlab's C passes (`src/attnlab/csrc`) and its Triton kernel: the loader (build, cache, verify) and one
+wrapper module per kernel, each holding its signatures, the check of what it accepts and its fallback.
 
     loader        build at first use, cache under ~/.cache/attnlab/native, verify, load; `off()`, `status(name)`
     switches      `Switch` (a fast path on/off), ATTNLAB_NATIVE as a boolean, `fingerprint()` of what is on
     few_queries   a decoding step's attention          finite      whether tensors hold only finite values
     copy_rows     the KV cache's strided row copy      argmax      greedy's pick
     layer_norm    LayerNorm(x + y)                     int8_rows   int8 matmuls' quantize and rescale passes
+    flash_triton  FlashAttention in Triton (the kernel) flash      its launches, autograd Function, CPU interpreter
 
+Triton is an extra (`attnlab[kernels]`): `flash` imports it on first use, so importing attnlab never needs it.
 The package imports nothing else of attnlab: attention, models, decoding and utils' int8 layers call it.
 (`csrc/int8_step.c` is int8's fused decoding step, whose wrapper is `attnlab.models.int8_step`.)
 """

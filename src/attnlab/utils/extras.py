@@ -16,6 +16,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "vision": ("sklearn",),
     "tensorboard": ("tensorboard",),
     "notebooks": ("jupytext", "nbformat", "nbclient"),
+    "kernels": ("triton",),
 }
 
 

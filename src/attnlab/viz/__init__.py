@@ -1,6 +1,7 @@
 """Figures: attention heatmaps and the chapter's plots, as matplotlib Figures (no pyplot), saved atomically."""
 
 from .files import FIGURE_FORMATS, save_figure
+from .flash_tiles import plot_flash_tiles
 from .heatmaps import attention_figures, show_heatmaps, to_numpy
 from .online_softmax import plot_online_softmax
 from .plots import (
@@ -19,6 +20,7 @@ __all__ = [
     "plot_kernel_regression",
     "plot_loss_curve",
     "plot_online_softmax",
+    "plot_flash_tiles",
     "plot_positional_encoding",
     "plot_positional_heatmap",
     "plot_position_maps",
