@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("spec", help="the pin, e.g. torch==2.13.0")
     p.add_argument("--index", default=CPU_INDEX, help=f"the CPU index to probe (default: {CPU_INDEX}; '' skips it)")
-    p.add_argument("--timeout", type=float, default=PROBE_SECONDS, help="seconds the probe waits (default: %(default)s)")
+    p.add_argument(
+        "--timeout", type=float, default=PROBE_SECONDS, help="seconds the probe waits (default: %(default)s)"
+    )
     args = p.parse_args(argv)
     chosen, why = pip_args(args.spec, args.index, args.timeout)
     print(f"pick_torch: {why}", file=sys.stderr)

@@ -19,13 +19,13 @@ from attnlab.chapter.budget import (
     DemoClock,
     StageTime,
     budget_section,
-    free_threads,
     load_quiet_reference,
 )
 from attnlab.chapter.demo import SAMPLE_CREDIT, SCALES, cli_command, data_credit
 from attnlab.chapter.report import Section, render_report
 from attnlab.data import ATTRIBUTION, sample_data_path
 from attnlab.training.presets import get_preset
+from attnlab.utils.runtime import free_threads
 
 
 def test_docstring_examples():

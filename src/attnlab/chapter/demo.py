@@ -23,7 +23,6 @@ from attnlab.chapter.budget import (
     DemoClock,
     StageTime,
     budget_section,
-    free_threads,
     load_quiet_reference,
 )
 from attnlab.chapter.cues import attention_cues
@@ -48,6 +47,7 @@ from attnlab.training.config import TrainConfig
 from attnlab.training.launch import train_run
 from attnlab.training.presets import get_preset
 from attnlab.utils.checks import check_seed
+from attnlab.utils.runtime import free_threads
 
 # What each scale trains: (run name, model type, preset, overrides of train settings, of data settings, weight).
 # A weight is the trainer's part of the training time the budget leaves (`DemoClock.share`): the demo's
