@@ -3,8 +3,8 @@ short, the quiet-machine figures it compares with, and the closing lines' comman
 
 from __future__ import annotations
 
-import doctest
 import html
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnlab.chapter import budget as budget_module
 from attnlab.chapter.budget import (
     AFTER_TRAINING,
     MIN_SHARE,
@@ -25,12 +24,7 @@ from attnlab.chapter.demo import SAMPLE_CREDIT, SCALES, cli_command, data_credit
 from attnlab.chapter.report import Section, render_report
 from attnlab.data import ATTRIBUTION, sample_data_path
 from attnlab.training.presets import get_preset
-from attnlab.utils.runtime import free_threads
-
-
-def test_docstring_examples():
-    result = doctest.testmod(budget_module, verbose=False)
-    assert result.attempted >= 2 and result.failed == 0
+from attnlab.utils.runtime import free_threads, load_now
 
 
 @pytest.mark.parametrize(
@@ -142,3 +136,16 @@ def test_the_demo_page_shows_the_shipped_quiet_figures():
         assert f"{quiet['steps']:,} in {quiet['seconds']} s" in page
     assert f"BLEU {stages['transformer']['test_bleu']} / chrF {stages['transformer']['test_chrf']}" in page
     assert "src/attnlab/measured/demo.json" in page
+
+
+@pytest.mark.skipif(not Path("/proc/loadavg").exists(), reason="the running-task count is Linux's /proc/loadavg")
+def test_the_load_counts_a_process_that_just_started(monkeypatch):
+    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))  # the 1-minute average has not seen it yet
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        assert load_now() >= 2.0  # the busy loop and this process, both running
+        assert free_threads(cores=2, load=load_now()) == 1
+    finally:
+        busy.kill()
+        busy.wait()

@@ -33,6 +33,8 @@ MODULES = [
     "attnlab.viz.positions",
     "attnlab.training.settings",
     "attnlab.export.tokens",
+    "attnlab.utils.runtime",
+    "attnlab.training.progress",
 ]
 
 
