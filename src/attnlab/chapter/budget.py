@@ -125,8 +125,8 @@ def budget_section(stages: list[StageTime], clock: DemoClock, outcomes: dict, re
         f"core(s) at a load average of {clock.load:.1f} when it began. Each translator trained for its share of the "
         "time left (a preset's own limit, such as cpu-small's 240 s, being its cap) on the threads free when it "
         "started: on a shared machine two threads that fight other processes run many times slower than one. "
-        + (f"Cut short on this machine: {', '.join(cut)}; " if cut else "Nothing was cut short. ")
-        + "on a busy machine fewer steps fit in the same seconds, and the translators translate worse."
+        + (f"Cut short on this machine: {', '.join(cut)}. " if cut else "Nothing was cut short. ")
+        + "On a busy machine fewer steps fit in the same seconds, and the translators translate worse."
     )
     if reference:
         paragraph += (

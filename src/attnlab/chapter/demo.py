@@ -217,6 +217,8 @@ def _build_demo(out: Path, data_path: Path, data_note: str, scale: str, seed: in
         for headers, rows in result.tables:
             print(format_table(headers, rows))
         sections.append(result.save(fig_dir))
+        for figure in sections[-1].figures:  # every heading has something under it, a figure-only one too
+            print(f"figure: {figure}")
     stages.append(StageTime("the chapter's demonstrations", clock.elapsed() - t0))
 
     # 2. Translators.
