@@ -17,7 +17,7 @@ endif
 ATTNLAB_DATA ?= $(abspath $(wildcard ../shared/data/fra-eng.zip))
 export ATTNLAB_DATA
 
-.PHONY: demo test test-timing lint bench docs notebook install clean
+.PHONY: demo test test-quick test-timing lint bench docs notebook install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ demo: $(VENV)/.installed
 # Two test processes: most tests pin torch to one thread, so the suite keeps both cores busy.
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# A first check in a minute or two: the library's packages and every command's tests, without the benchmarks',
+# the server's, the exports' and the documentation's (docs/testing.md). CI runs `make test`.
+QUICK := tests/attention tests/models tests/decoding tests/data tests/metrics tests/runs tests/chapter tests/kernels \
+         tests/commands
+test-quick: $(VENV)/.installed
+	$(PY) -m pytest -q -n 2 --dist loadfile $(QUICK)
 
 # The suite timed once (20 slowest tests, each package's share) into docs/testing.md, alone on the machine.
 test-timing: $(VENV)/.installed

@@ -4,6 +4,7 @@ short, the quiet-machine figures it compares with, and the closing lines' comman
 from __future__ import annotations
 
 import html
+import os
 import subprocess
 import sys
 import time
@@ -20,9 +21,9 @@ from attnlab.chapter.budget import (
     budget_section,
     load_quiet_reference,
 )
-from attnlab.chapter.demo import SAMPLE_CREDIT, SCALES, cli_command, data_credit
+from attnlab.chapter.demo import SCALES, cli_command
 from attnlab.chapter.report import Section, render_report
-from attnlab.data import ATTRIBUTION, sample_data_path
+from attnlab.data import ATTRIBUTION, SAMPLE_CREDIT, data_credit, sample_data_path
 from attnlab.training.presets import get_preset
 from attnlab.utils.runtime import free_threads, load_now
 
@@ -108,6 +109,8 @@ def test_a_missing_or_broken_reference_compares_nothing(tmp_path):
 
 def test_the_footer_credits_the_data_the_demo_used(tmp_path):
     assert data_credit(sample_data_path()) == SAMPLE_CREDIT
+    assert data_credit(os.path.relpath(sample_data_path())) == SAMPLE_CREDIT  # as a run's config.json may hold it
+    assert data_credit(None) == ATTRIBUTION
     assert data_credit(Path("/data/fra-eng.zip")) == ATTRIBUTION
     page = render_report([Section("x")], tmp_path, "t", False, credit=SAMPLE_CREDIT)
     assert html.escape(SAMPLE_CREDIT) in page and html.escape(ATTRIBUTION) not in page

@@ -41,7 +41,7 @@ from attnlab.chapter.translators import (
     training_section,
     which_heads,
 )
-from attnlab.data import ATTRIBUTION, resolve_data_path, sample_data_path
+from attnlab.data import data_credit, resolve_data_path, sample_data_path
 from attnlab.runs.outputs import claim_output, write_output
 from attnlab.training.config import TrainConfig
 from attnlab.training.launch import train_run
@@ -72,8 +72,6 @@ SCALES: dict[str, list[tuple[str, str, str, dict, dict, float]]] = {
         ),
     ],
 }
-# The bundled sample, credited as what it is when the demo falls back to it.
-SAMPLE_CREDIT = "attnlab's bundled sample of 64 English–French pairs (attnlab/data/sample, not the Tatoeba corpus)"
 
 
 def find_data(path: str | None) -> tuple[Path, str]:
@@ -91,11 +89,6 @@ def find_data(path: str | None) -> tuple[Path, str]:
             f"The demo uses attnlab's own small sample {sample} instead: every step runs, translations will be poor. "
             "Give it the corpus with ATTNLAB_DATA=PATH/fra-eng.zip or --data PATH (docs/data.md)."
         )
-
-
-def data_credit(data_path: Path) -> str:
-    """What the report's footer and the last line credit: the corpus, or the bundled sample it fell back to."""
-    return SAMPLE_CREDIT if data_path == sample_data_path() else ATTRIBUTION
 
 
 def train_model(
