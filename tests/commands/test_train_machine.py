@@ -9,6 +9,7 @@ import json
 from attnlab.cli import main
 from attnlab.data import sample_data_path
 from attnlab.training.progress import Progress
+from attnlab.training.trainer import Trainer
 from attnlab.utils import runtime
 
 
@@ -22,17 +23,27 @@ def _threads(tmp_path, name: str) -> int:
 
 
 def test_train_takes_the_free_cores_or_threads_and_says_so(capsys, tmp_path, monkeypatch):
+    import torch
+
+    seen = []
     monkeypatch.setattr(runtime, "load_now", lambda: 9.0)  # eight other runnable processes: every core taken
-    _train(tmp_path, "busy")
-    header = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: data")]
+    fit = Trainer._fit
+
+    def counting_fit(self):  # the threads torch trains on, read inside the loop's own call
+        seen.append(torch.get_num_threads())
+        return fit(self)
+
+    monkeypatch.setattr(Trainer, "_fit", counting_fit)
     cores = runtime.usable_cores()
+    _train(tmp_path, "busy")
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("train: data")]
     assert header == [
         f"train: data {sample_data_path()}, preset tiny, precision fp32 (asked for fp32), 1 of {cores} cores, "
         "budget 30 s"
     ]
-    assert _threads(tmp_path, "busy") == 1
+    assert seen == [1] and _threads(tmp_path, "busy") is None  # config.json keeps what was asked: the free cores
     _train(tmp_path, "asked", "--threads", "3")
-    assert _threads(tmp_path, "asked") == 3 and "3 of" in capsys.readouterr().err
+    assert seen == [1, 3] and _threads(tmp_path, "asked") == 3 and "3 of" in capsys.readouterr().out
 
 
 def test_progress_counts_seconds_against_the_budget():

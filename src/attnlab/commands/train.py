@@ -240,11 +240,11 @@ def _launch_torchrun(args) -> int:
 
 
 def run(args) -> int:
-    from attnlab.training.config import TrainConfig, check_resumable
-    from attnlab.training.launch import claim_run_dir, claim_tensorboard_dir, resume_run, train_run
+    from attnlab.training.config import check_resumable
+    from attnlab.training.launch import claim_run_dir, claim_tensorboard_dir
     from attnlab.training.settings import resolve, resumed_config
     from attnlab.training.tasks import task_for
-    from attnlab.utils.runtime import check_nproc, distributed_info, init_distributed
+    from attnlab.utils.runtime import check_nproc, distributed_info, init_distributed, intra_op_threads
 
     check_nproc(args.nproc)
     over = overrides(args)
@@ -277,52 +277,63 @@ def run(args) -> int:
         return _launch_torchrun(args)
     init_distributed()
     rank, world = distributed_info()
-    if world == 1 and "threads" not in over["train"]:
-        over["train"]["threads"] = _threads(args, settings, resumed)
+    # The threads this invocation trains on; config.json keeps what was asked (None: the cores free at start).
+    threads = _threads(args, settings, resumed) if world == 1 else over["train"].get("threads")
     if args.device is None and world > 1:
         import torch
 
         if torch.cuda.is_available():
             over["train"]["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
-    if rank == 0:
-        print(_header(args, model_type, settings, over), file=sys.stderr, flush=True)
-    if settings is None:
-        result = resume_run(args.resume, over["train"], progress=not args.no_progress, tensorboard=tensorboard)
-        if isinstance(result, str):
-            if rank == 0:
-                print(
-                    f"{args.resume}: training already finished ({result}); nothing to do. "
-                    f"Raise --max-steps or --epochs to train further."
-                )
-            return 0
-    else:
-        train = TrainConfig.from_dict({**settings.train.to_dict(), **over["train"]})  # with a rank's own GPU
-        sections = settings.sections
-        result = train_run(
-            model_type,
-            sections["model"],
-            train,
-            sections["data"],
-            out,
-            progress=not args.no_progress,
-            force=args.force,
-            tensorboard=tensorboard,
-        )
+    if rank == 0:  # stdout, as the closing line: stderr stays for progress and the one line of an error
+        print(_header(args, model_type, settings, over, threads), flush=True)
+    with intra_op_threads(threads):
+        result = _train(args, model_type, settings, over, out, tensorboard)
+    if isinstance(result, str):
+        if rank == 0:
+            print(
+                f"{args.resume}: training already finished ({result}); nothing to do. "
+                f"Raise --max-steps or --epochs to train further."
+            )
+        return 0
     return _report(result, out, task_for(model_type)) if rank == 0 else result.exit_code
 
 
+def _train(args, model_type: str, settings, over, out, tensorboard):
+    """Resume the run of --resume, or train the settled one: the TrainResult, or why a resumed run had finished."""
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.launch import resume_run, train_run
+
+    if settings is None:
+        return resume_run(args.resume, over["train"], progress=not args.no_progress, tensorboard=tensorboard)
+    train = TrainConfig.from_dict({**settings.train.to_dict(), **over["train"]})  # with a rank's own GPU
+    sections = settings.sections
+    return train_run(
+        model_type,
+        sections["model"],
+        train,
+        sections["data"],
+        out,
+        progress=not args.no_progress,
+        force=args.force,
+        tensorboard=tensorboard,
+    )
+
+
 def _threads(args, settings, resumed) -> int | None:
-    """The threads this invocation trains on: the preset's (or config's) pin, else on a CPU the cores free now."""
+    """The threads this invocation trains on: --threads, the preset's (or config's) pin, else on a CPU the cores
+    free now (None: torch's default, on a GPU)."""
     from attnlab.utils.runtime import free_threads, resolve_device
 
     train = settings.train.to_dict() if settings is not None else resumed["train"]
+    if args.threads is not None:
+        return args.threads
     if train.get("threads") is not None:
         return train["threads"]
     return free_threads() if resolve_device(args.device or train.get("device", "auto")).type == "cpu" else None
 
 
-def _header(args, model_type: str, settings, over) -> str:
+def _header(args, model_type: str, settings, over, threads: int | None) -> str:
     """`run_header` for this run: its data, preset, the precision that will run, threads and time budget."""
     from attnlab.training.config import TrainConfig
     from attnlab.training.progress import run_header
@@ -338,7 +349,7 @@ def _header(args, model_type: str, settings, over) -> str:
         train = TrainConfig.from_dict({**settings.train.to_dict(), **over["train"]})
     where = data.get("path") or ("the digits" if data.get("loader") == "digits" else _default_corpus())
     precision = resolve_precision(train.precision, resolve_device(train.device), training=True, model_type=model_type)
-    return run_header(where, preset, precision, train.threads, train.time_budget, usable_cores())
+    return run_header(where, preset, precision, threads, train.time_budget, usable_cores())
 
 
 def _default_corpus() -> str:
