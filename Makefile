@@ -36,7 +36,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
-# A first check in a minute or two: the library's packages and every command's tests, without the benchmarks',
+# A first check (76 s on 2 quiet cores): the library's packages and every command's tests, without the benchmarks',
 # the server's, the exports' and the documentation's (docs/testing.md). CI runs `make test`.
 QUICK := tests/attention tests/models tests/decoding tests/data tests/metrics tests/runs tests/chapter tests/kernels \
          tests/commands
