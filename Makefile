@@ -2,19 +2,27 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# The CPU wheel of torch lies on this machine's disk; pinning it avoids a multi-GB CUDA download.
-TORCH  ?= torch==2.13.0
+# PyTorch's CPU build: tools/pick_torch.py takes the pin from PyTorch's CPU index (TORCH_INDEX) where that answers
+# within seconds, else from pip's own configuration (offline, CI: a CPU wheel on the machine's disk), never the
+# multi-GB CUDA build by default. `make install TORCH=SPEC` installs exactly SPEC (a CUDA build, a wheel file).
+TORCH_PIN   := torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+ifeq ($(origin TORCH),undefined)
+TORCH_ARGS = $$($(PY) tools/pick_torch.py --index "$(TORCH_INDEX)" "$(TORCH_PIN)")
+else
+TORCH_ARGS = "$(TORCH)"
+endif
 # The corpus where CI finds it (.ci/run), unless ATTNLAB_DATA names another copy; without one the demo
 # uses its bundled sample and the corpus' tests skip, counted in the summary (docs/data.md).
 ATTNLAB_DATA ?= $(abspath $(wildcard ../shared/data/fra-eng.zip))
 export ATTNLAB_DATA
 
-.PHONY: demo test test-timing lint bench docs notebook install clean
+.PHONY: demo test test-quick test-timing lint bench docs notebook install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip >/dev/null
-	$(PY) -m pip install "$(TORCH)"
+	$(PY) -m pip install $(TORCH_ARGS)
 	$(PY) -m pip install -e ".[dev]"
 	touch $@
 
@@ -27,6 +35,13 @@ demo: $(VENV)/.installed
 # Two test processes: most tests pin torch to one thread, so the suite keeps both cores busy.
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# A first check (76 s on 2 quiet cores): the library's packages and every command's tests, without the benchmarks',
+# the server's, the exports' and the documentation's (docs/testing.md). CI runs `make test`.
+QUICK := tests/attention tests/models tests/decoding tests/data tests/metrics tests/runs tests/chapter tests/kernels \
+         tests/commands
+test-quick: $(VENV)/.installed
+	$(PY) -m pytest -q -n 2 --dist loadfile $(QUICK)
 
 # The suite timed once (20 slowest tests, each package's share) into docs/testing.md, alone on the machine.
 test-timing: $(VENV)/.installed

@@ -66,3 +66,18 @@ def test_the_readme_says_how_its_bare_attnlab_commands_are_reached():
     assert first is not None
     before = text[: first.start()]
     assert "source .venv/bin/activate" in before and ".venv/bin/attnlab" in before
+
+
+def test_make_test_quick_names_test_folders_that_exist_and_make_test_stays_the_readmes_second_command():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    quick = re.search(r"^QUICK\s*:=\s*((?:.*\\\n)*.*)$", makefile, flags=re.M)
+    assert quick is not None and "test-quick:" in makefile
+    paths = quick.group(1).replace("\\\n", " ").split()
+    assert paths and all((ROOT / p).is_dir() for p in paths)
+    assert "tests/benchmarks" not in paths  # the slowest package stays for `make test`
+    block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), flags=re.S)
+    assert block is not None and [line.split()[:2] for line in block.group(1).splitlines()[:2]] == [
+        ["make", "demo"],
+        ["make", "test"],
+    ]
+    assert (ROOT / ".ci" / "run").read_text(encoding="utf-8").rstrip().endswith("make test")

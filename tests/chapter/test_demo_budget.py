@@ -3,8 +3,9 @@ short, the quiet-machine figures it compares with, and the closing lines' comman
 
 from __future__ import annotations
 
-import doctest
 import html
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,25 +13,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnlab.chapter import budget as budget_module
 from attnlab.chapter.budget import (
     AFTER_TRAINING,
     MIN_SHARE,
     DemoClock,
     StageTime,
     budget_section,
-    free_threads,
     load_quiet_reference,
 )
-from attnlab.chapter.demo import SAMPLE_CREDIT, SCALES, cli_command, data_credit
+from attnlab.chapter.demo import SCALES, cli_command
 from attnlab.chapter.report import Section, render_report
-from attnlab.data import ATTRIBUTION, sample_data_path
+from attnlab.data import ATTRIBUTION, SAMPLE_CREDIT, data_credit, sample_data_path
 from attnlab.training.presets import get_preset
-
-
-def test_docstring_examples():
-    result = doctest.testmod(budget_module, verbose=False)
-    assert result.attempted >= 2 and result.failed == 0
+from attnlab.utils.runtime import free_threads, load_now
 
 
 @pytest.mark.parametrize(
@@ -114,6 +109,8 @@ def test_a_missing_or_broken_reference_compares_nothing(tmp_path):
 
 def test_the_footer_credits_the_data_the_demo_used(tmp_path):
     assert data_credit(sample_data_path()) == SAMPLE_CREDIT
+    assert data_credit(os.path.relpath(sample_data_path())) == SAMPLE_CREDIT  # as a run's config.json may hold it
+    assert data_credit(None) == ATTRIBUTION
     assert data_credit(Path("/data/fra-eng.zip")) == ATTRIBUTION
     page = render_report([Section("x")], tmp_path, "t", False, credit=SAMPLE_CREDIT)
     assert html.escape(SAMPLE_CREDIT) in page and html.escape(ATTRIBUTION) not in page
@@ -142,3 +139,16 @@ def test_the_demo_page_shows_the_shipped_quiet_figures():
         assert f"{quiet['steps']:,} in {quiet['seconds']} s" in page
     assert f"BLEU {stages['transformer']['test_bleu']} / chrF {stages['transformer']['test_chrf']}" in page
     assert "src/attnlab/measured/demo.json" in page
+
+
+@pytest.mark.skipif(not Path("/proc/loadavg").exists(), reason="the running-task count is Linux's /proc/loadavg")
+def test_the_load_counts_a_process_that_just_started(monkeypatch):
+    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))  # the 1-minute average has not seen it yet
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        assert load_now() >= 2.0  # the busy loop and this process, both running
+        assert free_threads(cores=2, load=load_now()) == 1
+    finally:
+        busy.kill()
+        busy.wait()

@@ -130,3 +130,21 @@ def test_demo_falls_back_to_the_shipped_sample_when_offline(monkeypatch, tmp_pat
     assert path.name == "fra-eng-sample.txt" and "sample" in note and "NOTE" in note
     with pytest.raises(FileNotFoundError):
         demo.find_data(str(tmp_path / "missing.zip"))  # an explicit --data is never replaced
+
+
+def test_every_chapter_heading_has_its_tables_or_figures_under_it(demo_run):
+    _, _, printed = demo_run
+    lines = printed.splitlines()
+    cues = lines.index("== Attention cues ==")
+    assert lines[cues + 1].startswith("figure: ") and lines[cues + 1].endswith("attention_cues.png")
+
+
+def test_a_second_make_demo_names_the_make_variable_that_replaces_it(demo_run, monkeypatch, capsys):
+    _, out, _ = demo_run
+    capsys.readouterr()
+    assert main(["demo", "--scale", "tiny", "--out", str(out)]) == 2
+    assert "pass --force" in capsys.readouterr().err  # typed as a command: the flag
+    monkeypatch.setenv("MAKELEVEL", "1")  # what make sets for `make demo`'s recipe
+    assert main(["demo", "--scale", "tiny", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "`make demo DEMO_FLAGS=--force`" in err and err.count("\n") == 1

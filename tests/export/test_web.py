@@ -8,7 +8,9 @@ $ATTNLAB_ORT_WEB)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -36,10 +38,16 @@ def run(tmp_path_factory):
     return train_tiny(tmp_path_factory.mktemp("web") / "tiny", steps=20)
 
 
+PRINTED: dict[str, str] = {}  # what the export printed
+
+
 @pytest.fixture(scope="module")
 def page(run, tmp_path_factory):
     out = tmp_path_factory.mktemp("web-out") / "explorer"
-    assert main(["export", "--format", "web", "--checkpoint", str(run), "--out", str(out)]) == 0
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["export", "--format", "web", "--checkpoint", str(run), "--out", str(out)]) == 0
+    PRINTED["export"] = printed.getvalue()
     return out
 
 
@@ -164,12 +172,28 @@ def test_page_translates_in_the_browser(run, static_server, browser, capsys):
     assert not outside, outside
 
 
+def test_the_page_opened_from_disk_says_how_to_serve_it(page, browser):
+    """file:// cannot fetch the model: the export prints the command that serves the folder, and the page
+    opened from disk says the same instead of "Failed to fetch"."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    assert f"serve it with: python -m http.server -d {page} 8000" in PRINTED["export"]
+    browser.get((page / "index.html").as_uri())
+    info = WebDriverWait(browser, 30).until(
+        lambda d: "unavailable" in d.find_element(By.ID, "model-info").text and d.find_element(By.ID, "model-info")
+    )
+    assert "python -m http.server -d FOLDER 8000" in info.text
+
+
 def test_folder_layout(page):
     index = (page / "index.html").read_text(encoding="utf-8")
     assert "static/source-onnx.js" in index and "static/source.js" not in index
     for name in ("ort.wasm.min.js", "ort-wasm-simd-threaded.wasm", "ort-wasm-simd-threaded.mjs"):
         assert (page / "static" / "ort" / name).is_file()
     assert {p.name for p in (page / "model").iterdir()} >= {"encoder_model.onnx", "config.json", "src_vocab.json"}
+    config = json.loads((page / "model" / "config.json").read_text(encoding="utf-8"))
+    assert "Tatoeba" in config["data_attribution"]  # the footer's credit: the tiny run learned from the corpus
     # The views are the server page's own files, byte for byte.
     static = Path(__file__).resolve().parents[2] / "src" / "attnlab" / "serve" / "static"
     for name in ("app.js", "heatmap.js", "positions.js", "style.css"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -120,7 +121,9 @@ def test_model_info_and_health(client, translator):
     m = client.get("/api/model").json()
     assert m["model_type"] == "transformer" and m["model"]["num_layers"] == translator.config["model"]["num_layers"]
     assert m["src_vocab_size"] == len(translator.src_vocab) and m["tgt_vocab_size"] == len(translator.tgt_vocab)
-    assert "Tatoeba" in m["data_attribution"] and "CC-BY 2.0 (France)" in m["data_attribution"]
+    # trained on the shipped sample (conftest's tiny_run): the footer credits the sample, not the Tatoeba corpus
+    assert Path(translator.config["data"]["path"]).name == "fra-eng-sample.txt"
+    assert "bundled sample" in m["data_attribution"] and "Tatoeba" in m["data_attribution"]  # "not the Tatoeba corpus"
     assert m["max_beam"] == 8 and m["max_chars"] == 500 and m["workers"] == 2
     assert m["max_texts"] == 64 and m["max_body_bytes"] == 65536 and m["max_response_bytes"] == 2_000_000
     cfg = translator.model.config  # the header's label: position scheme and key/value heads

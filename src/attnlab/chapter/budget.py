@@ -3,16 +3,11 @@ trainer may use on a machine others share, and the quiet-machine figures a run i
 
     clock = DemoClock(540)
     seconds = clock.share(weight=1.0, weights_after=3.4, cap=240)   # this trainer's time budget
-    threads = free_threads()                                         # 1 on a busy 2-core machine
-
-On a shared machine two OpenMP threads that fight other processes run many times slower than one (the
-suite's `one_thread` fixture says the same of tiny models), so a trainer gets the cores that are free now,
-not the machine's count.
+    threads = free_threads()          # attnlab.utils.runtime: 1 on a busy 2-core machine, as `attnlab train` picks
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,26 +23,6 @@ from attnlab.utils.runtime import usable_cores
 DEFAULT_BUDGET = 540.0  # seconds for the whole demo: 9 minutes, so start-up and the report fit in 10
 AFTER_TRAINING = 0.15  # share of the budget kept for the stages after training (scoring, heads, report)
 MIN_SHARE = 10.0  # seconds a trainer gets however late it starts: a model that learned something
-
-
-def free_threads(cores: int | None = None, load: float | None = None) -> int:
-    """Intra-op threads a trainer may use now: the usable cores less those other runnable processes hold
-    (the 1-minute load average less this process itself), at least 1.
-
-    Examples:
-        >>> free_threads(cores=2, load=1.1)   # only this process: both cores
-        2
-        >>> free_threads(cores=2, load=5.5)   # a busy laptop: one thread, not two fighting the others
-        1
-    """
-    cores = usable_cores() if cores is None else cores
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:  # no load average on this system: trust the affinity mask alone
-            load = 1.0
-    others = max(0.0, load - 1.0)
-    return max(1, min(cores, math.floor(cores - others + 0.5)))
 
 
 @dataclass
@@ -150,8 +125,8 @@ def budget_section(stages: list[StageTime], clock: DemoClock, outcomes: dict, re
         f"core(s) at a load average of {clock.load:.1f} when it began. Each translator trained for its share of the "
         "time left (a preset's own limit, such as cpu-small's 240 s, being its cap) on the threads free when it "
         "started: on a shared machine two threads that fight other processes run many times slower than one. "
-        + (f"Cut short on this machine: {', '.join(cut)}; " if cut else "Nothing was cut short. ")
-        + "on a busy machine fewer steps fit in the same seconds, and the translators translate worse."
+        + (f"Cut short on this machine: {', '.join(cut)}. " if cut else "Nothing was cut short. ")
+        + "On a busy machine fewer steps fit in the same seconds, and the translators translate worse."
     )
     if reference:
         paragraph += (

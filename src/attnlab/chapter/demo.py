@@ -23,7 +23,6 @@ from attnlab.chapter.budget import (
     DemoClock,
     StageTime,
     budget_section,
-    free_threads,
     load_quiet_reference,
 )
 from attnlab.chapter.cues import attention_cues
@@ -42,12 +41,13 @@ from attnlab.chapter.translators import (
     training_section,
     which_heads,
 )
-from attnlab.data import ATTRIBUTION, resolve_data_path, sample_data_path
+from attnlab.data import data_credit, resolve_data_path, sample_data_path
 from attnlab.runs.outputs import claim_output, write_output
 from attnlab.training.config import TrainConfig
 from attnlab.training.launch import train_run
 from attnlab.training.presets import get_preset
 from attnlab.utils.checks import check_seed
+from attnlab.utils.runtime import free_threads
 
 # What each scale trains: (run name, model type, preset, overrides of train settings, of data settings, weight).
 # A weight is the trainer's part of the training time the budget leaves (`DemoClock.share`): the demo's
@@ -72,8 +72,6 @@ SCALES: dict[str, list[tuple[str, str, str, dict, dict, float]]] = {
         ),
     ],
 }
-# The bundled sample, credited as what it is when the demo falls back to it.
-SAMPLE_CREDIT = "attnlab's bundled sample of 64 English–French pairs (attnlab/data/sample, not the Tatoeba corpus)"
 
 
 def find_data(path: str | None) -> tuple[Path, str]:
@@ -91,11 +89,6 @@ def find_data(path: str | None) -> tuple[Path, str]:
             f"The demo uses attnlab's own small sample {sample} instead: every step runs, translations will be poor. "
             "Give it the corpus with ATTNLAB_DATA=PATH/fra-eng.zip or --data PATH (docs/data.md)."
         )
-
-
-def data_credit(data_path: Path) -> str:
-    """What the report's footer and the last line credit: the corpus, or the bundled sample it fell back to."""
-    return SAMPLE_CREDIT if data_path == sample_data_path() else ATTRIBUTION
 
 
 def train_model(
@@ -217,6 +210,8 @@ def _build_demo(out: Path, data_path: Path, data_note: str, scale: str, seed: in
         for headers, rows in result.tables:
             print(format_table(headers, rows))
         sections.append(result.save(fig_dir))
+        for figure in sections[-1].figures:  # every heading has something under it, a figure-only one too
+            print(f"figure: {figure}")
     stages.append(StageTime("the chapter's demonstrations", clock.elapsed() - t0))
 
     # 2. Translators.

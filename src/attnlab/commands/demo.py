@@ -15,6 +15,8 @@ when it starts, and the report says per stage what it got beside the figures of 
 
 from __future__ import annotations
 
+import os
+
 from attnlab.commands._common import add_command, add_force
 
 
@@ -43,5 +45,16 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from attnlab.chapter.demo import run_demo
 
-    run_demo(args.out, data=args.data, scale=args.scale, seed=args.seed, force=args.force, budget=args.budget)
+    try:
+        run_demo(args.out, data=args.data, scale=args.scale, seed=args.seed, force=args.force, budget=args.budget)
+    except ValueError as exc:
+        raise ValueError(for_make(str(exc))) from exc
     return 0
+
+
+def for_make(message: str) -> str:
+    """`message` in a make user's words when `make demo` ran this (make sets MAKELEVEL for its recipes): the
+    flags go through DEMO_FLAGS."""
+    if "MAKELEVEL" not in os.environ:
+        return message
+    return message.replace("pass --force", "run `make demo DEMO_FLAGS=--force`")

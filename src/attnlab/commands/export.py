@@ -67,4 +67,6 @@ def run(args) -> int:
     refuse_model_types(args.checkpoint, {"decoder-only": "translate, evaluate and attention do"}, "export")
     out = export_run(args.checkpoint, args.format, args.out, **options)
     print(f"exported {args.checkpoint} as {args.format} to {out}")
+    if args.format == "web":  # a page opened from disk (file://) cannot load its model: it must be served
+        print(f"serve it with: python -m http.server -d {out} 8000   # then open http://localhost:8000/")
     return 0

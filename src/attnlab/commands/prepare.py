@@ -3,6 +3,7 @@
     attnlab prepare --data train.de,train.en --valid dev.de,dev.en --test test.de,test.en \\
         --src-lang de --tgt-lang en --out data/de-en
     attnlab prepare --data corpus.tsv.gz --src-lang en --tgt-lang es --out data/en-es   # random split
+    attnlab prepare --data train.tsv --src-lang en --tgt-lang fr --preset laptop --out data/en-fr  # one vocabulary
 
 Bad lines (empty, over-long, undecodable, no tab) are skipped and reported per file with line numbers.
 """
@@ -10,6 +11,9 @@ Bad lines (empty, over-long, undecodable, no tab) are skipped and reported per f
 from __future__ import annotations
 
 from attnlab.commands._common import add_command, add_force
+
+# The vocabulary settings without --preset (prepare()'s own defaults).
+DEFAULTS = {"tokenizer": "auto", "vocab_size": 8000, "min_freq": 2}
 
 
 def add_parser(subparsers) -> None:
@@ -27,12 +31,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="new folder for the shards")
     add_force(p, "an earlier prepared corpus in --out")
     p.add_argument(
+        "--preset",
+        help="the transformer preset that will train on it: its tokenizer, vocabulary size and min-freq (laptop: one "
+        "joint BPE vocabulary of 4,000, since it shares embeddings); the flags below override it (default: none)",
+    )
+    p.add_argument(
         "--tokenizer",
         choices=["auto", "word", "bpe", "unigram"],
-        default="auto",
         help="auto (default): the book's words for en-fr, BPE otherwise",
     )
-    p.add_argument("--vocab-size", type=int, default=8000, help="subword vocabulary size (shared)")
+    p.add_argument(
+        "--vocab-size", type=int, help=f"subword vocabulary size (shared; default: {DEFAULTS['vocab_size']})"
+    )
     p.add_argument(
         "--normalization",
         choices=["NFKC", "NFC"],
@@ -42,8 +52,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--min-freq",
         type=int,
-        default=2,
-        help="word vocabularies: fewer occurrences become <unk> (default: %(default)s)",
+        help=f"word vocabularies: fewer occurrences become <unk> (default: {DEFAULTS['min_freq']})",
     )
     p.add_argument(
         "--max-len", type=int, help="skip (and report) pairs with more tokens on a side (default: keep every length)"
@@ -69,11 +78,31 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def vocabulary(args) -> dict:
+    """tokenizer, vocab_size and min_freq: each flag given, else the preset's, else DEFAULTS."""
+    from attnlab.data.prepared.layout import resolve_tokenizer
+    from attnlab.training.presets import get_preset
+    from attnlab.training.settings import vocabulary_for
+
+    preset = vocabulary_for(args.preset) if args.preset else {}
+    given = {k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}
+    chosen = {**DEFAULTS, **preset, **given}
+    shared = args.preset and get_preset("transformer", args.preset)["model"].get("share_embeddings", False)
+    if shared and resolve_tokenizer(chosen["tokenizer"], args.src_lang, args.tgt_lang) == "word":
+        raise ValueError(
+            f"--preset {args.preset} shares embeddings, so it needs one joint vocabulary, but --tokenizer "
+            f"{chosen['tokenizer']} builds two word vocabularies for {args.src_lang}-{args.tgt_lang}; drop --tokenizer "
+            "or give --tokenizer bpe"
+        )
+    return chosen
+
+
 def run(args) -> int:
     from attnlab.data.prepared.encoders import sigterm_unwinds
     from attnlab.data.prepared.pipeline import prepare
     from attnlab.runs.outputs import claim_output, write_output
 
+    vocab = vocabulary(args)  # checked before anything is written
     sources = [f for spec in (args.data, args.valid, args.test) if spec for f in spec.split(",")]
     claim = claim_output(args.out, "prepared", force=args.force, sources=sources)  # before any work
     # SIGTERM unwinds through write_output too, so the temp folder beside --out goes with the workers.
@@ -85,10 +114,10 @@ def run(args) -> int:
             tgt_lang=args.tgt_lang,
             valid=args.valid,
             test=args.test,
-            tokenizer=args.tokenizer,
-            vocab_size=args.vocab_size,
+            tokenizer=vocab["tokenizer"],
+            vocab_size=vocab["vocab_size"],
             normalization=args.normalization,
-            min_freq=args.min_freq,
+            min_freq=vocab["min_freq"],
             max_len=args.max_len,
             num_examples=args.num_examples,
             valid_fraction=args.valid_fraction,
@@ -100,5 +129,11 @@ def run(args) -> int:
         )
     n = meta["splits"]["train"]["pairs"]
     rate = n / max(meta["seconds"], 1e-9)
-    print(f"wrote {args.out} ({rate:.0f} pairs/s); train with: attnlab train --data {args.out}")
+    preset = f" --preset {args.preset}" if args.preset else ""
+    print(f"wrote {args.out} ({rate:.0f} pairs/s); train with: attnlab train{preset} --data {args.out}")
+    if meta["settings"]["tokenizer"] == "word" and not args.preset:
+        print(
+            "two word vocabularies (the book's): cpu-small and d2l train on them; `--preset laptop` shares "
+            "embeddings and needs one joint vocabulary: prepare with --preset laptop (into another --out)"
+        )
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from attnlab.commands._common import add_command, add_force
 
@@ -41,6 +42,7 @@ FLAGS = {
     "patience": ("train", "patience"),
     "device": ("train", "device"),
     "log_every": ("train", "log_every"),
+    "threads": ("train", "threads"),
     "data": ("data", "path"),
     "num_examples": ("data", "num_examples"),
     "max_len": ("data", "max_len"),
@@ -78,6 +80,13 @@ _NUMBERS = (
     ),
     ("--patience", int, "EVALS", "stop after this many evaluations without a better validation BLEU"),
     ("--log-every", int, "STEPS", "steps between 'train' lines in log.jsonl (and TensorBoard points)"),
+    (
+        "--threads",
+        int,
+        "N",
+        "torch intra-op threads while training (default: the preset's pin, else the cores free when training "
+        "starts: two threads fighting another process run many times slower than one)",
+    ),
     ("--num-examples", int, "N", "use the first N pairs of the corpus"),
     ("--max-len", int, "N", "drop pairs longer than N tokens on a side"),
 )
@@ -231,17 +240,17 @@ def _launch_torchrun(args) -> int:
 
 
 def run(args) -> int:
-    from attnlab.training.config import TrainConfig, check_resumable
-    from attnlab.training.launch import claim_run_dir, claim_tensorboard_dir, resume_run, train_run
+    from attnlab.training.config import check_resumable
+    from attnlab.training.launch import claim_run_dir, claim_tensorboard_dir
     from attnlab.training.settings import resolve, resumed_config
     from attnlab.training.tasks import task_for
-    from attnlab.utils.runtime import check_nproc, distributed_info, init_distributed
+    from attnlab.utils.runtime import check_nproc, distributed_info, init_distributed, intra_op_threads
 
     check_nproc(args.nproc)
     over = overrides(args)
     if args.resume and args.config:
         raise ValueError("--config starts a new run and --resume continues one; give one of them")
-    settings = None
+    settings, resumed = None, None
     if args.resume:
         check_resumable(over)
         resumed = resumed_config(args.resume, over["train"])  # the limits asked for, checked
@@ -268,41 +277,93 @@ def run(args) -> int:
         return _launch_torchrun(args)
     init_distributed()
     rank, world = distributed_info()
+    # The threads this invocation trains on; config.json keeps what was asked (None: the cores free at start).
+    threads = _threads(args, settings, resumed) if world == 1 else over["train"].get("threads")
     if args.device is None and world > 1:
         import torch
 
         if torch.cuda.is_available():
             over["train"]["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
-    if settings is None:
-        result = resume_run(args.resume, over["train"], progress=not args.no_progress, tensorboard=tensorboard)
-        if isinstance(result, str):
-            if rank == 0:
-                print(
-                    f"{args.resume}: training already finished ({result}); nothing to do. "
-                    f"Raise --max-steps or --epochs to train further."
-                )
-            return 0
-    else:
-        train = TrainConfig.from_dict({**settings.train.to_dict(), **over["train"]})  # with a rank's own GPU
-        sections = settings.sections
-        result = train_run(
-            model_type,
-            sections["model"],
-            train,
-            sections["data"],
-            out,
-            progress=not args.no_progress,
-            force=args.force,
-            tensorboard=tensorboard,
-        )
+    if rank == 0:  # stdout, as the closing line: stderr stays for progress and the one line of an error
+        print(_header(args, model_type, settings, over, threads), flush=True)
+    with intra_op_threads(threads):
+        result = _train(args, model_type, settings, over, out, tensorboard)
+    if isinstance(result, str):
+        if rank == 0:
+            print(
+                f"{args.resume}: training already finished ({result}); nothing to do. "
+                f"Raise --max-steps or --epochs to train further."
+            )
+        return 0
     return _report(result, out, task_for(model_type)) if rank == 0 else result.exit_code
+
+
+def _train(args, model_type: str, settings, over, out, tensorboard):
+    """Resume the run of --resume, or train the settled one: the TrainResult, or why a resumed run had finished."""
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.launch import resume_run, train_run
+
+    if settings is None:
+        return resume_run(args.resume, over["train"], progress=not args.no_progress, tensorboard=tensorboard)
+    train = TrainConfig.from_dict({**settings.train.to_dict(), **over["train"]})  # with a rank's own GPU
+    sections = settings.sections
+    return train_run(
+        model_type,
+        sections["model"],
+        train,
+        sections["data"],
+        out,
+        progress=not args.no_progress,
+        force=args.force,
+        tensorboard=tensorboard,
+    )
+
+
+def _threads(args, settings, resumed) -> int | None:
+    """The threads this invocation trains on: --threads, the preset's (or config's) pin, else on a CPU the cores
+    free now (None: torch's default, on a GPU)."""
+    from attnlab.utils.runtime import free_threads, resolve_device
+
+    train = settings.train.to_dict() if settings is not None else resumed["train"]
+    if args.threads is not None:
+        return args.threads
+    if train.get("threads") is not None:
+        return train["threads"]
+    return free_threads() if resolve_device(args.device or train.get("device", "auto")).type == "cpu" else None
+
+
+def _header(args, model_type: str, settings, over, threads: int | None) -> str:
+    """`run_header` for this run: its data, preset, the precision that will run, threads and time budget."""
+    from attnlab.training.config import TrainConfig
+    from attnlab.training.progress import run_header
+    from attnlab.training.settings import resumed_config
+    from attnlab.utils.precision import resolve_precision
+    from attnlab.utils.runtime import resolve_device, usable_cores
+
+    if settings is None:
+        cfg = resumed_config(args.resume, over["train"])
+        data, train, preset = cfg.get("data", {}), TrainConfig.from_dict(cfg["train"]), f"resumed from {args.resume}"
+    else:
+        data, preset = settings.sections["data"], settings.name
+        train = TrainConfig.from_dict({**settings.train.to_dict(), **over["train"]})
+    where = data.get("path") or ("the digits" if data.get("loader") == "digits" else _default_corpus())
+    precision = resolve_precision(train.precision, resolve_device(train.device), training=True, model_type=model_type)
+    return run_header(where, preset, precision, threads, train.time_budget, usable_cores())
+
+
+def _default_corpus() -> str:
+    """Where a translator without --data finds its corpus, as the loader will (no download tried here)."""
+    from attnlab.data.corpus import resolve_data_path
+
+    try:
+        return str(resolve_data_path(None, download=False))
+    except (FileNotFoundError, ValueError):
+        return "the book's corpus (downloaded, else the bundled sample)"
 
 
 def _report(result, run_dir, task) -> int:
     """Print how the run ended; the exit status says it too (0, 1 diverged, 128+N signal N)."""
-    import sys
-
     loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
     best = "" if result.best_bleu is None else f", best {task.metric_label} {result.best_bleu:{task.metric_format}}"
     print(

@@ -7,7 +7,16 @@ from .formats import CorpusReport, FileReport, iter_pairs
 from .loading import check_data_config, check_prepared_overrides, load_data
 from .prepared import ShardedExamples, load_parallel_data, open_prepared, prepare
 from .text import detokenize, preprocess, tokenize
-from .translation import ATTRIBUTION, BOOK_EVAL_PAIRS, Example, TranslationData, load_d2l_data, load_translation_data
+from .translation import (
+    ATTRIBUTION,
+    BOOK_EVAL_PAIRS,
+    SAMPLE_CREDIT,
+    Example,
+    TranslationData,
+    data_credit,
+    load_d2l_data,
+    load_translation_data,
+)
 from .vocab import SubwordVocab, Vocab, load_vocab
 
 __all__ = [
@@ -43,4 +52,6 @@ __all__ = [
     "open_prepared",
     "prepare",
     "ATTRIBUTION",
+    "SAMPLE_CREDIT",
+    "data_credit",
 ]

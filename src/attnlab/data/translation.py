@@ -12,11 +12,12 @@ import gc
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from .batching import iterate_batches
-from .corpus import read_fra_eng, resolve_data_path
+from .corpus import read_fra_eng, resolve_data_path, sample_data_path
 from .tokenized import Tokenized, tokenized_corpus
 from .vocab import SubwordVocab, Vocab
 
@@ -31,6 +32,15 @@ BOOK_EVAL_PAIRS = [
 ATTRIBUTION = (
     "English–French sentence pairs from the Tatoeba project (tatoeba.org) via manythings.org/anki, CC-BY 2.0 (France)"
 )
+# The bundled sample, credited as what it is by whatever learned from it (the demo's report, the explorer's footer).
+SAMPLE_CREDIT = "attnlab's bundled sample of 64 English–French pairs (attnlab/data/sample, not the Tatoeba corpus)"
+
+
+def data_credit(data_path: str | os.PathLike | None) -> str:
+    """What a report or page credits for a model trained on `data_path`: the bundled sample, else the corpus."""
+    if data_path is not None and Path(data_path).resolve() == sample_data_path().resolve():
+        return SAMPLE_CREDIT
+    return ATTRIBUTION
 
 
 @dataclass(slots=True)

@@ -69,7 +69,8 @@ def check_translator_config(cfg: Any) -> None:
     if cfg.share_embeddings and cfg.src_vocab_size != cfg.tgt_vocab_size:
         raise ValueError(
             f"share_embeddings needs one vocabulary for both sides, got src_vocab_size={cfg.src_vocab_size} and "
-            f"tgt_vocab_size={cfg.tgt_vocab_size}; build a joint (e.g. BPE) vocabulary or set share_embeddings=False"
+            f"tgt_vocab_size={cfg.tgt_vocab_size}; prepare one joint vocabulary (`attnlab prepare ... --preset "
+            "laptop`, or --tokenizer bpe --vocab-size 4000) or train with --set model.share_embeddings=false"
         )
 
 

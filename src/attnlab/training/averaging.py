@@ -69,7 +69,8 @@ def plan_average(run_dir: Path | None, step: int, k: int) -> AveragePlan:
     if len(earlier) < k - 1:
         notes.append(
             f"averaged {len(earlier) + 1} of the {k} asked for: the run kept {len(earlier)} intact checkpoint(s) "
-            f"before step {step} (checkpoint more often: checkpoint_every)"
+            f"before step {step} (checkpoint more often with `--checkpoint-every STEPS`, or average none with "
+            "`--average-last 0`)"
         )
     tensors = None
     if earlier:

@@ -31,6 +31,7 @@ RESUMABLE = frozenset(
         "device",
         "log_every",
         "precision",
+        "threads",
     }
 )
 

@@ -1,5 +1,7 @@
-"""Training progress for people: a tqdm bar on a terminal, one plain line every few seconds otherwise
-(a log file `make demo > log` gets readable lines, not thousands of carriage returns)."""
+"""Training progress for people: a one-line header of what trains how (`run_header`), then a tqdm bar on a
+terminal, one plain line every few seconds otherwise (a log file `make demo > log` gets readable lines, not
+thousands of carriage returns). A run with a time budget counts its seconds against the budget, the limit that
+ends it: a step total it would never reach says nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import time
 
 from tqdm import tqdm
 
+from attnlab.utils.precision import PrecisionChoice
 from attnlab.utils.runtime import interactive
 
 PLAIN_EVERY_S = 5.0  # seconds between plain progress lines when stderr is not a terminal
@@ -21,20 +24,31 @@ class Progress:
         initial: steps already done (a resumed run).
         stream: where it writes (default stderr); a TTY gets tqdm, anything else plain lines.
         every_s: seconds between plain lines.
+        budget: this invocation's time budget in seconds: progress then counts seconds against it
+            ('train: 45/120 s step 286 ...') instead of steps against `total`.
     """
 
-    def __init__(self, total: int, initial: int = 0, stream=None, every_s: float = PLAIN_EVERY_S, clock=time.monotonic):
+    def __init__(
+        self,
+        total: int,
+        initial: int = 0,
+        stream=None,
+        every_s: float = PLAIN_EVERY_S,
+        clock=time.monotonic,
+        budget: float | None = None,
+    ):
         self.total, self.stream, self.every_s, self.clock = total, stream or sys.stderr, every_s, clock
+        self.budget = budget
         self.bar = None
-        self.last_line = clock()
+        self.start = self.last_line = clock()
         self.step = initial
         self.postfix: dict = {}
         if interactive(self.stream):
             self.bar = tqdm(
-                total=total,
-                initial=min(initial, total),
+                total=round(budget) if budget is not None else total,
+                initial=0 if budget is not None else min(initial, total),
                 desc="train",
-                unit="step",
+                unit="s" if budget is not None else "step",
                 dynamic_ncols=True,
                 file=self.stream,
             )
@@ -42,21 +56,44 @@ class Progress:
     def update(self, step: int, **postfix) -> None:
         self.step, self.postfix = step, postfix
         if self.bar is not None:
-            self.bar.update(step - self.bar.n)
-            self.bar.set_postfix(**postfix)
+            done = min(self._seconds(), self.bar.total) if self.budget is not None else step
+            self.bar.update(done - self.bar.n)
+            self.bar.set_postfix({"step": step, **postfix} if self.budget is not None else postfix)
         elif self.clock() - self.last_line >= self.every_s:
             self._line()
+
+    def _seconds(self) -> int:
+        return int(self.clock() - self.start)
 
     def _line(self) -> None:
         self.last_line = self.clock()
         fields = " ".join(f"{k} {v}" for k, v in self.postfix.items())
-        print(f"train: step {self.step}/{self.total} {fields}".rstrip(), file=self.stream, flush=True)
+        where = (
+            f"{self._seconds()}/{self.budget:.0f} s step {self.step}"
+            if self.budget is not None
+            else f"step {self.step}/{self.total}"
+        )
+        print(f"train: {where} {fields}".rstrip(), file=self.stream, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
         elif self.postfix:
             self._line()  # the last state, so a log always ends with where training stopped
+
+
+def run_header(
+    data: str, preset: str, precision: PrecisionChoice, threads: int | None, budget: float | None, cores: int
+) -> str:
+    """The line `attnlab train` prints before training: what trains on what, and how.
+
+    Examples:
+        >>> run_header("data/en-fr", "laptop", PrecisionChoice("auto", "fp32", "auto: no bf16 -> fp32"), 1, 120.0, 2)
+        'train: data data/en-fr, preset laptop, precision fp32 (auto: no bf16 -> fp32), 1 of 2 cores, budget 120 s'
+    """
+    used = "torch's default threads" if threads is None else f"{threads} of {cores} cores"
+    limit = f"budget {budget:g} s" if budget is not None else "no time budget"
+    return f"train: data {data}, preset {preset}, precision {precision.picked} ({precision.reason}), {used}, {limit}"
 
 
 class LossWindow:

@@ -110,6 +110,27 @@ def resolve(
     return Settings(model_type, sections, train, name)
 
 
+def vocabulary_for(preset: str, model_type: str = "transformer") -> dict[str, Any]:
+    """The vocabulary `attnlab prepare --preset NAME` builds for data that preset will train on: its tokenizer,
+    subword size and min_freq; a preset that shares embeddings between the sides gets one joint subword
+    vocabulary (two word vocabularies could not share them).
+
+    Examples:
+        >>> vocabulary_for("laptop")
+        {'tokenizer': 'bpe', 'vocab_size': 4000, 'min_freq': 2}
+        >>> vocabulary_for("cpu-small")["tokenizer"]    # the book's word vocabularies for en-fr
+        'auto'
+    """
+    p = get_preset(model_type, preset)
+    data, shared = p.get("data", {}), p.get("model", {}).get("share_embeddings", False)
+    out: dict[str, Any] = {"tokenizer": data.get("tokenizer", "bpe" if shared else "auto")}
+    if "bpe_vocab_size" in data:
+        out["vocab_size"] = data["bpe_vocab_size"]
+    if "min_freq" in data:
+        out["min_freq"] = data["min_freq"]
+    return out
+
+
 def resumed_config(run_dir: str | os.PathLike, train_overrides: Mapping[str, Any] | None = None) -> dict:
     """A run's config.json with its train section as a resume with these overrides (its limits) runs it."""
     cfg = read_run_config(run_dir)
@@ -117,4 +138,4 @@ def resumed_config(run_dir: str | os.PathLike, train_overrides: Mapping[str, Any
     return cfg
 
 
-__all__ = ["SECTIONS", "Settings", "no_overrides", "parse_set", "resolve", "resumed_config"]
+__all__ = ["SECTIONS", "Settings", "no_overrides", "parse_set", "resolve", "resumed_config", "vocabulary_for"]

@@ -369,7 +369,7 @@ class Trainer:
         total = self._steps_per_epoch() * self.cfg.epochs
         if self.cfg.max_steps is not None:
             total = min(total, self.cfg.max_steps)
-        return Progress(total, initial=self.state.step)
+        return Progress(total, initial=self.state.step, budget=self.cfg.time_budget)
 
 
 def _chunks(iterable, size: int) -> Iterator[list]:

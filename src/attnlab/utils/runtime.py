@@ -6,9 +6,12 @@ Training (`attnlab.training`) and the commands import these; nothing here knows 
 from __future__ import annotations
 
 import gc
+import math
 import os
 import random
+import statistics
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import cast
@@ -112,6 +115,45 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+def free_threads(cores: int | None = None, load: float | None = None) -> int:
+    """Intra-op threads a trainer may use now: the usable cores less those other runnable processes hold
+    (`load_now()` less this process itself), at least 1.
+
+    Examples:
+        >>> free_threads(cores=2, load=1.1)   # only this process: both cores
+        2
+        >>> free_threads(cores=2, load=5.5)   # a busy laptop: one thread, not two fighting the others
+        1
+
+    On a shared machine two OpenMP threads that fight other processes run many times slower than one, so a
+    trainer (the demo's, `attnlab train`'s) gets the cores that are free now, not the machine's count.
+    """
+    cores = usable_cores() if cores is None else cores
+    load = load_now() if load is None else load
+    others = max(0.0, load - 1.0)
+    return max(1, min(cores, math.floor(cores - others + 0.5)))
+
+
+def load_now(samples: int = 5, every_s: float = 0.02) -> float:
+    """Runnable processes now, this one included: the larger of the 1-minute load average and the median of a
+    few reads of the kernel's count of running tasks (/proc/loadavg's 4th field). The average lags a
+    minute behind a process that just started; the count sees it at once. 1.0 where neither can be read."""
+    try:
+        average = os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average on this system: trust the affinity mask alone
+        average = 1.0
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg", encoding="ascii") as f:
+                counts.append(int(f.read().split()[3].split("/")[0]))
+        except (OSError, IndexError, ValueError):  # not Linux
+            break
+        if i + 1 < samples:
+            time.sleep(every_s)
+    return max(average, float(statistics.median(counts))) if counts else average
 
 
 def resolve_device(name: str) -> torch.device:

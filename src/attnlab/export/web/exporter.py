@@ -24,9 +24,11 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
+from attnlab.data import data_credit
 from attnlab.export.onnx.exporter import claim_export, write_folder
 from attnlab.export.web.runtime_files import runtime_files
 from attnlab.runs.outputs import write_output
+from attnlab.utils.files import read_json_object, write_json
 
 # The explorer's own files (read as data: the export does not import the server)
 STATIC = Path(str(resources.files("attnlab") / "serve" / "static"))
@@ -103,6 +105,9 @@ def write_page(translator, run_dir: Path, folder: Path, files: dict[str, Path], 
         shutil.copyfile(path, static / "ort" / name)
     (folder / "model").mkdir()
     write_folder(translator, run_dir, folder / "model", quantization)
+    config = folder / "model" / "config.json"  # the page's footer credits what this model learned from
+    credit = data_credit(translator.config.get("data", {}).get("path"))
+    write_json(config, {**read_json_object(config, "the export's config"), "data_attribution": credit})
     (folder / "index.html").write_text(page_html((STATIC / "index.html").read_text(encoding="utf-8")), encoding="utf-8")
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -51,6 +52,12 @@ def _npm_ci(target: Path) -> None:
             f"install Node.js, or run `npm pack {PACKAGE}@{pinned_version()}`, unpack it elsewhere and pass "
             f"--runtime DIR (or set {ENV})"
         )
+    print(
+        f"attnlab export: fetching {PACKAGE} {pinned_version()} once with `npm ci` into {target} "
+        f"(--runtime DIR or ${ENV} uses a copy you have)",
+        file=sys.stderr,
+        flush=True,
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".npm-", dir=target.parent))
     try:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 
 from attnlab.analysis.explanation import MAX_CHARS, attention_layout, head_kinds
 from attnlab.analysis.positions import position_maps, position_numbers
-from attnlab.data import ATTRIBUTION
+from attnlab.data import data_credit
 from attnlab.decoding.options import DEFAULTABLE
 
 from ..context import ServedDep
@@ -55,7 +55,7 @@ async def model_info(s: ServedDep):
         max_body_bytes=limits.max_body_bytes,
         max_response_bytes=limits.max_response_bytes,
         workers=s.pool.workers,
-        data_attribution=ATTRIBUTION,
+        data_attribution=data_credit(cfg.get("data", {}).get("path")),
     )
 
 

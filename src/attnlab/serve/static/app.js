@@ -75,6 +75,7 @@ source.model().then((m) => {
   for (const [k, v] of Object.entries(c)) el("span", { class: "opt" }, opts, `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`);
   $("text").maxLength = m.max_chars;
   $("model-layout").textContent = m.positions ? `· ${m.positions} positions, ${m.num_kv_heads} KV heads` : "";
+  if (m.data_attribution) $("attribution").textContent = `Data: ${m.data_attribution}.`;  // what this model learned from
   beamChoices(m.max_beam, m.decoding || {});
 }).catch((err) => { $("model-info").textContent = `model info unavailable (${err.message || err})`; }).finally(() => {
   // A newcomer sees attention at once: translate the sentence of the address (index.html?text=...), else the

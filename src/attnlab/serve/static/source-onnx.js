@@ -11,6 +11,9 @@
   ort.env.wasm.numThreads = window.crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency || 1) : 1;
   const MAX_CHARS = 500;  // as attnlab.analysis.explanation.MAX_CHARS
 
+  // A page opened from disk (file://) may not fetch its own files: say how to serve it instead of "Failed to fetch".
+  const FROM_DISK = location.protocol === "file:" ? new Error("this page loads its model over HTTP: serve its " +
+    "folder with `python -m http.server -d FOLDER 8000` and open http://localhost:8000/") : null;
   const getJSON = (name) => fetch(MODEL + name).then((r) => {
     if (!r.ok) throw new Error(`${MODEL}${name}: HTTP ${r.status}`);
     return r.json();
@@ -19,6 +22,7 @@
 
   // Everything loads once, at once, as the page opens (the WebAssembly compiles while the JSON arrives).
   const ready = (async () => {
+    if (FROM_DISK) throw FROM_DISK;  // before onnxruntime-web tries to fetch its WebAssembly
     const [config, srcJSON, tgtJSON, encoder, decoder, withPast] = await Promise.all([getJSON("config.json"),
       getJSON("src_vocab.json"), getJSON("tgt_vocab.json"), session("encoder_model.onnx"),
       session("decoder_model.onnx"), session("decoder_with_past_model.onnx")]);
@@ -134,6 +138,7 @@
     return { model_type: c.model_type, model: c.model, parameters: c.parameters, positions: c.positions,
       num_kv_heads: c.model.num_kv_heads || c.model.num_heads, src_vocab_size: c.src_vocab_size,
       tgt_vocab_size: c.tgt_vocab_size, max_source_tokens: c.max_source_tokens, max_chars: MAX_CHARS,
+      data_attribution: c.data_attribution,
       origin: `${c.origin}; running in this browser (onnxruntime-web ${ort.env.versions ? ort.env.versions.web : ""})${greedyNote(c.generation)}` };
   }
 
