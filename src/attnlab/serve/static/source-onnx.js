@@ -12,7 +12,7 @@
   const MAX_CHARS = 500;  // as attnlab.analysis.explanation.MAX_CHARS
 
   // A page opened from disk (file://) may not fetch its own files: say how to serve it instead of "Failed to fetch".
-  const FROM_DISK = location.protocol === "file:" ? new Error("this page loads its model over HTTP: serve its " +
+  const FROM_DISK = globalThis.location?.protocol === "file:" ? new Error("this page loads its model over HTTP: serve its " +
     "folder with `python -m http.server -d FOLDER 8000` and open http://localhost:8000/") : null;
   const getJSON = (name) => fetch(MODEL + name).then((r) => {
     if (!r.ok) throw new Error(`${MODEL}${name}: HTTP ${r.status}`);
