@@ -8,7 +8,8 @@ baseline) and the "tried, not kept" list. A line `{{NAME}}` in it becomes the re
 command, the machine it ran on, its table (`figures`: one dict per row, keys as columns) and any further
 `tables`; `{{summary}}` a table of the records' `summary` lines, each linking its section; `{{rest}}` every
 record the frame does not place, under a heading of its own (its `title`, else its file name), so a new
-record appears on the page without touching this script.
+record appears on the page without touching this script; `{{gpu}}` every record of benchmarks/results/gpu/
+(what `bash benchmarks/gpu.sh` writes on a GPU), or a line naming that command when there is none.
 """
 
 from __future__ import annotations
@@ -121,7 +122,24 @@ def summary(records: dict[str, dict], sections: dict[str, str]) -> list[str]:
     return table(rows)
 
 
-def render(frame: str, records: dict[str, dict]) -> str:
+GPU_COMMAND = "bash benchmarks/gpu.sh"
+
+
+def render_gpu(records: dict[str, dict]) -> list[str]:
+    """The GPU records, each under a heading of its own (gpu.sh's step list first), or the command to run."""
+    if not records:
+        return [f"No GPU run is recorded yet: `{GPU_COMMAND}` on a CUDA machine writes benchmarks/results/gpu/."]
+    out: list[str] = []
+    for name in sorted(records, key=lambda n: (n != "gpu", n)):
+        record = records[name]
+        device = f" ({record['device']})" if record.get("device") else ""
+        out += [f"### {record.get('title', name)}{device}", "", *render_record(record), ""]
+    while out and out[-1] == "":
+        out.pop()
+    return out
+
+
+def render(frame: str, records: dict[str, dict], gpu: dict[str, dict] | None = None) -> str:
     """The page: the frame with each `{{NAME}}` line replaced by that record (see the module docstring)."""
     records = {n: r for n, r in records.items() if r.get("page", PAGE.name) == PAGE.name}  # not another page's
     lines = frame.splitlines()
@@ -133,7 +151,7 @@ def render(frame: str, records: dict[str, dict]) -> str:
         if m and m.group(1) in records:
             sections[m.group(1)] = heading
     unknown = [m.group(1) for m in map(PLACE.match, (x.strip() for x in lines)) if m]
-    unknown = [n for n in unknown if n not in records and n not in ("summary", "rest")]
+    unknown = [n for n in unknown if n not in records and n not in ("summary", "rest", "gpu")]
     if unknown:
         raise SystemExit(f"the frame places {unknown}, but benchmarks/results/ has no such record")
     rest = [n for n in records if n not in sections]
@@ -144,6 +162,8 @@ def render(frame: str, records: dict[str, dict]) -> str:
             out.append(line)
         elif m.group(1) == "summary":
             out += summary(records, {**sections, **{n: str(records[n].get("title", n)) for n in rest}})
+        elif m.group(1) == "gpu":
+            out += render_gpu(gpu or {})
         elif m.group(1) == "rest":  # the records the frame does not place yet, each under its own heading
             for name in rest:
                 out += [f"## {records[name].get('title', name)}", "", *render_record(records[name]), ""]
@@ -161,7 +181,9 @@ def main(argv=None) -> int:
     ap.add_argument("--frame", type=Path, default=FRAME)
     ap.add_argument("--out", type=Path, default=PAGE)
     args = ap.parse_args(argv)
-    page = render(args.frame.read_text(encoding="utf-8"), load_records(args.results))
+    gpu_folder = args.results / "gpu"
+    gpu = load_records(gpu_folder) if gpu_folder.is_dir() else {}
+    page = render(args.frame.read_text(encoding="utf-8"), load_records(args.results), gpu)
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
         if current != page:
