@@ -127,6 +127,7 @@ if log and os.path.isfile(log):
 device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (smoke)"
 tables = [{"title": "`--preset gpu`: validation during its run", "figures": curve}] if curve else []
 write_result("gpu.sh", [a for a in ["--smoke"] if smoke], rows, device=device, wall_s=elapsed,
+             command="bash benchmarks/gpu.sh" + (" --smoke" if smoke else ""),
              title="gpu.sh: the steps of the last run", **({"tables": tables} if tables else {}))
 EOF
   if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/results"; cp "$ATTNLAB_RESULTS"/*.json "$OUT/results/" 2>/dev/null || true; fi
