@@ -273,7 +273,9 @@ def valid_runs(args) -> int:
     print(table(columns, [[r.get(c) for c in columns] for r in rows]))
     metric = METRIC.format(n=max(r["sources"] for r in rows)) + "; speed: beam 4, the sources twice minus once"
     title = "How `laptop` was chosen"
-    write_result(__file__, args.argv, stem=args.record or "laptop_search", title=title, metric=metric)  # the table: its figures
+    write_result(
+        __file__, args.argv, stem=args.record or "laptop_search", title=title, metric=metric
+    )  # the table: its figures
     return 0
 
 

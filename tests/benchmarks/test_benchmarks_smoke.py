@@ -52,7 +52,12 @@ def test_run_all_lists_every_benchmark():
     lines = out.splitlines()
     assert any(line.startswith("python benchmarks/train_throughput.py --steps 3 --warmup 1") for line in lines)
     assert not any("gpu_" in line or "run_all" in line or "common" in line for line in lines)
-    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {"run_all.py", "common.py", "gpu_kernels.py", "gpu_decode.py"}
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {
+        "run_all.py",
+        "common.py",
+        "gpu_kernels.py",
+        "gpu_decode.py",
+    }
     assert {line.split()[1].removeprefix("benchmarks/") for line in lines} == scripts
 
 

@@ -12,10 +12,10 @@ import torch
 from attnlab.data import load_data
 from attnlab.data.corpus import sample_data_path
 from attnlab.models import build_model
+from attnlab.training import trainer as trainer_module
 from attnlab.training.config import TrainConfig
 from attnlab.training.presets import get_preset
 from attnlab.training.progress import LossWindow
-from attnlab.training import trainer as trainer_module
 from attnlab.training.trainer import Trainer
 from attnlab.utils.runtime import seed_everything
 

@@ -24,6 +24,7 @@ dynamically (`covers`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -99,8 +100,9 @@ class StaticDecoder(nn.Module):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self.model, self.mode = model, mode
-        self._compiled = None
+        self.model: Any = model  # a Transformer (`covers`)
+        self.mode = mode
+        self._compiled: Any = None  # the compiled step (mode "compile"), made at its first use
 
     @staticmethod
     def covers(model: nn.Module) -> bool:
@@ -193,7 +195,9 @@ class StaticDecoder(nn.Module):
         dec, R, mem = self.model.decoder, state.rows, state.memory
         table = dec.pos_encoding.embedding.weight if dec.pos_encoding.learned else dec.pos_encoding.P[0]
         if not 1 <= state.steps <= table.shape[0]:
-            raise ValueError(f"the static step needs 1 to {table.shape[0]} steps reserved (state.reserve), got {state.steps}")
+            raise ValueError(
+                f"the static step needs 1 to {table.shape[0]} steps reserved (state.reserve), got {state.steps}"
+            )
         for block in dec.blocks:
             a = block.self_attention
             shape = (R, a.num_heads, state.steps, a.head_dim)
@@ -213,8 +217,8 @@ class StaticDecoder(nn.Module):
         X = X + _position(dec.pos_encoding, state.t).to(X.dtype)
         seen = (torch.arange(state.steps, device=X.device) <= state.t)[None, None, None, :]  # (1, 1, 1, Lmax)
         for i, block in enumerate(dec.blocks):
-            X = block.addnorm1(X, lambda x: _self_attend(block.self_attention, x, state, i, seen))
-            X = block.addnorm2(X, lambda x: _cross_attend(block.cross_attention, x, state, i))
+            X = block.addnorm1(X, lambda x, a=block.self_attention, i=i: _self_attend(a, x, state, i, seen))
+            X = block.addnorm2(X, lambda x, a=block.cross_attention, i=i: _cross_attend(a, x, state, i))
             X = block.addnorm3(X, block.ffn)
         state.logits.copy_(dec.dense(dec.final_norm(X))[:, 0])
 
@@ -257,4 +261,3 @@ def _cross_attend(attn, x: Tensor, state: StaticState, i: int) -> Tensor:
     q = _heads(attn.W_q(x), attn.num_heads)
     out = F.scaled_dot_product_attention(q, state.cross_k[i], state.cross_v[i], attn_mask=state.src_visible)
     return attn.W_o(out.transpose(1, 2).reshape(x.shape))
-

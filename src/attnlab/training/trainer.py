@@ -133,7 +133,9 @@ class Trainer:
         # What runs forward and backward: the compute copy, the DDP wrapper or the model, compiled on request.
         # Validation decodes with the model itself (its loop changes shapes every step).
         forward = self.ddp_model if self.mixed is None else self.mixed.model
-        self.forward_model = cast(nn.Module, torch.compile(forward, backend=COMPILE_BACKEND)) if config.compile else forward
+        self.forward_model = (
+            cast(nn.Module, torch.compile(forward, backend=COMPILE_BACKEND)) if config.compile else forward
+        )
         # Steps taken but not yet read: (mean loss, a (1,) tensor on the device; target tokens; batches).
         self._pending: list[tuple[torch.Tensor, int, int]] = []
         # Set on the device once a step's loss is non-finite: that update and every later one are skipped
