@@ -126,17 +126,26 @@ GPU_COMMAND = "bash benchmarks/gpu.sh"
 
 
 def render_gpu(records: dict[str, dict]) -> list[str]:
-    """The GPU records, each under a heading of its own (gpu.sh's step list first), or the command to run."""
+    """The GPU records as one table (the page stays a short reference; each record's full tables are in its
+    file): what each measured, on which device, by which command; or a line naming the command to run."""
     if not records:
         return [f"No GPU run is recorded yet: `{GPU_COMMAND}` on a CUDA machine writes benchmarks/results/gpu/."]
-    out: list[str] = []
+    rows = []
     for name in sorted(records, key=lambda n: (n != "gpu", n)):
         record = records[name]
-        device = f" ({record['device']})" if record.get("device") else ""
-        out += [f"### {record.get('title', name)}{device}", "", *render_record(record), ""]
-    while out and out[-1] == "":
-        out.pop()
-    return out
+        if record.get("summary"):
+            measured = "; ".join(f"{r.get('what', '')}: {r.get('measured', '')}" for r in record["summary"])
+        else:
+            measured = "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in record["figures"][:8])
+        rows.append(
+            {
+                "record": f"[{record.get('title', name)}](benchmarks/results/gpu/{name}.json)",
+                "device": record.get("device", ""),
+                "measured": measured,
+                "command": f"`{record.get('command', '')}`",
+            }
+        )
+    return ["", *table(rows)]
 
 
 def render(frame: str, records: dict[str, dict], gpu: dict[str, dict] | None = None) -> str:
