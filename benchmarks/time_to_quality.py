@@ -272,7 +272,9 @@ def valid_runs(args) -> int:
     columns = list(dict.fromkeys(k for r in rows for k in r))
     print(table(columns, [[r.get(c) for c in columns] for r in rows]))
     metric = METRIC.format(n=max(r["sources"] for r in rows)) + "; speed: beam 4, the sources twice minus once"
-    title = "How `laptop` was chosen" if args.preset == "laptop" else f"The `{args.preset}` run on `laptop`'s validation sources"
+    title = "How `laptop` was chosen"
+    if args.preset != "laptop":
+        title = f"The `{args.preset}` run on `laptop`'s validation sources"
     write_result(
         __file__, args.argv, stem=args.record or "laptop_search", title=title, metric=metric
     )  # the table: its figures
