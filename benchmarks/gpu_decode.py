@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--beams", default="1,4")
     ap.add_argument("--batch-size", type=int, help="sentences per batch (default: the translator's on the device)")
     ap.add_argument("--steps", default="dynamic", help=f"comma-separated, from {STEPS}")
+    ap.add_argument("--precision", default="fp32", help="the translator's precision (fp32, bf16)")
     args = ap.parse_args(argv)
     n1, n2 = (int(x) for x in args.lines.split(","))
     steps = args.steps.split(",")
@@ -66,19 +67,25 @@ def main(argv=None) -> int:
         ap.error(f"--lines needs 0 < N1 < N2, --steps names from {STEPS}; got {args.lines!r}, {args.steps!r}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error(f"--device {args.device}: CUDA is not available here; use --device cpu")
-    translator = load_translator(args.run, args.device)
+    translator = load_translator(args.run, args.device, precision=args.precision)
     translator.workers = 1  # one decoding loop: worker processes forked earlier would not see `static_step`
     batch_size = args.batch_size or translator.batch_size
     ids = sources(args.run, n2)
     name = torch.cuda.get_device_name() if translator.device.type == "cuda" else "CPU"
-    print(f"{args.run} on {name}: {n1:,} and {n2:,} sources of 3-10 words, batches of {batch_size}")
-    rows, reference = [], {}
+    print(f"{args.run} on {name}: {n1:,} and {n2:,} sources of 3-10 words, batches of {batch_size}, {args.precision}")
+    rows: list[dict] = []
+    reference: dict = {}
     for step in steps:
         translator.static_step = None if step == "dynamic" else step  # attnlab.decoding.static's hook
         for beam in (int(b) for b in args.beams.split(",")):
-            timed(translator, ids[:n1], beam, batch_size)  # warm-up: kernels chosen, graphs captured
-            t1, _ = timed(translator, ids[:n1], beam, batch_size)
-            t2, out = timed(translator, ids, beam, batch_size)
+            try:
+                timed(translator, ids[:n1], beam, batch_size)  # warm-up: kernels chosen, graphs captured
+                t1, _ = timed(translator, ids[:n1], beam, batch_size)
+                t2, out = timed(translator, ids, beam, batch_size)
+            except Exception as exc:  # noqa: BLE001 — one mode failing on a GPU must not cost the others' figures
+                print(f"{step}, beam {beam}: failed: {type(exc).__name__}: {exc}", flush=True)
+                rows.append({"step": step, "decoding": f"beam {beam}", "sentences/s": 0, "failed": str(exc)[:200]})
+                continue
             same = reference.setdefault(beam, out) is out or sum(a == b for a, b in zip(out, reference[beam])) / n2
             rate = (n2 - n1) / (t2 - t1) if t2 > t1 else 0.0  # 0: noise beat the difference (a tiny model)
             label = "greedy" if beam == 1 else f"beam {beam}"
@@ -92,7 +99,8 @@ def main(argv=None) -> int:
                     "outputs equal to dynamic's": "(reference)" if same is True else f"{same:.1%}",
                 }
             )
-    print(table(list(rows[0]), [list(r.values()) for r in rows]))
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    print(table(columns, [[r.get(c, "") for c in columns] for r in rows]))
     best = {r["decoding"]: max(x["sentences/s"] for x in rows if x["decoding"] == r["decoding"]) for r in rows}
     summary = [
         {"what": f"decoding a Transformer run on {name}, {k}, 3-10-word sources", "measured": f"{v:,} sentences/s"}
