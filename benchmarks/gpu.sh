@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# The GPU benchmark: one script, under 10 minutes on one CUDA GPU (an H200).
+# The GPU benchmark: one script, at most 8 minutes on one CUDA GPU (an H200), CUDA start-up included.
 #
-#   bash benchmarks/gpu.sh            # on the GPU machine
-#   bash benchmarks/gpu.sh --smoke    # the same steps at tiny sizes on CPU (about a minute)
+#   bash benchmarks/gpu.sh            # on the GPU machine: records under benchmarks/results/gpu/
+#   bash benchmarks/gpu.sh --smoke    # the same steps at tiny sizes on the CPU: records in a scratch folder
 #
-# Steps: machine + torch info; dense bf16 matmul rate and attention kernel rates as a % of it
-# (benchmarks/gpu_kernels.py); beam 4 vs greedy decoding (benchmarks/decode.py); Transformer training throughput, attnlab vs nn.Transformer and the book
-# (benchmarks/train_throughput.py, bf16 autocast); a Transformer trained on the full English-French
-# corpus for GPU_TRAIN_SECONDS (default 360) through `attnlab train`, then `attnlab evaluate --split test
-# --beam 4` (sacreBLEU). Everything printed also goes to $OUT/gpu_results.txt when $OUT is set.
+# Steps, each under a time cap (a step that overruns is stopped, the next one runs, and the summary says so):
+#   1. the dense bf16 matmul rate and attention kernels as a % of it (benchmarks/gpu_kernels.py);
+#   2. training throughput with MFU, attnlab against nn.Transformer on the same batches, eager and compiled
+#      (benchmarks/train_throughput.py, bf16 autocast, Transformer-base);
+#   3. `attnlab train --preset gpu` for GPU_TRAIN_SECONDS (default 300), its validation BLEU (greedy and beam 4,
+#      the 3-10-word multi-reference sources `laptop`'s curve is scored on) and the held-out test BLEU, once
+#      (benchmarks/time_to_quality.py --valid-run / --test-run --device cuda);
+#   4. decoding that run in big batches, greedy and beam 4, sentences/s by the difference of two input sizes,
+#      dynamic cache against the static step (benchmarks/gpu_decode.py).
+# gpu.json records every step's status and seconds, written after each step, so a stopped run keeps what
+# finished. Everything printed also goes to $OUT/gpu_results.txt, and the records to $OUT/results/, when $OUT
+# is set.
 #
-# Environment: ATTNLAB_DATA (default ../shared/data/fra-eng.zip, then shared/data/fra-eng.zip),
-# PYTHON (default .venv/bin/python, then python3), GPU_TRAIN_SECONDS, RUN_DIR (default runs/gpu/transformer-<time>).
+# Environment: ATTNLAB_DATA (default data/fra-eng.zip, then ../shared/data/fra-eng.zip, shared/data/fra-eng.zip),
+# PYTHON (default .venv/bin/python, then python3), GPU_TRAIN_SECONDS, RUN_DIR (default runs/gpu/gpu-<time>),
+# ATTNLAB_RESULTS (where records go; default benchmarks/results/gpu, or a scratch folder with --smoke).
 # Data: Tatoeba via manythings.org/anki, CC-BY 2.0 (France).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +28,7 @@ SMOKE=0
 for arg in "$@"; do
   case "$arg" in
     --smoke) SMOKE=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu.sh: unknown argument '$arg' (expected --smoke or nothing)" >&2; exit 2 ;;
   esac
 done
@@ -38,13 +46,13 @@ run() { echo "+ $*"; "$@"; }
 # --- Data
 DATA="${ATTNLAB_DATA:-}"
 if [ -z "$DATA" ]; then
-  for candidate in ../shared/data/fra-eng.zip shared/data/fra-eng.zip; do
+  for candidate in data/fra-eng.zip ../shared/data/fra-eng.zip shared/data/fra-eng.zip; do
     if [ -f "$candidate" ]; then DATA="$candidate"; break; fi
   done
 fi
 if [ -z "$DATA" ] || [ ! -f "$DATA" ]; then
   echo "gpu.sh: the English-French corpus was not found (ATTNLAB_DATA='${ATTNLAB_DATA:-}', then" \
-       "../shared/data/fra-eng.zip and shared/data/fra-eng.zip). Set ATTNLAB_DATA to fra-eng.zip." >&2
+       "data/fra-eng.zip, ../shared/data/fra-eng.zip and shared/data/fra-eng.zip). Set ATTNLAB_DATA to fra-eng.zip." >&2
   exit 2
 fi
 
@@ -69,6 +77,62 @@ if ! "$PY" -c "import attnlab" 2>/dev/null; then
 fi
 echo "python: $PY ($("$PY" -c 'import sys; print(sys.executable)'))"
 
+if [ "$SMOKE" = 1 ]; then
+  # Smoke figures never land among the measured records.
+  export ATTNLAB_RESULTS="${ATTNLAB_RESULTS:-$(mktemp -d "${TMPDIR:-/tmp}/attnlab-gpu-smoke.XXXXXX")}"
+else
+  export ATTNLAB_RESULTS="${ATTNLAB_RESULTS:-benchmarks/results/gpu}"
+fi
+mkdir -p "$ATTNLAB_RESULTS"
+echo "records: $ATTNLAB_RESULTS"
+STATUS="$ATTNLAB_RESULTS/.gpu_steps.tsv"
+: > "$STATUS"
+
+# One step under a cap: its status (ok, failed rc, stopped at the cap) and seconds go to gpu.json at once.
+capped() {
+  local cap="$1" name="$2"; shift 2
+  local t0 rc status
+  t0=$(date +%s)
+  echo "+ (cap ${cap} s) $*"
+  set +e
+  timeout --kill-after=10 "$cap" "$@"
+  rc=$?
+  set -e
+  case "$rc" in
+    0) status=ok ;;
+    124|137) status="stopped at the ${cap} s cap" ;;
+    *) status="failed (exit $rc)" ;;
+  esac
+  printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$(( $(date +%s) - t0 ))" "$cap" >> "$STATUS"
+  summary
+  return 0
+}
+
+# gpu.json: the steps so far, the run's BLEU and validation curve; copied with every record to $OUT/results.
+summary() {
+  "$PY" - "$STATUS" "${RUN_DIR:-}" "$SMOKE" "$(( $(date +%s) - START ))" "$*" <<'EOF' || true
+import json, os, sys, torch
+sys.path.insert(0, "benchmarks")
+from common import write_result
+status, run_dir, smoke, elapsed = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+rows = [dict(zip(("step", "status", "seconds", "cap (s)"), line.rstrip("\n").split("\t"))) for line in open(status)]
+curve = []
+log = os.path.join(run_dir, "log.jsonl") if run_dir else ""
+if log and os.path.isfile(log):
+    events = [json.loads(line) for line in open(log)]
+    t0 = next((e["time"] for e in events if e.get("event") == "precision"), events[0]["time"] if events else 0)
+    curve = [{"step": e["step"], "seconds since start": round(e["time"] - t0, 1), "valid BLEU (greedy, 500)": round(e["valid_bleu"], 2),
+              "valid loss": round(e["valid_loss"], 3), **({"weights": e["weights"]} if "weights" in e else {})}
+             for e in events if e.get("event") == "eval"]
+device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (smoke)"
+tables = [{"title": "`--preset gpu`: validation during its run", "figures": curve}] if curve else []
+write_result("gpu.sh", [a for a in ["--smoke"] if smoke], rows, device=device, wall_s=elapsed,
+             command="bash benchmarks/gpu.sh" + (" --smoke" if smoke else ""),
+             title="gpu.sh: the steps of the last run", **({"tables": tables} if tables else {}))
+EOF
+  if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/results"; cp "$ATTNLAB_RESULTS"/*.json "$OUT/results/" 2>/dev/null || true; fi
+}
+
 step "machine"
 echo "command: bash benchmarks/gpu.sh $*"
 if [ "$HAS_GPU" = 1 ]; then nvidia-smi; else echo "nvidia-smi: not available (no NVIDIA GPU here)"; fi
@@ -81,14 +145,19 @@ if torch.cuda.is_available():
           f"SDPA flash enabled {torch.backends.cuda.flash_sdp_enabled()}, bf16 supported {torch.cuda.is_bf16_supported()}")
 EOF
 
+RUN_DIR="${RUN_DIR:-runs/gpu/gpu-$(date +%Y%m%d-%H%M%S)}"
 if [ "$SMOKE" = 1 ]; then
   DEVICE=cpu
   KERNEL_ARGS=(--smoke)
-  THROUGHPUT_ARGS=(--quick)
+  THROUGHPUT_ARGS=(--quick --no-book)
   TRAIN_SECONDS="${GPU_TRAIN_SECONDS:-20}"
-  TRAIN_ARGS=(--preset tiny --device cpu)
-  EVAL_LIMIT=(--limit 20)
-  DECODE_ARGS=(--sentences 8 --steps 4 --rounds 1 --skip-uncached)
+  # The gpu preset's recipe at a toy size: the same code path, seconds on a CPU.
+  TRAIN_ARGS=(--preset gpu --device cpu --num-examples 2000 --precision fp32 --batch-tokens 512
+              --set model.num_hiddens=32 --set model.num_heads=2 --set model.num_layers=1
+              --set model.ffn_num_hiddens=64 --set data.bpe_vocab_size=300 --checkpoint-every 5 --eval-every 10)
+  SCORE_ARGS=(--device cpu --valid-limit 20)
+  DECODE_ARGS=(--device cpu --lines 20,60 --steps dynamic,static)
+  CAP_KERNELS=120; CAP_THROUGHPUT=120; CAP_TRAIN=240; CAP_SCORE=120; CAP_DECODE=120
 else
   if [ "$HAS_GPU" != 1 ] || ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     echo "gpu.sh: no CUDA GPU visible to torch; run 'bash benchmarks/gpu.sh --smoke' on a CPU machine" >&2
@@ -96,45 +165,44 @@ else
   fi
   DEVICE=cuda
   KERNEL_ARGS=()
-  # A bigger model and batch than the CPU run: on a GPU the CPU-side launch overhead dominates tiny ones.
-  THROUGHPUT_ARGS=(--device cuda --amp --batch-size 256 --d 512 --heads 8 --layers 6 --ffn 2048
-                   --steps 10 --warmup 3)
-  TRAIN_SECONDS="${GPU_TRAIN_SECONDS:-360}"
-  # Transformer-base width, pre-norm (stable at lr 1e-3 with a short warmup), the whole corpus.
-  TRAIN_ARGS=(--preset cpu-small --device cuda --batch-tokens 16384 --lr 1e-3 --warmup-steps 800
-              --eval-every 1000 --checkpoint-every 2000 --epochs 1000
-              --set model.num_hiddens=512 --set model.num_heads=8 --set model.num_layers=6
-              --set model.ffn_num_hiddens=2048 --set model.norm_first=true --set data.max_len=null)
-  EVAL_LIMIT=()
-  DECODE_ARGS=(--device cuda --rounds 5 --skip-uncached)
+  # Transformer-base on batches of the gpu preset's size (3,072 pairs of 8-12 tokens, ~30k target tokens),
+  # eager against nn.Transformer, and torch.compile(attnlab) in a capped child.
+  THROUGHPUT_ARGS=(--device cuda --amp --batch-size 3072 --min-len 8 --max-len 12 --d 512 --heads 8 --layers 6
+                   --ffn 2048 --vocab 8000 --steps 8 --warmup 3 --no-book --compile --compile-timeout 35)
+  TRAIN_SECONDS="${GPU_TRAIN_SECONDS:-300}"
+  TRAIN_ARGS=(--preset gpu --device cuda)
+  SCORE_ARGS=(--device cuda)
+  DECODE_ARGS=(--device cuda --precision bf16 --lines 1000,10000 --steps dynamic,graphs)
+  # 8 minutes in all, typically: ~20 s of start-up, then about 30 + 45 + (300 + ~35 of data, final evaluation
+  # and averaging) + 20 + 20 + 25 s. The caps (~520 s together) keep any overrun under the device's 10 minutes.
+  CAP_KERNELS=30; CAP_THROUGHPUT=55; CAP_TRAIN=$(( TRAIN_SECONDS + 45 )); CAP_SCORE=30; CAP_DECODE=30
 fi
 
 step "attention kernels vs the dense matmul rate"
-run "$PY" benchmarks/gpu_kernels.py "${KERNEL_ARGS[@]}"
+capped "$CAP_KERNELS" kernels "$PY" benchmarks/gpu_kernels.py "${KERNEL_ARGS[@]}"
 
-# Issue 11's beam target (beam 4 <= 1.6x greedy): on a CPU the matrix products and attention kernels
-# beam 4 must run already cost ~1.6x greedy's whole time (BENCHMARKS.md); here is the GPU's figure.
-step "decoding: beam 4 vs greedy, with the kernel floors"
-run "$PY" benchmarks/decode.py "${DECODE_ARGS[@]}"
+step "training throughput: MFU, attnlab vs nn.Transformer, eager and compiled"
+capped "$CAP_THROUGHPUT" train_throughput "$PY" benchmarks/train_throughput.py "${THROUGHPUT_ARGS[@]}"
 
-step "training throughput"
-run "$PY" benchmarks/train_throughput.py "${THROUGHPUT_ARGS[@]}"
+step "train --preset gpu for ${TRAIN_SECONDS} s on $DATA -> $RUN_DIR"
+capped "$CAP_TRAIN" train "$PY" -m attnlab train --model transformer "${TRAIN_ARGS[@]}" \
+  --time-budget "$TRAIN_SECONDS" --data "$DATA" --out "$RUN_DIR" --no-progress
 
-RUN_DIR="${RUN_DIR:-runs/gpu/transformer-$(date +%Y%m%d-%H%M%S)}"
-step "train a Transformer for ${TRAIN_SECONDS} s on $DATA -> $RUN_DIR"
-run "$PY" -m attnlab train --model transformer "${TRAIN_ARGS[@]}" --time-budget "$TRAIN_SECONDS" \
-  --data "$DATA" --out "$RUN_DIR" --no-progress
-
-step "evaluate on the held-out test split, beam 4"
-EVAL_LOG="$(mktemp)"
-run "$PY" -m attnlab evaluate --checkpoint "$RUN_DIR" --split test --beam 4 --device "$DEVICE" \
-  "${EVAL_LIMIT[@]}" | tee "$EVAL_LOG"
-BLEU="$(sed -n 's/^BLEU \([0-9.]*\).*/\1/p' "$EVAL_LOG" | head -n 1)"
-rm -f "$EVAL_LOG"
-if [ "$SMOKE" = 1 ]; then
-  echo "result: test BLEU ${BLEU:-?} (smoke run: tiny model, no target)"
+if [ -f "$RUN_DIR/model.safetensors" ]; then
+  step "validation BLEU (greedy, beam 4) of the gpu run on laptop's 3-10-word sources"
+  capped "$CAP_SCORE" valid_bleu "$PY" benchmarks/time_to_quality.py --valid-run "$RUN_DIR" --preset gpu \
+    --record gpu_valid "${SCORE_ARGS[@]}"
+  step "held-out test BLEU of the gpu run, once"
+  capped "$CAP_SCORE" test_bleu "$PY" benchmarks/time_to_quality.py --test-run "$RUN_DIR" --preset gpu \
+    --record gpu_test "${SCORE_ARGS[@]}"
+  step "decoding in big batches: greedy and beam 4, dynamic cache vs static step"
+  capped "$CAP_DECODE" decode "$PY" benchmarks/gpu_decode.py --run "$RUN_DIR" "${DECODE_ARGS[@]}"
 else
-  echo "result: test BLEU ${BLEU:-?} after ${TRAIN_SECONDS} s of training (target >= 40)"
+  echo "gpu.sh: $RUN_DIR has no final weights; the BLEU and decoding steps are skipped"
+  printf '%s\t%s\t0\t0\n' "valid_bleu, test_bleu, decode" "skipped: no trained run" >> "$STATUS"
 fi
+
 step "done"
+summary
+rm -f "$STATUS"
 if [ -n "${TEE_PID:-}" ]; then exec >&- 2>&-; wait "$TEE_PID" 2>/dev/null || true; fi  # let tee finish writing

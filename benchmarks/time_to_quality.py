@@ -15,6 +15,7 @@ greedily and with beam 4 (its default decoding), the tutorial recipe greedily (i
     python benchmarks/time_to_quality.py --recipes laptop --set model.num_layers=3 --label d192x3  # a variant
     python benchmarks/time_to_quality.py --valid-run runs/a runs/b --average 5   # the recipe search's table
     python benchmarks/time_to_quality.py --test-run runs/laptop-600               # the test split, once
+    python benchmarks/time_to_quality.py --valid-run runs/gpu --device cuda --record gpu_valid  # a GPU run
 
 The curve mode writes benchmarks/results/time_to_quality.json (also `--json`: the curves alone); the
 `--valid-run` mode benchmarks/results/laptop_search.json (one row per run: settings, validation BLEU greedy
@@ -90,7 +91,9 @@ def laptop_settings(args, budget: float | None = None):
         over["data"]["num_examples"] = args.num_examples
     if budget is not None:
         over["train"]["time_budget"] = budget
-    return resolve("transformer", "laptop", None, over)
+    if args.device != "cpu":
+        over["train"]["device"] = args.device
+    return resolve("transformer", args.preset, None, over)
 
 
 def point_dirs(args) -> dict[float, Path]:
@@ -128,7 +131,7 @@ def laptop_curve(args, sources, log=print) -> dict:
         )
         log(f"  laptop: {t:6.0f} s run  step {result.step:5d}  valid BLEU greedy {greedy:5.2f}  beam 4 {beam:5.2f}")
     settings = laptop_settings(args).sections
-    return {"recipe": args.label or "laptop", "settings": settings, "curve": curve, "valid_sources": len(sources)}
+    return {"recipe": args.label or args.preset, "settings": settings, "curve": curve, "valid_sources": len(sources)}
 
 
 def plain_curve(data, args, sources, log=print) -> dict:
@@ -240,10 +243,10 @@ def check_runs(runs, average: int | None) -> None:
             )
 
 
-def run_row(run: str, limit: int, average: int | None, scratch: str) -> dict:
+def run_row(run: str, limit: int, average: int | None, scratch: str, device: str = "cpu") -> dict:
     """One row of the recipe search: `run_settings`, validation BLEU greedy and beam 4, beam-4 sentences/s
     and, with `average`, the BLEU of the last `average` checkpoints averaged."""
-    translator = load_translator(run)
+    translator = load_translator(run, device)
     data = load_data(read_run_config(run)["data"])
     sources = held_out_sources(data.valid, translator.tgt_vocab, limit)
     if not sources:
@@ -264,23 +267,27 @@ def valid_runs(args) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="attnlab-avg-") as scratch:
         for run in args.valid_run:
-            rows.append(run_row(run, args.valid_limit, args.average, scratch))
+            rows.append(run_row(run, args.valid_limit, args.average, scratch, args.device))
             print(f"{run}: " + ", ".join(f"{k} {v}" for k, v in rows[-1].items() if k != "run"), flush=True)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     print(table(columns, [[r.get(c) for c in columns] for r in rows]))
     metric = METRIC.format(n=max(r["sources"] for r in rows)) + "; speed: beam 4, the sources twice minus once"
     title = "How `laptop` was chosen"
-    write_result(__file__, args.argv, stem="laptop_search", title=title, metric=metric)  # the table: its figures
+    if args.preset != "laptop":
+        title = f"The `{args.preset}` run on `laptop`'s validation sources"
+    write_result(
+        __file__, args.argv, stem=args.record or "laptop_search", title=title, metric=metric
+    )  # the table: its figures
     return 0
 
 
-def evaluate_split(run_dir, split: str = "test", limit: int = 10**9, beams=(1, 4)) -> list[dict]:
+def evaluate_split(run_dir, split: str = "test", limit: int = 10**9, beams=(1, 4), device: str = "cpu") -> list[dict]:
     """A saved run on a split, greedy and beam search: its 3-10-word held-out sources (the first `limit`),
     each against all of its references (multi-reference sacreBLEU BLEU and chrF). The test figure is
     touched once, for the chosen recipe."""
     from attnlab.metrics import book_bleu, corpus_chrf
 
-    translator = load_translator(run_dir)
+    translator = load_translator(run_dir, device)
     data = load_data(read_run_config(run_dir)["data"])
     sources = held_out_sources(getattr(data, split), data.tgt_vocab, limit=limit)
     refs = [r for _, _, r in sources]
@@ -341,6 +348,9 @@ def parse_args(argv=None):
     ap.add_argument("--valid-run", nargs="+", metavar="DIR", help="only score saved runs on the validation sources")
     ap.add_argument("--average", type=int, metavar="K", help="with --valid-run: also their last K checkpoints averaged")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="where to train and decode: cpu (default), cuda, cuda:1 ...")
+    ap.add_argument("--preset", default="laptop", help="the attnlab recipe of the curve (default laptop; gpu)")
+    ap.add_argument("--record", metavar="STEM", help="--valid-run/--test-run: the record's name (default laptop_*)")
     args = ap.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
     if args.average is not None and (args.average < 1 or not args.valid_run):
@@ -355,6 +365,9 @@ def parse_args(argv=None):
         ap.error(f"--points expects positive seconds; got {args.points}")
     args.points = sorted(set(args.points))
     args.recipes = args.recipes.split(",")
+    args.preset_label = "600 s `laptop`" if args.preset == "laptop" else f"`{args.preset}`"
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: CUDA is not available here; use --device cpu")
     unknown = [r for r in args.recipes if r not in RECIPES]
     if unknown:
         ap.error(f"--recipes expects names from {list(RECIPES)}; got {unknown}")
@@ -371,10 +384,10 @@ def main(argv=None) -> int:
     print_machine()
     try:
         if args.test_run:
-            rows = evaluate_split(args.test_run)
-            title = "The saved 600 s `laptop` run on the test split, touched once"
+            rows = evaluate_split(args.test_run, device=args.device)
+            title = f"The saved {args.preset_label} run on the test split, touched once"
             metric = "multi-reference sacreBLEU and chrF on every distinct test source of 3-10 words"
-            write_result(__file__, args.argv, rows, stem="laptop_test", title=title, metric=metric)
+            write_result(__file__, args.argv, rows, stem=args.record or "laptop_test", title=title, metric=metric)
             return 0
         if args.valid_run:
             return valid_runs(args)

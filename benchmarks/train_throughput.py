@@ -48,6 +48,7 @@ from train_quality import quality
 from attnlab.attention.dropout import Dropout
 from attnlab.attention.positions import sinusoidal_encoding
 from attnlab.models import Transformer, TransformerConfig
+from attnlab.training.flops import transformer_step_flops
 from attnlab.training.mixed import Bf16Compute
 from attnlab.utils.precision import TRAIN_PRECISIONS, bf16_attention, cpu_features, resolve_precision
 
@@ -189,6 +190,26 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
+def matmul_rate(device: torch.device, n: int) -> float:
+    """The dense bf16 matmul rate here, FLOP/s: an (n, n) @ (n, n) product, the best of 10 after a warm-up."""
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    best = math.inf
+    for i in range(11):
+        sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        sync(device)
+        if i:
+            best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def step_flops(args, batch) -> float:
+    """Model FLOPs of one training step on `batch` (`attnlab.training.flops`)."""
+    src_lens, tgt_lens = batch[1].tolist(), batch[4].tolist()
+    return transformer_step_flops(args.d, args.ffn, args.layers, args.vocab, src_lens, tgt_lens)
+
+
 def measure(args, names, log=print):
     """Round-robin timing. Returns ({name: [seconds per step]}, tokens per step, first-step seconds)."""
     device = torch.device(args.device)
@@ -216,10 +237,16 @@ def measure(args, names, log=print):
                 times[name].append(dt)
         if r >= args.warmup:
             tokens.append(int(batch[4].sum()))
+            args.flops.append(step_flops(args, batch))
     return times, tokens, first
 
 
-def report(times, tokens, base="attnlab"):
+def mfu(flops: list[float], ts: list[float], peak: float) -> float:
+    """Model FLOPs per second over the dense bf16 matmul rate, the median over rounds."""
+    return statistics.median(f / t for f, t in zip(flops, ts)) / peak
+
+
+def report(times, tokens, base="attnlab", flops=None, peak=None):
     rows = []
     for name, ts in times.items():
         tok_s = statistics.median(n / t for n, t in zip(tokens, ts))
@@ -230,9 +257,11 @@ def report(times, tokens, base="attnlab"):
                 f"{tok_s:,.0f}",
                 f"{statistics.median(ts) * 1e3:.0f} ms",
                 "(ours)" if name == base else f"{ratio:.2f}x",
+                f"{100 * mfu(flops, ts, peak):.1f} %" if flops and peak else "-",
             ]
         )
-    return table(["model", "target tokens/s (noise)", "median step (noise)", "attnlab speed-up vs this"], rows)
+    columns = ["model", "target tokens/s (noise)", "median step (noise)", "attnlab speed-up vs this", "MFU"]
+    return table(columns, rows)
 
 
 def profile(args, name, steps=3):
@@ -262,6 +291,7 @@ def compile_child(args) -> int:
     t0 = time.perf_counter()
     times, tokens, first = measure(args, names)
     ratio = statistics.median(e / c for e, c in zip(times["attnlab"], times["attnlab + compile"]))
+    peak = matmul_rate(torch.device(args.device), args.matmul_n)
     print(
         json.dumps(
             {
@@ -269,6 +299,8 @@ def compile_child(args) -> int:
                 "first_step_s": first["attnlab + compile"],
                 "eager_first_step_s": first["attnlab"],
                 "total_s": time.perf_counter() - t0,
+                "mfu": mfu(args.flops, times["attnlab + compile"], peak),
+                "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times["attnlab + compile"])),
             }
         )
     )
@@ -286,7 +318,8 @@ def run_compile(args, argv) -> str:
         return f"torch.compile: unavailable here ({err})"
     r = json.loads(out.stdout.strip().splitlines()[-1])
     return (
-        f"torch.compile(attnlab) / eager attnlab: {r['ratio']:.2f}x tokens/s "
+        f"ratio: torch.compile(attnlab) / attnlab = {r['ratio']:.2f}x target tokens/s; compiled: "
+        f"{r['tokens_per_s']:,.0f} target tokens/s, MFU {100 * r['mfu']:.1f} % "
         f"(first compiled step {r['first_step_s']:.1f} s vs eager {r['eager_first_step_s']:.2f} s; "
         f"child total {r['total_s']:.0f} s)"
     )
@@ -329,8 +362,12 @@ def parse_args(argv=None):
     )
     ap.add_argument("--quality", type=int, metavar="STEPS", help="also compare validation loss after STEPS real steps")
     ap.add_argument("--quality-d", type=int, default=64, help="model width D of the --quality runs")
+    ap.add_argument("--matmul-n", type=int, help="size of the bf16 matmul that sets MFU's rate (default 8192 on CUDA)")
     ap.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    args.flops = []  # model FLOPs of each timed round's batch
+    if args.matmul_n is None:
+        args.matmul_n = 8192 if args.device.startswith("cuda") else (256 if args.quick else 1024)
     if args.quick:
         args.batch_size, args.d, args.heads, args.layers, args.ffn, args.vocab = 8, 32, 2, 1, 64, 200
         args.min_len, args.max_len, args.steps, args.warmup, args.num_batches = 4, 8, 3, 1, 2
@@ -373,8 +410,15 @@ def main(argv=None) -> int:
         f"median of {args.steps} interleaved rounds after {args.warmup} warm-up\n"
     )
     times, tokens, _ = measure(args, names)
-    print(report(times, tokens))
+    peak = matmul_rate(torch.device(args.device), args.matmul_n)
+    print(report(times, tokens, flops=args.flops, peak=peak))
     print()
+    print(
+        f"dense bf16 matmul ({args.matmul_n}^3): {peak / 1e12:.2f} TFLOP/s; MFU = model FLOPs (6 x matmul parameters "
+        f"x real tokens + attention, attnlab.training.flops) per second over it"
+    )
+    for name in names:
+        print(f"MFU: {name} {100 * mfu(args.flops, times[name], peak):.1f} %")
     for mine in ours[1:]:  # each precision against fp32 attnlab, paired per round
         ratio = statistics.median(f / t for t, f in zip(times[mine], times["attnlab"]))
         print(f"ratio: {mine} / attnlab (fp32) = {ratio:.2f}x target tokens/s")
@@ -386,13 +430,20 @@ def main(argv=None) -> int:
     if args.quality:
         trained = [p for p in args.precision.split(",") if p in TRAIN_PRECISIONS and p != "fp32"]
         print(quality(args.quality, ["fp32", *trained], args.quality_d))
+    compiled = None
     if args.compile:
-        print(run_compile(args, [a for a in argv if a != "--compile"]))
+        compiled = run_compile(args, [a for a in argv if a != "--compile"])
+        print(compiled)
     if args.profile:
         for name in ("attnlab", "nn.Transformer"):
             print(f"\n## torch.profiler: {name}, 3 steps, top operators by self time\n")
             print(profile(args, name))
-    write_result(__file__, argv, main=0)
+    figures = {
+        "dense bf16 matmul TFLOP/s": round(peak / 1e12, 2),
+        **{f"MFU {n}": f"{100 * mfu(args.flops, times[n], peak):.1f} %" for n in names},
+    }
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
+    write_result(__file__, argv, main=0, device=device, mfu=figures, **({"compile": compiled} if compiled else {}))
     return 0
 
 

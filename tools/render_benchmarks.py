@@ -9,7 +9,8 @@ baseline). A line `{{NAME}}` in it becomes the record NAME.json: its command, th
 one line a row instead, its cells joined by ": ": the "tried, not kept" ideas); `{{summary}}` a table of the
 records' `summary` lines, each linking its section; `{{rest}}` every record the frame does not place, under a
 heading of its own (its `title`, else its file name), so a new record appears on the page without touching
-this script.
+this script; `{{gpu}}` every record of benchmarks/results/gpu/ (what `bash benchmarks/gpu.sh` writes on a GPU),
+or a line naming that command when there is none.
 
 Figures are numbers; a table's `formats` (`formats` beside `figures`, `summary_formats` beside `summary`) maps
 a column to the format that prints them with their unit: `"{:.2f}×"` for a number, `"{0:,} ({1:.2f}×)"` for
@@ -182,7 +183,33 @@ def readme(text: str, records: dict[str, dict]) -> str:
     return FIGURE.sub(fill, text)
 
 
-def render(frame: str, records: dict[str, dict]) -> str:
+GPU_COMMAND = "bash benchmarks/gpu.sh"
+
+
+def render_gpu(records: dict[str, dict]) -> list[str]:
+    """The GPU records as one table (the page stays a short reference; each record's full tables are in its
+    file): what each measured, on which device, by which command; or a line naming the command to run."""
+    if not records:
+        return [f"No GPU run is recorded yet: `{GPU_COMMAND}` on a CUDA machine writes benchmarks/results/gpu/."]
+    rows = []
+    for name in sorted(records, key=lambda n: (n != "gpu", n)):
+        record = records[name]
+        if record.get("summary"):
+            measured = "; ".join(f"{r.get('what', '')}: {r.get('measured', '')}" for r in record["summary"])
+        else:
+            measured = "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in record["figures"][:8])
+        rows.append(
+            {
+                "record": f"[{record.get('title', name)}](benchmarks/results/gpu/{name}.json)",
+                "device": record.get("device", ""),
+                "measured": measured,
+                "command": f"`{record.get('command', '')}`",
+            }
+        )
+    return ["", *table(rows)]
+
+
+def render(frame: str, records: dict[str, dict], gpu: dict[str, dict] | None = None) -> str:
     """The page: the frame with each `{{NAME}}` line replaced by that record (see the module docstring)."""
     records = {n: r for n, r in records.items() if r.get("page", PAGE.name) == PAGE.name}  # not another page's
     lines = frame.splitlines()
@@ -194,7 +221,7 @@ def render(frame: str, records: dict[str, dict]) -> str:
         if m and m.group(1) in records:
             sections[m.group(1)] = heading
     unknown = [m.group(1) for m in map(PLACE.match, (x.strip() for x in lines)) if m]
-    unknown = [n for n in unknown if n not in records and n not in ("summary", "rest")]
+    unknown = [n for n in unknown if n not in records and n not in ("summary", "rest", "gpu")]
     if unknown:
         raise SystemExit(f"the frame places {unknown}, but benchmarks/results/ has no such record")
     rest = [n for n in records if n not in sections]
@@ -205,6 +232,8 @@ def render(frame: str, records: dict[str, dict]) -> str:
             out.append(line)
         elif m.group(1) == "summary":
             out += summary(records, {**sections, **{n: str(records[n].get("title", n)) for n in rest}})
+        elif m.group(1) == "gpu":
+            out += render_gpu(gpu or {})
         elif m.group(1) == "rest":  # the records the frame does not place yet, each under its own heading
             for name in rest:
                 out += [f"## {records[name].get('title', name)}", "", *render_record(records[name], name), ""]
@@ -227,8 +256,10 @@ def main(argv=None) -> int:
     ap.add_argument("--readme", type=Path, help="a README whose figures to fill (default: README.md, from the "
                     "repository's own records only)")  # fmt: skip
     args = ap.parse_args(argv)
+    gpu_folder = args.results / "gpu"
+    gpu = load_records(gpu_folder) if gpu_folder.is_dir() else {}
     records = load_records(args.results)
-    outputs = {args.out: render(args.frame.read_text(encoding="utf-8"), records)}
+    outputs = {args.out: render(args.frame.read_text(encoding="utf-8"), records, gpu)}
     own = args.results.resolve() == RESULTS.resolve()  # the repository's records: its README and package too
     if args.readme or own:
         path = args.readme or README

@@ -1,5 +1,6 @@
 """The benchmark scripts run end to end at smoke sizes and print their ratio lines."""
 
+import json
 import os
 import re
 import shutil
@@ -51,7 +52,12 @@ def test_run_all_lists_every_benchmark():
     lines = out.splitlines()
     assert any(line.startswith("python benchmarks/train_throughput.py --steps 3 --warmup 1") for line in lines)
     assert not any("gpu_" in line or "run_all" in line or "common" in line for line in lines)
-    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {"run_all.py", "common.py", "gpu_kernels.py"}
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {
+        "run_all.py",
+        "common.py",
+        "gpu_kernels.py",
+        "gpu_decode.py",
+    }
     assert {line.split()[1].removeprefix("benchmarks/") for line in lines} == scripts
 
 
@@ -88,13 +94,22 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
     assert f"python: {sys.executable} " in out
     assert re.search(r"^ratio: L=\d+: attnlab fused / raw SDPA flash = \d+\.\d\d", out, re.M), out
     assert re.search(r"^ratio: attnlab / nn\.Transformer = \d+\.\d\dx", out, re.M), out
-    assert re.search(r"^beam 4 cost \(beam / greedy, both cached\): \d+\.\d\dx", out, re.M), out
-    assert re.search(r"^beam 4's \d+ matrix products and attention kernels: \d+\.\d\dx", out, re.M), out
-    assert re.search(r"^BLEU \d+\.\d\d ", out, re.M), out
-    assert re.search(r"^result: test BLEU \d+\.\d\d", out, re.M), out
-    # Everything printed also lands in $OUT/gpu_results.txt.
+    assert re.search(r"^MFU: attnlab \d+\.\d %", out, re.M), out
+    assert re.search(r"^ratio: static greedy: [\d,]+ sentences/s", out, re.M), out
+    assert re.search(r"^  beam 4: BLEU \d+\.\d\d", out, re.M), out
+    # Smoke records go to a scratch folder (here the suite's), never over benchmarks/results/.
+    records = Path(re.search(r"^records: (.+)$", out, re.M).group(1))
+    assert records == results_folder()
+    steps = json.loads((records / "gpu.json").read_text())["figures"]
+    assert [s["step"] for s in steps] == [
+        "kernels", "train_throughput", "train", "valid_bleu", "test_bleu", "decode"
+    ] and all(s["status"] == "ok" for s in steps), steps  # fmt: skip
+    for name in ("gpu_valid", "gpu_test", "gpu_decode", "train_throughput"):
+        assert (records / f"{name}.json").is_file(), name
+    # Everything printed also lands in $OUT/gpu_results.txt, and the records in $OUT/results/.
     saved = (out_dir / "gpu_results.txt").read_text()
-    assert "result: test BLEU" in saved and "ratio: attnlab / nn.Transformer" in saved
+    assert "MFU: attnlab" in saved and "ratio: attnlab / nn.Transformer" in saved
+    assert (out_dir / "results" / "gpu.json").is_file()
     check_record(results_folder(), "gpu_kernels.py", [])
 
 

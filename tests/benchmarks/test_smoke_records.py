@@ -69,6 +69,7 @@ ELSEWHERE = {  # smoke-tested in test_benchmarks_smoke.py / test_precision_bench
     "native_kernels.py",
     "decoder_only.py",
     "gpu_kernels.py",
+    "gpu_decode.py",  # through gpu.sh --smoke (test_benchmarks_smoke.py)
 }
 HELPERS = {"common.py", "run_all.py"}
 

@@ -48,6 +48,7 @@ FLAGS = {
     "max_len": ("data", "max_len"),
     "tokenizer": ("data", "tokenizer"),
     "precision": ("train", "precision"),
+    "compile": ("train", "compile"),
     "src_lang": ("data", "src_lang"),
     "tgt_lang": ("data", "tgt_lang"),
     "valid": ("data", "valid"),
@@ -196,6 +197,12 @@ def _add_machine_args(g) -> None:
         help="fp32 (default), bf16 (autocast), or auto: bf16 where native and measured to pay",
     )
     g.add_argument(
+        "--compile",
+        action="store_const",
+        const=True,
+        help="run forward and backward through torch.compile (faster on a GPU; the first steps compile)",
+    )
+    g.add_argument(
         "--tensorboard",
         metavar="DIR",
         help="also write log.jsonl's numbers (loss, lr, tokens/s, validation BLEU and loss) as TensorBoard "
@@ -224,7 +231,9 @@ def _argv(args) -> list[str]:
     )
     for name in ("out", "resume", "config", "tensorboard", *FLAGS):
         value = getattr(args, name)
-        if value is not None:
+        if value is True:  # a switch (--compile)
+            argv += [f"--{name.replace('_', '-')}"]
+        elif value is not None:
             argv += [f"--{name.replace('_', '-')}", str(value)]
     for item in args.set:
         argv += ["--set", item]

@@ -46,6 +46,7 @@ from attnlab.attention.recording import recording_active
 from attnlab.decoding.generator import generate
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions
+from attnlab.decoding.static import decoding_model
 from attnlab.kernels.switches import fingerprint
 from attnlab.utils.checks import check_range
 from attnlab.utils.forked import WorkerPool, can_fork
@@ -263,7 +264,10 @@ def _search_one(translator, seqs, options: DecodeOptions, targets, gen, scores: 
     P = len(prefixes[0])
     steps = max(1, translator.output_limit(src.shape[1], options.max_len) - P)
     prefix = torch.tensor(prefixes, dtype=torch.long, device=src.device) if P else None
+    # A GPU's static-shape step (`attnlab.decoding.static`) where the translator asks for one; a prefix, fed in one
+    # multi-token step, decodes dynamically.
+    model = translator.model if P else decoding_model(translator.model, getattr(translator, "static_step", None))
     return generate(
-        translator.model, src, lens, options, bos=bos, eos=translator.tgt_vocab.eos, max_len=steps, prefix=prefix,
+        model, src, lens, options, bos=bos, eos=translator.tgt_vocab.eos, max_len=steps, prefix=prefix,
         constraints=cons if any(cons) else None, generator=gen, scores=scores,
     )  # fmt: skip

@@ -56,6 +56,9 @@ DEFAULT_BATCH_SIZE = 256
 # step"): int8's step is short enough that a smaller batch's working set staying in cache, and 2 workers
 # sharing 17 batches out more evenly than 9, pay (the figures: that section). Same outputs.
 BATCH_SIZE_BY_PRECISION = {"int8": 96}
+# On a GPU a step of thousands of rows costs about what one of a few hundred does (launches dominate): sort by
+# length and decode in batches of thousands (benchmarks/gpu_decode.py).
+CUDA_BATCH_SIZE = 4096
 
 
 class InputError(ValueError):
@@ -192,6 +195,10 @@ class Translator:
         self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
         # sentences per batch when a call gives none
         self.batch_size = BATCH_SIZE_BY_PRECISION.get(choice.picked, DEFAULT_BATCH_SIZE)
+        if self.device.type == "cuda":
+            self.batch_size, self.workers = CUDA_BATCH_SIZE, 1  # one stream: batches one after another
+        # The static-shape decoding step ('static', 'graphs', 'compile': attnlab.decoding.static) or None (dynamic).
+        self.static_step: str | None = None
         self.alignment: SavedAlignment | None = None  # a run's alignment.json: the default layer and heads of align
         self.defaults = TRANSLATOR_DEFAULTS if defaults is None else defaults  # what a call without options decodes
 

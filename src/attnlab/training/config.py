@@ -32,6 +32,7 @@ RESUMABLE = frozenset(
         "log_every",
         "precision",
         "threads",
+        "compile",
     }
 )
 
@@ -82,6 +83,8 @@ class TrainConfig:
     precision: str = "fp32"  # 'fp32' (reproducible everywhere), 'bf16' (autocast), 'auto' (attnlab.utils.precision)
     log_every: int = 10  # steps between 'train' events in log.jsonl
     device: str = "auto"  # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...
+    compile: bool = False  # forward and backward through torch.compile (faster on a GPU once compiled; the
+    # first steps of each new batch shape pay the compilation)
     threads: int | None = None  # torch intra-op threads while training; None = torch's default (the cores).
     # The same seed gives the same weights only at the same thread count (float sums split differently).
 

@@ -3,7 +3,11 @@
     data (the task's) -> the task's batches (translation: token-count or fixed-shape; sharded by rank)
       -> the task's loss, summed over its units (real target tokens, images) / their number
       -> Adam + warmup/inverse-sqrt, constant, or linear/cosine to zero at the run's end; clipping, accumulation
-      -> bf16: on the CPU a bf16 compute copy with fp32 masters (training/mixed.py), on CUDA autocast
+      -> bf16: on the CPU a bf16 compute copy with fp32 masters (training/mixed.py), on CUDA autocast;
+         `compile`: the forward and backward through torch.compile
+      -> no host synchronisation per step: each step's loss stays on the device (a non-finite one makes the
+         fused optimizer skip that update and every later one, on the device), and the losses are read
+         together every `log_every` steps and before each evaluation, checkpoint and stop
       -> every N steps: validation (the task's metric: corpus BLEU, accuracy), atomic checkpoints, log.jsonl
 
 Everything a resumed run needs lives in `checkpoints/step_NNNNNNN/`: weights (safetensors), the
@@ -45,6 +49,11 @@ from attnlab.utils.runtime import distributed_info, intra_op_threads, resolve_de
 
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
+
+
+# torch.compile's backend for `TrainConfig.compile`: inductor generates fused kernels (Triton on a GPU, C++ on
+# the CPU, where compiling a small Transformer takes minutes on 2 cores); tests may swap in 'aot_eager'.
+COMPILE_BACKEND = "inductor"
 
 
 # --------------------------------------------------------------------------- trainer
@@ -121,6 +130,17 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config)
         # bf16 on the CPU: forward and backward run on a bf16 copy; the optimizer holds the fp32 masters.
         self.mixed = compute_copy(self.model, self.precision, self.device, self.world_size)
+        # What runs forward and backward: the compute copy, the DDP wrapper or the model, compiled on request.
+        # Validation decodes with the model itself (its loop changes shapes every step).
+        forward = self.ddp_model if self.mixed is None else self.mixed.model
+        self.forward_model = (
+            cast(nn.Module, torch.compile(forward, backend=COMPILE_BACKEND)) if config.compile else forward
+        )
+        # Steps taken but not yet read: (mean loss, a (1,) tensor on the device; target tokens; batches).
+        self._pending: list[tuple[torch.Tensor, int, int]] = []
+        # Set on the device once a step's loss is non-finite: that update and every later one are skipped
+        # (the fused optimizer's `found_inf`) until the losses are read and the run stops.
+        self._halted = torch.zeros((), device=self.device)
         self.stop = StopPolicy(config, self.device, self.world_size)
         self.state = TrainState()  # where the run is; saved in trainer_state.pt
         self.writer = RunWriter(
@@ -157,8 +177,11 @@ class Trainer:
 
     def _epoch_batches(self, epoch: int, start: int = 0) -> Iterator:
         """Batches of `epoch` from its `start`-th on (a resumed run skips without collating)."""
+        pin = self.device.type == "cuda"
         for indices in self._plan(epoch)[start:]:
-            yield self.task.collate(self.data, self.data.train, indices, self.cfg)
+            batch = self.task.collate(self.data, self.data.train, indices, self.cfg)
+            # Page-locked, so its copy to the GPU is asynchronous: the next batch is collated meanwhile.
+            yield batch.pin_memory() if pin and hasattr(batch, "pin_memory") else batch
 
     def _steps_per_epoch(self) -> int:
         return math.ceil(len(self._plan(0)) / self.cfg.grad_accum)
@@ -171,28 +194,31 @@ class Trainer:
         # The compute copy is bf16 already: no autocast, only the attention kernel choice.
         return bf16_attention(self.device) if self.mixed is not None else self._autocast()
 
-    def train_step(self, batches: list) -> tuple[float, int]:
-        """One optimizer update over `batches` (gradient accumulation); returns (mean loss, tokens).
+    def train_step(self, batches: list) -> tuple[torch.Tensor, int]:
+        """One optimizer update over `batches` (gradient accumulation); returns (mean loss, a (1,) float64
+        tensor on the device that is not read here; tokens).
 
         The loss of each micro-batch is its sum divided by the unit count (tokens, images) of *all* of them
         (on every rank), so accumulation and DDP give exactly the gradient of one big batch. A
-        non-finite loss skips the update, so the weights stay those of the last finite step.
+        non-finite loss skips the update, so the weights stay those of the last finite step: with the fused
+        optimizer on the device (its `found_inf`, sticky until the run stops), else after reading the loss.
         """
-        model = self.ddp_model if self.mixed is None else self.mixed.model
+        model = self.forward_model
         if self.mixed is not None:
             self.mixed.refresh()  # this step's bf16 weights, from the fp32 masters
         model.train()
-        if self.mixed is not None:
+        if model is not self.ddp_model:
             self.ddp_model.train()  # the masters' mode, which validation and checkpoints read
-        local_tokens = sum(self.task.units(b) for b in batches)
-        total = torch.tensor([float(local_tokens)], device=self.device)
+        total_tokens = sum(self.task.units(b) for b in batches)  # counted on the host copy: no device read
         if self.world_size > 1:
+            total = torch.tensor([float(total_tokens)], device=self.device)
             torch.distributed.all_reduce(total)
-        total_tokens = max(int(total.item()), 1)
+            total_tokens = int(total.item())
+        total_tokens = max(total_tokens, 1)
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # as exact as a python sum
         for i, batch in enumerate(batches):
-            batch = batch.to(self.device)
+            batch = batch.to(self.device, non_blocking=True) if _pinned(batch) else batch.to(self.device)
             sync = i == len(batches) - 1 or self.world_size == 1
             # Not syncing implies world_size > 1, where ddp_model is the DistributedDataParallel wrapper.
             ctx = cast("DistributedDataParallel", self.ddp_model).no_sync() if not sync else contextlib.nullcontext()
@@ -205,8 +231,10 @@ class Trainer:
         stats = loss_sum.reshape(1)
         if self.world_size > 1:
             torch.distributed.all_reduce(stats)  # every rank sees the same (possibly non-finite) loss
-        mean = stats.item() / total_tokens
-        if not math.isfinite(mean):
+        mean = stats / total_tokens
+        self._halted = torch.maximum(self._halted, (~torch.isfinite(mean[0])).float())
+        on_device = bool(self.optimizer.defaults.get("fused"))
+        if not on_device and bool(self._halted.item()):  # without the fused kernel: a read per step
             return mean, total_tokens
         if self.mixed is not None:
             self.mixed.grads_to_masters()
@@ -217,6 +245,8 @@ class Trainer:
         lr = learning_rate(self.state.step + 1, self.cfg, spent)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        if on_device:
+            self.optimizer.found_inf = self._halted  # type: ignore[attr-defined]  # torch's fused Adam skips on it
         self.optimizer.step()
         return mean, total_tokens
 
@@ -262,39 +292,69 @@ class Trainer:
             while reason is None:
                 for chunk in _chunks(self._epoch_batches(self.state.epoch, self.state.batch_in_epoch), cfg.grad_accum):
                     loss, ntok = self.train_step(chunk)
-                    if not math.isfinite(loss):  # all-reduced: every rank sees it; the update was skipped
-                        reason = stop.diverged()
-                        break
+                    self._pending.append((loss, ntok, len(chunk)))
                     self.state.step, self.state.batch_in_epoch = (
                         self.state.step + 1,
                         self.state.batch_in_epoch + len(chunk),
                     )
                     self.state.tokens_seen, tokens_this_run = self.state.tokens_seen + ntok, tokens_this_run + ntok
-                    losses.append(loss)
-                    window.add(loss, ntok)
-                    if self.state.step % cfg.log_every == 0:
-                        self.checkpointing.log_train(window.take(), tokens_this_run, time.monotonic() - start)
-                    if bar is not None:
-                        bar.update(
-                            self.state.step,
-                            loss=f"{loss:.3f}",
-                            epoch=self.state.epoch,
-                            tok_s=f"{tokens_this_run / max(time.monotonic() - start, 1e-9):.0f}",
-                        )
-                    if cfg.eval_every and self.state.step % cfg.eval_every == 0:
+                    step = self.state.step
+                    evaluate = bool(cfg.eval_every) and step % cfg.eval_every == 0
+                    save = bool(cfg.checkpoint_every) and step % cfg.checkpoint_every == 0
+                    if step % cfg.log_every == 0 or evaluate or save:
+                        # The one read of the device every log_every steps (and before anything that keeps
+                        # the weights): the pending losses, and whether one of them diverged.
+                        tokens_this_run -= self._read_losses(losses, window)
+                        if stop.reason == "non_finite_loss":
+                            reason = stop.reason
+                            break
+                        if step % cfg.log_every == 0:
+                            self.checkpointing.log_train(window.take(), tokens_this_run, time.monotonic() - start)
+                        if bar is not None:
+                            bar.update(
+                                step,
+                                loss=f"{losses[-1]:.3f}",
+                                epoch=self.state.epoch,
+                                tok_s=f"{tokens_this_run / max(time.monotonic() - start, 1e-9):.0f}",
+                            )
+                    if evaluate:
                         self._evaluate_and_log()
                     reason = stop.after_step(self.state.step, self.state.epoch)
                     if reason:
                         break  # the final checkpoint is written by _finish, after the final eval
-                    if cfg.checkpoint_every and self.state.step % cfg.checkpoint_every == 0:
+                    if save:
                         self.checkpointing.save_checkpoint()
                 else:
                     self.state.epoch, self.state.batch_in_epoch = self.state.epoch + 1, 0
                     reason = stop.after_epoch(self.state.step, self.state.epoch)
+            tokens_this_run -= self._read_losses(losses, window)  # the steps since the last read
+            if stop.reason == "non_finite_loss":
+                reason = stop.reason
             if bar is not None:
                 bar.close()
             # Still catching signals: a Ctrl-C during the final evaluation does not lose the weights.
             return self._finish(reason, losses, window, tokens_this_run, time.monotonic() - start)
+
+    def _read_losses(self, losses: list[float], window: LossWindow) -> int:
+        """Read the pending steps' losses in one transfer into `losses` and `window`. At the first non-finite
+        one the run has diverged: it and the steps after it (whose updates the device skipped) are taken
+        back from the run's position. Returns the tokens taken back."""
+        if not self._pending:
+            return 0
+        values = torch.cat([loss for loss, _, _ in self._pending]).tolist()
+        pending, self._pending = self._pending, []
+        for i, (value, (_, ntok, _)) in enumerate(zip(values, pending)):
+            if not math.isfinite(value):  # all-reduced: every rank sees it
+                back = pending[i:]
+                self.state.step -= len(back)
+                self.state.batch_in_epoch -= sum(n for _, _, n in back)
+                tokens = sum(t for _, t, _ in back)
+                self.state.tokens_seen -= tokens
+                self.stop.diverged()
+                return tokens
+            losses.append(value)
+            window.add(value, ntok)
+        return 0
 
     def _finish(self, reason: str, losses, window: LossWindow, tokens: int, elapsed: float) -> TrainResult:
         """After the loop: final evaluation, the 'end' event, final weights and checkpoint.
@@ -370,6 +430,12 @@ class Trainer:
         if self.cfg.max_steps is not None:
             total = min(total, self.cfg.max_steps)
         return Progress(total, initial=self.state.step, budget=self.cfg.time_budget)
+
+
+def _pinned(batch) -> bool:
+    """Whether `batch` (a translation `Batch`) is in page-locked memory, so it can be copied asynchronously."""
+    src = getattr(batch, "src", None)
+    return isinstance(src, torch.Tensor) and src.is_pinned()
 
 
 def _chunks(iterable, size: int) -> Iterator[list]:
