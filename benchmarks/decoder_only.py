@@ -151,7 +151,8 @@ def run_model(name, data, args, sources, layers: int) -> dict:
         ):
             t0 = time.perf_counter()
             model.train()
-            loss, _ = trainer.train_step([batch])
+            step_loss, _ = trainer.train_step([batch])
+            loss = float(step_loss)  # the trainer leaves it on the device; this script reads every step
             trainer.state.step += 1
             clock += time.perf_counter() - t0
             steps += 1
