@@ -62,8 +62,10 @@ _THREADS_LOCK = threading.Lock()  # one worker pool at a time changes torch's th
 # close together (sorted batches differ in length), few enough that the first lines come out soon.
 WINDOW_BATCHES = 4
 # paced_windows' first window, before any speed is known: a few lines, out within a second even on a slow,
-# loaded machine; each next window grows at most GROWTH times, so a slow step is seen before a long window.
-FIRST_WINDOW, GROWTH = 8, 4
+# loaded machine; each next window grows at most GROWTH times, so a slow step is seen before a long window;
+# at most PACED_BATCHES batches per worker: a fast search's second of work sorts by length over more lines
+# and hands its workers fewer windows (each window ends with a worker waiting for the other's last batch).
+FIRST_WINDOW, GROWTH, PACED_BATCHES = 8, 4, 64
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -88,17 +90,17 @@ def paced_windows(n: int, batch_size: int, workers: int = 1, seconds: float = 1.
     """Indices 0..n-1 in consecutive windows, each as long as the speed measured on the previous one decodes
     in `seconds` (the time from handing a window out to the next request: the caller decodes and writes each
     window before asking for the next), starting at FIRST_WINDOW lines, growing at most GROWTH times a
-    window, never above `input_windows`' size.
+    window, never above PACED_BATCHES batches per worker.
 
     Examples:
         >>> ticks = iter(range(100))             # a clock where each window takes 1 s: the first, 8 lines/s
         >>> [len(w) for w in paced_windows(100, batch_size=4, seconds=1.0, clock=lambda: next(ticks))][:3]
         [8, 8, 8]
-        >>> ticks = iter(range(100))             # 4 s a window: 32 lines, above input_windows' 16
-        >>> [len(w) for w in paced_windows(100, batch_size=4, seconds=4.0, clock=lambda: next(ticks))]
-        [8, 16, 16, 16, 16, 16, 12]
+        >>> ticks = iter(range(100))             # 4 s of work a window: growing 4 times, up to 64 batches
+        >>> [len(w) for w in paced_windows(400, batch_size=4, seconds=4.0, clock=lambda: next(ticks))]
+        [8, 32, 128, 232]
     """
-    cap = batch_size * WINDOW_BATCHES * max(1, workers)
+    cap = batch_size * PACED_BATCHES * max(1, workers)
     start, size = 0, min(FIRST_WINDOW, cap)
     while start < n:
         window = range(start, min(start + size, n))
