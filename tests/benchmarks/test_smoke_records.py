@@ -92,7 +92,8 @@ def run_dir(tmp_path_factory):
     return run
 
 
-SLOW = {"data_scale.py", "hf_decode.py", "positions.py", "translate_cli.py"}  # several fresh interpreters each: ~30 s quiet
+# several fresh interpreters each: ~30 s quiet
+SLOW = {"data_scale.py", "hf_decode.py", "positions.py", "translate_cli.py"}
 
 
 @pytest.mark.parametrize(
