@@ -149,17 +149,16 @@ def main(argv=None) -> int:
         fl = args.floors and not ours.get("sample") and not ours.get("constraints") and "n_best" not in ours
         best[title], fastest[title] = measure(args, data, title, engines, ours, theirs, fl)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    summary = [
+    beam = f"beam {args.beam}"
+    summary = [  # the page's summary: greedy, beam K, sampling (n-best and constrained: their tables)
         {"what": f"best attnlab / best CTranslate2, {t}", "baseline": "CTranslate2's best engine", "measured": r}
         for t, r in best.items()
-        if r is not None
+        if r is not None and (t in ("greedy", beam) or t.startswith("sampling"))
     ]
-    beam, constrained = f"beam {args.beam}", next((t for t in fastest if t.startswith("constrained")), None)
+    constrained = next((t for t in fastest if t.startswith("constrained")), None)
     if constrained is not None and beam in fastest:  # no CTranslate2 equivalent: against attnlab's own beam
         (c_name, c_speed), (b_name, b_speed) = fastest[constrained], fastest[beam]
         print(f"\nbest attnlab {constrained} ({c_name}) / best attnlab {beam} ({b_name}): {c_speed / b_speed:.2f}x")
-        summary.append({"what": f"best attnlab {constrained} / best attnlab {beam}", "baseline": f"attnlab's {beam}",
-                        "measured": f"{c_speed / b_speed:.2f}× ({c_name} vs {b_name}, medians)"})  # fmt: skip
     baseline = f"CTranslate2's best engine of each search, same exported weights, {args.threads} threads each"
     write_result(__file__, argv, main=0, baseline=baseline, summary=summary)
     return 0
@@ -254,8 +253,6 @@ def measure(args, data: Data, title: str, engines: dict, ours: dict, theirs: dic
             f"{sum(a == b for a, b in zip(outputs[n], outputs[fp32]))}/{len(data.src_ids)}")  # fmt: skip
         rows.append([n, round(speed[n], 1), None if ratio is None else f"{ratio:.2f}×",
                      None if text is None else round(corpus_bleu(text, data.refs), 2), same])  # fmt: skip
-    if theirs is None:  # CTranslate2's engines have no such search: their rows say so
-        rows += [[n, None, None, None, None] for n, e in engines.items() if e[0] == "ct2"]
     print(f"\n## {args.checkpoint}, {title}: {len(data.src_ids)} sentences of the {args.split} split, "
           f"{args.threads} threads each, {args.rounds} interleaved rounds\n")  # fmt: skip
     heads = [title, "sentences/s", "vs best CTranslate2", "BLEU", "same tokens as attnlab fp32"]

@@ -3,11 +3,12 @@ of the whole command (reading, windows, worker hand-offs, detokenization, writin
 input sizes, so that starting Python and loading the model cancel out.
 
 The input is the run's --split sources repeated to --sizes lines (small, large). Each engine translates each
-size once per round, rounds interleaved (rotating order); the rate is (large - small) / (t_large - t_small)
-from the median times. attnlab: `python -m attnlab translate --checkpoint RUN --precision P < in > out` with
-the search's flags. CTranslate2: a Python process that tokenizes each line as the export does (`source_tokens`),
-translates with `translate_iterable` (max_batch_size 128, --threads threads as inter x intra: 1x2 and 2x1),
-joins the target tokens and writes them; its best layout is the baseline.
+size once per round, rounds interleaved (rotating order); the rate (sentences/s in the table) is
+(large - small) / (t_large - t_small) from the median times. attnlab: `python -m attnlab translate
+--checkpoint RUN --precision P < in > out` with the search's flags. CTranslate2: a Python process that
+tokenizes each line as the export does (`source_tokens`), translates with `translate_iterable`
+(max_batch_size 128, --threads threads as inter x intra: 1x2 and 2x1), joins the target tokens and writes
+them; its best layout is the baseline.
 
     flock -x /tmp/attnlab-measure.lock python benchmarks/translate_cli.py --checkpoint RUN --split valid \\
         --sizes 1000,8000 --rounds 2 --searches greedy,beam,sampling
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
         with open(inputs[n], "w", encoding="utf-8") as f:
             f.writelines(sources[i % len(sources)] + "\n" for i in range(n))
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    summary = []
+    rows: list[list] = []
     for search in wanted:
         flags, kwargs = SEARCHES[search]
         script = CT2.replace("{kwargs}", kwargs)
@@ -95,11 +96,16 @@ def main(argv=None) -> int:
             for e in names
         }
         theirs = max(names[1:], key=rate.get)
-        rows = [[e, round(rate[e], 1), f"{rate[e] / rate[theirs]:.2f}×"] for e in names]
-        print(f"\n## {search}: {large} - {small} lines of the {args.split} split's sources, {args.rounds} rounds\n")
-        print(table([search, "sentences/s", "vs best CTranslate2"], rows, caption=search))
-        summary.append({"what": f"attnlab translate / best CTranslate2, {search}", "baseline": theirs,
-                        "measured": f"{rate[names[0]] / rate[theirs]:.2f}×"})  # fmt: skip
+        print(f"\n{search}: {large} - {small} lines of the {args.split} split's sources, {args.rounds} rounds: "
+              + ", ".join(f"{e} {rate[e]:.1f}/s" for e in names))  # fmt: skip
+        rows.append([search, round(rate[names[0]], 1), round(rate[theirs], 1), theirs.split(", ")[1],
+                     f"{rate[names[0]] / rate[theirs]:.2f}×"])  # fmt: skip
+    heads = ["search", f"attnlab translate --precision {args.precision}", "best CTranslate2 int8", "its threads",
+             "vs best CTranslate2"]  # fmt: skip
+    print()
+    print(table(heads, rows))
+    summary = [{"what": "attnlab translate on a file / best CTranslate2", "baseline": "CTranslate2 int8, best threads",
+                "measured": ", ".join(f"{r[0]} {r[-1]}" for r in rows)}]  # fmt: skip
     write_result(__file__, argv, baseline="CTranslate2 int8 on the same exported weights, best thread layout",
                  summary=summary)  # fmt: skip
     return 0
