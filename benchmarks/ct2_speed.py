@@ -150,10 +150,10 @@ def main(argv=None) -> int:
         best[title], fastest[title] = measure(args, data, title, engines, ours, theirs, fl)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     beam = f"beam {args.beam}"
-    summary = [  # the page's summary: greedy, beam K, sampling (n-best and constrained: their tables)
+    summary = [  # the page's summary: greedy and beam K (the other searches: their tables)
         {"what": f"best attnlab / best CTranslate2, {t}", "baseline": "CTranslate2's best engine", "measured": r}
         for t, r in best.items()
-        if r is not None and (t in ("greedy", beam) or t.startswith("sampling"))
+        if r is not None and t in ("greedy", beam)
     ]
     constrained = next((t for t in fastest if t.startswith("constrained")), None)
     if constrained is not None and beam in fastest:  # no CTranslate2 equivalent: against attnlab's own beam
@@ -253,12 +253,14 @@ def measure(args, data: Data, title: str, engines: dict, ours: dict, theirs: dic
             f"{sum(a == b for a, b in zip(outputs[n], outputs[fp32]))}/{len(data.src_ids)}")  # fmt: skip
         rows.append([n, round(speed[n], 1), None if ratio is None else f"{ratio:.2f}×",
                      None if text is None else round(corpus_bleu(text, data.refs), 2), same])  # fmt: skip
+    ours_fastest = max((n for n in names if runs[n][0] == "attnlab"), key=speed.get)
+    fastest = (ours_fastest.split(" ", 1)[1], speed[ours_fastest])
+    if theirs is None:  # CTranslate2's engines have no such search: their rows say so
+        rows += [[n, None, None, None, None] for n, e in engines.items() if e[0] == "ct2"]
     print(f"\n## {args.checkpoint}, {title}: {len(data.src_ids)} sentences of the {args.split} split, "
           f"{args.threads} threads each, {args.rounds} interleaved rounds\n")  # fmt: skip
     heads = [title, "sentences/s", "vs best CTranslate2", "BLEU", "same tokens as attnlab fp32"]
     print(table(heads, [[("—" if c is None else c) for c in r] for r in rows]))
-    ours_fastest = max((n for n in names if runs[n][0] == "attnlab"), key=speed.get)
-    fastest = (ours_fastest.split(" ", 1)[1], speed[ours_fastest])
     if theirs is None:
         print(f"\n{title}: CTranslate2 has no equivalent")
         return None, fastest
