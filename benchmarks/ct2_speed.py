@@ -144,16 +144,21 @@ def main(argv=None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="attnlab-ct2-")  # removed at exit (CTranslate2 has loaded it)
     out = export(args.checkpoint, os.path.join(tmp.name, "model"))
     engines = make_engines(args, base, out)
-    best = {}
+    best, fastest = {}, {}
     for title, (ours, theirs) in searches(wanted, args.beam, args.top_k, phrases).items():
         fl = args.floors and not ours.get("sample") and not ours.get("constraints") and "n_best" not in ours
-        best[title] = measure(args, data, title, engines, ours, theirs, fl)
+        best[title], fastest[title] = measure(args, data, title, engines, ours, theirs, fl)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    summary = [
+    beam = f"beam {args.beam}"
+    summary = [  # the page's summary: greedy and beam K (the other searches: their tables)
         {"what": f"best attnlab / best CTranslate2, {t}", "baseline": "CTranslate2's best engine", "measured": r}
         for t, r in best.items()
-        if r is not None and t in ("greedy", f"beam {args.beam}")
+        if r is not None and t in ("greedy", beam)
     ]
+    constrained = next((t for t in fastest if t.startswith("constrained")), None)
+    if constrained is not None and beam in fastest:  # no CTranslate2 equivalent: against attnlab's own beam
+        (c_name, c_speed), (b_name, b_speed) = fastest[constrained], fastest[beam]
+        print(f"\nbest attnlab {constrained} ({c_name}) / best attnlab {beam} ({b_name}): {c_speed / b_speed:.2f}x")
     baseline = f"CTranslate2's best engine of each search, same exported weights, {args.threads} threads each"
     write_result(__file__, argv, main=0, baseline=baseline, summary=summary)
     return 0
@@ -219,7 +224,8 @@ def decode(data: Data, kind: str, engine, bs: int, ours: dict, theirs: dict | No
 
 def measure(args, data: Data, title: str, engines: dict, ours: dict, theirs: dict | None, with_floors: bool):
     """One search's table: every engine (CTranslate2's where it has the search), warm-up then interleaved rounds;
-    returns best attnlab / best CTranslate2 as text (None without CTranslate2)."""
+    returns best attnlab / best CTranslate2 as text (None without CTranslate2), and attnlab's fastest engine
+    with its sentences/s."""
     runs = {n: e for n, e in engines.items() if e[0] == "attnlab" or theirs is not None}
     if with_floors:
         for n, (_, t, _) in list(runs.items()):
@@ -247,6 +253,8 @@ def measure(args, data: Data, title: str, engines: dict, ours: dict, theirs: dic
             f"{sum(a == b for a, b in zip(outputs[n], outputs[fp32]))}/{len(data.src_ids)}")  # fmt: skip
         rows.append([n, round(speed[n], 1), None if ratio is None else f"{ratio:.2f}×",
                      None if text is None else round(corpus_bleu(text, data.refs), 2), same])  # fmt: skip
+    ours_fastest = max((n for n in names if runs[n][0] == "attnlab"), key=speed.get)
+    fastest = (ours_fastest.split(" ", 1)[1], speed[ours_fastest])
     if theirs is None:  # CTranslate2's engines have no such search: their rows say so
         rows += [[n, None, None, None, None] for n, e in engines.items() if e[0] == "ct2"]
     print(f"\n## {args.checkpoint}, {title}: {len(data.src_ids)} sentences of the {args.split} split, "
@@ -255,7 +263,7 @@ def measure(args, data: Data, title: str, engines: dict, ours: dict, theirs: dic
     print(table(heads, [[("—" if c is None else c) for c in r] for r in rows]))
     if theirs is None:
         print(f"\n{title}: CTranslate2 has no equivalent")
-        return None
+        return None, fastest
     kinds = ("attnlab", "floor") if with_floors else ("attnlab",)
     for kind in kinds:
         ours_best = max((n for n in names if runs[n][0] == kind), key=speed.get)
@@ -263,7 +271,7 @@ def measure(args, data: Data, title: str, engines: dict, ours: dict, theirs: dic
         print(f"\nbest {kind} ({ours_best}) / best CTranslate2 ({theirs_best}), {title}: {ratio:.2f}x sentences/s")
         if kind == "attnlab":
             result = f"{ratio:.2f}× ({ours_best.split(' ', 1)[1]} vs {theirs_best.split(' ', 1)[1]})"
-    return result
+    return result, fastest
 
 
 def floors(translator, src_ids, bs, beam=1):

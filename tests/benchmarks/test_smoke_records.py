@@ -56,6 +56,10 @@ SMOKE: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--recipes", "laptop", "--budget", "2", "--points", "2", "--valid-limit", "6", "--num-examples", "1500"],
         ("data",),
     ),
+    "translate_cli.py": (
+        ["--checkpoint", RUN, "--limit", "6", "--sizes", "4,8", "--rounds", "1", "--searches", "greedy"],
+        ("run", "ctranslate2"),
+    ),
     "train_precision.py": (["--threads", "1", "--steps", "1", "--rows", "2", "--batch-size", "4"], ()),
     "train_quality.py": (["--steps", "2"], ("data",)),
     "vit_digits.py": (["--quick"], ("sklearn",)),
@@ -89,7 +93,8 @@ def run_dir(tmp_path_factory):
     return run
 
 
-SLOW = {"data_scale.py", "hf_decode.py", "positions.py"}  # several fresh interpreters each: ~30 s quiet
+# several fresh interpreters each: ~30 s quiet
+SLOW = {"data_scale.py", "hf_decode.py", "positions.py", "translate_cli.py"}
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from attnlab.cli import main
 from attnlab.data.corpus import sample_data_path
 from attnlab.testing import train_tiny
 
-LINES = 3500  # four windows of 1024 lines at one torch thread
+LINES = 3500  # several paced windows: the first of 8 lines, the next growing with the measured speed
 
 
 @pytest.fixture(scope="module")

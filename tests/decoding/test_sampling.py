@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from attnlab.decoding import search
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
 
@@ -93,3 +94,39 @@ def test_top_p_draws_exactly_from_the_smallest_set_holding_p(p):
     kept = torch.zeros(V)
     kept[order[:n]] = torch.softmax(LOGITS, dim=-1)[order[:n]]
     assert chi_square(draws, kept / kept.sum()) < CHI2_DF7_P001
+
+
+@pytest.mark.parametrize(("k", "temperature", "p"), [(3, 0.5, 1.0), (5, 2.0, 1.0), (5, 1.0, 0.8), (7, 1.5, 0.9)])
+def test_top_k_with_temperature_and_top_p_follows_the_masked_softmax(k, temperature, p):
+    """The draws from the k candidates (the fast path: logits, no bans) against softmax(logits / T) computed
+    over V with every token outside the top k, then outside the nucleus p of what remains, masked."""
+    scaled = LOGITS / temperature
+    masked = scaled.masked_fill(scaled < scaled.topk(k).values[-1], float("-inf"))
+    probs, order = masked.softmax(-1).sort(descending=True)
+    n = int((probs.cumsum(0) < p).sum()) + 1
+    expected = torch.zeros(V)
+    expected[order[:n]] = probs[:n] / probs[:n].sum()
+    draws = first_tokens(seed=11, top_k=k, temperature=temperature, top_p=p)
+    assert set(draws.tolist()) == set(order[:n].tolist())
+    assert chi_square(draws, expected) < CHI2_DF7_P001
+
+
+def test_top_k_draws_take_the_one_pass_and_score_the_model_log_probability(monkeypatch):
+    """Top-k sampling without bans selects with `beam_candidates` (never a softmax over V), and each
+    sample's positional score is log_softmax(logits) of its token, before the temperature."""
+    calls = []
+    real = search.beam_candidates
+
+    def counted(*args):
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr("attnlab.decoding.search.beam_candidates", counted)
+    opts = DecodeOptions(sample=True, n_best=8, seed=1, top_k=4, temperature=0.7)
+    out = generate(Scripted(), torch.zeros((2, 1), dtype=torch.long), None, opts, bos=BOS, eos=EOS, max_len=3,
+                   generator=torch.Generator().manual_seed(1))  # fmt: skip
+    assert calls and set(calls) == {4}
+    lp = torch.log_softmax(LOGITS, dim=-1)
+    for h in (h for hs in out for h in hs):
+        want = [float(lp[t]) for t in h.tokens] + ([float(lp[EOS])] if h.finished else [])
+        assert h.positional_scores == pytest.approx(want, abs=1e-5)

@@ -118,6 +118,21 @@ def write_translations(out: Lines, lines: list[str], todo: list[int], translate,
     out.write(rows, len(lines) - out.written)
 
 
+def answer_lines(out: Lines, read_line, answer) -> None:
+    """Interactive: read a line (`read_line`: its text, None at the end), write `answer(index, text)`'s lines
+    at once, and only then read the next. A line `answer` refuses (ValueError: too long, a phrase the
+    vocabulary lacks...) gets its one-line reason on stderr and one empty output line, and the session goes on."""
+    index = 0
+    while (text := read_line()) is not None:
+        try:
+            rows = answer(index, text)
+        except ValueError as e:
+            print(f"attnlab translate: {e}", file=sys.stderr, flush=True)
+            rows = [""]
+        out.write(rows, 1)
+        index += 1
+
+
 def format_lines(index: int, t, n_best: bool, align: bool) -> list[str]:
     """The output lines of one sentence's Translation (None: an empty input line): its text, or with n_best
     one line per hypothesis (an empty input line: one row, empty, score nan)."""

@@ -1,6 +1,7 @@
 """`attnlab translate`: source sentences (arguments, or stdin one a line) -> their translations, one a line.
 
 attnlab translate "i'm home ." "he's calm ."
+attnlab translate --checkpoint runs/laptop             # in a terminal: type a sentence, Enter, its translation
 echo "go ." | attnlab translate --checkpoint runs/d2l --beam 1        # greedy (default: the run's, beam 4)
 attnlab translate --beam 5 --n-best 3 "i'm home ."        # 0 ||| je suis chez moi . ||| -0.1234
 attnlab translate --sample --top-p 0.9 --n-best 4 --seed 1 "i'm home ."
@@ -11,9 +12,13 @@ input sentence; an empty input line gets one row with an empty translation and s
 appends ||| i-j ... (source word i, target word j, 0-based, whitespace words).
 A decoding flag not given takes the run's default (RUN/generation.json; beam 4 where it has none).
 
-Lines are written in input order as soon as they and every line before them are done (the input is
-decoded in windows of a few batches), flushed: `| head -1` ends quietly, and a stopped run (Ctrl-C,
-SIGTERM) keeps every finished line on stdout or in --out.
+In a terminal (stdin a tty) or with --interactive, each line is translated and printed as soon as Enter
+(a newline) comes, until Ctrl-D (end of input); a line it cannot translate gets one line on stderr and an
+empty output line. Otherwise stdin is read whole, and lines are written in input order as soon as they and
+every line before them are done, flushed: the input is decoded in windows sized by the speed measured on
+the one before (the first of a few lines, each next about a second's work), so the first lines come out
+within about a second, `| head -1` ends quietly, and a stopped run (Ctrl-C, SIGTERM) keeps every finished
+line on stdout or in --out.
 """
 
 from __future__ import annotations
@@ -25,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.commands._common import add_command
-from attnlab.commands._stream import Lines, PipeClosed, check_cost, one_line_warnings, write_translations
+from attnlab.commands._stream import (
+    Lines,
+    PipeClosed,
+    answer_lines,
+    check_cost,
+    format_lines,
+    one_line_warnings,
+    write_translations,
+)
 from attnlab.decoding.options import MAX_BEAM, TRANSLATOR_DEFAULTS
 from attnlab.runs.layout import DEFAULT_RUN
 
@@ -76,6 +89,12 @@ def add_parser(subparsers) -> None:
         "says otherwise; 1 = greedy, the quickest answer; --sample takes no beam)",
     )
     p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
+    p.add_argument(
+        "--interactive",
+        action="store_true",
+        help="translate each stdin line as soon as it ends, one answer per line, until end of input (default: "
+        "so when stdin is a terminal; else stdin is read whole, then decoded in windows)",
+    )
     p.add_argument(
         "--out",
         metavar="FILE",
@@ -247,11 +266,21 @@ def _stdin_lines() -> list[str]:
     return _utf8([line.rstrip("\n").encode("utf-8", "surrogateescape") for line in sys.stdin], "stdin line")
 
 
+def _stdin_line() -> str | None:
+    """The next stdin line as soon as it ends (a terminal hands it over at Enter), without its newline; None at
+    end of input. Bytes that are not UTF-8 become U+FFFD, with a warning."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    raw = buffer.readline() if buffer is not None else sys.stdin.readline().encode("utf-8", "surrogateescape")
+    if not raw:
+        return None
+    return _utf8([raw.rstrip(b"\r\n")], "stdin line")[0]
+
+
 def run(args) -> int:
     import torch
 
     from attnlab.data.prepared.encoders import sigterm_unwinds
-    from attnlab.decoding.batches import input_windows
+    from attnlab.decoding.batches import paced_windows
     from attnlab.decoding.options import OptionError
     from attnlab.runs.loading import open_translator
 
@@ -261,11 +290,19 @@ def run(args) -> int:
     if args.align:  # a model without cross-attention, or a layer/head it lacks: refused before decoding
         translator.alignment_heads(options.align_layer, options.align_heads)
     n_best = args.n_best is not None
+    if args.interactive and args.sentences:
+        raise ValueError(
+            f"--interactive reads its sentences from stdin, got {len(args.sentences)} on the command line; "
+            "drop them or --interactive"
+        )
+    interactive = not args.sentences and (args.interactive or sys.stdin.isatty())
     if args.sentences:
         # Arguments that are not UTF-8 reach Python as lone surrogates (surrogateescape).
         sentences = _utf8([s.encode("utf-8", "surrogateescape") for s in args.sentences], "argument")
         todo = list(range(len(sentences)))
         lines = sentences
+    elif interactive:
+        lines, todo = [], []
     else:
         # stdin: one output line per input line (blank in -> blank out), so outputs stay aligned.
         lines = _stdin_lines()
@@ -278,15 +315,28 @@ def run(args) -> int:
         except OptionError as e:  # options these sentences cannot hold (a prefix past a limit...): name the flag
             raise ValueError(named(e)) from None
 
-    windows = input_windows(len(todo), translator.batch_size, translator.workers or torch.get_num_threads())
+    def answer(index: int, text: str) -> list[str]:  # interactive: one line, checked and translated as it comes
+        if text.strip():
+            check_cost(translator, [text], options, args.truncate)
+            return format_lines(index, translate([text])[0], n_best, args.align)
+        return format_lines(index, None, n_best, args.align)
+
+    workers = translator.workers or torch.get_num_threads()
+    windows = paced_windows(len(todo), translator.batch_size, workers)
     try:
         with sigterm_unwinds(), one_line_warnings("translate"):
             try:
-                write_translations(out, lines, todo, translate, windows, n_best, args.align)
+                if interactive:
+                    if sys.stdin.isatty() and sys.stderr.isatty():
+                        print("attnlab translate: type a sentence and Enter; Ctrl-D ends", file=sys.stderr, flush=True)
+                    answer_lines(out, _stdin_line, answer)
+                else:
+                    write_translations(out, lines, todo, translate, windows, n_best, args.align)
             except BaseException as e:  # Ctrl-C, SIGTERM: say what is kept, then go on stopping
-                if not isinstance(e, Exception) and out.written < len(lines):
+                if not isinstance(e, Exception) and (interactive or out.written < len(lines)):
+                    of = "" if interactive else f" of {len(lines)}"
                     print(
-                        f"attnlab translate: stopped after {out.written} of {len(lines)} lines; the finished "
+                        f"attnlab translate: stopped after {out.written}{of} lines; the finished "
                         f"lines are in {out.where()}",
                         file=sys.stderr,
                         flush=True,

@@ -19,7 +19,9 @@ decode their own batches with one intra-op thread apiece, taking the next batch 
 
 Streaming callers (`attnlab translate`) decode their input in `input_windows`: consecutive runs of lines,
 each sorted by length and cut into batches here, so that results come back in input order window by
-window, as soon as each window is done (Marian's maxi-batches, CTranslate2's buffered iterables).
+window, as soon as each window is done (Marian's maxi-batches, CTranslate2's buffered iterables);
+`paced_windows` sizes them by the speed measured on the previous one, so that the first lines come out
+within about a second on any machine, and a stop loses at most about a second of decoding.
 
 Only inputs of two batches or more use workers (a server request, a single sentence: never). Each batch
 is decoded exactly as it would be alone on one intra-op thread, so the outputs do not depend on N (with
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -52,12 +55,18 @@ from attnlab.utils.checks import check_range
 from attnlab.utils.forked import WorkerPool, can_fork
 from attnlab.utils.runtime import gc_paused, intra_op_threads
 
-__all__ = ["WINDOW_BATCHES", "close_worker_pool", "input_windows", "length_batches", "search_batches"]
+__all__ = ["WINDOW_BATCHES", "close_worker_pool", "input_windows", "length_batches", "paced_windows",
+           "search_batches"]  # fmt: skip
 
 _THREADS_LOCK = threading.Lock()  # one worker pool at a time changes torch's thread count
 # Batches per worker in one streaming window: enough that the workers' last batches of a window end
 # close together (sorted batches differ in length), few enough that the first lines come out soon.
 WINDOW_BATCHES = 4
+# paced_windows' first window, before any speed is known: a few lines, out within a second even on a slow,
+# loaded machine; each next window grows at most GROWTH times, so a slow step is seen before a long window;
+# at most PACED_BATCHES batches per worker: a fast search's second of work sorts by length over more lines
+# and hands its workers fewer windows (each window ends with a worker waiting for the other's last batch).
+FIRST_WINDOW, GROWTH, PACED_BATCHES = 8, 4, 64
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -76,6 +85,31 @@ def input_windows(n: int, batch_size: int, workers: int = 1) -> list[range]:
     """
     size = batch_size * WINDOW_BATCHES * max(1, workers)
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def paced_windows(n: int, batch_size: int, workers: int = 1, seconds: float = 1.0, clock=time.perf_counter):
+    """Indices 0..n-1 in consecutive windows, each as long as the speed measured on the previous one decodes
+    in `seconds` (the time from handing a window out to the next request: the caller decodes and writes each
+    window before asking for the next), starting at FIRST_WINDOW lines, growing at most GROWTH times a
+    window, never above PACED_BATCHES batches per worker.
+
+    Examples:
+        >>> ticks = iter(range(100))             # a clock where each window takes 1 s: the first, 8 lines/s
+        >>> [len(w) for w in paced_windows(100, batch_size=4, seconds=1.0, clock=lambda: next(ticks))][:3]
+        [8, 8, 8]
+        >>> ticks = iter(range(100))             # 4 s of work a window: growing 4 times, up to 64 batches
+        >>> [len(w) for w in paced_windows(400, batch_size=4, seconds=4.0, clock=lambda: next(ticks))]
+        [8, 32, 128, 232]
+    """
+    cap = batch_size * PACED_BATCHES * max(1, workers)
+    start, size = 0, min(FIRST_WINDOW, cap)
+    while start < n:
+        window = range(start, min(start + size, n))
+        began = clock()
+        yield window
+        rate = len(window) / max(clock() - began, 1e-6)  # lines per second, this window
+        size = max(1, min(cap, GROWTH * len(window), int(rate * seconds)))
+        start = window.stop
 
 
 def search_batches(

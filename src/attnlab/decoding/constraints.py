@@ -95,12 +95,14 @@ class Progress:
         return Progress(tuple(met), tuple(partial))
 
 
-def allocate(cands: list[tuple[float, int, int, Progress]], phrases: list[list[int]], K: int) -> list:
+def allocate(cands: list[tuple[float, int, int, Progress]], phrases: list[list[int]], K: int, produced=None) -> list:
     """Deal K live slots among candidates (score, beam, token, progress): banks by constraint tokens
-    produced, best first within a bank, round-robin from the fullest bank."""
+    produced (`produced(progress)`, default `progress.produced(phrases)`), best first within a bank,
+    round-robin from the fullest bank."""
+    bank = produced or (lambda p: p.produced(phrases))
     banks: dict[int, list] = {}
     for c in sorted(cands, key=lambda c: -c[0]):
-        banks.setdefault(c[3].produced(phrases), []).append(c)
+        banks.setdefault(bank(c[3]), []).append(c)
     order = sorted(banks, reverse=True)
     chosen: list = []
     rank = 0
@@ -127,6 +129,31 @@ class ConstrainedBeamSearch(Search):
             self.progress.append([p] * beam)
         self._units: list[int] = []
         self._cands: list[list[Progress]] = []
+        # Per unit: every token of its phrases (a token outside them leaves a progress outside any phrase as
+        # it is), and memos of `advance` and `produced`: a beam's few progresses meet the same tokens each step.
+        self._phrase_tokens = [{t for p in phrases for t in p} for phrases in self.phrases]
+        self._advanced: list[dict[tuple[Progress, int], Progress]] = [{} for _ in self.phrases]
+        self._produced: list[dict[Progress, int]] = [{} for _ in self.phrases]
+
+    def _advance(self, u: int, p: Progress, token: int) -> Progress:
+        if not p.partial and token not in self._phrase_tokens[u]:
+            return p
+        memo = self._advanced[u]
+        nxt = memo.get((p, token))
+        if nxt is None:
+            nxt = memo[(p, token)] = p.advance(self.phrases[u], token)
+        return nxt
+
+    def _bank(self, u: int):
+        memo, phrases = self._produced[u], self.phrases[u]
+
+        def produced(p: Progress) -> int:
+            n = memo.get(p)
+            if n is None:
+                n = memo[p] = p.produced(phrases)
+            return n
+
+        return produced
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         n, K, V = lprobs.shape
@@ -141,8 +168,8 @@ class ConstrainedBeamSearch(Search):
             ranked = sorted(((s, k, t) for (k, t), s in by_sentence[i].items() if s > neg_inf), key=lambda c: -c[0])
             done = self.progress[u]
             finishing = [(s, k, t, done[k]) for s, k, t in ranked[:K] if t == eos]
-            live = [(s, k, t, done[k].advance(self.phrases[u], t)) for s, k, t in ranked if t != eos]
-            row = finishing + allocate(live, self.phrases[u], K)
+            live = [(s, k, t, self._advance(u, done[k], t)) for s, k, t in ranked if t != eos]
+            row = finishing + allocate(live, self.phrases[u], K, self._bank(u))
             row += [(neg_inf, 0, eos, Progress.start(len(self.phrases[u])))] * (2 * K - len(row))
             rows.append(row)
             cands.append([c[3] for c in row])

@@ -45,7 +45,7 @@ def make_search(options: DecodeOptions, eos: int, bans: list, constraints=None, 
     if constraints is not None and any(constraints):
         return ConstrainedBeamSearch(options.beam, eos, constraints, prefixes)
     if options.sample:
-        return Sampling(processors_for(options, eos)[1], generator)
+        return Sampling(processors_for(options, eos)[1], generator, raw_logits=not bans, top_k=options.top_k)
     if options.beam == 1:
         return Greedy(scores, raw_logits=not bans)
     return BeamSearch(options.beam, raw_logits=not bans)

@@ -8,7 +8,8 @@ reorders the caches; a strategy never sees the model.
     Greedy      K = 1, C = 1: the arg-max (`argmax.pick`: the C kernel, no log-softmax without bans)
     BeamSearch  K = beam, C = 2K: the 2K best continuations, so K that do not end in <eos> always remain
                 (from the logits themselves without bans: `kernels.beam_topk`'s one pass)
-    Sampling    K = 1, C = 1: one draw per row from softmax(warped log-probabilities)
+    Sampling    K = 1, C = 1: one draw per row from softmax(warped log-probabilities) (top-k without bans: from
+                the k candidates `kernels.beam_topk`'s one pass gives, never a distribution over V)
     (constrained beam search: `attnlab.decoding.constraints.ConstrainedBeamSearch`)
 """
 
@@ -20,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from attnlab.decoding.processors import Processor, apply
+from attnlab.decoding.processors import Processor, TopK, apply
 from attnlab.kernels.argmax import pick
 from attnlab.kernels.beam_topk import beam_candidates
 
@@ -115,14 +116,38 @@ class BeamSearch(Search):
 
 class Sampling(Search):
     """One token per row drawn from softmax(warpers(lprobs)) (temperature, top-k, top-p) with `generator`;
-    the candidate's score is the model's log-probability, before the warpers."""
+    the candidate's score is the model's log-probability, before the warpers.
 
-    def __init__(self, warpers: Sequence[Processor], generator: torch.Generator | None = None):
-        self.warpers, self.generator = list(warpers), generator
+    With `raw_logits` (no bans) step gets the logits. With `top_k` too, the k likeliest tokens and their
+    log-probabilities come from one pass over them (`beam_candidates` with one hypothesis: a partial sort in C
+    for k <= 64), and the temperature and top-p warp those k values only: softmax over the k equals
+    softmax(logits / T) with every other token masked, as `TopK` then `TopP` over V give (of tokens tied
+    with the k-th, the lower ids are the ones kept). Finished samples leave the batch at once.
+
+    Examples:
+        >>> logits = torch.tensor([[[0.0, 3.0, 1.0, -2.0]]])                  # n=1, K=1, V=4
+        >>> s = Sampling([], torch.Generator().manual_seed(0), raw_logits=True, top_k=1)
+        >>> c = s.step(0, logits, torch.zeros(1, 1), SearchState([0], None))
+        >>> c.tokens.tolist(), round(c.lprobs.item(), 4) == round(logits.log_softmax(-1)[0, 0, 1].item(), 4)
+        ([[1]], True)
+    """
+
+    def __init__(self, warpers: Sequence[Processor], generator: torch.Generator | None = None, *,
+                 raw_logits: bool = False, top_k: int = 0):  # fmt: skip
+        self.generator, self.raw_logits, self.top_k = generator, raw_logits, top_k
+        # The fast path draws among the k already: TopK over them would change nothing.
+        self.warpers = [w for w in warpers if not (raw_logits and top_k and isinstance(w, TopK))]
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
-        rows = lprobs[:, 0]  # (n, V)
-        probs = apply(self.warpers, rows, rows).softmax(dim=-1)
-        tok = torch.multinomial(probs, 1, generator=self.generator)  # (n, 1)
-        lp = rows.gather(1, tok)
+        rows = lprobs[:, 0]  # (n, V): logits (raw_logits) or log-probabilities
+        n, V = rows.shape
+        if self.raw_logits and 0 < self.top_k < V:
+            zero = torch.zeros((n, 1), device=rows.device)
+            _, cand, _, cand_lp = beam_candidates(rows.float(), zero, self.top_k)  # (n, k) best first
+        else:
+            cand, cand_lp = None, rows.float().log_softmax(dim=-1) if self.raw_logits else rows
+        probs = apply(self.warpers, cand_lp, cand_lp).softmax(dim=-1)
+        pick_ = torch.multinomial(probs, 1, generator=self.generator)  # (n, 1) positions among the candidates
+        tok = pick_ if cand is None else cand.gather(1, pick_)
+        lp = cand_lp.gather(1, pick_)
         return Candidates(scores + lp, tok, torch.zeros_like(tok), lp)
