@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
+import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_model
 from torch import Tensor, nn
 
-from attnlab.utils.files import atomic_path
+from attnlab.kernels.finite import all_finite
+from attnlab.utils.files import atomic_path, loads_json
+from attnlab.utils.machine import memory_bytes
 
 CONFIG_METADATA = "attnlab_model_config"  # safetensors metadata key: the model config, as JSON
 
@@ -92,9 +97,10 @@ def check_weights(
         )
     if config is not None and CONFIG_METADATA in metadata:
         try:
-            saved = json.loads(metadata[CONFIG_METADATA])
-        except json.JSONDecodeError:
+            saved = loads_json(metadata[CONFIG_METADATA], f"{path}'s metadata", "weights")
+        except ValueError:
             saved = {}
+        saved = saved if isinstance(saved, dict) else {}
         # Dropout does not change what trained weights compute; every other key does.
         differ = [k for k in sorted(set(saved) & set(config)) if k != "dropout" and saved[k] != config[k]]
         if differ:
@@ -119,3 +125,85 @@ def load_weights(
             f"{path} does not match the model built from {what}: missing tensors "
             f"{sorted(missing)[:5]}, unexpected tensors {sorted(unexpected)[:5]}"
         )
+    check_finite(model.state_dict().items(), path)
+
+
+def check_finite(tensors: Iterable[tuple[str, Tensor]], path: str | os.PathLike) -> None:
+    """ValueError (one line) naming the first floating-point tensor that holds a NaN or an infinity: such a
+    model translates every sentence to nothing (every score NaN), so it is refused at load and import.
+
+    Examples:
+        >>> check_finite([("a", torch.ones(2)), ("b", torch.tensor([1.0, float("nan")]))], "w.safetensors")
+        Traceback (most recent call last):
+        ...
+        ValueError: w.safetensors: tensor b holds 1 NaN or infinite values of 2; the weights are damaged (a \
+training run that diverged?): use an earlier checkpoint or train again
+    """
+    for name, t in tensors:
+        if t.is_floating_point() and t.device.type != "meta" and not all_finite(t):
+            bad = int((~torch.isfinite(t)).sum())
+            raise ValueError(
+                f"{path}: tensor {name} holds {bad} NaN or infinite values of {t.numel()}; the weights are "
+                "damaged (a training run that diverged?): use an earlier checkpoint or train again"
+            )
+
+
+def config_values(model_config: Mapping[str, Any]) -> dict[str, int]:
+    """The sizes that multiply a model's weights, from a model config: widths, layers, vocabularies and
+    position-table rows (positive integers only; missing or odd values count as 1)."""
+
+    def size(key: str, default: int = 1) -> int:
+        v = model_config.get(key, default)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
+
+    D = size("num_hiddens")
+    return {
+        "num_hiddens": D,
+        "ffn_num_hiddens": size("ffn_num_hiddens", 3 * D),
+        "num_layers": size("num_layers"),
+        "decoder_layers": size("decoder_layers", size("num_layers")),
+        "embed_size": size("embed_size", D),
+        "src_vocab_size": size("src_vocab_size"),
+        "tgt_vocab_size": size("tgt_vocab_size"),
+        "max_len": size("max_len"),
+    }
+
+
+def config_floats(model_config: Mapping[str, Any]) -> tuple[int, str]:
+    """(a lower bound on the values a model of `model_config` holds, the size that contributes most): per
+    block 4 D² of attention and 2 D F of FFN (a decoder block 4 D² more of cross-attention), the embeddings
+    and output projection (vocabularies x D) and the position tables (max_len x D, one per stack). Exact
+    counting needs the model built (on the meta device: time per layer and table row); this needs nothing.
+
+    Examples:
+        >>> config_floats({"num_hiddens": 32, "ffn_num_hiddens": 64, "num_layers": 2, "max_len": 10**9})
+        (64000041056, 'max_len')
+    """
+    v = config_values(model_config)
+    D, F, N, Nd = v["num_hiddens"], v["ffn_num_hiddens"], v["num_layers"], v["decoder_layers"]
+    parts = {
+        "num_layers": N * (4 * D * D + 2 * D * F),
+        "decoder_layers": Nd * (8 * D * D + 2 * D * F),
+        "src_vocab_size": v["src_vocab_size"] * max(D, v["embed_size"]),
+        "tgt_vocab_size": 2 * v["tgt_vocab_size"] * max(D, v["embed_size"]),
+        "max_len": 2 * v["max_len"] * D,
+    }
+    return sum(parts.values()), max(parts, key=lambda k: parts[k])
+
+
+def check_config_size(
+    model_config: Mapping[str, Any], bytes_per_value: int, what: str, available: int | None = None
+) -> None:
+    """ValueError (one line) when a model of `model_config`, at `bytes_per_value` bytes a value, cannot fit
+    `available` bytes (default: `memory_bytes()`, which counts `ulimit -v`), judged from the config's
+    numbers alone (`config_floats`) before anything is built. what: the model's name in the message."""
+    available = memory_bytes() if available is None else available
+    floats, worst = config_floats(model_config)
+    need = floats * bytes_per_value
+    if available is None or need <= available:
+        return
+    raise ValueError(
+        f"{what} asks for a model of at least {need / 2**30:,.1f} GB ({floats:,} values at {bytes_per_value} "
+        f"bytes; largest: {worst} = {config_values(model_config)[worst]:,}) but this machine lets a process use "
+        f"{available / 2**30:,.1f} GB; lower model.{worst}"
+    )

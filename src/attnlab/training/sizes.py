@@ -3,7 +3,15 @@ parameters on the meta device (shapes only, no memory: as `load_translator` and 
 config against its weights) and estimates what training holds at once — weights, gradients and Adam's
 two moments (16 bytes a parameter in float32) plus one batch's activations — against the memory of the
 device it trains on. A model that cannot fit is one line naming the size to lower, before any
-allocation."""
+allocation.
+
+Building even a meta-device model takes time per module and per table row, so
+`attnlab.runs.weights.check_config_size` first
+bounds the weights and buffers from the config's numbers alone (layers, widths, vocabularies, position
+tables): a config asking for 100,000 layers or a billion positions is one line at once, for training
+(`check_fits`), loading a run (`attnlab.runs.loading`) and importing a model (`attnlab.export.marian`).
+The memory compared with is the machine's (`attnlab.utils.machine.memory_bytes`: physical, cgroup and
+the process's address-space limit, `ulimit -v`)."""
 
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ from typing import Any
 import torch
 
 from attnlab.models import CONFIGS, TRANSLATORS, build_model
+from attnlab.runs.weights import check_config_size
 from attnlab.training.config import TrainConfig
 from attnlab.utils.machine import memory_bytes
 from attnlab.utils.runtime import resolve_device
@@ -43,6 +52,8 @@ def training_bytes(model_type: str, model_config: Mapping[str, Any], train: Trai
     attention weights of each head over the batch's sequence length; per token the target vocabulary's
     logits, their softmax and gradient)."""
     P = parameters(model_type, model_config)
+    with torch.device("meta"):  # the position tables are buffers: memory all the same
+        P += sum(b.numel() for b in build_model(model_type, dict(model_config)).buffers())
     cfg = CONFIGS[model_type].from_dict(dict(model_config))
     D = int(getattr(cfg, "num_hiddens", 1))
     F = int(getattr(cfg, "ffn_num_hiddens", 3 * D))
@@ -69,6 +80,7 @@ def check_fits(model_type: str, model_config: Mapping[str, Any], train: TrainCon
     available = device_memory(train.device)
     if available is None or model_type not in TRANSLATORS:  # the translators' sizes are the open-ended ones
         return
+    check_config_size(model_config, PER_PARAMETER, f"this {model_type}", available)  # before building
     P, need = training_bytes(model_type, model_config, train)
     if need <= available:
         return

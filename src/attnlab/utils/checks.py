@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -105,3 +105,21 @@ def check_range(
 
 def check_seed(value: int, flag: str = "--seed") -> int:
     return check_range(flag, value, 0, SEED_MAX, integer=True)
+
+
+def all_empty_warning(outputs: Sequence[str], what: str = "translation") -> str | None:
+    """A one-line warning when every one of `outputs` (two or more) is empty: the model ended every sentence
+    with <eos> at once, as damaged or untrained weights do; None otherwise.
+
+    Examples:
+        >>> print(all_empty_warning(["", ""]))  # doctest: +ELLIPSIS
+        warning: every translation is empty (the model emitted <eos> first for all 2 sentences); ...
+        >>> all_empty_warning(["", "le chat"]) is None
+        True
+    """
+    if len(outputs) < 2 or any(o.strip() for o in outputs):
+        return None
+    return (
+        f"warning: every {what} is empty (the model emitted <eos> first for all {len(outputs)} sentences); "
+        "its weights may be damaged or untrained"
+    )
