@@ -82,7 +82,7 @@ def run(args) -> int:
     out_ids = [hs[0].tokens for hs in translator.search([ex.src_ids for ex in sources], options, scores=False)]
     seconds = time.perf_counter() - start
     hyps = [translator.tgt_vocab.decode(ids) for ids in out_ids]
-    empty = all_empty_warning(hyps, "hypothesis")
+    empty = all_empty_warning(len(hyps), sum(not h.strip() for h in hyps), "hypothesis")
     if empty:
         print(empty + "; the scores below are 0", file=sys.stderr)
     refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -107,19 +107,19 @@ def check_seed(value: int, flag: str = "--seed") -> int:
     return check_range(flag, value, 0, SEED_MAX, integer=True)
 
 
-def all_empty_warning(outputs: Sequence[str], what: str = "translation") -> str | None:
-    """A one-line warning when every one of `outputs` (two or more) is empty: the model ended every sentence
-    with <eos> at once, as damaged or untrained weights do; None otherwise.
+def all_empty_warning(total: int, empty: int, what: str = "translation") -> str | None:
+    """A one-line warning when all `total` outputs of a decode (one or more) are `empty`: the model ended
+    every sentence with <eos> at once, as damaged or untrained weights do; None otherwise.
 
     Examples:
-        >>> print(all_empty_warning(["", ""]))  # doctest: +ELLIPSIS
+        >>> print(all_empty_warning(2, 2))  # doctest: +ELLIPSIS
         warning: every translation is empty (the model emitted <eos> first for all 2 sentences); ...
-        >>> all_empty_warning(["", "le chat"]) is None
+        >>> all_empty_warning(2, 1) is None
         True
     """
-    if len(outputs) < 2 or any(o.strip() for o in outputs):
+    if total < 1 or empty < total:
         return None
     return (
-        f"warning: every {what} is empty (the model emitted <eos> first for all {len(outputs)} sentences); "
+        f"warning: every {what} is empty (the model emitted <eos> first for all {total} sentences); "
         "its weights may be damaged or untrained"
     )

@@ -11,6 +11,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -158,6 +159,35 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+# --------------------------------------------------------------------------- new output files
+def is_device(path: str | os.PathLike) -> bool:
+    """Whether `path` is a character device (/dev/null, /dev/stdout, a terminal): written to, never created."""
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_new_file(path: str, flag: str = "--out", command: str = "attnlab translate") -> None:
+    """`flag` must name a new file in a folder that exists, or a device such as /dev/null: one line
+    otherwise, before any work. Nothing already there is ever replaced."""
+    if not path:
+        raise ValueError(f"{flag} needs a file name, got an empty one; give a new file's path (or leave {flag} out)")
+    if is_device(path):
+        return
+    p = Path(path)
+    if p.is_symlink() or p.exists():
+        what = "a symlink" if p.is_symlink() else "a folder" if p.is_dir() else "a file"
+        raise FileExistsError(
+            f"{flag} {path} is {what} already there; {command} writes a new file only: choose a new name"
+        )
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"{flag} {path}: the folder {parent} does not exist; create it or choose another path")
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"{flag} {path}: cannot write in {parent}; choose a folder you can write to")
 
 
 # --------------------------------------------------------------------------- JSON
