@@ -124,7 +124,7 @@ def _load_model(run_dir: Path, cfg: dict, weights: str | os.PathLike | None) -> 
     # Its numbers first (building even on the meta device takes time per layer and table row), then built
     # on the meta device: a config that asks for gigabytes (a hand-edited ffn_num_hiddens) is compared with
     # the weights' header before a single parameter is allocated.
-    check_config_size(model_cfg, 4, str(run_dir / CONFIG_FILE))
+    check_config_size(cfg["model_type"], model_cfg, 4, str(run_dir / CONFIG_FILE))
     with torch.device("meta"):
         skeleton = build_model(cfg["model_type"], model_cfg)
     if weights is None:

@@ -15,6 +15,7 @@ from safetensors.torch import load_file, load_model, save_model
 from torch import Tensor, nn
 
 from attnlab.kernels.finite import all_finite
+from attnlab.models import CONFIGS
 from attnlab.utils.files import atomic_path, loads_json
 from attnlab.utils.machine import memory_bytes
 
@@ -169,41 +170,64 @@ def config_values(model_config: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
-def config_floats(model_config: Mapping[str, Any]) -> tuple[int, str]:
-    """(a lower bound on the values a model of `model_config` holds, the size that contributes most): per
-    block 4 D² of attention and 2 D F of FFN (a decoder block 4 D² more of cross-attention), the embeddings
-    and output projection (vocabularies x D) and the position tables (max_len x D, one per stack). Exact
-    counting needs the model built (on the meta device: time per layer and table row); this needs nothing.
+SIZES = ("num_hiddens", "ffn_num_hiddens", "num_layers", "decoder_layers", "embed_size", "max_len")
+
+
+def size_advice(model_type: str, model_config: Mapping[str, Any]) -> str:
+    """What to lower first: the size of SIZES farthest above its default (a ratio), as "lower model.X (value;
+    the default is D)", or "choose a smaller model"."""
+    defaults = CONFIGS[model_type].from_dict({"src_vocab_size": 1, "tgt_vocab_size": 1})
+    # decoder_layers' default (None) means as many as num_layers: compared with num_layers' default
+    default = {k: getattr(defaults, "decoder_depth" if k == "decoder_layers" else k, None) for k in SIZES}
+    ints = {k: v for k, v in default.items() if isinstance(v, int)}
+    ratios = {
+        k: model_config[k] / max(1, ints[k])
+        for k in SIZES
+        if isinstance(model_config.get(k), int) and not isinstance(model_config.get(k), bool) and k in ints
+    }
+    worst = max(ratios, key=lambda k: ratios[k], default=None)
+    if worst is None:
+        return "choose a smaller model"
+    return f"lower model.{worst} ({model_config[worst]:,}; the default is {default[worst]:,})"
+
+
+def size_text(n: float) -> str:
+    """Bytes for a message: PB, TB, GB or MB."""
+    for unit, scale in (("PB", 2**50), ("TB", 2**40), ("GB", 2**30)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n / 2**20:,.0f} MB"
+
+
+def config_floats(model_config: Mapping[str, Any]) -> int:
+    """A lower bound on the values a model of `model_config` holds: per block 4 D² of attention and 2 D F of
+    FFN (a decoder block 4 D² more of cross-attention), the embeddings and output projection (vocabularies
+    x D) and the position tables (max_len x D, one per stack). Exact counting needs the model built (on the
+    meta device: time per layer and table row); this needs nothing.
 
     Examples:
         >>> config_floats({"num_hiddens": 32, "ffn_num_hiddens": 64, "num_layers": 2, "max_len": 10**9})
-        (64000041056, 'max_len')
+        64000041056
     """
     v = config_values(model_config)
     D, F, N, Nd = v["num_hiddens"], v["ffn_num_hiddens"], v["num_layers"], v["decoder_layers"]
-    parts = {
-        "num_layers": N * (4 * D * D + 2 * D * F),
-        "decoder_layers": Nd * (8 * D * D + 2 * D * F),
-        "src_vocab_size": v["src_vocab_size"] * max(D, v["embed_size"]),
-        "tgt_vocab_size": 2 * v["tgt_vocab_size"] * max(D, v["embed_size"]),
-        "max_len": 2 * v["max_len"] * D,
-    }
-    return sum(parts.values()), max(parts, key=lambda k: parts[k])
+    width = max(D, v["embed_size"])
+    blocks = N * (4 * D * D + 2 * D * F) + Nd * (8 * D * D + 2 * D * F)
+    return blocks + (v["src_vocab_size"] + 2 * v["tgt_vocab_size"]) * width + 2 * v["max_len"] * D
 
 
 def check_config_size(
-    model_config: Mapping[str, Any], bytes_per_value: int, what: str, available: int | None = None
+    model_type: str, model_config: Mapping[str, Any], bytes_per_value: int, what: str, available: int | None = None
 ) -> None:
     """ValueError (one line) when a model of `model_config`, at `bytes_per_value` bytes a value, cannot fit
     `available` bytes (default: `memory_bytes()`, which counts `ulimit -v`), judged from the config's
-    numbers alone (`config_floats`) before anything is built. what: the model's name in the message."""
+    numbers alone (`config_floats`) before anything is built. what: the config's name in the message."""
     available = memory_bytes() if available is None else available
-    floats, worst = config_floats(model_config)
+    floats = config_floats(model_config)
     need = floats * bytes_per_value
-    if available is None or need <= available:
+    if available is None or need <= available or model_type not in CONFIGS:
         return
     raise ValueError(
-        f"{what} asks for a model of at least {need / 2**30:,.1f} GB ({floats:,} values at {bytes_per_value} "
-        f"bytes; largest: {worst} = {config_values(model_config)[worst]:,}) but this machine lets a process use "
-        f"{available / 2**30:,.1f} GB; lower model.{worst}"
+        f"{what} describes a {model_type} of at least {size_text(need)} ({floats:,} values at {bytes_per_value} "
+        f"bytes) but this machine lets a process use {size_text(available)}; {size_advice(model_type, model_config)}"
     )

@@ -27,7 +27,7 @@ def test_a_billion_positions_are_refused_by_the_size_check(marian_dir, tmp_path,
     src = _copy(marian_dir, tmp_path)
     _edit_config(src, max_position_embeddings=1_000_000_000)
     err = _one_line_error(capsys, ["import", "hf", str(src), "--out", str(tmp_path / "out")])
-    assert "config.json asks for a model of at least" in err and "lower model.max_len" in err, err
+    assert "config.json describes a transformer of at least" in err and "lower model.max_len" in err, err
 
 
 def test_nan_weights_are_refused_naming_the_tensor(marian_dir, tmp_path, capsys):

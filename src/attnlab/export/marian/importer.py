@@ -131,7 +131,7 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike, force: bool = F
     weights_path = weights_file(source)
     shapes = weight_shapes(weights_path)
     check_header(cfg_dict, shapes, weights_path)
-    check_config_size(cfg_dict, 4, str(source / "config.json"))
+    check_config_size("transformer", cfg_dict, 4, str(source / "config.json"))
     with torch.device("meta"):
         skeleton = Transformer(cfg)
     check_shapes(skeleton, shapes, weights_path)
