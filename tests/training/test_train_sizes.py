@@ -109,3 +109,11 @@ def test_the_size_check_reads_the_address_space_limit():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert int(out) == 2 << 30
+
+
+def test_a_billion_batch_tokens_names_the_batch_not_the_model(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("attnlab.training.launch.load_data", lambda *a: pytest.fail("data loaded"))
+    code, out = _train(tmp_path, "--batch-tokens", "1000000000")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "lower train.batch_tokens (1,000,000,000" in err, err
+    assert "model." not in err

@@ -85,8 +85,12 @@ def check_fits(model_type: str, model_config: Mapping[str, Any], train: TrainCon
     P, need = training_bytes(model_type, model_config, train)
     if need <= available:
         return
+    advice = size_advice(model_type, model_config)
+    if need - P * PER_PARAMETER > P * PER_PARAMETER:  # the batch's activations, not the model, are most of it
+        batch = ("batch_tokens", train.batch_tokens) if train.batch_tokens else ("batch_size", train.batch_size)
+        advice = f"lower train.{batch[0]} ({batch[1]:,}: a batch's activations are most of it)"
     raise ValueError(
         f"this {model_type} needs about {size_text(need)} to train ({P:,} parameters at {PER_PARAMETER} bytes each "
         f"for weights, gradients and Adam's moments, plus a batch's activations) but {where} has "
-        f"{size_text(available)}; {size_advice(model_type, model_config)}"
+        f"{size_text(available)}; {advice}"
     )
