@@ -45,6 +45,9 @@ def test_a_plain_request_answers_while_three_maximal_ones_decode(translator):
     body = maximal_body(translator, limits)
     with TestClient(create_app(translator, limits=limits)) as c:
         assert c.post("/api/translations", json={"texts": ["go ."]}).status_code == 200  # warm
+        alone = time.perf_counter()
+        assert c.post("/api/translations", json={"texts": ["go ."], "beam": 1}).status_code == 200
+        alone = time.perf_counter() - alone
         codes: list[int] = []
         heavy = [threading.Thread(target=lambda: codes.append(c.post("/api/translations", json=body).status_code))
                  for _ in range(3)]  # fmt: skip
@@ -63,12 +66,14 @@ def test_a_plain_request_answers_while_three_maximal_ones_decode(translator):
         heavy_s = time.perf_counter() - t0
     assert r.status_code == 200, r.text
     assert codes == [200, 200, 200]
-    print(f"plain {latency:.3f} s while three maximal requests took {heavy_s:.2f} s")
-    assert latency < 1.0 and heavy_s > 2 * latency, (latency, heavy_s)
+    print(f"plain {latency:.3f} s ({alone:.3f} s alone) while three maximal requests took {heavy_s:.2f} s")
+    # Behind them (one lane for everything) it would wait for at least two of the three: over a third of
+    # heavy_s on any machine. On its own lane it takes a small part of one.
+    assert latency < 1.0 and latency < heavy_s / 6, (latency, alone, heavy_s)
 
 
 def test_queued_work_is_bounded_and_a_late_request_gets_503(translator):
-    limits = Limits(max_texts=4, max_beam=4, start_deadline_s=0.3)
+    limits = Limits(max_texts=4, max_beam=4, start_deadline_s=0.05)
     body = maximal_body(translator, limits)
     with TestClient(create_app(translator, limits=limits)) as c:
         batcher = c.app.state.served.batcher
@@ -81,7 +86,7 @@ def test_queued_work_is_bounded_and_a_late_request_gets_503(translator):
             t.join(60)
         late = [r for r in codes if r.status_code == 503]
         assert sorted(r.status_code for r in codes) == [200, 503], [r.text for r in codes]
-        assert "could not start within 0.3 s" in late[0].json()["detail"]
+        assert "could not start within 0.05 s" in late[0].json()["detail"]
         assert int(late[0].headers["Retry-After"]) >= 1
         # The rate is now known: a request whose work ahead exceeds the deadline is refused at once.
         batcher.lane_work = 1e30

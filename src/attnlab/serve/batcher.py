@@ -24,15 +24,12 @@ import asyncio
 import contextlib
 import functools
 import math
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from .pool import Busy, Threads, TooLarge
-
-SWITCH_INTERVAL_S = 0.0002  # the GIL's switch interval while the options lane decodes (see _run_alone)
 
 
 @dataclass
@@ -171,10 +168,6 @@ class MicroBatcher:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing waits on the lane any more
                 loop.call_soon_threadsafe(lane.release)
 
-        # A decode is hundreds of small ops, each taking the GIL back; at CPython's default switch interval
-        # (5 ms) a long decode on this lane holds each of a plain batch's ops up to 5 ms. Switching more
-        # often costs the long decode little and keeps a plain request's latency its own.
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
         t0 = time.perf_counter()
         decode = functools.partial(self.translator.translate_tokens, texts, options=options)
         done = self.lane_threads.get().submit(decode)
