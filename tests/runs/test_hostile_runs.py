@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from attnlab.cli import main
+from attnlab.runs.alignment import alignment_target
 from attnlab.runs.loading import load_translator
 from attnlab.testing import train_tiny
 
@@ -125,3 +126,10 @@ def test_the_smallest_temperature_samples_the_greedy_translation(tiny):
     cold = translator.defaults.merged({"beam": 1, "sample": True, "temperature": 1e-4, "seed": 3})
     assert translator.translate(texts, options=cold) == greedy
     assert torch.isfinite(torch.tensor(1e-4, dtype=torch.float32))
+
+
+def test_heads_never_replaces_a_dangling_alignment_link(run, tmp_path):
+    (run / "alignment.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(ValueError, match=r"was not written by `attnlab heads` and is never replaced"):
+        alignment_target(run)
+    assert (run / "alignment.json").is_symlink() and not (tmp_path / "elsewhere.json").exists()
