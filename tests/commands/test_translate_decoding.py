@@ -75,7 +75,7 @@ def test_sampling_prefix_and_constraints(run_dir, capsys):
         (["--beam", "2", "--n-best", "3"], "--n-best must be an integer >= 1 and <= 2"),
         (["--sample", "--top-p", "0"], "--top-p must be a finite number > 0 and <= 1"),
         (["--sample", "--top-p", "1.5"], "--top-p"),
-        (["--sample", "--temperature", "0"], "--temperature must be a finite number > 0"),
+        (["--sample", "--temperature", "0"], "--temperature must be a finite number >= 0.0001"),
         (["--sample", "--temperature", "-1"], "--temperature"),
         (["--top-k", "5"], "add sample (--sample)"),
         (["--beam", "3", "--constraint", ""], "empty phrase"),

@@ -159,3 +159,12 @@ def test_a_folder_given_as_a_corpus_says_so(tmp_path):
     (tmp_path / "prep" / "meta.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match=r"is a prepared corpus .*attnlab train --data"):
         list(iter_pairs(f"{tmp_path / 'prep'},{tmp_path / 'corpus' / 'train.de'}"))
+
+
+def test_one_nul_byte_in_the_first_lines_of_utf8_is_a_bad_line_not_utf16(tmp_path):
+    """A UTF-8 corpus with one NUL in its first 4 KiB: that line is skipped and named; converting the file
+    from UTF-16, as the NUL alone once suggested, would garble every line."""
+    (tmp_path / "c.tsv").write_bytes(b"Hallo\tHello\nbin\x00ary\tx\nJa\tYes\n")
+    pairs, report = _read(tmp_path / "c.tsv")
+    assert [n for n, _, _ in pairs] == [1, 3]
+    assert report.files[0].first_lines == {"with NUL bytes (binary, not text)": [2]}

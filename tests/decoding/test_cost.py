@@ -53,7 +53,7 @@ def test_config_sizes_are_read():
     [
         (None, DecodeOptions(beam=8), 2, False),
         (DecodeOptions(beam=8), DecodeOptions(beam=8, n_best=8, align=True), 2, False),
-        (None, DecodeOptions(max_len=500), 2, False),
+        (None, DecodeOptions(min_len=499, max_len=500), 2, False),
         (DecodeOptions(beam=2), DecodeOptions(beam=2, constraints=("le",) * 50), 2, False),
         (None, DecodeOptions(no_repeat_ngram=3), 2, False),
         (None, None, 20, False),

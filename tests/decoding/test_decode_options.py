@@ -58,7 +58,7 @@ def _batch(tr, texts):
         (dict(beam=2, n_best=3), "n_best must be an integer >= 1 and <= 2"),
         (dict(sample=True, top_p=0.0), "top_p must be a finite number > 0 and <= 1"),
         (dict(sample=True, top_p=1.5), "top_p"),
-        (dict(sample=True, temperature=0.0), "temperature must be a finite number > 0"),
+        (dict(sample=True, temperature=0.0), "temperature must be a finite number >= 0.0001"),
         (dict(temperature=0.5), "applies only to sampling"),
         (dict(seed=3), "seed applies only to sampling"),
         (dict(n_best=0), "n_best must be an integer >= 1"),

@@ -18,7 +18,10 @@ def test_written_and_read_back(tmp_path):
 @pytest.mark.parametrize(
     "text, words",
     [
-        ("{not json", "cannot be read"),
+        ("{not json", "is not valid JSON"),
+        ("[" * 100_000 + "]" * 100_000, "nests arrays or objects more than 32 deep"),
+        ('{"beam": 4, "n_best": 3}', "sets n_best=3; ask for n-best lists per call"),
+        ('{"beam": 4, "min_len": 50}', "sets min_len=50, more than a one-token sentence's output limit"),
         ("[4]", "must hold a JSON object"),
         ('{"beam": 4, "prefix": "je"}', "sets prefix; it may set only"),
         ('{"beam": 0}', "beam must be an integer >= 1"),
@@ -30,3 +33,15 @@ def test_a_damaged_file_is_one_line_naming_it(tmp_path, text, words):
         read_generation(tmp_path)
     assert str(tmp_path / "generation.json") in str(e.value) and "\n" not in str(e.value)
     assert "delete it (the run then decodes with beam 4)" in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["folder", "dangling link"])
+def test_a_generation_json_that_is_not_a_file_is_refused_not_ignored(tmp_path, kind):
+    path = tmp_path / "generation.json"
+    if kind == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "nowhere.json")
+    with pytest.raises((ValueError, FileNotFoundError), match=r"generation\.json") as e:
+        read_generation(tmp_path)
+    assert "\n" not in str(e.value) and ("folder" in str(e.value) or "link to nothing" in str(e.value))

@@ -49,7 +49,8 @@ def test_a_thousand_constraints_are_refused(untouched, translator):
 def test_the_explorer_shares_the_estimate(translator, monkeypatch):
     with TestClient(create_app(translator, limits=Limits(max_request_work=0.01))) as c:
         monkeypatch.setattr(c.app.state.served.pool, "run", lambda *a: pytest.fail("reached decoding"))
-        r = c.post("/api/explain", json={"text": "i'm home .", "beam": 8, "options": {"max_len": 300}})
+        body = {"text": "i'm home .", "beam": 8, "options": {"min_len": 299, "max_len": 300}}
+        r = c.post("/api/explain", json=body)
         assert r.status_code == 413, r.text
         assert "--max-request-work" in r.json()["detail"] and "max_len (300)" in r.json()["detail"]
 

@@ -4,9 +4,12 @@ loaded or written; the parameter count it rests on is a built model's."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
+import attnlab.utils.machine as machine
 from attnlab.cli import main
 from attnlab.data.corpus import sample_data_path
 from attnlab.models import build_model
@@ -81,3 +84,38 @@ def test_a_bad_decoder_depth_is_one_line_before_anything_is_written(tmp_path, ca
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "decoder_layers" in err and "Traceback" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "setting, named",
+    [("model.max_len=1000000000", "model.max_len"), ("model.num_layers=100000", "model.num_layers")],
+)
+def test_position_tables_and_layer_counts_are_in_the_size_check(tmp_path, capsys, monkeypatch, setting, named):
+    """A billion positions (a sinusoidal table of gigabytes, a buffer: no parameter) or 100,000 layers: one
+    line at once, from the config's numbers, before any model (even a meta-device one) is built."""
+    monkeypatch.setattr("attnlab.training.launch.load_data", lambda *a: pytest.fail("data loaded"))
+    monkeypatch.setattr("attnlab.training.sizes.parameters", lambda *a: pytest.fail("a model was built"))
+    monkeypatch.setattr("attnlab.training.sizes.memory_bytes", lambda: 8 * 2**30)
+    code, out = _train(tmp_path, "--set", setting)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and f"lower {named}" in err, err
+    assert not out.exists()
+
+
+def test_the_size_check_reads_the_address_space_limit():
+    """Under `ulimit -v` of 2 GB, the memory a process may use is at most 2 GB (the machine has more)."""
+    code = (  # the module alone (standard library only): no torch to load under the limit
+        "import importlib.util as u, resource; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        f"s = u.spec_from_file_location('m', {machine.__file__!r}); m = u.module_from_spec(s); "
+        "s.loader.exec_module(m); print(m.memory_bytes())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert int(out) == 2 << 30
+
+
+def test_a_billion_batch_tokens_names_the_batch_not_the_model(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("attnlab.training.launch.load_data", lambda *a: pytest.fail("data loaded"))
+    code, out = _train(tmp_path, "--batch-tokens", "1000000000")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "lower train.batch_tokens (1,000,000,000" in err, err
+    assert "model." not in err

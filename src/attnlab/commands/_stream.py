@@ -7,7 +7,9 @@ import contextlib
 import os
 import sys
 import warnings
-from pathlib import Path
+
+from attnlab.utils.checks import all_empty_warning
+from attnlab.utils.files import check_new_file, is_device
 
 
 class Lines:
@@ -27,7 +29,8 @@ class Lines:
         if self.stream is None:
             assert self.path is not None
             # O_EXCL: a path that appeared since the check (another writer, a dangling symlink) is refused
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            new = 0 if is_device(self.path) else os.O_CREAT | os.O_EXCL  # /dev/null is written, not created
+            fd = os.open(self.path, os.O_WRONLY | new, 0o666)
             self.stream = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
         try:
             self.stream.write("".join(line + "\n" for line in lines))
@@ -49,21 +52,6 @@ class Lines:
 
 class PipeClosed(Exception):
     """The reader of stdout went away (`| head -1`): nothing more to write, and nothing to report."""
-
-
-def check_new_file(path: str) -> None:
-    """--out must be a new file in a folder that exists: one line otherwise, before the model loads."""
-    p = Path(path)
-    if p.is_symlink() or p.exists():
-        what = "a symlink" if p.is_symlink() else "a folder" if p.is_dir() else "a file"
-        raise FileExistsError(
-            f"--out {path} is {what} already there; attnlab translate writes a new file only: choose a new name"
-        )
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise FileNotFoundError(f"--out {path}: the folder {parent} does not exist; create it or choose another path")
-    if not os.access(parent, os.W_OK):
-        raise PermissionError(f"--out {path}: cannot write in {parent}; choose a folder you can write to")
 
 
 @contextlib.contextmanager
@@ -105,17 +93,21 @@ def write_translations(out: Lines, lines: list[str], todo: list[int], translate,
     """Translate lines[todo[k]], one window of k at a time (`translate`: texts -> Translations), and write
     every input line's output in input order (an empty line's for each line not in todo) as soon as it
     and every line before it are done."""
-    done = 0  # input lines whose output is written
+    done, empty = 0, 0  # input lines whose output is written; translations with no text
     for window in windows:
         idx = [todo[k] for k in window]
         rows: list[str] = []
         for i, t in zip(idx, translate([lines[i] for i in idx])):
+            empty += not t.text.strip()
             rows += [row for blank in range(done, i) for row in format_lines(blank, None, n_best, align)]
             rows += format_lines(i, t, n_best, align)
             done = i + 1
         out.write(rows, done - out.written)
     rows = [row for blank in range(done, len(lines)) for row in format_lines(blank, None, n_best, align)]
     out.write(rows, len(lines) - out.written)
+    warning = all_empty_warning(len(todo), empty)
+    if warning:
+        print(f"attnlab translate: {warning}", file=sys.stderr)
 
 
 def answer_lines(out: Lines, read_line, answer) -> None:

@@ -14,6 +14,7 @@ reference it has in the split (sacreBLEU's multi-reference BLEU).
 
 from __future__ import annotations
 
+import sys
 import time
 
 from attnlab.commands._common import add_command, run_model_type
@@ -57,7 +58,7 @@ def run(args) -> int:
     from attnlab.metrics import book_bleu, corpus_bleu, corpus_chrf, group_by_source, reference_text, scores_by_length
     from attnlab.runs.loading import imported_source, load_imported_data, open_translator
     from attnlab.training.launch import load_run_data
-    from attnlab.utils.checks import check_range
+    from attnlab.utils.checks import all_empty_warning, check_range
 
     check_range("--limit", args.limit, 1, integer=True, none_ok=True)
     if _image_accuracy(args):
@@ -81,6 +82,9 @@ def run(args) -> int:
     out_ids = [hs[0].tokens for hs in translator.search([ex.src_ids for ex in sources], options, scores=False)]
     seconds = time.perf_counter() - start
     hyps = [translator.tgt_vocab.decode(ids) for ids in out_ids]
+    empty = all_empty_warning(len(hyps), sum(not h.strip() for h in hyps), "hypothesis")
+    if empty:
+        print(empty + "; the scores below are 0", file=sys.stderr)
     refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]
     tokens = sum(len(ids) + 1 for ids in out_ids)  # + the <eos> each sentence also produced
     pairs = sum(len(rs) for rs in references)

@@ -166,7 +166,9 @@ def check_utf8_head(head: bytes, path: str | os.PathLike, member: str | None = N
     NUL-interleaved tokens."""
     encoding = next((enc for bom, enc in _BOMS if head.startswith(bom)), None)
     why = "its byte-order mark"
-    if encoding is None and b"\0" in head:
+    # UTF-16/32 of mostly-ASCII text is a quarter NULs or more; a stray NUL in UTF-8 text is a bad line,
+    # which the readers report by line number, not a wide encoding (converting would garble it).
+    if encoding is None and head.count(0) >= max(1, len(head) // 4):
         encoding, why = _guess_wide(head), "NUL bytes"
     if encoding is None:
         return

@@ -5,8 +5,11 @@
     cost.work, cost.peak_bytes          # multiply-add equivalents, bytes at the worst moment
     over_budget(translator, [9, 4], options, max_work=..., max_bytes=...)   # None, or one line: what to lower
 
-The estimate is a worst case: every row runs to its output limit. Rows are sentences x hypotheses (the
-beam; with sampling or greedy search, n_best); steps are each sentence's output limit. Work counts the
+Memory is a worst case: every row runs to its output limit. Work counts the steps the decode will take:
+a row stops at its <eos>, so a sentence runs about EXPECTED_RATIO x its source's length, but never fewer
+steps than min_len or its constraints' tokens force, and never more than its output limit (so a request
+forcing a thousand-token output counts a thousand steps, and a plain one counts what it takes). Rows are
+sentences x hypotheses (the beam; with sampling or greedy search, n_best). Work counts the
 matrix multiply-adds of the encoder, of every decoder step (self-attention over the steps so far,
 cross-attention over the source, the FFN, the output projection over the target vocabulary) and of the
 alignment's recorded forward, plus the Python loops that grow with the options, converted to multiply-add
@@ -33,6 +36,7 @@ __all__ = [
     "AUTO_FACTOR",
     "AUTO_SOURCE",
     "CANDIDATE_WORK",
+    "EXPECTED_RATIO",
     "HISTORY_WORK",
     "STEP_WORK",
     "THREE_VIEWS",
@@ -52,6 +56,7 @@ FLOAT = 4  # bytes of a float32 value (caches, logits, recorded weights)
 STEP_WORK = 5_000_000  # one decoding step of one batch: ~100 small ops of dispatch, ~1 ms
 CANDIDATE_WORK = 60_000  # one candidate of constrained beam search (Python: scored, banked, sorted)
 HISTORY_WORK = 1_000  # one history token scanned by no_repeat_ngram (Python, per row per step)
+EXPECTED_RATIO = 1.5  # output tokens per source token a free decode runs (French runs ~1.2x English; margin)
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,7 @@ class Cost:
     work: float
     peak_bytes: float
     rows: int  # decoder rows: sentences x hypotheses kept per sentence
-    steps: int  # the longest output limit
+    steps: int  # the most steps one sentence runs (see the module docstring)
 
 
 def recorded_weights(shape: ModelShape, Ls: int, Lt: int) -> int:
@@ -116,6 +121,14 @@ def recorded_weights(shape: ModelShape, Ls: int, Lt: int) -> int:
 def _hypotheses(options: DecodeOptions) -> int:
     """Decoder rows per sentence: the beam, or with sampling / greedy search n_best independent rows."""
     return options.n_best if options.sample or options.beam == 1 else options.beam
+
+
+def _steps_run(S: int, limit: int, options: DecodeOptions, phrases: Sequence[str]) -> int:
+    """Steps a row of a source of S tokens runs: about EXPECTED_RATIO x S + 2 (<eos> and margin), at
+    least min_len + 1 and every constraint's characters + 1 (a phrase's tokens are at most its
+    characters: an upper bound that needs no vocabulary), at most its output `limit`."""
+    forced = max(options.min_len, sum(len(p) for p in phrases)) + 1
+    return min(limit, max(forced, math.ceil(EXPECTED_RATIO * S) + 2))
 
 
 def _step_work(shape: ModelShape, S: int, T: int) -> float:
@@ -152,7 +165,8 @@ def decode_cost(
     Examples:
         >>> shape = ModelShape("transformer", layers=2, width=32, heads=2, ffn=64, vocab=500)
         >>> small = decode_cost(shape, [6], [22])
-        >>> big = decode_cost(shape, [6] * 50, [1024] * 50, DecodeOptions(beam=8, n_best=8, align=True))
+        >>> forced = DecodeOptions(beam=8, n_best=8, min_len=1023, align=True)  # every row runs 1024 steps
+        >>> big = decode_cost(shape, [6] * 50, [1024] * 50, forced)
         >>> big.rows, big.peak_bytes > 1e9 > small.peak_bytes, big.work > 1000 * small.work
         (400, True, True)
     """
@@ -163,11 +177,13 @@ def decode_cost(
     if n == 0:
         return Cost(0.0, 0.0, 0, 0)
     N, Nd, D, F, V, H = shape.layers, shape.decoder_depth, shape.width, shape.ffn, shape.vocab, shape.heads
-    work = 0.0
-    for i, (S, T) in enumerate(zip(sources, outputs)):
+    work, longest = 0.0, 0
+    for i, (S, limit) in enumerate(zip(sources, outputs)):
+        _, phrases = options.for_sentence(i, n)
+        T = _steps_run(S, limit, options, phrases)
+        longest = max(longest, T)
         work += N * (S * (4 * D * D + 2 * D * F) + 2 * S * S * D)  # the encoder, once per sentence
         work += R * _step_work(shape, S, T)
-        _, phrases = options.for_sentence(i, n)
         work += R * T * (len(phrases) + 2 * R) * CANDIDATE_WORK if phrases else 0.0
         work += R * T * (T + 1) / 2 * HISTORY_WORK if options.no_repeat_ngram else 0.0
         if options.align:
@@ -175,7 +191,7 @@ def decode_cost(
         if maps:
             work += _forward_work(shape, S, T)
     batches = math.ceil(n / batch_size)
-    work += batches * max(outputs) * STEP_WORK
+    work += batches * longest * STEP_WORK
 
     # Decoding: `workers` batches of the longest sentences at once; per row its caches (self over T,
     # cross over S: keys and values per layer), 4 copies of the logits (logits, log-probs, totals, top-k).
@@ -191,7 +207,7 @@ def decode_cost(
     recorded = aligned * kept * FLOAT
     if maps:
         recorded += kept * FLOAT
-    return Cost(work=work, peak_bytes=max(decoding, recorded), rows=n * R, steps=T_max)
+    return Cost(work=work, peak_bytes=max(decoding, recorded), rows=n * R, steps=longest)
 
 
 # The options whose size multiplies the cost, in the order a message lists them; each with the value

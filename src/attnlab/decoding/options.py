@@ -32,6 +32,8 @@ __all__ = [
     "MAX_NGRAM",
     "MAX_OUTPUT_TOKENS",
     "MAX_SAMPLES",
+    "MAX_TEMPERATURE",
+    "MIN_TEMPERATURE",
     "OptionError",
     "TRANSLATOR_DEFAULTS",
 ]
@@ -40,6 +42,10 @@ MAX_BEAM = 16  # beams x output length is memory: 16 is far past where BLEU stop
 MAX_SAMPLES = 64  # samples per source: each is one decoding row
 MAX_OUTPUT_TOKENS = 1024  # --max-len: a cap on memory (caches grow with it), not on quality
 MAX_NGRAM = 10
+# Sampling divides float32 log-probabilities (>= about -1e4 where finite) by the temperature: from 1e-4 the
+# quotient stays finite (and the likeliest token's 0 stays 0; a subnormal or zero T made it 0/0 = NaN), and
+# past 1e4 every token is equally likely to float32's precision.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4
 # Fields a run's decoding defaults (generation.json) may set: how to search, never per-sentence text.
 DEFAULTABLE = (
     "beam", "n_best", "sample", "temperature", "top_k", "top_p", "length_penalty", "early_stopping", "min_len",
@@ -88,7 +94,7 @@ class DecodeOptions:
     beam: int = 1  # hypotheses kept per sentence; 1 = greedy
     n_best: int = 1  # hypotheses returned per sentence, best first (<= beam; with sample: samples drawn)
     sample: bool = False  # draw tokens from the model's distribution instead of searching
-    temperature: float = 1.0  # sampling: divides the logits (> 0; < 1 sharpens, > 1 flattens)
+    temperature: float = 1.0  # sampling: divides the logits (1e-4 to 1e4; < 1 sharpens, > 1 flattens)
     top_k: int = 0  # sampling: only the k likeliest tokens (0 = all)
     top_p: float = 1.0  # sampling: only the smallest set of tokens holding this probability (0, 1]
     seed: int | None = None  # sampling: same seed, input and batch size -> same samples; None = random
@@ -149,7 +155,7 @@ class DecodeOptions:
             check_range("beam", self.beam, 1, MAX_BEAM, integer=True)
         self._check_strategy()
         with _field("temperature"):
-            check_range("temperature", self.temperature, 0, lo_open=True)
+            check_range("temperature", self.temperature, MIN_TEMPERATURE, MAX_TEMPERATURE, why=" (finite in float32)")
         with _field("top_k"):
             check_range("top_k", self.top_k, 0, integer=True)
         with _field("top_p"):

@@ -14,6 +14,7 @@ model's source length) for `translate`, `evaluate`, `explain` and the explorer; 
 from __future__ import annotations
 
 import math
+import unicodedata
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -91,7 +92,8 @@ def encode_source(
     """
     if not isinstance(text, str):
         raise InputError(f"a sentence must be a string, got {type(text).__name__}")
-    if not text.strip():
+    if not text.strip() or all(c.isspace() or unicodedata.category(c) == "Cf" for c in text):
+        # Cf: zero-width spaces, joiners, marks of direction: invisible, so a text of them is blank too
         raise InputError('the text is empty; pass an English sentence such as "i\'m home ."')
     if max_chars is not None and len(text) > max_chars:
         raise TextTooLong(f"the text has {len(text)} characters; at most {max_chars} are accepted")

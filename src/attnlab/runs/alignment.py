@@ -11,7 +11,6 @@ layer and heads are checked against the model when an alignment is asked for.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from attnlab import __version__
 from attnlab.decoding.align import SavedAlignment
 from attnlab.runs.layout import ALIGNMENT_FILE
 from attnlab.runs.outputs import output_kind
-from attnlab.utils.files import write_json
+from attnlab.utils.files import read_json, write_json
 
 __all__ = ["alignment_target", "read_alignment", "save_alignment"]
 
@@ -27,18 +26,18 @@ __all__ = ["alignment_target", "read_alignment", "save_alignment"]
 def read_alignment(run_dir: str | os.PathLike) -> SavedAlignment | None:
     """RUN/alignment.json as read (an unreadable one keeps its error for when it is used), or None."""
     path = Path(run_dir) / ALIGNMENT_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        return SavedAlignment(str(path), json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return SavedAlignment(str(path), error=f"{type(exc).__name__}: {exc}")
+        return SavedAlignment(str(path), read_json(path, "alignment file"))
+    except (OSError, ValueError) as exc:
+        return SavedAlignment(str(path), error=str(exc))
 
 
 def _ours(path: Path) -> bool:
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        d = read_json(path, "alignment file")
+    except (OSError, ValueError):
         return False
     return isinstance(d, dict) and "criterion" in d and "attnlab_version" in d
 
@@ -50,7 +49,7 @@ def alignment_target(run_dir: str | os.PathLike) -> tuple[Path | None, str | Non
     path = run_dir / ALIGNMENT_FILE
     if output_kind(run_dir) != "run":
         return None, f"{run_dir} is not an attnlab run folder; the alignment choice is not saved"
-    if path.exists() and not _ours(path):
+    if (path.exists() or path.is_symlink()) and not _ours(path):  # a dangling link is not ours either
         raise ValueError(
             f"{path} was not written by `attnlab heads` and is never replaced; move it away, or pass "
             "--no-save-alignment"

@@ -13,6 +13,7 @@ from attnlab import __version__
 from attnlab.models import TRANSLATORS
 from attnlab.runs.generation import write_generation
 from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE
+from attnlab.runs.outputs import KINDS, read_marker
 from attnlab.utils.files import read_json, read_json_object, write_json
 from attnlab.utils.precision import PrecisionChoice
 
@@ -82,6 +83,12 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist; train one with `attnlab train --out {run_dir}`")
     path = run_dir / CONFIG_FILE
+    marker = read_marker(run_dir)
+    if marker is not None and marker["kind"] != "run":  # an export's config.json is not a run's
+        raise ValueError(
+            f"{run_dir} is {KINDS[marker['kind']]}, not a run folder; translate, evaluate, heads, attention and "
+            "export take the run folder it was made from (config.json, vocabularies, model.safetensors)"
+        )
     if not path.is_file():
         raise FileNotFoundError(
             f"{path} is missing: {run_dir} is not an attnlab run folder (`attnlab train` writes one)"
@@ -98,6 +105,7 @@ def read_run_config(run_dir: str | os.PathLike) -> dict:
                 f"{path}: {key!r} must be {what}, got {got}; the file was edited or damaged — restore "
                 f"the run's config.json"
             )
+    cfg.setdefault("train", {})  # an imported or hand-made run: nothing decoding needs lives there
     if "amp" in cfg["train"]:
         cfg["train"] = _upgrade_amp(cfg["train"], path)
     return cfg

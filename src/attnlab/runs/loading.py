@@ -23,7 +23,7 @@ from attnlab.runs.checkpoints import list_checkpoints
 from attnlab.runs.config import read_run_config
 from attnlab.runs.generation import read_generation
 from attnlab.runs.layout import CONFIG_FILE, DEFAULT_RUN, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
-from attnlab.runs.weights import check_weights, load_weights
+from attnlab.runs.weights import check_config_size, check_weights, load_weights
 from attnlab.utils.runtime import resolve_device
 
 
@@ -121,8 +121,10 @@ def load_model(
 def _load_model(run_dir: Path, cfg: dict, weights: str | os.PathLike | None) -> Any:
     """The run's model with its weights (final, or `weights`: a checkpoint folder or a .safetensors file)."""
     model_cfg = cfg["model"]
-    # Built on the meta device first: a config that asks for gigabytes (a hand-edited ffn_num_hiddens)
-    # is compared with the weights' header before a single parameter is allocated.
+    # Its numbers first (building even on the meta device takes time per layer and table row), then built
+    # on the meta device: a config that asks for gigabytes (a hand-edited ffn_num_hiddens) is compared with
+    # the weights' header before a single parameter is allocated.
+    check_config_size(cfg["model_type"], model_cfg, 4, str(run_dir / CONFIG_FILE))
     with torch.device("meta"):
         skeleton = build_model(cfg["model_type"], model_cfg)
     if weights is None:

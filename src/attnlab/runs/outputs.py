@@ -34,7 +34,7 @@ from safetensors import SafetensorError, safe_open
 from attnlab import __version__
 from attnlab.runs.layout import CONFIG_FILE, MARKER_FILE, RUN_ENTRIES
 from attnlab.runs.weights import CONFIG_METADATA
-from attnlab.utils.files import aside_name, fresh_temp_dir, make_temp_file
+from attnlab.utils.files import aside_name, fresh_temp_dir, make_temp_file, read_json
 
 KINDS = {
     "run": "an attnlab run",
@@ -74,8 +74,8 @@ def read_marker(folder: str | os.PathLike) -> dict | None:
     """The marker of the attnlab output in `folder`, or None when there is none (or it is unreadable)."""
     path = Path(folder) / MARKER_FILE
     try:
-        marker = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        marker = read_json(path, "marker")
+    except (OSError, ValueError):
         return None
     return marker if isinstance(marker, dict) and marker.get("kind") in KINDS else None
 
@@ -98,8 +98,8 @@ def output_kind(path: str | os.PathLike) -> str | None:
 def _looks_like_run(path: Path) -> bool:
     """A run folder without a marker (from an attnlab that wrote none): its config.json is a run config."""
     try:
-        cfg = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        cfg = read_json(path / CONFIG_FILE, "config")
+    except (OSError, ValueError):
         return False
     return isinstance(cfg, dict) and isinstance(cfg.get("model_type"), str) and isinstance(cfg.get("model"), dict)
 

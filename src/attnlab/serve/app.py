@@ -10,8 +10,10 @@
 
 Each group of routes is a router in `routes/`. Two paths, two costs: `/api/explain` (the page's)
 decodes one sentence per request on a pool of threads and records every attention map (pool.py);
-`/api/translations` (for programs) gathers the sentences of concurrent requests into one batched decode
-(batcher.py). Both are bounded queues answering 503 + Retry-After when full, and both refuse a request
+`/api/translations` (for programs) gathers the sentences of concurrent plain requests into one batched
+decode, and decodes a request with options on a lane of its own, so no plain request waits behind one
+(batcher.py). Both are bounded queues answering 503 + Retry-After when full (the batcher: by estimated
+work, and for a request that could not start within Limits.start_deadline_s), and both refuse a request
 whose estimated cost is over the server's budget with 413 before queueing it (budget.py). Every request
 passes GuardMiddleware (body size and read time, request id; guard.py). No input yields a 5xx: a 500
 means a bug, and says only "internal error" with the request id (the traceback goes to the server's log).
@@ -27,6 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from attnlab import __version__
 
 from .batcher import MicroBatcher
+from .budget import queue_work
 from .context import Served
 from .errors import add_error_handlers
 from .guard import GuardMiddleware, Limits
@@ -58,7 +61,13 @@ def create_app(
     limits = limits or Limits()
     pool = TranslatorPool(translator, workers, max_pending)
     batcher = MicroBatcher(
-        translator, max_batch=max_batch, max_wait_ms=max_wait_ms, max_pending=max_batch_pending, workers=batch_workers
+        translator,
+        max_batch=max_batch,
+        max_wait_ms=max_wait_ms,
+        max_pending=max_batch_pending,
+        workers=batch_workers,
+        max_work=queue_work(translator, limits),
+        deadline_s=limits.start_deadline_s,
     )
 
     @asynccontextmanager

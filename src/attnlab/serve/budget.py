@@ -7,15 +7,16 @@ Work and peak memory come from the request's rows x steps x (layers, beam, n_bes
 constraints); a request over `Limits.max_request_work` or `Limits.max_request_mb` is refused with a
 message naming the option to lower first. The work budget defaults to `default_budget` with the
 server's `max_texts`: a few times the larger of its largest plain request and one sentence explained with
-every option at its largest. The explorer's answer also holds every attention map: `explain_bytes_bound`
-bounds its JSON.
+every option at its largest. The batching path's queue holds at most QUEUED_BUDGETS budgets of work
+(`queue_work`), each request counted at its own estimate (`request_work`). The explorer's answer also
+holds every attention map: `explain_bytes_bound` bounds its JSON.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnlab.decoding.cost import ModelShape, default_budget, over_budget, recorded_weights
+from attnlab.decoding.cost import ModelShape, default_budget, over_budget, recorded_weights, translation_cost
 from attnlab.decoding.options import DecodeOptions
 
 from .guard import Limits
@@ -28,6 +29,19 @@ def work_budget(translator, limits: Limits) -> float:
     if limits.max_request_work is not None:
         return limits.max_request_work * 1e9
     return default_budget(translator, limits.max_texts)
+
+
+QUEUED_BUDGETS = 4  # the batching queue holds this many requests at the budget (work waiting or decoding)
+
+
+def queue_work(translator, limits: Limits) -> float:
+    """Most estimated work the batching path holds waiting or decoding: QUEUED_BUDGETS x `work_budget`."""
+    return QUEUED_BUDGETS * work_budget(translator, limits)
+
+
+def request_work(translator, sources: Sequence[int], options: DecodeOptions | None) -> float:
+    """The estimated work of decoding `sources` (token counts, <eos> included) with `options`."""
+    return translation_cost(translator, sources, options).work
 
 
 def request_refusal(
@@ -64,4 +78,4 @@ def explain_bytes_bound(translator, src_len: int, beam: int = 1, options=None) -
     return 8 * numbers + 64 * (Ls + 2 * Lt) + 1024 + trace + options_bytes(Lt, Ls, options)
 
 
-__all__ = ["explain_bytes_bound", "request_refusal", "work_budget"]
+__all__ = ["QUEUED_BUDGETS", "explain_bytes_bound", "queue_work", "request_refusal", "request_work", "work_budget"]

@@ -29,7 +29,8 @@ WHAT = {
     "kind, layer or head the model lacks, decoding options it refuses (the detail names the option)",
     431: "request head over --max-header-bytes",
     500: "a bug in the server (the detail carries only a request id)",
-    503: "too many requests waiting; retry after Retry-After seconds",
+    503: "too much work waiting, or a request that could not start within the server's deadline; retry "
+    "after Retry-After seconds",
 }
 POST_ERRORS = (400, 408, 413, 422, 431, 500, 503)
 
@@ -45,7 +46,7 @@ def error(status: int, detail: str, request: Request | None = None, headers: dic
 
 
 def busy(request: Request, exc: Busy) -> JSONResponse:
-    return error(503, str(exc), request, headers={"Retry-After": "1"})
+    return error(503, str(exc), request, headers={"Retry-After": str(exc.retry_after)})
 
 
 def validation_message(exc: RequestValidationError) -> str:

@@ -37,6 +37,7 @@ class Limits:
     max_beam: int = MAX_BEAM_SERVED  # largest beam and n_best a request may ask (within DecodeOptions' MAX_BEAM)
     max_request_mb: int = 1024  # estimated peak memory of one request's decoding (budget.py); more gets 413
     max_request_work: float | None = None  # G multiply-adds one request may cost; None: budget.work_budget's
+    start_deadline_s: float = 30.0  # longest a translation request waits for its decode to start; then 503
 
     def __post_init__(self):
         for name in (
@@ -54,7 +55,7 @@ class Limits:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.max_beam > MAX_BEAM:
             raise ValueError(f"max_beam must be at most {MAX_BEAM} (DecodeOptions' own bound), got {self.max_beam}")
-        for name in ("body_timeout_s", "header_timeout_s"):
+        for name in ("body_timeout_s", "header_timeout_s", "start_deadline_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not (0 < v < float("inf")):
                 raise ValueError(f"{name} must be a positive finite number of seconds, got {v!r}")

@@ -7,11 +7,17 @@ only its own calls: one model serves every thread, and resident memory does not 
 from __future__ import annotations
 
 import asyncio
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 
 class Busy(Exception):
-    """More requests are waiting than the server accepts (HTTP 503 + Retry-After: the client should retry)."""
+    """More requests are waiting than the server accepts (HTTP 503 + Retry-After: the client should retry).
+    retry_after: seconds the client should wait (at least 1)."""
+
+    def __init__(self, message: str, retry_after: float = 1.0):
+        super().__init__(message)
+        self.retry_after = max(1, math.ceil(retry_after))
 
 
 class TooLarge(ValueError):

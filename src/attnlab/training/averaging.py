@@ -8,17 +8,23 @@ optimizer, so `--resume` continues the trajectory, not the average.
     ...save the final checkpoint...
     install_average(run_dir, model, plan)      # model.safetensors and `model` now hold the average
     plan.event                                 # the 'average' event of log.jsonl: the steps, and any shortfall
+
+A run killed between its final checkpoint and the average's 'average' event is finished by `--resume`
+(`finish_average`): the final weights are put back from the final checkpoint (the weights as trained), then
+averaged as the run would have.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch import Tensor, nn
 
 from attnlab.runs.checkpoints import average_checkpoints, list_checkpoints, save_tensors, verify_checkpoint
-from attnlab.runs.layout import WEIGHTS_FILE
+from attnlab.runs.layout import LOG_FILE, WEIGHTS_FILE
 from attnlab.runs.weights import load_weights, weights_metadata
 
 
@@ -91,3 +97,36 @@ def install_average(run_dir: Path, model: nn.Module, plan: AveragePlan) -> None:
     path = run_dir / WEIGHTS_FILE
     save_tensors(plan.tensors, path, metadata=weights_metadata(model))
     load_weights(model, path, what="the averaged weights")
+
+
+def averaged_at(run_dir: Path, step: int) -> bool:
+    """Whether `run_dir`'s log.jsonl records the 'average' event of its end at `step`."""
+    try:
+        lines = (run_dir / LOG_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return False
+    for line in reversed(lines):
+        try:
+            event = json.loads(line)  # one short line attnlab wrote (append_jsonl): no depth to bound
+        except ValueError:
+            continue  # a line cut by a kill
+        if isinstance(event, dict) and event.get("event") == "average" and event.get("step") == step:
+            return True
+    return False
+
+
+def finish_average(run_dir: Path, model: nn.Module, final: Path, k: int) -> dict | None:
+    """Finish a run whose final averaging was interrupted (killed after its final checkpoint `final`, before
+    the 'average' event): the final weights from `final` (as trained), then `plan_average` and
+    `install_average` as `save_final` does. Returns the 'average' event to log, or None when there is
+    nothing to finish (averaging off, or done)."""
+    step = _step(final)
+    if k < 2 or averaged_at(run_dir, step):
+        return None
+    root = run_dir / WEIGHTS_FILE
+    tmp = root.with_name(root.name + ".resume.tmp")
+    shutil.copyfile(final / WEIGHTS_FILE, tmp)
+    tmp.replace(root)  # atomic: the root holds the weights as trained again, never half of them
+    plan = plan_average(run_dir, step, k)
+    install_average(run_dir, model, plan)
+    return plan.event

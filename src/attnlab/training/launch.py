@@ -21,6 +21,7 @@ from attnlab.runs.config import read_run_config
 from attnlab.runs.layout import CHECKPOINTS, CONFIG_FILE, WEIGHTS_FILE
 from attnlab.runs.outputs import Claim, claim_output, start_in_place
 from attnlab.runs.weights import load_weights
+from attnlab.training.averaging import finish_average
 from attnlab.training.config import TrainConfig
 from attnlab.training.sizes import check_fits
 from attnlab.training.tasks import task_for
@@ -167,6 +168,10 @@ def resume_run(
     trainer.checkpointing.load_state_dict(load_trainer_state(last))
     done = trainer.finished()
     if done is not None:
+        event = finish_average(run_dir, model, last, train_config.average_last) if trainer.is_main else None
+        if event is not None:  # killed between the final checkpoint and its average: finished now
+            trainer.checkpointing.log(event)
+            return f"{done}; its final averaging had been interrupted and is now done (steps {event['steps']})"
         return done
     trainer.writer.scalars = _scalars(tensorboard)  # only now: a finished run writes no event file
     if overrides and trainer.is_main:

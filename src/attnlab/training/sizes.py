@@ -3,7 +3,16 @@ parameters on the meta device (shapes only, no memory: as `load_translator` and 
 config against its weights) and estimates what training holds at once — weights, gradients and Adam's
 two moments (16 bytes a parameter in float32) plus one batch's activations — against the memory of the
 device it trains on. A model that cannot fit is one line naming the size to lower, before any
-allocation."""
+allocation.
+
+Building even a meta-device model takes time per module and per table row, so the weights and buffers
+are first bounded from the config's numbers alone (`attnlab.runs.weights.config_floats`: layers, widths,
+vocabularies, position tables): a config asking for 100,000 layers or a billion positions is one line at
+once, here as when loading a run (`attnlab.runs.loading`) or importing a model (`attnlab.export.marian`),
+through `attnlab.runs.weights.check_config_size`. The position tables are buffers, not parameters: the
+exact count adds them.
+The memory compared with is the machine's (`attnlab.utils.machine.memory_bytes`: physical, cgroup and
+the process's address-space limit, `ulimit -v`)."""
 
 from __future__ import annotations
 
@@ -13,6 +22,7 @@ from typing import Any
 import torch
 
 from attnlab.models import CONFIGS, TRANSLATORS, build_model
+from attnlab.runs.weights import config_floats, size_advice, size_text
 from attnlab.training.config import TrainConfig
 from attnlab.utils.machine import memory_bytes
 from attnlab.utils.runtime import resolve_device
@@ -20,14 +30,6 @@ from attnlab.utils.runtime import resolve_device
 __all__ = ["PER_PARAMETER", "check_fits", "training_bytes"]
 
 PER_PARAMETER = 16  # bytes: float32 weight, gradient, Adam's first and second moments
-SIZES = (
-    "num_hiddens",
-    "ffn_num_hiddens",
-    "num_layers",
-    "decoder_layers",
-    "embed_size",
-    "max_len",
-)  # a message names one
 
 
 def parameters(model_type: str, model_config: Mapping[str, Any]) -> int:
@@ -43,6 +45,8 @@ def training_bytes(model_type: str, model_config: Mapping[str, Any], train: Trai
     attention weights of each head over the batch's sequence length; per token the target vocabulary's
     logits, their softmax and gradient)."""
     P = parameters(model_type, model_config)
+    with torch.device("meta"):  # the position tables are buffers: memory all the same
+        P += sum(b.numel() for b in build_model(model_type, dict(model_config)).buffers())
     cfg = CONFIGS[model_type].from_dict(dict(model_config))
     D = int(getattr(cfg, "num_hiddens", 1))
     F = int(getattr(cfg, "ffn_num_hiddens", 3 * D))
@@ -69,28 +73,24 @@ def check_fits(model_type: str, model_config: Mapping[str, Any], train: TrainCon
     available = device_memory(train.device)
     if available is None or model_type not in TRANSLATORS:  # the translators' sizes are the open-ended ones
         return
+    where = "this machine" if resolve_device(train.device).type == "cpu" else f"device {train.device}"
+    # The config's numbers first: building even on the meta device takes time per layer and table row.
+    least = config_floats(model_config) * PER_PARAMETER
+    if least > available:
+        raise ValueError(
+            f"this {model_type} needs at least {size_text(least)} to train ({least // PER_PARAMETER:,} weights at "
+            f"{PER_PARAMETER} bytes each for weights, gradients and Adam's moments) but {where} has "
+            f"{size_text(available)}; {size_advice(model_type, model_config)}"
+        )
     P, need = training_bytes(model_type, model_config, train)
     if need <= available:
         return
-    defaults = CONFIGS[model_type].from_dict({"src_vocab_size": 1, "tgt_vocab_size": 1})
-    # decoder_layers' default (None) means as many as num_layers: compared with num_layers' default
-    default = {k: getattr(defaults, "decoder_depth" if k == "decoder_layers" else k, None) for k in SIZES}
-    ints = {k: v for k, v in default.items() if isinstance(v, int)}
-    ratios = {k: model_config[k] / max(1, ints[k]) for k in SIZES if isinstance(model_config.get(k), int) and k in ints}
-    worst = max(ratios, key=lambda k: ratios[k], default=None)
-    advice = "choose a smaller model"
-    if worst is not None:
-        advice = f"lower model.{worst} ({model_config[worst]:,}; the default is {default[worst]:,})"
-    where = "this machine" if resolve_device(train.device).type == "cpu" else f"device {train.device}"
+    advice = size_advice(model_type, model_config)
+    if need - P * PER_PARAMETER > P * PER_PARAMETER:  # the batch's activations, not the model, are most of it
+        batch = ("batch_tokens", train.batch_tokens) if train.batch_tokens else ("batch_size", train.batch_size)
+        advice = f"lower train.{batch[0]} ({batch[1]:,}: a batch's activations are most of it)"
     raise ValueError(
-        f"this {model_type} needs about {_size(need)} to train ({P:,} parameters at {PER_PARAMETER} bytes each "
+        f"this {model_type} needs about {size_text(need)} to train ({P:,} parameters at {PER_PARAMETER} bytes each "
         f"for weights, gradients and Adam's moments, plus a batch's activations) but {where} has "
-        f"{_size(available)}; {advice}"
+        f"{size_text(available)}; {advice}"
     )
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("PB", 2**50), ("TB", 2**40), ("GB", 2**30)):
-        if n >= scale:
-            return f"{n / scale:,.1f} {unit}"
-    return f"{n / 2**20:,.0f} MB"

@@ -105,3 +105,21 @@ def check_range(
 
 def check_seed(value: int, flag: str = "--seed") -> int:
     return check_range(flag, value, 0, SEED_MAX, integer=True)
+
+
+def all_empty_warning(total: int, empty: int, what: str = "translation") -> str | None:
+    """A one-line warning when all `total` outputs of a decode (one or more) are `empty`: the model ended
+    every sentence with <eos> at once, as damaged or untrained weights do; None otherwise.
+
+    Examples:
+        >>> print(all_empty_warning(2, 2))  # doctest: +ELLIPSIS
+        warning: every translation is empty (the model emitted <eos> first for all 2 sentences); ...
+        >>> all_empty_warning(2, 1) is None
+        True
+    """
+    if total < 1 or empty < total:
+        return None
+    return (
+        f"warning: every {what} is empty (the model emitted <eos> first for all {total} sentences); "
+        "its weights may be damaged or untrained"
+    )

@@ -11,6 +11,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -160,19 +161,110 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+# --------------------------------------------------------------------------- new output files
+def is_device(path: str | os.PathLike) -> bool:
+    """Whether `path` is a character device (/dev/null, /dev/stdout, a terminal): written to, never created."""
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_new_file(path: str, flag: str = "--out", command: str = "attnlab translate") -> None:
+    """`flag` must name a new file in a folder that exists, or a device such as /dev/null: one line
+    otherwise, before any work. Nothing already there is ever replaced."""
+    if not path:
+        raise ValueError(f"{flag} needs a file name, got an empty one; give a new file's path (or leave {flag} out)")
+    if is_device(path):
+        return
+    p = Path(path)
+    if p.is_symlink() or p.exists():
+        what = "a symlink" if p.is_symlink() else "a folder" if p.is_dir() else "a file"
+        raise FileExistsError(
+            f"{flag} {path} is {what} already there; {command} writes a new file only: choose a new name"
+        )
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"{flag} {path}: the folder {parent} does not exist; create it or choose another path")
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"{flag} {path}: cannot write in {parent}; choose a folder you can write to")
+
+
 # --------------------------------------------------------------------------- JSON
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing")
+MAX_JSON_BYTES = 512 * 2**20  # the largest run or model JSON file read (a big tokenizer's is tens of MB)
+MAX_JSON_DEPTH = 32  # the deepest nesting of arrays and objects read (attnlab's own files nest 4 deep)
+
+
+def loads_json(data: str | bytes, where: str | os.PathLike, what: str = "file") -> Any:
+    """`data` (the text of `where`, a `what`) parsed as JSON, with the nesting bounded: bad UTF-8, bad
+    JSON and nesting past MAX_JSON_DEPTH are each one ValueError naming `where`, never a traceback
+    (Python's parser raises RecursionError a thousand levels deep).
+
+    Examples:
+        >>> loads_json('{"a": [1, 2]}', "x.json")
+        {'a': [1, 2]}
+        >>> loads_json("[" * 5000 + "]" * 5000, "x.json")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: x.json nests arrays or objects more than 32 deep; ...
+    """
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        obj = json.loads(text)
+        deep = _depth(obj) > MAX_JSON_DEPTH
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start}); restore or re-save the {what}"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc})") from exc
+        raise ValueError(f"{where} is not valid JSON ({exc}); restore or re-save the {what}") from None
+    except RecursionError:
+        deep = True
+    if deep:
+        raise ValueError(
+            f"{where} nests arrays or objects more than {MAX_JSON_DEPTH} deep; it is not a file attnlab wrote: "
+            "restore or re-save it"
+        )
+    return obj
+
+
+def _depth(obj: Any) -> int:
+    """The nesting depth of a parsed JSON value (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, (dict, list)):
+            deepest = max(deepest, d)
+            if deepest > MAX_JSON_DEPTH:
+                break
+            stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return deepest
+
+
+def read_json(path: str | os.PathLike, what: str = "file") -> Any:
+    """The JSON in `path`, read through `loads_json`: a missing file, a folder or a dangling link, a file
+    over MAX_JSON_BYTES, bad UTF-8, bad JSON or deep nesting is one line naming the file."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not a {what}; remove or rename it")
+    if not path.is_file():
+        dangling = " (a link to nothing)" if path.is_symlink() else ""
+        raise FileNotFoundError(f"{path} is missing{dangling}")
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise ValueError(
+                f"{path} has {size:,} bytes, more than the {MAX_JSON_BYTES // 2**20} MB a {what} may take; "
+                "restore or re-save it"
+            )
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    return loads_json(data, path, what)
 
 
 def json_safe(obj: Any) -> Any:
@@ -204,10 +296,7 @@ def read_json_object(path: str | os.PathLike, what: str = "vocabulary") -> dict:
         raise ValueError(f"{what} file {path} is a folder{hint}")
     if not path.is_file():
         raise FileNotFoundError(f"{what} file {path} does not exist")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); re-save the {what}") from exc
+    obj = read_json(path, what)
     if not isinstance(obj, dict):
         got = "null" if obj is None else f"a JSON {_JSON_NAMES.get(type(obj), type(obj).__name__)}"
         raise ValueError(f"{path} should hold a JSON object ({what}), it holds {got}; restore or re-save the {what}")

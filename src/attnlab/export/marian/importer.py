@@ -34,11 +34,11 @@ from attnlab.data.spm import SentencePieceVocab
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.runs.config import write_run_config
 from attnlab.runs.outputs import claim_output, write_output
-from attnlab.runs.weights import save_weights
+from attnlab.runs.weights import check_config_size, check_finite, save_weights
 from attnlab.utils.files import read_json_object
 
 from .config import marian_to_config, refuse
-from .weights import check_shapes, read_hf_weights, stored, weight_map, weight_shapes, weights_file
+from .weights import check_header, check_shapes, read_hf_weights, stored, weight_map, weight_shapes, weights_file
 
 
 # Marian config keys that attnlab cannot follow when they take another value than this.
@@ -125,14 +125,19 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike, force: bool = F
     gen = read_json_object(gen_path, "generation config") if gen_path.is_file() else {}
     cfg_dict = marian_to_config(hf, gen)
     cfg = TransformerConfig.from_dict(cfg_dict)
-    # The config is compared with the weights' shapes on a meta-device model before anything is
-    # allocated: a config.json asking for gigabytes fails in one line.
+    # The config is compared with the weights' header, its sizes with this machine's memory, and then with
+    # every weight's shape on a meta-device model, before anything is allocated: a config.json asking for
+    # gigabytes (or 100,000 layers) fails in one line at once.
     weights_path = weights_file(source)
+    shapes = weight_shapes(weights_path)
+    check_header(cfg_dict, shapes, weights_path)
+    check_config_size("transformer", cfg_dict, 4, str(source / "config.json"))
     with torch.device("meta"):
         skeleton = Transformer(cfg)
-    check_shapes(skeleton, weight_shapes(weights_path), weights_path)
+    check_shapes(skeleton, shapes, weights_path)
     src_vocab, tgt_vocab = _marian_vocabs(source, hf, (hf.get("source_lang"), hf.get("target_lang")))
     weights = read_hf_weights(weights_path)
+    check_finite(weights.items(), weights_path)
 
     # Marian's positions must be the fixed split sinusoids attnlab computes (they are not trained);
     # recent transformers versions do not even save them.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -155,6 +156,26 @@ _SOURCES = {
 }
 
 
+def check_header(config: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
+    """The config's layer counts, width and vocabulary against the weights file's header alone, before any
+    model is built (even on the meta device, 100,000 layers take minutes): one line at the first mismatch."""
+    depth = {"encoder": config["num_layers"], "decoder": config.get("decoder_layers") or config["num_layers"]}
+    for side, n in depth.items():
+        found = {int(m.group(1)) for k in shapes if (m := re.match(rf"(?:model\.)?{side}\.layers\.(\d+)\.", k))}
+        if len(found) != n:
+            name = "encoder_layers" if side == "encoder" else "decoder_layers"
+            raise ValueError(
+                f"{path.parent / 'config.json'} says {name}={n} but {path} holds {len(found)} {side} layers; "
+                "the folder's files disagree — download the model again"
+            )
+    embed = shapes.get("model.shared.weight") or shapes.get("model.encoder.embed_tokens.weight")
+    if embed is not None and len(embed) == 2 and embed[1] != config["num_hiddens"]:
+        raise ValueError(
+            f"{path.parent / 'config.json'} says d_model={config['num_hiddens']} but {path}'s embeddings are "
+            f"{embed[1]} wide; the folder's files disagree — download the model again"
+        )
+
+
 def check_shapes(skeleton: Transformer, shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
     """Every tensor `skeleton` (a meta-device model: no memory) needs, against the weights file's shapes."""
     for key, tensor, _ in weight_map(skeleton):
@@ -178,4 +199,4 @@ def check_shapes(skeleton: Transformer, shapes: Mapping[str, tuple[int, ...]], p
         raise ValueError(f"final_logits_bias in {path} has shape {tuple(bias)}, the model's vocabulary {V} tokens")
 
 
-__all__ = ["check_shapes", "read_hf_weights", "stored", "weight_map", "weight_shapes", "weights_file"]
+__all__ = ["check_header", "check_shapes", "read_hf_weights", "stored", "weight_map", "weight_shapes", "weights_file"]

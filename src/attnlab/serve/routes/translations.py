@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from attnlab.analysis.explanation import check_text
 from attnlab.decoding.translator import InputError, TextTooLong
 
-from ..budget import request_refusal
+from ..budget import request_refusal, request_work
 from ..context import ServedDep
 from ..errors import POST_ERRORS, busy, error, responses
 from ..options import decode_options, translation_result
@@ -54,7 +54,7 @@ async def translate_texts(req: TranslationsRequest, request: Request, s: ServedD
     if refusal is not None:
         return error(413, refusal, request)
     try:
-        out = await s.batcher.translate(req.texts, beam, options)
+        out = await s.batcher.translate(req.texts, beam, options, request_work(translator, sources, resolved))
     except Busy as exc:
         return busy(request, exc)
     except ValueError as exc:  # options that do not fit these texts (a prefix per text, say)
