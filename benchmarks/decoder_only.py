@@ -36,7 +36,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import budget_points, table, write_result
 from time_to_quality import evaluate_split, figure, score
 
-from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import iterate_batches, load_translation_data
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
@@ -46,6 +45,7 @@ from attnlab.runs.layout import WEIGHTS_FILE
 from attnlab.runs.weights import save_weights
 from attnlab.training.config import TrainConfig
 from attnlab.training.presets import get_preset
+from attnlab.training.quality import held_out_sources
 from attnlab.training.trainer import Trainer
 from attnlab.utils.files import write_json
 from attnlab.utils.precision import cpu_features, native_bf16

@@ -29,11 +29,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table, write_result
 from time_to_quality import figure
 
-from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import load_data
 from attnlab.metrics import corpus_bleu, corpus_chrf
 from attnlab.runs.config import read_run_config
 from attnlab.runs.loading import load_translator
+from attnlab.training.quality import held_out_sources
 from attnlab.utils.precision import cpu_features
 
 HERE = Path(__file__).resolve().parent

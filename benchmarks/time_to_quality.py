@@ -41,7 +41,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from baselines.torch_tutorial import BATCHING, SETTINGS, tutorial_recipe
 from common import budget_points, print_machine, table, write_result
 
-from attnlab.chapter.time_to_quality import (
+from attnlab.data import iterate_batches, load_data
+from attnlab.metrics import corpus_bleu
+from attnlab.runs.config import read_run_config
+from attnlab.runs.loading import load_translator
+from attnlab.training.launch import claim_run_dir, train_run
+from attnlab.training.quality import (
     PLAIN_RECIPE,
     averaged_translator,
     decode_speed,
@@ -49,11 +54,6 @@ from attnlab.chapter.time_to_quality import (
     run_settings,
     score_sources,
 )
-from attnlab.data import iterate_batches, load_data
-from attnlab.metrics import corpus_bleu
-from attnlab.runs.config import read_run_config
-from attnlab.runs.loading import load_translator
-from attnlab.training.launch import claim_run_dir, train_run
 from attnlab.training.settings import no_overrides, parse_set, resolve
 from attnlab.utils.files import write_json
 from attnlab.utils.precision import native_bf16

@@ -10,16 +10,18 @@ import torch
 from train_helpers import needs_data, tiny_run
 
 from attnlab.chapter.time_to_quality import (
-    averaged_translator,
-    decode_speed,
-    held_out_sources,
     load_measured_curves,
     measured_curves_path,
     plot_time_to_quality,
+    time_to_quality_section,
+)
+from attnlab.training.quality import (
+    averaged_translator,
+    decode_speed,
+    held_out_sources,
     run_curve,
     run_settings,
     score_sources,
-    time_to_quality_section,
     training_seconds,
 )
 
