@@ -164,7 +164,7 @@ else
     exit 2
   fi
   DEVICE=cuda
-  KERNEL_ARGS=(--budget 45)  # start no masked case after 45 s: the step's cap is 70 s
+  KERNEL_ARGS=(--budget 35)  # start no masked case after 35 s: the step's cap is 60 s
   # Transformer-base on batches of the gpu preset's size (3,072 pairs of 8-12 tokens, ~30k target tokens),
   # eager against nn.Transformer, and torch.compile(attnlab) in a capped child.
   THROUGHPUT_ARGS=(--device cuda --amp --batch-size 3072 --min-len 8 --max-len 12 --d 512 --heads 8 --layers 6
@@ -173,9 +173,9 @@ else
   TRAIN_ARGS=(--preset gpu --device cuda)
   SCORE_ARGS=(--device cuda)
   DECODE_ARGS=(--device cuda --precision bf16 --lines 1000,10000 --steps dynamic,graphs)
-  # About 8 minutes in all, typically: ~20 s of start-up, then about 50 + 45 + (300 + ~35 of data, final evaluation
-  # and averaging) + 20 + 20 + 30 s. The caps (560 s together) keep any overrun under the device's 10 minutes.
-  CAP_KERNELS=70; CAP_THROUGHPUT=55; CAP_TRAIN=$(( TRAIN_SECONDS + 40 )); CAP_SCORE=30; CAP_DECODE=40
+  # About 9 minutes in all, as measured on an H200: ~5 s of start-up, then about 60 + 55 + (300 + ~30 of data, final evaluation
+  # and averaging) + 25 + 25 + 40 s. The caps (580 s together) keep any overrun under the device's 10 minutes.
+  CAP_KERNELS=60; CAP_THROUGHPUT=55; CAP_TRAIN=$(( TRAIN_SECONDS + 40 )); CAP_SCORE=30; CAP_DECODE=60
 fi
 
 step "attention kernels vs the dense matmul rate"
