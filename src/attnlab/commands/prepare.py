@@ -10,6 +10,8 @@ Bad lines (empty, over-long, undecodable, no tab) are skipped and reported per f
 
 from __future__ import annotations
 
+import sys
+
 from attnlab.commands._common import add_command, add_force
 
 # The vocabulary settings without --preset (prepare()'s own defaults).
@@ -98,6 +100,8 @@ def vocabulary(args) -> dict:
 
 
 def run(args) -> int:
+    from concurrent.futures.process import BrokenProcessPool
+
     from attnlab.data.prepared.encoders import sigterm_unwinds
     from attnlab.data.prepared.pipeline import prepare
     from attnlab.runs.outputs import claim_output, write_output
@@ -106,27 +110,36 @@ def run(args) -> int:
     sources = [f for spec in (args.data, args.valid, args.test) if spec for f in spec.split(",")]
     claim = claim_output(args.out, "prepared", force=args.force, sources=sources)  # before any work
     # SIGTERM unwinds through write_output too, so the temp folder beside --out goes with the workers.
-    with sigterm_unwinds(), write_output(claim) as tmp:
-        meta = prepare(
-            args.data,
-            tmp,
-            src_lang=args.src_lang,
-            tgt_lang=args.tgt_lang,
-            valid=args.valid,
-            test=args.test,
-            tokenizer=vocab["tokenizer"],
-            vocab_size=vocab["vocab_size"],
-            normalization=args.normalization,
-            min_freq=vocab["min_freq"],
-            max_len=args.max_len,
-            num_examples=args.num_examples,
-            valid_fraction=args.valid_fraction,
-            test_fraction=args.test_fraction,
-            seed=args.seed,
-            shard_size=args.shard_size,
-            workers=args.workers,
-            log=print,
+    try:
+        with sigterm_unwinds(), write_output(claim) as tmp:
+            meta = prepare(
+                args.data,
+                tmp,
+                src_lang=args.src_lang,
+                tgt_lang=args.tgt_lang,
+                valid=args.valid,
+                test=args.test,
+                tokenizer=vocab["tokenizer"],
+                vocab_size=vocab["vocab_size"],
+                normalization=args.normalization,
+                min_freq=vocab["min_freq"],
+                max_len=args.max_len,
+                num_examples=args.num_examples,
+                valid_fraction=args.valid_fraction,
+                test_fraction=args.test_fraction,
+                seed=args.seed,
+                shard_size=args.shard_size,
+                workers=args.workers,
+                log=print,
+            )
+    except BrokenProcessPool as exc:
+        # Not the user's input: a worker killed from outside (the kernel's OOM killer, a signal to it alone).
+        print(
+            f"attnlab prepare: error: {exc}; nothing was written to {args.out} (out of memory? "
+            "try again with --workers 1)",
+            file=sys.stderr,
         )
+        return 1
     n = meta["splits"]["train"]["pairs"]
     rate = n / max(meta["seconds"], 1e-9)
     preset = f" --preset {args.preset}" if args.preset else ""

@@ -134,3 +134,21 @@ def test_a_worker_that_dies_fails_the_map_at_once(monkeypatch):
         list(enc.map(chunks))
     assert time.monotonic() - t0 < 20
     assert not enc._workers  # reaped: nothing left to wait on
+
+
+def test_cli_a_killed_worker_is_one_line_and_nothing_is_written(tmp_path, small_chunks, monkeypatch, capsys):
+    """`attnlab prepare` whose worker is killed from outside says so in one line (no traceback), exit 1,
+    and leaves no --out behind."""
+    import os
+
+    from attnlab.cli import main
+    from attnlab.data.prepared import encoders
+
+    monkeypatch.setattr(encoders, "_work", lambda sources, targets: os._exit(9))  # read by the forked workers
+    spec, _, _ = write_corpus(tmp_path, n=300)
+    out = tmp_path / "p"
+    args = ["prepare", "--data", spec, "--src-lang", "de", "--tgt-lang", "en", "--vocab-size", "100"]
+    assert main([*args, "--workers", "2", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "died" in err and "--workers 1" in err, err
+    assert not out.exists()
