@@ -28,9 +28,9 @@ from common import add_decoding_args, table, write_result
 
 from attnlab.chapter.time_to_quality import held_out_sources
 from attnlab.data import load_data
+from attnlab.inference.precision import cpu_features
 from attnlab.runs.config import read_run_config
 from attnlab.runs.loading import load_translator
-from attnlab.utils.precision import cpu_features
 
 
 def main(argv=None) -> int:

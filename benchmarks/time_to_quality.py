@@ -50,13 +50,13 @@ from attnlab.chapter.time_to_quality import (
     score_sources,
 )
 from attnlab.data import iterate_batches, load_data
+from attnlab.inference.precision import native_bf16
 from attnlab.metrics import corpus_bleu
 from attnlab.runs.config import read_run_config
 from attnlab.runs.loading import load_translator
 from attnlab.training.launch import claim_run_dir, train_run
 from attnlab.training.settings import no_overrides, parse_set, resolve
 from attnlab.utils.files import write_json
-from attnlab.utils.precision import native_bf16
 
 RECIPES = ("laptop", PLAIN_RECIPE)
 DEFAULT_POINTS = (0.1, 0.25, 0.5, 1.0)  # of --budget: 60, 150, 300 and 600 s

@@ -42,4 +42,4 @@ def test_decoding_and_attention_do_not_import_models(package):
 def test_every_c_file_has_its_wrapper():
     wrappers = {p.stem for p in (SRC / "kernels").glob("*.py")}
     c_files = {p.stem for p in (SRC / "csrc").glob("*.c")}
-    assert c_files - wrappers == {"int8_step"}  # whose wrapper is attnlab.models.int8_step (fallback: the modules)
+    assert c_files - wrappers == {"int8_step"}  # whose wrapper is attnlab.inference.int8_step (fallback: the modules)
