@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from attnlab.inference import int8_step
 from attnlab.inference.int8_step import Int8DecoderStep
 from attnlab.inference.precision import prepare_for_inference
 from attnlab.kernels import loader
@@ -23,7 +24,7 @@ from attnlab.kernels.finite import native_all_finite
 from attnlab.kernels.gather_rows import gather_rows
 from attnlab.kernels.int8_rows import int8_linear, native_int8_linear
 from attnlab.kernels.layer_norm import native_add_layer_norm
-from attnlab.models import Transformer, TransformerConfig, int8_step
+from attnlab.models import Transformer, TransformerConfig
 
 # Not c_kernels: that one loads a single kernel, and this file must name each one that fails to build.
 pytestmark = pytest.mark.usefixtures("c_compiler")

@@ -14,9 +14,10 @@ import torch
 
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
+from attnlab.inference import int8_step
 from attnlab.inference.precision import prepare_for_inference
 from attnlab.kernels import loader
-from attnlab.models import Transformer, TransformerConfig, int8_step
+from attnlab.models import Transformer, TransformerConfig
 
 pytestmark = pytest.mark.usefixtures("c_kernels", "one_thread")
 
