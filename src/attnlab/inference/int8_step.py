@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -87,7 +88,7 @@ class _Norm:
         self.w, self.b, self.eps = _ptr(ln.weight), _ptr(ln.bias), float(ln.eps)
 
 
-def _heads(mha: nn.Module) -> tuple[int, int, int, float]:
+def _heads(mha: Any) -> tuple[int, int, int, float]:
     """A `MultiHeadAttention`'s heads, key/value groups, head width and score scale."""
     return mha.num_heads, mha.groups, mha.head_dim, 1.0 / math.sqrt(mha.head_dim)
 
@@ -142,7 +143,8 @@ class Int8DecoderStep:
     LINEARS += tuple(f"cross_attention.{w}" for w in ("W_kv", "W_q", "W_k", "W_v", "W_o"))
     LINEARS += ("ffn.dense1", "ffn.dense2")
 
-    def __init__(self, decoder: nn.Module, functions: dict):
+    def __init__(self, decoder: Any, functions: dict):
+        # `decoder`: a TransformerDecoder, read by its attributes (the models sit above this package)
         self.decoder, self.modules = decoder, list(decoder.modules())
         self.blocks: list = list(decoder.blocks)
         self.passes = _Passes(functions, decoder.num_hiddens)
@@ -156,7 +158,7 @@ class Int8DecoderStep:
         self.dense = _Linear(decoder.dense)
 
     @classmethod
-    def build(cls, decoder: nn.Module) -> Int8DecoderStep | None:
+    def build(cls, decoder: Any) -> Int8DecoderStep | None:
         """The int8 step for `decoder`, a `TransformerDecoder` whose every block the passes compute (its model
         checks that: `attnlab.models.fused.int8_step`), or None inside `off()` or without the C passes."""
         if not _step or type(decoder.dense) is not Int8Linear or (functions := native_int8_step()) is None:

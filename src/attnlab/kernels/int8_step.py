@@ -40,4 +40,5 @@ def native_int8_step() -> dict[str, Callable] | None:
     compiler, ATTNLAB_NATIVE=0, inside `loader.off()`)."""
     fns = {s: function("int8_step", s, a, RESTYPE) for s, a in SIGNATURES.items()}
     fns[_RESCALE] = function("int8_rows", _RESCALE, int8_rows.SIGNATURES[_RESCALE])
-    return None if any(f is None for f in fns.values()) else fns
+    found = {s: f for s, f in fns.items() if f is not None}
+    return found if len(found) == len(fns) else None
