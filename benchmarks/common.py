@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.utils.precision import cpu_features as all_cpu_features
+from attnlab.inference.precision import cpu_features as all_cpu_features
 
 RESULTS_ENV = "ATTNLAB_RESULTS"
 RESULTS = Path(__file__).resolve().parent / "results"

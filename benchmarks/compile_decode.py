@@ -27,10 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import add_decoding_args, table, write_result
 
 from attnlab.data import load_data
+from attnlab.inference.precision import cpu_features
 from attnlab.runs.config import read_run_config
 from attnlab.runs.loading import load_translator
 from attnlab.training.quality import held_out_sources
-from attnlab.utils.precision import cpu_features
 
 
 def main(argv=None) -> int:

@@ -40,9 +40,9 @@ from common import print_machine, table, write_result
 
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
+from attnlab.inference.precision import prepare_for_inference
 from attnlab.kernels import loader as native
 from attnlab.models import Transformer, TransformerConfig
-from attnlab.utils.precision import prepare_for_inference
 from attnlab.utils.runtime import intra_op_threads
 
 
@@ -84,7 +84,7 @@ def book_greedy(model, src, lens, bos, eos, T):
 # Under torch.inference_mode (greedy decoding) composite ops such as linear and SDPA reach a dispatch mode
 # whole; otherwise they arrive decomposed (addmm, the SDPA backend). Each call is seen once either way.
 _aten = torch.ops.aten
-# mkldnn::_linear_pointwise: fp32 linear layers on packed weights (attnlab.utils.packed, CPU decoding).
+# mkldnn::_linear_pointwise: fp32 linear layers on packed weights (attnlab.inference.packed, CPU decoding).
 PACKED_LINEAR = (
     {torch.ops.mkldnn._linear_pointwise.default} if hasattr(torch.ops.mkldnn, "_linear_pointwise") else set()
 )

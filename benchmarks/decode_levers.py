@@ -24,10 +24,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table, write_result
 
+from attnlab.inference.precision import cpu_features
 from attnlab.metrics import corpus_bleu, corpus_chrf, group_by_source, reference_text
 from attnlab.runs.loading import load_translator
 from attnlab.training.launch import load_run_data
-from attnlab.utils.precision import cpu_features
 
 WATCHED = {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}  # the ones that change CPU speed here
 

@@ -39,6 +39,7 @@ from time_to_quality import evaluate_split, figure, score
 from attnlab.data import iterate_batches, load_translation_data
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
+from attnlab.inference.precision import cpu_features, native_bf16
 from attnlab.models import build_model
 from attnlab.runs.config import write_run_config
 from attnlab.runs.layout import WEIGHTS_FILE
@@ -48,7 +49,6 @@ from attnlab.training.presets import get_preset
 from attnlab.training.quality import held_out_sources
 from attnlab.training.trainer import Trainer
 from attnlab.utils.files import write_json
-from attnlab.utils.precision import cpu_features, native_bf16
 
 # name -> (model type, model overrides)
 MODELS = {

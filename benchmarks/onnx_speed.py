@@ -42,10 +42,10 @@ from common import add_decoding_args, table
 from attnlab.decoding.batches import length_batches
 from attnlab.export.onnx import OnnxTranslator
 from attnlab.export.onnx.exporter import write_folder
+from attnlab.inference.precision import cpu_features
 from attnlab.metrics import corpus_bleu, group_by_source, reference_text
 from attnlab.runs.loading import load_translator
 from attnlab.training.launch import load_run_data
-from attnlab.utils.precision import cpu_features
 
 RESULTS = Path(__file__).resolve().parent / "results" / "onnx_speed.json"
 

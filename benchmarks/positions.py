@@ -30,11 +30,11 @@ from common import table, write_result
 from time_to_quality import figure
 
 from attnlab.data import load_data
+from attnlab.inference.precision import cpu_features
 from attnlab.metrics import corpus_bleu, corpus_chrf
 from attnlab.runs.config import read_run_config
 from attnlab.runs.loading import load_translator
 from attnlab.training.quality import held_out_sources
-from attnlab.utils.precision import cpu_features
 
 HERE = Path(__file__).resolve().parent
 SCHEMES = ["sinusoidal", "rope", "learned", "alibi", "t5", "none", "sinusoidal:1", "sinusoidal:2"]

@@ -10,7 +10,7 @@ always run, first: the baseline of every column; 'fp32 (F.linear)' is fp32 witho
 layers, as attnlab decoded before them; a name followed by ' without C kernels' is that variant on
 PyTorch's operators alone, `attnlab.kernels.loader.off`; by ' on worker threads', decoded by
 `Translator.decode`'s worker threads instead of its worker processes, ATTNLAB_WORKER_PROCESSES=0; by
-' without the fused step', every decoding step on the model's modules, `attnlab.models.int8_step.off`; ':bN'
+' without the fused step', every decoding step on the model's modules, `attnlab.inference.int8_step.off`; ':bN'
 at the end decodes that variant in batches of N instead of its precision's own size). Model
 loading and conversion are not timed. --floors adds each precision's kernel floor: its linear-layer
 kernels, captured once from a decode and replayed back to back on ready operands (LINEAR), timed in the
@@ -47,18 +47,18 @@ from decode import capture_kernels, replay_kernels
 
 from attnlab.data import load_data
 from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
-from attnlab.kernels import loader as native
-from attnlab.metrics import corpus_bleu, reference_text
-from attnlab.models import int8_step
-from attnlab.runs.loading import load_translator
-from attnlab.utils.packed import PackedLinear, retype_linears
-from attnlab.utils.precision import (
+from attnlab.inference import int8_step
+from attnlab.inference.packed import PackedLinear, retype_linears
+from attnlab.inference.precision import (
     DECODE_PRECISIONS,
     cpu_features,
     native_bf16,
     prepare_for_inference,
     resolve_precision,
 )
+from attnlab.kernels import loader as native
+from attnlab.metrics import corpus_bleu, reference_text
+from attnlab.runs.loading import load_translator
 
 # The kernels a floor replays. Under inference_mode linear and SDPA reach a dispatch mode whole, a decoding
 # step's attention as matmul (`_few_queries`); the per-row int8 kernel's own quantize/rescale ops are not
@@ -106,7 +106,7 @@ INT8_VARIANTS = {
 NO_NATIVE = " without C kernels"
 # A variant decoded with `Translator.decode`'s worker threads instead of its worker processes.
 THREADS = " on worker threads"
-# A variant whose every decoding step runs the modules (`attnlab.models.int8_step.off`), not int8's fused step.
+# A variant whose every decoding step runs the modules (`attnlab.inference.int8_step.off`), not int8's fused step.
 NO_FUSED = " without the fused step"
 SUFFIXES = (NO_NATIVE, THREADS, NO_FUSED)
 

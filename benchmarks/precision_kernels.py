@@ -5,10 +5,10 @@ kernel includes what it costs to get there from an fp32 activation and back (qua
 dequantizing the result); operands are ready (weights converted once). Time per call is the median over
 interleaved rounds; ratios are medians of paired ratios against fp32 `F.linear` in the same round.
 
-    fp32 packed         the weight reordered once for oneDNN (`attnlab.utils.packed`: what fp32 decoding runs)
+    fp32 packed         the weight reordered once for oneDNN (`attnlab.inference.packed`: what fp32 decoding runs)
     int8 dyn (tensor)   fbgemm dynamic quantization, per-tensor weight scale (`quantize_dynamic` default)
     int8 dyn (channel)  fbgemm dynamic quantization, per-output-channel weight scales
-    int8 _int_mm (row)  attnlab.utils.quantize.Int8Linear: per-row activation scales, torch._int_mm (VNNI),
+    int8 _int_mm (row)  attnlab.inference.quantize.Int8Linear: per-row activation scales, torch._int_mm (VNNI),
                         the activation quantized and the sums rescaled by attnlab's C passes (what int8 runs)
     int8 (row), ops     the same with PyTorch's operators for those two passes (`attnlab.kernels.loader.off`)
     bf16                F.linear on bf16 operands (activation cast included unless --bf16-resident)
@@ -31,9 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table, time_call, write_result
 from precision import header
 
+from attnlab.inference.packed import can_pack, linear, pack_weight
+from attnlab.inference.quantize import Int8Linear, fbgemm_linear
 from attnlab.kernels import loader as native
-from attnlab.utils.packed import can_pack, linear, pack_weight
-from attnlab.utils.quantize import Int8Linear, fbgemm_linear
 
 
 def kernels(lin: nn.Linear, bf16_resident: bool) -> dict:

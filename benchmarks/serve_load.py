@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 from common import table, write_result
 
+from attnlab.inference.precision import cpu_features
 from attnlab.serve.listen import decode_threads
 from attnlab.testing import start_server, stop_server, train_tiny
-from attnlab.utils.precision import cpu_features
 
 SENTENCES = [
     "i'm home .",

@@ -42,6 +42,7 @@ from baselines.torch_tutorial import BATCHING, SETTINGS, tutorial_recipe
 from common import budget_points, print_machine, table, write_result
 
 from attnlab.data import iterate_batches, load_data
+from attnlab.inference.precision import native_bf16
 from attnlab.metrics import corpus_bleu
 from attnlab.runs.config import read_run_config
 from attnlab.runs.loading import load_translator
@@ -56,7 +57,6 @@ from attnlab.training.quality import (
 )
 from attnlab.training.settings import no_overrides, parse_set, resolve
 from attnlab.utils.files import write_json
-from attnlab.utils.precision import native_bf16
 
 RECIPES = ("laptop", PLAIN_RECIPE)
 DEFAULT_POINTS = (0.1, 0.25, 0.5, 1.0)  # of --budget: 60, 150, 300 and 600 s

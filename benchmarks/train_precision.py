@@ -33,10 +33,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table, write_result
 from train_throughput import make_batches, masked_loss
 
+from attnlab.inference.precision import bf16_attention, cpu_features
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.training.mixed import Bf16Compute
 from attnlab.training.presets import get_preset
-from attnlab.utils.precision import bf16_attention, cpu_features
 
 PHASES = ("forward", "backward", "optimizer")
 

@@ -47,10 +47,10 @@ from train_quality import quality
 
 from attnlab.attention.dropout import Dropout
 from attnlab.attention.positions import sinusoidal_encoding
+from attnlab.inference.precision import TRAIN_PRECISIONS, bf16_attention, cpu_features, resolve_precision
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.training.flops import transformer_step_flops
 from attnlab.training.mixed import Bf16Compute
-from attnlab.utils.precision import TRAIN_PRECISIONS, bf16_attention, cpu_features, resolve_precision
 
 PAD = 0
 

@@ -21,12 +21,12 @@ from common import table, write_result
 from torch import nn
 
 from attnlab.data.images import ImageData, load_digits_data
+from attnlab.inference.precision import cpu_features
 from attnlab.models import ViT, ViTConfig
 from attnlab.training.config import TrainConfig
 from attnlab.training.presets import get_preset
 from attnlab.training.tasks import IMAGES, accuracy
 from attnlab.training.trainer import Trainer
-from attnlab.utils.precision import cpu_features
 from attnlab.utils.runtime import seed_everything
 
 

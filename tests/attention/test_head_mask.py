@@ -16,7 +16,7 @@ def make(bias=True, H=4, D=16, seed=0):
 def math_with_zeroed_head(m, q, k, v, head, **kw):
     """Reference: the explicit math path, then zero one head's output before W_o (by hand)."""
     B, Lq, _ = q.shape
-    qh, kh, vh = m._split(m.W_q(q)), m._split(m.W_k(k)), m._split(m.W_v(v))
+    qh, kh, vh = m.split_heads(m.W_q(q)), m.split_heads(m.W_k(k)), m.split_heads(m.W_v(v))
     out, _ = m._math(qh, kh, vh, kw.get("valid_lens"), None, kw.get("causal", False))
     out = out.clone()
     out[:, head] = 0

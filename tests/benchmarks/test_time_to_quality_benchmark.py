@@ -14,8 +14,8 @@ import pytest
 from train_helpers import DATA, SUBPROCESS_ENV, needs_data
 
 from attnlab.cli import main as attnlab
+from attnlab.inference.precision import resolve_precision
 from attnlab.training.presets import get_preset
-from attnlab.utils.precision import resolve_precision
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -212,7 +212,7 @@ def test_a_failing_worker_raises_in_the_caller_and_restores_threads(monkeypatch)
 
 
 def test_int8_translator_with_workers_matches_one_worker():
-    from attnlab.utils.precision import prepare_for_inference
+    from attnlab.inference.precision import prepare_for_inference
 
     tr = tiny_translator()
     tr.model = prepare_for_inference(tr.model, "int8")
@@ -289,7 +289,7 @@ print("ok")
 
 def test_an_attention_recording_keeps_workers_in_this_process(monkeypatch):
     from attnlab.attention import record_attention
-    from attnlab.utils.forked import WorkerPool
+    from attnlab.inference.pool import WorkerPool
 
     def no_pool(*a, **k):
         raise AssertionError("a recording's weights must be made in this process")
@@ -331,7 +331,7 @@ def test_the_garbage_collector_is_paused_while_decoding_and_restored_after(monke
 def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs(monkeypatch):
     from attnlab.decoding.batches import _search_one as real
     from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
-    from attnlab.utils.precision import resolve_precision
+    from attnlab.inference.precision import resolve_precision
 
     tr = tiny_translator()
     assert tr.batch_size == DEFAULT_BATCH_SIZE

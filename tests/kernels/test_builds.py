@@ -12,6 +12,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from attnlab.inference import int8_step
+from attnlab.inference.int8_step import Int8DecoderStep
+from attnlab.inference.precision import prepare_for_inference
 from attnlab.kernels import loader
 from attnlab.kernels.argmax import argmax_rows, native_pick
 from attnlab.kernels.beam_topk import beam_candidates
@@ -20,10 +23,8 @@ from attnlab.kernels.few_queries import few_queries_attention, native_few_querie
 from attnlab.kernels.finite import native_all_finite
 from attnlab.kernels.gather_rows import gather_rows
 from attnlab.kernels.int8_rows import int8_linear, native_int8_linear
-from attnlab.kernels.layer_norm import add_layer_norm
-from attnlab.models import Transformer, TransformerConfig, int8_step
-from attnlab.models.int8_step import Int8DecoderStep
-from attnlab.utils.precision import prepare_for_inference
+from attnlab.kernels.layer_norm import native_add_layer_norm
+from attnlab.models import Transformer, TransformerConfig
 
 # Not c_kernels: that one loads a single kernel, and this file must name each one that fails to build.
 pytestmark = pytest.mark.usefixtures("c_compiler")
@@ -76,7 +77,7 @@ def _layer_norm() -> None:
     ln, x, y = torch.nn.LayerNorm(48), torch.randn(6, 48), torch.randn(6, 48)
     with torch.no_grad():
         torch.nn.init.normal_(ln.weight)
-        got = add_layer_norm(x, y, ln)
+        got = native_add_layer_norm(x, y, ln)
         assert got is not None, "the C path did not run"
         torch.testing.assert_close(got, ln(x + y), atol=3e-6, rtol=1e-5)
 
@@ -93,7 +94,7 @@ def _int8_rows() -> None:
 
 
 def _int8_step() -> None:
-    # Its fallback is the model's own modules (`attnlab.models.int8_step`).
+    # Its fallback is the model's own modules (`attnlab.inference.int8_step`).
     torch.manual_seed(0)
     cfg = TransformerConfig(30, 30, num_hiddens=32, num_heads=2, num_layers=1, ffn_num_hiddens=48)
     model = prepare_for_inference(Transformer(cfg).eval(), "int8")

@@ -14,9 +14,10 @@ import torch
 
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
+from attnlab.inference import int8_step
+from attnlab.inference.precision import prepare_for_inference
 from attnlab.kernels import loader
-from attnlab.models import Transformer, TransformerConfig, int8_step
-from attnlab.utils.precision import prepare_for_inference
+from attnlab.models import Transformer, TransformerConfig
 
 pytestmark = pytest.mark.usefixtures("c_kernels", "one_thread")
 
@@ -73,7 +74,7 @@ def test_the_int8_passes_alone_give_pytorchs_values(monkeypatch):
     with loader.off():
         plain = logits()
     everything = logits()
-    monkeypatch.setattr("attnlab.models.transformer_layers.add_layer_norm", lambda *a: None)
+    monkeypatch.setattr("attnlab.models.transformer_layers.native_add_layer_norm", lambda *a: None)
     monkeypatch.setattr("attnlab.attention.multihead.native_few_queries", lambda *a: None)
     with int8_step.off():  # the fused step computes LayerNorm and attention in C too
         passes_only = logits()

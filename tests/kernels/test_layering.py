@@ -1,5 +1,6 @@
 """The layers the kernels sit in: `attnlab.kernels` imports nothing else of attnlab (every package above may
-run a C pass), and `attnlab.decoding` reaches the fast paths through `attnlab.kernels`, not `attnlab.models`."""
+run a C pass), `attnlab.inference` nothing but the kernels (attention, data, models and decoding all stand on
+it), and `attnlab.decoding` reaches the fast paths through `attnlab.kernels`, not `attnlab.models`."""
 
 from __future__ import annotations
 
@@ -39,7 +40,15 @@ def test_decoding_and_attention_do_not_import_models(package):
     assert not any(models.values()), models
 
 
+def test_inference_imports_only_the_kernels():
+    outside = {
+        f: sorted(n for n in names if not n.startswith(("attnlab.kernels", "attnlab.inference")))
+        for f, names in imported("inference").items()
+    }
+    assert not any(outside.values()), outside
+
+
 def test_every_c_file_has_its_wrapper():
     wrappers = {p.stem for p in (SRC / "kernels").glob("*.py")}
     c_files = {p.stem for p in (SRC / "csrc").glob("*.c")}
-    assert c_files - wrappers == {"int8_step"}  # whose wrapper is attnlab.models.int8_step (fallback: the modules)
+    assert c_files <= wrappers, c_files - wrappers

@@ -19,11 +19,13 @@ import torch
 
 from attnlab.kernels import loader as native
 from attnlab.kernels import switches
-from attnlab.kernels.few_queries import ARGS as _FEW_QUERIES_ARGS
+from attnlab.kernels.few_queries import SIGNATURES as _FEW_QUERIES
 from attnlab.kernels.few_queries import native_few_queries
-from attnlab.kernels.int8_rows import QUANTIZE_ARGS as _QUANTIZE_ARGS
-from attnlab.kernels.layer_norm import add_layer_norm
+from attnlab.kernels.int8_rows import SIGNATURES as _ROWS
+from attnlab.kernels.layer_norm import native_add_layer_norm
 from attnlab.models.transformer_layers import AddNorm
+
+_F32 = _FEW_QUERIES["attnlab_few_queries_f32"]
 
 
 @pytest.fixture
@@ -56,17 +58,21 @@ def test_built_once_and_reused_from_the_cache(fresh):
     assert native.load("few_queries") is not None
     assert _built(fresh / "cache") == [so] and so.stat().st_mtime_ns == mtime  # not rebuilt
     # a function comes with its signature, looked up once
-    fn = native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
+    fn = native.function("int8_rows", "attnlab_quantize_rows_f32", _ROWS["attnlab_quantize_rows_f32"])
     assert fn is not None, native.status("int8_rows")
-    assert fn.argtypes == _QUANTIZE_ARGS
-    assert fn is native.function("int8_rows", "attnlab_quantize_rows_f32", _QUANTIZE_ARGS)
+    assert fn.argtypes == _ROWS["attnlab_quantize_rows_f32"]
+    assert fn is native.function("int8_rows", "attnlab_quantize_rows_f32", _ROWS["attnlab_quantize_rows_f32"])
 
 
 @pytest.mark.usefixtures("c_kernels")
 def test_off_by_environment_and_in_a_block(fresh, monkeypatch):
     with native.off():
-        assert native.function("few_queries", "attnlab_few_queries_f32", _FEW_QUERIES_ARGS) is None
-    assert native.function("few_queries", "attnlab_few_queries_f32", _FEW_QUERIES_ARGS) is not None
+        assert (
+            native.function("few_queries", "attnlab_few_queries_f32", _FEW_QUERIES["attnlab_few_queries_f32"]) is None
+        )
+    assert (
+        native.function("few_queries", "attnlab_few_queries_f32", _FEW_QUERIES["attnlab_few_queries_f32"]) is not None
+    )
     native.reset()
     monkeypatch.setenv("ATTNLAB_NATIVE", "0")
     assert native.load("int8_rows") is None
@@ -101,9 +107,9 @@ def test_no_compiler(fresh, monkeypatch):
     assert native.status("int8_rows").startswith("no C compiler found")
     # int8 then runs fbgemm's dynamic Linear (where this build has it), faster than the per-row kernel on
     # PyTorch's operators; ATTNLAB_NATIVE=0 keeps the per-row values
+    from attnlab.inference.precision import prepare_for_inference
+    from attnlab.inference.quantize import Int8Linear
     from attnlab.models import Transformer, TransformerConfig
-    from attnlab.utils.precision import prepare_for_inference
-    from attnlab.utils.quantize import Int8Linear
 
     cfg = TransformerConfig(20, 20, num_hiddens=16, num_heads=2, num_layers=1, ffn_num_hiddens=32, dropout=0.0)
     model = Transformer(cfg).eval()
@@ -128,7 +134,7 @@ def _layer_norm_is_right() -> bool:
     """One call of the LayerNorm kernel against PyTorch's (False where the C pass did not run)."""
     ln, x, y = torch.nn.LayerNorm(40), torch.randn(3, 40), torch.randn(3, 40)
     with torch.no_grad():
-        got = add_layer_norm(x, y, ln)
+        got = native_add_layer_norm(x, y, ln)
         return got is not None and torch.allclose(got, ln(x + y), atol=1e-5)
 
 
@@ -171,16 +177,17 @@ def test_a_cached_library_without_the_function_falls_back_with_one_warning(fresh
     (fresh / "cache" / "native" / f"{target.name}.sha256").write_text(sha256(target) + "\n")
     ln, x = torch.nn.LayerNorm(8), torch.randn(3, 8)
     with caplog.at_level(logging.WARNING), torch.no_grad():
-        assert add_layer_norm(x, x, ln) is None  # the caller's PyTorch path runs
-        assert add_layer_norm(x, x, ln) is None
+        assert native_add_layer_norm(x, x, ln) is None  # the caller's PyTorch path runs
+        assert native_add_layer_norm(x, x, ln) is None
         torch.testing.assert_close(AddNorm(8).eval()(x, x), ln(x + x))
     assert len(caplog.records) == 1, caplog.text
     assert "lacks attnlab_add_layer_norm_f32" in caplog.records[0].getMessage()
     assert native.load("layer_norm") is None and native.function("layer_norm", "attnlab_something_else", []) is None
     assert not target.exists()  # dropped from the cache: the next run builds it again
     check = (  # the next run: built again, the C pass gives LayerNorm's values
-        "import torch; from attnlab.kernels.layer_norm import add_layer_norm; "
-        "ln, x = torch.nn.LayerNorm(8), torch.randn(3, 8); out = add_layer_norm(x, x, ln.requires_grad_(False)); "
+        "import torch; from attnlab.kernels.layer_norm import native_add_layer_norm; "
+        "ln, x = torch.nn.LayerNorm(8), torch.randn(3, 8); "
+        "out = native_add_layer_norm(x, x, ln.requires_grad_(False)); "
         "assert out is not None and torch.allclose(out, ln(x + x), atol=1e-5)"
     )
     subprocess.run([sys.executable, "-c", check], check=True, timeout=120)
@@ -193,7 +200,7 @@ def test_native_off_by_any_false_spelling(fresh, monkeypatch, value):
     assert native.switched_off() and not native.active()
     assert native.load("layer_norm") is None and native.status("layer_norm").startswith("off (ATTNLAB_NATIVE=")
     x = torch.randn(3, 8)
-    assert add_layer_norm(x, x, torch.nn.LayerNorm(8)) is None
+    assert native_add_layer_norm(x, x, torch.nn.LayerNorm(8)) is None
     assert _built(fresh / "cache") == []  # nothing built
 
 

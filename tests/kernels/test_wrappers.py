@@ -15,7 +15,7 @@ from attnlab.kernels import loader as native
 from attnlab.kernels.copy_rows import copy_rows
 from attnlab.kernels.few_queries import native_few_queries
 from attnlab.kernels.finite import all_finite, native_all_finite
-from attnlab.kernels.layer_norm import add_layer_norm
+from attnlab.kernels.layer_norm import native_add_layer_norm
 from attnlab.models import Transformer, TransformerConfig
 
 pytestmark = pytest.mark.usefixtures("c_kernels")
@@ -152,14 +152,14 @@ def test_add_layer_norm_matches_pytorch_and_declines_the_rest():
     x, y = torch.randn(3, 5, 24) * 4, torch.randn(3, 5, 24)
     ln64 = torch.nn.LayerNorm(24).double()
     with torch.inference_mode():
-        got = add_layer_norm(x, y, ln)
+        got = native_add_layer_norm(x, y, ln)
         torch.testing.assert_close(got, ln(x + y), atol=3e-6, rtol=1e-5)
         plain = torch.nn.LayerNorm(24, elementwise_affine=False)
-        torch.testing.assert_close(add_layer_norm(x, y, plain), plain(x + y), atol=3e-6, rtol=1e-5)
-        assert add_layer_norm(x.transpose(0, 1), y.transpose(0, 1), ln) is None  # not contiguous
-        assert add_layer_norm(x.double(), y.double(), ln64) is None
-        assert add_layer_norm(x, y, torch.nn.LayerNorm((5, 24))) is None  # over two dimensions
-    assert add_layer_norm(x, y, ln) is None  # autograd: the weights need gradients
+        torch.testing.assert_close(native_add_layer_norm(x, y, plain), plain(x + y), atol=3e-6, rtol=1e-5)
+        assert native_add_layer_norm(x.transpose(0, 1), y.transpose(0, 1), ln) is None  # not contiguous
+        assert native_add_layer_norm(x.double(), y.double(), ln64) is None
+        assert native_add_layer_norm(x, y, torch.nn.LayerNorm((5, 24))) is None  # over two dimensions
+    assert native_add_layer_norm(x, y, ln) is None  # autograd: the weights need gradients
     block = AddNorm(24, dropout=0.5)
     block.ln = ln
     torch.manual_seed(1)

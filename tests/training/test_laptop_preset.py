@@ -34,7 +34,7 @@ def test_laptop_preset_is_a_joint_bpe_model_with_tied_embeddings():
 )
 def test_laptop_preset_trains_a_few_steps(tmp_path, corpus, capsys, monkeypatch, flags, picked):
     # A CPU without bf16 units runs the same recipe in fp32, and the run says what `auto` picked.
-    monkeypatch.setattr("attnlab.utils.precision.cpu_features", lambda: flags)
+    monkeypatch.setattr("attnlab.inference.precision.cpu_features", lambda: flags)
     out = tmp_path / "laptop"
     rc = main(
         [

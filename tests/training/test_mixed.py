@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from train_helpers import DATA, needs_data
 
+from attnlab.inference.precision import autocast, bf16_attention, resolve_precision
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.models.seq2seq import EncoderDecoder, Seq2SeqAttentionDecoder, Seq2SeqEncoder
 from attnlab.training.mixed import Bf16Compute, compute_copy
-from attnlab.utils.precision import autocast, bf16_attention, resolve_precision
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

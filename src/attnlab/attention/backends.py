@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab.kernels import flash as triton_flash
+from attnlab.kernels.flash import available as triton_available
+from attnlab.kernels.flash import flash as triton_flash
 from attnlab.utils.extras import require
 
 from .masking import build_mask
@@ -86,7 +87,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, valid_lens: Tensor | None =
         raise ValueError(f"flash_attention takes float32, float16 or bfloat16 q, k, v of one dtype, got {q.dtype}")
     if q.device != k.device or q.device != v.device or q.device.type not in ("cpu", "cuda"):
         raise ValueError(f"flash_attention takes q, k, v on one CPU or CUDA device, got {q.device}, {k.device}")
-    return triton_flash.flash(q, k, v, valid_lens, causal)
+    return triton_flash(q, k, v, valid_lens, causal)
 
 
 @cache
@@ -147,7 +148,7 @@ def backend_for(q: Tensor, valid_lens: Tensor | None, causal: bool, dropout_p: f
     if name:
         return name
     measured = CUDA_BACKEND["causal" if causal else "valid_lens", torch.is_grad_enabled() and q.requires_grad]
-    return "sdpa" if measured == "flash" and not triton_flash.available() else measured  # no [kernels] extra here
+    return "sdpa" if measured == "flash" and not triton_available() else measured  # no [kernels] extra here
 
 
 def masked_attention(

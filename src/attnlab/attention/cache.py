@@ -76,7 +76,7 @@ class KVCache:
         return self.k, self.v
 
     def next_slot(self, rows: int, heads: int, head_dim: int) -> tuple[Tensor, Tensor, int]:
-        """For a kernel that writes the next step itself (`attnlab.models.int8_step`): the (B, H, capacity, Dh)
+        """For a kernel that writes the next step itself (`attnlab.inference.int8_step`): the (B, H, capacity, Dh)
         key and value buffers with room for one more step, and its position L; `advance` then takes it in (a
         `reorder` in between drops the step). An empty cache gets fp32 buffers of (rows, heads, reserved
         steps, head_dim); a filled one keeps its shape and dtype (the caller checks them)."""

@@ -22,7 +22,7 @@ from typing import Protocol, cast
 import torch
 from torch import Tensor, nn
 
-from attnlab.utils.packed import is_float_linear
+from attnlab.inference.packed import is_float_linear
 
 
 class HeadedAttention(Protocol):

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.inference.packed import is_float_linear, linear
 from attnlab.kernels.few_queries import decoding_on_cpu, few_queries_attention, native_few_queries, whole_lengths
 from attnlab.kernels.finite import all_finite
-from attnlab.utils.packed import is_float_linear, linear
 
 from .backends import masked_attention, sdpa_masked
 from .cache import KVCache
@@ -118,7 +118,8 @@ class MultiHeadAttention(Recordable, nn.Module):
         self.W_kv: nn.Module | None = None
         self.dropout = Dropout(dropout)
 
-    def _split(self, x: Tensor, heads: int | None = None) -> Tensor:
+    def split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
+        """(B, L, heads * Dh) -> (B, heads, L, Dh); heads: the query heads unless given (keys: num_kv_heads)."""
         B, L, _ = x.shape
         return x.view(B, L, heads or self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
 
@@ -130,19 +131,19 @@ class MultiHeadAttention(Recordable, nn.Module):
     def _project_qkv(self, queries: Tensor, keys: Tensor, values: Tensor, cache: KVCache | None):
         """Q, K, V as (B, H, L, Dh); K, V come from (and go to) the cache when there is one."""
         if cache is not None and cache.static and cache.k is not None:
-            return self._split(self.W_q(queries)), cache.k, cache.v  # cross-attention: projected once
+            return self.split_heads(self.W_q(queries)), cache.k, cache.v  # cross-attention: projected once
         if queries is keys and keys is values and all(is_float_linear(m) for m in (self.W_q, self.W_k, self.W_v)):
             # Self-attention: one (B*L, D) x (D, 3*H*Dh) matmul instead of three thinner ones (float
             # Linears only: a quantized or otherwise swapped projection runs as itself).
-            q, k, v = linear(queries, *self._qkv_weight()).split(self._qkv_sizes(), dim=-1)
+            q, k, v = linear(queries, *self._qkv_weight()).split(self.qkv_sizes(), dim=-1)
         elif queries is keys and keys is values and self.W_qkv is not None:
-            q, k, v = self.W_qkv(queries).split(self._qkv_sizes(), dim=-1)  # `fuse_projections`
+            q, k, v = self.W_qkv(queries).split(self.qkv_sizes(), dim=-1)  # `fuse_projections`
         elif keys is values and self.W_kv is not None:
             q = self.W_q(queries)
-            k, v = self.W_kv(keys).split(self._qkv_sizes()[1:], dim=-1)  # cross-attention's fused keys, values
+            k, v = self.W_kv(keys).split(self.qkv_sizes()[1:], dim=-1)  # cross-attention's fused keys, values
         else:
             q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
-        q, k, v = self._split(q), self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
+        q, k, v = self.split_heads(q), self.split_heads(k, self.num_kv_heads), self.split_heads(v, self.num_kv_heads)
         if self.rotary is not None and self.num_heads:
             q, k = self.rotary(q, k, offset=len(cache) if cache is not None else 0)
         if cache is not None:
@@ -168,7 +169,7 @@ class MultiHeadAttention(Recordable, nn.Module):
             raise ValueError("fuse_projections needs float nn.Linear W_q, W_k, W_v: fuse before converting them")
         setattr(self, "W_qkv" if self_attention else "W_kv", convert(concatenated(layers)))
 
-    def _qkv_sizes(self) -> list[int]:
+    def qkv_sizes(self) -> list[int]:
         """Widths of Q, K and V in the fused projection's output (K and V hold only the KV heads)."""
         kv = self.num_kv_heads * self.head_dim
         return [self.W_q.out_features, kv, kv]

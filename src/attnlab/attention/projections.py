@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnlab.utils.packed import PackedLinear, can_pack, pack_weight, weight_key
+from attnlab.inference.packed import PackedLinear, can_pack, pack_weight, weight_key
 
 __all__ = ["concatenated", "concatenated_weight"]
 

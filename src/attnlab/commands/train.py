@@ -344,10 +344,10 @@ def _threads(args, settings, resumed) -> int | None:
 
 def _header(args, model_type: str, settings, over, threads: int | None) -> str:
     """`run_header` for this run: its data, preset, the precision that will run, threads and time budget."""
+    from attnlab.inference.precision import resolve_precision
     from attnlab.training.config import TrainConfig
     from attnlab.training.progress import run_header
     from attnlab.training.settings import resumed_config
-    from attnlab.utils.precision import resolve_precision
     from attnlab.utils.runtime import resolve_device, usable_cores
 
     if settings is None:

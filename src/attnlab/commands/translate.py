@@ -67,13 +67,13 @@ def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
 
 
 def add_precision_arg(p) -> None:
-    """--precision, shared by translate, evaluate, attention and serve (see attnlab.utils.precision)."""
+    """--precision, shared by translate, evaluate, attention and serve (see attnlab.inference.precision)."""
     p.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "int8"],
         default="fp32",
         help="fp32 (default: the same output on every machine), bf16, int8 (CPU, Transformer), or auto: the "
-        "fastest this hardware computes natively and measured to pay (attnlab.utils.precision)",
+        "fastest this hardware computes natively and measured to pay (attnlab.inference.precision)",
     )
 
 

@@ -6,7 +6,7 @@ Workers: a decoding step of a small model is ~100 small ops (matmuls of a few hu
 torch's intra-op threads split poorly. With `workers=N` (default: torch's thread count), N workers each
 decode their own batches with one intra-op thread apiece, taking the next batch as each finishes.
 
-- Where `attnlab.utils.forked.can_fork()` (Linux, the main thread, no other non-daemon thread: a
+- Where `attnlab.inference.pool.can_fork()` (Linux, the main thread, no other non-daemon thread: a
   notebook's kernel threads are daemons) and the model is on the CPU, they are this process and N - 1
   processes forked from it at the first such call and kept with the translator (forked again when
   `_decoding_key` changes: weights, modules, settings). Every op drops and takes back the GIL, so threads
@@ -50,9 +50,9 @@ from attnlab.decoding.generator import generate
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.static import decoding_model
+from attnlab.inference.pool import WorkerPool, can_fork
 from attnlab.kernels.switches import fingerprint
 from attnlab.utils.checks import check_range
-from attnlab.utils.forked import WorkerPool, can_fork
 from attnlab.utils.runtime import gc_paused, intra_op_threads
 
 __all__ = ["WINDOW_BATCHES", "close_worker_pool", "input_windows", "length_batches", "paced_windows",

@@ -28,8 +28,8 @@ from attnlab.decoding.batches import search_batches
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import TRANSLATOR_DEFAULTS, DecodeOptions, OptionError
 from attnlab.decoding.targets import holds_phrases, target_ids
+from attnlab.inference.precision import PrecisionChoice, prepare_for_inference, resolve_precision
 from attnlab.utils.checks import check_range
-from attnlab.utils.precision import PrecisionChoice, prepare_for_inference, resolve_precision
 
 __all__ = [
     "BATCH_SIZE_BY_PRECISION",
@@ -150,7 +150,7 @@ class Translator:
             sentence of S source tokens may produce at most MAX_LEN_A * S + MAX_LEN_B (2 * S + 10), and
             never more than the decoder has positions for (`model.max_target_positions`), so an
             undertrained model that never says <eos> still stops soon.
-        precision: 'fp32' (default), 'bf16', 'int8' or 'auto' (`attnlab.utils.precision`): the model is
+        precision: 'fp32' (default), 'bf16', 'int8' or 'auto' (`attnlab.inference.precision`): the model is
             decoded as a converted copy in that precision; `translator.precision` says what runs and why.
         defaults: the decoding options used where a call gives none (a run's generation.json; default
             `TRANSLATOR_DEFAULTS`, beam 4).

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .loader import I64, PTR, function, takes
 
-__all__ = ["argmax_rows", "native_pick", "pick"]
+__all__ = ["SIGNATURES", "argmax_rows", "native_pick", "pick"]
 
 CHUNK = 64  # elements per block: measured fastest of 16..128 at B 128..256, V ~4000, 1 and 2 threads
 
@@ -64,7 +64,7 @@ def pick(logits: Tensor, scores: bool = True) -> tuple[Tensor, Tensor | None]:
     return tokens, rows.gather(1, tokens[:, None]).squeeze(1) - torch.logsumexp(rows, dim=-1)
 
 
-ARGS = [PTR, I64, I64, I64, PTR, PTR]
+SIGNATURES = {"attnlab_argmax_rows_f32": [PTR, I64, I64, I64, PTR, PTR]}
 
 
 def native_pick(rows: Tensor, scores: bool) -> tuple[Tensor, Tensor | None] | None:
@@ -72,7 +72,7 @@ def native_pick(rows: Tensor, scores: bool) -> tuple[Tensor, Tensor | None] | No
     does not apply (not fp32 (B, V) rows on the CPU, autograd, no kernel)."""
     if rows.dim() != 2 or rows.shape[1] == 0 or not takes(torch.float32, rows):
         return None
-    fn = function("argmax", "attnlab_argmax_rows_f32", ARGS)
+    fn = function("argmax", "attnlab_argmax_rows_f32", SIGNATURES["attnlab_argmax_rows_f32"])
     if fn is None:
         return None
     B, V = rows.shape

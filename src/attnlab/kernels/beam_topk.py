@@ -2,6 +2,7 @@
 score added, and each sentence's best 2K of K * V candidates, with PyTorch's ops where the pass does not run.
 
     scores, tokens, beams, token_lp = beam_candidates(logits (n*K, V), scores (n, K), 2 * K)   # 4 x (n, 2K)
+    native_beam_candidates(...)  -> the same by the C pass, or None where it does not run
 
 The same contract as `attnlab.decoding.search.beam_step` over `log_softmax(logits)`, without the (n*K, V)
 log-probabilities in memory: each row's maximum and exponential sum, then its candidates compared against the
@@ -19,9 +20,9 @@ from torch import Tensor
 
 from . import loader as native
 
-__all__ = ["beam_candidates"]
+__all__ = ["SIGNATURES", "beam_candidates", "native_beam_candidates"]
 
-_ARGS = [native.PTR, *[native.I64] * 4, native.PTR, native.I64, *[native.PTR] * 4]
+SIGNATURES = {"attnlab_beam_topk": [native.PTR, *[native.I64] * 4, native.PTR, native.I64, *[native.PTR] * 4]}
 _MAX_K = 64  # the C pass keeps each sentence's best list in registers' reach
 
 
@@ -41,23 +42,33 @@ def beam_candidates(logits: Tensor, scores: Tensor, k: int) -> tuple[Tensor, Ten
     V = logits.shape[-1]
     if not 1 <= k <= K * V:
         raise ValueError(f"k must lie in [1, K * V = {K * V}], got {k}")
-    if (
+    if (found := native_beam_candidates(logits, scores, k)) is not None:
+        return found
+    lprobs = F.log_softmax(logits.float(), dim=-1).reshape(n, K * V)
+    cand_scores, idx = (scores.unsqueeze(-1) + lprobs.view(n, K, V)).reshape(n, K * V).topk(k, dim=1)
+    return cand_scores, idx % V, idx // V, lprobs.gather(1, idx)
+
+
+def native_beam_candidates(logits: Tensor, scores: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+    """`beam_candidates` in the C pass, or None where it does not run (k over 64, not fp32 on the CPU, autograd,
+    logits that are not (n*K, V) rows, scores not contiguous, no kernel here)."""
+    n, K = scores.shape
+    V = logits.shape[-1]
+    if not (
         k <= _MAX_K
         and logits.dim() == 2
         and logits.shape[0] == n * K
         and scores.is_contiguous()
         and native.takes(torch.float32, logits, scores)
     ):
-        fn = native.function("beam_topk", "attnlab_beam_topk", _ARGS, ctypes.c_int)
-        if fn is not None:
-            cs, clp = torch.empty((n, k)), torch.empty((n, k))
-            ct, cb = torch.empty((n, k), dtype=torch.int64), torch.empty((n, k), dtype=torch.int64)
-            status = fn(
-                logits.data_ptr(), logits.stride(0), n, K, V, scores.data_ptr(), k,
-                cs.data_ptr(), ct.data_ptr(), cb.data_ptr(), clp.data_ptr(),
-            )  # fmt: skip
-            if status == 0:
-                return cs, ct, cb, clp
-    lprobs = F.log_softmax(logits.float(), dim=-1).reshape(n, K * V)
-    cand_scores, idx = (scores.unsqueeze(-1) + lprobs.view(n, K, V)).reshape(n, K * V).topk(k, dim=1)
-    return cand_scores, idx % V, idx // V, lprobs.gather(1, idx)
+        return None
+    fn = native.function("beam_topk", "attnlab_beam_topk", SIGNATURES["attnlab_beam_topk"], ctypes.c_int)
+    if fn is None:
+        return None
+    cs, clp = torch.empty((n, k)), torch.empty((n, k))
+    ct, cb = torch.empty((n, k), dtype=torch.int64), torch.empty((n, k), dtype=torch.int64)
+    status = fn(
+        logits.data_ptr(), logits.stride(0), n, K, V, scores.data_ptr(), k,
+        cs.data_ptr(), ct.data_ptr(), cb.data_ptr(), clp.data_ptr(),
+    )  # fmt: skip
+    return (cs, ct, cb, clp) if status == 0 else None

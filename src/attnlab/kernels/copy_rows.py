@@ -10,9 +10,9 @@ from torch import Tensor
 
 from .loader import I64, PTR, function, takes
 
-__all__ = ["copy_rows", "native_copy_rows"]
+__all__ = ["SIGNATURES", "copy_rows", "native_copy_rows"]
 
-ARGS = [PTR, *[I64] * 3, PTR, *[I64] * 7]
+SIGNATURES = {"attnlab_copy_rows": [PTR, *[I64] * 3, PTR, *[I64] * 7]}
 
 
 def copy_rows(dst: Tensor, src: Tensor) -> None:
@@ -27,7 +27,7 @@ def native_copy_rows(dst: Tensor, src: Tensor) -> bool:
     dimension and autograd is off (dst's version counter is not bumped); False where it did not run."""
     if dst.dim() != 4 or dst.shape != src.shape or not takes(src.dtype, src, dst):
         return False
-    fn = function("copy_rows", "attnlab_copy_rows", ARGS)
+    fn = function("copy_rows", "attnlab_copy_rows", SIGNATURES["attnlab_copy_rows"])
     if fn is None:
         return False
     e = src.element_size()

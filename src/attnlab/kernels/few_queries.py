@@ -1,8 +1,9 @@
 """A decoding step's attention, a few queries over cached keys and values (`csrc/few_queries.c`), and its
 PyTorch fallbacks.
 
-    native_few_queries(q, k, v, lens, groups) -> (B, H, Lq, Dh) by the C kernel, or None where it does not run
-    few_queries_attention(q, k, v, visible)    -> the same as three PyTorch operators (no SDPA)
+    few_queries(q, k, v, lens, groups)        -> (B, H, Lq, Dh): the C kernel where it runs, else PyTorch's operators
+    native_few_queries(q, k, v, lens, groups) -> the same by the C kernel, or None where it does not run
+    few_queries_attention(q, k, v, visible)    -> the fallback: three PyTorch operators (no SDPA)
     decoding_on_cpu(q)                         -> whether those three operators beat SDPA for these queries
 
 The kernel computes each query alone over keys that stay where they lie (strided views of the KV cache),
@@ -20,12 +21,20 @@ from torch import Tensor
 
 from .loader import I64, PTR, function, takes
 
-__all__ = ["decoding_on_cpu", "few_queries_attention", "kernel_lengths", "native_few_queries", "whole_lengths"]
+__all__ = [
+    "SIGNATURES",
+    "decoding_on_cpu",
+    "few_queries",
+    "few_queries_attention",
+    "kernel_lengths",
+    "native_few_queries",
+    "whole_lengths",
+]
 
 # Beyond 8 queries, the most queries x keys the kernel takes (fp32; bf16's widening costs more per key).
 _MAX_QUERIES_KEYS = {torch.float32: 64 * 64, torch.bfloat16: 40 * 40}
-ARGS = [PTR, I64, I64, I64] * 3 + [PTR, PTR] + [I64] * 6 + [ctypes.c_float]
 SYMBOLS = {torch.float32: "attnlab_few_queries_f32", torch.bfloat16: "attnlab_few_queries_bf16kv"}  # by k/v dtype
+SIGNATURES = {s: [PTR, I64, I64, I64] * 3 + [PTR, PTR] + [I64] * 6 + [ctypes.c_float] for s in SYMBOLS.values()}
 
 
 def decoding_on_cpu(q: Tensor) -> bool:
@@ -47,6 +56,28 @@ def few_queries_attention(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | Non
     if visible is not None:
         scores = scores.masked_fill_(~visible, float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = None, groups: int = 1) -> Tensor:
+    """softmax(q k^T / sqrt(Dh)) v: `native_few_queries` where it runs, else `few_queries_attention` over the
+    key/value heads repeated for their `groups` query heads and keys [0, lens[b]) of row b (a row that sees no
+    key gives zeros). Shape: q (B, H, Lq, Dh), k, v (B, H // groups, Lk, Dh), lens (B,) -> (B, H, Lq, Dh).
+
+    Examples:
+        >>> q, k = torch.randn(2, 4, 1, 8), torch.randn(2, 2, 5, 8)
+        >>> out = few_queries(q, k, k, torch.tensor([5, 0]), groups=2)
+        >>> out.shape, bool(out[1].eq(0).all())
+        (torch.Size([2, 4, 1, 8]), True)
+    """
+    out = native_few_queries(q, k, v, lens, groups)
+    if out is not None:
+        return out
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    if lens is None:
+        return few_queries_attention(q, k, v)
+    visible = torch.arange(k.shape[2], device=k.device) < lens.to(k.device).view(-1, 1, 1, 1)  # (B, 1, 1, Lk)
+    return few_queries_attention(q, k, v, visible).masked_fill(~visible.any(-1, keepdim=True), 0.0)
 
 
 def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = None, groups: int = 1) -> Tensor | None:
@@ -80,7 +111,7 @@ def native_few_queries(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = No
         or not (lens is None or whole_lengths(lens, B))
     ):
         return None
-    kernel = function("few_queries", SYMBOLS[k.dtype], ARGS, ctypes.c_int)
+    kernel = function("few_queries", SYMBOLS[k.dtype], SIGNATURES[SYMBOLS[k.dtype]], ctypes.c_int)
     if kernel is None:
         return None
     lens = kernel_lengths(lens)

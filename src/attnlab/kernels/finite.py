@@ -15,10 +15,10 @@ from torch import Tensor
 
 from .loader import I64, PTR, function, takes
 
-__all__ = ["all_finite", "native_all_finite"]
+__all__ = ["SIGNATURES", "all_finite", "native_all_finite"]
 
-ARGS = [PTR] + [I64] * 7
-SYMBOLS = {torch.float32: "attnlab_all_finite_f32", torch.bfloat16: "attnlab_all_finite_bf16"}
+SYMBOLS = {torch.float32: "attnlab_all_finite_f32", torch.bfloat16: "attnlab_all_finite_bf16"}  # by dtype
+SIGNATURES = {symbol: [PTR] + [I64] * 7 for symbol in SYMBOLS.values()}
 
 
 def all_finite(*tensors: Tensor) -> bool:
@@ -50,7 +50,7 @@ def native_all_finite(t: Tensor) -> bool | None:
     symbol = SYMBOLS.get(t.dtype)
     if symbol is None or not 0 < t.dim() <= 4 or not takes(t.dtype, t):
         return None
-    fn = function("finite", symbol, ARGS, ctypes.c_int)
+    fn = function("finite", symbol, SIGNATURES[symbol], ctypes.c_int)
     if fn is None:
         return None
     pad = 4 - t.dim()

@@ -2,13 +2,18 @@
 Function, and what it accepts.
 
     available()                               -> whether Triton is installed (`pip install attnlab[kernels]`)
-    flash(q, k, v, lens, causal)              -> (B, H, Lq, D), differentiable (FlashAttentionFunction)
+    flash(q, k, v, lens, causal)              -> (B, H, Lq, D), differentiable: the Triton kernel where Triton
+                                                 is installed, else PyTorch's SDPA under the same mask
+    native_flash(q, k, v, lens, causal)       -> the Triton kernel's (FlashAttentionFunction), or None without Triton
     flash_trace(q, k, v, lens, causal, tile)  -> the output and the running max, sum and output after each key tile
 
 CUDA tensors run the compiled kernel; CPU tensors run the same kernel under Triton's interpreter, which
 this module builds itself (`InterpretedFunction`), so a reader needs no TRITON_INTERPRET=1 in the environment:
 Triton reads that variable once, when `triton.jit` decorates a function. Triton is imported only here, on
 the first call: importing attnlab never needs it.
+
+As every wrapper of `attnlab.kernels`: `SIGNATURES` (here each Triton kernel's parameters, in order: Triton
+types them at launch, as ctypes' argument types do for a C function), `native_flash`, `flash` with its fallback.
 """
 
 from __future__ import annotations
@@ -22,11 +27,22 @@ from functools import cache
 from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["FlashAttentionFunction", "available", "flash", "flash_trace", "tiles"]
+__all__ = ["SIGNATURES", "FlashAttentionFunction", "available", "flash", "flash_trace", "native_flash", "tiles"]
 
 EXTRA = "pip install 'attnlab[kernels]'"  # the extra that brings Triton
+_STRIDES = "sqb sqh sqm skb skh skn svb svh svn".split()
+_CONSTANTS = ["HAS_LENS", "CAUSAL", "DOT", "BLOCK_M", "BLOCK_N", "BLOCK_D"]
+SIGNATURES = {  # flash_triton's kernels (which import Triton, so they are named here, not inspected)
+    "forward": ["Q", "K", "V", "O", "LSE", "LENS", "TRACE_M", "TRACE_L", "TRACE_O", *_STRIDES, "sob", "soh", "som"]
+    + ["H", "GROUPS", "Lq", "Lk", "D", "n_tiles", "scale", "HAS_LENS", "CAUSAL", "TRACE", *_CONSTANTS[2:]],
+    "backward_kv": ["Q", "K", "V", "DO", "LSE", "DELTA", "DK", "DV", "LENS", *_STRIDES]
+    + ["Hkv", "GROUPS", "Lq", "Lk", "D", "scale", *_CONSTANTS],
+    "backward_q": ["Q", "K", "V", "DO", "LSE", "DELTA", "DQ", "LENS", *_STRIDES]
+    + ["H", "GROUPS", "Lq", "Lk", "D", "scale", *_CONSTANTS],
+}
 
 
 def available() -> bool:
@@ -193,10 +209,39 @@ def _last_contiguous(*ts: Tensor) -> list[Tensor]:
 
 
 def flash(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = None, causal: bool = False) -> Tensor:
-    """The Triton kernel's attention (shapes already checked by `attnlab.attention.flash_attention`).
+    """Attention over keys [0, lens[b]) (and, if causal, up to each query's position): `native_flash` where
+    Triton is installed, else PyTorch's SDPA under the same boolean mask (a query that sees no key: zeros).
 
     Shape: q (B, H, Lq, D), k, v (B, Hkv, Lk, D) with H a multiple of Hkv, lens (B,) integers or None ->
-    (B, H, Lq, D) in q's dtype."""
+    (B, H, Lq, D) in q's dtype.
+
+    Examples:
+        >>> q = torch.randn(1, 2, 3, 4)
+        >>> want = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        >>> torch.allclose(flash(q, q, q, causal=True), want, atol=1e-5)
+        True
+    """
+    out = native_flash(q, k, v, lens, causal)
+    if out is not None:
+        return out
+    Lq, Lk = q.shape[2], k.shape[2]
+    keys = torch.arange(Lk, device=q.device)
+    visible = torch.ones((1, 1, Lq, Lk), dtype=torch.bool, device=q.device)
+    if causal:
+        visible = visible & (keys <= torch.arange(Lq, device=q.device)[:, None] + Lk - Lq)
+    if lens is not None:
+        visible = visible & (keys < lens.to(q.device).view(-1, 1, 1, 1))
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
+    return out.masked_fill(~visible.any(-1, keepdim=True), 0.0)
+
+
+def native_flash(q: Tensor, k: Tensor, v: Tensor, lens: Tensor | None = None, causal: bool = False) -> Tensor | None:
+    """`flash` by the Triton kernel (compiled on CUDA, interpreted on the CPU), or None where Triton is not
+    installed. Shapes as `flash`'s (already checked by `attnlab.attention.flash_attention`)."""
+    if not available():
+        return None
     q, k, v = _last_contiguous(q, k, v)
     return FlashAttentionFunction.apply(q, k, v, lens, causal)
 

@@ -4,6 +4,7 @@ C pass does not run: beam search keeps its hypotheses' parents, finished sentenc
     gather_rows(dst, src, index)   dst[i] = src[index[i]] for (B, H, L, Dh) views; dst (n, H, L, Dh)
     gather_rows(dst, src, steps)   dst[i, :, t] = src[steps[i, t], :, t] for steps (n, L): each step of a row
                                    from its own row (reorders kept as an index, laid out again)
+    native_gather_rows(...)        the same by the C pass: True where it ran
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from torch import Tensor
 
 from . import loader as native
 
-__all__ = ["gather_rows"]
+__all__ = ["SIGNATURES", "gather_rows", "native_gather_rows"]
 
 _ARGS = [native.PTR, *[native.I64] * 4, native.PTR, *[native.I64] * 3, native.PTR, *[native.I64] * 4]
+SIGNATURES = {"attnlab_gather_rows": _ARGS, "attnlab_gather_steps": _ARGS}  # index (n,) | steps (n, L)
 
 
 def gather_rows(dst: Tensor, src: Tensor, index: Tensor) -> None:
@@ -35,6 +37,18 @@ def gather_rows(dst: Tensor, src: Tensor, index: Tensor) -> None:
         >>> torch.equal(dst[0, :, 1], src[1, :, 1])
         True
     """
+    if native_gather_rows(dst, src, index):
+        return
+    if index.dim() == 2:  # (n, L) -> (n, H, L) source rows, each step's own
+        H, L = src.shape[1], src.shape[2]
+        rows = index[:, None, :].expand(-1, H, -1)
+        dst.copy_(src[rows, torch.arange(H)[None, :, None], torch.arange(L)[None, None, :]])
+        return
+    torch.index_select(src, 0, index, out=dst)
+
+
+def native_gather_rows(dst: Tensor, src: Tensor, index: Tensor) -> bool:
+    """`gather_rows` by the C pass; False where it did not run (see `gather_rows` for what it takes)."""
     steps = index.dim() == 2
     if (
         src.dim() == 4
@@ -46,7 +60,7 @@ def gather_rows(dst: Tensor, src: Tensor, index: Tensor) -> None:
         and native.takes(src.dtype, src, dst)
     ):
         symbol = "attnlab_gather_steps" if steps else "attnlab_gather_rows"
-        fn = native.function("gather_rows", symbol, _ARGS, ctypes.c_int)
+        fn = native.function("gather_rows", symbol, SIGNATURES[symbol], ctypes.c_int)
         if fn is not None:
             e = src.element_size()
             (s0, s1, s2, _), (d0, d1, d2, _) = src.stride(), dst.stride()
@@ -55,11 +69,5 @@ def gather_rows(dst: Tensor, src: Tensor, index: Tensor) -> None:
                 src.data_ptr(), src.shape[0], s0 * e, s1 * e, s2 * e, dst.data_ptr(), d0 * e, d1 * e, d2 * e,
                 index.data_ptr(), n, n1, n2, n3 * e,
             )  # fmt: skip
-            if status == 0:
-                return
-    if steps:  # (n, L) -> (n, H, L) source rows, each step's own
-        H, L = src.shape[1], src.shape[2]
-        rows = index[:, None, :].expand(-1, H, -1)
-        dst.copy_(src[rows, torch.arange(H)[None, :, None], torch.arange(L)[None, None, :]])
-        return
-    torch.index_select(src, 0, index, out=dst)
+            return status == 0
+    return False

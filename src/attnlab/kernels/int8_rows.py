@@ -20,10 +20,12 @@ from torch import Tensor
 
 from .loader import I64, PTR, function, takes
 
-__all__ = ["DEQUANTIZE_ARGS", "QUANTIZE_ARGS", "int8_linear", "native_int8_linear", "quantize_rows"]
+__all__ = ["SIGNATURES", "int8_linear", "native_int8_linear", "quantize_rows"]
 
-QUANTIZE_ARGS = [PTR, I64, I64, I64, PTR, PTR]
-DEQUANTIZE_ARGS = [PTR, I64, I64, PTR, PTR, PTR, ctypes.c_int, PTR]
+SIGNATURES = {
+    "attnlab_quantize_rows_f32": [PTR, I64, I64, I64, PTR, PTR],
+    "attnlab_dequantize_f32": [PTR, I64, I64, PTR, PTR, PTR, ctypes.c_int, PTR],
+}
 _TINY = 1e-12  # an all-zero row gets this scale instead of 0 (its values quantize to 0 either way)
 
 
@@ -62,8 +64,8 @@ def native_int8_linear(
     M, K = x.shape
     if M == 0 or not takes(torch.float32, x, scale, bias):
         return None
-    quantize = function("int8_rows", "attnlab_quantize_rows_f32", QUANTIZE_ARGS)
-    dequantize = function("int8_rows", "attnlab_dequantize_f32", DEQUANTIZE_ARGS)
+    quantize = function("int8_rows", "attnlab_quantize_rows_f32", SIGNATURES["attnlab_quantize_rows_f32"])
+    dequantize = function("int8_rows", "attnlab_dequantize_f32", SIGNATURES["attnlab_dequantize_f32"])
     if quantize is None or dequantize is None:
         return None
     xq = torch.empty((M, K), dtype=torch.int8)

@@ -32,7 +32,7 @@ _warned: set[str] = set()  # ATTNLAB_NATIVE values already reported as not a boo
 
 class Switch:
     """A process-wide switch, on unless some `off()` block is running (blocks nest; any thread may open one):
-    how benchmarks measure what a fast path gives (`attnlab.kernels.loader.off`, `attnlab.models.int8_step.off`).
+    how benchmarks measure what a fast path gives (`attnlab.kernels.loader.off`, `attnlab.inference.int8_step.off`).
     Every switch is part of `fingerprint()`.
 
     Examples:

@@ -32,9 +32,10 @@ from torch import Tensor, nn
 
 from attnlab.attention import ATTENTION_KINDS, KVCache, get_scheme
 from attnlab.attention.heads import merge_pruned, prune_heads
+from attnlab.inference.int8_step import Int8DecoderStep
 
 from .config import TransformerConfig
-from .int8_step import Int8DecoderStep
+from .fused import int8_step, unwatched
 from .transformer_layers import (
     PositionWiseFFN,
     TransformerDecoder,
@@ -232,7 +233,7 @@ class Transformer(nn.Module):
         _check_tokens(src, None, src_valid_lens)
         memory = self.encoder(src, src_valid_lens)
         caches = [(KVCache(), KVCache(static=True)) for _ in self.decoder.blocks]
-        return TransformerState(memory, src_valid_lens, caches, step=Int8DecoderStep.build(self.decoder))
+        return TransformerState(memory, src_valid_lens, caches, step=int8_step(self.decoder))
 
     def decode_step(self, tgt: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
         """Run the new target tokens tgt (B*beam, t) against the cache; returns logits (B*beam, t, V) and
@@ -240,7 +241,7 @@ class Transformer(nn.Module):
         if tgt.dim() != 2 or tgt.shape[0] != state.rows:
             raise ValueError(f"decode_step expects tgt of shape ({state.rows}, t), got {tuple(tgt.shape)}")
         logits = None
-        if state.step is not None and tgt.shape[1] == 1 and state.step.covers(state):
+        if state.step is not None and tgt.shape[1] == 1 and unwatched(state.step.modules) and state.step.covers(state):
             logits = state.step(tgt, state)
         if logits is None:
             state.settle()

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from attnlab.attention import Dropout, KVCache, MultiHeadAttention, PositionalEncoding, PositionBias, RotaryEmbedding
 from attnlab.attention.positions import StackShape, get_scheme
-from attnlab.kernels.layer_norm import add_layer_norm
+from attnlab.kernels.layer_norm import native_add_layer_norm
 
 __all__ = [
     "make_activation",
@@ -71,7 +71,7 @@ class AddNorm(nn.Module):
         self.ln = nn.LayerNorm(num_hiddens)
 
     def forward(self, X: Tensor, Y: Tensor) -> Tensor:
-        if not (self.training and self.dropout.p > 0) and (out := add_layer_norm(X, Y, self.ln)) is not None:
+        if not (self.training and self.dropout.p > 0) and (out := native_add_layer_norm(X, Y, self.ln)) is not None:
             return out
         return self.ln(X + self.dropout(Y))
 

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 from attnlab import __version__
+from attnlab.inference.precision import PrecisionChoice
 from attnlab.models import TRANSLATORS
 from attnlab.runs.generation import write_generation
 from attnlab.runs.layout import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE
 from attnlab.runs.outputs import KINDS, read_marker
 from attnlab.utils.files import read_json, read_json_object, write_json
-from attnlab.utils.precision import PrecisionChoice
 
 
 # --------------------------------------------------------------------------- run config

@@ -36,7 +36,7 @@ def load_translator(
 ) -> Translator:
     """Rebuild the model of a run folder and load its final weights (or `weights`: a checkpoint
     folder or an averaged .safetensors file), prepared to decode in `precision` ('auto', 'fp32',
-    'bf16', 'int8'; see attnlab.utils.precision); `translator.precision` says what runs and why.
+    'bf16', 'int8'; see attnlab.inference.precision); `translator.precision` says what runs and why.
 
     The translator decodes with the run's generation.json (`attnlab.runs.generation`) unless a call gives
     options. Raises FileNotFoundError naming a missing file, ValueError when config, vocabularies and

@@ -10,32 +10,18 @@ garbage collection (decoding pauses the collector, so a large request's cycles a
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import time
 from collections.abc import Callable
 
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows): nothing to trim
-        return None
-
-
-_TRIM = _malloc_trim()
+from attnlab.kernels.libc import malloc_trim
 
 
 def trim_heap() -> bool:
     """Collect cycles, then return freed heap pages to the system (glibc); False where the C library
     has no malloc_trim."""
     gc.collect()
-    if _TRIM is None:
-        return False
-    _TRIM(0)
-    return True
+    return malloc_trim()
 
 
 class IdleTrim:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from attnlab.inference.precision import TRAIN_PRECISIONS
 from attnlab.utils.checks import check_field_types, check_range
-from attnlab.utils.precision import TRAIN_PRECISIONS
 from attnlab.utils.runtime import resolve_device
 
 SCHEDULES = ("inverse_sqrt", "constant", "linear", "cosine")  # TrainConfig.schedule's names
@@ -80,7 +80,7 @@ class TrainConfig:
     average_last: int = 0  # K >= 2: a finished run's final weights are the mean of them and the K-1 newest
     # checkpoints (attnlab.training.averaging; the final checkpoint keeps the weights as trained); 0 = off
     patience: int | None = None  # stop after this many evaluations without a better BLEU
-    precision: str = "fp32"  # 'fp32' (reproducible everywhere), 'bf16' (autocast), 'auto' (attnlab.utils.precision)
+    precision: str = "fp32"  # 'fp32' (reproducible everywhere), 'bf16' (autocast), 'auto' (attnlab.inference.precision)
     log_every: int = 10  # steps between 'train' events in log.jsonl
     device: str = "auto"  # 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...
     compile: bool = False  # forward and backward through torch.compile (faster on a GPU once compiled; the

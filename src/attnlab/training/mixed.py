@@ -19,7 +19,7 @@ import copy
 import torch
 from torch import nn
 
-from attnlab.utils.precision import PrecisionChoice
+from attnlab.inference.precision import PrecisionChoice
 
 # Models the compute copy is measured on; the others (Bahdanau's GRUs) train under autocast.
 COMPUTE_COPY_MODELS = ("transformer",)

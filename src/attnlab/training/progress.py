@@ -10,7 +10,7 @@ import time
 
 from tqdm import tqdm
 
-from attnlab.utils.precision import PrecisionChoice
+from attnlab.inference.precision import PrecisionChoice
 from attnlab.utils.runtime import interactive
 
 PLAIN_EVERY_S = 5.0  # seconds between plain progress lines when stderr is not a terminal

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
+from attnlab.inference.precision import autocast, bf16_attention, resolve_precision
 from attnlab.runs.config import record_choice
 from attnlab.training.config import BUDGETED_SCHEDULES, TrainConfig
 from attnlab.training.mixed import compute_copy
@@ -44,7 +45,6 @@ from attnlab.training.progress import LossWindow, Progress
 from attnlab.training.state import Checkpointing, RunWriter, TrainState, weights_finite
 from attnlab.training.stop import StopPolicy
 from attnlab.training.tasks import Task, batch_options, task_for
-from attnlab.utils.precision import autocast, bf16_attention, resolve_precision
 from attnlab.utils.runtime import distributed_info, intra_op_threads, resolve_device
 
 if TYPE_CHECKING:

@@ -1,7 +1,6 @@
-"""Building blocks below every other package but `attnlab.kernels` (whose C passes int8's layers run): atomic
-files and JSON (files), one message shape for range and type errors (checks), seeds, threads and devices
-(runtime), numeric precision and preparing a model to decode in it (precision; int8 layers in quantize), and the
-optional extras each command needs (extras).
+"""Building blocks below every other package: atomic files and JSON (files), one message shape for range and
+type errors (checks), seeds, threads, devices and the machine's memory (runtime, machine), and the optional
+extras each command needs (extras). What a loaded model runs on is `attnlab.inference`.
 """
 
 from .checks import SEED_MAX, check_field_types, check_range, check_seed
@@ -16,20 +15,6 @@ from .files import (
     read_json,
     read_json_object,
     write_json,
-)
-from .precision import (
-    DECODE_PRECISIONS,
-    INT8_KEEP_FP32,
-    NATIVE_BF16_FLAGS,
-    TRAIN_PRECISIONS,
-    PrecisionChoice,
-    autocast,
-    bf16_attention,
-    cpu_features,
-    int8_layers,
-    native_bf16,
-    prepare_for_inference,
-    resolve_precision,
 )
 from .runtime import (
     check_nproc,
@@ -69,16 +54,4 @@ __all__ = [
     "init_distributed",
     "resolve_device",
     "interactive",
-    "TRAIN_PRECISIONS",
-    "DECODE_PRECISIONS",
-    "NATIVE_BF16_FLAGS",
-    "INT8_KEEP_FP32",
-    "PrecisionChoice",
-    "cpu_features",
-    "native_bf16",
-    "resolve_precision",
-    "autocast",
-    "bf16_attention",
-    "int8_layers",
-    "prepare_for_inference",
 ]

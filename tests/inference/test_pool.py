@@ -16,14 +16,14 @@ import time
 import pytest
 from processes import killed_after  # tests/ is on sys.path
 
-from attnlab.utils.forked import WorkerPool, can_fork
+from attnlab.inference.pool import WorkerPool, can_fork
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
 
 PRELUDE = """
 import os, sys, time
 from concurrent.futures.process import BrokenProcessPool
-from attnlab.utils.forked import WorkerPool
+from attnlab.inference.pool import WorkerPool
 
 def pid_plus(owner, item):
     time.sleep(0.05)  # long enough that every process gets items

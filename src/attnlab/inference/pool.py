@@ -24,7 +24,6 @@ file descriptors the parent had open when it forked, for the pool's life.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import multiprocessing
 import os
@@ -41,6 +40,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, cast
 
 import torch
+
+from attnlab.kernels.libc import die_with_parent
 
 __all__ = ["WorkerPool", "can_fork"]
 
@@ -125,11 +126,7 @@ def _serve(owner: Any, counter: Any, tasks: Connection, results: Connection, par
 def _die_with(parent: int) -> None:
     """Have the kernel kill this (child) process when its parent dies (Linux's PR_SET_PDEATHSIG), so that
     no worker keeps decoding for a parent that is gone; exit now if that already happened."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: the pipe and the per-item check remain
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-        prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-        prctl.restype = ctypes.c_int
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    die_with_parent()  # where it cannot (not glibc), the pipe and the per-item check remain
     if os.getppid() != parent:
         os._exit(1)
 

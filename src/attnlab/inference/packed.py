@@ -11,6 +11,14 @@ what inductor's weight prepacking uses) skips that, and gives the same tokens: f
 end at the `laptop` decoder's shapes (BENCHMARKS.md, "C kernels and linear layers"). Below `MIN_WORK`
 (rows x outputs) `F.linear`'s own small-matrix path is faster, so those calls stay on it; so do training
 (autograd), other devices and dtypes.
+
+Why the class of each nn.Linear is swapped in place rather than the module replaced in its parent (as int8's
+`quantize_linears` does, on a copy): a PackedLinear is an nn.Linear with the same Parameters, state_dict and
+hooks and no state of its own, so the swap is exact, and fp32 decoding converts the caller's model itself, not a
+copy. Every holder of a layer keeps seeing the one module: a layer registered under two parents (tied layers),
+forward hooks, `MultiHeadAttention`'s fused-weight cache keyed on its projections, a `Translator` and `explain`
+sharing one model. A replaced module would leave each of those holding the old nn.Linear, which would then run
+unpacked, or need a second pass to find and rewire them.
 """
 
 from __future__ import annotations

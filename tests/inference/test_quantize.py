@@ -1,4 +1,4 @@
-"""attnlab.utils.quantize and int8 decoding: every Linear quantized (the output layer too), per-channel
+"""attnlab.inference.quantize and int8 decoding: every Linear quantized (the output layer too), per-channel
 weight scales and per-row activation scales against a reference quantize/dequantize, and greedy tokens
 that agree with fp32 on a small trained model."""
 
@@ -10,12 +10,12 @@ from torch import nn
 
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
+from attnlab.inference.precision import int8_layers, prepare_for_inference
+from attnlab.inference.quantize import INT8_KERNELS, Int8Linear, quantize_channels, quantize_linears
 from attnlab.kernels import loader as native
-from attnlab.kernels.int8_rows import QUANTIZE_ARGS, quantize_rows
+from attnlab.kernels.int8_rows import SIGNATURES, quantize_rows
 from attnlab.models import Transformer, TransformerConfig
 from attnlab.training.loss import masked_cross_entropy
-from attnlab.utils.precision import int8_layers, prepare_for_inference
-from attnlab.utils.quantize import INT8_KERNELS, Int8Linear, quantize_channels, quantize_linears
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -212,7 +212,7 @@ def test_the_c_quantize_pass_gives_quantize_rows_exactly_at_every_width(K):
     x[5, K - 1] = float("nan")
     x[6, K // 3] = float("inf")
     x[7, min(K - 1, 40)] = float("nan")  # in the vector part where K allows
-    quantize = native.function("int8_rows", "attnlab_quantize_rows_f32", QUANTIZE_ARGS)
+    quantize = native.function("int8_rows", "attnlab_quantize_rows_f32", SIGNATURES["attnlab_quantize_rows_f32"])
     q = torch.empty(9, K, dtype=torch.int8)
     s = torch.empty(9)
     wide = torch.zeros(9, K + 5)

@@ -10,7 +10,7 @@ does every activation row (one token of one sentence), so a long sentence or a l
 the others' grid, and a sentence's output does not depend on the batch it is decoded in. The products
 accumulate in int32; `torch._int_mm` runs them on the CPU's int8 dot-product instructions (AVX512-VNNI,
 AVX-VNNI, AMX) through oneDNN, and attnlab's C passes (`attnlab.kernels.int8_rows`) quantize the activations
-and rescale the sums, one pass each: the default (`attnlab.utils.precision.INT8_KERNEL`), faster than
+and rescale the sums, one pass each: the default (`attnlab.inference.precision.INT8_KERNEL`), faster than
 fbgemm's dynamic Linear per layer at the decoder's shapes (BENCHMARKS.md, "Precision"). Without a C compiler
 the two passes are PyTorch operators (the same recipe, slower than fbgemm, so `prepare_for_inference` then
 picks fbgemm, unless ATTNLAB_NATIVE=0 asked for the per-row recipe). fbgemm's dynamic Linear ('fbgemm')
@@ -29,8 +29,8 @@ import torch
 from torch import Tensor, nn
 from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
+from attnlab.inference.packed import PackedLinear, is_float_linear, retype_linears
 from attnlab.kernels.int8_rows import int8_linear, quantize_rows
-from attnlab.utils.packed import PackedLinear, is_float_linear, retype_linears
 
 __all__ = [
     "INT8_KERNELS",

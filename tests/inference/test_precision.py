@@ -1,4 +1,4 @@
-"""attnlab.utils.precision: feature detection, `auto`, training autocast, bf16 / int8 decoding, and the hooks."""
+"""attnlab.inference.precision: feature detection, `auto`, training autocast, bf16 / int8 decoding, and the hooks."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from attnlab.data import Vocab
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import Translator
+from attnlab.inference.precision import autocast, cpu_features, int8_layers, prepare_for_inference, resolve_precision
+from attnlab.inference.quantize import Int8Linear
 from attnlab.models import Transformer, TransformerConfig, build_model
-from attnlab.utils.precision import autocast, cpu_features, int8_layers, prepare_for_inference, resolve_precision
-from attnlab.utils.quantize import Int8Linear
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -63,7 +63,7 @@ def test_cpu_features_reads_proc_cpuinfo_flags():
     ],
 )
 def test_auto_picks_what_is_native_and_measured_to_pay(monkeypatch, flags, training, model_type, picked):
-    monkeypatch.setattr("attnlab.utils.precision.cpu_features", lambda: flags)
+    monkeypatch.setattr("attnlab.inference.precision.cpu_features", lambda: flags)
     choice = resolve_precision("auto", "cpu", training=training, model_type=model_type)
     assert choice.asked == "auto" and choice.picked == picked
     assert choice.reason.startswith("auto: ") and choice.reason.endswith(f"-> {picked}")  # the reason says why
@@ -243,7 +243,7 @@ def test_fp32_is_the_default_everywhere():
 
 
 def test_auto_choice_is_recorded_on_the_translator(monkeypatch):
-    monkeypatch.setattr("attnlab.utils.precision.cpu_features", lambda: {"avx2", "avx512_vnni"})
+    monkeypatch.setattr("attnlab.inference.precision.cpu_features", lambda: {"avx2", "avx512_vnni"})
     vocab = Vocab([["a", "b"]], min_freq=1)
     tr = Translator(tiny_transformer(), vocab, vocab, precision="auto")
     assert tr.precision.asked == "auto" and tr.precision.picked == "int8" and "avx512_vnni" in tr.precision.reason

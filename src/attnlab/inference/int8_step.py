@@ -2,7 +2,7 @@
 (`csrc/int8_step.c`): a few dozen calls per step of a small decoder instead of the modules' hundreds, for
 greedy decoding and for every hypothesis of a beam alike.
 
-    step = Int8DecoderStep.build(decoder)  -> None where it does not cover the decoder (or inside `off()`)
+    step = Int8DecoderStep.build(decoder)  -> None inside `off()` or without the C passes (`kernels.int8_step`)
     step.covers(state)                     -> whether this step of this state runs here
     step(tgt (n, 1), state)                -> logits (n, 1, V), the caches updated as the modules do
 
@@ -25,9 +25,9 @@ again (`attnlab.kernels.gather_rows`) only where the modules take a step over. S
 the first included, runs here.
 
 The modules' int8 path computes the same rows with the same C functions (`csrc/rows.h`, `csrc/attend.h`),
-so the logits are theirs bit for bit (`tests/models/test_int8_step.py`). Covered: post-norm blocks whose
+so the logits are theirs bit for bit (`tests/inference/test_int8_step.py`). Covered: post-norm blocks whose
 linear layers are all `Int8Linear`s on attnlab's C passes, ReLU FFNs, sinusoidal or learned positions, any
-grouped-query layout, any beam, and nothing watching (`_unwatched`). A step whose caches hold a non-finite
+grouped-query layout, any beam, and nothing watching (`attnlab.models.fused`). A step whose caches hold a non-finite
 key or value goes to the modules (their exact non-finite path), as does everything else: fp32 and bf16.
 The encoder stays on the modules: it runs once per batch, and neither fused passes for it nor a fused step
 for fp32 measured faster (BENCHMARKS.md, "Tried, not kept").
@@ -36,25 +36,19 @@ for fp32 measured faster (BENCHMARKS.md, "Tried, not kept").
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.modules import module as torch_module
 
-from attnlab.attention import MultiHeadAttention
-from attnlab.attention.heads import head_masks_active
-from attnlab.attention.recording import recording_active
 from attnlab.kernels import loader as native
 from attnlab.kernels.few_queries import kernel_lengths
 from attnlab.kernels.few_queries import whole_lengths as _whole_lengths
-from attnlab.kernels.int8_rows import DEQUANTIZE_ARGS as _DEQUANTIZE_ARGS
-from attnlab.kernels.layer_norm import native_layer_norm
+from attnlab.kernels.int8_step import native_int8_step
 from attnlab.kernels.switches import Switch
-from attnlab.utils.quantize import Int8Linear
 
-from .transformer_layers import PositionWiseFFN, Sublayer, TransformerDecoder, TransformerDecoderBlock
+from .quantize import Int8Linear
 
 __all__ = ["Int8DecoderStep", "active", "off"]
 
@@ -70,19 +64,6 @@ def off() -> contextlib.AbstractContextManager[None]:
 def active() -> bool:
     """Whether decoding states opened now get the int8 step where it covers the model (not inside `off()`)."""
     return bool(_step)
-
-
-_PTR, _I64, _F, _INT = native.PTR, native.I64, ctypes.c_float, ctypes.c_int
-_SIGNATURES = {
-    "attnlab_step_embed": [_PTR, _I64, _I64, _PTR, _I64, _I64, _F, _PTR, _PTR, _PTR, _PTR],
-    "attnlab_step_attention": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64]
-    + [_PTR, _I64, _I64, _I64] * 2
-    + [_INT, _I64, _PTR, _I64, _I64, _PTR, _I64, _F, _PTR, _PTR],
-    "attnlab_step_add_ln": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _F, _PTR, _PTR, _PTR],
-    "attnlab_step_relu": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
-}
-# int8_rows.c's rescale, with `Int8Linear`'s signature (`native.function` keeps a symbol's first one).
-_ROW_PASSES = {"attnlab_dequantize_f32": _DEQUANTIZE_ARGS}
 
 
 def _ptr(t: Tensor | None) -> int | None:
@@ -107,7 +88,8 @@ class _Norm:
         self.w, self.b, self.eps = _ptr(ln.weight), _ptr(ln.bias), float(ln.eps)
 
 
-def _heads(mha: MultiHeadAttention) -> tuple[int, int, int, float]:
+def _heads(mha: Any) -> tuple[int, int, int, float]:
+    """A `MultiHeadAttention`'s heads, key/value groups, head width and score scale."""
     return mha.num_heads, mha.groups, mha.head_dim, 1.0 / math.sqrt(mha.head_dim)
 
 
@@ -116,13 +98,6 @@ class _Passes:
 
     def __init__(self, functions: dict, D: int):
         self.fn, self.D = functions, D
-
-    @staticmethod
-    def load() -> dict | None:
-        """The C functions, or None where one cannot be had (no compiler, ATTNLAB_NATIVE=0)."""
-        fns = {s: native.function("int8_step", s, a, _INT) for s, a in _SIGNATURES.items()}
-        fns.update({s: native.function("int8_rows", s, a) for s, a in _ROW_PASSES.items()})
-        return None if any(f is None for f in fns.values()) else fns
 
     def embed(self, stack, tokens: Tensor, position: Tensor):
         """(x, q, s) of tokens (M,) plus the position (1, D), or None for a token outside the vocabulary."""
@@ -159,45 +134,6 @@ class _Passes:
         return self.add_ln(h, hs, f2, x, norm)
 
 
-def _blocks_covered(stack: TransformerDecoder, attentions: tuple[str, ...], linears: tuple[str, ...]) -> bool:
-    """Whether every block of `stack` is one the fused passes compute: the named attention modules plain
-    `MultiHeadAttention`s, the named linear layers (dotted names in a block) `Int8Linear`s, a ReLU FFN, and
-    post-norm LayerNorms over the model width; a float embedding and positions added to it."""
-    emb = stack.embedding
-    if type(emb) is not nn.Embedding or emb.max_norm is not None or not native.takes(torch.float32, emb.weight):
-        return False  # (a max_norm embedding renormalizes its rows as it reads them)
-    if stack.pos_encoding is None or stack.relative_bias is not None or type(stack.final_norm) is not nn.Identity:
-        return False
-    for block in stack.blocks:
-        if type(block) is not TransformerDecoderBlock:
-            return False
-        for name in attentions:
-            mha = getattr(block, name)
-            if (
-                type(mha) is not MultiHeadAttention
-                or mha.rotary is not None
-                or mha.window is not None
-                or not mha.num_heads
-            ):
-                return False
-        if any(type(_submodule(block, name)) is not Int8Linear for name in linears):
-            return False
-        if type(block.ffn) is not PositionWiseFFN or type(block.ffn.activation) is not nn.ReLU:
-            return False
-        for sub in (m for m in block.children() if isinstance(m, Sublayer)):
-            if type(sub) is not Sublayer or sub.norm_first or not native_layer_norm(sub.ln, stack.num_hiddens):
-                return False
-    return True
-
-
-def _submodule(block: nn.Module, name: str) -> nn.Module | None:
-    """block.get_submodule(name), or None where the block has no such module."""
-    try:
-        return block.get_submodule(name)
-    except AttributeError:
-        return None
-
-
 class Int8DecoderStep:
     """The int8 step of a `TransformerDecoder` (see the module docstring)."""
 
@@ -207,7 +143,8 @@ class Int8DecoderStep:
     LINEARS += tuple(f"cross_attention.{w}" for w in ("W_kv", "W_q", "W_k", "W_v", "W_o"))
     LINEARS += ("ffn.dense1", "ffn.dense2")
 
-    def __init__(self, decoder: TransformerDecoder, functions: dict):
+    def __init__(self, decoder: Any, functions: dict):
+        # `decoder`: a TransformerDecoder, read by its attributes (the models sit above this package)
         self.decoder, self.modules = decoder, list(decoder.modules())
         self.blocks: list = list(decoder.blocks)
         self.passes = _Passes(functions, decoder.num_hiddens)
@@ -221,23 +158,20 @@ class Int8DecoderStep:
         self.dense = _Linear(decoder.dense)
 
     @classmethod
-    def build(cls, decoder: nn.Module) -> Int8DecoderStep | None:
-        """The int8 step for `decoder`, or None where it does not cover it (see the module docstring)."""
-        if not _step or type(decoder) is not TransformerDecoder or type(decoder.dense) is not Int8Linear:
-            return None
-        if not _blocks_covered(decoder, cls.ATTENTIONS, cls.LINEARS) or (functions := _Passes.load()) is None:
+    def build(cls, decoder: Any) -> Int8DecoderStep | None:
+        """The int8 step for `decoder`, a `TransformerDecoder` whose every block the passes compute (its model
+        checks that: `attnlab.models.fused.int8_step`), or None inside `off()` or without the C passes."""
+        if not _step or type(decoder.dense) is not Int8Linear or (functions := native_int8_step()) is None:
             return None
         return cls(decoder, functions)
 
     def covers(self, state) -> bool:
-        """The C kernels on, nothing in the way (`_unwatched`), source lengths the kernels read as the modules
-        would, and either the first step (every cache empty, an fp32 memory) or every cache finite, fp32 on
-        the CPU, laid out as the kernel reads: self-attention at one row per hypothesis (B * beam), cross-
-        attention at one row per sentence (B)."""
+        """The C kernels on, source lengths the kernels read as the modules would, and either the first step
+        (every cache empty, an fp32 memory) or every cache finite, fp32 on the CPU, laid out as the kernel
+        reads: self-attention at one row per hypothesis (B * beam), cross-attention at one row per sentence
+        (B). That nothing watches the modules is the model's to check (`attnlab.models.fused.unwatched`)."""
         rows, sources = state.rows, state.memory.shape[0]
         if state.beam < 1 or len(state.caches) != len(self.blocks) or not native.active():
-            return False
-        if not _unwatched(self.modules):
             return False
         lens = state.src_valid_lens
         if lens is not None and not (_whole_lengths(lens, sources) and lens.is_cpu):
@@ -295,8 +229,8 @@ class Int8DecoderStep:
         as the modules' path computes them."""
         for block, (_, cross_cache) in zip(self.blocks, state.caches):
             ca = block.cross_attention
-            k, v = ca.W_kv(state.memory).split(ca._qkv_sizes()[1:], dim=-1)
-            cross_cache.update(ca._split(k, ca.num_kv_heads), ca._split(v, ca.num_kv_heads))
+            k, v = ca.W_kv(state.memory).split(ca.qkv_sizes()[1:], dim=-1)
+            cross_cache.update(ca.split_heads(k, ca.num_kv_heads), ca.split_heads(v, ca.num_kv_heads))
 
     def _attention(
         self, q, s, proj: _Linear, heads, k, v, write: bool, at: int, lens, Lk: int, fold: int = 1, anc=None
@@ -332,16 +266,3 @@ def _rows(n: int, D: int) -> tuple[Tensor, Tensor, Tensor]:
 def _check(status: int) -> None:
     if status:
         raise MemoryError("attnlab's int8 decoding passes ran out of memory")
-
-
-def _unwatched(modules: list[nn.Module]) -> bool:
-    """Whether a fused pass may stand in for these modules' forward: eval mode, no autograd, and nothing
-    watching them that their forward would serve (recording, head masks, forward hooks)."""
-    if torch.is_grad_enabled() or head_masks_active() or recording_active() or _global_hooks():
-        return False
-    return not any(m.training or m._forward_hooks or m._forward_pre_hooks for m in modules)
-
-
-def _global_hooks() -> bool:
-    """Whether a forward hook is registered for every module (`nn.modules.module.register_module_forward_hook`)."""
-    return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)

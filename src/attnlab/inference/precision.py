@@ -7,7 +7,7 @@
 
 Every command and the Python API default to `fp32`: the same model gives the same output on every machine.
 - `fp32`: plain float32; decoding on the CPU runs the linear layers on weights packed once for oneDNN
-  (`attnlab.utils.packed`), which gives the same tokens faster, and a decoding step's attention, an
+  (`attnlab.inference.packed`), which gives the same tokens faster, and a decoding step's attention, an
   encoder's short self-attention, the post-norm residual's LayerNorm and greedy's arg-max on attnlab's C
   kernels (`attnlab.kernels`), faster again (BENCHMARKS.md, "Precision").
 - `bf16`: training keeps fp32 master weights and Adam state; on the CPU a bf16 copy of the model runs
@@ -17,7 +17,7 @@ Every command and the Python API default to `fp32`: the same model gives the sam
   attention runs on the C kernel in fp32, else as plain matmuls: the CPU's SDPA kernel is slow on one
   bf16 query).
 - `int8`: decoding only, Transformer only, CPU only: every nn.Linear, the output projection included
-  (`INT8_KEEP_FP32`), gets int8 weights with one scale per output channel (`attnlab.utils.quantize`);
+  (`INT8_KEEP_FP32`), gets int8 weights with one scale per output channel (`attnlab.inference.quantize`);
   the kernel (`INT8_KERNEL`) gives every activation row (token) its own scale too (CTranslate2's recipe,
   so a sentence's output does not depend on its batch) and multiplies on `torch._int_mm`, with the
   activations quantized and the sums rescaled by C passes; `kernel="fbgemm"` is fbgemm's dynamic Linear
@@ -45,9 +45,9 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attnlab.inference.packed import ONEDNN, is_float_linear, pack_linears
+from attnlab.inference.quantize import VNNI_FLAGS, quantize_linears
 from attnlab.kernels import loader
-from attnlab.utils.packed import ONEDNN, is_float_linear, pack_linears
-from attnlab.utils.quantize import VNNI_FLAGS, quantize_linears
 
 log = logging.getLogger(__name__)
 
@@ -197,10 +197,10 @@ def prepare_for_inference(
     kernel: str | None = None,
 ) -> nn.Module:
     """A model ready to decode in `precision`, without changing the caller's weights. fp32: the model
-    itself; on the CPU its nn.Linear layers become `PackedLinear`s in place (`attnlab.utils.packed`: the
+    itself; on the CPU its nn.Linear layers become `PackedLinear`s in place (`attnlab.inference.packed`: the
     same Parameters and results, the weights reordered once for oneDNN). bf16 and int8: a converted copy.
     `keep_fp32` overrides which Linear layers int8 skips; `kernel` which int8 kernel runs ('int_mm',
-    'fbgemm' or 'fbgemm-tensor', see attnlab.utils.quantize; default INT8_KERNEL).
+    'fbgemm' or 'fbgemm-tensor', see attnlab.inference.quantize; default INT8_KERNEL).
 
     Raises ValueError for an unknown precision, or int8 on a model or device it does not support.
     """

@@ -13,8 +13,7 @@ from torch import nn
 
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
-from attnlab.models import Transformer, TransformerConfig
-from attnlab.utils.packed import (
+from attnlab.inference.packed import (
     MIN_WORK,
     ONEDNN,
     PackedLinear,
@@ -25,7 +24,8 @@ from attnlab.utils.packed import (
     packable,
     retype_linears,
 )
-from attnlab.utils.precision import prepare_for_inference
+from attnlab.inference.precision import prepare_for_inference
+from attnlab.models import Transformer, TransformerConfig
 
 pytestmark = pytest.mark.skipif(not ONEDNN, reason="this PyTorch build has no oneDNN")
 

@@ -9,11 +9,11 @@ from attnlab.attention import KVCache, record_attention
 from attnlab.attention.heads import mask_heads
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
+from attnlab.inference import int8_step
+from attnlab.inference.int8_step import Int8DecoderStep
+from attnlab.inference.precision import prepare_for_inference
 from attnlab.kernels import loader as native
-from attnlab.models import int8_step
-from attnlab.models.int8_step import Int8DecoderStep
 from attnlab.models.transformer import Transformer, TransformerConfig
-from attnlab.utils.precision import prepare_for_inference
 
 needs_kernels = pytest.mark.skipif(native.load("int8_step") is None, reason="no C compiler for attnlab's kernels")
 
