@@ -121,8 +121,8 @@ class Sampling(Search):
     With `raw_logits` (no bans) step gets the logits. With `top_k` too, the k likeliest tokens and their
     log-probabilities come from one pass over them (`beam_candidates` with one hypothesis: a partial sort in C
     for k <= 64), and the temperature and top-p warp those k values only: softmax over the k equals
-    softmax(logits / T) with every other token masked, as `TopK` then `TopP` over V give (of tokens tied
-    with the k-th, the lower ids are the ones kept). Finished samples leave the batch at once.
+    softmax(logits / T) with every other token masked, as `TopK` then `TopP` over V give; a row with tokens tied
+    with the k-th beyond the k (TopK keeps them all) takes the full path. Finished samples leave the batch at once.
 
     Examples:
         >>> logits = torch.tensor([[[0.0, 3.0, 1.0, -2.0]]])                  # n=1, K=1, V=4
@@ -135,18 +135,24 @@ class Sampling(Search):
     def __init__(self, warpers: Sequence[Processor], generator: torch.Generator | None = None, *,
                  raw_logits: bool = False, top_k: int = 0):  # fmt: skip
         self.generator, self.raw_logits, self.top_k = generator, raw_logits, top_k
-        # The fast path draws among the k already: TopK over them would change nothing.
+        # The fast path draws among the k already: TopK over them would change nothing (the full path keeps it).
+        self.all_warpers = list(warpers)
         self.warpers = [w for w in warpers if not (raw_logits and top_k and isinstance(w, TopK))]
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         rows = lprobs[:, 0]  # (n, V): logits (raw_logits) or log-probabilities
         n, V = rows.shape
+        cand = None
         if self.raw_logits and 0 < self.top_k < V:
             zero = torch.zeros((n, 1), device=rows.device)
             _, cand, _, cand_lp = beam_candidates(rows.float(), zero, self.top_k)  # (n, k) best first
-        else:
-            cand, cand_lp = None, rows.float().log_softmax(dim=-1) if self.raw_logits else rows
-        probs = apply(self.warpers, cand_lp, cand_lp).softmax(dim=-1)
+            # TopK keeps every token tied with the k-th (as transformers' warper): where a row has such a tie
+            # beyond the k, the k candidates are not the kept set, and the step takes the full path.
+            if bool(((rows >= rows.gather(1, cand[:, -1:])).sum(dim=1) > self.top_k).any()):
+                cand = None
+        if cand is None:
+            cand_lp = rows.float().log_softmax(dim=-1) if self.raw_logits else rows
+        probs = apply(self.warpers if cand is not None else self.all_warpers, cand_lp, cand_lp).softmax(dim=-1)
         pick_ = torch.multinomial(probs, 1, generator=self.generator)  # (n, 1) positions among the candidates
         tok = pick_ if cand is None else cand.gather(1, pick_)
         lp = cand_lp.gather(1, pick_)
