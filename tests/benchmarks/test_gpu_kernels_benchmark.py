@@ -20,7 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_smoke_times_every_backend_and_prints_the_default_table():
     env = {k: v for k, v in os.environ.items() if k != "ATTNLAB_RESULTS"}  # as gpu.sh --smoke runs it
     out = subprocess.run(
-        [sys.executable, "benchmarks/gpu_kernels.py", "--smoke"], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "benchmarks/gpu_kernels.py", "--smoke"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout

@@ -178,7 +178,7 @@ def test_readme_quotes_are_filled_from_the_records(tmp_path):
     readme.write_text(text, encoding="utf-8")
     tool = [sys.executable, str(ROOT / "tools" / "render_benchmarks.py"), "--results", str(folder)]
     out = tmp_path / "B.md"
-    subprocess.run([*tool, "--out", str(out), "--readme", str(readme)], check=True, capture_output=True)
+    subprocess.run([*tool, "--out", str(out), "--readme", str(readme)], check=True, capture_output=True, timeout=120)
     assert "[7.01× one sentence" in readme.read_text(encoding="utf-8")
     assert "| 7.01× (p99 39 vs 178 ms, 0 errors) |" in out.read_text(encoding="utf-8")
 

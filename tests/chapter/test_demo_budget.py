@@ -151,4 +151,4 @@ def test_the_load_counts_a_process_that_just_started(monkeypatch):
         assert free_threads(cores=2, load=load_now()) == 1
     finally:
         busy.kill()
-        busy.wait()
+        busy.wait(timeout=30)

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from processes import killed_after  # tests/ is on sys.path
 
 from attnlab.decoding.options import DecodeOptions
 from attnlab.runs.loading import load_translator
@@ -66,7 +67,9 @@ class Terminal:
             self.proc.kill()
             os.close(self.master)
         assert self.proc.stderr is not None
-        return code, self.proc.stderr.read().decode()
+        with killed_after(self.proc, TIMEOUT):  # exited or killed above: the read ends
+            err = self.proc.stderr.read().decode()
+        return code, err
 
 
 def _translate(run, *flags) -> Terminal:

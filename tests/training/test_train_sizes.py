@@ -109,7 +109,7 @@ def test_the_size_check_reads_the_address_space_limit():
         f"s = u.spec_from_file_location('m', {machine.__file__!r}); m = u.module_from_spec(s); "
         "s.loader.exec_module(m); print(m.memory_bytes())"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
     assert int(out) == 2 << 30
 
 

@@ -25,7 +25,7 @@ from attnlab.viz.heatmaps import attention_figures
 from attnlab.viz.plots import plot_loss_curve
 
 if TYPE_CHECKING:
-    from attnlab.training.trainer import TrainResult
+    from attnlab.training.state import TrainResult
 
 
 @dataclass

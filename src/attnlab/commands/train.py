@@ -56,6 +56,10 @@ FLAGS = {
 }
 # Data keys by the flag that sets them, for messages about a data setting.
 DATA_FLAGS = {key: f"--{flag.replace('_', '-')}" for flag, (section, key) in FLAGS.items() if section == "data"}
+_AVERAGE_LAST = ("at a run's end, its final weights become the mean of them and the K-1 newest checkpoints (0: "
+                 "off; the final checkpoint keeps the weights as trained, for --resume)")  # fmt: skip
+_THREADS = ("torch intra-op threads while training (default: the preset's pin, else the cores free when training "
+            "starts: two threads fighting another process run many times slower than one)")  # fmt: skip
 # (flag, type, metavar, what it sets): the numeric overrides of a preset's train and data fields.
 _NUMBERS = (
     ("--seed", int, "N", "one seed for every generator: weights, dropout, batch order, the data split"),
@@ -72,22 +76,10 @@ _NUMBERS = (
     ("--checkpoint-every", int, "STEPS", "steps between checkpoints (0: only at the end)"),
     ("--keep-best", int, "N", "checkpoints kept for the best validation BLEU"),
     ("--keep-last", int, "N", "newest checkpoints kept (for `attnlab average --last K`)"),
-    (
-        "--average-last",
-        int,
-        "K",
-        "at a run's end, its final weights become the mean of them and the K-1 newest checkpoints (0: off; "
-        "the final checkpoint keeps the weights as trained, for --resume)",
-    ),
+    ("--average-last", int, "K", _AVERAGE_LAST),
     ("--patience", int, "EVALS", "stop after this many evaluations without a better validation BLEU"),
     ("--log-every", int, "STEPS", "steps between 'train' lines in log.jsonl (and TensorBoard points)"),
-    (
-        "--threads",
-        int,
-        "N",
-        "torch intra-op threads while training (default: the preset's pin, else the cores free when training "
-        "starts: two threads fighting another process run many times slower than one)",
-    ),
+    ("--threads", int, "N", _THREADS),
     ("--num-examples", int, "N", "use the first N pairs of the corpus"),
     ("--max-len", int, "N", "drop pairs longer than N tokens on a side"),
 )
@@ -330,16 +322,11 @@ def _train(args, model_type: str, settings, over, out, tensorboard):
 
 
 def _threads(args, settings, resumed) -> int | None:
-    """The threads this invocation trains on: --threads, the preset's (or config's) pin, else on a CPU the cores
-    free now (None: torch's default, on a GPU)."""
-    from attnlab.utils.runtime import free_threads, resolve_device
+    """The threads this invocation trains on (`training_threads`: --threads, the pin, the cores free now)."""
+    from attnlab.utils.runtime import training_threads
 
     train = settings.train.to_dict() if settings is not None else resumed["train"]
-    if args.threads is not None:
-        return args.threads
-    if train.get("threads") is not None:
-        return train["threads"]
-    return free_threads() if resolve_device(args.device or train.get("device", "auto")).type == "cpu" else None
+    return training_threads(args.threads, train.get("threads"), args.device or train.get("device", "auto"))
 
 
 def _header(args, model_type: str, settings, over, threads: int | None) -> str:

@@ -18,10 +18,10 @@ from .optim import build_optimizer, learning_rate, param_groups
 from .presets import DEFAULT_PRESET, PRESETS, get_preset
 from .progress import PLAIN_EVERY_S, LossWindow, Progress
 from .settings import Settings, resolve
-from .state import Checkpointing, RunWriter, TrainState, weights_finite
+from .state import Checkpointing, RunWriter, TrainResult, TrainState, weights_finite
 from .stop import REASONS, StopPolicy
 from .tasks import TASKS, Task, check_model_config, task_for
-from .trainer import Trainer, TrainResult
+from .trainer import Trainer
 from .validation import validation_scores
 
 __all__ = [

@@ -24,9 +24,10 @@ from attnlab.runs.weights import load_weights
 from attnlab.training.averaging import finish_average
 from attnlab.training.config import TrainConfig
 from attnlab.training.sizes import check_fits
+from attnlab.training.state import TrainResult
 from attnlab.training.tasks import task_for
 from attnlab.training.tensorboard import TensorBoardScalars, claim_tensorboard
-from attnlab.training.trainer import Trainer, TrainResult
+from attnlab.training.trainer import Trainer
 from attnlab.utils.extras import require
 from attnlab.utils.files import write_json
 from attnlab.utils.runtime import distributed_info, seed_everything

@@ -2,16 +2,16 @@
 
 `TrainState` is where a run is (step, epoch, position in the epoch, tokens, latest scores), a record the
 Trainer holds; `Checkpointing` says what a checkpoint holds (that record, the optimizer, RNG streams, the
-StopPolicy's counters) and when it is written, from the parts it is given; `RunWriter`
-does the writing. Only rank 0 of a run with a folder writes: a `RunWriter(None, ...)` (other ranks, or
-training without a folder) accepts every call and writes nothing.
+StopPolicy's counters) and when it is written, from the parts it is given; `RunWriter` does the writing;
+`TrainResult` is what a finished `Trainer.fit` reports. Only rank 0 of a run with a folder writes: a
+`RunWriter(None, ...)` (other ranks, or training without a folder) accepts every call and writes nothing.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -192,3 +192,23 @@ class Checkpointing:
         if run_dir is not None:
             install_average(run_dir, self.model, plan)
         return plan.event
+
+
+@dataclass
+class TrainResult:
+    """What `Trainer.fit` reports."""
+
+    run_dir: Path | None  # None when trained without a run folder
+    step: int
+    epoch: int
+    train_loss: float | None  # mean per-token loss of the last log window
+    stop_reason: str
+    best_bleu: float | None  # the best validation score of the task's metric (BLEU for translators)
+    losses: list[float] = field(default_factory=list)  # per-step training loss of this invocation
+    seconds: float = 0.0
+    tokens_per_second: float = 0.0
+    checkpoint: Path | None = None  # the newest checkpoint written (where --resume continues)
+    exit_code: int = 0  # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
+    # the latest validation scores (valid_bleu or valid_accuracy, ...): at the end, of the weights a user loads
+    scores: dict = field(default_factory=dict)
+    average: dict | None = None  # the 'average' event (the steps averaged, any shortfall), under average_last

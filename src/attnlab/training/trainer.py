@@ -29,7 +29,6 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -39,10 +38,11 @@ from torch import nn
 from attnlab.inference.precision import autocast, bf16_attention, resolve_precision
 from attnlab.runs.config import record_choice
 from attnlab.training.config import BUDGETED_SCHEDULES, TrainConfig
+from attnlab.training.deferred import DeferredLosses
 from attnlab.training.mixed import compute_copy
 from attnlab.training.optim import build_optimizer, learning_rate
 from attnlab.training.progress import LossWindow, Progress
-from attnlab.training.state import Checkpointing, RunWriter, TrainState, weights_finite
+from attnlab.training.state import Checkpointing, RunWriter, TrainResult, TrainState, weights_finite
 from attnlab.training.stop import StopPolicy
 from attnlab.training.tasks import Task, batch_options, task_for
 from attnlab.utils.runtime import distributed_info, intra_op_threads, resolve_device
@@ -57,26 +57,6 @@ COMPILE_BACKEND = "inductor"
 
 
 # --------------------------------------------------------------------------- trainer
-@dataclass
-class TrainResult:
-    """What `Trainer.fit` reports."""
-
-    run_dir: Path | None  # None when trained without a run folder
-    step: int
-    epoch: int
-    train_loss: float | None  # mean per-token loss of the last log window
-    stop_reason: str
-    best_bleu: float | None  # the best validation score of the task's metric (BLEU for translators)
-    losses: list[float] = field(default_factory=list)  # per-step training loss of this invocation
-    seconds: float = 0.0
-    tokens_per_second: float = 0.0
-    checkpoint: Path | None = None  # the newest checkpoint written (where --resume continues)
-    exit_code: int = 0  # 0, 128+signal after SIGINT/SIGTERM, 1 after a non-finite loss
-    # the latest validation scores (valid_bleu or valid_accuracy, ...): at the end, of the weights a user loads
-    scores: dict = field(default_factory=dict)
-    average: dict | None = None  # the 'average' event (the steps averaged, any shortfall), under average_last
-
-
 class Trainer:
     """Train `model` on `data` through its task, writing a run folder at `run_dir`.
 
@@ -116,10 +96,7 @@ class Trainer:
         self.device = resolve_device(config.device)
         self.model = model.to(self.device)
         self.precision = resolve_precision(
-            config.precision,
-            self.device,
-            training=True,
-            model_type=getattr(model, "MODEL_TYPE", "transformer"),
+            config.precision, self.device, training=True, model_type=getattr(model, "MODEL_TYPE", "transformer")
         )
         self.ddp_model = self.model
         if self.world_size > 1:
@@ -136,11 +113,7 @@ class Trainer:
         self.forward_model = (
             cast(nn.Module, torch.compile(forward, backend=COMPILE_BACKEND)) if config.compile else forward
         )
-        # Steps taken but not yet read: (mean loss, a (1,) tensor on the device; target tokens; batches).
-        self._pending: list[tuple[torch.Tensor, int, int]] = []
-        # Set on the device once a step's loss is non-finite: that update and every later one are skipped
-        # (the fused optimizer's `found_inf`) until the losses are read and the run stops.
-        self._halted = torch.zeros((), device=self.device)
+        self.deferred = DeferredLosses(self.device)  # the steps' losses, read every log_every steps
         self.stop = StopPolicy(config, self.device, self.world_size)
         self.state = TrainState()  # where the run is; saved in trainer_state.pt
         self.writer = RunWriter(
@@ -150,16 +123,9 @@ class Trainer:
             scalars if self.is_main else None,
         )
         self.checkpointing = Checkpointing(
-            self.state,
-            config,
-            self.model,
-            self.optimizer,
-            self.stop,
-            self.writer,
-            self.rank,
-            self.world_size,
+            self.state, config, self.model, self.optimizer, self.stop, self.writer, self.rank, self.world_size,
             self.task.metric,
-        )
+        )  # fmt: skip
         self.checkpointing.reseed_rank()
 
     @property
@@ -232,9 +198,9 @@ class Trainer:
         if self.world_size > 1:
             torch.distributed.all_reduce(stats)  # every rank sees the same (possibly non-finite) loss
         mean = stats / total_tokens
-        self._halted = torch.maximum(self._halted, (~torch.isfinite(mean[0])).float())
+        self.deferred.check(mean)
         on_device = bool(self.optimizer.defaults.get("fused"))
-        if not on_device and bool(self._halted.item()):  # without the fused kernel: a read per step
+        if not on_device and bool(self.deferred.halted.item()):  # without the fused kernel: a read per step
             return mean, total_tokens
         if self.mixed is not None:
             self.mixed.grads_to_masters()
@@ -246,7 +212,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         if on_device:
-            self.optimizer.found_inf = self._halted  # type: ignore[attr-defined]  # torch's fused Adam skips on it
+            self.optimizer.found_inf = self.deferred.halted  # type: ignore[attr-defined]  # torch's fused Adam skips on it
         self.optimizer.step()
         return mean, total_tokens
 
@@ -292,7 +258,7 @@ class Trainer:
             while reason is None:
                 for chunk in _chunks(self._epoch_batches(self.state.epoch, self.state.batch_in_epoch), cfg.grad_accum):
                     loss, ntok = self.train_step(chunk)
-                    self._pending.append((loss, ntok, len(chunk)))
+                    self.deferred.add(loss, ntok, len(chunk))
                     self.state.step, self.state.batch_in_epoch = (
                         self.state.step + 1,
                         self.state.batch_in_epoch + len(chunk),
@@ -336,25 +302,15 @@ class Trainer:
             return self._finish(reason, losses, window, tokens_this_run, time.monotonic() - start)
 
     def _read_losses(self, losses: list[float], window: LossWindow) -> int:
-        """Read the pending steps' losses in one transfer into `losses` and `window`. At the first non-finite
-        one the run has diverged: it and the steps after it (whose updates the device skipped) are taken
-        back from the run's position. Returns the tokens taken back."""
-        if not self._pending:
-            return 0
-        values = torch.cat([loss for loss, _, _ in self._pending]).tolist()
-        pending, self._pending = self._pending, []
-        for i, (value, (_, ntok, _)) in enumerate(zip(values, pending)):
-            if not math.isfinite(value):  # all-reduced: every rank sees it
-                back = pending[i:]
-                self.state.step -= len(back)
-                self.state.batch_in_epoch -= sum(n for _, _, n in back)
-                tokens = sum(t for _, t, _ in back)
-                self.state.tokens_seen -= tokens
-                self.stop.diverged()
-                return tokens
-            losses.append(value)
-            window.add(value, ntok)
-        return 0
+        """Read the pending losses (`DeferredLosses.read`); at a non-finite one the run has diverged: it and the
+        steps after it (whose updates the device skipped) are taken back. Returns the tokens taken back."""
+        back = self.deferred.read(losses, window)
+        if back:
+            self.state.step -= len(back)
+            self.state.batch_in_epoch -= sum(b for _, b in back)
+            self.state.tokens_seen -= sum(t for t, _ in back)
+            self.stop.diverged()
+        return sum(t for t, _ in back)
 
     def _finish(self, reason: str, losses, window: LossWindow, tokens: int, elapsed: float) -> TrainResult:
         """After the loop: final evaluation, the 'end' event, final weights and checkpoint.

@@ -136,6 +136,21 @@ def free_threads(cores: int | None = None, load: float | None = None) -> int:
     return max(1, min(cores, math.floor(cores - others + 0.5)))
 
 
+def training_threads(requested: int | None, pinned: int | None, device: str) -> int | None:
+    """The threads a training run takes: `requested` (a flag), else `pinned` (a preset's or config's), else on a
+    CPU `free_threads()`; None (torch's default) on a GPU, where the host threads only launch kernels.
+
+    Examples:
+        >>> training_threads(3, 1, "cpu"), training_threads(None, 1, "cpu")
+        (3, 1)
+    """
+    if requested is not None:
+        return requested
+    if pinned is not None:
+        return pinned
+    return free_threads() if resolve_device(device).type == "cpu" else None
+
+
 def load_now(samples: int = 5, every_s: float = 0.02) -> float:
     """Runnable processes now, this one included: the larger of the 1-minute load average and the median of a
     few reads of the kernel's count of running tasks (/proc/loadavg's 4th field). The average lags a
