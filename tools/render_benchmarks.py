@@ -9,7 +9,7 @@ baseline). A line `{{NAME}}` in it becomes the record NAME.json: its command, th
 one line a row instead, its cells joined by ": ": the "tried, not kept" ideas); `{{summary}}` a table of the
 records' `summary` lines, each linking its section; `{{rest}}` every record the frame does not place, under a
 heading of its own (its `title`, else its file name), so a new record appears on the page without touching
-this script; `{{gpu}}` every record of benchmarks/results/gpu/ (what `bash benchmarks/gpu.sh` writes on a GPU),
+this script; `{{gpu}}` every record of benchmarks/results/gpu/ (what `bash benchmarks/gpu/gpu.sh` writes on a GPU),
 or a line naming that command when there is none.
 
 Figures are numbers; a table's `formats` (`formats` beside `figures`, `summary_formats` beside `summary`) maps
@@ -183,7 +183,7 @@ def readme(text: str, records: dict[str, dict]) -> str:
     return FIGURE.sub(fill, text)
 
 
-GPU_COMMAND = "bash benchmarks/gpu.sh"
+GPU_COMMAND = "bash benchmarks/gpu/gpu.sh"
 
 
 def render_gpu(records: dict[str, dict]) -> list[str]:

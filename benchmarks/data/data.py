@@ -1,7 +1,7 @@
 """Data-layer timing: load the full corpus + build vocabularies + collate the first epoch's batches,
 cold (empty tokenized cache) and warm (cache present). Budget from the spec: under 10 s.
 
-    ATTNLAB_DATA=/path/to/fra-eng.zip .venv/bin/python benchmarks/data.py [--batch-tokens 4096]
+    ATTNLAB_DATA=/path/to/fra-eng.zip .venv/bin/python benchmarks/data/data.py [--batch-tokens 4096]
 
 Each measurement runs in a fresh process (no warm imports or allocator state), with the cache
 redirected to a temporary XDG_CACHE_HOME so the user's own cache is never touched.
@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 
 

@@ -1,14 +1,14 @@
 """Data at scale: prepare throughput, size on disk, loader throughput vs what the model consumes, and
 peak RSS of training, for synthetic parallel corpora of two sizes (generated here, never committed).
 
-    flock /tmp/attnlab-measure.lock python benchmarks/data_scale.py --sizes 500000,5000000
+    flock /tmp/attnlab-measure.lock python benchmarks/data/data_scale.py --sizes 500000,5000000
 
 or in pieces that each fit a short locked run (the same folder; delete it afterwards):
 
-    flock ... python benchmarks/data_scale.py --phase prepare --sizes 500000 --workdir /tmp/ds --baseline-workers 1
-    flock ... python benchmarks/data_scale.py --phase generate --sizes 5000000 --workdir /tmp/ds
-    flock ... python benchmarks/data_scale.py --phase prepare --sizes 5000000 --workdir /tmp/ds
-    flock ... python benchmarks/data_scale.py --phase measure --sizes 500000,5000000 --workdir /tmp/ds
+    flock ... python benchmarks/data/data_scale.py --phase prepare --sizes 500000 --workdir /tmp/ds --baseline-workers 1
+    flock ... python benchmarks/data/data_scale.py --phase generate --sizes 5000000 --workdir /tmp/ds
+    flock ... python benchmarks/data/data_scale.py --phase prepare --sizes 5000000 --workdir /tmp/ds
+    flock ... python benchmarks/data/data_scale.py --phase measure --sizes 500000,5000000 --workdir /tmp/ds
 
 For each size: aligned files of N pairs (20-30 tokens a side, a 4,000-word synthetic language pair)
 plus fixed 500-pair dev/test files are written to the work folder; `attnlab prepare` runs in a fresh
@@ -28,8 +28,9 @@ is named in the output.
 `--heldout random` prepares without dev/test files: `prepare`'s 1% valid / 1% test split, so the
 held-out splits grow with the corpus (5,000 -> 50,000 pairs each), into prep{N}-random:
 
-    flock ... python benchmarks/data_scale.py --phase prepare --heldout random --sizes 500000,5000000 --workdir /tmp/ds
-    flock ... python benchmarks/data_scale.py --phase process --heldout random --precision fp32 --phases \\
+    flock ... python benchmarks/data/data_scale.py --phase prepare --heldout random --sizes 500000,5000000 \\
+        --workdir /tmp/ds
+    flock ... python benchmarks/data/data_scale.py --phase process --heldout random --precision fp32 --phases \\
         --sizes 500000,5000000 --workdir /tmp/ds
 """
 
@@ -47,6 +48,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import cpu_features, table, write_result
 
 ROOT = Path(__file__).resolve().parents[1]

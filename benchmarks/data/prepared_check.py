@@ -4,7 +4,7 @@ file, on synthetic folders of the layout `prepare` writes (shards of 250,000 pai
 uint16 ids), made here and deleted afterwards. The page cache is warm (a file just read), as for a
 corpus trained on again; a cold read adds the disk's time to the hashed bytes.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/prepared_check.py --sizes 500000,5000000
+    flock /tmp/attnlab-measure.lock python benchmarks/data/prepared_check.py --sizes 500000,5000000
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
 from common import cpu_features, median_time, table, write_result
 from data_scale import load
 

@@ -1,7 +1,7 @@
 """Greedy decoding with a `torch.compile`d decoding step against eager, per precision and worker count:
 sentences/s in interleaved rounds on the same sentences (tokens checked identical), compile time apart.
 
-    python benchmarks/compile_decode.py --checkpoint RUN --split valid --limit 1000 --rounds 3 --workers 1,2
+    python benchmarks/decoding/compile_decode.py --checkpoint RUN --split valid --limit 1000 --rounds 3 --workers 1,2
 
 --step module compiles the model's `decode_step` as it is (`torch.compile(decode_step, dynamic=True)`: the
 KV cache's Python bookkeeping and the head-mask context variable break the graph); --step functional
@@ -23,7 +23,7 @@ import torch._dynamo
 import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import add_decoding_args, table, write_result
 
 from attnlab.chapter.time_to_quality import held_out_sources
@@ -57,7 +57,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     feats = " ".join(sorted(f for f in cpu_features() if f.startswith(("avx", "amx", "fma"))))
     print(f"CPU features: {feats}; torch {torch.__version__}, {args.threads} threads, load {os.getloadavg()[0]:.2f}")
-    print("command: python benchmarks/compile_decode.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    print(
+        "command: python benchmarks/decoding/compile_decode.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    )
     data = load_data(read_run_config(args.checkpoint)["data"])
     ids = [s for _, s, _ in held_out_sources(getattr(data, args.split), data.tgt_vocab, args.limit or 1000)]
     worker_counts = [int(w) for w in args.workers.split(",")]

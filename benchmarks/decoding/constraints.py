@@ -9,7 +9,7 @@ Each source gets one phrase from its first reference (one or two consecutive wor
 vocabulary knows), and every second source a second one (one more word): phrases a user who knows the
 right terminology would give.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/constraints.py --checkpoint RUN --limit 200 --beam 5
+    flock /tmp/attnlab-measure.lock python benchmarks/decoding/constraints.py --checkpoint RUN --limit 200 --beam 5
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 
 from attnlab.decoding import DecodeOptions

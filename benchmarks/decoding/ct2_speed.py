@@ -11,7 +11,7 @@ length cap per batch, so that all share one machine state:
     sampling     one draw per sentence from the top --top-k tokens, temperature 1 (CTranslate2:
                  sampling_topk, sampling_temperature); seeded on both sides
     constrained  beam K where every output must hold one or two phrases of its reference's words
-                 (`benchmarks/constraints.py`'s phrases); CTranslate2 has no lexical constraints: "—"
+                 (`benchmarks/decoding/constraints.py`'s phrases); CTranslate2 has no lexical constraints: "—"
 
 Rounds are interleaved within each search (rotating order), model loading and conversion are not timed.
 sentences/s is the median over rounds; ratios are medians of paired ratios against the search's best
@@ -27,11 +27,11 @@ attention adds. Each floor prints what it captured: its matmuls, quantized linea
 
 Each side gets the same number of threads (--threads T) and may use them its best way, each at its
 best batch size: an engine spec is `NAME[:bN][:wK]` (batch N sentences; K workers of T / K threads).
-attnlab NAME is a precision (fp32, int8, bf16) or a variant of benchmarks/precision.py ("int8 (fbgemm)");
+attnlab NAME is a precision (fp32, int8, bf16) or a variant of benchmarks/decoding/precision.py ("int8 (fbgemm)");
 its workers are `Translator.decode(workers=K)` (worker processes). CTranslate2 NAME is a compute_type; its
 workers are inter_threads (batches submitted asynchronously, so K run at once).
 
-    flock /tmp/attnlab-measure.lock python benchmarks/ct2_speed.py --checkpoint RUN --split valid --rounds 3 \
+    flock /tmp/attnlab-measure.lock python benchmarks/decoding/ct2_speed.py --checkpoint RUN --split valid --rounds 3 \
         --attnlab int8:b96:w2,fp32:b256:w2 --ct2 int8:b128:w2,int8:b128
 """
 
@@ -50,16 +50,16 @@ from typing import NamedTuple
 import torch
 
 # This file's name shadows the ctranslate2 package when run as a script: import the real one first, with
-# benchmarks/ off the path, then put benchmarks/ back (last) for the shared helpers.
+# this folder off the path, then put it back (last) with benchmarks/ for the shared helpers.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 import ctranslate2
 
-sys.path.append(_HERE)
-from common import add_decoding_args, table, write_result
+sys.path += [_HERE, os.path.dirname(_HERE)]
+from common import add_decoding_args, header, table, write_result
 from constraints import phrases_from
 from decode import capture_kernels, replay_kernels
-from precision import ATTENTION, LINEAR, QUANTIZED, header, switches, variants
+from precision import ATTENTION, LINEAR, QUANTIZED, switches, variants
 
 from attnlab.data import load_data
 from attnlab.decoding.batches import length_batches

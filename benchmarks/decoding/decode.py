@@ -18,7 +18,7 @@ finished sentences leave the batch at different steps):
 Methods are timed in interleaved rounds (one run of each per round, medians over rounds), so a change
 of machine load during the run hits every method alike; the ratios are the result.
 
-    python benchmarks/decode.py [--threads N] [--rounds 5] [--eos ID] [--device cuda] [--unpacked]
+    python benchmarks/decoding/decode.py [--threads N] [--rounds 5] [--eos ID] [--device cuda] [--unpacked]
 
 The model is prepared as `Translator` prepares it (`prepare_for_inference(model, "fp32")`: on the CPU its
 linear layers packed for oneDNN); --unpacked leaves them as F.linear.
@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import print_machine, table, write_result
 
 from attnlab.decoding.generator import generate

@@ -3,7 +3,7 @@ operators by self time (the kernels a faster path would have to shrink). attnlab
 calls, not operators: their time, and Python's, is the line "outside PyTorch's operators" (the profiled
 pass's wall time minus the operators' self time).
 
-    python benchmarks/decode_profile.py --checkpoint RUN --split valid --limit 500 --threads 1
+    python benchmarks/decoding/decode_profile.py --checkpoint RUN --split valid --limit 500 --threads 1
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import add_decoding_args, table, write_result
 
 from attnlab.chapter.time_to_quality import held_out_sources

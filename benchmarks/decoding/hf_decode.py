@@ -1,7 +1,7 @@
 """Imported Marian model: attnlab's decoding vs `transformers.generate`, and the import time of attnlab
 with and without the [hf] extra.
 
-    python benchmarks/hf_decode.py
+    python benchmarks/decoding/hf_decode.py
 
 A tiny randomly initialised MarianMTModel (d_model 64, 2+2 layers, SentencePiece vocabulary trained on
 generated sentences) is saved, imported with `attnlab import hf`, and both decode the same 32 sentences
@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import print_machine, table, write_result
 
 from attnlab.testing import sentences, tiny_marian

@@ -12,7 +12,7 @@ Token identity counts sentences whose onnxruntime fp32 tokens equal attnlab fp32
 explained: the step where they part and attnlab's margin between its top two logits there (a near tie that
 float rounding in another matmul order flips).
 
-    flock /tmp/attnlab-measure.lock python benchmarks/onnx_speed.py --checkpoint LAPTOP_600 --threads 2
+    flock /tmp/attnlab-measure.lock python benchmarks/decoding/onnx_speed.py --checkpoint LAPTOP_600 --threads 2
 
 With --page, the run's static explorer (`attnlab export --format web`) is timed too, in headless Chromium behind
 a plain static server: the first translation after the page opens (navigation start to the first drawn maps,
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -37,6 +38,8 @@ from pathlib import Path
 
 import onnxruntime
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import add_decoding_args, table
 
 from attnlab.decoding.batches import length_batches
@@ -224,7 +227,7 @@ def main(argv=None) -> int:
         {"sentence": sentences[i], **explain_difference(translator, ids[i], ref_tokens[i], ort[i])} for i in differ[:20]
     ]
     identity = 1 - len(differ) / max(len(ids), 1)
-    command = "python benchmarks/onnx_speed.py " + shlex.join(argv)
+    command = "python benchmarks/decoding/onnx_speed.py " + shlex.join(argv)
     print(f"command: {command}")
     print(f"## {args.checkpoint}: {len(ids)} sentences of the {args.split} split, greedy, {args.threads} threads\n")
     print(table(["engine", "sentences/s", "/ attnlab fp32", "same tokens as attnlab fp32", "BLEU"], rows))

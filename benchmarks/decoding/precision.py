@@ -16,7 +16,7 @@ loading and conversion are not timed. --floors adds each precision's kernel floo
 kernels, captured once from a decode and replayed back to back on ready operands (LINEAR), timed in the
 same interleaved rounds.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/precision.py --checkpoint /tmp/speed-run --rounds 3 \
+    flock /tmp/attnlab-measure.lock python benchmarks/decoding/precision.py --checkpoint /tmp/speed-run --rounds 3 \
         --split valid --workers 2 --floors --precisions 'fp32,bf16,int8,int8 (fbgemm),fp32 without C kernels'
 
 A variant run beside the same variant ' without C kernels' also gets a line of how many outputs the two share
@@ -30,7 +30,6 @@ import contextlib
 import copy
 import os
 import re
-import shlex
 import statistics
 import sys
 import time
@@ -39,8 +38,8 @@ from unittest import mock
 import torch
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_decoding_args, table, write_result
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
+from common import add_decoding_args, header, table, write_result
 from decode import ATTENTION as SDPA
 from decode import PACKED_LINEAR as PACKED
 from decode import capture_kernels, replay_kernels
@@ -54,8 +53,6 @@ from attnlab.runs.loading import load_translator
 from attnlab.utils.packed import PackedLinear, retype_linears
 from attnlab.utils.precision import (
     DECODE_PRECISIONS,
-    cpu_features,
-    native_bf16,
     prepare_for_inference,
     resolve_precision,
 )
@@ -79,19 +76,6 @@ def linear_floor(translator, src_ids, batch_size):
     greedy = translator.options(beam=1)
     calls = capture_kernels(lambda: translator.search(src_ids, greedy, batch_size=batch_size, scores=False), LINEAR)
     return replay_kernels(calls, torch.device("cpu"))
-
-
-def header(argv) -> None:
-    feats = cpu_features()
-    shown = sorted(f for f in feats if f.startswith(("avx", "amx", "fma", "sse4_2", "f16c")))
-    ok, why = native_bf16("cpu")
-    print(f"command: python benchmarks/{os.path.basename(sys.argv[0])} {shlex.join(argv)}".rstrip())
-    print(
-        f"torch {torch.__version__}, threads {torch.get_num_threads()}, uptime load average "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
-    )
-    print(f"CPU features: {' '.join(shown)}")
-    print(f"native bf16: {ok} ({why}); `auto` picks {resolve_precision('auto', 'cpu').picked}")
 
 
 # int8 variants beyond `--precision int8` (every Linear, fbgemm per-channel): NAME -> prepare_for_inference options.

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The GPU benchmark: one script, at most 8 minutes on one CUDA GPU (an H200), CUDA start-up included.
 #
-#   bash benchmarks/gpu.sh            # on the GPU machine: records under benchmarks/results/gpu/
-#   bash benchmarks/gpu.sh --smoke    # the same steps at tiny sizes on the CPU: records in a scratch folder
+#   bash benchmarks/gpu/gpu.sh            # on the GPU machine: records under benchmarks/results/gpu/
+#   bash benchmarks/gpu/gpu.sh --smoke    # the same steps at tiny sizes on the CPU: records in a scratch folder
 #
 # Steps, each under a time cap (a step that overruns is stopped, the next one runs, and the summary says so):
-#   1. the dense bf16 matmul rate and attention kernels as a % of it (benchmarks/gpu_kernels.py);
+#   1. the dense bf16 matmul rate and attention kernels as a % of it (benchmarks/gpu/gpu_kernels.py);
 #   2. training throughput with MFU, attnlab against nn.Transformer on the same batches, eager and compiled
-#      (benchmarks/train_throughput.py, bf16 autocast, Transformer-base);
+#      (benchmarks/training/train_throughput.py, bf16 autocast, Transformer-base);
 #   3. `attnlab train --preset gpu` for GPU_TRAIN_SECONDS (default 300), its validation BLEU (greedy and beam 4,
 #      the 3-10-word multi-reference sources `laptop`'s curve is scored on) and the held-out test BLEU, once
-#      (benchmarks/time_to_quality.py --valid-run / --test-run --device cuda);
+#      (benchmarks/quality/time_to_quality.py --valid-run / --test-run --device cuda);
 #   4. decoding that run in big batches, greedy and beam 4, sentences/s by the difference of two input sizes,
-#      dynamic cache against the static step (benchmarks/gpu_decode.py).
+#      dynamic cache against the static step (benchmarks/gpu/gpu_decode.py).
 # gpu.json records every step's status and seconds, written after each step, so a stopped run keeps what
 # finished. Everything printed also goes to $OUT/gpu_results.txt, and the records to $OUT/results/, when $OUT
 # is set.
@@ -22,7 +22,7 @@
 # ATTNLAB_RESULTS (where records go; default benchmarks/results/gpu, or a scratch folder with --smoke).
 # Data: Tatoeba via manythings.org/anki, CC-BY 2.0 (France).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 SMOKE=0
 for arg in "$@"; do
@@ -126,15 +126,15 @@ if log and os.path.isfile(log):
              for e in events if e.get("event") == "eval"]
 device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (smoke)"
 tables = [{"title": "`--preset gpu`: validation during its run", "figures": curve}] if curve else []
-write_result("gpu.sh", [a for a in ["--smoke"] if smoke], rows, device=device, wall_s=elapsed,
-             command="bash benchmarks/gpu.sh" + (" --smoke" if smoke else ""),
+write_result("benchmarks/gpu/gpu.sh", [a for a in ["--smoke"] if smoke], rows, device=device, wall_s=elapsed,
+             command="bash benchmarks/gpu/gpu.sh" + (" --smoke" if smoke else ""),
              title="gpu.sh: the steps of the last run", **({"tables": tables} if tables else {}))
 EOF
   if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/results"; cp "$ATTNLAB_RESULTS"/*.json "$OUT/results/" 2>/dev/null || true; fi
 }
 
 step "machine"
-echo "command: bash benchmarks/gpu.sh $*"
+echo "command: bash benchmarks/gpu/gpu.sh $*"
 if [ "$HAS_GPU" = 1 ]; then nvidia-smi; else echo "nvidia-smi: not available (no NVIDIA GPU here)"; fi
 "$PY" - <<'EOF'
 import torch
@@ -160,7 +160,7 @@ if [ "$SMOKE" = 1 ]; then
   CAP_KERNELS=120; CAP_THROUGHPUT=120; CAP_TRAIN=240; CAP_SCORE=120; CAP_DECODE=120
 else
   if [ "$HAS_GPU" != 1 ] || ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-    echo "gpu.sh: no CUDA GPU visible to torch; run 'bash benchmarks/gpu.sh --smoke' on a CPU machine" >&2
+    echo "gpu.sh: no CUDA GPU visible to torch; run 'bash benchmarks/gpu/gpu.sh --smoke' on a CPU machine" >&2
     exit 2
   fi
   DEVICE=cuda
@@ -179,10 +179,10 @@ else
 fi
 
 step "attention kernels vs the dense matmul rate"
-capped "$CAP_KERNELS" kernels "$PY" benchmarks/gpu_kernels.py "${KERNEL_ARGS[@]}"
+capped "$CAP_KERNELS" kernels "$PY" benchmarks/gpu/gpu_kernels.py "${KERNEL_ARGS[@]}"
 
 step "training throughput: MFU, attnlab vs nn.Transformer, eager and compiled"
-capped "$CAP_THROUGHPUT" train_throughput "$PY" benchmarks/train_throughput.py "${THROUGHPUT_ARGS[@]}"
+capped "$CAP_THROUGHPUT" train_throughput "$PY" benchmarks/training/train_throughput.py "${THROUGHPUT_ARGS[@]}"
 
 step "train --preset gpu for ${TRAIN_SECONDS} s on $DATA -> $RUN_DIR"
 capped "$CAP_TRAIN" train "$PY" -m attnlab train --model transformer "${TRAIN_ARGS[@]}" \
@@ -190,13 +190,13 @@ capped "$CAP_TRAIN" train "$PY" -m attnlab train --model transformer "${TRAIN_AR
 
 if [ -f "$RUN_DIR/model.safetensors" ]; then
   step "validation BLEU (greedy, beam 4) of the gpu run on laptop's 3-10-word sources"
-  capped "$CAP_SCORE" valid_bleu "$PY" benchmarks/time_to_quality.py --valid-run "$RUN_DIR" --preset gpu \
+  capped "$CAP_SCORE" valid_bleu "$PY" benchmarks/quality/time_to_quality.py --valid-run "$RUN_DIR" --preset gpu \
     --record gpu_valid "${SCORE_ARGS[@]}"
   step "held-out test BLEU of the gpu run, once"
-  capped "$CAP_SCORE" test_bleu "$PY" benchmarks/time_to_quality.py --test-run "$RUN_DIR" --preset gpu \
+  capped "$CAP_SCORE" test_bleu "$PY" benchmarks/quality/time_to_quality.py --test-run "$RUN_DIR" --preset gpu \
     --record gpu_test "${SCORE_ARGS[@]}"
   step "decoding in big batches: greedy and beam 4, dynamic cache vs static step"
-  capped "$CAP_DECODE" decode "$PY" benchmarks/gpu_decode.py --run "$RUN_DIR" "${DECODE_ARGS[@]}"
+  capped "$CAP_DECODE" decode "$PY" benchmarks/gpu/gpu_decode.py --run "$RUN_DIR" "${DECODE_ARGS[@]}"
 else
   echo "gpu.sh: $RUN_DIR has no final weights; the BLEU and decoding steps are skipped"
   printf '%s\t%s\t0\t0\n' "valid_bleu, test_bleu, decode" "skipped: no trained run" >> "$STATUS"

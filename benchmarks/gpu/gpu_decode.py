@@ -9,8 +9,8 @@ static-shape step (`attnlab.decoding.static`) run eagerly (`static`), replayed a
 through torch.compile's reduce-overhead mode (`compile`); the outputs of each are compared with the
 dynamic cache's (identical tokens, in float32).
 
-    python benchmarks/gpu_decode.py --run runs/gpu --device cuda                      # 1,000 and 20,000 lines
-    python benchmarks/gpu_decode.py --run runs/tiny --lines 20,100 --steps dynamic,static   # smoke (CPU)
+    python benchmarks/gpu/gpu_decode.py --run runs/gpu --device cuda                      # 1,000 and 20,000 lines
+    python benchmarks/gpu/gpu_decode.py --run runs/tiny --lines 20,100 --steps dynamic,static   # smoke (CPU)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 
 from attnlab.chapter.time_to_quality import held_out_sources

@@ -14,8 +14,8 @@ of each (mask, direction) is printed as the `CUDA_BACKEND` table `attnlab.attent
 Attention FLOPs: 4 * B * H * L^2 * Dh (QK^T and PV; half of it causal; padded keys counted), forward + backward
 3.5x that; projections: 4 * 2 * B * L * D^2. Cases that would start after --budget seconds are skipped.
 
-    python benchmarks/gpu_kernels.py            # on a CUDA machine (an H200: about a minute and a half)
-    python benchmarks/gpu_kernels.py --smoke    # tiny float32 sizes on CPU (the Triton kernel interpreted):
+    python benchmarks/gpu/gpu_kernels.py            # on a CUDA machine (an H200: about a minute and a half)
+    python benchmarks/gpu/gpu_kernels.py --smoke    # tiny float32 sizes on CPU (the Triton kernel interpreted):
                                                 # checks the code runs; its record goes to a scratch folder
 """
 
@@ -33,7 +33,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 
 from attnlab.attention import MultiHeadAttention, masked_attention
@@ -239,7 +239,7 @@ def main(argv=None) -> int:
             args.head_dim,
             10,
         )
-    print(f"command: python benchmarks/gpu_kernels.py {shlex.join(argv)}".rstrip())
+    print(f"command: python benchmarks/gpu/gpu_kernels.py {shlex.join(argv)}".rstrip())
     print(
         f"torch {torch.__version__}, device {device}"
         + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")

@@ -5,8 +5,8 @@ Compares attnlab's MultiHeadAttention (fused SDPA path) with two baselines measu
   (b) a minimal reference: the same four projections around one direct F.scaled_dot_product_attention call.
 Then peak memory (RSS growth of a fresh subprocess) of the fused path and of local attention up to L=16,384.
 
-    python benchmarks/attention.py            # the full run recorded in BENCHMARKS.md
-    python benchmarks/attention.py --quick    # a smoke run
+    python benchmarks/kernels/attention.py            # the full run recorded in BENCHMARKS.md
+    python benchmarks/kernels/attention.py --quick    # a smoke run
 """
 
 import argparse
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from baselines.d2l_attention import MultiHeadAttention as BookMHA
 from common import median_time, table, write_result
 

@@ -6,7 +6,7 @@
 2. A Transformer with half of every attention module's heads pruned against the full one: a
    teacher-forced forward and greedy decoding of the same random batch.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/fused_qkv.py
+    flock /tmp/attnlab-measure.lock python benchmarks/kernels/fused_qkv.py
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import print_machine, table, write_result
 
 from attnlab.attention import MultiHeadAttention

@@ -13,7 +13,7 @@ block maxima and logsumexp), the C kernel's
 and the largest difference between the two outputs. The int8 linear layers' C passes are measured by
 `precision_kernels.py` ("int8 _int_mm (row)" against "int8 (row), ops").
 
-    flock /tmp/attnlab-measure.lock python benchmarks/native_kernels.py --rounds 7 [--threads 1]
+    flock /tmp/attnlab-measure.lock python benchmarks/kernels/native_kernels.py --rounds 7 [--threads 1]
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table, time_call, write_result
-from precision import header
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
+from common import header, table, time_call, write_result
 
 from attnlab.attention.masking import lengths_to_mask
 from attnlab.kernels import loader as native

@@ -13,7 +13,7 @@ interleaved rounds; ratios are medians of paired ratios against fp32 `F.linear` 
     int8 (row), ops     the same with PyTorch's operators for those two passes (`attnlab.kernels.loader.off`)
     bf16                F.linear on bf16 operands (activation cast included unless --bf16-resident)
 
-    flock /tmp/attnlab-measure.lock python benchmarks/precision_kernels.py --rounds 5
+    flock /tmp/attnlab-measure.lock python benchmarks/kernels/precision_kernels.py --rounds 5
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table, time_call, write_result
-from precision import header
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
+from common import header, table, time_call, write_result
 
 from attnlab.kernels import loader as native
 from attnlab.utils.packed import can_pack, linear, pack_weight

@@ -3,9 +3,9 @@ run (checkpoints, averaged checkpoints), scored as `attnlab evaluate` scores: ev
 of the split translated once and scored against all of its references (multi-reference sacreBLEU
 BLEU and chrF, detokenized). Never on the test split: these choices are made here.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/decode_levers.py --checkpoint LAPTOP \\
+    flock /tmp/attnlab-measure.lock python benchmarks/quality/decode_levers.py --checkpoint LAPTOP \\
         --beams 1,4,5 --length-penalties 0.6,0.8,1.0,1.2
-    python benchmarks/decode_levers.py --checkpoint RUN --beams 1,4 --length-penalties 1.0 \\
+    python benchmarks/quality/decode_levers.py --checkpoint RUN --beams 1,4 --length-penalties 1.0 \\
         --weights final,RUN/checkpoints/step_0002000,RUN/averaged_last3.safetensors
 
 Beam 1 is greedy, which has no length penalty: it runs once per weights.
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 
 from attnlab.metrics import corpus_bleu, corpus_chrf, group_by_source, reference_text

@@ -12,12 +12,12 @@ hypothesis is scored against all references of its source (multi-reference sacre
 sentences/s of cached greedy search over those sources at the end, batches of 64, best of `--rounds`.
 The test split is touched only by `--test-run DIR` (a model saved with `--save`), once, for the chosen model.
 
-    python benchmarks/decoder_only.py                                  # the run in BENCHMARKS.md (3 x 240 s)
-    python benchmarks/decoder_only.py --budget 10 --points 5,10 --num-examples 3000 --valid-limit 50  # smoke
-    python benchmarks/decoder_only.py --save-best runs/chosen   # then, once: --test-run runs/chosen
-    python benchmarks/decoder_only.py --models encoder-decoder --json ed.json --save-all runs   # one at a time,
-    python benchmarks/decoder_only.py --report ed.json,causal.json,prefix.json --figure f.png  # then one table
-    python benchmarks/decoder_only.py --speed-runs runs/encoder-decoder,runs/decoder-only-causal  # interleaved
+    python benchmarks/quality/decoder_only.py                                  # the run in BENCHMARKS.md (3 x 240 s)
+    python benchmarks/quality/decoder_only.py --budget 10 --points 5,10 --num-examples 3000 --valid-limit 50  # smoke
+    python benchmarks/quality/decoder_only.py --save-best runs/chosen   # then, once: --test-run runs/chosen
+    python benchmarks/quality/decoder_only.py --models encoder-decoder --json ed.json --save-all runs   # one at a time,
+    python benchmarks/quality/decoder_only.py --report ed.json,causal.json,prefix.json --figure f.png  # then one table
+    python benchmarks/quality/decoder_only.py --speed-runs runs/encoder-decoder,runs/decoder-only-causal  # interleaved
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import budget_points, table, write_result
 from time_to_quality import evaluate_split, figure, score
 
@@ -267,7 +267,10 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    print("command: " + " ".join(["python", "benchmarks/decoder_only.py", *(sys.argv[1:] if argv is None else argv)]))
+    print(
+        "command: "
+        + " ".join(["python", "benchmarks/quality/decoder_only.py", *(sys.argv[1:] if argv is None else argv)])
+    )
     feats = cpu_features()
     print(
         f"CPU features: {' '.join(sorted(f for f in feats if f.startswith(('avx', 'amx', 'fma', 'sse4'))))}; "

@@ -1,15 +1,15 @@
 """Position schemes and grouped-query attention, trained for the same wall-clock budget on fra-eng.
 
-Each scheme (`name` or `name:num_kv_heads`) trains the `laptop` recipe with `benchmarks/time_to_quality.py`
+Each scheme (`name` or `name:num_kv_heads`) trains the `laptop` recipe with `benchmarks/quality/time_to_quality.py`
 (the same data, seed and clock; validation BLEU along the way), one after the other. Then every saved run
 is measured here: greedy validation BLEU and chrF on the curves' 3-10-word sources, BLEU on corpus
 sentences of 13-20 source words (longer than any pair `laptop` trains on: length extrapolation),
 parameters, the float32 KV cache of one validation sentence (decoder self-attention over the target plus
 cross-attention over the source), and greedy sentences/s.
 
-    python benchmarks/positions.py --budget 180 --out /tmp/positions            # trains, then measures
-    python benchmarks/positions.py --out /tmp/positions --measure-only          # the saved runs only
-    python benchmarks/positions.py --plot --out /tmp/positions --figure docs/positions.png
+    python benchmarks/quality/positions.py --budget 180 --out /tmp/positions            # trains, then measures
+    python benchmarks/quality/positions.py --out /tmp/positions --measure-only          # the saved runs only
+    python benchmarks/quality/positions.py --plot --out /tmp/positions --figure docs/positions.png
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 from time_to_quality import figure
 

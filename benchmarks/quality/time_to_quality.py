@@ -10,12 +10,12 @@ clock stops while it is scored). Every point translates the first `--valid-limit
 sources of 3–10 words, each scored against all of its references (multi-reference sacreBLEU): `laptop`
 greedily and with beam 4 (its default decoding), the tutorial recipe greedily (its tutorial's decoding).
 
-    python benchmarks/time_to_quality.py --save runs/laptop-600 --figure docs/time_to_quality.png  # 60..600 s
-    python benchmarks/time_to_quality.py --points 2,4 --num-examples 3000 --valid-limit 20  # smoke
-    python benchmarks/time_to_quality.py --recipes laptop --set model.num_layers=3 --label d192x3  # a variant
-    python benchmarks/time_to_quality.py --valid-run runs/a runs/b --average 5   # the recipe search's table
-    python benchmarks/time_to_quality.py --test-run runs/laptop-600               # the test split, once
-    python benchmarks/time_to_quality.py --valid-run runs/gpu --device cuda --record gpu_valid  # a GPU run
+    python benchmarks/quality/time_to_quality.py --save runs/laptop-600 --figure docs/time_to_quality.png  # 60..600 s
+    python benchmarks/quality/time_to_quality.py --points 2,4 --num-examples 3000 --valid-limit 20  # smoke
+    python benchmarks/quality/time_to_quality.py --recipes laptop --set model.num_layers=3 --label d192x3  # a variant
+    python benchmarks/quality/time_to_quality.py --valid-run runs/a runs/b --average 5   # the recipe search's table
+    python benchmarks/quality/time_to_quality.py --test-run runs/laptop-600               # the test split, once
+    python benchmarks/quality/time_to_quality.py --valid-run runs/gpu --device cuda --record gpu_valid  # a GPU run
 
 The curve mode writes benchmarks/results/time_to_quality.json (also `--json`: the curves alone); the
 `--valid-run` mode benchmarks/results/laptop_search.json (one row per run: settings, validation BLEU greedy
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from baselines.torch_tutorial import BATCHING, SETTINGS, tutorial_recipe
 from common import budget_points, print_machine, table, write_result
 

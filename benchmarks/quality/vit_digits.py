@@ -1,8 +1,8 @@
 """Test accuracy on scikit-learn's 8x8 digits: attnlab's Vision Transformer (`--preset digits`) against a small
 CNN and a logistic regression (scikit-learn), all trained in this run on the same fixed split.
 
-    python benchmarks/vit_digits.py                  # the full comparison (~2-3 minutes on 2 CPU cores)
-    python benchmarks/vit_digits.py --quick          # smoke sizes (seconds)
+    python benchmarks/quality/vit_digits.py                  # the full comparison (~2-3 minutes on 2 CPU cores)
+    python benchmarks/quality/vit_digits.py --quick          # smoke sizes (seconds)
 
 Settings are chosen on the validation split only (the logistic regression's C here, among a few; the ViT's
 and the CNN's recipes beforehand, see BENCHMARKS.md); the test split is scored once per model, at the end.
@@ -11,12 +11,15 @@ and the CNN's recipes beforehand, see BENCHMARKS.md); the test split is scored o
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 from torch import nn
 
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print("command: python benchmarks/vit_digits.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    print("command: python benchmarks/quality/vit_digits.py " + " ".join(sys.argv[1:] if argv is None else argv))
     simd = sorted(f for f in cpu_features() if f.startswith(("avx", "amx", "sse4")))
     print(f"torch {torch.__version__}, {args.threads} thread(s), CPU features: {' '.join(simd) or '-'}")
 

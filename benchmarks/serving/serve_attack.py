@@ -9,8 +9,8 @@
 Each prints what the clients got (status, or when the server closed the connection). Run it against
 another source tree to compare (e.g. before the fix):
 
-    python benchmarks/serve_attack.py --checkpoint RUN                       # this tree
-    python benchmarks/serve_attack.py --checkpoint RUN --src /path/to/old/src     # e.g. before the fix
+    python benchmarks/serving/serve_attack.py --checkpoint RUN                       # this tree
+    python benchmarks/serving/serve_attack.py --checkpoint RUN --src /path/to/old/src     # e.g. before the fix
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ import argparse
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 
 from attnlab.testing import start_server, stop_server

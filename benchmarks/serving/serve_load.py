@@ -10,8 +10,8 @@ in interleaved rounds (single, batched, explain, single, ...) so load drifts hit
 sentences/s (median over rounds), the median of the per-round ratios to `single`, p50/p95/p99 latency
 and the error count of each, the CPU features found, the torch threads and the load average.
 
-    python benchmarks/serve_load.py                           # runs/demo/transformer, else a tiny model
-    flock /tmp/attnlab-measure.lock python benchmarks/serve_load.py --checkpoint RUN --clients 32 --rounds 3
+    python benchmarks/serving/serve_load.py                           # runs/demo/transformer, else a tiny model
+    flock /tmp/attnlab-measure.lock python benchmarks/serving/serve_load.py --checkpoint RUN --clients 32 --rounds 3
     ... --threads 2                                            # every server with 2 torch threads per decode
 """
 
@@ -22,12 +22,15 @@ import http.client
 import json
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 
 from attnlab.serve.listen import decode_threads

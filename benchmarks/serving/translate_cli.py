@@ -10,7 +10,7 @@ tokenizes each line as the export does (`source_tokens`), translates with `trans
 (max_batch_size 128, --threads threads as inter x intra: 1x2 and 2x1), joins the target tokens and writes
 them; its best layout is the baseline.
 
-    flock -x /tmp/attnlab-measure.lock python benchmarks/translate_cli.py --checkpoint RUN --split valid \\
+    flock -x /tmp/attnlab-measure.lock python benchmarks/serving/translate_cli.py --checkpoint RUN --split valid \\
         --sizes 1000,8000 --rounds 2 --searches greedy,beam,sampling
 """
 
@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import add_decoding_args, table, write_result
 
 from attnlab.data import load_data

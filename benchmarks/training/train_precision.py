@@ -10,8 +10,8 @@ Per phase: the median wall time over interleaved steps (the precisions alternate
 then torch.profiler's top operators by self time within that phase (3 profiled steps, ms per step).
 "forward" includes the fp32 loss; "optimizer" includes the bf16 copy's refresh and the gradient copy.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/train_precision.py --threads 1,2
-    python benchmarks/train_precision.py --attention           # + one SDPA call, forward/backward, per kernel
+    flock /tmp/attnlab-measure.lock python benchmarks/training/train_precision.py --threads 1,2
+    python benchmarks/training/train_precision.py --attention           # + one SDPA call, forward/backward, per kernel
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, record_function
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 from train_throughput import make_batches, masked_loss
 
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     batches = make_batches(4, args.batch_size, args.min_len, args.max_len, 4000, 4000)
     tokens = statistics.median(int(b[4].sum()) for b in batches)
     feats = sorted(f for f in cpu_features() if f.startswith(("avx512f", "avx512_bf16", "avx512_vnni", "amx")))
-    print(f"command: python benchmarks/train_precision.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    print(f"command: python benchmarks/training/train_precision.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     print(f"torch {torch.__version__}; CPU features {' '.join(feats) or '(none of avx512f/bf16/vnni/amx)'}")
     precisions = args.precision.split(",")
     every = []  # one row per (threads, precision): the record's figures

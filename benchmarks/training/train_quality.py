@@ -4,15 +4,17 @@ The cpu-small recipe at D=64 trains from one seed for STEPS updates on the real 
 per precision (same batches), through attnlab's Trainer, and its teacher-forced validation loss is compared
 with fp32's.
 
-    flock /tmp/attnlab-measure.lock python benchmarks/train_quality.py --steps 40 --precision fp32,bf16
+    flock /tmp/attnlab-measure.lock python benchmarks/training/train_quality.py --steps 40 --precision fp32,bf16
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from common import table, write_result
 
 from attnlab.data import load_data
@@ -71,7 +73,7 @@ def main(argv=None) -> int:
     precisions = [p for p in args.precision.split(",") if p]
     if not precisions or precisions[0] != "fp32":
         raise SystemExit(f"--precision must start with fp32 (the baseline), got {args.precision!r}")
-    print(f"command: python benchmarks/train_quality.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    print(f"command: python benchmarks/training/train_quality.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     print(quality(args.steps, precisions, args.d))
     write_result(__file__, argv)
     return 0

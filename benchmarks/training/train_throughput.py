@@ -10,13 +10,13 @@ All three share D, heads, layers, FFN width, dropout and vocabulary. Steps are i
 (one step of each model per round, same batch), so load on a shared machine hits all of them alike;
 each speed-up is the median over rounds of the paired time ratio.
 
-    python benchmarks/train_throughput.py                  # the run recorded in BENCHMARKS.md
-    python benchmarks/train_throughput.py --quick          # a smoke run (seconds)
-    python benchmarks/train_throughput.py --compile        # + torch.compile(ours), in a capped child process
-    python benchmarks/train_throughput.py --profile        # + where the time goes (torch.profiler)
-    python benchmarks/train_throughput.py --plain-dropout --no-book   # + attnlab with nn.Dropout layers
-    python benchmarks/train_throughput.py --device cuda --amp --batch-size 256   # GPU, bf16 autocast
-    python benchmarks/train_throughput.py --precision fp32,bf16,bf16-autocast --quality 40   # + attnlab's bf16
+    python benchmarks/training/train_throughput.py                  # the run recorded in BENCHMARKS.md
+    python benchmarks/training/train_throughput.py --quick          # a smoke run (seconds)
+    python benchmarks/training/train_throughput.py --compile        # + torch.compile(ours), in a capped child process
+    python benchmarks/training/train_throughput.py --profile        # + where the time goes (torch.profiler)
+    python benchmarks/training/train_throughput.py --plain-dropout --no-book   # + attnlab with nn.Dropout layers
+    python benchmarks/training/train_throughput.py --device cuda --amp --batch-size 256   # GPU, bf16 autocast
+    python benchmarks/training/train_throughput.py --precision fp32,bf16,bf16-autocast --quality 40   # + attnlab's bf16
                             # step and plain autocast (interleaved too), and a same-seed validation-loss check
 
 `--quality STEPS` trains the cpu-small recipe (a narrower model, D=64) from one seed for STEPS steps on the
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: common.py, baselines/
 from baselines.d2l_transformer import from_attnlab_config
 from common import table, write_result
 from train_quality import quality
@@ -395,7 +395,7 @@ def main(argv=None) -> int:
         + ["nn.Transformer"]
         + ([] if args.no_book else ["book (d2l)"])
     )
-    print(f"command: python benchmarks/train_throughput.py {shlex.join(argv)}".rstrip())
+    print(f"command: python benchmarks/training/train_throughput.py {shlex.join(argv)}".rstrip())
     print(
         f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"

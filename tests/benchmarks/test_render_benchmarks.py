@@ -59,7 +59,7 @@ def _folder_with(tmp_path, **new) -> Path:
 def test_a_new_record_appears_without_touching_the_renderer(tmp_path):
     record = {
         "title": "ONNX Runtime against attnlab",
-        "command": "python benchmarks/onnx_speed.py --rounds 3",
+        "command": "python benchmarks/decoding/onnx_speed.py --rounds 3",
         "cpu_features": ["avx2"],
         "torch": "2.13.0",
         "date": "2026-12-01 10:00 UTC",
@@ -70,7 +70,7 @@ def test_a_new_record_appears_without_touching_the_renderer(tmp_path):
     frame = render_benchmarks.FRAME.read_text(encoding="utf-8")
     page = render_benchmarks.render(frame, render_benchmarks.load_records(folder))
     assert "## ONNX Runtime against attnlab" in page
-    assert "python benchmarks/onnx_speed.py --rounds 3" in page
+    assert "python benchmarks/decoding/onnx_speed.py --rounds 3" in page
     assert "| engine | sentences/s | vs attnlab fp32 |" in page and "| onnxruntime | 1,234.5 | 1.10× |" in page
     assert "Measured 2026-12-01 10:00 UTC on " in page
     assert "[ONNX Runtime against attnlab](#onnx-runtime-against-attnlab)" in page  # the summary links it
