@@ -52,10 +52,18 @@ def time_call(fn, reps: int, *args) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def table(headers, rows, caption: str | None = None) -> str:
-    """`rows` as a Markdown table under `headers`; also kept for `write_result` (with its caption)."""
+def table(headers, rows, caption: str | None = None, formats: dict | None = None, file_only: bool = False) -> str:
+    """`rows` as a Markdown table under `headers`; also kept for `write_result` (with its caption).
+
+    `formats` maps a column to the format that prints its numbers with their unit (`{"vs fp32": "{:.2f}×"}`):
+    the record keeps the numbers and the formats, which BENCHMARKS.md prints the same way. `file_only`: the
+    table stays in the record, named on the page by one line."""
     headers, rows = [str(h) for h in headers], [list(r) for r in rows]
-    _TABLES.append({"caption": caption, "figures": [dict(zip(headers, map(_cell, r))) for r in rows]})
+    kept = {"caption": caption, "figures": [dict(zip(headers, map(_cell, r))) for r in rows]}
+    _TABLES.append({**kept, **({"formats": formats} if formats else {}), **({"file_only": True} if file_only else {})})
+    for column, fmt in (formats or {}).items():  # printed as the page prints them
+        i = headers.index(column)
+        rows = [[fmt.format(c) if j == i and isinstance(c, (int, float)) else c for j, c in enumerate(r)] for r in rows]
     widths = [max(len(h), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
@@ -129,8 +137,12 @@ def write_result(script: str, argv=None, figures=None, main: int = -1, stem: str
     path = script_path(script)
     argv = sys.argv[1:] if argv is None else list(argv)
     kept = list(_TABLES)
-    if figures is None:
-        figures = kept.pop(main)["figures"] if kept else []
+    if figures is None and kept:
+        first = kept.pop(main)
+        figures = first["figures"]
+        if "formats" in first:
+            extra = {"formats": first["formats"], **extra}
+    figures = figures or []
     record = {
         "command": " ".join(["python", path, shlex.join(argv)]).rstrip(),
         "cpu_features": print_machine(),

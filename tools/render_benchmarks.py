@@ -206,9 +206,11 @@ def render_gpu(records: dict[str, dict]) -> list[str]:
     for name in sorted(records, key=lambda n: (n != "gpu", n)):
         record = records[name]
         if record.get("summary"):
-            measured = "; ".join(f"{r.get('what', '')}: {r.get('measured', '')}" for r in record["summary"])
+            lines = formatted(record["summary"], record.get("summary_formats"), f"gpu/{name}.json")
+            measured = "; ".join(f"{r.get('what', '')}: {r.get('measured', '')}" for r in lines)
         else:
-            measured = "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in record["figures"][:8])
+            rows8 = formatted(record["figures"], record.get("formats"), f"gpu/{name}.json")[:8]
+            measured = "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in rows8)
         rows.append(
             {
                 "record": f"[{record.get('title', name)}](benchmarks/results/gpu/{name}.json)",

@@ -160,7 +160,13 @@ def main(argv=None) -> int:
         (c_name, c_speed), (b_name, b_speed) = fastest[constrained], fastest[beam]
         print(f"\nbest attnlab {constrained} ({c_name}) / best attnlab {beam} ({b_name}): {c_speed / b_speed:.2f}x")
     baseline = f"CTranslate2's best engine of each search, same exported weights, {args.threads} threads each"
-    write_result(__file__, argv, main=0, baseline=baseline, summary=summary)
+    quoted = {}  # README's figure: greedy's and beam's ratios, when both were measured
+    if [s["what"].rsplit(", ", 1)[1] for s in summary] == ["greedy", beam]:
+        quoted["readme"] = (
+            "[{summary[0][measured][0]:.2f}× CTranslate2's fastest engine with greedy search and "
+            "{summary[1][measured][0]:.2f}× with " + beam + "](BENCHMARKS.md#against-ctranslate2)"
+        )
+    write_result(__file__, argv, main=0, baseline=baseline, summary=summary, summary_formats=SUMMARY, **quoted)
     return 0
 
 
@@ -251,7 +257,7 @@ def measure(args, data: Data, title: str, engines: dict, ours: dict, theirs: dic
         text = None if outputs[n] is None else [data.base.tgt_vocab.decode(data.base.tgt_vocab[o]) for o in outputs[n]]
         same = None if outputs[n] is None or ours.get("sample") else "baseline" if n == fp32 else (
             f"{sum(a == b for a, b in zip(outputs[n], outputs[fp32]))}/{len(data.src_ids)}")  # fmt: skip
-        rows.append([n, round(speed[n], 1), None if ratio is None else f"{ratio:.2f}×",
+        rows.append([n, round(speed[n], 1), None if ratio is None else round(ratio, 2),
                      None if text is None else round(corpus_bleu(text, data.refs), 2), same])  # fmt: skip
     ours_fastest = max((n for n in names if runs[n][0] == "attnlab"), key=speed.get)
     fastest = (ours_fastest.split(" ", 1)[1], speed[ours_fastest])
@@ -260,7 +266,9 @@ def measure(args, data: Data, title: str, engines: dict, ours: dict, theirs: dic
     print(f"\n## {args.checkpoint}, {title}: {len(data.src_ids)} sentences of the {args.split} split, "
           f"{args.threads} threads each, {args.rounds} interleaved rounds\n")  # fmt: skip
     heads = [title, "sentences/s", "vs best CTranslate2", "BLEU", "same tokens as attnlab fp32"]
-    print(table(heads, [[("—" if c is None else c) for c in r] for r in rows]))
+    # n-best (as fast as its beam) and constrained beam (no CTranslate2 rows): kept in the record, off the page.
+    secondary = title.startswith(("n-best", "constrained"))
+    print(table(heads, [[("—" if c is None else c) for c in r] for r in rows], formats=RATIO, file_only=secondary))
     if theirs is None:
         print(f"\n{title}: CTranslate2 has no equivalent")
         return None, fastest
@@ -270,8 +278,12 @@ def measure(args, data: Data, title: str, engines: dict, ours: dict, theirs: dic
         ratio = statistics.median(c / a for a, c in zip(times[ours_best], times[theirs_best]))
         print(f"\nbest {kind} ({ours_best}) / best CTranslate2 ({theirs_best}), {title}: {ratio:.2f}x sentences/s")
         if kind == "attnlab":
-            result = f"{ratio:.2f}× ({ours_best.split(' ', 1)[1]} vs {theirs_best.split(' ', 1)[1]})"
+            result = [round(ratio, 2), ours_best.split(" ", 1)[1], theirs_best.split(" ", 1)[1]]
     return result, fastest
+
+
+RATIO = {"vs best CTranslate2": "{:.2f}×"}
+SUMMARY = {"measured": "{0:.2f}× ({1} vs {2})"}  # the ratio, attnlab's best engine, CTranslate2's
 
 
 def floors(translator, src_ids, bs, beam=1):

@@ -203,7 +203,8 @@ def curves(args) -> int:
         figure(results, args.figure)
     clocks = "laptop's clock is its run's time budget, the tutorial's its training steps"
     metric = f"{METRIC.format(n=len(sources))}; {clocks}"
-    write_result(__file__, args.argv, recipes=results, metric=metric, notes=notes, summary=summary)  # the table
+    formats = {"summary_formats": SUMMARY_FORMATS} if summary else {}
+    write_result(__file__, args.argv, recipes=results, metric=metric, notes=notes, summary=summary, **formats)
     return 0
 
 
@@ -223,9 +224,12 @@ def ratio_notes(results) -> tuple[list[str], list[dict]]:
     row = {
         "what": f"`laptop`, {t:g} s of training on 2 cores, validation BLEU (beam 4)",
         "baseline": "PyTorch's nn.Transformer tutorial recipe, greedy, same run",
-        "measured": f"{ours['valid_bleu_beam4']:.2f} against {plain['valid_bleu']:.2f} ({ratio:.2f}×)",
+        "measured": [round(ours["valid_bleu_beam4"], 2), round(plain["valid_bleu"], 2), round(ratio, 2)],
     }
     return [line], [row]
+
+
+SUMMARY_FORMATS = {"measured": "{0:.2f} against {1:.2f} ({2:.2f}×)"}  # ratio_notes' row: ours, the tutorial's, ratio
 
 
 # --------------------------------------------------------------------------- saved runs

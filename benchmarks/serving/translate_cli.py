@@ -100,15 +100,16 @@ def main(argv=None) -> int:
         print(f"\n{search}: {large} - {small} lines of the {args.split} split's sources, {args.rounds} rounds: "
               + ", ".join(f"{e} {rate[e]:.1f}/s" for e in names))  # fmt: skip
         rows.append([search, round(rate[names[0]], 1), round(rate[theirs], 1), theirs.split(", ")[1],
-                     f"{rate[names[0]] / rate[theirs]:.2f}×"])  # fmt: skip
+                     round(rate[names[0]] / rate[theirs], 2)])  # fmt: skip
     heads = ["search", f"attnlab translate --precision {args.precision}", "best CTranslate2 int8", "its threads",
              "vs best CTranslate2"]  # fmt: skip
     print()
-    print(table(heads, rows))
+    print(table(heads, rows, formats={"vs best CTranslate2": "{:.2f}×"}))
     summary = [{"what": "attnlab translate on a file / best CTranslate2", "baseline": "CTranslate2 int8, best threads",
-                "measured": ", ".join(f"{r[0]} {r[-1]}" for r in rows)}]  # fmt: skip
+                "measured": [r[-1] for r in rows]}]  # fmt: skip
+    formats = {"measured": ", ".join(f"{r[0]} {{{i}:.2f}}×" for i, r in enumerate(rows))}  # "greedy {0:.2f}×, ..."
     write_result(__file__, argv, baseline="CTranslate2 int8 on the same exported weights, best thread layout",
-                 summary=summary)  # fmt: skip
+                 summary=summary, summary_formats=formats)  # fmt: skip
     return 0
 
 

@@ -246,6 +246,14 @@ def mfu(flops: list[float], ts: list[float], peak: float) -> float:
     return statistics.median(f / t for f, t in zip(flops, ts)) / peak
 
 
+REPORT_FORMATS = {
+    "target tokens/s (noise)": "{:,}",
+    "median step (noise)": "{} ms",
+    "attnlab speed-up vs this": "{:.2f}x",
+    "MFU": "{:.1f} %",
+}
+
+
 def report(times, tokens, base="attnlab", flops=None, peak=None):
     rows = []
     for name, ts in times.items():
@@ -254,14 +262,14 @@ def report(times, tokens, base="attnlab", flops=None, peak=None):
         rows.append(
             [
                 name,
-                f"{tok_s:,.0f}",
-                f"{statistics.median(ts) * 1e3:.0f} ms",
-                "(ours)" if name == base else f"{ratio:.2f}x",
-                f"{100 * mfu(flops, ts, peak):.1f} %" if flops and peak else "-",
+                round(tok_s),
+                round(statistics.median(ts) * 1e3),
+                "(ours)" if name == base else round(ratio, 2),
+                round(100 * mfu(flops, ts, peak), 1) if flops and peak else "-",
             ]
         )
     columns = ["model", "target tokens/s (noise)", "median step (noise)", "attnlab speed-up vs this", "MFU"]
-    return table(columns, rows)
+    return table(columns, rows, formats=REPORT_FORMATS)
 
 
 def profile(args, name, steps=3):

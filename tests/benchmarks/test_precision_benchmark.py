@@ -186,6 +186,10 @@ def test_ctranslate2_benchmark_compares_engines_on_every_search(run_dir):
     assert "greedy" in record["figures"][0]
     assert [next(iter(t["figures"][0])) for t in record["tables"]] == [*titles[1:], "constrained beam 2"]
     assert [s["what"] for s in record["summary"]] == [f"best attnlab / best CTranslate2, {t}" for t in titles[:2]]
+    # Numbers, printed by the record's formats; n-best and constrained stay in the file, off the page.
+    assert all(isinstance(s["measured"][0], float) for s in record["summary"]) and "{0:.2f}×" in str(record)
+    assert [t.get("file_only", False) for t in record["tables"]] == [False, True, False, True]
+    assert "with beam 2](BENCHMARKS.md#against-ctranslate2)" in record["readme"]
 
 
 def test_ctranslate2_benchmark_refuses_unknown_searches():

@@ -18,9 +18,10 @@ from attnlab.training.presets import get_preset
 from attnlab.utils.precision import resolve_precision
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "benchmarks" / "quality"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT / "benchmarks" / "quality"), str(ROOT / "benchmarks"), str(ROOT / "tools")]
 
-from time_to_quality import ratio_notes  # noqa: E402
+from render_benchmarks import formatted  # noqa: E402
+from time_to_quality import SUMMARY_FORMATS, ratio_notes  # noqa: E402
 
 SMALL = ["--num-examples", "3000", "--valid-limit", "20"]
 LAPTOP = get_preset("transformer", "laptop")["train"]
@@ -131,6 +132,7 @@ def test_the_ratio_is_laptops_beam_4_over_the_tutorials_greedy_at_the_last_point
     plain = {"recipe": "torch-tutorial", "curve": curve}
     notes, summary = ratio_notes([laptop, plain])
     assert notes == ["laptop beam 4 / torch-tutorial greedy validation BLEU at 600 s: 44.00 / 4.00 = 11.00x"]
-    assert summary[0]["measured"] == "44.00 against 4.00 (11.00×)"
+    assert summary[0]["measured"] == [44.0, 4.0, 11.0]
+    assert formatted(summary, SUMMARY_FORMATS)[0]["measured"] == "44.00 against 4.00 (11.00×)"
     assert ratio_notes([laptop]) == ([], [])  # nothing to compare against
     assert ratio_notes([laptop, {**plain, "curve": [{"seconds": 600, "valid_bleu": 0.0}]}]) == ([], [])
