@@ -31,7 +31,7 @@ __all__ = ["BACKENDS", "CUDA_BACKEND", "ENV", "backend_for", "flash_attention", 
 BACKENDS = ("sdpa", "flex", "flash")
 ENV = "ATTNLAB_ATTENTION"  # sdpa | flex | flash: the kernel for masked attention on CUDA, whatever CUDA_BACKEND says
 # The kernel masked attention takes on CUDA, by (what masks it, whether autograd records it): the fastest one
-# in `benchmarks/gpu/gpu_kernels.py`'s record (benchmarks/results/gpu_kernels.json, "fastest"). SDPA with the
+# in `benchmarks/gpu/gpu_kernels.py`'s record (benchmarks/results/gpu/gpu_kernels.json, "fastest"). SDPA with the
 # bool mask until a GPU run says otherwise.
 CUDA_BACKEND: dict[tuple[str, bool], str] = {
     ("valid_lens", False): "sdpa",
