@@ -23,9 +23,11 @@ from pathlib import Path
 import torch
 
 from attnlab.inference.precision import cpu_features as all_cpu_features
+from attnlab.inference.precision import native_bf16, resolve_precision
 
 RESULTS_ENV = "ATTNLAB_RESULTS"
-RESULTS = Path(__file__).resolve().parent / "results"
+BENCHMARKS = Path(__file__).resolve().parent
+RESULTS = BENCHMARKS / "results"
 # The features that decide which kernels a figure ran on: vector width, int8 and bf16 dot products, AMX.
 WATCHED = ("avx2", "avx512", "avx_vnni", "amx", "fma")
 _TABLES: list[dict] = []
@@ -50,10 +52,18 @@ def time_call(fn, reps: int, *args) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def table(headers, rows, caption: str | None = None) -> str:
-    """`rows` as a Markdown table under `headers`; also kept for `write_result` (with its caption)."""
+def table(headers, rows, caption: str | None = None, formats: dict | None = None, file_only: bool = False) -> str:
+    """`rows` as a Markdown table under `headers`; also kept for `write_result` (with its caption).
+
+    `formats` maps a column to the format that prints its numbers with their unit (`{"vs fp32": "{:.2f}×"}`):
+    the record keeps the numbers and the formats, which BENCHMARKS.md prints the same way. `file_only`: the
+    table stays in the record, named on the page by one line."""
     headers, rows = [str(h) for h in headers], [list(r) for r in rows]
-    _TABLES.append({"caption": caption, "figures": [dict(zip(headers, map(_cell, r))) for r in rows]})
+    kept = {"caption": caption, "figures": [dict(zip(headers, map(_cell, r))) for r in rows]}
+    _TABLES.append({**kept, **({"formats": formats} if formats else {}), **({"file_only": True} if file_only else {})})
+    for column, fmt in (formats or {}).items():  # printed as the page prints them
+        i = headers.index(column)
+        rows = [[fmt.format(c) if j == i and isinstance(c, (int, float)) else c for j, c in enumerate(r)] for r in rows]
     widths = [max(len(h), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
@@ -87,6 +97,29 @@ def print_machine() -> list[str]:
     return features
 
 
+def script_path(script: str) -> str:
+    """A script's path from the repository root, as a command names it (`benchmarks/decoding/decode.py` for
+    its `__file__`); a path outside the checkout stays as given."""
+    path = Path(script).resolve()
+    if path.is_relative_to(BENCHMARKS.parent):
+        return path.relative_to(BENCHMARKS.parent).as_posix()
+    return script
+
+
+def header(argv) -> None:
+    """Print the command and the machine a CPU precision figure depends on: threads, load, the CPU's vector
+    features and whether bf16 runs natively (what `--precision auto` picks)."""
+    shown = sorted(f for f in all_cpu_features() if f.startswith(("avx", "amx", "fma", "sse4_2", "f16c")))
+    ok, why = native_bf16("cpu")
+    print(f"command: python {script_path(sys.argv[0])} {shlex.join(argv)}".rstrip())
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, uptime load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
+    )
+    print(f"CPU features: {' '.join(shown)}")
+    print(f"native bf16: {ok} ({why}); `auto` picks {resolve_precision('auto', 'cpu').picked}")
+
+
 def results_dir() -> Path:
     """Where records go: `$ATTNLAB_RESULTS` if set, else benchmarks/results/."""
     return Path(os.environ[RESULTS_ENV]) if os.environ.get(RESULTS_ENV) else RESULTS
@@ -101,12 +134,17 @@ def write_result(script: str, argv=None, figures=None, main: int = -1, stem: str
     the last unless said, the others going to `tables`); `extra` any other keys the page needs (`baseline`,
     `notes`, `summary`, ...)."""
     name = Path(script).name
+    path = script_path(script)
     argv = sys.argv[1:] if argv is None else list(argv)
     kept = list(_TABLES)
-    if figures is None:
-        figures = kept.pop(main)["figures"] if kept else []
+    if figures is None and kept:
+        first = kept.pop(main)
+        figures = first["figures"]
+        if "formats" in first:
+            extra = {"formats": first["formats"], **extra}
+    figures = figures or []
     record = {
-        "command": " ".join(["python", f"benchmarks/{name}", shlex.join(argv)]).rstrip(),
+        "command": " ".join(["python", path, shlex.join(argv)]).rstrip(),
         "cpu_features": print_machine(),
         "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -118,12 +156,12 @@ def write_result(script: str, argv=None, figures=None, main: int = -1, stem: str
     }
     folder = results_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{stem or Path(name).stem}.json"
-    tmp = path.with_suffix(".json.tmp")
+    out = folder / f"{stem or Path(name).stem}.json"
+    tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)  # atomic: a killed run never leaves half a record
-    print(f"result: {path}", flush=True)
-    return path
+    tmp.replace(out)  # atomic: a killed run never leaves half a record
+    print(f"result: {out}", flush=True)
+    return out
 
 
 def add_decoding_args(ap, checkpoint_help: str = "run folder") -> None:

@@ -34,22 +34,33 @@ SMOKE_RECORDS = HERE / "results" / "smoke"
 # scripts that measure a trained model.
 RUN = "{run}"
 PLAN: dict[str, list[str]] = {
-    "attention.py": ["--quick"],
-    "train_throughput.py": ["--steps", "3", "--warmup", "1", "--d", "128", "--layers", "2", "--ffn", "512"]
+    "kernels/attention.py": ["--quick"],
+    "training/train_throughput.py": ["--steps", "3", "--warmup", "1", "--d", "128", "--layers", "2", "--ffn", "512"]
     + ["--vocab", "4000", "--batch-size", "32"],  # the page's second shapes, fewer rounds
-    "train_precision.py": ["--threads", "2", "--steps", "2"],
-    "train_quality.py": ["--steps", "20"],
-    "decode.py": ["--rounds", "2", "--skip-uncached"],
-    "data.py": [],
-    "serve_load.py": ["--clients", "32", "--requests", "10"],  # the issue's load: 32 clients x 10 requests
-    "fused_qkv.py": ["--rounds", "3"],
-    "precision.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100"],
-    "precision_kernels.py": ["--rounds", "1", "--rows", "1,64", "--shapes", "192x384,192x4000"],
-    "native_kernels.py": ["--rounds", "1", "--reps", "2", "--batch", "12"],
-    "decode_profile.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--rounds", "1", "--rows", "5"],
-    "compile_decode.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--quick"],
-    "ct2_speed.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100", "--floors"],
-    "onnx_speed.py": [
+    "training/train_precision.py": ["--threads", "2", "--steps", "2"],
+    "training/train_quality.py": ["--steps", "20"],
+    "decoding/decode.py": ["--rounds", "2", "--skip-uncached"],
+    "data/data.py": [],
+    "serving/serve_load.py": ["--clients", "32", "--requests", "10"],  # the issue's load: 32 clients x 10 requests
+    "kernels/fused_qkv.py": ["--rounds", "3"],
+    "decoding/precision.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100"],
+    "kernels/precision_kernels.py": ["--rounds", "1", "--rows", "1,64", "--shapes", "192x384,192x4000"],
+    "kernels/native_kernels.py": ["--rounds", "1", "--reps", "2", "--batch", "12"],
+    "decoding/decode_profile.py": [
+        "--checkpoint",
+        RUN,
+        "--split",
+        "valid",
+        "--limit",
+        "50",
+        "--rounds",
+        "1",
+        "--rows",
+        "5",
+    ],
+    "decoding/compile_decode.py": ["--checkpoint", RUN, "--split", "valid", "--limit", "50", "--quick"],
+    "decoding/ct2_speed.py": ["--checkpoint", RUN, "--rounds", "1", "--limit", "100", "--floors"],
+    "decoding/onnx_speed.py": [
         "--checkpoint",
         RUN,
         "--rounds",
@@ -59,28 +70,50 @@ PLAN: dict[str, list[str]] = {
         "--out",
         "benchmarks/results/onnx_speed.json",
     ],
-    "serve_attack.py": ["--checkpoint", RUN, "--body-mb", "20", "--clients", "2", "--slow-seconds", "3"],
-    "hf_decode.py": ["--rounds", "1", "--import-rounds", "1"],
-    "decode_levers.py": ["--checkpoint", RUN, "--beams", "1,4", "--length-penalties", "0.6,1.0", "--limit", "50"],
-    "constraints.py": ["--checkpoint", RUN, "--limit", "50", "--rounds", "1"],
-    "data_scale.py": ["--sizes", "10000,20000", "--rounds", "1", "--loader-batches", "20", "--train-steps", "4"]
+    "serving/serve_attack.py": ["--checkpoint", RUN, "--body-mb", "20", "--clients", "2", "--slow-seconds", "3"],
+    "serving/translate_cli.py": ["--checkpoint", RUN, "--limit", "50", "--sizes", "20,50", "--rounds", "1"]
+    + ["--searches", "greedy"],
+    "decoding/hf_decode.py": ["--rounds", "1", "--import-rounds", "1"],
+    "quality/decode_levers.py": [
+        "--checkpoint",
+        RUN,
+        "--beams",
+        "1,4",
+        "--length-penalties",
+        "0.6,1.0",
+        "--limit",
+        "50",
+    ],
+    "decoding/constraints.py": ["--checkpoint", RUN, "--limit", "50", "--rounds", "1"],
+    "data/data_scale.py": ["--sizes", "10000,20000", "--rounds", "1", "--loader-batches", "20", "--train-steps", "4"]
     + ["--process-steps", "4"],
-    "time_to_quality.py": ["--budget", "20", "--points", "10,20", "--valid-limit", "100"],
-    "positions.py": ["--budget", "5", "--limit", "50", "--num-examples", "3000", "--schemes", "sinusoidal", "rope:1"],
-    "vit_digits.py": ["--quick"],
-    "prepared_check.py": ["--sizes", "20000", "--repeats", "1"],
-    "decoder_only.py": ["--budget", "10", "--points", "5,10", "--num-examples", "3000", "--valid-limit", "50"]
+    "quality/time_to_quality.py": ["--budget", "20", "--points", "10,20", "--valid-limit", "100"],
+    "quality/positions.py": [
+        "--budget",
+        "5",
+        "--limit",
+        "50",
+        "--num-examples",
+        "3000",
+        "--schemes",
+        "sinusoidal",
+        "rope:1",
+    ],
+    "quality/vit_digits.py": ["--quick"],
+    "data/prepared_check.py": ["--sizes", "20000", "--repeats", "1"],
+    "quality/decoder_only.py": ["--budget", "10", "--points", "5,10", "--num-examples", "3000", "--valid-limit", "50"]
     + ["--rounds", "1"],
 }
-SKIP = {"run_all.py", "common.py", "gpu_kernels.py"}  # helpers, and GPU-only scripts (see gpu.sh)
+NOT_PLANNED = {"baselines", "gpu"}  # the baselines the scripts import, and the GPU's scripts (gpu/gpu.sh runs them)
 BUDGET_S = 570.0  # leaves a margin under 10 minutes for interpreter start-up and the tee
 PER_SCRIPT_MAX_S = 330.0
 
 
 def discover() -> list[tuple[str, list[str]]]:
-    """The planned scripts, in plan order. Raises if a script in benchmarks/ has no plan (or a plan names
-    a missing script), so `make bench` never runs a script with guessed flags."""
-    present = {p.name for p in HERE.glob("*.py") if p.name not in SKIP and not p.name.startswith("gpu_")}
+    """The planned scripts (`subject/name.py`), in plan order. Raises if a script in a subject folder of
+    benchmarks/ has no plan (or a plan names a missing script), so `make bench` never runs a script with
+    guessed flags."""
+    present = {p.relative_to(HERE).as_posix() for p in HERE.glob("*/*.py") if p.parent.name not in NOT_PLANNED}
     unplanned, missing = sorted(present - PLAN.keys()), sorted(PLAN.keys() - present)
     if unplanned or missing:
         raise SystemExit(
@@ -120,17 +153,20 @@ def environment() -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts (with or without .py)")
+    ap.add_argument(
+        "--only", nargs="+", metavar="NAME", help="run only these scripts (name, name.py or subject/name.py)"
+    )
     ap.add_argument("--list", action="store_true", help="print the plan and exit")
     ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for the whole run")
     args = ap.parse_args(argv)
     jobs = discover()
     if args.only:
         wanted = {n if n.endswith(".py") else n + ".py" for n in args.only}
-        unknown = wanted - {name for name, _ in jobs}
+        known = {name for name, _ in jobs} | {Path(name).name for name, _ in jobs}
+        unknown = wanted - known
         if unknown:
             raise SystemExit(f"no benchmark named {sorted(unknown)}; present: {[name for name, _ in jobs]}")
-        jobs = [(name, a) for name, a in jobs if name in wanted]
+        jobs = [(name, a) for name, a in jobs if name in wanted or Path(name).name in wanted]
     if args.list:
         for name, a in jobs:
             print(" ".join(["python", f"benchmarks/{name}", *a]))

@@ -6,11 +6,13 @@
 The frame (benchmarks/frame.md) holds the headings and one paragraph per section (what it measures, its
 baseline). A line `{{NAME}}` in it becomes the record NAME.json: its command, the machine it ran on, its table
 (`figures`: one dict per row, keys as columns) and any further `tables` (a record with `"list": true` prints
-one line a row instead, its cells joined by ": ": the "tried, not kept" ideas); `{{summary}}` a table of the
-records' `summary` lines, each linking its section; `{{rest}}` every record the frame does not place, under a
-heading of its own (its `title`, else its file name), so a new record appears on the page without touching
-this script; `{{gpu}}` every record of benchmarks/results/gpu/ (what `bash benchmarks/gpu.sh` writes on a GPU),
-or a line naming that command when there is none.
+one line a row instead, its cells joined by ": ": the "tried, not kept" ideas; a table with
+`"file_only": true` stays in the record, named on the page by one note linking the file, so that the page
+stays a short reference); `{{summary}}` a table of the records' `summary` lines, each linking its section;
+`{{rest}}` every record the frame does not place, under a heading of its own (its `title`, else its file name),
+so a new record appears on the page without touching this script; `{{gpu}}` every record of
+benchmarks/results/gpu/ (what `bash benchmarks/gpu/gpu.sh` writes on a GPU), or a line naming that command
+when there is none.
 
 Figures are numbers; a table's `formats` (`formats` beside `figures`, `summary_formats` beside `summary`) maps
 a column to the format that prints them with their unit: `"{:.2f}×"` for a number, `"{0:,} ({1:.2f}×)"` for
@@ -128,7 +130,9 @@ def machine(record: dict) -> str:
     return f"Measured{when} on {where}{source}."
 
 
-def render_record(record: dict, where: str = "a record") -> list[str]:
+def render_record(record: dict, where: str = "a record", path: str = "") -> list[str]:
+    """The record's commands, machine, table, further tables and notes; a `file_only` table is named in one
+    note linking `path` (the record's file) instead."""
     commands = record.get("command") or []
     commands = [commands] if isinstance(commands, str) else list(commands)
     out = ["```bash", *commands, "```", ""] if commands else []
@@ -136,14 +140,21 @@ def render_record(record: dict, where: str = "a record") -> list[str]:
     if record.get("baseline"):
         out[-1] += f" Baseline: {record['baseline']}."
     out += ["", *table(record["figures"], record.get("formats"), where)]
+    elsewhere = []
     for extra in record.get("tables", []):
+        if extra.get("file_only"):
+            first = next(iter(extra["figures"][0]), "a table") if extra["figures"] else "a table"
+            elsewhere.append(str(extra.get("caption") or first).rstrip(":"))
+            continue
         out.append("")
         if extra.get("caption"):
             out += [f"{extra['caption']}:", ""]
         if extra.get("command"):
             out += ["```bash", extra["command"], "```", ""]
         out += table(extra["figures"], extra.get("formats"), where)
-    notes = record.get("notes") or []
+    notes = list(record.get("notes") or [])
+    if elsewhere:
+        notes.append(f"Further tables in [{path}]({path}): " + "; ".join(elsewhere) + ".")
     if notes:
         out += ["", *(f"- {n}" for n in notes)]
     return out
@@ -183,7 +194,7 @@ def readme(text: str, records: dict[str, dict]) -> str:
     return FIGURE.sub(fill, text)
 
 
-GPU_COMMAND = "bash benchmarks/gpu.sh"
+GPU_COMMAND = "bash benchmarks/gpu/gpu.sh"
 
 
 def render_gpu(records: dict[str, dict]) -> list[str]:
@@ -195,9 +206,11 @@ def render_gpu(records: dict[str, dict]) -> list[str]:
     for name in sorted(records, key=lambda n: (n != "gpu", n)):
         record = records[name]
         if record.get("summary"):
-            measured = "; ".join(f"{r.get('what', '')}: {r.get('measured', '')}" for r in record["summary"])
+            lines = formatted(record["summary"], record.get("summary_formats"), f"gpu/{name}.json")
+            measured = "; ".join(f"{r.get('what', '')}: {r.get('measured', '')}" for r in lines)
         else:
-            measured = "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in record["figures"][:8])
+            rows8 = formatted(record["figures"], record.get("formats"), f"gpu/{name}.json")[:8]
+            measured = "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in rows8)
         rows.append(
             {
                 "record": f"[{record.get('title', name)}](benchmarks/results/gpu/{name}.json)",
@@ -236,14 +249,15 @@ def render(frame: str, records: dict[str, dict], gpu: dict[str, dict] | None = N
             out += render_gpu(gpu or {})
         elif m.group(1) == "rest":  # the records the frame does not place yet, each under its own heading
             for name in rest:
-                out += [f"## {records[name].get('title', name)}", "", *render_record(records[name], name), ""]
+                record = render_record(records[name], name, f"benchmarks/results/{name}.json")
+                out += [f"## {records[name].get('title', name)}", "", *record, ""]
             while out and out[-1] == "":
                 out.pop()
         elif records[m.group(1)].get("list"):  # one line a row ("tried, not kept"): its cells joined by ": "
             rows = formatted(records[m.group(1)]["figures"], records[m.group(1)].get("formats"), m.group(1))
             out += ["- " + ": ".join(cell(v) for v in row.values()) for row in rows]
         else:
-            out += render_record(records[m.group(1)], f"{m.group(1)}.json")
+            out += render_record(records[m.group(1)], f"{m.group(1)}.json", f"benchmarks/results/{m.group(1)}.json")
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -61,6 +61,9 @@ def parse_junit(path: Path) -> list[dict]:
     return cases
 
 
+SHARE = {"share": "{:.1f}%"}  # a package's share of the summed test time, a percentage
+
+
 def summarize(cases: list[dict]) -> tuple[list[dict], list[dict]]:
     """The slowest tests, and each test package's (tests/<folder>) share of the summed test time."""
     slowest = sorted(cases, key=lambda c: -c["seconds"])[:SLOWEST]
@@ -71,7 +74,7 @@ def summarize(cases: list[dict]) -> tuple[list[dict], list[dict]]:
         parts = c["test"].split("::")[0].split("/")
         by_package["/".join(parts[:2]) if len(parts) > 2 else "tests (the root's files)"].append(c["seconds"])
     shares = [
-        {"package": name, "tests": len(ts), "seconds": round(sum(ts), 1), "share": f"{100 * sum(ts) / total:.1f}%"}
+        {"package": name, "tests": len(ts), "seconds": round(sum(ts), 1), "share": round(100 * sum(ts) / total, 1)}
         for name, ts in sorted(by_package.items(), key=lambda kv: -sum(kv[1]))
     ]
     return rows, shares
@@ -104,7 +107,9 @@ def measure(paths: list[str], extra: list[str]) -> dict:
         "exit_status": proc.returncode,
         "counts": counts,
         "figures": rows,
-        "tables": [{"caption": "Each test package's share of the summed test time", "figures": shares}],
+        "tables": [
+            {"caption": "Each test package's share of the summed test time", "figures": shares, "formats": SHARE}
+        ],
     }
 
 
@@ -144,7 +149,7 @@ def section(record: dict | None) -> str:
         "| package | tests | seconds | share |",
         "|---|---|---|---|",
         *(
-            f"| `{r['package']}` | {r['tests']} | {r['seconds']} | {r['share']} |"
+            f"| `{r['package']}` | {r['tests']} | {r['seconds']} | {SHARE['share'].format(r['share'])} |"
             for r in record["tables"][0]["figures"]
         ),
     ]

@@ -261,7 +261,7 @@ if triton_available():
 # %% [markdown]
 # On a GPU the same kernel is compiled. `MultiHeadAttention` sends padded and causal batches on CUDA through
 # one dispatch point, `attnlab.attention.masked_attention`, which picks SDPA with the mask, FlexAttention or
-# this kernel by measurement (`python benchmarks/gpu_kernels.py`; `ATTNLAB_ATTENTION=sdpa|flex|flash`
+# this kernel by measurement (`python benchmarks/gpu/gpu_kernels.py`; `ATTNLAB_ATTENTION=sdpa|flex|flash`
 # overrides it); on the CPU the module keeps its own paths.
 
 # %% [markdown]
@@ -344,7 +344,7 @@ head_view(explain(translator, "he's calm ."))
 # ## Trained on the whole corpus: does any scheme translate better?
 #
 # The model above trained for seconds on a sample. attnlab ships the curves of a real comparison
-# (`benchmarks/positions.py`, BENCHMARKS.md): the `laptop` recipe on the whole English–French corpus, one
+# (`benchmarks/quality/positions.py`, BENCHMARKS.md): the `laptop` recipe on the whole English–French corpus, one
 # run per scheme, 180 s of training each on 2 CPU cores, scored on 500 validation sentences. Before looking,
 # guess: does the rotation or a bias beat the book's sinusoids on sentences like the training ones, and on
 # sentences longer than any seen in training?

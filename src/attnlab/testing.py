@@ -2,8 +2,8 @@
 Face Marian model, a briefly trained Transformer), and a real `attnlab serve` on a free loopback port.
 
     folder = tiny_marian(tmp_path / "marian")                # tests/export's fixture
-    tiny_marian(d, d_model=64, encoder_ffn_dim=256, ...)     # benchmarks/hf_decode.py's size
-    run_dir = train_tiny(tmp_path / "tiny")                  # tests/serve, benchmarks/serve_load.py
+    tiny_marian(d, d_model=64, encoder_ffn_dim=256, ...)     # benchmarks/decoding/hf_decode.py's size
+    run_dir = train_tiny(tmp_path / "tiny")                  # tests/serve, benchmarks/serving/serve_load.py
     proc, port = start_server(run_dir, "--workers", "2")     # a real `attnlab serve` on a free port
     stop_server(proc)
 

@@ -12,7 +12,7 @@ from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
+sys.path[:0] = [str(BENCH / "training"), str(BENCH / "decoding"), str(BENCH)]
 
 from baselines.d2l_transformer import from_attnlab_config, load_attnlab_weights  # noqa: E402
 from train_throughput import TorchTransformer, make_batches, plain_dropout  # noqa: E402
@@ -111,7 +111,7 @@ def test_book_baseline_rejects_configs_it_cannot_express(ours):
 
 
 def test_decode_floor_replays_every_matmul_and_attention_kernel_of_beam_search():
-    """benchmarks/decode.py's floors replay exactly the kernels beam search ran, with their shapes."""
+    """benchmarks/decoding/decode.py's floors replay exactly the kernels beam search ran, with their shapes."""
     import decode as decode_bench
 
     torch.manual_seed(0)

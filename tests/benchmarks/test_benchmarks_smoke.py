@@ -23,22 +23,22 @@ def _run(cmd, env=None, timeout=180):
 
 
 def test_train_throughput_quick_prints_ratios():
-    out = _run([sys.executable, "benchmarks/train_throughput.py", "--quick"])
-    assert out.startswith("command: python benchmarks/train_throughput.py --quick")
+    out = _run([sys.executable, "benchmarks/training/train_throughput.py", "--quick"])
+    assert out.startswith("command: python benchmarks/training/train_throughput.py --quick")
     for baseline in ("nn.Transformer", "book \\(d2l\\)"):
         assert re.search(rf"^ratio: attnlab / {baseline} = \d+\.\d\dx target tokens/s$", out, re.M), out
-    record = check_record(results_folder(), "train_throughput.py", ["--quick"])
+    record = check_record(results_folder(), "training/train_throughput.py", ["--quick"])
     assert [row["model"] for row in record["figures"]] == ["attnlab", "nn.Transformer", "book (d2l)"]
 
 
 def test_train_throughput_plain_dropout_is_timed_in_the_same_run():
-    out = _run([sys.executable, "benchmarks/train_throughput.py", "--quick", "--plain-dropout", "--no-book"])
+    out = _run([sys.executable, "benchmarks/training/train_throughput.py", "--quick", "--plain-dropout", "--no-book"])
     assert re.search(r"^ratio: attnlab / attnlab nn\.Dropout = \d+\.\d\dx target tokens/s$", out, re.M), out
 
 
 def test_train_throughput_rejects_bad_lengths():
     out = subprocess.run(
-        [sys.executable, "benchmarks/train_throughput.py", "--min-len", "9", "--max-len", "3"],
+        [sys.executable, "benchmarks/training/train_throughput.py", "--min-len", "9", "--max-len", "3"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -50,14 +50,10 @@ def test_train_throughput_rejects_bad_lengths():
 def test_run_all_lists_every_benchmark():
     out = _run([sys.executable, "benchmarks/run_all.py", "--list"])
     lines = out.splitlines()
-    assert any(line.startswith("python benchmarks/train_throughput.py --steps 3 --warmup 1") for line in lines)
+    assert any(line.startswith("python benchmarks/training/train_throughput.py --steps 3 --warmup 1") for line in lines)
     assert not any("gpu_" in line or "run_all" in line or "common" in line for line in lines)
-    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {
-        "run_all.py",
-        "common.py",
-        "gpu_kernels.py",
-        "gpu_decode.py",
-    }
+    folders = [p for p in (ROOT / "benchmarks").iterdir() if p.is_dir() and p.name not in ("baselines", "gpu")]
+    scripts = {p.relative_to(ROOT / "benchmarks").as_posix() for folder in folders for p in folder.glob("*.py")}
     assert {line.split()[1].removeprefix("benchmarks/") for line in lines} == scripts
 
 
@@ -82,7 +78,7 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
         pytest.skip("the fra-eng corpus is absent (set ATTNLAB_DATA)")
     out_dir = tmp_path / "out"
     out = _run(
-        ["bash", "benchmarks/gpu.sh", "--smoke"],
+        ["bash", "benchmarks/gpu/gpu.sh", "--smoke"],
         env={
             "ATTNLAB_DATA": data,
             "OUT": str(out_dir),
@@ -110,12 +106,12 @@ def test_gpu_script_smoke_on_cpu(tmp_path):
     saved = (out_dir / "gpu_results.txt").read_text()
     assert "MFU: attnlab" in saved and "ratio: attnlab / nn.Transformer" in saved
     assert (out_dir / "results" / "gpu.json").is_file()
-    check_record(results_folder(), "gpu_kernels.py", [])
+    check_record(results_folder(), "gpu/gpu_kernels.py", [])
 
 
 def test_gpu_script_explains_missing_data(tmp_path):
     out = subprocess.run(
-        ["bash", "benchmarks/gpu.sh", "--smoke"],
+        ["bash", "benchmarks/gpu/gpu.sh", "--smoke"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -128,15 +124,15 @@ def test_gpu_script_explains_missing_data(tmp_path):
 
 def test_gpu_script_uses_the_python_it_is_given_and_installs_nothing(tmp_path):
     checkout = tmp_path / "checkout"
-    (checkout / "benchmarks").mkdir(parents=True)
-    shutil.copy(ROOT / "benchmarks" / "gpu.sh", checkout / "benchmarks" / "gpu.sh")
+    (checkout / "benchmarks" / "gpu").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "gpu" / "gpu.sh", checkout / "benchmarks" / "gpu" / "gpu.sh")
     data = tmp_path / "fra-eng.zip"
     data.write_bytes(b"")  # found; never read, as the interpreter is refused first
     no_torch = tmp_path / "python"
     no_torch.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I "$@"\n')  # no site-packages: no torch
     no_torch.chmod(0o755)
     out = subprocess.run(
-        ["bash", str(checkout / "benchmarks" / "gpu.sh"), "--smoke"],
+        ["bash", str(checkout / "benchmarks" / "gpu" / "gpu.sh"), "--smoke"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -157,18 +153,20 @@ def test_decoder_only_comparison_smoke():
     # step and line, not the models' quality.
     args = ["--budget", "1.5", "--points", "1.5", "--num-examples", "2000", "--valid-limit", "20", "--rounds", "1"]
     args += ["--threads", "1"]
-    out = _run([sys.executable, "benchmarks/decoder_only.py", *args], env={"ATTNLAB_DATA": data})
-    assert out.startswith("command: python benchmarks/decoder_only.py --budget 1.5")
+    out = _run([sys.executable, "benchmarks/quality/decoder_only.py", *args], env={"ATTNLAB_DATA": data})
+    assert out.startswith("command: python benchmarks/quality/decoder_only.py --budget 1.5")
     assert "CPU features:" in out and "decoder-only blocks: " in out
     for name in ("decoder-only causal", "decoder-only prefix-LM"):
         assert re.search(rf"^ratio: {name} / encoder-decoder = \d+\.\d\dx greedy sentences/s$", out, re.M), out
     assert re.search(r"^chosen on validation: ", out, re.M), out
-    check_record(results_folder(), "decoder_only.py", args)
+    check_record(results_folder(), "quality/decoder_only.py", args)
 
 
 @pytest.mark.usefixtures("c_kernels")
 def test_native_kernels_benchmark_times_each_kernel_against_pytorch():
-    out = _run([sys.executable, "benchmarks/native_kernels.py", "--rounds", "1", "--reps", "1", "--batch", "12"])
+    out = _run(
+        [sys.executable, "benchmarks/kernels/native_kernels.py", "--rounds", "1", "--reps", "1", "--batch", "12"]
+    )
     assert "CPU features:" in out and "C kernel few_queries: built with" in out
     rows = [line for line in out.splitlines() if line.startswith("| one query") or line.startswith("| encoder")]
     assert len(rows) == 17, out
@@ -178,5 +176,5 @@ def test_native_kernels_benchmark_times_each_kernel_against_pytorch():
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert float(cells[1]) > 0 and float(cells[2]) > 0 and cells[3].endswith("x")
         assert float(cells[4]) < (0.1 if "bf16" in row else 1e-4), row  # what PyTorch computes (bf16: its rounding)
-    record = check_record(results_folder(), "native_kernels.py", ["--rounds", "--reps", "--batch"])
+    record = check_record(results_folder(), "kernels/native_kernels.py", ["--rounds", "--reps", "--batch"])
     assert len(record["figures"]) == 24, record["figures"]  # every row of the printed table

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_kernels.py --smoke on the CPU: every masked-attention backend is timed (the Triton kernel
+"""benchmarks/gpu/gpu_kernels.py --smoke on the CPU: every masked-attention backend is timed (the Triton kernel
 interpreted), the fastest per case is printed as the table `attnlab.attention.backends.CUDA_BACKEND` takes,
 and the record goes to a scratch folder, never to benchmarks/results/."""
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_smoke_times_every_backend_and_prints_the_default_table():
     env = {k: v for k, v in os.environ.items() if k != "ATTNLAB_RESULTS"}  # as gpu.sh --smoke runs it
     out = subprocess.run(
-        [sys.executable, "benchmarks/gpu_kernels.py", "--smoke"],
+        [sys.executable, "benchmarks/gpu/gpu_kernels.py", "--smoke"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -41,5 +41,5 @@ def test_smoke_times_every_backend_and_prints_the_default_table():
     where = Path(re.search(r"^result: (.+)$", text, re.M).group(1))
     assert where.parent != ROOT / "benchmarks" / "results" and where.is_file()
     record = json.loads(where.read_text())
-    assert record["command"] == "python benchmarks/gpu_kernels.py --smoke"
+    assert record["command"] == "python benchmarks/gpu/gpu_kernels.py --smoke"
     assert record["fastest"] and record["tables"][0]["caption"] == "masked attention backends"

@@ -1,4 +1,5 @@
-"""benchmarks/precision.py and benchmarks/ct2_speed.py run end to end on a tiny run and print their tables."""
+"""benchmarks/decoding/precision.py and benchmarks/decoding/ct2_speed.py run end to end on a tiny run and print
+their tables."""
 
 import os
 import re
@@ -14,7 +15,7 @@ from attnlab.data import load_data
 from attnlab.runs.loading import load_translator
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "decoding"), str(ROOT / "benchmarks")]
 from precision import NO_FUSED, NO_NATIVE, THREADS, native_pairs, parse_variant, same_as_baseline  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,7 +41,7 @@ def test_variant_names_take_their_suffixes_in_any_order_and_a_batch_size():
 def test_precision_benchmark_variants_on_worker_threads_and_batch_sizes(run_dir):
     # Batches of 2 (of 3) over 8 sentences, so that two workers decode at once: processes and threads.
     names = "int8,int8 on worker threads,int8 on worker threads without C kernels:b3,int8 without the fused step"
-    out = _bench("precision.py", run_dir, "--precisions", names, "--workers", "2", "--batch-size", "2")
+    out = _bench("decoding/precision.py", run_dir, "--precisions", names, "--workers", "2", "--batch-size", "2")
     assert "batch 2, 2 worker(s)" in out
     same = {_row(out, n)[-1] for n in names.split(",")}
     assert len(same) == 1 and re.fullmatch(r"\d/8", same.pop()), out  # the same outputs however decoded
@@ -96,10 +97,10 @@ def _bench(script, run_dir, *extra):
 
 @needs_data
 def test_precision_benchmark_prints_speed_and_bleu(run_dir):
-    out = _bench("precision.py", run_dir, "--precisions", "bf16,int8")
+    out = _bench("decoding/precision.py", run_dir, "--precisions", "bf16,int8")
     assert "CPU features:" in out and "native bf16:" in out
     assert _row(out, "fp32")[-1] == "baseline"  # fp32 is run even when not asked for, and not compared with itself
-    record = check_record(results_folder(), "precision.py", ["--checkpoint", "--precisions"])
+    record = check_record(results_folder(), "decoding/precision.py", ["--checkpoint", "--precisions"])
     assert [row["precision"] for row in record["figures"]][:3] == ["fp32", "bf16", "int8"], record["figures"]
     base = load_translator(run_dir, precision="fp32")
     src = [ex.src_ids for ex in load_data(base.config["data"]).test[:8]]
@@ -115,7 +116,7 @@ def test_precision_benchmark_prints_speed_and_bleu(run_dir):
 
 @needs_data
 def test_precision_floors_replay_each_precisions_linear_kernels(run_dir):
-    out = _bench("precision.py", run_dir, "--precisions", "int8,int8 (fbgemm)", "--floors")
+    out = _bench("decoding/precision.py", run_dir, "--precisions", "int8,int8 (fbgemm)", "--floors")
     assert "linear layers alone (floor)" in out
     for name in ("fp32", "int8", "int8 (fbgemm)"):
         cells = _row(out, name)
@@ -125,7 +126,16 @@ def test_precision_floors_replay_each_precisions_linear_kernels(run_dir):
 
 def test_kernel_benchmark_prints_every_kernel():
     out = subprocess.run(
-        [sys.executable, "benchmarks/precision_kernels.py", "--rounds", "1", "--rows", "1,8", "--shapes", "16x24"],
+        [
+            sys.executable,
+            "benchmarks/kernels/precision_kernels.py",
+            "--rounds",
+            "1",
+            "--rows",
+            "1,8",
+            "--shapes",
+            "16x24",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -138,7 +148,7 @@ def test_kernel_benchmark_prints_every_kernel():
     for kernel in ("bf16", "int8 dyn (tensor)", "int8 dyn (channel)", "int8 _int_mm (row)"):
         assert f"{kernel} vs fp32" in out.stdout
     assert _row(out.stdout, "8x16->24")
-    check_record(results_folder(), "precision_kernels.py", ["--rounds", "--rows", "--shapes"])
+    check_record(results_folder(), "kernels/precision_kernels.py", ["--rounds", "--rows", "--shapes"])
 
 
 @needs_data
@@ -147,7 +157,7 @@ def test_ctranslate2_benchmark_compares_engines_on_every_search(run_dir):
     each but the constrained one ("—"); one record holding them all."""
     pytest.importorskip("ctranslate2")
     extra = ("--threads", "2", "--beam", "2", "--attnlab", "fp32:b4,fp32:b4:w2", "--ct2", "float32:b4,int8:b4:w2")
-    out = _bench("ct2_speed.py", run_dir, *extra)
+    out = _bench("decoding/ct2_speed.py", run_dir, *extra)
     engines = {"attnlab fp32:b4", "attnlab fp32:b4:w2", "CTranslate2 float32:b4", "CTranslate2 int8:b4:w2"}
     titles = ["greedy", "beam 2", "n-best (beam 2, 2 hypotheses)", "sampling (top-k 10, temperature 1)"]
     tables = {}
@@ -172,15 +182,20 @@ def test_ctranslate2_benchmark_compares_engines_on_every_search(run_dir):
     assert constrained[0][2] == "—" and float(constrained[0][1]) > 0
     assert all(set(r[1:]) == {"—"} for r in constrained[2:])  # CTranslate2's rows: no equivalent
     assert "constrained beam 2: CTranslate2 has no equivalent" in out
-    record = check_record(results_folder(), "ct2_speed.py", ["--attnlab", "--ct2", "--beam"])
+    record = check_record(results_folder(), "decoding/ct2_speed.py", ["--attnlab", "--ct2", "--beam"])
     assert "greedy" in record["figures"][0]
     assert [next(iter(t["figures"][0])) for t in record["tables"]] == [*titles[1:], "constrained beam 2"]
     assert [s["what"] for s in record["summary"]] == [f"best attnlab / best CTranslate2, {t}" for t in titles[:2]]
+    # Numbers, printed by the record's formats; n-best and constrained stay in the file, off the page.
+    assert all(isinstance(s["measured"][0], float) for s in record["summary"]) and "{0:.2f}×" in str(record)
+    assert [t.get("file_only", False) for t in record["tables"]] == [False, True, False, True]
+    assert "with beam 2](BENCHMARKS.md#against-ctranslate2)" in record["readme"]
 
 
 def test_ctranslate2_benchmark_refuses_unknown_searches():
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "ct2_speed.py"), "--checkpoint", "x", "--searches", "beam,top"],
+        [sys.executable, "benchmarks/decoding/ct2_speed.py", "--checkpoint", "x", "--searches", "beam,top"],
+        cwd=ROOT,
         capture_output=True, text=True, timeout=120, env={**SUBPROCESS_ENV, "PYTHONPATH": str(ROOT / "src")},
         check=False,
     )  # fmt: skip
@@ -205,7 +220,7 @@ def test_ctranslate2_benchmark_floors(run_dir):
         "--ct2",
         "float32:b4",
     )
-    out = _bench("ct2_speed.py", run_dir, *extra)
+    out = _bench("decoding/ct2_speed.py", run_dir, *extra)
     lines = out.splitlines()
     captured = {}
     for engine in ("fp32:b4:w2", "int8:b4"):

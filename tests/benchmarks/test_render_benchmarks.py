@@ -59,7 +59,7 @@ def _folder_with(tmp_path, **new) -> Path:
 def test_a_new_record_appears_without_touching_the_renderer(tmp_path):
     record = {
         "title": "ONNX Runtime against attnlab",
-        "command": "python benchmarks/onnx_speed.py --rounds 3",
+        "command": "python benchmarks/decoding/onnx_speed.py --rounds 3",
         "cpu_features": ["avx2"],
         "torch": "2.13.0",
         "date": "2026-12-01 10:00 UTC",
@@ -70,7 +70,7 @@ def test_a_new_record_appears_without_touching_the_renderer(tmp_path):
     frame = render_benchmarks.FRAME.read_text(encoding="utf-8")
     page = render_benchmarks.render(frame, render_benchmarks.load_records(folder))
     assert "## ONNX Runtime against attnlab" in page
-    assert "python benchmarks/onnx_speed.py --rounds 3" in page
+    assert "python benchmarks/decoding/onnx_speed.py --rounds 3" in page
     assert "| engine | sentences/s | vs attnlab fp32 |" in page and "| onnxruntime | 1,234.5 | 1.10× |" in page
     assert "Measured 2026-12-01 10:00 UTC on " in page
     assert "[ONNX Runtime against attnlab](#onnx-runtime-against-attnlab)" in page  # the summary links it
@@ -147,14 +147,16 @@ def test_formats_print_numbers_with_their_units():
 
 # A cell that is only a number and its unit, held as text: what a record's `formats` are for.
 FIGURE_AS_TEXT = re.compile(r"^[~+]?\d[\d,]*(\.\d+)?( ?(×|%|ms|µs|s|MB|MiB|GB))?$")
-MEASURED_ELSEWHERE = {"train_throughput"}  # transcribed, its script's record still to come
 
 
-def test_transcribed_records_hold_figures_as_numbers():
+def test_records_hold_figures_as_numbers():
+    """Every record, measured or transcribed, CPU or GPU: its tables and summary hold numbers, not their text."""
     texts = []
-    for name, record in render_benchmarks.load_records(render_benchmarks.RESULTS).items():
-        if record.get("source") != render_benchmarks.TRANSCRIBED or name in MEASURED_ELSEWHERE:
-            continue
+    records = render_benchmarks.load_records(render_benchmarks.RESULTS)
+    gpu = render_benchmarks.RESULTS / "gpu"
+    if gpu.is_dir():
+        records |= {f"gpu/{n}": r for n, r in render_benchmarks.load_records(gpu).items()}
+    for name, record in records.items():
         tables = [record["figures"], record.get("summary", [])] + [t["figures"] for t in record.get("tables", [])]
         texts += [f"{name}: {k} = {v!r}" for rows in tables for row in rows for k, v in row.items()
                   if isinstance(v, str) and FIGURE_AS_TEXT.match(v)]  # fmt: skip
@@ -181,6 +183,29 @@ def test_readme_quotes_are_filled_from_the_records(tmp_path):
     subprocess.run([*tool, "--out", str(out), "--readme", str(readme)], check=True, capture_output=True, timeout=120)
     assert "[7.01× one sentence" in readme.read_text(encoding="utf-8")
     assert "| 7.01× (p99 39 vs 178 ms, 0 errors) |" in out.read_text(encoding="utf-8")
+
+
+def test_a_file_only_table_is_named_by_one_note_linking_its_record():
+    record = {
+        "command": "python benchmarks/decoding/x.py",
+        "figures": [{"search": "greedy", "vs best": 1.02}],
+        "formats": {"vs best": "{:.2f}×"},
+        "tables": [
+            {"caption": None, "figures": [{"n-best (beam 4)": "a", "vs best": 0.99}], "file_only": True},
+            {"caption": "Checkpoint averaging:", "figures": [{"weights": "final", "BLEU": 42.84}], "file_only": True},
+            {"caption": None, "figures": [{"sampling": "b", "vs best": 0.68}], "formats": {"vs best": "{:.2f}×"}},
+        ],
+        "notes": ["a note"],
+    }
+    page = render_benchmarks.render("# B\n\n{{x}}\n", {"x": record})
+    assert "| greedy | 1.02× |" in page and "| b | 0.68× |" in page  # on the page
+    assert "0.99" not in page and "42.84" not in page  # in the file only
+    assert page.rstrip().endswith(
+        "- a note\n- Further tables in [benchmarks/results/x.json](benchmarks/results/x.json): "
+        "n-best (beam 4); Checkpoint averaging."
+    )
+    gpu = render_benchmarks.render_gpu({"x": {**record, "device": "H200"}})  # the GPU table prints units too
+    assert "search greedy, vs best 1.02×" in gpu[-1]
 
 
 def test_tried_ideas_are_a_record_and_shipped_records_are_copies():

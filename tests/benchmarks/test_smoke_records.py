@@ -21,65 +21,74 @@ RUN = "{run}"  # the tiny trained run, for the scripts that measure a translator
 
 # script -> (arguments at smoke size, what it needs beyond torch: "data", "run", or a module to import)
 SMOKE: dict[str, tuple[list[str], tuple[str, ...]]] = {
-    "attention.py": (["--quick"], ()),
-    "compile_decode.py": (["--checkpoint", RUN, "--limit", "6", "--quick", "--step", "functional-eager"], ("run",)),
-    "constraints.py": (
+    "kernels/attention.py": (["--quick"], ()),
+    "decoding/compile_decode.py": (
+        ["--checkpoint", RUN, "--limit", "6", "--quick", "--step", "functional-eager"],
+        ("run",),
+    ),
+    "decoding/constraints.py": (
         ["--checkpoint", RUN, "--limit", "6", "--rounds", "1", "--beam", "2", "--n-best", "2"],
         ("run",),
     ),
-    "data.py": ([], ("data",)),
-    "data_scale.py": (
+    "data/data.py": ([], ("data",)),
+    "data/data_scale.py": (
         ["--sizes", "2000", "--rounds", "1", "--loader-batches", "3", "--train-steps", "1", "--process-steps", "1"]
         + ["--shard-size", "1000", "--workers", "1"],
         ("data",),
     ),
-    "decode.py": (["--rounds", "1", "--skip-uncached", "--sentences", "4", "--steps", "4", "--src-len", "5"], ()),
-    "decode_levers.py": (
+    "decoding/decode.py": (
+        ["--rounds", "1", "--skip-uncached", "--sentences", "4", "--steps", "4", "--src-len", "5"],
+        (),
+    ),
+    "quality/decode_levers.py": (
         ["--checkpoint", RUN, "--beams", "1,2", "--length-penalties", "1.0", "--limit", "6"],
         ("run",),
     ),
-    "decode_profile.py": (["--checkpoint", RUN, "--limit", "6", "--rounds", "1", "--rows", "3"], ("run",)),
-    "fused_qkv.py": (["--rounds", "1"], ()),
-    "hf_decode.py": (["--rounds", "1", "--import-rounds", "0"], ("transformers", "sentencepiece")),
-    "positions.py": (["--budget", "2", "--limit", "4", "--num-examples", "1500", "--schemes", "sinusoidal"], ("data",)),
-    "prepared_check.py": (["--sizes", "3000", "--repeats", "1"], ()),
-    "serve_attack.py": (
+    "decoding/decode_profile.py": (["--checkpoint", RUN, "--limit", "6", "--rounds", "1", "--rows", "3"], ("run",)),
+    "kernels/fused_qkv.py": (["--rounds", "1"], ()),
+    "decoding/hf_decode.py": (["--rounds", "1", "--import-rounds", "0"], ("transformers", "sentencepiece")),
+    "quality/positions.py": (
+        ["--budget", "2", "--limit", "4", "--num-examples", "1500", "--schemes", "sinusoidal"],
+        ("data",),
+    ),
+    "data/prepared_check.py": (["--sizes", "3000", "--repeats", "1"], ()),
+    "serving/serve_attack.py": (
         ["--checkpoint", RUN, "--body-mb", "1", "--clients", "1", "--conns", "2", "--slow-seconds", "1"]
         + ["--hold-seconds", "0"],
         ("run", "fastapi", "uvicorn"),
     ),
-    "serve_load.py": (
+    "serving/serve_load.py": (
         ["--checkpoint", RUN, "--clients", "2", "--requests", "2", "--rounds", "1", "--no-explain"],
         ("run", "fastapi"),
     ),
-    "time_to_quality.py": (
+    "quality/time_to_quality.py": (
         ["--recipes", "laptop", "--budget", "2", "--points", "2", "--valid-limit", "6", "--num-examples", "1500"],
         ("data",),
     ),
-    "translate_cli.py": (
+    "serving/translate_cli.py": (
         ["--checkpoint", RUN, "--limit", "6", "--sizes", "4,8", "--rounds", "1", "--searches", "greedy"],
         ("run", "ctranslate2"),
     ),
-    "train_precision.py": (["--threads", "1", "--steps", "1", "--rows", "2", "--batch-size", "4"], ()),
-    "train_quality.py": (["--steps", "2"], ("data",)),
-    "vit_digits.py": (["--quick"], ("sklearn",)),
+    "training/train_precision.py": (["--threads", "1", "--steps", "1", "--rows", "2", "--batch-size", "4"], ()),
+    "training/train_quality.py": (["--steps", "2"], ("data",)),
+    "quality/vit_digits.py": (["--quick"], ("sklearn",)),
 }
 ELSEWHERE = {  # smoke-tested in test_benchmarks_smoke.py / test_precision_benchmark.py / export/test_onnx_speed.py
-    "onnx_speed.py",
-    "train_throughput.py",
-    "precision.py",
-    "ct2_speed.py",
-    "precision_kernels.py",
-    "native_kernels.py",
-    "decoder_only.py",
-    "gpu_kernels.py",
-    "gpu_decode.py",  # through gpu.sh --smoke (test_benchmarks_smoke.py)
+    "decoding/onnx_speed.py",
+    "training/train_throughput.py",
+    "decoding/precision.py",
+    "decoding/ct2_speed.py",
+    "kernels/precision_kernels.py",
+    "kernels/native_kernels.py",
+    "quality/decoder_only.py",
+    "gpu/gpu_kernels.py",
+    "gpu/gpu_decode.py",  # through gpu.sh --smoke (test_benchmarks_smoke.py)
 }
-HELPERS = {"common.py", "run_all.py"}
 
 
 def test_every_benchmark_script_has_a_smoke_run():
-    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - HELPERS
+    scripts = {p.relative_to(ROOT / "benchmarks").as_posix() for p in (ROOT / "benchmarks").glob("*/*.py")}
+    scripts -= {s for s in scripts if s.startswith("baselines/")}
     assert scripts - SMOKE.keys() - ELSEWHERE == set(), "add the new script to SMOKE with tiny arguments"
     assert not (SMOKE.keys() | ELSEWHERE) - scripts, "SMOKE names a script that is gone"
 
@@ -94,7 +103,7 @@ def run_dir(tmp_path_factory):
 
 
 # several fresh interpreters each: ~30 s quiet
-SLOW = {"data_scale.py", "hf_decode.py", "positions.py", "translate_cli.py"}
+SLOW = {"data/data_scale.py", "decoding/hf_decode.py", "quality/positions.py", "serving/translate_cli.py"}
 
 
 @pytest.mark.parametrize(

@@ -34,9 +34,9 @@ def test_junit_report_becomes_the_slowest_tests_and_package_shares(tmp_path):
     ]
     assert [r["outcome"] for r in rows] == ["failure", "passed", "passed", "skipped"]
     assert [(s["package"], s["tests"], s["share"]) for s in shares] == [
-        ("tests/serve", 1, "59.9%"),
-        ("tests/data", 2, "35.1%"),
-        ("tests (the root's files)", 1, "5.0%"),
+        ("tests/serve", 1, 59.9),
+        ("tests/data", 2, 35.1),
+        ("tests (the root's files)", 1, 5.0),
     ]
 
 

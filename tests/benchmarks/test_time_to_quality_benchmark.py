@@ -1,4 +1,4 @@
-"""benchmarks/time_to_quality.py at tiny scale (seconds): the curve mode (`laptop` one product run per
+"""benchmarks/quality/time_to_quality.py at tiny scale (seconds): the curve mode (`laptop` one product run per
 point, the tutorial recipe scored along one run) and the recipe search's `--valid-run ... --average K`,
 each checked by the structure of the record it writes; and the ratio the curve reports."""
 
@@ -18,9 +18,10 @@ from attnlab.inference.precision import resolve_precision
 from attnlab.training.presets import get_preset
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "quality"), str(ROOT / "benchmarks"), str(ROOT / "tools")]
 
-from time_to_quality import ratio_notes  # noqa: E402
+from render_benchmarks import formatted  # noqa: E402
+from time_to_quality import SUMMARY_FORMATS, ratio_notes  # noqa: E402
 
 SMALL = ["--num-examples", "3000", "--valid-limit", "20"]
 LAPTOP = get_preset("transformer", "laptop")["train"]
@@ -30,7 +31,7 @@ PICKED = resolve_precision(LAPTOP["precision"], "cpu", training=True).picked
 def bench(results: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**SUBPROCESS_ENV, "ATTNLAB_RESULTS": str(results)}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
-    cmd = [sys.executable, "benchmarks/time_to_quality.py", "--threads", "1", *args]
+    cmd = [sys.executable, "benchmarks/quality/time_to_quality.py", "--threads", "1", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -40,7 +41,10 @@ def test_the_curve_mode_trains_one_laptop_run_per_point_and_scores_both_recipes(
     done = bench(results, "--points", "2,4", *SMALL, "--runs", str(runs), "--save", str(save))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     record = json.loads((results / "time_to_quality.json").read_text())
-    assert record["command"].startswith("python benchmarks/time_to_quality.py") and "--points 2,4" in record["command"]
+    assert (
+        record["command"].startswith("python benchmarks/quality/time_to_quality.py")
+        and "--points 2,4" in record["command"]
+    )
     assert record["cpu_features"] is not None and record["torch"] and record["date"]
     rows = record["figures"]
     assert "tables" not in record  # the printed table is the figures, once
@@ -98,7 +102,7 @@ def test_valid_run_writes_one_row_per_run_with_its_settings_scores_speed_and_ave
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     record = json.loads((results / "laptop_search.json").read_text())
     assert record["title"] == "How `laptop` was chosen"
-    assert record["command"].startswith("python benchmarks/time_to_quality.py --threads 1 --valid-run")
+    assert record["command"].startswith("python benchmarks/quality/time_to_quality.py --threads 1 --valid-run")
     assert "--average 2" in record["command"] and isinstance(record["cpu_features"], list) and record["date"]
     rows = record["figures"]
     assert "tables" not in record
@@ -128,6 +132,7 @@ def test_the_ratio_is_laptops_beam_4_over_the_tutorials_greedy_at_the_last_point
     plain = {"recipe": "torch-tutorial", "curve": curve}
     notes, summary = ratio_notes([laptop, plain])
     assert notes == ["laptop beam 4 / torch-tutorial greedy validation BLEU at 600 s: 44.00 / 4.00 = 11.00x"]
-    assert summary[0]["measured"] == "44.00 against 4.00 (11.00×)"
+    assert summary[0]["measured"] == [44.0, 4.0, 11.0]
+    assert formatted(summary, SUMMARY_FORMATS)[0]["measured"] == "44.00 against 4.00 (11.00×)"
     assert ratio_notes([laptop]) == ([], [])  # nothing to compare against
     assert ratio_notes([laptop, {**plain, "curve": [{"seconds": 600, "valid_bleu": 0.0}]}]) == ([], [])

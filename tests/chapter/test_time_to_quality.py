@@ -37,11 +37,11 @@ def test_the_shipped_curves_hold_both_recipes_and_say_how_they_were_measured():
         seconds = [p["seconds"] for p in r["curve"]]
         assert seconds == sorted(seconds) and seconds[-1] >= 600
         assert all(0 <= p["valid_bleu"] <= 100 for p in r["curve"])
-    assert "benchmarks/time_to_quality.py" in " ".join(measured["commands"]) and measured["measured"]
+    assert "benchmarks/quality/time_to_quality.py" in " ".join(measured["commands"]) and measured["measured"]
 
 
 def test_missing_or_broken_curves_raise_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"benchmarks/time_to_quality\.py"):
+    with pytest.raises(FileNotFoundError, match=r"benchmarks/quality/time_to_quality\.py"):
         load_measured_curves(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ValueError, match="not JSON"):
@@ -117,11 +117,11 @@ def test_the_section_notes_missing_curves_and_still_draws_the_run(run_with_check
     assert [r[0] for r in rows] == ["tiny run"] * 3
 
     section = time_to_quality_section(run_with_checkpoints, tmp_path, "tiny run", limit=20)
-    assert "missing" not in section.paragraph and "benchmarks/time_to_quality.py" in section.paragraph
+    assert "missing" not in section.paragraph and "benchmarks/quality/time_to_quality.py" in section.paragraph
     assert "torch-tutorial" in [r[0] for r in section.tables[0][1]]
     assert "(dotted: beam 4)" in section.paragraph  # the shipped laptop curve is scored with beam 4 too
 
-    record = {"command": "python benchmarks/time_to_quality.py", "date": "d", "figures": [], "recipes": []}
+    record = {"command": "python benchmarks/quality/time_to_quality.py", "date": "d", "figures": [], "recipes": []}
     point = {"seconds": 60, "steps": 9, "valid_bleu": 1.0, "valid_bleu_beam4": 2.0}
     record["recipes"] = [{"recipe": "laptop", "curve": [point]}]
     (tmp_path / "record.json").write_text(json.dumps(record))
@@ -131,7 +131,7 @@ def test_the_section_notes_missing_curves_and_still_draws_the_run(run_with_check
 
 def test_the_benchmarks_record_is_read_as_measured_curves(tmp_path):
     record = {
-        "command": "python benchmarks/time_to_quality.py --points 60,600",
+        "command": "python benchmarks/quality/time_to_quality.py --points 60,600",
         "cpu_features": ["avx2"],
         "torch": "2.13.0",
         "date": "2026-12-01 10:00 UTC",

@@ -67,7 +67,7 @@ def test_demo_writes_a_report_linking_every_figure(demo_run, capsys):
     assert any("head_importance" in s for s in srcs) and any("pruning" in s for s in srcs)
     # The time-to-quality figure: the shipped measured curves with the demo's own run over them.
     assert any(s.endswith("time_to_quality.png") for s in srcs)
-    assert "Time to quality" in html and "benchmarks/time_to_quality.py" in html and "dashed curve" in html
+    assert "Time to quality" in html and "benchmarks/quality/time_to_quality.py" in html and "dashed curve" in html
     assert not list(out.glob(".*.tmp"))  # no half-written report or run left behind
 
 

@@ -55,12 +55,19 @@ def test_evaluate_refuses_a_bad_length_penalty_before_loading_anything(bad, tmp_
 
 @needs_data
 def test_decode_levers_benchmark_scores_every_setting_on_validation(tmp_path):
-    """benchmarks/decode_levers.py: one row per (weights, beam, alpha), greedy once per weights."""
+    """benchmarks/quality/decode_levers.py: one row per (weights, beam, alpha), greedy once per weights."""
     run = tmp_path / "run"
     tiny_run(run, max_steps=2, checkpoint_every=1, keep_last=5)
     ckpt = sorted((run / "checkpoints").iterdir())[0]
     rows = tmp_path / "rows.jsonl"
-    cmd = [sys.executable, "benchmarks/decode_levers.py", "--checkpoint", str(run), "--weights", f"final,{ckpt}"]
+    cmd = [
+        sys.executable,
+        "benchmarks/quality/decode_levers.py",
+        "--checkpoint",
+        str(run),
+        "--weights",
+        f"final,{ckpt}",
+    ]
     cmd += ["--beams", "1,2", "--length-penalties", "0.5,1.0", "--limit", "10", "--json", str(rows)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=SUBPROCESS_ENV)
     assert done.returncode == 0, done.stderr[-3000:]

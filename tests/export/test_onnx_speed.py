@@ -1,4 +1,4 @@
-"""benchmarks/onnx_speed.py at tiny scale: it times attnlab and onnxruntime on a tiny run's test split, finds
+"""benchmarks/decoding/onnx_speed.py at tiny scale: it times attnlab and onnxruntime on a tiny run's test split, finds
 their greedy tokens identical, and writes its result as one JSON object of the benchmarks' shape."""
 
 from __future__ import annotations
@@ -20,7 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_onnx_speed_smoke(tmp_path):
     run = train_tiny(tmp_path / "tiny", steps=10)
     out = tmp_path / "onnx_speed.json"
-    cmd = [sys.executable, "benchmarks/onnx_speed.py", "--checkpoint", str(run), "--rounds", "1", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "benchmarks/decoding/onnx_speed.py",
+        "--checkpoint",
+        str(run),
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "token identity onnxruntime fp32 vs attnlab fp32: 100.0000%" in done.stdout, done.stdout

@@ -1,5 +1,5 @@
 """The `laptop` preset trains from the corpus in the fastest precision the CPU has, and says which (a few
-steps on a slice of the corpus; its 600 s runs are benchmarks/time_to_quality.py's)."""
+steps on a slice of the corpus; its 600 s runs are benchmarks/quality/time_to_quality.py's)."""
 
 import json
 import os

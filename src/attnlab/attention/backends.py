@@ -7,7 +7,7 @@ one length per sentence) or causal self-attention.
     masked_attention(q, k, v, valid_lens, causal, ...)    the dispatch: `backend_for` names the kernel
 
 A boolean mask sends SDPA off its fastest (flash) kernel; FlexAttention and the Triton kernel skip the masked
-tiles instead. Which is fastest on a GPU is measured (`python benchmarks/gpu_kernels.py`, which prints the line
+tiles instead. Which is fastest on a GPU is measured (`python benchmarks/gpu/gpu_kernels.py`, which prints the line
 to put in `CUDA_BACKEND`); ATTNLAB_ATTENTION=sdpa|flex|flash overrides it. `MultiHeadAttention` calls the
 dispatch on CUDA only: on the CPU its own paths (the C kernel, SDPA) stay as they are.
 """
@@ -32,7 +32,7 @@ __all__ = ["BACKENDS", "CUDA_BACKEND", "ENV", "backend_for", "flash_attention", 
 BACKENDS = ("sdpa", "flex", "flash")
 ENV = "ATTNLAB_ATTENTION"  # sdpa | flex | flash: the kernel for masked attention on CUDA, whatever CUDA_BACKEND says
 # The kernel masked attention takes on CUDA, by (what masks it, whether autograd records it): the fastest one
-# in `benchmarks/gpu_kernels.py`'s record (benchmarks/results/gpu/gpu_kernels.json, "fastest"): on an H200 SDPA
+# in `benchmarks/gpu/gpu_kernels.py`'s record (benchmarks/results/gpu/gpu_kernels.json, "fastest"): on an H200 SDPA
 # with the bool mask led in all four, forward and forward + backward, at L = 1,024 to 16,384.
 CUDA_BACKEND: dict[tuple[str, bool], str] = {
     ("valid_lens", False): "sdpa",

@@ -1,7 +1,7 @@
 """Dropout with a cheaper random mask on CPU.
 
 `nn.Dropout` on CPU draws one Bernoulli sample per element, and on a small Transformer that costs about a
-tenth of a training step (the profile of `benchmarks/train_throughput.py --profile`: `aten::bernoulli_`
+tenth of a training step (the profile of `benchmarks/training/train_throughput.py --profile`: `aten::bernoulli_`
 10% at D = 256), more than the optimizer. `Dropout` draws 64 random bits per three elements instead and
 compares 16 of them with a threshold: the same distribution up to a 2^-16 resolution of p, and a
 training step of the D = 256 benchmark model ~10% faster (BENCHMARKS.md). Its fixed cost is higher:

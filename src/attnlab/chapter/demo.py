@@ -4,7 +4,7 @@ Steps: the chapter's demonstrations (attention cues, kernel regression, position
 parameter counts, normalisation); then the Bahdanau and the Transformer translators trained on the
 English–French pairs, their translations of the book's four sentences with BLEU, their attention maps,
 the Transformer's test-set BLEU, its time-to-quality curve (its checkpoints scored on validation, drawn
-over the curves benchmarks/time_to_quality.py measured, which attnlab ships) and which of its heads
+over the curves benchmarks/quality/time_to_quality.py measured, which attnlab ships) and which of its heads
 matter. The trained Transformer is saved where `attnlab translate` and `attnlab serve` look by default.
 """
 

@@ -1,6 +1,6 @@
 """Time to quality: validation BLEU against training wall-clock seconds, as a figure for the demo report.
 
-    measured = load_measured_curves()               # the 600 s curves of benchmarks/time_to_quality.py
+    measured = load_measured_curves()               # the 600 s curves of benchmarks/quality/time_to_quality.py
     own = run_curve("runs/demo/transformer")        # this machine's run: each kept checkpoint, scored
     fig = plot_time_to_quality(measured["recipes"], own, "this demo's cpu-small run")
 
@@ -39,13 +39,13 @@ def load_measured_curves(path: str | os.PathLike | None = None) -> dict:
     path = Path(path) if path is not None else measured_curves_path()
     if not path.is_file():
         raise FileNotFoundError(
-            f"no measured time-to-quality curves at {path}; run benchmarks/time_to_quality.py --json FILE "
+            f"no measured time-to-quality curves at {path}; run benchmarks/quality/time_to_quality.py --json FILE "
             f"and pass FILE, or reinstall attnlab (it ships them)"
         )
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        what = "expected the curves benchmarks/time_to_quality.py writes"
+        what = "expected the curves benchmarks/quality/time_to_quality.py writes"
         raise ValueError(f"{path} is not JSON ({exc}); {what}") from None
     if isinstance(data, list):  # a bare --json file of the benchmark: curves without their provenance
         data = {"recipes": data}
@@ -103,7 +103,7 @@ def time_to_quality_section(run_dir, fig_dir, own_label: str, curves_path=None, 
     figures = save_figure(fig, Path(fig_dir) / "time_to_quality", ("png", "svg"))[:1]
     where = ""
     if recipes:
-        commands = "; ".join(f"`{c}`" for c in measured.get("commands", [])) or "benchmarks/time_to_quality.py"
+        commands = "; ".join(f"`{c}`" for c in measured.get("commands", [])) or "benchmarks/quality/time_to_quality.py"
         dotted = any("valid_bleu_beam4" in p for r in recipes for p in r["curve"])
         where = (
             f"The solid curves{' (dotted: beam 4)' if dotted else ''} were measured once, not by this demo "

@@ -7,7 +7,7 @@
 Steps: kernel regression, positional encoding, scaling, parameter counts; then the Bahdanau and the
 Transformer translators trained on the English–French pairs, their translations of the book's four
 sentences with BLEU, their attention maps, the Transformer's test-set BLEU and time-to-quality curve
-(its checkpoints scored on validation, drawn over the curves benchmarks/time_to_quality.py measured,
+(its checkpoints scored on validation, drawn over the curves benchmarks/quality/time_to_quality.py measured,
 which attnlab ships); the trained Transformer is saved where `attnlab translate` and `attnlab serve` look by default.
 The whole run keeps to --budget: each translator trains for its share of the time left, on the threads free
 when it starts, and the report says per stage what it got beside the figures of a quiet machine.

@@ -58,7 +58,7 @@ DEFAULT_BATCH_SIZE = 256
 # sharing 17 batches out more evenly than 9, pay (the figures: that section). Same outputs.
 BATCH_SIZE_BY_PRECISION = {"int8": 96}
 # On a GPU a step of thousands of rows costs about what one of a few hundred does (launches dominate): sort by
-# length and decode in batches of thousands (benchmarks/gpu_decode.py).
+# length and decode in batches of thousands (benchmarks/gpu/gpu_decode.py).
 CUDA_BATCH_SIZE = 4096
 
 

@@ -57,12 +57,12 @@ DECODE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # Linear layers int8 leaves in float, by qualified-name suffix: none. The output projection
 # (decoder.dense, about half of a decoding step's multiply-adds) is quantized too: chosen on the validation
-# split, where quantizing it kept BLEU within 0.5 of fp32 (benchmarks/precision.py; BENCHMARKS.md). Under
+# split, where quantizing it kept BLEU within 0.5 of fp32 (benchmarks/decoding/precision.py; BENCHMARKS.md). Under
 # share_embeddings it is tied to the embeddings: int8 quantizes a copy, the embedding stays float.
 INT8_KEEP_FP32: tuple[str, ...] = ()
 # The int8 kernel: per-row activation scales on torch._int_mm with attnlab's C quantize/rescale passes
 # (faster than fbgemm's dynamic Linear per layer at the decoder's shapes, and no batch-dependence;
-# benchmarks/precision_kernels.py). Where those C passes cannot be built, int8 runs 'fbgemm' (one
+# benchmarks/kernels/precision_kernels.py). Where those C passes cannot be built, int8 runs 'fbgemm' (one
 # activation scale per call), which is then the faster (not under ATTNLAB_NATIVE=0).
 INT8_KERNEL = "int_mm"
 
@@ -154,7 +154,7 @@ def bf16_attention(device: torch.device | str):
     """The context a bf16 training step's attention runs in: on the CPU, SDPA restricted to its math path
     (explicit matmuls and softmax, which upcasts bf16 to fp32), because the CPU flash kernel's bf16
     backward measured several times slower than its fp32 one at a Transformer's short sentences, and slower
-    than the math path (benchmarks/train_precision.py --attention); elsewhere nothing.
+    than the math path (benchmarks/training/train_precision.py --attention); elsewhere nothing.
     sdpa_kernel sets process-wide flags for as long as the context is open."""
     if torch.device(device).type != "cpu":
         return contextlib.nullcontext()

@@ -8,7 +8,8 @@ PyTorch fallbacks.
 
 The kernel computes each query alone over keys that stay where they lie (strided views of the KV cache),
 which beats SDPA's blocked GEMMs at a decoding step's shapes; beyond 8 queries it runs only while queries x
-keys stay small (a short sentence's self-attention), where it was measured faster (benchmarks/native_kernels.py).
+keys stay small (a short sentence's self-attention), where it was measured faster
+(benchmarks/kernels/native_kernels.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 Autocast does the same arithmetic in its matmuls, but casts every activation and weight gradient
 around every op, and computes layer norm and softmax in fp32 tensors that the next matmul casts back;
 at the `laptop` preset's sizes on an AVX512-BF16 CPU the compute copy's step is faster
-(benchmarks/train_throughput.py; BENCHMARKS.md, "Training precision").
+(benchmarks/training/train_throughput.py; BENCHMARKS.md, "Training precision").
 """
 
 from __future__ import annotations

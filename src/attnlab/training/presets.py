@@ -156,7 +156,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             # step is cheap to widen); the lr decays to zero at the budget and the last three checkpoints are
             # averaged, as `laptop` does. One joint BPE vocabulary of 8,000 with tied embeddings. bf16 autocast;
             # eager, not `compile`: the compilation of each new batch shape counts against the five minutes,
-            # and `benchmarks/gpu.sh` measures what compile gains (benchmarks/train_throughput.py --compile).
+            # and `benchmarks/gpu/gpu.sh` measures what compile gains
+            # (benchmarks/training/train_throughput.py --compile).
             "model": {
                 "num_hiddens": 512,
                 "num_layers": 6,
