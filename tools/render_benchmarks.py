@@ -197,6 +197,11 @@ def readme(text: str, records: dict[str, dict]) -> str:
 GPU_COMMAND = "bash benchmarks/gpu/gpu.sh"
 
 
+def load_gpu(results: Path) -> dict[str, dict]:
+    """The records of results/gpu/ (what gpu.sh writes on a GPU), or none."""
+    return load_records(results / "gpu") if (results / "gpu").is_dir() else {}
+
+
 def render_gpu(records: dict[str, dict]) -> list[str]:
     """The GPU records as one table (the page stays a short reference; each record's full tables are in its
     file): what each measured, on which device, by which command; or a line naming the command to run."""
@@ -270,8 +275,7 @@ def main(argv=None) -> int:
     ap.add_argument("--readme", type=Path, help="a README whose figures to fill (default: README.md, from the "
                     "repository's own records only)")  # fmt: skip
     args = ap.parse_args(argv)
-    gpu_folder = args.results / "gpu"
-    gpu = load_records(gpu_folder) if gpu_folder.is_dir() else {}
+    gpu = load_gpu(args.results)
     records = load_records(args.results)
     outputs = {args.out: render(args.frame.read_text(encoding="utf-8"), records, gpu)}
     own = args.results.resolve() == RESULTS.resolve()  # the repository's records: its README and package too

@@ -18,8 +18,11 @@ KEYS = ("command", "cpu_features", "torch", "date", "figures")
 
 
 def test_committed_page_is_the_rendering_of_the_records():
+    results = render_benchmarks.RESULTS
     page = render_benchmarks.render(
-        render_benchmarks.FRAME.read_text(encoding="utf-8"), render_benchmarks.load_records(render_benchmarks.RESULTS)
+        render_benchmarks.FRAME.read_text(encoding="utf-8"),
+        render_benchmarks.load_records(results),
+        render_benchmarks.load_gpu(results),
     )
     committed = render_benchmarks.PAGE.read_text(encoding="utf-8")
     assert committed == page, "BENCHMARKS.md is stale or edited by hand: run python tools/render_benchmarks.py"
@@ -68,7 +71,7 @@ def test_a_new_record_appears_without_touching_the_renderer(tmp_path):
     }
     folder = _folder_with(tmp_path, onnx_speed=record)
     frame = render_benchmarks.FRAME.read_text(encoding="utf-8")
-    page = render_benchmarks.render(frame, render_benchmarks.load_records(folder))
+    page = render_benchmarks.render(frame, render_benchmarks.load_records(folder), render_benchmarks.load_gpu(folder))
     assert "## ONNX Runtime against attnlab" in page
     assert "python benchmarks/decoding/onnx_speed.py --rounds 3" in page
     assert "| engine | sentences/s | vs attnlab fp32 |" in page and "| onnxruntime | 1,234.5 | 1.10× |" in page

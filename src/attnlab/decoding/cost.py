@@ -56,7 +56,7 @@ FLOAT = 4  # bytes of a float32 value (caches, logits, recorded weights)
 STEP_WORK = 5_000_000  # one decoding step of one batch: ~100 small ops of dispatch, ~1 ms
 CANDIDATE_WORK = 60_000  # one candidate of constrained beam search (Python: scored, banked, sorted)
 HISTORY_WORK = 1_000  # one history token scanned by no_repeat_ngram (Python, per row per step)
-EXPECTED_RATIO = 1.5  # output tokens per source token a free decode runs (French runs ~1.2x English; margin)
+EXPECTED_RATIO = 1.5  # output tokens per source token a free decode runs (French runs longer than English; a margin)
 
 
 @dataclass(frozen=True)
