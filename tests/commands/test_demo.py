@@ -8,9 +8,9 @@ from html import escape as html_escape
 
 import pytest
 
-from attnlab.chapter.demo import SAMPLE_CREDIT
 from attnlab.cli import main
 from attnlab.data import ATTRIBUTION
+from attnlab.data.translation import SAMPLE_CREDIT
 
 DATA = os.environ.get("ATTNLAB_DATA")
 

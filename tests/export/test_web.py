@@ -166,7 +166,8 @@ def test_page_translates_in_the_browser(run, static_server, browser, capsys):
     errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
     # Network requests only (chrome:// pages of the blank tab and data:/blob: URLs are not): all to the server.
-    urls = [u for u in _requested(browser) if urlsplit(u).scheme not in ("chrome", "data", "blob", "about")]
+    internal = ("chrome", "chrome-untrusted", "data", "blob", "about")  # the browser's own pages, not the network
+    urls = [u for u in _requested(browser) if urlsplit(u).scheme not in internal]
     assert any(u.endswith("/static/ort/ort-wasm-simd-threaded.wasm") for u in urls), urls  # the log sees them
     outside = [u for u in urls if urlsplit(u).netloc != urlsplit(static_server).netloc]
     assert not outside, outside

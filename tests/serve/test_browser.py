@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.data import data_credit
+
 DOCS_PNG = Path(__file__).resolve().parents[2] / "docs" / "explorer.png"
 
 pytestmark = pytest.mark.browser  # the `driver` fixture (tests/conftest.py) skips where Chromium is missing
@@ -52,7 +54,8 @@ def test_page_end_to_end(driver, server, translator, tmp_path):
     wait = WebDriverWait(driver, 60)
     _viewport(driver, 1280, 1440)
     driver.get(server + "/")
-    assert "CC-BY 2.0 (France)" in driver.find_element(By.ID, "attribution").text
+    credit = data_credit(translator.config.get("data", {}).get("path"))  # the corpus, or the bundled sample
+    assert credit in driver.find_element(By.ID, "attribution").text
     wait.until(lambda d: "transformer" in d.find_element(By.ID, "model-info").text)
 
     # On load, without a click, the first example is translated and its attention drawn.

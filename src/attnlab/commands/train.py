@@ -192,7 +192,8 @@ def _add_machine_args(g) -> None:
         "--compile",
         action="store_const",
         const=True,
-        help="run forward and backward through torch.compile (faster on a GPU; the first steps compile)",
+        help="run forward and backward through torch.compile (default: the preset's, off in every preset: it did not "
+        'pay for Transformer-base on an H200, BENCHMARKS.md "GPU"; the first steps compile)',
     )
     g.add_argument(
         "--tensorboard",
