@@ -13,6 +13,8 @@ Beam 1 is greedy, which has no length penalty: it runs once per weights.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import argparse
 import json
 import os
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
             for alpha in numbers(args.length_penalties, float) if beam > 1 else [1.0]:
                 start = time.perf_counter()
                 opts = translator.options(beam=beam, length_penalty=alpha)
-                out = [hs[0].tokens for hs in translator.search(src_ids, opts, scores=False)]
+                out = [hs[0].tokens for hs in translator.search(src_ids, replace(opts, scores=False))]
                 seconds = time.perf_counter() - start
                 hyps = [translator.tgt_vocab.decode(ids) for ids in out]
                 bleu, chrf = corpus_bleu(hyps, refs), corpus_chrf(hyps, refs)

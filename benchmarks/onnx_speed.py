@@ -25,6 +25,8 @@ The result is one JSON object (command, cpu_features, torch, date, figures) in -
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import argparse
 import datetime
 import json
@@ -171,7 +173,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         greedy = translator.options(beam=1)
         engines: dict = {
-            "attnlab fp32": lambda ids: [hs[0].tokens for hs in translator.search(ids, greedy, scores=False)]
+            "attnlab fp32": lambda ids: [hs[0].tokens for hs in translator.search(ids, replace(greedy, scores=False))]
         }
         for q in ("float32", "int8"):
             folder = Path(tmp) / q

@@ -25,6 +25,8 @@ A variant run beside the same variant ' without C kernels' also gets a line of h
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import argparse
 import contextlib
 import copy
@@ -77,7 +79,7 @@ def linear_floor(translator, src_ids, batch_size):
     """A replay of every linear-layer kernel `translator` runs decoding src_ids (one capture, one thread),
     and the number of calls: what no decoder on those kernels can cost less than."""
     greedy = translator.options(beam=1)
-    calls = capture_kernels(lambda: translator.search(src_ids, greedy, batch_size=batch_size, scores=False), LINEAR)
+    calls = capture_kernels(lambda: translator.search(src_ids, replace(greedy, scores=False), batch_size=batch_size), LINEAR)
     return replay_kernels(calls, torch.device("cpu"))
 
 
@@ -178,7 +180,7 @@ def switches(t):
 def translate(t, src, beam=1):
     """t's outputs for src, in t.batch_size, as its variant runs (`switches`)."""
     with switches(t):
-        return [t.tgt_vocab.decode(hs[0].tokens) for hs in t.search(src, t.options(beam=beam), scores=False)]
+        return [t.tgt_vocab.decode(hs[0].tokens) for hs in t.search(src, t.options(beam=beam, scores=False))]
 
 
 def same_as_baseline(hyps: dict[str, list], baseline: str) -> dict[str, str]:

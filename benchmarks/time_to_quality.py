@@ -24,6 +24,8 @@ and beam 4, beam-4 sentences/s, and with `--average K` the BLEU of its last K ch
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import argparse
 import copy
 import json
@@ -296,7 +298,7 @@ def evaluate_split(run_dir, split: str = "test", limit: int = 10**9, beams=(1, 4
     rows = []
     for beam in beams:
         opts = translator.options(beam=beam)
-        found = translator.search([ids for _, ids, _ in sources], opts, scores=False)
+        found = translator.search([ids for _, ids, _ in sources], replace(opts, scores=False))
         hyps = [translator.tgt_vocab.decode(hs[0].tokens) for hs in found]
         bleu, chrf = corpus_bleu(hyps, refs), corpus_chrf(hyps, refs)
         print(f"  beam {beam}: BLEU {bleu:.2f}  chrF {chrf:.2f}")

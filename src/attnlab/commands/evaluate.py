@@ -14,6 +14,8 @@ reference it has in the split (sacreBLEU's multi-reference BLEU).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sys
 import time
 
@@ -79,7 +81,7 @@ def run(args) -> int:
         raise ValueError(f"the {args.split} split of this run is empty; try --split valid or --split train")
 
     start = time.perf_counter()
-    out_ids = [hs[0].tokens for hs in translator.search([ex.src_ids for ex in sources], options, scores=False)]
+    out_ids = [hs[0].tokens for hs in translator.search([ex.src_ids for ex in sources], replace(options, scores=False))]
     seconds = time.perf_counter() - start
     hyps = [translator.tgt_vocab.decode(ids) for ids in out_ids]
     empty = all_empty_warning(len(hyps), sum(not h.strip() for h in hyps), "hypothesis")
