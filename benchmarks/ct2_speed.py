@@ -37,8 +37,6 @@ workers are inter_threads (batches submitted asynchronously, so K run at once).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import argparse
 import contextlib
 import os
@@ -47,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch

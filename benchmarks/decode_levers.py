@@ -13,13 +13,12 @@ Beam 1 is greedy, which has no length penalty: it runs once per weights.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import argparse
 import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 import torch
 

@@ -22,8 +22,6 @@ The test split is touched only by `--test-run DIR` (a model saved with `--save`)
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import argparse
 import json
 import math

@@ -25,8 +25,6 @@ The result is one JSON object (command, cpu_features, torch, date, figures) in -
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import argparse
 import datetime
 import json
@@ -35,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import onnxruntime

@@ -25,8 +25,6 @@ A variant run beside the same variant ' without C kernels' also gets a line of h
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import argparse
 import contextlib
 import copy
@@ -36,6 +34,7 @@ import shlex
 import statistics
 import sys
 import time
+from dataclasses import replace
 from unittest import mock
 
 import torch
@@ -79,7 +78,9 @@ def linear_floor(translator, src_ids, batch_size):
     """A replay of every linear-layer kernel `translator` runs decoding src_ids (one capture, one thread),
     and the number of calls: what no decoder on those kernels can cost less than."""
     greedy = translator.options(beam=1)
-    calls = capture_kernels(lambda: translator.search(src_ids, replace(greedy, scores=False), batch_size=batch_size), LINEAR)
+    calls = capture_kernels(
+        lambda: translator.search(src_ids, replace(greedy, scores=False), batch_size=batch_size), LINEAR
+    )
     return replay_kernels(calls, torch.device("cpu"))
 
 

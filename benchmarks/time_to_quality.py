@@ -24,8 +24,6 @@ and beam 4, beam-4 sentences/s, and with `--average K` the BLEU of its last K ch
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import argparse
 import copy
 import json
@@ -35,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch

@@ -1,9 +1,9 @@
-from dataclasses import replace
 """The benchmark baselines compute the same function as attnlab's Transformer (so a speed ratio
 compares implementations, not architectures): the book's formulation and the nn.Transformer wrapper,
 each with attnlab's weights copied in, give attnlab's logits."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest

@@ -5,12 +5,11 @@ one batch after another."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -267,7 +266,8 @@ tr.max_output_len = 3  # a setting, not a weight: forked again too
 assert [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)] == one() != changed
 assert _POOLS[tr.model] is not pool
 twin = copy.deepcopy(tr)  # a translator with workers still copies, and the copy gets its own
-assert [h.tokens for h in decode(twin, ids, batch_size=2, workers=2)] == one() and _POOLS[twin.model] is not _POOLS[tr.model]
+assert [h.tokens for h in decode(twin, ids, batch_size=2, workers=2)] == one()
+assert _POOLS[twin.model] is not _POOLS[tr.model]
 import os, signal, time, warnings
 os.kill(_POOLS[tr.model]._children[0][0], signal.SIGKILL)  # a worker killed between calls (out of memory)
 time.sleep(0.2)

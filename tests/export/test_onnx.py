@@ -42,7 +42,7 @@ def _check_against_attnlab(run, folder, sentences, atol=1e-5):
     onnx_tr = OnnxTranslator(folder, threads=1)
     ids = translator.encode(sentences)
     for i, s in enumerate(sentences):
-        ref = explain(translator, s, beam=1)
+        ref = explain(translator, s, translator.options(beam=1))
         got = onnx_tr.greedy([ids[i]], attentions=True)[0]
         assert translator.tgt_vocab.to_tokens(got.tokens) == ref.tgt_tokens[: len(got.tokens)], s
         assert got.finished == ref.finished and len(ref.tgt_tokens) == len(got.tokens) + got.finished, s

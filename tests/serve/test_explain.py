@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -54,7 +53,7 @@ def test_shapes_tokens_and_rows(translator):
 def test_equals_cached_step_by_step_decoding(translator):
     """Per-step weights recorded while greedy decodes with the KV cache == the one-pass maps."""
     text = "i'm home ."
-    exp = explain(translator, text, beam=1)
+    exp = explain(translator, text, translator.options(beam=1))
     model, sv, tv = translator.model, translator.src_vocab, translator.tgt_vocab
     src = torch.tensor([sv.encode(text) + [sv.eos]])
     with torch.no_grad(), record_attention(model) as rec:
@@ -83,7 +82,7 @@ def test_equals_cached_step_by_step_decoding(translator):
 
 
 def test_beam_output_matches_translator(translator):
-    exp = explain(translator, "he's calm .", beam=3)
+    exp = explain(translator, "he's calm .", translator.options(beam=3))
     assert exp.translation == translator.translate(["he's calm ."], options=translator.options(beam=3))[0]
     _check_shapes_and_rows(exp, translator.config["model"])
 
@@ -125,8 +124,8 @@ def test_bad_text(translator, text, error):
 
 
 def test_bad_beam(translator):
-    with pytest.raises(InputError, match="beam"):
-        explain(translator, "go .", beam=0)
+    with pytest.raises(ValueError, match="beam"):
+        explain(translator, "go .", translator.options(beam=0))
 
 
 def test_bahdanau_has_only_cross_attention(translator):

@@ -3,10 +3,9 @@ a decoding model that gives the same tokens."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import copy
 import pickle
+from dataclasses import replace
 
 import pytest
 import torch

@@ -13,8 +13,6 @@ name, e.g. "encoder.blocks.0.attention"), ready for JSON, a table, a figure or t
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 import math
 import os

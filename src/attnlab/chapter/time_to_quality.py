@@ -16,11 +16,10 @@ checkpoints averaged, judged without retraining).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 import os
 import time
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 

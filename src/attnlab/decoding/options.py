@@ -164,7 +164,7 @@ class DecodeOptions:
                                       "from `attnlab heads`, else the last but one)")  # fmt: skip
     align_heads: Sequence[int] | None = _option(
         None, "heads the alignment averages (none = the run's alignment.json, else all of the layer)",
-        cli={"metavar": "H,H", "type": head_indices},
+        cli={"metavar": "H,H", "type": str, "parse": head_indices},
     )  # fmt: skip
     # As Hugging Face's output_scores: a caller that reads only the tokens says so, and greedy skips them.
     scores: bool = _option(True, "compute each output's score; off: greedy skips them (score NaN, same tokens, "
@@ -341,7 +341,7 @@ def option_fields(marked: str | None = None) -> list[Field]:
         >>> [f.name for f in option_fields("sampling")]
         ['temperature', 'top_k', 'top_p', 'seed']
     """
-    return [f for f in fields(DecodeOptions) if marked is None or f.metadata[marked]]
+    return [f for f in fields(DecodeOptions) if marked is None or f.metadata[marked] not in (None, False)]
 
 
 # Fields a run's decoding defaults (generation.json) may set: how to search, never per-sentence text.

@@ -267,7 +267,9 @@ class Translator:
         prefixes, constraints = self.encode_targets(src_ids, options)
         batch_size = check_range("batch_size", self.batch_size if batch_size is None else batch_size, 1, integer=True)
         workers = self.workers if workers is None else workers
-        nbest = search_batches(self.job(), src_ids, options, prefixes, constraints, batch_size=batch_size, workers=workers)
+        nbest = search_batches(
+            self.job(), src_ids, options, prefixes, constraints, batch_size=batch_size, workers=workers
+        )
         for i, (hs, cs) in enumerate(zip(nbest, constraints)):
             if cs:
                 nbest[i] = _holding(hs, cs, i, self.output_limit(len(src_ids[i]) + 1, options.max_len))
