@@ -151,3 +151,20 @@ def test_bahdanau_has_only_cross_attention(translator):
     assert exp.encoder_self.numel() == 0 and exp.decoder_self.numel() == 0
     assert exp.cross.shape == (1, 1, len(exp.tgt_tokens), len(exp.src_tokens))
     torch.testing.assert_close(exp.cross.sum(-1), torch.ones(1, 1, len(exp.tgt_tokens)))
+
+
+def test_a_phrase_given_twice_must_appear_twice(translator):
+    """constraints_met counts as the search does: a phrase given twice is met by two occurrences, not one
+    (counted here by hand over the tokens); through explain, every output holds it twice."""
+    from attnlab.analysis.explanation import _entry
+    from attnlab.decoding.hypothesis import Hypothesis
+
+    vocab = translator.tgt_vocab
+    word = next(t for t in vocab.to_tokens(range(len(vocab))) if t.isalpha())
+    (w,) = vocab.encode(word)
+    once, twice = Hypothesis([w, 5, 6], -1.0, True), Hypothesis([w, 5, w], -1.0, True)
+    for h in (once, twice):
+        assert _entry(vocab, h, [[w], [w]])["constraints_met"] is (h.tokens.count(w) >= 2)
+        assert _entry(vocab, h, [[w]])["constraints_met"] is True
+    exp = explain(translator, "i'm home .", translator.options(beam=3, n_best=2, constraints=(word, word)))
+    assert exp.nbest and all(vocab.encode(h["text"]).count(w) >= 2 and h["constraints_met"] for h in exp.nbest)

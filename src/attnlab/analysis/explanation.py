@@ -226,8 +226,7 @@ def _search(translator, text: str, ids: list[int], options: DecodeOptions) -> tu
     (phrases,) = translator.encode_targets([ids], options)[1]
     (hyps,) = translator.search([ids], options)
     vocab = translator.tgt_vocab
-    nbest = [{**_entry(vocab, h), "constraints_met": holds_phrases(h.tokens, phrases) if phrases else None}
-             for h in hyps]  # fmt: skip
+    nbest = [_entry(vocab, h, phrases) for h in hyps]
     alignment = None
     if heads is not None:
         # All n-best outputs in one batch, as translate_tokens aligns them (same padding, same numbers).
@@ -329,9 +328,11 @@ def _recorded_maps(translator, ids: list[int], dec_in: list[int]) -> dict[str, t
     return {k: v.cpu() for k, v in (views(maps, src.shape[1]) if views else maps).items()}
 
 
-def _entry(vocab, h: Hypothesis) -> dict:
+def _entry(vocab, h: Hypothesis, phrases: list[list[int]]) -> dict:
+    """An nbest entry; constraints_met as the search counts them (`holds_phrases`: a phrase given twice, twice)."""
     score = h.score if math.isfinite(h.score) else None
-    return {"text": vocab.decode(h.tokens), "score": score, "finished": h.finished, "constraints_met": None}
+    met = holds_phrases(h.tokens, phrases) if phrases else None
+    return {"text": vocab.decode(h.tokens), "score": score, "finished": h.finished, "constraints_met": met}
 
 
 __all__ = [
