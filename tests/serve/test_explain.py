@@ -162,7 +162,8 @@ def test_a_phrase_given_twice_must_appear_twice(translator):
     vocab = translator.tgt_vocab
     word = next(t for t in vocab.to_tokens(range(len(vocab))) if t.isalpha())
     (w,) = vocab.encode(word)
-    once, twice = Hypothesis([w, 5, 6], -1.0, True), Hypothesis([w, 5, w], -1.0, True)
+    x = w + 1  # another token
+    once, twice = Hypothesis([w, x, x], -1.0, True), Hypothesis([w, x, w], -1.0, True)
     for h in (once, twice):
         assert _entry(vocab, h, [[w], [w]])["constraints_met"] is (h.tokens.count(w) >= 2)
         assert _entry(vocab, h, [[w]])["constraints_met"] is True
