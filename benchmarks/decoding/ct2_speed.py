@@ -45,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -204,7 +205,7 @@ def decode(data: Data, kind: str, engine, bs: int, ours: dict, theirs: dict | No
         return engine(bs)
     if kind == "attnlab":
         with switches(engine):  # a variant's " without C kernels" / " on worker threads"
-            found = engine.search(data.src_ids, engine.options(**ours), batch_size=bs, scores=False)
+            found = engine.search(data.src_ids, engine.options(**ours, scores=False), batch_size=bs)
             return [engine.tgt_vocab.to_tokens(hs[0].tokens) for hs in found]
     # attnlab caps each batch (sorted by length) by its longest source; CTranslate2 takes one cap per
     # call, so it gets one call per batch, all submitted at once (its workers take them in turn).
@@ -294,7 +295,7 @@ def floors(translator, src_ids, bs, beam=1):
     try:
         greedy = translator.options(beam=beam)
         calls = capture_kernels(
-            lambda: translator.search(src_ids, greedy, batch_size=bs, scores=False), LINEAR | ATTENTION
+            lambda: translator.search(src_ids, replace(greedy, scores=False), batch_size=bs), LINEAR | ATTENTION
         )
     finally:
         translator.workers = workers

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     for precision in args.precisions.split(","):
         tr = load_translator(args.checkpoint, precision=precision)
         tr.workers = 1  # one batch at a time: the profile of one decoding loop
-        tr.search(ids, tr.options(beam=1), scores=False)  # warm-up: kernels chosen, caches allocated
+        tr.search(ids, tr.options(beam=1, scores=False))  # warm-up: kernels chosen, caches allocated
         best = min(_timed(tr, ids) for _ in range(args.rounds))
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             wall = _timed(tr, ids)
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
 
 def _timed(tr, ids) -> float:
     t0 = time.perf_counter()
-    tr.search(ids, tr.options(beam=1), scores=False)
+    tr.search(ids, tr.options(beam=1, scores=False))
     return time.perf_counter() - t0
 
 

@@ -68,7 +68,7 @@ def main():
         enc = tok(texts, padding=True, return_tensors="pt")
         limit = tr.output_limit(enc["input_ids"].shape[1])
         for beam in (1, 4) if not args.imports_only else ():
-            ours = lambda: [hs[0].tokens for hs in tr.search(src_ids, tr.options(beam=beam), scores=False)]
+            ours = lambda: [hs[0].tokens for hs in tr.search(src_ids, tr.options(beam=beam, scores=False))]
             theirs = lambda: hf.generate(  # the settings tests/export/test_hf.py proves identical outputs with
                 **enc,
                 num_beams=beam,

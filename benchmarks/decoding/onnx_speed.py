@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import onnxruntime
@@ -174,7 +175,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         greedy = translator.options(beam=1)
         engines: dict = {
-            "attnlab fp32": lambda ids: [hs[0].tokens for hs in translator.search(ids, greedy, scores=False)]
+            "attnlab fp32": lambda ids: [hs[0].tokens for hs in translator.search(ids, replace(greedy, scores=False))]
         }
         for q in ("float32", "int8"):
             folder = Path(tmp) / q

@@ -33,6 +33,7 @@ import re
 import statistics
 import sys
 import time
+from dataclasses import replace
 from unittest import mock
 
 import torch
@@ -74,7 +75,9 @@ def linear_floor(translator, src_ids, batch_size):
     """A replay of every linear-layer kernel `translator` runs decoding src_ids (one capture, one thread),
     and the number of calls: what no decoder on those kernels can cost less than."""
     greedy = translator.options(beam=1)
-    calls = capture_kernels(lambda: translator.search(src_ids, greedy, batch_size=batch_size, scores=False), LINEAR)
+    calls = capture_kernels(
+        lambda: translator.search(src_ids, replace(greedy, scores=False), batch_size=batch_size), LINEAR
+    )
     return replay_kernels(calls, torch.device("cpu"))
 
 
@@ -162,7 +165,7 @@ def switches(t):
 def translate(t, src, beam=1):
     """t's outputs for src, in t.batch_size, as its variant runs (`switches`)."""
     with switches(t):
-        return [t.tgt_vocab.decode(hs[0].tokens) for hs in t.search(src, t.options(beam=beam), scores=False)]
+        return [t.tgt_vocab.decode(hs[0].tokens) for hs in t.search(src, t.options(beam=beam, scores=False))]
 
 
 def same_as_baseline(hyps: dict[str, list], baseline: str) -> dict[str, str]:

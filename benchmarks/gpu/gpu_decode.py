@@ -46,7 +46,7 @@ def timed(translator, ids, beam: int, batch_size: int) -> tuple[float, list]:
     sync = torch.cuda.synchronize if translator.device.type == "cuda" else (lambda: None)
     sync()
     t0 = time.perf_counter()
-    out = translator.search(ids, translator.options(beam=beam), batch_size=batch_size, scores=False)
+    out = translator.search(ids, translator.options(beam=beam, scores=False), batch_size=batch_size)
     sync()
     return time.perf_counter() - t0, [hs[0].tokens for hs in out]
 

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 import torch
 
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
             for alpha in numbers(args.length_penalties, float) if beam > 1 else [1.0]:
                 start = time.perf_counter()
                 opts = translator.options(beam=beam, length_penalty=alpha)
-                out = [hs[0].tokens for hs in translator.search(src_ids, opts, scores=False)]
+                out = [hs[0].tokens for hs in translator.search(src_ids, replace(opts, scores=False))]
                 seconds = time.perf_counter() - start
                 hyps = [translator.tgt_vocab.decode(ids) for ids in out]
                 bleu, chrf = corpus_bleu(hyps, refs), corpus_chrf(hyps, refs)

@@ -95,7 +95,7 @@ def build(name: str, preset: str, data, layers: int):
 def decode(model, data):
     def run(src, lens, max_len):
         tgt = data.tgt_vocab
-        hyps = generate(model, src, lens, DecodeOptions(), bos=tgt.bos, eos=tgt.eos, max_len=max_len, scores=False)
+        hyps = generate(model, src, lens, DecodeOptions(scores=False), bos=tgt.bos, eos=tgt.eos, max_len=max_len)
         return [hs[0].tokens for hs in hyps]
 
     return run
@@ -124,7 +124,7 @@ def interleaved_speeds(run_dirs: list[str], rounds: int) -> None:
     for _ in range(rounds):
         for tr, t in zip(models, times):
             t0 = time.perf_counter()
-            tr.search(ids, tr.options(beam=1), scores=False)
+            tr.search(ids, tr.options(beam=1, scores=False))
             t.append(time.perf_counter() - t0)
     for d, t in zip(run_dirs, times):
         ratio = sorted(a / b for a, b in zip(times[0], t))[len(t) // 2]

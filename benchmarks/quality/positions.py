@@ -74,7 +74,7 @@ def greedy_speed(translator, ids, rounds: int = 3) -> float:
     best = float("inf")
     for _ in range(rounds):
         t0 = time.perf_counter()
-        translator.search(ids, translator.options(beam=1), scores=False)
+        translator.search(ids, translator.options(beam=1, scores=False))
         best = min(best, time.perf_counter() - t0)
     return len(ids) / best
 
@@ -85,7 +85,7 @@ def measure(run: Path, long: list, limit: int) -> dict:
     sources = held_out_sources(data.valid, data.tgt_vocab, limit)
     ids = [s for _, s, _ in sources]
     refs = [r for _, _, r in sources]
-    out_ids = [hs[0].tokens for hs in tr.search(ids, tr.options(beam=1), scores=False)]
+    out_ids = [hs[0].tokens for hs in tr.search(ids, tr.options(beam=1, scores=False))]
     hyps = [tr.tgt_vocab.decode(o) for o in out_ids]
     long_hyps = tr.translate([src for src, _ in long], truncate=True, options=tr.options(beam=1))
     cfg = tr.model.config

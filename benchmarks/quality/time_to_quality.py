@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -300,7 +301,7 @@ def evaluate_split(run_dir, split: str = "test", limit: int = 10**9, beams=(1, 4
     rows = []
     for beam in beams:
         opts = translator.options(beam=beam)
-        found = translator.search([ids for _, ids, _ in sources], opts, scores=False)
+        found = translator.search([ids for _, ids, _ in sources], replace(opts, scores=False))
         hyps = [translator.tgt_vocab.decode(hs[0].tokens) for hs in found]
         bleu, chrf = corpus_bleu(hyps, refs), corpus_chrf(hyps, refs)
         print(f"  beam {beam}: BLEU {bleu:.2f}  chrF {chrf:.2f}")

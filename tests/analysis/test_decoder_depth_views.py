@@ -36,7 +36,8 @@ def run(tmp_path_factory):
 
 
 def test_maps_and_views_have_each_stacks_layers(run):
-    ex = explain(load_translator(run), "go .", beam=1)
+    translator = load_translator(run)
+    ex = explain(translator, "go .", translator.options(beam=1))
     assert [ex.maps[k].shape[0] for k in ("encoder_self", "decoder_self", "cross")] == [3, 1, 1]
     assert len(model_view(ex, kind="encoder_self").data["attention"]["encoder_self"]) == 3
     fig = head_view(ex, kind="encoder_self", layer=2).figure()
@@ -47,10 +48,10 @@ def test_maps_and_views_have_each_stacks_layers(run):
 
 def test_head_masks_name_layers_of_their_own_stack(run):
     translator = load_translator(run)
-    off = explain(translator, "go .", beam=1, heads_off={"encoder_self": [[2, 1]]})
+    off = explain(translator, "go .", translator.options(beam=1), heads_off={"encoder_self": [[2, 1]]})
     assert off.maps["encoder_self"].shape[0] == 3
     with pytest.raises(ValueError, match=r"heads_off.cross: layer 1 out of range; this model has layers 0..0"):
-        explain(translator, "go .", beam=1, heads_off={"cross": [[1, 0]]})
+        explain(translator, "go .", translator.options(beam=1), heads_off={"cross": [[1, 0]]})
 
 
 def test_heads_and_attention_commands(run, tmp_path):

@@ -122,7 +122,7 @@ def test_pruned_model_equals_masked_and_saves_loads(setup, tmp_path):
         expected = model(batch.src, batch.tgt_in, batch.src_valid_lens)
         expected_ids = [
             hs[0].tokens
-            for hs in translator.search([ex.src_ids for ex in data.valid], translator.options(beam=1), scores=False)
+            for hs in translator.search([ex.src_ids for ex in data.valid], translator.options(beam=1, scores=False))
         ]
     save_pruned_run(run, heads, tmp_path / "pruned")
     cfg = json.loads((tmp_path / "pruned" / "config.json").read_text())
@@ -134,7 +134,7 @@ def test_pruned_model_equals_masked_and_saves_loads(setup, tmp_path):
         got = m(batch.src, batch.tgt_in, batch.src_valid_lens)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     assert [
-        hs[0].tokens for hs in pruned.search([ex.src_ids for ex in data.valid], pruned.options(beam=1), scores=False)
+        hs[0].tokens for hs in pruned.search([ex.src_ids for ex in data.valid], pruned.options(beam=1, scores=False))
     ] == expected_ids
     # Pruning again counts in current heads and records original indices.
     m.prune_heads({"encoder.blocks.0.attention": [1]})  # current head 1 = original head 3

@@ -3,6 +3,7 @@ compares implementations, not architectures): the book's formulation and the nn.
 each with attnlab's weights copied in, give attnlab's logits."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from attnlab.models import Transformer, TransformerConfig  # noqa: E402
 def greedy(model, src, lens, bos, eos, max_len, scores=True):
     """The generator's greedy search: one hypothesis per source."""
     opts = DecodeOptions()
-    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
+    return [hs[0] for hs in generate(model, src, lens, replace(opts, scores=scores), bos=bos, eos=eos, max_len=max_len)]
 
 
 def beam_search(model, src, lens, bos, eos, beam=4, max_len=50, length_penalty=1.0):

@@ -106,7 +106,7 @@ def test_precision_benchmark_prints_speed_and_bleu(run_dir):
     src = [ex.src_ids for ex in load_data(base.config["data"]).test[:8]]
     ref = [
         base.tgt_vocab.decode(hs[0].tokens)
-        for hs in base.search(src, base.options(beam=1), batch_size=256, scores=False)
+        for hs in base.search(src, base.options(beam=1, scores=False), batch_size=256)
     ]
     for precision in ("bf16", "int8"):  # each row counts that precision's outputs equal to fp32's
         tr = load_translator(run_dir, precision=precision)

@@ -109,7 +109,7 @@ def tripwires(monkeypatch):
 
     monkeypatch.setattr(uvicorn, "run", trip)
     monkeypatch.setattr("attnlab.training.tasks.translation.write_run_config", trip)
-    monkeypatch.setattr("attnlab.decoding.batches.generate", trip)
+    monkeypatch.setattr("attnlab.decoding.job.generate", trip)
     for target in (
         "attnlab.chapter.nadaraya_watson.kernel_regression",
         "attnlab.chapter.self_attention.positional_encoding",

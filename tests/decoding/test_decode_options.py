@@ -251,7 +251,7 @@ def test_word_alignment_of_identity_attention_merges_tokens_into_words():
 
 def test_cross_attention_equals_explain_maps(translator):
     tr = translator
-    exp = explain(tr, "i'm home .", beam=1)
+    exp = explain(tr, "i'm home .", tr.options(beam=1))
     out = tr.search([tr.src_vocab.encode("i'm home .")], DecodeOptions())[0][0].tokens
     src, lens = _batch(tr, ["i'm home ."])
     for layer in (0, 1):

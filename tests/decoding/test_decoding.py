@@ -28,13 +28,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def greedy(model, src, lens, bos, eos, max_len, scores=True):
-    out = generate(model, src, lens, DecodeOptions(), bos=bos, eos=eos, max_len=max_len, scores=scores)
+    out = generate(model, src, lens, DecodeOptions(scores=scores), bos=bos, eos=eos, max_len=max_len)
     return [hs[0] for hs in out]
 
 
-def beam_search(model, src, lens, bos, eos, beam, length_penalty=1.0, max_len=50, trace=None, early_stopping=True):
-    opts = DecodeOptions(beam=beam, length_penalty=length_penalty, early_stopping=early_stopping)
-    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, trace=trace)]
+def beam_search(model, src, lens, bos, eos, beam, length_penalty=1.0, max_len=50, trace=False, early_stopping=True):
+    opts = DecodeOptions(beam=beam, length_penalty=length_penalty, early_stopping=early_stopping, trace=trace)
+    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len)]
 
 
 def full_greedy(model, src, lens, bos, max_len):
@@ -260,10 +260,12 @@ def test_beam_trace_is_consistent_with_the_result(make, beam, alpha, max_len):
     model = make()
     src, lens = sources(B=3)
     plain = beam_search(model, src, lens, BOS, EOS, beam=beam, length_penalty=alpha, max_len=max_len)
-    trace: list = []
-    traced = beam_search(model, src, lens, BOS, EOS, beam=beam, length_penalty=alpha, max_len=max_len, trace=trace)
+    traced = beam_search(model, src, lens, BOS, EOS, beam=beam, length_penalty=alpha, max_len=max_len, trace=True)
     assert [(h.tokens, h.score, h.finished) for h in traced] == [(h.tokens, h.score, h.finished) for h in plain]
+    assert all(h.trace is None for h in plain)
     for b, hyp in enumerate(traced):
+        trace = hyp.trace  # this sentence's records only
+        assert {r["sentence"] for r in trace} == {b}
         steps = {r["step"]: r for r in trace if r.get("sentence") == b and "step" in r}
         for r in steps.values():
             slots = sorted(c["slot"] for c in r["candidates"] if c["status"] in ("live", "cut"))

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -28,17 +29,17 @@ GREEDY = DecodeOptions()
 
 def greedy(model, src, lens, bos, eos, max_len, scores=True):
     """The generator's greedy search: one hypothesis per source."""
-    out = generate(model, src, lens, GREEDY, bos=bos, eos=eos, max_len=max_len, scores=scores)
+    out = generate(model, src, lens, replace(GREEDY, scores=scores), bos=bos, eos=eos, max_len=max_len)
     return [hs[0] for hs in out]
 
 
-def decode(tr, ids, **kw):
+def decode(tr, ids, options=GREEDY, **kw):
     """A translator's greedy hypotheses of source id lists (through its batches and workers)."""
-    return [hs[0] for hs in tr.search(ids, GREEDY, **kw)]
+    return [hs[0] for hs in tr.search(ids, options, **kw)]
 
 
 def decode_ids(tr, ids, **kw):
-    return [h.tokens for h in decode(tr, ids, scores=False, **kw)]
+    return [h.tokens for h in decode(tr, ids, replace(GREEDY, scores=False), **kw)]
 
 
 @pytest.mark.parametrize("V", [5, 128, 129, 4000, 3755])
@@ -205,7 +206,7 @@ def test_a_failing_worker_raises_in_the_caller_and_restores_threads(monkeypatch)
     def boom(*a, **k):
         raise RuntimeError("decode failed")
 
-    monkeypatch.setattr("attnlab.decoding.batches.generate", boom)
+    monkeypatch.setattr("attnlab.decoding.job.generate", boom)
     with pytest.raises(RuntimeError, match="decode failed"):
         decode(tr, [[5], [6, 7], [8]], batch_size=1, workers=2)
     assert torch.get_num_threads() == threads
@@ -251,28 +252,29 @@ def one():
     return [h.tokens for h in decode(tr, ids, batch_size=2, workers=1)]
 ref = one()
 assert [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)] == ref
-pool = _POOLS[tr]
+pool = _POOLS[tr.model]
 assert not pool.closed
 decode(tr, ids, batch_size=2, workers=2)
-assert _POOLS[tr] is pool  # kept: the children are warm
+assert _POOLS[tr.model] is pool  # kept: the children are warm
 with torch.no_grad():
     tr.model.decoder.dense.weight.mul_(-1.0)  # in place: the children's copy is now stale
 changed = one()
 assert changed != ref and [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)] == changed
-assert _POOLS[tr] is not pool and pool.closed
-pool = _POOLS[tr]
+assert _POOLS[tr.model] is not pool and pool.closed
+pool = _POOLS[tr.model]
 tr.max_output_len = 3  # a setting, not a weight: forked again too
 assert [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)] == one() != changed
-assert _POOLS[tr] is not pool
+assert _POOLS[tr.model] is not pool
 twin = copy.deepcopy(tr)  # a translator with workers still copies, and the copy gets its own
-assert [h.tokens for h in decode(twin, ids, batch_size=2, workers=2)] == one() and _POOLS[twin] is not _POOLS[tr]
+assert [h.tokens for h in decode(twin, ids, batch_size=2, workers=2)] == one()
+assert _POOLS[twin.model] is not _POOLS[tr.model]
 import os, signal, time, warnings
-os.kill(_POOLS[tr]._children[0][0], signal.SIGKILL)  # a worker killed between calls (out of memory)
+os.kill(_POOLS[tr.model]._children[0][0], signal.SIGKILL)  # a worker killed between calls (out of memory)
 time.sleep(0.2)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     assert [h.tokens for h in decode(tr, ids, batch_size=2, workers=2)] == one()  # decoded here instead
-assert any("died" in str(w.message) for w in caught) and tr not in _POOLS
+assert any("died" in str(w.message) for w in caught) and tr.model not in _POOLS
 for options in (DecodeOptions(sample=True, seed=3, n_best=2), DecodeOptions(beam=3, n_best=2)):
     tr.workers = 1
     ref = tr.search(ids, options, batch_size=2)
@@ -306,16 +308,16 @@ def test_an_attention_recording_keeps_workers_in_this_process(monkeypatch):
 def test_the_garbage_collector_is_paused_while_decoding_and_restored_after(monkeypatch):
     import gc
 
-    import attnlab.decoding.batches as batches
+    import attnlab.decoding.job as job
 
     seen = []
-    real = batches.generate
+    real = job.generate
 
     def spy(*a, **k):
         seen.append(gc.isenabled())
         return real(*a, **k)
 
-    monkeypatch.setattr(batches, "generate", spy)
+    monkeypatch.setattr(job, "generate", spy)
     tr = tiny_translator(V=20)
     assert gc.isenabled()
     decode(tr, [[5, 6], [7]], batch_size=1, workers=1)
@@ -329,7 +331,7 @@ def test_the_garbage_collector_is_paused_while_decoding_and_restored_after(monke
 
 
 def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs(monkeypatch):
-    from attnlab.decoding.batches import _search_one as real
+    from attnlab.decoding.job import DecodeJob
     from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
     from attnlab.inference.precision import resolve_precision
 
@@ -342,11 +344,13 @@ def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs(monkeypatch):
     int8.workers = 1
     sizes = []
 
-    def spy(translator, seqs, *args):
-        sizes.append(len(seqs))
-        return real(translator, seqs, *args)
+    real = DecodeJob.search
 
-    monkeypatch.setattr("attnlab.decoding.batches._search_one", spy)
+    def spy(job, seqs, *args, **kw):
+        sizes.append(len(seqs))
+        return real(job, seqs, *args, **kw)
+
+    monkeypatch.setattr(DecodeJob, "search", spy)
     assert decode_ids(int8, ids) == decode_ids(int8, ids, batch_size=DEFAULT_BATCH_SIZE)
     size = BATCH_SIZE_BY_PRECISION["int8"]
     assert sizes == [size] * (400 // size) + [400 % size] * (400 % size > 0) + [256, 144]

@@ -42,7 +42,7 @@ def _check_against_attnlab(run, folder, sentences, atol=1e-5):
     onnx_tr = OnnxTranslator(folder, threads=1)
     ids = translator.encode(sentences)
     for i, s in enumerate(sentences):
-        ref = explain(translator, s, beam=1)
+        ref = explain(translator, s, translator.options(beam=1))
         got = onnx_tr.greedy([ids[i]], attentions=True)[0]
         assert translator.tgt_vocab.to_tokens(got.tokens) == ref.tgt_tokens[: len(got.tokens)], s
         assert got.finished == ref.finished and len(ref.tgt_tokens) == len(got.tokens) + got.finished, s
@@ -51,7 +51,7 @@ def _check_against_attnlab(run, folder, sentences, atol=1e-5):
             assert got.attentions[kind].shape == want.shape, (s, kind)
             np.testing.assert_allclose(got.attentions[kind], want, atol=atol, rtol=0, err_msg=f"{s} {kind}")
     batch = onnx_tr.greedy(ids)  # one padded batch, as attnlab decodes one
-    greedy = translator.search(ids, translator.options(beam=1), batch_size=len(ids), scores=False)
+    greedy = translator.search(ids, translator.options(beam=1, scores=False), batch_size=len(ids))
     assert [o.tokens for o in batch] == [hs[0].tokens for hs in greedy]
 
 

@@ -61,13 +61,13 @@ def test_hf_export_of_a_pruned_run_decodes_as_attnlab(runs, tmp_path):
     torch.testing.assert_close(got[..., keep], want[..., keep], atol=1e-4, rtol=1e-4)
     texts = TEXTS + sentences(8, seed=3)
     assert [
-        hs[0].tokens for hs in tr.search([tr.src_vocab.encode(t) for t in texts], tr.options(beam=1), scores=False)
+        hs[0].tokens for hs in tr.search([tr.src_vocab.encode(t) for t in texts], tr.options(beam=1, scores=False))
     ] == _generate(tr, hf, texts, beam=1)
     # The pruning changed what the model says: the export is of the pruned model, not the original.
     original = load_translator(runs[0], precision="fp32")
     assert [
         hs[0].tokens
-        for hs in original.search([original.src_vocab.encode(t) for t in texts], original.options(beam=1), scores=False)
+        for hs in original.search([original.src_vocab.encode(t) for t in texts], original.options(beam=1, scores=False))
     ] != _generate(tr, hf, texts, beam=1)
 
 
@@ -83,7 +83,7 @@ def test_ctranslate2_export_is_token_identical(runs, tmp_path, which):
     texts = TEXTS + sentences(12, seed=5)
     ids = [tr.src_vocab.encode(t) for t in texts]
     ours = [
-        tr.tgt_vocab.to_tokens(h) for h in [hs[0].tokens for hs in tr.search(ids, tr.options(beam=1), scores=False)]
+        tr.tgt_vocab.to_tokens(h) for h in [hs[0].tokens for hs in tr.search(ids, tr.options(beam=1, scores=False))]
     ]
     res = ctranslate2.Translator(str(out), intra_threads=1).translate_batch(
         [source_tokens(tr.src_vocab, t) for t in texts],

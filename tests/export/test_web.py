@@ -141,7 +141,7 @@ def test_page_translates_in_the_browser(run, static_server, browser, capsys):
     wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#cross-heatmap rect.cell")))
     assert browser.find_element(By.ID, "text").get_attribute("value") == SENTENCES[0]
     assert browser.find_element(By.ID, "translation").text == expected[0]
-    _check_maps(browser, explain(translator, SENTENCES[0], beam=1), 0, None)
+    _check_maps(browser, explain(translator, SENTENCES[0], translator.options(beam=1)), 0, None)
     assert not browser.find_element(By.ID, "beam").is_displayed()  # greedy only: no beam control
 
     for k, text in enumerate(SENTENCES[1:], start=1):
@@ -153,7 +153,7 @@ def test_page_translates_in_the_browser(run, static_server, browser, capsys):
         wait.until(EC.staleness_of(drawn))
         wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#cross-heatmap rect.cell")))
         assert browser.find_element(By.ID, "translation").text == expected[k]
-        ref = explain(translator, text, beam=1)
+        ref = explain(translator, text, translator.options(beam=1))
         _check_maps(browser, ref, 0, None)
         Select(browser.find_element(By.ID, "layer")).select_by_value("1")
         Select(browser.find_element(By.ID, "head")).select_by_value("1")

@@ -49,7 +49,7 @@ def test_the_page_draws_each_stack_at_its_own_depth(run, static_server, browser,
     assert browser.find_element(By.ID, "translation").text == expected
     layers = Select(browser.find_element(By.ID, "layer"))
     assert [o.text for o in layers.options] == ["1 of 2", "2 of 2"]
-    ref = explain(translator, TEXT, beam=1)
+    ref = explain(translator, TEXT, translator.options(beam=1))
     for layer in (0, 1):
         layers.select_by_value(str(layer))
         for box, kind in (("enc-heatmap", "encoder_self"), ("cross-heatmap", "cross"), ("dec-heatmap", "decoder_self")):

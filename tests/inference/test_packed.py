@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from dataclasses import replace
 
 import pytest
 import torch
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.skipif(not ONEDNN, reason="this PyTorch build has no on
 def greedy(model, src, lens, bos, eos, max_len, scores=True):
     """The generator's greedy search: one hypothesis per source."""
     opts = DecodeOptions()
-    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
+    return [hs[0] for hs in generate(model, src, lens, replace(opts, scores=scores), bos=bos, eos=eos, max_len=max_len)]
 
 
 def _layer(K=48, N=160, bias=True, seed=0) -> nn.Linear:

@@ -4,6 +4,8 @@ that agree with fp32 on a small trained model."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -30,7 +32,7 @@ INT8_AGREEMENT = 0.9
 def greedy(model, src, lens, bos, eos, max_len, scores=True):
     """The generator's greedy search: one hypothesis per source."""
     opts = DecodeOptions()
-    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
+    return [hs[0] for hs in generate(model, src, lens, replace(opts, scores=scores), bos=bos, eos=eos, max_len=max_len)]
 
 
 def _is_int8(m: nn.Module) -> bool:

@@ -41,7 +41,7 @@ def sources(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def lines(model, src, lens, beam: int) -> list[tuple[int, ...]]:
     with torch.inference_mode():
-        found = generate(model, src, lens, DecodeOptions(beam=beam), bos=1, eos=2, max_len=20, scores=False)
+        found = generate(model, src, lens, DecodeOptions(beam=beam, scores=False), bos=1, eos=2, max_len=20)
     return [tuple(hs[0].tokens) for hs in found]
 
 

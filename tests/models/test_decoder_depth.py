@@ -61,7 +61,7 @@ def test_cached_decoding_equals_full_forward_at_every_step(kw):
 def test_beam_search_scores_are_the_full_forwards_log_probabilities():
     model = deep_shallow()
     src, _, lens = batch()
-    hyps = generate(model, src, lens, DecodeOptions(beam=3), bos=1, eos=2, max_len=6, scores=True)
+    hyps = generate(model, src, lens, DecodeOptions(beam=3), bos=1, eos=2, max_len=6)
     for i, nbest in enumerate(hyps):
         best = nbest[0]
         out = [*best.tokens, 2] if best.finished else best.tokens

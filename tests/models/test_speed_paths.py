@@ -4,6 +4,8 @@ on real target positions only, and the fused optimizer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -23,7 +25,7 @@ PAD, BOS = 0, 1
 def greedy(model, src, lens, bos, eos, max_len, scores=True):
     """The generator's greedy search: one hypothesis per source."""
     opts = DecodeOptions()
-    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
+    return [hs[0] for hs in generate(model, src, lens, replace(opts, scores=scores), bos=bos, eos=eos, max_len=max_len)]
 
 
 def full_greedy(model, src, lens, bos, eos, max_len):

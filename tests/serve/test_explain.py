@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from attnlab.decoding.translator import InputError, TextTooLong
 def greedy(model, src, lens, bos, eos, max_len, scores=True):
     """The generator's greedy search: one hypothesis per source."""
     opts = DecodeOptions()
-    return [hs[0] for hs in generate(model, src, lens, opts, bos=bos, eos=eos, max_len=max_len, scores=scores)]
+    return [hs[0] for hs in generate(model, src, lens, replace(opts, scores=scores), bos=bos, eos=eos, max_len=max_len)]
 
 
 def _check_shapes_and_rows(exp, cfg):
@@ -52,7 +53,7 @@ def test_shapes_tokens_and_rows(translator):
 def test_equals_cached_step_by_step_decoding(translator):
     """Per-step weights recorded while greedy decodes with the KV cache == the one-pass maps."""
     text = "i'm home ."
-    exp = explain(translator, text, beam=1)
+    exp = explain(translator, text, translator.options(beam=1))
     model, sv, tv = translator.model, translator.src_vocab, translator.tgt_vocab
     src = torch.tensor([sv.encode(text) + [sv.eos]])
     with torch.no_grad(), record_attention(model) as rec:
@@ -81,7 +82,7 @@ def test_equals_cached_step_by_step_decoding(translator):
 
 
 def test_beam_output_matches_translator(translator):
-    exp = explain(translator, "he's calm .", beam=3)
+    exp = explain(translator, "he's calm .", translator.options(beam=3))
     assert exp.translation == translator.translate(["he's calm ."], options=translator.options(beam=3))[0]
     _check_shapes_and_rows(exp, translator.config["model"])
 
@@ -123,8 +124,8 @@ def test_bad_text(translator, text, error):
 
 
 def test_bad_beam(translator):
-    with pytest.raises(InputError, match="beam"):
-        explain(translator, "go .", beam=0)
+    with pytest.raises(ValueError, match="beam"):
+        explain(translator, "go .", translator.options(beam=0))
 
 
 def test_bahdanau_has_only_cross_attention(translator):
@@ -150,3 +151,21 @@ def test_bahdanau_has_only_cross_attention(translator):
     assert exp.encoder_self.numel() == 0 and exp.decoder_self.numel() == 0
     assert exp.cross.shape == (1, 1, len(exp.tgt_tokens), len(exp.src_tokens))
     torch.testing.assert_close(exp.cross.sum(-1), torch.ones(1, 1, len(exp.tgt_tokens)))
+
+
+def test_a_phrase_given_twice_must_appear_twice(translator):
+    """constraints_met counts as the search does: a phrase given twice is met by two occurrences, not one
+    (counted here by hand over the tokens); through explain, every output holds it twice."""
+    from attnlab.analysis.explanation import _entry
+    from attnlab.decoding.hypothesis import Hypothesis
+
+    vocab = translator.tgt_vocab
+    word = next(t for t in vocab.to_tokens(range(len(vocab))) if t.isalpha())
+    (w,) = vocab.encode(word)
+    x = w + 1  # another token
+    once, twice = Hypothesis([w, x, x], -1.0, True), Hypothesis([w, x, w], -1.0, True)
+    for h in (once, twice):
+        assert _entry(vocab, h, [[w], [w]])["constraints_met"] is (h.tokens.count(w) >= 2)
+        assert _entry(vocab, h, [[w]])["constraints_met"] is True
+    exp = explain(translator, "i'm home .", translator.options(beam=3, n_best=2, constraints=(word, word)))
+    assert exp.nbest and all(vocab.encode(h["text"]).count(w) >= 2 and h["constraints_met"] for h in exp.nbest)

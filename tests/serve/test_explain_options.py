@@ -15,8 +15,11 @@ def _post(client, **body):
     return client.post("/api/explain", json={"text": TEXT, **body})
 
 
-def test_nbest_and_alignment_are_the_libraries(client, translator):
-    r = _post(client, beam=3, options={"n_best": 2, "align": True})
+@pytest.mark.parametrize("where", ["options", "body", "both"])
+def test_nbest_and_alignment_are_the_libraries(client, translator, where):
+    """options.beam, or the body's `beam` (its alias), or both saying the same: one answer."""
+    beam = {"beam": 3} if where != "body" else {}
+    r = _post(client, **({"beam": 3} if where != "options" else {}), options={"n_best": 2, "align": True, **beam})
     assert r.status_code == 200, r.text
     body = r.json()
     (t,) = translator.translate_tokens([TEXT], options=DecodeOptions(beam=3, n_best=2, align=True))
@@ -72,7 +75,8 @@ def test_plain_options_keep_the_trace_and_no_options_one_hypothesis(client, tran
         (3, {"sample": True}, "sample"),  # sampling takes no beam
         (1, {"sample": True, "top_p": 0}, "top_p"),
         (1, {"bogus": 1}, "unknown decoding option"),
-        (1, {"beam": 2}, "body's `beam`"),
+        (1, {"beam": 2}, "differ"),  # the body's beam is options.beam's alias: two values are refused
+        (1, {"trace": True}, "trace cannot be set here"),  # the body's own trace, not the library's
         (1, {"sample": True, "n_best": 9}, "at most 8"),
         (1, {"prefix": ["a", "b"]}, "prefix"),
         (1, {"constraints": [["a"]]}, "constraints"),

@@ -50,7 +50,7 @@ def test_without_options_the_plain_answer_is_unchanged(client):
         ({"sample": True, "top_p": 1.5}, "top_p"),
         ({"temperature": 0}, "temperature"),
         ({"bogus": 1}, "unknown decoding option"),
-        ({"beam": 4}, "body's `beam`"),
+        ({"scores": False}, "scores cannot be set here"),  # what a library caller reads, not the API's
         ({"sample": True, "n_best": 9}, "at most 8"),
         ({"prefix": ["a", "b"]}, "prefix"),  # two prefixes for three texts
     ],
@@ -102,3 +102,12 @@ def test_the_server_narrows_the_options_bound_and_starts_at_the_runs_defaults(cl
     r = client.post("/api/translations", json={"texts": TEXTS})  # no beam: the run's default
     assert r.json()["beam"] == translator.defaults.beam
     assert r.json()["translations"] == translator.translate(TEXTS)
+
+
+def test_options_beam_is_the_body_beam(client, translator):
+    """options.beam decodes as the body's `beam` (its documented alias) does, and as the library does."""
+    by_body = client.post("/api/translations", json={"texts": TEXTS, "beam": 3}).json()
+    by_options = client.post("/api/translations", json={"texts": TEXTS, "options": {"beam": 3}}).json()
+    assert by_options["beam"] == by_body["beam"] == 3
+    want = translator.translate(TEXTS, options=translator.options(beam=3))
+    assert by_options["translations"] == by_body["translations"] == want

@@ -1,13 +1,14 @@
 """Translate one sentence and return every attention map the model used for it (for `attnlab
 attention`, the demo's figures and the explorer).
 
-    exp = explain(translator, "i'm home .", beam=1)
+    exp = explain(translator, "i'm home .", translator.options(beam=1))
     exp.maps["cross"].shape        # (N, H, Lt, Ls): layers, heads, produced tokens, source tokens
 
-Decoding (greedy or beam search, with the key/value cache) finds the output; then one teacher-forced
-forward `model(src, [<bos>] + output)` runs under `record_attention`. Because the decoder is causal, the
-weights of query t in that forward are exactly those of decoding step t (tests check it against the
-per-step weights recorded from cached decoding), so one pass yields the maps of the whole decode.
+Decoding (`Translator.search`, any `DecodeOptions`; with `trace`, beam search's own record) finds the
+output; then one teacher-forced forward `model(src, [<bos>] + output)` runs under `record_attention`.
+Because the decoder is causal, the weights of query t in that forward are exactly those of decoding step t
+(tests check it against the per-step weights recorded from cached decoding), so one pass yields the maps of
+the whole decode.
 
 The kinds of map come from the model itself (`model.attention_kinds()`: the Transformer declares
 encoder_self, decoder_self and cross; the Bahdanau model only cross), not from module names.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -25,9 +26,9 @@ from torch import Tensor
 from attnlab.attention import mask_heads, record_attention
 from attnlab.attention.recording import ATTENTION_KINDS, attention_maps
 from attnlab.decoding.align import align_batch, source_word_index, target_word_index
-from attnlab.decoding.generator import generate
 from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.options import DecodeOptions
+from attnlab.decoding.targets import holds_phrases
 from attnlab.decoding.trace import trace_path
 from attnlab.decoding.translator import InputError, TextTooLong, encode_source
 from attnlab.models.config import TransformerConfig
@@ -48,7 +49,7 @@ class Explanation:
     model_type: "transformer", "bahdanau", ...
     finished: decoding ended with <eos> (from the Hypothesis), not at the length limit.
     heads_off: kind -> [[layer, head], ...] masked while decoding and recording (empty: none).
-    beam_trace: with beam > 1 and trace=True, the search itself (`attnlab.decoding.generate`'s trace,
+    beam_trace: with beam > 1 and trace=True, the search itself (`DecodeOptions.trace`'s record,
         tokens as strings, and "path": the (step, candidate) of each token of the winner); else None.
     subwords: the tokens are SentencePiece pieces ("▁" starts a word); `merge_subwords` joins them.
     positions, num_heads, num_kv_heads: how the model's attention knows word order and how many query and
@@ -218,39 +219,14 @@ def _canonical_heads_off(heads_off: Mapping[str, Sequence] | None) -> dict[str, 
     return {k: [list(p) for p in sorted({(int(a), int(b)) for a, b in v})] for k, v in (heads_off or {}).items() if v}
 
 
-def _decode(translator, ids: list[int], options: DecodeOptions, trace: list | None):
-    """translator.search for one sentence; with a trace list, the same generator called directly with it
-    (the Translator records no trace), with the same start token and length limit."""
-    if trace is None:
-        ((hyp, *_),) = translator.search([ids], options)
-        return hyp
-    src_ids = ids + [translator.src_vocab.eos]
-    src = torch.tensor([src_ids], dtype=torch.long, device=translator.device)
-    lens = torch.tensor([len(src_ids)], device=translator.device)
-    ((hyp, *_),) = generate(
-        translator.model, src, lens, options, bos=translator.bos, eos=translator.tgt_vocab.eos,
-        max_len=translator.output_limit(len(src_ids)), trace=trace,
-    )  # fmt: skip
-    return hyp
-
-
-def _contains(tokens: list[int], phrase: list[int]) -> bool:
-    return any(tokens[i : i + len(phrase)] == phrase for i in range(len(tokens) - len(phrase) + 1))
-
-
-def _search(translator, text: str, ids: list[int], options: DecodeOptions, trace: list | None) -> tuple:
-    """The hypotheses `Translator.translate_tokens` finds for `text` with `options` (the same calls, so the
+def _search(translator, text: str, ids: list[int], options: DecodeOptions) -> tuple:
+    """The hypotheses `Translator.translate_tokens` finds for `text` with `options` (the same call, so the
     same results), each as an nbest entry, and the best one's alignment (options.align) or None."""
     heads = translator.alignment_heads(options.align_layer, options.align_heads) if options.align else None
-    prefixes, constraints = translator.encode_targets([ids], options)
-    if options.plain:  # one answer: the same search, with its trace if asked
-        hyps = [_decode(translator, ids, options, trace)]
-    else:
-        (hyps,) = translator.search([ids], options)
-    phrases = constraints[0]
+    (phrases,) = translator.encode_targets([ids], options)[1]
+    (hyps,) = translator.search([ids], options)
     vocab = translator.tgt_vocab
-    met = [all(_contains(h.tokens, p) for p in phrases) if phrases else None for h in hyps]
-    nbest = [{**_entry(vocab, h), "constraints_met": m} for h, m in zip(hyps, met)]
+    nbest = [_entry(vocab, h, phrases) for h in hyps]
     alignment = None
     if heads is not None:
         # All n-best outputs in one batch, as translate_tokens aligns them (same padding, same numbers).
@@ -267,59 +243,44 @@ def _search(translator, text: str, ids: list[int], options: DecodeOptions, trace
 
 
 def _readable_trace(trace: list, vocab) -> dict:
-    """The beam search's trace (one sentence) with token strings and the winner's path."""
-
+    """One sentence's beam search trace (`Hypothesis.trace`) with token strings and the winner's path."""
     steps = [r for r in trace if "step" in r]
     for r in steps:
         for c in r["candidates"]:
             c["text"] = vocab.to_tokens([c["token"]])[0]
     winner = next((r["winner"] for r in trace if "winner" in r), None)
-    return {"steps": steps, "winner": winner, "path": [list(p) for p in trace_path(trace, 0)]}
+    sentence = trace[0]["sentence"] if trace else 0
+    return {"steps": steps, "winner": winner, "path": [list(p) for p in trace_path(trace, sentence)]}
 
 
 def explain(
     translator,
     text: str,
-    beam: int | None = None,
+    options: DecodeOptions | None = None,
+    *,
     max_chars: int = MAX_CHARS,
     truncate: bool = False,
     heads_off: Mapping[str, Sequence] | None = None,
     trace: bool = False,
-    options: DecodeOptions | None = None,
 ) -> Explanation:
-    """Translate `text` (greedy for beam=1, else beam search; None: the translator's default decoding)
-    and record every attention map.
+    """Translate `text` as `Translator.translate_tokens(options=...)` does (None: the translator's defaults, one
+    answer) and record every attention map of its best hypothesis; `nbest` and `alignment` hold the rest. A
+    prefix or constraint the target vocabulary cannot hold, or alignment heads the model lacks, raise ValueError.
 
     heads_off: {kind: [[layer, head], ...]} heads masked (output gated to 0 before W_o) while decoding
         and recording, in this thread only (`mask_heads`); see `head_masks_for`.
-    trace: with beam > 1, also return the beam search step by step (`Explanation.beam_trace`); with
-        options, only where they decode as plain beam search (no n-best, prefix, constraints or controls).
-    options: decode as `Translator.translate_tokens(options=...)` does (options.beam replaces `beam`):
-        the maps are those of its best hypothesis; `nbest` and `alignment` hold the rest. A prefix or
-        constraint the target vocabulary cannot hold, or alignment heads the model lacks, raise ValueError.
+    trace: with beam > 1, also return the beam search step by step (`Explanation.beam_trace`), where the options
+        decode as plain beam search (no n-best, prefix, constraints or controls: `DecodeOptions.plain`).
 
-    Raises InputError (a ValueError) for text that is empty, too long or untokenizable, for a beam
-    below 1 (the HTTP API caps it at 8) and for a bad head mask.
+    Raises InputError (a ValueError) for text that is empty, too long or untokenizable and for a bad head mask.
     """
-    if beam is None:
-        beam = translator.defaults.beam if options is None else options.beam
-    if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
-        raise InputError(f"beam must be a positive integer, got {beam!r}")
+    options = translator.options(n_best=1) if options is None else options
     ids = check_text(translator, text, max_chars, truncate)
     src_vocab, tgt_vocab, model = translator.src_vocab, translator.tgt_vocab, translator.model
     masks = head_masks_for(model, heads_off)
-    if options is not None:
-        beam = options.beam
-        if not options.plain:
-            trace = False
-    steps: list | None = [] if trace and beam > 1 else None
-    nbest, alignment = [], None
+    traced = trace and options.beam > 1 and options.plain
     with torch.inference_mode(), mask_heads(model, masks):
-        if options is None:
-            hyp = _decode(translator, ids, translator.options(beam=beam, n_best=1), steps)
-            nbest = [_entry(tgt_vocab, hyp)]
-        else:
-            hyp, nbest, alignment = _search(translator, text, ids, options, steps)
+        hyp, nbest, alignment = _search(translator, text, ids, replace(options, trace=traced))
         out = hyp.tokens
         # A decode cut at the length limit has no query that produced <eos>: its last token is
         # not fed back, so the forward takes one input fewer and no <eos> row is shown.
@@ -333,12 +294,12 @@ def explain(
         src_tokens=src_vocab.to_tokens(ids) + ["<eos>"],
         tgt_tokens=tgt_vocab.to_tokens(out) + (["<eos>"] if hyp.finished else []),
         tgt_input_tokens=tgt_vocab.to_tokens(dec_in),
-        beam=beam,
+        beam=options.beam,
         finished=hyp.finished,
         model_type=model_type,
         maps=maps,
         heads_off=_canonical_heads_off(heads_off),
-        beam_trace=_readable_trace(steps, tgt_vocab) if steps is not None else None,
+        beam_trace=_readable_trace(hyp.trace or [], tgt_vocab) if traced else None,
         subwords=getattr(tgt_vocab, "kind", None) == "spm" or getattr(src_vocab, "kind", None) == "spm",
         positions=positions,
         num_heads=num_heads,
@@ -367,9 +328,11 @@ def _recorded_maps(translator, ids: list[int], dec_in: list[int]) -> dict[str, t
     return {k: v.cpu() for k, v in (views(maps, src.shape[1]) if views else maps).items()}
 
 
-def _entry(vocab, h: Hypothesis) -> dict:
+def _entry(vocab, h: Hypothesis, phrases: list[list[int]]) -> dict:
+    """An nbest entry; constraints_met as the search counts them (`holds_phrases`: a phrase given twice, twice)."""
     score = h.score if math.isfinite(h.score) else None
-    return {"text": vocab.decode(h.tokens), "score": score, "finished": h.finished, "constraints_met": None}
+    met = holds_phrases(h.tokens, phrases) if phrases else None
+    return {"text": vocab.decode(h.tokens), "score": score, "finished": h.finished, "constraints_met": met}
 
 
 __all__ = [

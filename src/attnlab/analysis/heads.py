@@ -255,7 +255,7 @@ def evaluate_with_masks(
             total, count = total + float(s), count + int(n)
         score = None
         if bleu:
-            found = translator.search([ex.src_ids for ex in examples], translator.options(beam=beam), scores=False)
+            found = translator.search([ex.src_ids for ex in examples], translator.options(beam=beam, scores=False))
             hyps = [translator.tgt_vocab.decode(hs[0].tokens) for hs in found]
             refs = [_reference_text(ex.tgt_text, translator.tgt_vocab) for ex in examples]
             score = corpus_bleu(hyps, refs)

@@ -5,7 +5,7 @@ quality and which heads matter, each as the report shows it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,7 +67,7 @@ def evaluate_test(trained: TrainedModel, limit: int) -> list[list]:
         return []
     t0 = time.perf_counter()
     greedy = translator.options(beam=1)  # as the book decodes
-    found = translator.search([ex.src_ids for ex in test], greedy, scores=False)
+    found = translator.search([ex.src_ids for ex in test], replace(greedy, scores=False))
     hyps = [translator.tgt_vocab.decode(hs[0].tokens) for hs in found]
     seconds = time.perf_counter() - t0
     refs = [[reference_text(t, translator.tgt_vocab) for t in rs] for rs in references]

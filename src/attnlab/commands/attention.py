@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.commands._common import add_command, add_force, run_model_type
-from attnlab.commands.translate import add_checkpoint_args
+from attnlab.commands._common import add_checkpoint_args, add_command, add_force, run_model_type
 
 
 def add_parser(subparsers) -> None:

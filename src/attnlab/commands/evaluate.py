@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 
-from attnlab.commands._common import add_command, run_model_type
-from attnlab.commands.translate import add_checkpoint_args, merged_options, run_defaults
-from attnlab.decoding.options import MAX_BEAM, TRANSLATOR_DEFAULTS
+from attnlab.commands._common import (
+    add_checkpoint_args,
+    add_command,
+    add_option_flags,
+    decode_options,
+    run_defaults,
+    run_model_type,
+)
 
 
 def add_parser(subparsers) -> None:
@@ -28,20 +34,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--split", choices=["train", "valid", "test"], default="test", help="the split to score (default: test)"
     )
-    p.add_argument(
-        "--beam",
-        type=int,
-        default=None,
-        help=f"beam size 1..{MAX_BEAM} (default: the run's, as translate: {TRANSLATOR_DEFAULTS.beam} unless its "
-        "generation.json says otherwise; the README's test BLEU is measured so; 1 = greedy)",
-    )
-    p.add_argument(
-        "--length-penalty",
-        type=float,
-        default=None,
-        metavar="ALPHA",
-        help="beam search ranks finished hypotheses by score / length ** ALPHA (default: the run's, 1.0; 0..5)",
-    )
+    # the README's test BLEU is measured with the run's defaults (beam 4)
+    add_option_flags(p.add_argument_group("decoding options (default: the run's)"), only=("beam", "length_penalty"))
     p.add_argument(
         "--data",
         metavar="PATH",
@@ -63,9 +57,8 @@ def run(args) -> int:
     check_range("--limit", args.limit, 1, integer=True, none_ok=True)
     if _image_accuracy(args):
         return 0
-    given = {"beam": args.beam, "length_penalty": args.length_penalty}
     # the flags given, over the run's decoding defaults: checked before the model loads
-    options = merged_options(run_defaults(args), {k: v for k, v in given.items() if v is not None})
+    options = decode_options(args, run_defaults(args))
     translator = open_translator(args.checkpoint, args.device, args.weights, args.precision)
     if imported_source(translator.config):
         data = load_imported_data(translator, args.checkpoint, args.data)
@@ -79,7 +72,7 @@ def run(args) -> int:
         raise ValueError(f"the {args.split} split of this run is empty; try --split valid or --split train")
 
     start = time.perf_counter()
-    out_ids = [hs[0].tokens for hs in translator.search([ex.src_ids for ex in sources], options, scores=False)]
+    out_ids = [hs[0].tokens for hs in translator.search([ex.src_ids for ex in sources], replace(options, scores=False))]
     seconds = time.perf_counter() - start
     hyps = [translator.tgt_vocab.decode(ids) for ids in out_ids]
     empty = all_empty_warning(len(hyps), sum(not h.strip() for h in hyps), "hypothesis")

@@ -8,8 +8,7 @@ attnlab export --checkpoint runs/demo/transformer --format web --out explorer   
 
 from __future__ import annotations
 
-from attnlab.commands._common import add_command, add_force, refuse_model_types
-from attnlab.runs.layout import DEFAULT_RUN
+from attnlab.commands._common import add_checkpoint_arg, add_command, add_force, add_weights_arg, refuse_model_types
 
 
 def add_parser(subparsers) -> None:
@@ -22,17 +21,8 @@ def add_parser(subparsers) -> None:
         "export a trained model to another engine (CTranslate2, transformers, ONNX, a web page)",
         __doc__,
     )
-    p.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        default=str(DEFAULT_RUN),
-        help=f"run folder written by `attnlab train` or `attnlab demo` (default: {DEFAULT_RUN})",
-    )
-    p.add_argument(
-        "--weights",
-        metavar="FILE",
-        help="other weights for that run (checkpoint folder or .safetensors; default: the run's model.safetensors)",
-    )
+    add_checkpoint_arg(p)
+    add_weights_arg(p)
     p.add_argument("--format", required=True, choices=sorted(FORMATS), help=formats)
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write (a new one)")
     p.add_argument(

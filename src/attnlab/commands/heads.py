@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from attnlab.commands._common import add_command, add_force, refuse_model_types
-from attnlab.commands.translate import add_checkpoint_args
+from attnlab.commands._common import add_checkpoint_args, add_command, add_force, refuse_model_types
 
 
 def add_parser(subparsers) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import add_checkpoint_arg, add_command, add_device_arg, add_precision_arg
 from attnlab.runs.layout import DEFAULT_RUN
 from attnlab.serve.guard import Limits
 
@@ -51,7 +51,7 @@ LIMIT_FLAGS = {
 
 def add_parser(subparsers) -> None:
     p = add_command(subparsers, "serve", "web page + JSON API showing a translator's attention", __doc__)
-    p.add_argument("--checkpoint", metavar="DIR", help=f"run folder (default: {DEFAULT_RUN}, made by `attnlab demo`)")
+    add_checkpoint_arg(p, default=None)  # None: "no demo model" where DEFAULT_RUN is missing
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument("--workers", type=int, default=2, help="inference threads; more requests queue (default: 2)")
@@ -87,18 +87,8 @@ def add_parser(subparsers) -> None:
         help="heads.json from `attnlab heads` for the page's head-importance strip (default: "
         "CHECKPOINT/heads/heads.json if present, else each translation's own head confidence)",
     )
-    p.add_argument(
-        "--device",
-        default="cpu",
-        help="cpu (default: like translate and evaluate, one sentence at a time decodes fast enough on a CPU; "
-        "train's default is auto), cuda, ...",
-    )
-    p.add_argument(
-        "--precision",
-        choices=["auto", "fp32", "bf16", "int8"],
-        default="fp32",
-        help="fp32 (default: the same output on every machine), bf16, int8 (CPU, Transformer), or auto",
-    )
+    add_device_arg(p)
+    add_precision_arg(p)
     p.add_argument(
         "--log-level",
         default="info",

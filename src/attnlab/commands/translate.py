@@ -26,10 +26,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from pathlib import Path
-from typing import Any
+from dataclasses import replace
 
-from attnlab.commands._common import add_command
+from attnlab.commands._common import (
+    add_checkpoint_args,
+    add_command,
+    add_option_flags,
+    decode_options,
+    named,
+    run_defaults,
+)
 from attnlab.commands._stream import (
     Lines,
     PipeClosed,
@@ -39,55 +45,12 @@ from attnlab.commands._stream import (
     one_line_warnings,
     write_translations,
 )
-from attnlab.decoding.options import MAX_BEAM, TRANSLATOR_DEFAULTS
-from attnlab.runs.layout import DEFAULT_RUN
-
-
-def add_checkpoint_args(p, default=DEFAULT_RUN) -> None:
-    """--checkpoint / --weights / --device, shared by translate, evaluate and attention."""
-    p.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        default=str(default),
-        help=f"run folder written by `attnlab train` or `attnlab demo` (default: {default})",
-    )
-    p.add_argument(
-        "--weights",
-        metavar="FILE",
-        help="other weights for that run: a checkpoint folder or an averaged .safetensors (default: the run's "
-        "model.safetensors)",
-    )
-    p.add_argument(
-        "--device",
-        default="cpu",
-        help="cpu (default: a trained run decodes a few sentences fastest where it loads; train's default is "
-        "auto, since training is where a GPU pays), cuda, cuda:1 ...",
-    )
-    add_precision_arg(p)
-
-
-def add_precision_arg(p) -> None:
-    """--precision, shared by translate, evaluate, attention and serve (see attnlab.inference.precision)."""
-    p.add_argument(
-        "--precision",
-        choices=["auto", "fp32", "bf16", "int8"],
-        default="fp32",
-        help="fp32 (default: the same output on every machine), bf16, int8 (CPU, Transformer), or auto: the "
-        "fastest this hardware computes natively and measured to pay (attnlab.inference.precision)",
-    )
 
 
 def add_parser(subparsers) -> None:
     p = add_command(subparsers, "translate", "translate sentences with a trained model", __doc__)
     p.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
     add_checkpoint_args(p)
-    p.add_argument(
-        "--beam",
-        type=int,
-        default=None,
-        help=f"beam size 1..{MAX_BEAM} (default: the run's, {TRANSLATOR_DEFAULTS.beam} unless its generation.json "
-        "says otherwise; 1 = greedy, the quickest answer; --sample takes no beam)",
-    )
     p.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's max_len")
     p.add_argument(
         "--interactive",
@@ -103,138 +66,6 @@ def add_parser(subparsers) -> None:
     )
     add_option_flags(p.add_argument_group("decoding options (attnlab.decoding.DecodeOptions; default: the run's)"))
     p.set_defaults(func=run)  # fmt: skip
-
-
-def add_option_flags(g) -> None:
-    """The DecodeOptions flags beside --beam; each defaults to None: not given, the run's default holds."""
-    g.add_argument(
-        "--n-best",
-        type=int,
-        default=None,
-        metavar="N",
-        help="print N hypotheses per sentence (<= --beam; with --sample, N samples) as INDEX ||| text "
-        "||| score (default: the best one, plain)",
-    )
-    g.add_argument(
-        "--sample",
-        action="store_true",
-        default=None,
-        help="sample tokens instead of searching (see --temperature/--top-k/--top-p)",
-    )
-    g.add_argument("--temperature", type=float, default=None, help="sampling temperature > 0 (default 1)")
-    g.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens (default 0: all)")
-    g.add_argument(
-        "--top-p",
-        type=float,
-        default=None,
-        help="nucleus sampling: the likeliest tokens holding this probability, (0, 1] (default 1)",
-    )
-    g.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="seed for --sample (same seed and input: same samples; default: a fresh draw each run)",
-    )
-    g.add_argument(
-        "--length-penalty", type=float, default=None, help="scores are log-prob / length ** this (0..5, default 1)"
-    )
-    g.add_argument(
-        "--early-stopping",
-        action="store_true",
-        default=None,
-        help="beam search stops a sentence once --beam hypotheses finished (default: goes on while a "
-        "live one could still beat them, as transformers' generate)",
-    )
-    g.add_argument(
-        "--min-len",
-        type=int,
-        default=None,
-        help="no <eos> before this many output tokens (below the output limit; default 0)",
-    )
-    g.add_argument(
-        "--max-len", type=int, default=None, help="most output tokens, <eos> included (default: 2 x source + 10)"
-    )
-    g.add_argument(
-        "--no-repeat-ngram",
-        type=int,
-        default=None,
-        metavar="N",
-        help="no n-gram of size N twice in an output (default 0: off)",
-    )
-    g.add_argument(
-        "--prefix",
-        metavar="TEXT",
-        help="target words every translation starts with (decoding continues after them; default: none)",
-    )
-    g.add_argument(
-        "--constraint",
-        action="append",
-        default=None,
-        metavar="PHRASE",
-        help="a target phrase every translation must contain (repeatable; constrained beam search; default: none)",
-    )
-    g.add_argument(
-        "--align", action="store_true", default=None, help="append ||| i-j word alignments from cross-attention"
-    )
-    g.add_argument(
-        "--align-layer",
-        type=int,
-        default=None,
-        help="decoder layer for --align (default: the run's alignment.json from `attnlab heads`, else last but one)",
-    )
-    g.add_argument("--align-heads", default=None, metavar="H,H",
-                   help="heads averaged for --align, e.g. 0,2 (default: the run's alignment.json, else all of the "
-                   "layer)")  # fmt: skip
-
-
-# DecodeOptions field -> the flag that sets it (error messages name the flag).
-FLAGS = {
-    "beam": "--beam", "n_best": "--n-best", "sample": "--sample", "temperature": "--temperature",
-    "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed", "length_penalty": "--length-penalty",
-    "early_stopping": "--early-stopping", "min_len": "--min-len", "max_len": "--max-len",
-    "no_repeat_ngram": "--no-repeat-ngram", "prefix": "--prefix", "constraints": "--constraint",
-    "align": "--align", "align_layer": "--align-layer", "align_heads": "--align-heads",
-}  # fmt: skip
-
-
-def run_defaults(args):
-    """The decoding defaults of the run --checkpoint names (its generation.json), read before the model loads."""
-    from attnlab.runs.generation import read_generation
-
-    run_dir = Path(args.checkpoint)
-    return read_generation(run_dir) if run_dir.is_dir() else TRANSLATOR_DEFAULTS
-
-
-def merged_options(defaults, changes: dict):
-    """`defaults.merged(changes)` (changes: the flags given, by field), or ValueError naming the flag."""
-    from attnlab.decoding.options import OptionError
-
-    try:
-        return defaults.merged(changes)
-    except OptionError as e:
-        raise ValueError(named(e)) from None
-
-
-def decode_options(args, defaults):
-    """The flags given, over the run's `defaults`, as a validated DecodeOptions (ValueError, one line, naming
-    the flag)."""
-    given = {f: getattr(args, "constraint" if f == "constraints" else f, None) for f in FLAGS}
-    changes: dict[str, Any] = {f: v for f, v in given.items() if v is not None}
-    if args.constraint is not None:
-        changes["constraints"] = tuple(args.constraint)
-    if "align_heads" in changes:
-        try:
-            changes["align_heads"] = tuple(int(h) for h in args.align_heads.split(","))
-        except ValueError:
-            raise ValueError(
-                f"--align-heads must be head indices separated by commas, e.g. 0,2; got {args.align_heads!r}"
-            ) from None
-    return merged_options(defaults, changes)
-
-
-def named(e) -> str:
-    """An OptionError's message naming its flag."""
-    return e.named(FLAGS.get(e.field, e.field))
 
 
 def _utf8(raw: list[bytes], where: str) -> list[str]:
@@ -290,6 +121,7 @@ def run(args) -> int:
     if args.align:  # a model without cross-attention, or a layer/head it lacks: refused before decoding
         translator.alignment_heads(options.align_layer, options.align_heads)
     n_best = args.n_best is not None
+    scored = replace(options, scores=n_best)  # only --n-best prints scores: greedy may skip them
     if args.interactive and args.sentences:
         raise ValueError(
             f"--interactive reads its sentences from stdin, got {len(args.sentences)} on the command line; "
@@ -311,7 +143,7 @@ def run(args) -> int:
 
     def translate(texts: list[str]):
         try:
-            return translator.translate_tokens(texts, truncate=args.truncate, options=options, scores=n_best)
+            return translator.translate_tokens(texts, truncate=args.truncate, options=scored)
         except OptionError as e:  # options these sentences cannot hold (a prefix past a limit...): name the flag
             raise ValueError(named(e)) from None
 

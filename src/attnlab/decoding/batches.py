@@ -1,6 +1,6 @@
-"""`Translator.search`'s batching: sort by length, cut into batches, decode each through the generator
-(`attnlab.decoding.generator`, any `DecodeOptions`), put the hypotheses back in input order — one batch after another,
-or several at once in worker processes or threads.
+"""`Translator.search`'s batching: sort by length, cut into batches, decode each as its `DecodeJob` says
+(`attnlab.decoding.job`: the generator, any `DecodeOptions`), put the hypotheses back in input order — one batch
+after another, or several at once in worker processes or threads.
 
 Workers: a decoding step of a small model is ~100 small ops (matmuls of a few hundred rows), which
 torch's intra-op threads split poorly. With `workers=N` (default: torch's thread count), N workers each
@@ -8,10 +8,10 @@ decode their own batches with one intra-op thread apiece, taking the next batch 
 
 - Where `attnlab.inference.pool.can_fork()` (Linux, the main thread, no other non-daemon thread: a
   notebook's kernel threads are daemons) and the model is on the CPU, they are this process and N - 1
-  processes forked from it at the first such call and kept with the translator (forked again when
-  `_decoding_key` changes: weights, modules, settings). Every op drops and takes back the GIL, so threads
+  processes forked from it at the first such call and kept with the job's model (forked again when
+  `_decoding_key` changes: the job, weights, modules, switches). Every op drops and takes back the GIL, so threads
   mostly wait for each other (BENCHMARKS.md, "Worker processes"). A worker killed (out of memory) sends
-  that translator to worker threads from then on, with a warning.
+  that model to worker threads from then on, with a warning.
 - Elsewhere (a server's request threads, an attention recording or a head mask, which workers forked
   earlier would not see) they are threads, with torch's thread count set to 1 for the duration and
   restored afterwards; it is process-wide, so other torch work running at the same time in the process
@@ -40,16 +40,16 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextvars import copy_context
+from dataclasses import fields
 
 import torch
 from torch.nn.modules import module as module_hooks
 
 from attnlab.attention.heads import head_masks_active
 from attnlab.attention.recording import recording_active
-from attnlab.decoding.generator import generate
 from attnlab.decoding.hypothesis import Hypothesis
+from attnlab.decoding.job import DecodeJob
 from attnlab.decoding.options import DecodeOptions
-from attnlab.decoding.static import decoding_model
 from attnlab.inference.pool import WorkerPool, can_fork
 from attnlab.kernels.switches import fingerprint
 from attnlab.utils.checks import check_range
@@ -113,7 +113,7 @@ def paced_windows(n: int, batch_size: int, workers: int = 1, seconds: float = 1.
 
 
 def search_batches(
-    translator,
+    job: DecodeJob,
     src_ids: Sequence[Sequence[int]],
     options: DecodeOptions,
     prefixes: Sequence[Sequence[int]],
@@ -121,10 +121,9 @@ def search_batches(
     *,
     batch_size: int,
     workers: int | None,
-    scores: bool = True,
 ) -> list[list[Hypothesis]]:
-    """One list of n_best hypotheses per source id list (no <eos>), in input order. See the module docstring.
-    workers: None = torch.get_num_threads(); scores: greedy only, False skips the log-probabilities.
+    """One list of n_best hypotheses per source id list (no <eos>), in input order, each batch decoded by
+    `job.search`. See the module docstring. workers: None = torch.get_num_threads().
 
     prefixes: per source, target ids to continue from (empty: none); sentences with prefixes of the same
     length share batches. constraints: per source, its phrases as target id lists. Sampling draws
@@ -150,90 +149,89 @@ def search_batches(
             [list(prefixes[i]) for i in idx],
             [[list(c) for c in constraints[i]] for i in idx],
             base + number if options.sample else None,
-            scores,
         )
         for number, idx in enumerate(batches)
     ]
     results: list[list[Hypothesis] | None] = [None] * len(src_ids)
-    for idx, hyps in zip(batches, _run_all(translator, _search_task, tasks, workers)):
+    for idx, hyps in zip(batches, _run_all(job, _search_task, tasks, workers)):
         for i, h in zip(idx, hyps):
             results[i] = h
     return results  # type: ignore[return-value]
 
 
-def _run_all(translator, task, items: list, workers: int) -> list:
-    """[task(translator, item) for item in items]: in turn, or on `workers` processes or threads of one
+def _run_all(job: DecodeJob, task, items: list, workers: int) -> list:
+    """[task(job, item) for item in items]: in turn, or on `workers` processes or threads of one
     intra-op thread each (see the module docstring)."""
     # Paused for the whole call, not only per batch: counts kept growing while paused, so re-enabling it
     # between batches would start a collection (and every few, a full one) at each.
     with gc_paused():
-        return _run_items(translator, task, items, workers)
+        return _run_items(job, task, items, workers)
 
 
-def _run_items(translator, task, items: list, workers: int) -> list:
+def _run_items(job: DecodeJob, task, items: list, workers: int) -> list:
     if workers == 1 or len(items) < 2:
-        return [task(translator, item) for item in items]
+        return [task(job, item) for item in items]
     with _THREADS_LOCK, intra_op_threads(1):
-        pool = _worker_pool(translator, workers)
+        pool = _worker_pool(job, workers)
         if pool is not None:
             try:
-                return pool.map(task, translator, items)
+                return pool.map(task, job, items)
             except BrokenProcessPool as e:  # a worker was killed (out of memory?): threads from now on
-                _POOLS.pop(translator, None)
-                _BROKE.add(translator)
+                _POOLS.pop(job.model, None)
+                _BROKE.add(job.model)
                 warnings.warn(f"{e}; this translator decodes on worker threads now", RuntimeWarning, stacklevel=4)
         contexts = [copy_context() for _ in items]  # taken here, in the caller's thread
         with ThreadPoolExecutor(min(workers, len(items))) as threads:
             # list(): re-raises here
-            return list(threads.map(lambda c, item: c.run(task, translator, item), contexts, items))
+            return list(threads.map(lambda c, item: c.run(task, job, item), contexts, items))
 
 
-# Each translator's worker processes, kept with it (weakly: a pool never keeps a translator alive, and
-# copying a translator copies no pool); and the translators whose worker was killed, which keep to threads.
+# The worker processes of each model a job decodes with, kept with it (weakly: a pool never keeps a model alive);
+# and the models whose worker was killed, which keep to threads.
 _POOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _BROKE: weakref.WeakSet = weakref.WeakSet()
 
 
-def _worker_pool(translator, workers: int) -> WorkerPool | None:
-    """The translator's worker processes (made on first use, made again when what they decode with
+def _worker_pool(job: DecodeJob, workers: int) -> WorkerPool | None:
+    """The worker processes of the job's model (made on first use, made again when what they decode with
     changed: `_decoding_key`), or None where batches go to threads: not on the CPU, an attention recording
     or a head mask open in this context (workers would not see them), no fork here (`can_fork`),
     ATTNLAB_WORKER_PROCESSES=0 in the environment, or a model whose state is not all tensors (fbgemm's
     int8 layers, where no C compiler is found)."""
     if (
-        translator.device.type != "cpu"
+        job.device.type != "cpu"
         or recording_active()
         or head_masks_active()
         or os.environ.get("ATTNLAB_WORKER_PROCESSES") == "0"
-        or translator in _BROKE
+        or job.model in _BROKE
     ):
         return None
-    pool = _POOLS.get(translator)
+    pool = _POOLS.get(job.model)
     if pool is None and not can_fork():
         return None
-    key = _decoding_key(translator, workers)
+    key = _decoding_key(job, workers)
     if pool is not None and not pool.closed and pool.key == key:
         return pool
     if pool is not None:
         pool.close()
-        del _POOLS[translator]
+        del _POOLS[job.model]
     if key is None or not can_fork():
         return None
-    pool = WorkerPool(translator, workers)
+    pool = WorkerPool(job, workers)
     pool.key = key
-    _POOLS[translator] = pool
+    _POOLS[job.model] = pool
     return pool
 
 
-def _decoding_key(translator, workers: int) -> tuple | None:
-    """What the workers' copy of the translator must still match: its decoding settings, every module
+def _decoding_key(job: DecodeJob, workers: int) -> tuple | None:
+    """What the workers' copy of the job must still match: the job's fields (tokens, length rule, step), every module
     (itself, type, mode, the ids of its hooks and of the global ones), each weight (itself, storage,
     in-place version), and what is switched on (`attnlab.kernels.switches.fingerprint`: the C kernels,
     int8's fused step, every other fast path's `Switch`). Objects are
     compared by identity and held, so a freed one's address cannot pass for a new one. Not seen: plain
     attributes of modules, functions patched after the fork, and edits through `tensor.data` (no version
     bump): after those, call `close_worker_pool`."""
-    model = translator.model
+    model = job.model
     try:
         weights = tuple((_Same(t), t.data_ptr(), t._version) for t in model.state_dict(keep_vars=True).values())
     except (RuntimeError, AttributeError):  # a tensor made in inference mode has no version; fbgemm's state
@@ -242,13 +240,14 @@ def _decoding_key(translator, workers: int) -> tuple | None:
         (_Same(m), m.training, tuple(m._forward_hooks), tuple(m._forward_pre_hooks)) for m in model.modules()
     )
     hooks = tuple(module_hooks._global_forward_hooks), tuple(module_hooks._global_forward_pre_hooks)
-    plain = (int, float, str, bool, type(None))
-    settings = tuple(
-        (k, v if isinstance(v, plain) else _Same(v))
-        for k, v in vars(translator).items()
-        if k not in ("workers", "batch_size")  # the batches are cut here, and the pool's size is `workers`
-    )
+    settings = tuple((f.name, _value(getattr(job, f.name))) for f in fields(job) if f.name != "model")
     return workers, settings, modules, hooks, weights, fingerprint()
+
+
+def _value(v):
+    """A job's field in a key: a plain value (a device by its name) as it is, anything else by identity."""
+    plain = (int, float, str, bool, type(None))
+    return v if isinstance(v, plain) else str(v) if isinstance(v, torch.device) else _Same(v)
 
 
 class _Same:
@@ -266,42 +265,16 @@ class _Same:
 
 
 def close_worker_pool(translator) -> None:
-    """End `translator`'s worker processes now (the next multi-batch decode forks new ones)."""
+    """End the worker processes of `translator`'s model (a Translator or a DecodeJob) now (the next multi-batch
+    decode forks new ones)."""
     with _THREADS_LOCK:
-        pool = _POOLS.pop(translator, None)
+        pool = _POOLS.pop(translator.model, None)
         if pool is not None:
             pool.close()
 
 
 @gc_paused()
-def _search_task(translator, task: tuple) -> list[list[Hypothesis]]:
-    seqs, options, prefixes, constraints, seed, scores = task
-    gen = None if seed is None else torch.Generator(device=translator.device).manual_seed(seed)
-    return _search_one(translator, seqs, options, (prefixes, constraints), gen, scores)
-
-
-def _source_batch(translator, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Pad source id lists (no <eos>) into src (B, S) with <eos> added, lens (B,), and the decoder's start token."""
-    eos, pad = translator.src_vocab.eos, translator.src_vocab.pad
-    rows = [list(s) + [eos] for s in seqs]  # the source ends with <eos>, as in training
-    S = max(len(r) for r in rows)
-    device = translator.device
-    src = torch.tensor([r + [pad] * (S - len(r)) for r in rows], dtype=torch.long, device=device)
-    lens = torch.tensor([len(r) for r in rows], device=device)
-    return src, lens, translator.bos
-
-
-def _search_one(translator, seqs, options: DecodeOptions, targets, gen, scores: bool) -> list[list[Hypothesis]]:
-    """One batch: source id lists, and targets = (their prefixes, all of one length; their constraint phrases)."""
-    prefixes, cons = targets
-    src, lens, bos = _source_batch(translator, seqs)
-    P = len(prefixes[0])
-    steps = max(1, translator.output_limit(src.shape[1], options.max_len) - P)
-    prefix = torch.tensor(prefixes, dtype=torch.long, device=src.device) if P else None
-    # A GPU's static-shape step (`attnlab.decoding.static`) where the translator asks for one; a prefix, fed in one
-    # multi-token step, decodes dynamically.
-    model = translator.model if P else decoding_model(translator.model, getattr(translator, "static_step", None))
-    return generate(
-        model, src, lens, options, bos=bos, eos=translator.tgt_vocab.eos, max_len=steps, prefix=prefix,
-        constraints=cons if any(cons) else None, generator=gen, scores=scores,
-    )  # fmt: skip
+def _search_task(job: DecodeJob, task: tuple) -> list[list[Hypothesis]]:
+    seqs, options, prefixes, constraints, seed = task
+    gen = None if seed is None else torch.Generator(device=job.device).manual_seed(seed)
+    return job.search(seqs, options, prefixes, constraints, generator=gen)

@@ -38,16 +38,16 @@ from attnlab.decoding.trace import trace_step
 __all__ = ["generate", "make_search"]
 
 
-def make_search(options: DecodeOptions, eos: int, bans: list, constraints=None, prefixes=None, *, generator=None,
-                scores: bool = True) -> Search:  # fmt: skip
+def make_search(options: DecodeOptions, eos: int, bans: list, constraints=None, prefixes=None, *,
+                generator=None) -> Search:  # fmt: skip
     """The strategy `options` ask for: constrained beam search where any sentence has phrases, sampling,
-    greedy (beam 1) or beam search."""
+    greedy (beam 1, computing scores only where `options.scores`) or beam search."""
     if constraints is not None and any(constraints):
         return ConstrainedBeamSearch(options.beam, eos, constraints, prefixes)
     if options.sample:
         return Sampling(processors_for(options, eos)[1], generator, raw_logits=not bans, top_k=options.top_k)
     if options.beam == 1:
-        return Greedy(scores, raw_logits=not bans)
+        return Greedy(options.scores, raw_logits=not bans)
     return BeamSearch(options.beam, raw_logits=not bans)
 
 
@@ -63,8 +63,6 @@ def generate(
     prefix: Tensor | None = None,
     constraints: Sequence[Sequence[Sequence[int]]] | None = None,
     generator: torch.Generator | None = None,
-    trace: list | None = None,
-    scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """Decode B sources as `options` say: B lists of hypotheses, best first (n_best each where there are so many).
 
@@ -75,8 +73,10 @@ def generate(
             positional scores include them, their score and its length do not.
         constraints: per source, phrases (token id lists) every output must contain.
         generator: sampling's random stream (seeded: reproducible samples).
-        trace: beam search only: a list the search is recorded into (`attnlab.decoding.trace`).
-        scores: greedy only: False skips the log-probabilities (score NaN, no positional scores).
+
+    What comes back is an option too: `options.scores` False lets greedy skip the log-probabilities (score NaN,
+    no positional scores); `options.trace` gives each source's best hypothesis, under beam search, the search's
+    record of that sentence (`Hypothesis.trace`, `attnlab.decoding.trace`).
     """
     B = src.shape[0]
     limits = [max_len] * B if isinstance(max_len, int) else list(max_len)
@@ -87,7 +87,8 @@ def generate(
     bans = processors_for(options, eos)[0]
     units_prefix = None if prefix is None else [row for row in prefix.tolist() for _ in range(copies)]
     units_cons = None if constraints is None else [list(c) for c in constraints for _ in range(copies)]
-    search = make_search(options, eos, bans, units_cons, units_prefix, generator=generator, scores=scores)
+    search = make_search(options, eos, bans, units_cons, units_prefix, generator=generator)
+    trace: list | None = [] if options.trace else None
     units = [n for n in limits for _ in range(copies)]  # one limit per unit
     run = _Loop(model, search, options, bans=bans, eos=eos, limits=units, copies=copies, trace=trace)
     with inference(model), torch.inference_mode():
@@ -95,9 +96,13 @@ def generate(
         for step in range(max(limits)):
             if run.advance(step):
                 break
-        finished = run.results(scores or not isinstance(search, Greedy))
-    return [_ranked([f for u in range(b * copies, (b + 1) * copies) for f in finished[u]], options.n_best, trace, b)
-            for b in range(B)]  # fmt: skip
+        finished = run.results(options.scores or not isinstance(search, Greedy))
+    out = [_ranked([f for u in range(b * copies, (b + 1) * copies) for f in finished[u]], options.n_best, trace, b)
+           for b in range(B)]  # fmt: skip
+    if trace is not None:  # each sentence's records (beam search: its steps; any: its winner) go with its best
+        for b, hyps in enumerate(out):
+            hyps[0].trace = [r for r in trace if r["sentence"] == b]
+    return out
 
 
 def _ranked(fin: list[Finished], n_best: int, trace: list | None, b: int) -> list[Hypothesis]:

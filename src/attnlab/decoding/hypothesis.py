@@ -17,12 +17,15 @@ class Hypothesis:
     finished: True when decoding produced <eos>; False when it stopped at the length limit.
     positional_scores: log-probability of each produced token (len(tokens) + 1 entries when finished:
         the last is the <eos>).
+    trace: with `DecodeOptions.trace`, beam search's record of this sentence (`attnlab.decoding.trace`; its
+        records' "sentence" is the sentence's place in its batch), on the best hypothesis of each; else None.
     """
 
     tokens: list[int]
     score: float
     finished: bool
     positional_scores: list[float] = field(default_factory=list)
+    trace: list[dict] | None = None
 
 
 @dataclass

@@ -9,7 +9,9 @@ Face's `GenerationConfig`), so the command line, the Python API and a REST body 
 Strategies: greedy (beam 1), beam search (beam > 1; n-best from its finished hypotheses), sampling
 (`sample`: n_best independent samples per source, with temperature, top-k and nucleus top-p), and
 lexically constrained beam search (`constraints`). Length and repetition controls, a target prefix and
-word alignments apply to all of them. The field defaults are the neutral record (greedy); the defaults a
+word alignments apply to all of them. What a call returns is an option too (as Hugging Face's `output_scores`
+and `return_dict_in_generate`): `scores=False` lets greedy skip the scores, `trace=True` records beam search.
+The field defaults are the neutral record (greedy); the defaults a
 user gets come from the run (`RUN/generation.json`, `TRANSLATOR_DEFAULTS` where there is none).
 
 Every refusal is an `OptionError` (a ValueError, one line) whose `field` names the option, so a command
@@ -20,12 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import Field, dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any
 
 from attnlab.utils.checks import SEED_MAX, check_field_types, check_range
 
 __all__ = [
+    "API_OPTIONS",
     "DEFAULTABLE",
     "DecodeOptions",
     "MAX_BEAM",
@@ -35,7 +39,10 @@ __all__ = [
     "MAX_TEMPERATURE",
     "MIN_TEMPERATURE",
     "OptionError",
+    "SAMPLING",
     "TRANSLATOR_DEFAULTS",
+    "head_indices",
+    "option_fields",
 ]
 
 MAX_BEAM = 16  # beams x output length is memory: 16 is far past where BLEU stops improving
@@ -46,11 +53,35 @@ MAX_NGRAM = 10
 # quotient stays finite (and the likeliest token's 0 stays 0; a subnormal or zero T made it 0/0 = NaN), and
 # past 1e4 every token is equally likely to float32's precision.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4
-# Fields a run's decoding defaults (generation.json) may set: how to search, never per-sentence text.
-DEFAULTABLE = (
-    "beam", "n_best", "sample", "temperature", "top_k", "top_p", "length_penalty", "early_stopping", "min_len",
-    "max_len", "no_repeat_ngram",
-)  # fmt: skip
+_FLAG: Mapping[str, Any] = MappingProxyType({})  # a command-line flag named after the field, its type from the field's
+
+
+def _option(default, help: str, *, defaultable: bool = False, sampling: bool = False, plain: bool = False,
+            cli: Mapping[str, Any] | None = _FLAG, api: bool = True) -> Any:  # fmt: skip
+    """A DecodeOptions field whose metadata every surface is generated from (as `HfArgumentParser` reads a
+    dataclass's): `help`, one line for the command line's --help and the API's schema; `defaultable`: a run's
+    generation.json may set it (how to search, never per-sentence text); `sampling`: it applies only to sampling
+    (its default means "off"); `plain`: any other value than the default makes the search more than plain
+    greedy or beam search (`DecodeOptions.plain`); `cli`: the flag's argparse keywords beside the generated
+    ones (`flag`: its name, default --field-name; `parse`: text -> value, after parsing), None for no flag;
+    `api`: the JSON API's `options` take it."""
+    meta = {"help": help, "defaultable": defaultable, "sampling": sampling, "plain": plain, "cli": cli, "api": api}
+    return field(default=default, metadata=meta)
+
+
+def head_indices(text: str) -> tuple[int, ...]:
+    """align_heads from text, as a command line gives them: "0,2" -> (0, 2); else OptionError.
+
+    Examples:
+        >>> head_indices("0,2")
+        (0, 2)
+    """
+    try:
+        return tuple(int(h) for h in text.split(","))
+    except ValueError:
+        raise OptionError(
+            f"align_heads must be head indices separated by commas, e.g. 0,2; got {text!r}", "align_heads"
+        ) from None
 
 
 class OptionError(ValueError):
@@ -84,32 +115,63 @@ def _field(name: str) -> Iterator[None]:
 @dataclass(frozen=True)
 class DecodeOptions:
     """How to decode. Text fields (prefix, constraints) are target-language text, encoded by the
-    Translator with its target vocabulary.
+    Translator with its target vocabulary. Each field's metadata (`_option`) says what it does and where it
+    appears: the command line's flags, the JSON API's options, a run's generation.json.
 
     prefix: one text for every sentence, or a sequence with one (or None) per sentence.
     constraints: phrases every output must contain: a sequence of texts for every sentence, or a
         sequence of such sequences, one per sentence.
     """
 
-    beam: int = 1  # hypotheses kept per sentence; 1 = greedy
-    n_best: int = 1  # hypotheses returned per sentence, best first (<= beam; with sample: samples drawn)
-    sample: bool = False  # draw tokens from the model's distribution instead of searching
-    temperature: float = 1.0  # sampling: divides the logits (1e-4 to 1e4; < 1 sharpens, > 1 flattens)
-    top_k: int = 0  # sampling: only the k likeliest tokens (0 = all)
-    top_p: float = 1.0  # sampling: only the smallest set of tokens holding this probability (0, 1]
-    seed: int | None = None  # sampling: same seed, input and batch size -> same samples; None = random
-    length_penalty: float = 1.0  # scores are log-probability / length ** length_penalty
+    beam: int = _option(1, f"hypotheses kept per sentence, 1..{MAX_BEAM}; 1 = greedy, the quickest answer",
+                         defaultable=True)  # fmt: skip
+    n_best: int = _option(1, "hypotheses returned per sentence, best first (<= beam; with sample: samples drawn)",
+                          defaultable=True, plain=True, cli={"metavar": "N"})  # fmt: skip
+    sample: bool = _option(False, "draw tokens from the model's distribution instead of searching (no beam)",
+                           defaultable=True, plain=True)  # fmt: skip
+    temperature: float = _option(1.0, "sampling: divides the logits (1e-4 to 1e4; < 1 sharpens, > 1 flattens)",
+                                 defaultable=True, sampling=True)  # fmt: skip
+    top_k: int = _option(0, "sampling: only the k likeliest tokens (0 = all)", defaultable=True, sampling=True)
+    top_p: float = _option(1.0, "sampling: only the smallest set of likeliest tokens holding this probability, (0, 1]",
+                           defaultable=True, sampling=True)  # fmt: skip
+    seed: int | None = _option(None, "sampling: same seed, input and batch size give the same samples; none = a "
+                               "fresh draw", sampling=True)  # fmt: skip
+    length_penalty: float = _option(1.0, "scores are log-probability / length ** length_penalty (0..5)",
+                                    defaultable=True, cli={"metavar": "ALPHA"})  # fmt: skip
     # beam search: False (Hugging Face's default) goes on after `beam` hypotheses finished while a live one
     # could still beat the worst of them at its current length; True stops there (fairseq's rule)
-    early_stopping: bool = False
-    min_len: int = 0  # <eos> is forbidden before this many output tokens (the prefix counts)
-    max_len: int | None = None  # most decoding steps (<eos> included); None = the Translator's limit
-    no_repeat_ngram: int = 0  # no n-gram of this size occurs twice in an output (0 = off)
-    prefix: str | Sequence[str | None] | None = None  # decoding continues after these target words
-    constraints: Sequence[Any] = ()  # phrases that must appear (lexically constrained beam search)
-    align: bool = False  # word alignments from cross-attention
-    align_layer: int | None = None  # decoder layer for alignments; None = the run's alignment.json, else last but one
-    align_heads: Sequence[int] | None = None  # heads averaged for alignments; None = the run's choice, else all
+    early_stopping: bool = _option(False, "beam search stops a sentence once `beam` hypotheses finished (off: goes "
+                                   "on while a live one could still beat them, as transformers' generate)",
+                                   defaultable=True)  # fmt: skip
+    min_len: int = _option(0, "no <eos> before this many output tokens (the prefix counts; below the output limit)",
+                           defaultable=True, plain=True)  # fmt: skip
+    max_len: int | None = _option(None, "most decoding steps, <eos> included (none = the translator's limit: 2 x "
+                                  "source + 10)", defaultable=True, plain=True)  # fmt: skip
+    no_repeat_ngram: int = _option(0, "no n-gram of this size occurs twice in an output (0 = off)",
+                                   defaultable=True, plain=True, cli={"metavar": "N"})  # fmt: skip
+    # one text for every sentence, or a sequence with one (or None) per sentence
+    prefix: str | Sequence[str | None] | None = _option(
+        None, "target words every output starts with (decoding continues after them)", plain=True,
+        cli={"metavar": "TEXT", "type": str},
+    )  # fmt: skip
+    # a sequence of texts for every sentence, or a sequence of such sequences, one per sentence
+    constraints: Sequence[Any] = _option(
+        (), "target phrases every output must contain (lexically constrained beam search)", plain=True,
+        cli={"flag": "--constraint", "action": "append", "metavar": "PHRASE", "type": str},
+    )  # fmt: skip
+    align: bool = _option(False, "word alignments (source word i, target word j) from cross-attention")
+    align_layer: int | None = _option(None, "decoder layer the alignment reads (none = the run's alignment.json "
+                                      "from `attnlab heads`, else the last but one)")  # fmt: skip
+    align_heads: Sequence[int] | None = _option(
+        None, "heads the alignment averages (none = the run's alignment.json, else all of the layer)",
+        cli={"metavar": "H,H", "type": str, "parse": head_indices},
+    )  # fmt: skip
+    # As Hugging Face's output_scores: a caller that reads only the tokens says so, and greedy skips them.
+    scores: bool = _option(True, "compute each output's score; off: greedy skips them (score NaN, same tokens, "
+                           "faster); other searches rank by them anyway", cli=None, api=False)  # fmt: skip
+    # As Hugging Face's return_dict_in_generate: the search's own record, for the explorer.
+    trace: bool = _option(False, "beam search: record every step's candidates into each sentence's best "
+                          "Hypothesis (`attnlab.decoding.trace`)", cli=None, api=False)  # fmt: skip
 
     def __post_init__(self) -> None:
         self.validate()
@@ -146,9 +208,9 @@ class DecodeOptions:
 
     def validate(self) -> None:
         """Raise OptionError (one line, naming the option) for values that cannot decode."""
-        plain = {"prefix", "constraints", "align_heads"}
+        untyped = {"prefix", "constraints", "align_heads"}  # checked by their own rules below
         for f in fields(self):
-            if f.name not in plain:
+            if f.name not in untyped:
                 with _field(f.name):
                     check_field_types(type(self), {f.name: getattr(self, f.name)})
         with _field("beam"):
@@ -220,21 +282,13 @@ class DecodeOptions:
             )
 
     def _sampling(self) -> list[tuple[str, Any, Any]]:
-        return [("temperature", self.temperature, 1.0), ("top_k", self.top_k, 0), ("top_p", self.top_p, 1.0),
-                ("seed", self.seed, None)]  # fmt: skip
+        return [(f.name, getattr(self, f.name), f.default) for f in option_fields("sampling")]
 
     @property
     def plain(self) -> bool:
-        """True for plain greedy or beam search with one answer: what the explorer's search trace draws."""
-        return (
-            self.n_best == 1
-            and not self.sample
-            and not self.min_len
-            and self.max_len is None
-            and not self.no_repeat_ngram
-            and self.prefix is None
-            and not self.constraints
-        )
+        """True for plain greedy or beam search with one answer: what the explorer's search trace draws (every
+        field marked `plain` at its default)."""
+        return all(_unset(getattr(self, f.name), f.default) for f in option_fields("plain"))
 
     def for_sentence(self, i: int, n: int) -> tuple[str | None, list[str]]:
         """Sentence i's (of n) prefix text and constraint phrases, or OptionError if a per-sentence list
@@ -273,6 +327,27 @@ def _check_texts(name: str, value, allow_none: bool) -> None:
         if not v.strip():
             raise ValueError(f"{name}: an empty phrase {v!r}; give some target words or leave it out")
 
+
+def _unset(value, default) -> bool:
+    """`value` is the field's default (an empty list counts as the default empty tuple)."""
+    return value == default or (isinstance(value, (list, tuple)) and not value and not default)
+
+
+def option_fields(marked: str | None = None) -> list[Field]:
+    """DecodeOptions' fields in order; with `marked`, those whose metadata sets it (`_option`: "defaultable",
+    "sampling", "plain", "api"; "cli": those with a flag).
+
+    Examples:
+        >>> [f.name for f in option_fields("sampling")]
+        ['temperature', 'top_k', 'top_p', 'seed']
+    """
+    return [f for f in fields(DecodeOptions) if marked is None or f.metadata[marked] not in (None, False)]
+
+
+# Fields a run's decoding defaults (generation.json) may set: how to search, never per-sentence text.
+DEFAULTABLE = tuple(f.name for f in option_fields("defaultable"))
+SAMPLING = tuple(f.name for f in option_fields("sampling"))  # the fields that apply only to sampling
+API_OPTIONS = tuple(f.name for f in option_fields("api"))  # what the JSON API's `options` take
 
 # What a translator decodes with when its run records nothing (Marian's generation_config.json: 4 beams).
 TRANSLATOR_DEFAULTS = DecodeOptions(beam=4)

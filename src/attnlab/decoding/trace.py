@@ -1,5 +1,6 @@
-"""The beam search's own record (opt-in `generate(..., trace=[])`): every candidate of every step,
-whether it stayed live, was pruned or finished, and the path of each sentence's winner. The explorer draws it.
+"""The beam search's own record (opt-in `DecodeOptions(trace=True)`, on each sentence's best `Hypothesis.trace`):
+every candidate of every step, whether it stayed live, was pruned or finished, and the path of each sentence's
+winner. The explorer draws it.
 
 A step record: {"step", "sentence", "candidates": [{"parent", "token", "logprob", "score", "norm_score",
 "status": live|pruned|finished|impossible, "slot"}]}; a final record: {"sentence", "winner": [step, index]}.

@@ -26,6 +26,7 @@ from attnlab.attention.positions import SCHEMES
 from attnlab.decoding.align import SavedAlignment, align_batch, alignment_heads
 from attnlab.decoding.batches import search_batches
 from attnlab.decoding.hypothesis import Hypothesis
+from attnlab.decoding.job import DecodeJob
 from attnlab.decoding.options import TRANSLATOR_DEFAULTS, DecodeOptions, OptionError
 from attnlab.decoding.targets import holds_phrases, target_ids
 from attnlab.inference.precision import PrecisionChoice, prepare_for_inference, resolve_precision
@@ -213,14 +214,19 @@ class Translator:
         last-but-one layer's heads (`attnlab.decoding.align.alignment_heads`)."""
         return alignment_heads(self.model, layer, heads, self.alignment)
 
+    def job(self) -> DecodeJob:
+        """What decoding needs of this translator as it is now (model, tokens, device, the length rule
+        MAX_LEN_A * S + MAX_LEN_B, the static step): what the batcher and its workers take."""
+        return DecodeJob(
+            self.model, bos=self.bos, eos=self.tgt_vocab.eos, src_eos=self.src_vocab.eos, src_pad=self.src_vocab.pad,
+            device=self.device, max_len_a=MAX_LEN_A, max_len_b=MAX_LEN_B, max_output_len=self.max_output_len,
+            static_step=self.static_step,
+        )  # fmt: skip
+
     def output_limit(self, src_len: int, max_len: int | None = None) -> int:
-        """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,
-        MAX_LEN_A * src_len + MAX_LEN_B (or `max_len` where given: `DecodeOptions.max_len`), and the decoder's
-        position capacity (a learned position table of P rows holds the inputs <bos> + P - 1 tokens, so at most P
-        steps)."""
-        limit = min(self.max_output_len, MAX_LEN_A * src_len + MAX_LEN_B) if max_len is None else max_len
-        capacity = getattr(self.model, "max_target_positions", None)
-        return max(1, min(limit, capacity)) if capacity else limit
+        """Most tokens decoded for a source of `src_len` tokens (<eos> included): `DecodeJob.output_limit`
+        (MAX_LEN_A * src_len + MAX_LEN_B within max_output_len, or `max_len`, within the decoder's positions)."""
+        return self.job().output_limit(src_len, max_len)
 
     @property
     def bos(self) -> int:
@@ -240,11 +246,11 @@ class Translator:
         options: DecodeOptions | None = None,
         *,
         batch_size: int | None = None,
-        scores: bool = True,
         workers: int | None = None,
     ) -> list[list[Hypothesis]]:
         """Source id lists (no <eos>) -> options.n_best hypotheses each (default: `self.defaults`), best first,
-        in input order; batched, longest first.
+        in input order; batched, longest first. `options.scores=False`: greedy skips the scores (NaN; same tokens,
+        faster); `options.trace`: beam search's record on each best hypothesis (`Hypothesis.trace`).
 
         Each output holds its constraint phrases: a hypothesis cut at the length limit without them is left
         out, and a sentence none of whose hypotheses holds them is an OptionError (raise max_len).
@@ -252,7 +258,6 @@ class Translator:
         Args:
             batch_size: sentences per batch (default `self.batch_size`: DEFAULT_BATCH_SIZE, or the
                 precision's own in BATCH_SIZE_BY_PRECISION).
-            scores: greedy only: False skips the log-probabilities (score NaN; same tokens, faster).
             workers: decode this many batches at once, each on one torch thread: in this process and
                 forked worker processes kept for later calls, or in threads where forking is not safe
                 (`attnlab.decoding.batches`); default `self.workers`, whose default None means one per
@@ -263,7 +268,7 @@ class Translator:
         batch_size = check_range("batch_size", self.batch_size if batch_size is None else batch_size, 1, integer=True)
         workers = self.workers if workers is None else workers
         nbest = search_batches(
-            self, src_ids, options, prefixes, constraints, batch_size=batch_size, workers=workers, scores=scores
+            self.job(), src_ids, options, prefixes, constraints, batch_size=batch_size, workers=workers
         )
         for i, (hs, cs) in enumerate(zip(nbest, constraints)):
             if cs:
@@ -283,22 +288,19 @@ class Translator:
     ) -> list[str]:
         """English sentences -> French translations (detokenized, lowercase as the corpus is trained): the best
         hypothesis of each under `options` (default: `self.defaults`)."""
-        return [t.text for t in self.translate_tokens(sentences, truncate, options=options, scores=False)]
+        options = replace(self.defaults if options is None else options, scores=False)  # the text alone
+        return [t.text for t in self.translate_tokens(sentences, truncate, options=options)]
 
     def translate_tokens(
-        self,
-        sentences: Sequence[str],
-        truncate: bool = False,
-        *,
-        options: DecodeOptions | None = None,
-        scores: bool = True,
+        self, sentences: Sequence[str], truncate: bool = False, *, options: DecodeOptions | None = None
     ) -> list[Translation]:
         """Like `translate`, also returning the source and target tokens (axis labels for attention maps),
-        each Translation's score (NaN for greedy under `scores=False`), alignment (options.align) and `nbest`."""
+        each Translation's score (NaN for greedy under `options.scores=False`), alignment (options.align) and
+        `nbest`."""
         options = self.defaults if options is None else options
         src_ids = self.encode(sentences, truncate)
         heads = self.alignment_heads(options.align_layer, options.align_heads) if options.align else None
-        nbest = self.search(src_ids, options, scores=scores)
+        nbest = self.search(src_ids, options)
         aligned: list = [[None] * len(h) for h in nbest]
         if heads is not None:
             flat = [(i, k) for i, hs in enumerate(nbest) for k in range(len(hs))]

@@ -1,7 +1,7 @@
-"""Decoding options in the JSON API: the body's `beam` and `options` over the run's decoding defaults as a
-`DecodeOptions` within the server's bounds (the options' own, narrowed by --max-beam), checked against one
-sentence for the explorer (`explorer_options`), the bytes they add to its response, and a `Translation` as
-the batching API's result."""
+"""Decoding options in the JSON API: the body's `options` (and `beam`, an alias of options.beam) over the
+run's decoding defaults as a `DecodeOptions` within the server's bounds (the options' own, narrowed by
+--max-beam), checked against one sentence for the explorer (`explorer_options`), the bytes they add to its
+response, and a `Translation` as the batching API's result."""
 
 from __future__ import annotations
 
@@ -9,21 +9,23 @@ import math
 from typing import Any
 
 from attnlab.analysis.explanation import MAX_CHARS
-from attnlab.decoding.options import DecodeOptions
+from attnlab.decoding.options import API_OPTIONS, DecodeOptions, option_fields
 from attnlab.decoding.translator import Translation
 
 from .schemas import Hypothesis, TranslationResult
 
 
 def decode_options(translator, options: dict[str, Any] | None, beam: int | None, max_beam: int) -> DecodeOptions:
-    """`options` (a JSON object, or None) and the body's `beam` (None: the run's) over the translator's
-    defaults; ValueError (-> 422) for anything the library refuses, a `beam` inside options, or a beam or
-    n_best over `max_beam` (the server's --max-beam: work and the response's size)."""
+    """`options` (a JSON object, or None) and the body's `beam` (an alias of options.beam; None: not given) over
+    the translator's defaults; ValueError (-> 422) for anything the library refuses, an option the API does not
+    take (`API_OPTIONS`), two different beams, or a beam or n_best over `max_beam` (the server's --max-beam:
+    work and the response's size)."""
     options = dict(options or {})
-    if "beam" in options:
-        raise ValueError("give the beam as the body's `beam`, not inside options")
-    if beam is not None:
-        options["beam"] = beam
+    inner = sorted(k for k in options if k not in API_OPTIONS and k in {f.name for f in option_fields()})
+    if inner:  # DecodeOptions fields a caller of the library sets (trace: the body's own `trace`)
+        raise ValueError(f"{', '.join(inner)} cannot be set here; the API's options are {', '.join(API_OPTIONS)}")
+    if beam is not None and options.setdefault("beam", beam) != beam:
+        raise ValueError(f"beam {beam} and options.beam {options['beam']} differ; give options.beam alone")
     opts = translator.defaults.merged(options)
     for name in ("beam", "n_best"):
         value = getattr(opts, name)

@@ -7,13 +7,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from attnlab.analysis.explanation import MAX_CHARS
-from attnlab.decoding.options import MAX_BEAM
+from attnlab.decoding.options import MAX_BEAM, option_fields
 
 MAX_HEADS_OFF = 512  # most [layer, head] pairs per attention kind in one request
-OPTIONS_FIELDS = (
-    "n_best, sample, temperature, top_k, top_p, seed, length_penalty, min_len, max_len, no_repeat_ngram, "
-    "prefix, constraints, align, align_layer, align_heads"
-)
+# Every option the API takes, with its help, from DecodeOptions' own fields.
+OPTIONS_FIELDS = "; ".join(f"{f.name}: {f.metadata['help']}" for f in option_fields("api"))
+BEAM_ALIAS = "an alias of options.beam (kept for existing clients; give one or the other, or the same value in both)"
 
 
 def _utf8(text: str) -> str:
@@ -45,13 +44,7 @@ class ExplainRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     text: str = Field(description=f"an English sentence, 1 to {MAX_CHARS} characters", examples=["i'm home ."])
-    beam: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_BEAM,
-        description="beam size; 1 = greedy; null: the run's default (GET /api/model "
-        "`decoding`), at most the server's max_beam",
-    )
+    beam: int | None = Field(None, ge=1, le=MAX_BEAM, description=BEAM_ALIAS, json_schema_extra={"deprecated": True})
     heads_off: HeadsOff | None = Field(
         None,
         description="heads masked while translating; a kind, layer or head "
@@ -65,12 +58,12 @@ class ExplainRequest(BaseModel):
     )
     options: dict[str, Any] | None = Field(
         None,
-        description="decoding options, as `attnlab translate` takes them (attnlab.decoding.DecodeOptions, beam "
-        f"aside): {OPTIONS_FIELDS}; prefix: a text, constraints: a list of phrases; beam and n_best at most the "
-        "server's max_beam; fields left out take the run's defaults. "
+        description="decoding options, as `attnlab translate` takes them (attnlab.decoding.DecodeOptions): "
+        f"{OPTIONS_FIELDS}. Here prefix is a text, constraints a list of phrases; beam and n_best at most the "
+        "server's max_beam; fields left out take the run's defaults (GET /api/model `decoding`). "
         "The maps are those of the best hypothesis; `nbest` lists them all, `alignment` (with align) links "
         "words. beam_trace is given only when the options leave the search plain beam search",
-        examples=[{"n_best": 2, "align": True}],
+        examples=[{"beam": 4, "n_best": 2, "align": True}],
     )
 
     _check_text = field_validator("text")(_utf8)
@@ -85,21 +78,16 @@ class TranslationsRequest(BaseModel):
         "at most the server's max_texts (GET /api/model)",
         examples=[["i'm home .", "go ."]],
     )
-    beam: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_BEAM,
-        description="beam size; 1 = greedy; null: the run's default (GET /api/model "
-        "`decoding`), at most the server's max_beam",
-    )
+    beam: int | None = Field(None, ge=1, le=MAX_BEAM, description=BEAM_ALIAS, json_schema_extra={"deprecated": True})
     options: dict[str, Any] | None = Field(
         None,
-        description="decoding options, as `attnlab translate` takes them (attnlab.decoding.DecodeOptions, beam "
-        f"aside): {OPTIONS_FIELDS}; prefix: a text, or one per text; constraints: phrases, or a list of them "
-        "per text; beam and n_best at most the server's max_beam; fields left out take the run's defaults. "
+        description="decoding options, as `attnlab translate` takes them (attnlab.decoding.DecodeOptions): "
+        f"{OPTIONS_FIELDS}. Here prefix is a text, or one per text; constraints phrases, or a list of them "
+        "per text; beam and n_best at most the server's max_beam; fields left out take the run's defaults "
+        "(GET /api/model `decoding`). "
         "With options the response also holds "
         "`results` (scores, n-best lists, alignments), and the texts are decoded as a batch of their own",
-        examples=[{"n_best": 2, "align": True}],
+        examples=[{"beam": 4, "n_best": 2, "align": True}],
     )
 
     @field_validator("texts")
@@ -264,6 +252,7 @@ class Health(BaseModel):
 
 __all__ = [
     "MAX_HEADS_OFF",
+    "OPTIONS_FIELDS",
     "AttentionMaps",
     "BeamTrace",
     "ErrorResponse",

@@ -40,7 +40,7 @@ def held_out_sources(examples, vocab, limit: int, min_words: int = 3, max_words:
 
 def score_sources(translator, sources, beam: int = 1) -> float:
     """Multi-reference corpus BLEU of `translator` on `held_out_sources` output."""
-    found = translator.search([ids for _, ids, _ in sources], translator.options(beam=beam), scores=False)
+    found = translator.search([ids for _, ids, _ in sources], translator.options(beam=beam, scores=False))
     hyps = [translator.tgt_vocab.decode(hs[0].tokens) for hs in found]
     return corpus_bleu(hyps, [refs for _, _, refs in sources])
 
@@ -91,12 +91,12 @@ def decode_speed(translator, sources, beam: int = 4) -> float:
     a warm-up: what stays is the cost of the sentences, not that of the first call (kernels built on
     first use, caches grown)."""
     ids = [s for _, s, _ in sources]
-    opts = translator.options(beam=beam)
-    translator.search(ids, opts, scores=False)  # warm-up
+    opts = translator.options(beam=beam, scores=False)
+    translator.search(ids, opts)  # warm-up
     took = []
     for copies in (1, 2):
         start = time.perf_counter()
-        translator.search(ids * copies, opts, scores=False)
+        translator.search(ids * copies, opts)
         took.append(time.perf_counter() - start)
     extra = took[1] - took[0]
     return len(ids) / extra if extra > 0 else 2 * len(ids) / took[1]  # noise beat a tiny input: the mean

@@ -33,7 +33,7 @@ def validation_scores(model, data, examples, cfg, device, autocast, batching: di
         total, count = total + loss.item(), count + int(n)
     subset = examples if cfg.eval_limit is None else examples[: cfg.eval_limit]
     translator = Translator(model, data.src_vocab, data.tgt_vocab, config={}, device=device, max_len=cfg.num_steps)
-    found = translator.search([ex.src_ids for ex in subset], translator.options(beam=cfg.eval_beam), scores=False)
+    found = translator.search([ex.src_ids for ex in subset], translator.options(beam=cfg.eval_beam, scores=False))
     hyps = [data.tgt_vocab.decode(hs[0].tokens) for hs in found]
     refs = [reference_text(ex.tgt_text, data.tgt_vocab) for ex in subset]
     return {"valid_loss": total / max(count, 1), "valid_bleu": corpus_bleu(hyps, refs)}

@@ -121,7 +121,7 @@ def _both(translator, ct2, sample, beam):
     limit = translator.output_limit(max(map(len, ids)) + 1)  # attnlab's length cap for this one batch
     ours = [
         translator.tgt_vocab.to_tokens(h)
-        for h in [hs[0].tokens for hs in translator.search(ids, translator.options(beam=beam), scores=False)]
+        for h in [hs[0].tokens for hs in translator.search(ids, translator.options(beam=beam, scores=False))]
     ]
     res = ct2.translate_batch(
         [source_tokens(translator.src_vocab, s) for s in sample],
@@ -175,7 +175,7 @@ def _alignments(translator, ct2, sample) -> tuple[list, list]:
     """attnlab's `--align` pairs for its greedy outputs (the layer and heads of translator.alignment, else the
     default) and those CTranslate2's return_attention gives over the same outputs (forced as its prefix)."""
     ids = [translator.src_vocab.encode(s) for s in sample]
-    outputs = [hs[0].tokens for hs in translator.search(ids, translator.options(beam=1), scores=False)]
+    outputs = [hs[0].tokens for hs in translator.search(ids, translator.options(beam=1, scores=False))]
     layer, heads = alignment_heads(translator.model, None, None, translator.alignment)
     ours = align_batch(translator, sample, ids, outputs, layer, heads)
     res = ct2.translate_batch(
@@ -317,7 +317,7 @@ def test_empty_translation_needs_min_decoding_length_0(tmp_path):
     sample = ["w1 w2", "w3 w4 w5"]
     assert [
         hs[0].tokens
-        for hs in translator.search([vocab.encode(s) for s in sample], translator.options(beam=1), scores=False)
+        for hs in translator.search([vocab.encode(s) for s in sample], translator.options(beam=1, scores=False))
     ] == [[], []]
     ct2 = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
     toks = [source_tokens(vocab, s) for s in sample]

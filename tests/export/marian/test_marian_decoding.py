@@ -99,7 +99,7 @@ def test_no_repeat_ngram_and_min_len_equal_generate(imported, hf, beam):
     plain = [
         hs[0].tokens
         for hs in imported.search(
-            [imported.src_vocab.encode(t) for t in SOURCES], imported.options(beam=beam), scores=False
+            [imported.src_vocab.encode(t) for t in SOURCES], imported.options(beam=beam, scores=False)
         )
     ]
     assert ours != plain, "the controls changed nothing: the test does not exercise them"

@@ -99,7 +99,7 @@ def _generate(tr, hf, texts, beam):
 def test_decoding_identical_to_generate(imported, hf, beam):
     texts = TEXTS + sentences(12, seed=5)
     src_ids = [imported.src_vocab.encode(t) for t in texts]
-    ours = [hs[0].tokens for hs in imported.search(src_ids, imported.options(beam=beam), scores=False)]
+    ours = [hs[0].tokens for hs in imported.search(src_ids, imported.options(beam=beam, scores=False))]
     want = _generate(imported, hf, texts, beam)
     assert ours == want
     lengths = {len(o) for o in ours}

@@ -29,16 +29,15 @@ router = APIRouter()
 def explain_timed(
     translator,
     text: str,
-    beam: int,
+    options=None,
     heads_off: dict | None = None,
     trace: bool = True,
     merge: bool = False,
     importance: dict | None = None,
-    options=None,
 ) -> dict:
     """The response body of one explanation, with its decoding time."""
     t0 = time.perf_counter()
-    exp = explain(translator, text, beam, heads_off=heads_off, trace=trace, options=options)
+    exp = explain(translator, text, options, heads_off=heads_off, trace=trace)
     # Confidence on the model's own tokens (before any merge): it describes the heads, not the words.
     imp = importance or {"source": CONFIDENCE_SOURCE, "values": head_confidence(exp)}
     out = (merge_subwords(exp) if merge else exp).to_dict()
@@ -60,12 +59,11 @@ async def explain_sentence(req: ExplainRequest, request: Request, s: ServedDep):
             resolved = explorer_options(translator, ids, req.options, req.beam, limits.max_beam)
         except ValueError as exc:
             return error(422, f"options: {exc}", request)
-        beam, options = resolved.beam, resolved if req.options is not None else None
         refusal = request_refusal(translator, limits, [len(ids) + 1], resolved, maps=True)
         if refusal is not None:
             return error(413, refusal, request)
-        traced = req.trace and (options is None or options.plain)
-        size = explain_bytes_bound(translator, len(ids) + 1, beam if traced else 1, options)
+        traced = req.trace and resolved.plain
+        size = explain_bytes_bound(translator, len(ids) + 1, resolved.beam if traced else 1, resolved)
         if size > limits.max_response_bytes:
             return error(
                 413,
@@ -75,7 +73,7 @@ async def explain_sentence(req: ExplainRequest, request: Request, s: ServedDep):
                 request,
             )
         return await s.pool.run(
-            explain_timed, req.text, beam, heads_off, req.trace, req.merge_subwords, s.importance, options
+            explain_timed, req.text, resolved, heads_off, req.trace, req.merge_subwords, s.importance
         )
     except Busy as exc:
         return busy(request, exc)
