@@ -27,6 +27,8 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 # rule name -> where it applies; a skip reason "NAME: ..." with a name listed here stays a skip under CI=true
 ALLOWED_CI_SKIPS: dict[str, str] = {
     "no-procfs": "a host without /proc/cpuinfo (not Linux): the CPU-feature probe has nothing to read",
+    "inductor-compile": "torch.compile's inductor backend generating C++ for a model takes about 5 minutes on 2 "
+    "cores, past the suite's budget; its graph capture and autograd run in the suite under 'aot_eager'",
 }
 FIX = "Install what is missing (pip install -e '.[dev]'; .ci/run installs Chromium; set ATTNLAB_DATA to fra-eng.zip)."
 
