@@ -45,15 +45,20 @@ class SearchState(NamedTuple):
 
 
 class Search:
-    """A strategy. `K`: live hypotheses per sentence; `compact`: the fraction of a batch's sentences that must
-    be done before their rows leave it (0: at once; dropping rows copies every cache); `raw_logits`: step
-    takes the logits themselves when no ban applies (greedy's arg-max needs no log-softmax); `history`: step
-    reads the tokens so far."""
+    """A strategy. `K`: live hypotheses per sentence; `single`: step gives one candidate per row (C = 1, K = 1),
+    the row's next token, so the loop runs in its row mode (a table per row, read at the end) rather than its
+    beam mode (C >= 2K candidates per sentence, a history that follows the beams); `compact`: the fraction of a
+    batch's sentences that must be done before their rows leave it (0: at once; dropping rows copies every
+    cache); `raw_logits`: step takes the logits themselves (no ban applies: greedy's arg-max needs no
+    log-softmax); `history`: step reads the tokens so far; `scores`: False when step skips the
+    log-probabilities (greedy without scores: outputs have NaN scores and no positional scores)."""
 
     K: int = 1
+    single: bool = False
     compact: float = 0.0
     raw_logits: bool = False
     history: bool = False
+    scores: bool = True
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         raise NotImplementedError
@@ -73,6 +78,7 @@ class Greedy(Search):
     """The most likely token. With `raw_logits`, step gets the logits and `pick` reads the chosen token's
     log-probability off them (logit - logsumexp) only when `scores`; otherwise the banned log-probabilities."""
 
+    single = True
     compact = 0.25
     raw_logits = True
 
@@ -131,6 +137,8 @@ class Sampling(Search):
         >>> c.tokens.tolist(), round(c.lprobs.item(), 4) == round(logits.log_softmax(-1)[0, 0, 1].item(), 4)
         ([[1]], True)
     """
+
+    single = True
 
     def __init__(self, warpers: Sequence[Processor], generator: torch.Generator | None = None, *,
                  raw_logits: bool = False, top_k: int = 0):  # fmt: skip
