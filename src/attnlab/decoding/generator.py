@@ -49,7 +49,7 @@ def make_search(options: DecodeOptions, eos: int, bans: list, constraints=None, 
     """The strategy `options` ask for: constrained beam search where any sentence has phrases, sampling,
     greedy (beam 1) or beam search."""
     if constraints is not None and any(constraints):
-        return ConstrainedBeamSearch(options.beam, eos, constraints, prefixes)
+        return ConstrainedBeamSearch(options.beam, eos, constraints, prefixes, raw_logits=not bans)
     if options.sample:
         return Sampling(processors_for(options, eos)[1], generator, raw_logits=not bans, top_k=options.top_k)
     if options.beam == 1:
