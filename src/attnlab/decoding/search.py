@@ -126,9 +126,10 @@ class Sampling(Search):
 
     With `raw_logits` (no bans) step gets the logits. With `top_k` too, the k likeliest tokens and their
     log-probabilities come from one pass over them (`beam_candidates` with one hypothesis: a partial sort in C
-    for k <= 64), and the temperature and top-p warp those k values only: softmax over the k equals
-    softmax(logits / T) with every other token masked, as `TopK` then `TopP` over V give (of tokens tied
-    with the k-th, the lower ids are the ones kept). Finished samples leave the batch at once.
+    for k < 64), and the temperature and top-p warp those k values only: softmax over the k equals
+    softmax(logits / T) with every other token masked, as `TopK` then `TopP` over V give. A step where a
+    token ties with the k-th (the (k+1)-th candidate's value is the k-th's) draws over V instead, where `TopK`
+    keeps every tied token. Finished samples leave the batch at once.
 
     Examples:
         >>> logits = torch.tensor([[[0.0, 3.0, 1.0, -2.0]]])                  # n=1, K=1, V=4
@@ -143,18 +144,25 @@ class Sampling(Search):
     def __init__(self, warpers: Sequence[Processor], generator: torch.Generator | None = None, *,
                  raw_logits: bool = False, top_k: int = 0):  # fmt: skip
         self.generator, self.raw_logits, self.top_k = generator, raw_logits, top_k
+        self.all_warpers = list(warpers)
         # The fast path draws among the k already: TopK over them would change nothing.
         self.warpers = [w for w in warpers if not (raw_logits and top_k and isinstance(w, TopK))]
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         rows = lprobs[:, 0]  # (n, V): logits (raw_logits) or log-probabilities
         n, V = rows.shape
+        cand, warpers = None, self.all_warpers
         if self.raw_logits and 0 < self.top_k < V:
             zero = torch.zeros((n, 1), device=rows.device)
-            _, cand, _, cand_lp = beam_candidates(rows.float(), zero, self.top_k)  # (n, k) best first
-        else:
-            cand, cand_lp = None, rows.float().log_softmax(dim=-1) if self.raw_logits else rows
-        probs = apply(self.warpers, cand_lp, cand_lp).softmax(dim=-1)
+            # k + 1: a token tied with the k-th stays (as `TopK`); a row with such a tie takes the path over V.
+            _, cand, _, cand_lp = beam_candidates(rows.float(), zero, self.top_k + 1)  # (n, k + 1) best first
+            if bool((cand_lp[:, -1] == cand_lp[:, -2]).any()):
+                cand = None
+            else:
+                cand, cand_lp, warpers = cand[:, :-1], cand_lp[:, :-1], self.warpers
+        if cand is None:
+            cand_lp = rows.float().log_softmax(dim=-1) if self.raw_logits else rows
+        probs = apply(warpers, cand_lp, cand_lp).softmax(dim=-1)
         pick_ = torch.multinomial(probs, 1, generator=self.generator)  # (n, 1) positions among the candidates
         tok = pick_ if cand is None else cand.gather(1, pick_)
         lp = cand_lp.gather(1, pick_)
