@@ -8,11 +8,13 @@ import math
 
 import pytest
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from attnlab.decoding.constraints import Progress
+from attnlab.decoding import generator as generator_module
+from attnlab.decoding.constraints import Progress, allocate
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
+from attnlab.decoding.search import Candidates, Search, SearchState
 
 PAD, BOS, EOS, LE, CHAT, CHIEN, NOIR = range(7)
 V = 7
@@ -105,3 +107,159 @@ def test_progress_tracks_every_phrase_it_may_be_inside():
     assert p.met == (False, True, False) and p.partial == ((2, 1),) and p.produced(shared) == 3
     p = p.advance(shared, CHAT)  # continues nothing, starts nothing
     assert p.partial == () and p.met == (False, True, False)
+
+
+# -- the tensor step against the same rules written per sentence ------------------------------------------------
+
+
+class ObjectConstrainedSearch(Search):
+    """The same step written another way: per sentence, with a `Progress` object per hypothesis, a dict of
+    candidates, `sorted` and `allocate` (the module docstring's rules, one object at a time)."""
+
+    def __init__(self, beam, eos, constraints, prefixes=None, raw_logits=False):
+        self.K, self.eos = beam, eos
+        self.phrases = [[list(p) for p in c] for c in constraints]
+        self.progress: list[list[Progress]] = []
+        for u, phrases in enumerate(self.phrases):
+            p = Progress.start(len(phrases))
+            for t in prefixes[u] if prefixes is not None else []:
+                p = p.advance(phrases, t)
+            self.progress.append([p] * beam)
+        self._units: list[int] = []
+        self._cands: list[list[Progress]] = []
+        # Per unit: every token of its phrases (a token outside them leaves a progress outside any phrase as
+        # it is), and memos of `advance` and `produced`: a beam's few progresses meet the same tokens each step.
+        self._phrase_tokens = [{t for p in phrases for t in p} for phrases in self.phrases]
+        self._advanced: list[dict[tuple[Progress, int], Progress]] = [{} for _ in self.phrases]
+        self._produced: list[dict[Progress, int]] = [{} for _ in self.phrases]
+
+    def _advance(self, u: int, p: Progress, token: int) -> Progress:
+        if not p.partial and token not in self._phrase_tokens[u]:
+            return p
+        memo = self._advanced[u]
+        nxt = memo.get((p, token))
+        if nxt is None:
+            nxt = memo[(p, token)] = p.advance(self.phrases[u], token)
+        return nxt
+
+    def _bank(self, u: int):
+        memo, phrases = self._produced[u], self.phrases[u]
+
+        def produced(p: Progress) -> int:
+            n = memo.get(p)
+            if n is None:
+                n = memo[p] = p.produced(phrases)
+            return n
+
+        return produced
+
+    def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
+        n, K, V = lprobs.shape
+        units, eos, neg_inf = state.sentences, self.eos, float("-inf")
+        not_done = [i * K + k for i, u in enumerate(units) for k in range(K) if not self.progress[u][k].done]
+        flat = lprobs.view(n * K, V)
+        if not_done:
+            flat[torch.tensor(not_done, device=flat.device), eos] = neg_inf
+        by_sentence = self._candidates(lprobs, scores, units)
+        rows, cands = [], []
+        for i, u in enumerate(units):
+            ranked = sorted(((s, k, t) for (k, t), s in by_sentence[i].items() if s > neg_inf), key=lambda c: -c[0])
+            done = self.progress[u]
+            finishing = [(s, k, t, done[k]) for s, k, t in ranked[:K] if t == eos]
+            live = [(s, k, t, self._advance(u, done[k], t)) for s, k, t in ranked if t != eos]
+            row = finishing + allocate(live, self.phrases[u], K, self._bank(u))
+            row += [(neg_inf, 0, eos, Progress.start(len(self.phrases[u])))] * (2 * K - len(row))
+            rows.append(row)
+            cands.append([c[3] for c in row])
+        self._units, self._cands = list(units), cands
+        dev = lprobs.device
+        cand_scores = torch.tensor([[c[0] for c in r] for r in rows], device=dev, dtype=scores.dtype)
+        tokens = torch.tensor([[c[2] for c in r] for r in rows], device=dev, dtype=torch.long)
+        beams = torch.tensor([[c[1] for c in r] for r in rows], device=dev, dtype=torch.long)
+        parent = (torch.arange(n, device=dev)[:, None] * K + beams).reshape(-1)
+        lp = flat[parent, tokens.reshape(-1)].view(n, 2 * K)
+        return Candidates(cand_scores, tokens, beams, lp.masked_fill(cand_scores == neg_inf, 0.0))
+
+    def _candidates(self, lprobs: Tensor, scores: Tensor, units: list[int]) -> list[dict[tuple[int, int], float]]:
+        """Per sentence: (beam, token) -> total score of the 2K best overall, each hypothesis' own best and the
+        tokens that advance its phrases."""
+        n, K, V = lprobs.shape
+        neg_inf = float("-inf")
+        total = scores[:, :, None] + lprobs  # (n, K, V)
+        top_s, idx = total.reshape(n, K * V).topk(min(2 * K, K * V), dim=1)
+        top_t, top_b = idx % V, idx // V
+        best_s, best_t = total.max(dim=-1)  # (n, K) each hypothesis' own best continuation
+        sc = scores.tolist()
+        want = [
+            (i, k, t)
+            for i, u in enumerate(units)
+            for k in range(K)
+            if sc[i][k] > neg_inf
+            for t in self.progress[u][k].wanted(self.phrases[u])
+        ]
+        want_s = total[[w[0] for w in want], [w[1] for w in want], [w[2] for w in want]].tolist() if want else []
+        by_sentence: list[dict[tuple[int, int], float]] = [{} for _ in range(n)]
+        for i, row in enumerate(zip(top_s.tolist(), top_b.tolist(), top_t.tolist())):
+            by_sentence[i].update({(k, t): s for s, k, t in zip(*row)})
+        for i, (ss, ts) in enumerate(zip(best_s.tolist(), best_t.tolist())):
+            by_sentence[i].update({(k, t): s for k, (s, t) in enumerate(zip(ss, ts))})
+        for (i, k, t), s in zip(want, want_s):
+            by_sentence[i][(k, t)] = s
+        return by_sentence
+
+    def chosen(self, live: Tensor) -> None:
+        for i, (u, pos) in enumerate(zip(self._units, live.tolist())):
+            self.progress[u] = [self._cands[i][p] for p in pos]
+
+    def met(self, row: int, position: int) -> int:
+        return sum(self._cands[row][position].met)
+
+
+class RandomChain(nn.Module):
+    """A seeded random model over V2 tokens whose logits depend on the last token and its position (so that
+    two orders of the same tokens do not tie); the state is the number of positions seen."""
+
+    def __init__(self, V2: int, seed: int):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.register_buffer("logits", torch.randn((V2, V2), generator=g) * 2)
+        self.register_buffer("at", torch.randn((16, V2), generator=g))
+
+    def start_decoding(self, src, src_valid_lens=None):
+        return 0
+
+    def decode_step(self, tgt, state):
+        t = tgt.shape[1]
+        return self.logits[tgt] + self.at[state : state + t], state + t
+
+    def reorder_state(self, state, rows, same_sources=False):
+        return state
+
+
+@pytest.mark.parametrize("min_len", [0, 3])  # 0: the C pass over the logits; 3: a ban, log-probabilities
+def test_the_tensor_step_deals_as_the_per_sentence_rules(monkeypatch, min_len):
+    """Phrase tables, ranks within banks and the one C pass give the hypotheses, scores and phrase counts
+    the per-sentence objects give, on 24 sources of 1-3 random phrases (some sharing tokens), with prefixes."""
+    V2, rng = 10, torch.Generator().manual_seed(3)
+    model = RandomChain(V2, seed=4)
+    phrases = [
+        [torch.randint(3, V2, (int(torch.randint(1, 3, (1,), generator=rng)),), generator=rng).tolist()
+         for _ in range(int(torch.randint(1, 4, (1,), generator=rng)))]
+        for _ in range(24)
+    ]  # fmt: skip
+    prefix = torch.randint(3, V2, (24, 1), generator=rng)
+    opts = DecodeOptions(beam=3, n_best=3, min_len=min_len)
+    src = torch.zeros((24, 2), dtype=torch.long)
+
+    def run():
+        return generate(model, src, None, opts, bos=BOS, eos=EOS, max_len=8, prefix=prefix, constraints=phrases)
+
+    ours = run()
+    monkeypatch.setattr(generator_module, "ConstrainedBeamSearch", ObjectConstrainedSearch)
+    theirs = run()
+    assert [[h.tokens for h in hs] for hs in ours] == [[h.tokens for h in hs] for hs in theirs]
+    assert [[h.finished for h in hs] for hs in ours] == [[h.finished for h in hs] for hs in theirs]
+    for hs, rs in zip(ours, theirs):
+        assert [h.score for h in hs] == pytest.approx([r.score for r in rs], abs=1e-5)
+    ended = [h.finished for hs in ours for h in hs]
+    assert 0 < sum(ended) < len(ended)  # both kinds: outputs that placed their phrases and ended, and cut ones

@@ -32,11 +32,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.decoding.search import Candidates, Search, SearchState
+from attnlab.kernels.beam_topk import beam_candidates
 
-__all__ = ["ConstrainedBeamSearch", "Progress", "allocate"]
+__all__ = ["ConstrainedBeamSearch", "PhraseTable", "Progress", "allocate"]
 
 
 @dataclass(frozen=True)
@@ -112,106 +114,215 @@ def allocate(cands: list[tuple[float, int, int, Progress]], phrases: list[list[i
     return sorted(chosen, key=lambda c: -c[0])
 
 
+class PhraseTable:
+    """Every progress (`Progress`) the search has met, one id each, and what a step reads of it as tensors
+    indexed by id: a hypothesis' progress is one id, so a step's bookkeeping is gathers, not Python objects.
+
+    bank (S,): constraint tokens produced; done (S,): every phrase met; met (S,): phrases met; want (S, W):
+    the tokens that would advance it (-1: none); tokens (S, T): every token of its unit's phrases (-1: none)
+    and nxt (S, T) the id after each; reset (S,): the id after any other token. The rows of `tokens`,
+    `nxt` and `reset` are filled once a progress is held by a hypothesis (`expand`); new rows reach the
+    tensors once per step (`flush`), not one small write each.
+
+    Examples:
+        >>> t = PhraseTable([[[5, 6], [9]]], torch.device("cpu"))
+        >>> s = t.id(0, Progress.start(2)); t.expand([s]); t.flush()
+        >>> t.want[s].tolist(), t.bank[t.nxt[s, 0]].item(), t.tokens[s].tolist()   # after 5: "5 6" begun
+        ([5, 9], 1, [5, 6, 9])
+    """
+
+    def __init__(self, phrases: list[list[list[int]]], device: torch.device):
+        self.phrases, self.device = phrases, device
+        self.unit_tokens = [sorted({t for p in ph for t in p}) for ph in phrases]
+        self.W = max([len(ph) for ph in phrases] + [1])
+        self.T = max([len(t) for t in self.unit_tokens] + [1])
+        self.ids: dict[tuple[int, Progress], int] = {}
+        self.progress: list[Progress] = []
+        self.unit: list[int] = []
+        self.rows: list[tuple[int, bool, int, list[int]]] = []  # (bank, done, met, want) not yet in the tensors
+        self.expanded: list[bool] = []
+        self.max_bank = 0
+        empty = torch.empty(0, dtype=torch.long, device=device)
+        self.bank, self.met, self.reset = empty, empty, empty
+        self.done = torch.empty(0, dtype=torch.bool, device=device)
+        self.want = torch.empty((0, self.W), dtype=torch.long, device=device)
+        self.tokens = torch.empty((0, self.T), dtype=torch.long, device=device)
+        self.nxt = torch.empty((0, self.T), dtype=torch.long, device=device)
+
+    def id(self, u: int, p: Progress) -> int:
+        """The id of unit u's progress p (a new one gets its bank, done, met and wanted tokens)."""
+        key = (u, p)
+        s = self.ids.get(key)
+        if s is None:
+            s = self.ids[key] = len(self.progress)
+            self.progress.append(p)
+            self.unit.append(u)
+            self.expanded.append(False)
+            bank = p.produced(self.phrases[u])
+            self.max_bank = max(self.max_bank, bank)
+            self.rows.append((bank, p.done, sum(p.met), p.wanted(self.phrases[u])))
+        return s
+
+    def expand(self, ids) -> None:
+        """Fill the transitions of progresses `ids` (those hypotheses now hold)."""
+        todo = [s for s in dict.fromkeys(ids) if not self.expanded[s]]
+        if not todo:
+            return
+        self.flush()
+        toks, nxt, reset = [], [], []
+        for s in todo:
+            self.expanded[s] = True
+            u, p = self.unit[s], self.progress[s]
+            phrases, tokens = self.phrases[u], self.unit_tokens[u]
+            pad = [-1] * (self.T - len(tokens))
+            toks.append(tokens + pad)
+            nxt.append([self.id(u, p.advance(phrases, t)) for t in tokens] + [0] * len(pad))
+            reset.append(self.id(u, Progress(p.met, ()) if p.partial else p))
+        self.flush()
+        rows = torch.tensor(todo, device=self.device)
+        self.tokens[rows] = torch.tensor(toks, device=self.device)
+        self.nxt[rows] = torch.tensor(nxt, device=self.device)
+        self.reset[rows] = torch.tensor(reset, device=self.device)
+
+    def flush(self) -> None:
+        """New progresses' rows into the tensors."""
+        if not self.rows:
+            return
+        m, dev = len(self.rows), self.device
+        bank, done, met, want = zip(*self.rows)
+        self.rows = []
+        self.bank = torch.cat([self.bank, torch.tensor(bank, device=dev)])
+        self.done = torch.cat([self.done, torch.tensor(done, device=dev)])
+        self.met = torch.cat([self.met, torch.tensor(met, device=dev)])
+        padded = [w + [-1] * (self.W - len(w)) for w in want]
+        self.want = torch.cat([self.want, torch.tensor(padded, dtype=torch.long, device=dev)])
+        self.tokens = torch.cat([self.tokens, torch.full((m, self.T), -1, device=dev)])
+        self.nxt = torch.cat([self.nxt, torch.zeros((m, self.T), dtype=torch.long, device=dev)])
+        self.reset = torch.cat([self.reset, torch.zeros(m, dtype=torch.long, device=dev)])
+
+
 class ConstrainedBeamSearch(Search):
     """Constrained beam search's step (module docstring). `constraints[u]`: unit u's phrases as token id
     lists (a unit may have none); `prefixes[u]`: the target ids it starts with (they may hold phrase tokens).
     Candidates per sentence: its finishing <eos> candidates first, then the K dealt live slots by score,
-    then -inf fillers, C = 2K in all."""
+    then -inf fillers, C = 2K in all. Each hypothesis' progress is an id of the `PhraseTable`; a step is
+    tensor operations over every sentence at once (the dealing of `allocate` as a sort key: rank within
+    the bank, then the fuller bank first)."""
 
-    def __init__(self, beam: int, eos: int, constraints: Sequence[Sequence[Sequence[int]]], prefixes=None):
-        self.K, self.eos = beam, eos
+    def __init__(self, beam: int, eos: int, constraints: Sequence[Sequence[Sequence[int]]], prefixes=None,
+                 raw_logits: bool = False):  # fmt: skip
+        self.K, self.eos, self.raw_logits = beam, eos, raw_logits
         self.phrases = [[list(p) for p in c] for c in constraints]
-        self.progress: list[list[Progress]] = []
+        self.prefixes = prefixes
+        self.table: PhraseTable | None = None
+
+    def _start(self, device: torch.device) -> PhraseTable:
+        """The table, each unit's progress after its prefix (every hypothesis) and its fresh start (fillers)."""
+        table = self.table = PhraseTable(self.phrases, device)
+        first, fresh = [], []
         for u, phrases in enumerate(self.phrases):
-            p = Progress.start(len(phrases))
-            for t in prefixes[u] if prefixes is not None else []:
+            p = fresh_p = Progress.start(len(phrases))
+            for t in self.prefixes[u] if self.prefixes is not None else []:
                 p = p.advance(phrases, t)
-            self.progress.append([p] * beam)
-        self._units: list[int] = []
-        self._cands: list[list[Progress]] = []
-        # Per unit: every token of its phrases (a token outside them leaves a progress outside any phrase as
-        # it is), and memos of `advance` and `produced`: a beam's few progresses meet the same tokens each step.
-        self._phrase_tokens = [{t for p in phrases for t in p} for phrases in self.phrases]
-        self._advanced: list[dict[tuple[Progress, int], Progress]] = [{} for _ in self.phrases]
-        self._produced: list[dict[Progress, int]] = [{} for _ in self.phrases]
-
-    def _advance(self, u: int, p: Progress, token: int) -> Progress:
-        if not p.partial and token not in self._phrase_tokens[u]:
-            return p
-        memo = self._advanced[u]
-        nxt = memo.get((p, token))
-        if nxt is None:
-            nxt = memo[(p, token)] = p.advance(self.phrases[u], token)
-        return nxt
-
-    def _bank(self, u: int):
-        memo, phrases = self._produced[u], self.phrases[u]
-
-        def produced(p: Progress) -> int:
-            n = memo.get(p)
-            if n is None:
-                n = memo[p] = p.produced(phrases)
-            return n
-
-        return produced
+            first.append(table.id(u, p))
+            fresh.append(table.id(u, fresh_p))
+        table.expand(first + fresh)
+        self.state = torch.tensor(first, device=device)[:, None].repeat(1, self.K)  # (U, K) progress ids
+        self.fresh = torch.tensor(fresh, device=device)  # (U,)
+        return table
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         n, K, V = lprobs.shape
-        units, eos, neg_inf = state.sentences, self.eos, float("-inf")
-        not_done = [i * K + k for i, u in enumerate(units) for k in range(K) if not self.progress[u][k].done]
-        flat = lprobs.view(n * K, V)
-        if not_done:
-            flat[torch.tensor(not_done, device=flat.device), eos] = neg_inf
-        by_sentence = self._candidates(lprobs, scores, units)
-        rows, cands = [], []
-        for i, u in enumerate(units):
-            ranked = sorted(((s, k, t) for (k, t), s in by_sentence[i].items() if s > neg_inf), key=lambda c: -c[0])
-            done = self.progress[u]
-            finishing = [(s, k, t, done[k]) for s, k, t in ranked[:K] if t == eos]
-            live = [(s, k, t, self._advance(u, done[k], t)) for s, k, t in ranked if t != eos]
-            row = finishing + allocate(live, self.phrases[u], K, self._bank(u))
-            row += [(neg_inf, 0, eos, Progress.start(len(self.phrases[u])))] * (2 * K - len(row))
-            rows.append(row)
-            cands.append([c[3] for c in row])
-        self._units, self._cands = list(units), cands
-        dev = lprobs.device
-        cand_scores = torch.tensor([[c[0] for c in r] for r in rows], device=dev, dtype=scores.dtype)
-        tokens = torch.tensor([[c[2] for c in r] for r in rows], device=dev, dtype=torch.long)
-        beams = torch.tensor([[c[1] for c in r] for r in rows], device=dev, dtype=torch.long)
-        parent = (torch.arange(n, device=dev)[:, None] * K + beams).reshape(-1)
-        lp = flat[parent, tokens.reshape(-1)].view(n, 2 * K)
-        return Candidates(cand_scores, tokens, beams, lp.masked_fill(cand_scores == neg_inf, 0.0))
+        dev, neg_inf = lprobs.device, float("-inf")
+        table = self.table if self.table is not None else self._start(dev)
+        units = torch.tensor(state.sentences, device=dev)
+        st = self.state.index_select(0, units)  # (n, K) each hypothesis' progress
+        banned = ~table.done[st]  # (n, K) no <eos> before every phrase
+        # Candidates, in the order a tie keeps: the 2K best overall, each hypothesis' own best, the tokens
+        # that advance its phrases (a (beam, token) met twice: its first place).
+        found = self._from_logits if self.raw_logits else self._from_lprobs
+        cs, cb, ct, clp = found(lprobs, scores, banned, table.want[st])  # (n, C') each
+        keys, order = (cb * V + ct).sort(dim=1, stable=True)
+        again = torch.zeros_like(keys, dtype=torch.bool).scatter_(1, order[:, 1:], keys[:, 1:] == keys[:, :-1])
+        cs = cs.masked_fill(again, neg_inf)
+        rs, ri = cs.sort(dim=1, descending=True, stable=True)  # ranked
+        rb, rt, rlp = cb.gather(1, ri), ct.gather(1, ri), clp.gather(1, ri)
+        C = rs.shape[1]
+        valid, eos = rs > neg_inf, rt == self.eos
+        now = st.gather(1, rb)  # (n, C) the progress each candidate extends, then the progress it makes
+        hit = table.tokens[now] == rt[:, :, None]  # (n, C, T)
+        slot = hit.to(torch.uint8).argmax(dim=-1, keepdim=True)
+        nxt = torch.where(hit.any(-1), table.nxt[now].gather(2, slot).squeeze(2), table.reset[now])
+        # Dealing: live candidates by (rank within their bank, fuller bank first); the first K are dealt.
+        live = valid & ~eos
+        bank = table.bank[nxt]
+        nb = table.max_bank + 1
+        rank = (F.one_hot(bank, nb) * live[:, :, None]).cumsum(dim=1).gather(2, bank[:, :, None]).squeeze(2) - 1
+        deal = torch.where(live, rank * nb + (nb - 1 - bank), torch.iinfo(torch.long).max)
+        dealt = deal.topk(min(K, C), dim=1, largest=False)
+        chosen = torch.zeros_like(live).scatter_(1, dealt.indices, dealt.values < torch.iinfo(torch.long).max)
+        pos = torch.arange(C, device=dev)
+        finishing = valid & eos & (pos < K)
+        take = torch.where(finishing, pos, torch.where(chosen, C + pos, 2 * C + pos)).topk(2 * K, largest=False).indices
+        kept = (finishing | chosen).gather(1, take)
+        cand_scores = rs.gather(1, take).masked_fill(~kept, neg_inf).to(scores.dtype)
+        tokens = rt.gather(1, take).masked_fill(~kept, self.eos)
+        beams = rb.gather(1, take).masked_fill(~kept, 0)
+        progress = torch.where(finishing, now, nxt).gather(1, take)
+        self._cands = torch.where(kept, progress, self.fresh.index_select(0, units)[:, None])
+        self._units = units
+        lp = rlp.gather(1, take).masked_fill(cand_scores == neg_inf, 0.0)
+        return Candidates(cand_scores, tokens, beams, lp)
 
-    def _candidates(self, lprobs: Tensor, scores: Tensor, units: list[int]) -> list[dict[tuple[int, int], float]]:
-        """Per sentence: (beam, token) -> total score of the 2K best overall, each hypothesis' own best and the
-        tokens that advance its phrases."""
+    def _from_lprobs(self, lprobs: Tensor, scores: Tensor, banned: Tensor, want: Tensor) -> tuple[Tensor, ...]:
+        """The candidates from log-probabilities (n, K, V) (after bans): scores, beams, tokens, log-probabilities
+        (n, 2K + K + K*W) (-inf: none)."""
         n, K, V = lprobs.shape
         neg_inf = float("-inf")
+        flat = lprobs.view(n * K, V)
+        flat[:, self.eos].masked_fill_(banned.view(-1), neg_inf)
         total = scores[:, :, None] + lprobs  # (n, K, V)
         top_s, idx = total.reshape(n, K * V).topk(min(2 * K, K * V), dim=1)
-        top_t, top_b = idx % V, idx // V
-        best_s, best_t = total.max(dim=-1)  # (n, K) each hypothesis' own best continuation
-        sc = scores.tolist()
-        want = [
-            (i, k, t)
-            for i, u in enumerate(units)
-            for k in range(K)
-            if sc[i][k] > neg_inf
-            for t in self.progress[u][k].wanted(self.phrases[u])
-        ]
-        want_s = total[[w[0] for w in want], [w[1] for w in want], [w[2] for w in want]].tolist() if want else []
-        by_sentence: list[dict[tuple[int, int], float]] = [{} for _ in range(n)]
-        for i, row in enumerate(zip(top_s.tolist(), top_b.tolist(), top_t.tolist())):
-            by_sentence[i].update({(k, t): s for s, k, t in zip(*row)})
-        for i, (ss, ts) in enumerate(zip(best_s.tolist(), best_t.tolist())):
-            by_sentence[i].update({(k, t): s for k, (s, t) in enumerate(zip(ss, ts))})
-        for (i, k, t), s in zip(want, want_s):
-            by_sentence[i][(k, t)] = s
-        return by_sentence
+        best_s, best_t = total.max(dim=-1)  # (n, K)
+        want_s = total.gather(2, want.clamp(min=0)).masked_fill(want < 0, neg_inf)
+        beam_ids = torch.arange(K, device=lprobs.device)
+        cs = torch.cat([top_s, best_s, want_s.reshape(n, -1)], dim=1)
+        cb = torch.cat([idx // V, beam_ids.expand(n, K), beam_ids.repeat_interleave(want.shape[2]).expand(n, -1)], 1)
+        ct = torch.cat([idx % V, best_t, want.reshape(n, -1)], dim=1)
+        clp = lprobs.reshape(n, K * V).gather(1, cb * V + ct.clamp(min=0))
+        return cs, cb, ct, clp
+
+    def _from_logits(self, logits: Tensor, scores: Tensor, banned: Tensor, want: Tensor) -> tuple[Tensor, ...]:
+        """`_from_lprobs` from the logits themselves (no bans apply): one C pass (`beam_candidates`, each
+        hypothesis a sentence of its own) gives every hypothesis' 2K + 1 best continuations and its
+        log-softmax; a banned <eos> is one of them at most, so the sentence's 2K best and each hypothesis' own
+        best are among the rest, and the phrase tokens' log-probabilities are logit - logsumexp."""
+        n, K, V = logits.shape
+        R, neg_inf = n * K, float("-inf")
+        k = min(2 * K + 1, V)
+        rs, rt, _, rlp = beam_candidates(logits.reshape(R, V), scores.reshape(R, 1), k)  # (R, k) best first
+        rs = rs.masked_fill((rt == self.eos) & banned.view(R, 1), neg_inf)
+        first = (rs[:, :1] == neg_inf).long() if k > 1 else torch.zeros_like(rt[:, :1])  # its best, or the next
+        best_s, best_t, best_lp = (x.gather(1, first).view(n, K) for x in (rs, rt, rlp))
+        top_s, j = rs.view(n, K * k).topk(min(2 * K, K * k), dim=1)
+        top_t, top_lp = rt.view(n, K * k).gather(1, j), rlp.view(n, K * k).gather(1, j)
+        lse = logits.reshape(R, V).gather(1, rt[:, :1]).float() - rlp[:, :1]  # (R, 1)
+        want_lp = logits.gather(2, want.clamp(min=0)).float() - lse.view(n, K, 1)
+        skip = (want < 0) | ((want == self.eos) & banned[:, :, None])
+        want_s = (scores[:, :, None] + want_lp).masked_fill(skip, neg_inf)
+        beam_ids = torch.arange(K, device=logits.device)
+        cs = torch.cat([top_s, best_s, want_s.reshape(n, -1)], dim=1)
+        cb = torch.cat([j // k, beam_ids.expand(n, K), beam_ids.repeat_interleave(want.shape[2]).expand(n, -1)], 1)
+        ct = torch.cat([top_t, best_t, want.reshape(n, -1)], dim=1)
+        clp = torch.cat([top_lp, best_lp, want_lp.reshape(n, -1)], dim=1)
+        return cs, cb, ct, clp
 
     def chosen(self, live: Tensor) -> None:
-        for i, (u, pos) in enumerate(zip(self._units, live.tolist())):
-            self.progress[u] = [self._cands[i][p] for p in pos]
+        held = self._cands.gather(1, live)
+        self.state[self._units] = held
+        assert self.table is not None
+        self.table.expand(held.unique().tolist())
 
     def met(self, row: int, position: int) -> int:
-        return sum(self._cands[row][position].met)
+        assert self.table is not None
+        return self.table.progress[int(self._cands[row, position])].met.count(True)

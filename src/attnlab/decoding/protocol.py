@@ -1,18 +1,56 @@
 """What decoding asks of a model, and how it calls it.
 
 A model decodes when it has `start_decoding(src, src_valid_lens) -> state`, `decode_step(tokens, state)
--> (logits, state)` and optionally `reorder_state(state, rows, same_sources=False)` (rows of the batch
-leave or are copied), `expand_beams(state, rows, K)` (beam search's one-time expansion) and a state with
-`reserve(steps)` (caches sized once). Greedy and beam search run inside `inference(model)`: eval mode
-and no gradients for the duration, the model's mode restored afterwards.
+-> (logits, state)` (`Decoder`) and optionally `reorder_state(state, rows, same_sources=False)` (rows of
+the batch leave or are copied: `Reorders`), `expand_beams(state, rows, K)` (beam search's one-time
+expansion: `ExpandsBeams`) and a state with `reserve(steps)` (caches sized once: `Reserves`). The loop
+asks these protocols, never the model's attributes. Greedy and beam search run inside `inference(model)`:
+eval mode and no gradients for the duration, the model's mode restored afterwards.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """A model that decodes: the encoder once, then one step per token."""
+
+    def start_decoding(self, src: Tensor, src_valid_lens: Tensor | None = None) -> Any: ...
+
+    def decode_step(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]: ...
+
+
+@runtime_checkable
+class Reorders(Protocol):
+    """A model whose state's rows may leave or be copied (done sentences leave the batch, beams change
+    parents); without it every row stays in the batch to the end."""
+
+    def reorder_state(self, state: Any, rows: Tensor, same_sources: bool = False) -> Any: ...
+
+
+@runtime_checkable
+class ExpandsBeams(Protocol):
+    """A model that expands each sentence to K hypotheses keeping its memory one row per sentence."""
+
+    def expand_beams(self, state: Any, src_rows: Tensor, K: int) -> Any: ...
+
+
+@runtime_checkable
+class Reserves(Protocol):
+    """A state that sizes its caches once for the steps to come."""
+
+    def reserve(self, steps: int) -> None: ...
+
+
+def reorders(model: object) -> bool:
+    """Whether done sentences may leave `model`'s batch (`Reorders`)."""
+    return isinstance(model, Reorders)
 
 
 @contextmanager
@@ -42,13 +80,13 @@ def check_source(src: Tensor, src_valid_lens: Tensor | None, max_len: int | None
 
 def reserve_steps(state, steps: int) -> None:
     """Tell a state that can size its caches up front (`TransformerState.reserve`) how many steps are coming."""
-    reserve = getattr(state, "reserve", None)
-    if reserve is not None:
-        reserve(steps)
+    if isinstance(state, Reserves):
+        state.reserve(steps)
 
 
 def expand_state(model: nn.Module, state, src_rows: Tensor, K: int):
     """Sentence i's K hypotheses start from its row (src_rows (n*K,)): `expand_beams` where the model has
     it (memory and cross-attention keys/values stay one row per sentence), else `reorder_state`."""
-    expand = getattr(model, "expand_beams", None)
-    return expand(state, src_rows[::K], K) if expand is not None else model.reorder_state(state, src_rows)
+    if isinstance(model, ExpandsBeams):
+        return model.expand_beams(state, src_rows[::K], K)
+    return model.reorder_state(state, src_rows)

@@ -45,15 +45,20 @@ class SearchState(NamedTuple):
 
 
 class Search:
-    """A strategy. `K`: live hypotheses per sentence; `compact`: the fraction of a batch's sentences that must
-    be done before their rows leave it (0: at once; dropping rows copies every cache); `raw_logits`: step
-    takes the logits themselves when no ban applies (greedy's arg-max needs no log-softmax); `history`: step
-    reads the tokens so far."""
+    """A strategy. `K`: live hypotheses per sentence; `single`: step gives one candidate per row (C = 1, K = 1),
+    the row's next token, so the loop runs in its row mode (a table per row, read at the end) rather than its
+    beam mode (C >= 2K candidates per sentence, a history that follows the beams); `compact`: the fraction of a
+    batch's sentences that must be done before their rows leave it (0: at once; dropping rows copies every
+    cache); `raw_logits`: step takes the logits themselves (no ban applies: greedy's arg-max needs no
+    log-softmax); `history`: step reads the tokens so far; `scores`: False when step skips the
+    log-probabilities (greedy without scores: outputs have NaN scores and no positional scores)."""
 
     K: int = 1
+    single: bool = False
     compact: float = 0.0
     raw_logits: bool = False
     history: bool = False
+    scores: bool = True
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         raise NotImplementedError
@@ -73,6 +78,7 @@ class Greedy(Search):
     """The most likely token. With `raw_logits`, step gets the logits and `pick` reads the chosen token's
     log-probability off them (logit - logsumexp) only when `scores`; otherwise the banned log-probabilities."""
 
+    single = True
     compact = 0.25
     raw_logits = True
 
@@ -120,9 +126,10 @@ class Sampling(Search):
 
     With `raw_logits` (no bans) step gets the logits. With `top_k` too, the k likeliest tokens and their
     log-probabilities come from one pass over them (`beam_candidates` with one hypothesis: a partial sort in C
-    for k <= 64), and the temperature and top-p warp those k values only: softmax over the k equals
-    softmax(logits / T) with every other token masked, as `TopK` then `TopP` over V give; a row with tokens tied
-    with the k-th beyond the k (TopK keeps them all) takes the full path. Finished samples leave the batch at once.
+    for k < 64), and the temperature and top-p warp those k values only: softmax over the k equals
+    softmax(logits / T) with every other token masked, as `TopK` then `TopP` over V give. A step where a
+    token ties with the k-th (the (k+1)-th candidate's value is the k-th's) draws over V instead, where `TopK`
+    keeps every tied token. Finished samples leave the batch at once.
 
     Examples:
         >>> logits = torch.tensor([[[0.0, 3.0, 1.0, -2.0]]])                  # n=1, K=1, V=4
@@ -132,27 +139,30 @@ class Sampling(Search):
         ([[1]], True)
     """
 
+    single = True
+
     def __init__(self, warpers: Sequence[Processor], generator: torch.Generator | None = None, *,
                  raw_logits: bool = False, top_k: int = 0):  # fmt: skip
         self.generator, self.raw_logits, self.top_k = generator, raw_logits, top_k
-        # The fast path draws among the k already: TopK over them would change nothing (the full path keeps it).
         self.all_warpers = list(warpers)
+        # The fast path draws among the k already: TopK over them would change nothing.
         self.warpers = [w for w in warpers if not (raw_logits and top_k and isinstance(w, TopK))]
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         rows = lprobs[:, 0]  # (n, V): logits (raw_logits) or log-probabilities
         n, V = rows.shape
-        cand = None
+        cand, warpers = None, self.all_warpers
         if self.raw_logits and 0 < self.top_k < V:
             zero = torch.zeros((n, 1), device=rows.device)
-            _, cand, _, cand_lp = beam_candidates(rows.float(), zero, self.top_k)  # (n, k) best first
-            # TopK keeps every token tied with the k-th (as transformers' warper): where a row has such a tie
-            # beyond the k, the k candidates are not the kept set, and the step takes the full path.
-            if bool(((rows >= rows.gather(1, cand[:, -1:])).sum(dim=1) > self.top_k).any()):
+            # k + 1: a token tied with the k-th stays (as `TopK`); a row with such a tie takes the path over V.
+            _, cand, _, cand_lp = beam_candidates(rows.float(), zero, self.top_k + 1)  # (n, k + 1) best first
+            if bool((cand_lp[:, -1] == cand_lp[:, -2]).any()):
                 cand = None
+            else:
+                cand, cand_lp, warpers = cand[:, :-1], cand_lp[:, :-1], self.warpers
         if cand is None:
             cand_lp = rows.float().log_softmax(dim=-1) if self.raw_logits else rows
-        probs = apply(self.warpers if cand is not None else self.all_warpers, cand_lp, cand_lp).softmax(dim=-1)
+        probs = apply(warpers, cand_lp, cand_lp).softmax(dim=-1)
         pick_ = torch.multinomial(probs, 1, generator=self.generator)  # (n, 1) positions among the candidates
         tok = pick_ if cand is None else cand.gather(1, pick_)
         lp = cand_lp.gather(1, pick_)
