@@ -217,7 +217,7 @@ def _differ(got, want) -> int:
 
 
 def _run(tr, ids, workers: int) -> list[list[int]]:
-    return [hs[0].tokens for hs in tr.search(ids, tr.options(beam=1), scores=False, workers=workers)]
+    return [hs[0].tokens for hs in tr.search(ids, tr.options(beam=1, scores=False), workers=workers)]
 
 
 if __name__ == "__main__":

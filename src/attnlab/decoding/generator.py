@@ -15,31 +15,28 @@ protocol (`attnlab.decoding.protocol`).
 
 Two modes over that shared start, shrink and reorder, as Hugging Face's `_sample` and `_beam_search`; the
 strategy declares which (`Search.single`):
-- one candidate per row (`_RowLoop`: greedy, sampling): the candidate is the row's next token or its <eos>,
+- one candidate per row (`RowLoop`: greedy, sampling): the candidate is the row's next token or its <eos>,
   a unit finishes once, outputs are tables of one row per unit read at the end. Sampling's n_best draws per
   source are n_best units of one row each; greedy's step is the C arg-max (`argmax.pick`) and its finished
   rows leave in bulk (`compact`).
-- C >= 2K candidates per sentence (`_BeamLoop`: beam and constrained beam search): the rows' history
+- C >= 2K candidates per sentence (`BeamLoop`: beam and constrained beam search): the rows' history
   follows the beams, each sentence keeps its K best finished hypotheses.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.decoding.constraints import ConstrainedBeamSearch
-from attnlab.decoding.history import History
-from attnlab.decoding.hypothesis import Finished, Hypothesis, keep_best
+from attnlab.decoding.hypothesis import Finished, Hypothesis
+from attnlab.decoding.loops import BeamLoop, RowLoop
 from attnlab.decoding.options import DecodeOptions
-from attnlab.decoding.processors import Processor, apply, processors_for
-from attnlab.decoding.protocol import check_source, expand_state, inference, reorders, reserve_steps
-from attnlab.decoding.search import BeamSearch, Candidates, Greedy, Sampling, Search, SearchState
-from attnlab.decoding.trace import trace_step
+from attnlab.decoding.processors import processors_for
+from attnlab.decoding.protocol import check_source, inference
+from attnlab.decoding.search import BeamSearch, Greedy, Sampling, Search
 
 __all__ = ["generate", "make_search"]
 
@@ -96,7 +93,7 @@ def generate(
     search = make_search(options, eos, bans, units_cons, units_prefix, generator=generator)
     trace: list | None = [] if options.trace else None
     units = [n for n in limits for _ in range(copies)]  # one limit per unit
-    mode = _RowLoop if search.single else _BeamLoop
+    mode = RowLoop if search.single else BeamLoop
     run = mode(model, search, options, bans=bans, eos=eos, limits=units, copies=copies, trace=trace)
     with inference(model), torch.inference_mode():
         run.start(src, src_valid_lens, bos, prefix)
@@ -118,299 +115,3 @@ def _ranked(fin: list[Finished], n_best: int, trace: list | None, b: int) -> lis
     if trace is not None:
         trace.append({"sentence": b, "winner": list(ranked[0].origin) if ranked and ranked[0].origin else None})
     return [f.hypothesis() for f in ranked] or [Hypothesis([], float("-inf"), False, [])]
-
-
-class _Loop:
-    """What both modes share: n live sentences (units) of K rows each, the model's state and the rows' next
-    inputs; the start (encoder, caches, the first step's expansion), the step's processed scores, the shrink
-    (done sentences leave the batch) and the reorder (the caches follow the rows). A mode (`_RowLoop`,
-    `_BeamLoop`: which one, the strategy declares by `Search.single`) adds its record of the outputs so far,
-    its `advance` and its `results`."""
-
-    def __init__(self, model, search: Search, options: DecodeOptions, *, bans: list[Processor], eos: int,
-                 limits: list[int], copies: int, trace: list | None):  # fmt: skip
-        self.model, self.search, self.bans, self.eos, self.limits = model, search, bans, eos, limits
-        self.alpha, self.early = options.length_penalty, options.early_stopping
-        self.copies, self.trace, self.K = copies, trace, search.K
-        self.first_limit = min(limits)
-        self.finished: list[list[Finished]] = [[] for _ in limits]
-        self.drops = reorders(model)  # without `reorder_state`, done sentences stay in the batch
-
-    def start(self, src: Tensor, lens: Tensor | None, bos: int, prefix: Tensor | None) -> None:
-        U, K, device = len(self.limits), self.K, src.device
-        self.P = P = 0 if prefix is None else prefix.shape[1]
-        self.state = self.model.start_decoding(src, lens)
-        reserve_steps(self.state, max(self.limits) + P)
-        self._tables(U * K, P + max(self.limits), device)
-        self.active = list(range(U))  # the unit of each live sentence
-        self.active_t = torch.arange(U, device=device)  # the same, as a tensor
-        self.home = torch.arange(U * K, device=device)  # (n*K,) table row of each batch row
-        self.done = torch.zeros(U, dtype=torch.bool, device=device)  # sentences done but still in the batch
-        self.dead = 0
-        # All K copies start identical: only the first may expand, or the beam fills with duplicates.
-        self.scores = torch.full((U, K), float("-inf"), device=device)
-        self.scores[:, 0] = 0.0
-        inp = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=device)
-        self.inp = inp if prefix is None else torch.cat([inp, prefix.to(device)], dim=1)  # (B, 1 + P)
-
-    def _tables(self, rows: int, length: int, device: torch.device) -> None:
-        """The mode's record of `rows` outputs of up to `length` tokens."""
-        raise NotImplementedError
-
-    def _start_prefix(self, tokens: Tensor, lprobs: Tensor) -> None:
-        """Every row's record starts with the prefix: tokens, lprobs (U*K, P)."""
-        raise NotImplementedError
-
-    def _history(self, step: int) -> Tensor:
-        """(n*K, P + step) the live rows' tokens so far (what the bans read)."""
-        raise NotImplementedError
-
-    def _follow(self, rows: Tensor, new_tok: Tensor, new_lp: Tensor | None) -> None:
-        """After a step's shrink: the record's row i continues row rows[i] with new_tok[i] (beams only)."""
-
-    def advance(self, step: int) -> bool:
-        """One step; True when every sentence is done."""
-        raise NotImplementedError
-
-    def results(self) -> list[list[Finished]]:
-        """Every unit's finished hypotheses."""
-        return self.finished
-
-    def _candidates(self, step: int, logits: Tensor) -> Candidates:
-        """The strategy's step on this step's logits (n*K, L, V) (step 0: (B, 1 + P, V), expanded here)."""
-        n, K = len(self.active), self.K
-        x = logits[:, -1]
-        if not self.search.raw_logits:
-            x = F.log_softmax(x.float(), dim=-1)
-        if step == 0:
-            if self.P:  # the prefix's own log-probabilities, into every row's record
-                lp = F.log_softmax(logits[:, :-1].float(), dim=-1).gather(2, self.inp[:, 1:, None]).squeeze(2)
-                toks, lp = (t.repeat_interleave(self.copies * K, dim=0) for t in (self.inp[:, 1:], lp))
-                self._start_prefix(toks, lp)
-            if self.copies * K > 1:
-                x = x.repeat_interleave(self.copies * K, dim=0)
-        history = None
-        if self.bans or self.search.history:
-            history = self._history(step)
-            x = apply(self.bans, x, history)
-        V = x.shape[-1]
-        return self.search.step(step, x.view(n, K, V), self.scores, SearchState(self.active, history))
-
-    def _shrink(self, step: int, count: int, rows: Tensor, new_tok: Tensor, new_lp: Tensor | None = None) -> bool:
-        """`count` more sentences are done (`self.done` marks them); drop done sentences from the batch once the
-        strategy's `compact` says so; the record follows the rows that stay; reorder the state."""
-        n, K = len(self.active), self.K
-        self.dead += count
-        if self.dead == n:
-            return True
-        drop = self.drops and self.dead and self.dead >= self.search.compact * n
-        keep = (~self.done).nonzero().squeeze(1) if drop else None
-        if keep is not None:
-            sel = (keep[:, None] * K + torch.arange(K, device=keep.device)).reshape(-1)
-            rows, new_tok = rows.index_select(0, sel), new_tok.index_select(0, sel)
-            new_lp = None if new_lp is None else new_lp.index_select(0, sel)
-            kept = keep.tolist()
-            self.search.keep(kept)
-            self.active = [self.active[i] for i in kept]
-            self.active_t = self.active_t.index_select(0, keep)
-            self.home, self.scores = self.home.index_select(0, sel), self.scores.index_select(0, keep)
-            self.done, self.dead = self.done[keep], 0
-        self._follow(rows, new_tok, new_lp)
-        self._reorder(step, rows, keep is not None, n)
-        self.inp = new_tok[:, None]
-        return False
-
-    def _reorder(self, step: int, rows: Tensor, shrunk: bool, n: int) -> None:
-        """The model's state follows the live rows: step 0 expands each source to its rows; later, rows that
-        changed parents (K > 1) or left (a shrink) reorder the caches."""
-        K, copies = self.K, self.copies
-        if step == 0 and copies * K > 1:
-            if copies == 1:  # whole sentences: the kept ones expand straight from their sources
-                self.state = expand_state(self.model, self.state, rows // K, K)
-                return
-            every = torch.arange(n * K, device=rows.device)  # sampling: every source's copies, then the shrink
-            self.state = expand_state(self.model, self.state, every // (copies * K), copies * K)
-        if shrunk:  # sentences left: every part of the state drops their rows
-            self.state = self.model.reorder_state(self.state, rows)
-        elif K > 1 and step > 0:  # beams changed parents within their sentences: only the growing caches move
-            self.state = self.model.reorder_state(self.state, rows, same_sources=True)
-
-
-class _RowLoop(_Loop):
-    """One candidate per row (greedy, sampling: Hugging Face's `_sample`): a row's candidate is its next token
-    or its <eos>, so a unit finishes once and its output is one row of two tables (tokens, log-probabilities),
-    written every step and read once at the end."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.ends: dict[int, tuple[int, bool]] = {}  # unit -> (generated tokens kept, ended with <eos>)
-
-    def _tables(self, rows: int, length: int, device: torch.device) -> None:
-        self.tokens = torch.zeros((rows, length), dtype=torch.long, device=device)
-        self.lps = torch.zeros((rows, length), dtype=torch.float, device=device)
-
-    def _start_prefix(self, tokens: Tensor, lprobs: Tensor) -> None:
-        self.tokens[:, : self.P], self.lps[:, : self.P] = tokens, lprobs
-
-    def _history(self, step: int) -> Tensor:
-        return self.tokens.index_select(0, self.home)[:, : self.P + step]
-
-    def advance(self, step: int) -> bool:
-        logits, self.state = self.model.decode_step(self.inp, self.state)
-        cands = self._candidates(step, logits)
-        hits = cands.tokens[:, 0] == self.eos
-        if self.dead:  # rows already done may say <eos> again
-            hits &= ~self.done
-        self._write(step, cands)
-        ended = self._ends(step, hits)
-        if ended:
-            self.done[ended] = True
-        self.scores = cands.scores
-        rows = torch.arange(len(self.active), device=hits.device)
-        return self._shrink(step, len(ended), rows, cands.tokens[:, 0])
-
-    def _write(self, step: int, cands: Candidates) -> None:
-        """This step's tokens into the tables, <eos> too (a finished row's tail is never read)."""
-        col = self.P + step
-        self.tokens[self.home, col] = cands.tokens[:, 0]
-        self.lps[self.home, col] = cands.lprobs[:, 0]
-
-    def _ends(self, step: int, hits: Tensor) -> list[int]:
-        """Rows that finish now: at their <eos> (`hits` (n,)), or cut at their limit."""
-        ended = []
-        if int(hits.sum()):  # one read of the step's result
-            ended = hits.nonzero().squeeze(1).tolist()
-            for i in ended:
-                self.ends[self.active[i]] = (step, True)
-        if step + 1 >= self.first_limit:
-            for i, u in enumerate(self.active):
-                if step + 1 >= self.limits[u] and u not in self.ends:
-                    self.ends[u] = (step + 1, False)
-                    ended.append(i)
-        return ended
-
-    def results(self) -> list[list[Finished]]:
-        """Read off the tables (without the strategy's `scores`: NaN scores, no positional scores)."""
-        P, alpha = self.P, self.alpha
-        units = sorted(self.ends)
-        toks = self.tokens[units].tolist()
-        lps = self.lps[units].tolist() if self.search.scores else None
-        for j, u in enumerate(units):
-            m, ended = self.ends[u]
-            row = toks[j][: P + m]
-            if lps is None:
-                self.finished[u] = [Finished(math.nan, row, [], ended)]
-                continue
-            pos = lps[j][: P + m + 1] if ended else lps[j][: P + m]
-            generated = pos[P:]
-            self.finished[u] = [Finished(sum(generated) / max(len(generated), 1) ** alpha, row, pos, ended)]
-        return self.finished
-
-
-class _BeamLoop(_Loop):
-    """C >= 2K candidates per sentence (beam and constrained beam search: Hugging Face's `_beam_search`): the
-    rows' tokens and log-probabilities in a `History` that follows the batch's rows, and every unit's K best
-    finished hypotheses, with their count and worst score as tensors so that a step decides which sentences
-    are done without a loop over them."""
-
-    def _tables(self, rows: int, length: int, device: torch.device) -> None:
-        self.hist = History(rows, length, device)
-        self.limit_t = torch.tensor(self.limits, device=device)  # (U,) each unit's last step + 1
-        self.nfin = torch.zeros(len(self.limits), dtype=torch.long, device=device)  # (U,) finished hypotheses held
-        self.worst = torch.full((len(self.limits),), math.inf, dtype=torch.float64, device=device)  # (U,) their worst
-
-    def _start_prefix(self, tokens: Tensor, lprobs: Tensor) -> None:
-        self.hist.start(tokens, lprobs)
-
-    def _history(self, step: int) -> Tensor:
-        return self.hist.tokens
-
-    def _follow(self, rows: Tensor, new_tok: Tensor, new_lp: Tensor | None) -> None:
-        assert new_lp is not None
-        self.hist.advance(rows, new_tok, new_lp)
-
-    def advance(self, step: int) -> bool:
-        logits, self.state = self.model.decode_step(self.inp, self.state)
-        cands = self._candidates(step, logits)
-        n, K = len(self.active), self.K
-        C = cands.tokens.shape[1]
-        filler = (cands.tokens == self.eos) | ~(cands.scores > float("-inf"))
-        # The first K positions that are neither <eos> nor impossible stay live (fillers after them: -inf).
-        order = torch.arange(C, device=filler.device) + C * filler
-        live = order.topk(K, dim=1, largest=False).indices  # (n, K) positions, in candidate order
-        live_scores = cands.scores.gather(1, live).masked_fill(filler.gather(1, live), float("-inf"))
-        hits = (cands.tokens[:, :K] == self.eos) & (cands.scores[:, :K] > float("-inf"))
-        rows = (torch.arange(n, device=live.device)[:, None] * K + cands.beams.gather(1, live)).reshape(-1)
-        new_tok, new_lp = cands.tokens.gather(1, live).reshape(-1), cands.lprobs.gather(1, live).reshape(-1)
-        accepted = self._finish_eos(step, cands, hits)
-        self.search.chosen(live)
-        records = None
-        if self.trace is not None:
-            norm = (step + 1) ** self.alpha
-            records = trace_step(self.trace, step, self.active, cands, live, accepted=accepted, norm=norm)
-        ended = self._done_sentences(step, cands, live, live_scores, records)
-        count = int(ended.sum())
-        if count:
-            self.done |= ended
-        self.scores = live_scores
-        return self._shrink(step, count, rows, new_tok, new_lp)
-
-    def _finish_eos(self, step: int, cands: Candidates, hits: Tensor) -> set[tuple[int, int]]:
-        """The <eos> hits (n, K) finish; returns the (row, position) of those kept."""
-        where = hits.nonzero()
-        if not len(where):
-            return set()
-        wi, wc = where[:, 0], where[:, 1]
-        toks, lps = self.hist.read(wi * self.K + cands.beams[wi, wc])
-        vals, last = cands.scores[wi, wc].tolist(), cands.lprobs[wi, wc].tolist()
-        accepted, touched = set(), {}
-        norm = (step + 1) ** self.alpha
-        for (i, c), s, t, lp, eos_lp in zip(where.tolist(), vals, toks, lps, last):
-            u = self.active[i]
-            entry = Finished(s / norm, t, lp + [eos_lp], True, self.search.met(i, c), (step, c))
-            if keep_best(self.finished[u], entry, self.K):
-                accepted.add((i, c))
-                touched[u] = self.finished[u]
-        if touched:  # what the done rule reads: how many finished, the worst of them
-            units = torch.tensor(list(touched), device=hits.device)
-            self.nfin[units] = torch.tensor([len(f) for f in touched.values()], device=hits.device)
-            worst = [min(e.score for e in f) for f in touched.values()]
-            self.worst[units] = torch.tensor(worst, dtype=torch.float64, device=hits.device)
-        return accepted
-
-    def _done_sentences(self, step, cands, live, live_scores, records) -> Tensor:
-        """(n,) the sentences done after this step: cut at their limit (their first K candidates finish as
-        they are), or K finished and (early stopping, or no live hypothesis that could still beat the worst
-        of them: best live total / length ** penalty <= worst finished, in float64 as the scores are)."""
-        best = live_scores.max(dim=1).values  # (n,)
-        units = self.active_t
-        full = self.nfin.index_select(0, units) >= self.K
-        if not self.early:
-            full &= best.double() / (step + 1) ** self.alpha <= self.worst.index_select(0, units)
-        ended = full | (best == float("-inf"))
-        if self.dead:  # still in a batch that cannot shrink
-            ended &= ~self.done
-        if step + 1 >= self.first_limit:
-            limit = self.limit_t.index_select(0, units) <= step + 1
-            if self.dead:
-                limit &= ~self.done
-            for i in limit.nonzero().squeeze(1).tolist():
-                self._cut(step, i, cands, live, records)
-            ended |= limit
-        return ended
-
-    def _cut(self, step: int, i: int, cands: Candidates, live: Tensor, records) -> None:
-        """At the limit, sentence i's live hypotheses among its first K candidates finish unended."""
-        K, u = self.K, self.active[i]
-        pos, sc, tok = live[i].tolist(), cands.scores[i].tolist(), cands.tokens[i].tolist()
-        beams, last = cands.beams[i].tolist(), cands.lprobs[i].tolist()
-        slots = [k for k, c in enumerate(pos) if c < K and sc[c] > float("-inf") and tok[c] != self.eos]
-        if not slots:
-            return
-        toks, lps = self.hist.read(torch.tensor([i * K + beams[pos[k]] for k in slots], device=live.device))
-        norm = (step + 1) ** self.alpha
-        for k, t, lp in zip(slots, toks, lps):
-            c = pos[k]
-            entry = Finished(sc[c] / norm, t + [tok[c]], lp + [last[c]], False, self.search.met(i, c), (step, c))
-            if keep_best(self.finished[u], entry, K) and records is not None:
-                records[i]["candidates"][c]["status"] = "cut"
