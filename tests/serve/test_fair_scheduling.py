@@ -67,9 +67,9 @@ def test_a_plain_request_answers_while_three_maximal_ones_decode(translator):
     assert r.status_code == 200, r.text
     assert codes == [200, 200, 200]
     print(f"plain {latency:.3f} s ({alone:.3f} s alone) while three maximal requests took {heavy_s:.2f} s")
-    # Behind them (one lane for everything) it would wait for at least two of the three: over a third of
-    # heavy_s on any machine. On its own lane it takes a small part of one.
-    assert latency < 1.0 and latency < heavy_s / 6, (latency, alone, heavy_s)
+    # Behind them (one lane for everything) it would wait for at least two of the three, which run one after
+    # another: about two thirds of heavy_s on any machine. On its own lane it shares the cores with one of them.
+    assert latency < 1.0 and latency < heavy_s / 3, (latency, alone, heavy_s)
 
 
 def test_queued_work_is_bounded_and_a_late_request_gets_503(translator):
