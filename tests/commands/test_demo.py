@@ -142,6 +142,7 @@ def test_every_chapter_heading_has_its_tables_or_figures_under_it(demo_run):
 def test_a_second_make_demo_names_the_make_variable_that_replaces_it(demo_run, monkeypatch, capsys):
     _, out, _ = demo_run
     capsys.readouterr()
+    monkeypatch.delenv("MAKELEVEL", raising=False)  # typed as a command (`make test` itself runs under make)
     assert main(["demo", "--scale", "tiny", "--out", str(out)]) == 2
     assert "pass --force" in capsys.readouterr().err  # typed as a command: the flag
     monkeypatch.setenv("MAKELEVEL", "1")  # what make sets for `make demo`'s recipe
