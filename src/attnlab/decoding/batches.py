@@ -17,11 +17,11 @@ decode their own batches with one intra-op thread apiece, taking the next batch 
   restored afterwards; it is process-wide, so other torch work running at the same time in the process
   also runs on one thread meanwhile. Each batch runs in a copy of the caller's context.
 
-Streaming callers (`attnlab translate`) decode their input in `input_windows`: consecutive runs of lines,
+Streaming callers (`attnlab translate`) decode their input in `paced_windows`: consecutive runs of lines,
 each sorted by length and cut into batches here, so that results come back in input order window by
-window, as soon as each window is done (Marian's maxi-batches, CTranslate2's buffered iterables);
-`paced_windows` sizes them by the speed measured on the previous one, so that the first lines come out
-within about a second on any machine, and a stop loses at most about a second of decoding.
+window, as soon as each window is done (Marian's maxi-batches, CTranslate2's buffered iterables). Each
+window is sized by the speed measured on the previous one, so that the first lines come out within about a
+second on any machine, and a stop loses at most about a second of decoding.
 
 Only inputs of two batches or more use workers (a server request, a single sentence: never). Each batch
 is decoded exactly as it would be alone on one intra-op thread, so the outputs do not depend on N (with
@@ -55,13 +55,9 @@ from attnlab.kernels.switches import fingerprint
 from attnlab.utils.checks import check_range
 from attnlab.utils.runtime import gc_paused, intra_op_threads
 
-__all__ = ["WINDOW_BATCHES", "close_worker_pool", "input_windows", "length_batches", "paced_windows",
-           "search_batches"]  # fmt: skip
+__all__ = ["close_worker_pool", "length_batches", "paced_windows", "search_batches"]
 
 _THREADS_LOCK = threading.Lock()  # one worker pool at a time changes torch's thread count
-# Batches per worker in one streaming window: enough that the workers' last batches of a window end
-# close together (sorted batches differ in length), few enough that the first lines come out soon.
-WINDOW_BATCHES = 4
 # paced_windows' first window, before any speed is known: a few lines, out within a second even on a slow,
 # loaded machine; each next window grows at most GROWTH times, so a slow step is seen before a long window;
 # at most PACED_BATCHES batches per worker: a fast search's second of work sorts by length over more lines
@@ -73,18 +69,6 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices of sentences cut into batches of `batch_size`, longest first (padding stays low)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-def input_windows(n: int, batch_size: int, workers: int = 1) -> list[range]:
-    """Indices 0..n-1 in consecutive windows of WINDOW_BATCHES x workers batches of `batch_size`: a
-    streaming caller decodes one window at a time and writes its results in input order.
-
-    Examples:
-        >>> input_windows(10, batch_size=2, workers=1)
-        [range(0, 8), range(8, 10)]
-    """
-    size = batch_size * WINDOW_BATCHES * max(1, workers)
-    return [range(i, min(i + size, n)) for i in range(0, n, size)]
 
 
 def paced_windows(n: int, batch_size: int, workers: int = 1, seconds: float = 1.0, clock=time.perf_counter):
