@@ -84,14 +84,17 @@ def test_encoder_decoder_beam_search_scores_are_the_full_forwards(positions, kv_
 
 # -- sampling beyond the first token ----------------------------------------------------------------------------
 
-# A Markov chain over V = 5 (<bos> 0, <eos> 1, tokens 2-4): the logits of the next token given the last one.
+# A Markov chain over M = 6 (<pad> 0, <bos> 1, <eos> 2, tokens 3-5): the logits of the next token given the last
+# one. After 3, tokens 3 and 5 tie at k = 2 (a step where any row ties at the k-th draws over V, keeping both, as
+# `TopK`); at k = 3 no row ties at the boundary, so every step runs sampling's top-k fast path.
 MARKOV = torch.tensor(
     [
-        [-30.0, -0.5, 1.0, 0.0, -1.0],  # after <bos>: the first token (<eos> included)
-        [-30.0, 0.0, 0.0, 0.0, 0.0],  # after <eos>: never asked
-        [-30.0, -1.0, -2.0, 1.5, 0.0],  # after 2
-        [-30.0, 0.5, 1.0, -3.0, 0.3],  # after 3
-        [-30.0, -2.0, 0.8, 0.8, -0.5],  # after 4
+        [-30.0, -30.0, 0.0, 0.1, 0.2, 0.3],  # after <pad>: never asked
+        [-30.0, -30.0, -0.5, 1.0, 0.0, -1.0],  # after <bos>: the first token (<eos> included)
+        [-30.0, -30.0, 0.1, 0.2, 0.3, 0.4],  # after <eos>: rows already done, never read
+        [-30.0, -30.0, -1.0, 0.0, 1.5, 0.0],  # after 3
+        [-30.0, -30.0, 0.5, 1.0, -3.0, 0.3],  # after 4
+        [-30.0, -30.0, -2.0, 0.8, 0.8, -0.5],  # after 5
     ]
 )
 M = MARKOV.shape[1]
@@ -173,11 +176,15 @@ def test_the_first_two_tokens_follow_the_chain(one_thread):
     assert _chi_square(pairs, independent)[0] > _chi2_quantile(df)
 
 
-@pytest.mark.parametrize("k", [2, 3])
-def test_the_first_two_tokens_follow_the_chain_under_top_k(k, one_thread):
-    pairs = _first_two(seed=6, top_k=k)
+@pytest.mark.parametrize(
+    ("k", "scores", "temperature"), [(2, True, 1.0), (2, False, 1.0), (3, True, 1.0), (3, False, 1.0), (3, False, 0.5)]
+)
+def test_the_first_two_tokens_follow_the_chain_under_top_k(k, scores, temperature, one_thread):
+    # scores=False draws from the k largest logits themselves (`top_logits`), never their log-probabilities
+    pairs = _first_two(seed=6, top_k=k, scores=scores, temperature=temperature)
 
-    def kept(lp):  # the reference: the k likeliest keep their log-probabilities, the rest none
+    def kept(lp):  # the reference: the k likeliest keep their log-probabilities / T, the rest none
+        lp = lp / temperature
         return lp.masked_fill(lp < lp.sort(dim=-1, descending=True).values[:, k - 1 : k], -math.inf)
 
     stat, df = _chi_square(pairs, _joint(kept))

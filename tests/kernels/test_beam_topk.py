@@ -1,4 +1,5 @@
-"""`beam_candidates` (csrc/beam_topk.c) chooses what log_softmax + `beam_step` choose, on PyTorch's own ops."""
+"""`beam_candidates` (csrc/beam_topk.c) chooses what log_softmax + `beam_step` choose, on PyTorch's own ops;
+`top_logits` what `torch.topk` does."""
 
 import pytest
 import torch
@@ -6,7 +7,7 @@ import torch.nn.functional as F
 
 from attnlab.decoding.search import BeamSearch, SearchState
 from attnlab.kernels import loader as native
-from attnlab.kernels.beam_topk import beam_candidates
+from attnlab.kernels.beam_topk import beam_candidates, native_beam_candidates, top_logits
 
 
 def reference(logits, scores, k):
@@ -74,3 +75,15 @@ def test_beam_candidates_skip_hopeless_hypotheses_nan_rows_and_ties():
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=2e-5)
     assert not bool(got[0].isnan().any() | got[3].isnan().any())
     assert not {0, 2, 3} & set(got[2][0].tolist()) and 1 not in got[2][1].tolist()
+
+
+@pytest.mark.parametrize("k", [1, 11, 64])
+def test_top_logits_are_torch_topk(k):
+    # positive and negative logits, strided rows: the raw pass must not skip a row as if its values were <= 0
+    logits = (torch.randn(40, 3001, generator=torch.Generator().manual_seed(k)) * 4 + 2)[:, :3000]
+    assert native_beam_candidates(logits, torch.zeros(40, 1), k, raw=True) is not None or not native.active()
+    values, tokens = top_logits(logits, k)
+    want = logits.topk(k, dim=1)
+    assert torch.equal(values, want.values) and torch.equal(tokens, want.indices)
+    with pytest.raises(ValueError, match="k must lie"):
+        top_logits(logits, 3001)

@@ -5,7 +5,10 @@
 
    Each row is read for its maximum and exponential sum, then block by block against the running k2-th best
    (a block's maximum rejects almost every block), never written: no (n * K, V) log-probabilities in memory.
-   Ties go to the lower candidate index; NaN candidates are never chosen. */
+   Ties go to the lower candidate index; NaN candidates are never chosen.
+
+   With `raw` the logits themselves stand for the log-probabilities (no maximum or exponential pass): sampling's
+   top-k, whose draw over the k is the same for any row shift, and which asks for no log-probability. */
 
 #include "vec.h"
 
@@ -67,10 +70,10 @@ static float block_max(const float *x) {
    best first: their scores cs, tokens ct, beams cb and the token's log-probability clp, each (n, k2).
    A hypothesis whose score is no better than a full list's worst is skipped whole (its log-probabilities are
    <= 0, so none of its candidates could enter); with the list full, each block of 4 vectors is read once for
-   its maximum and scanned only when that could enter. Returns 0, or 1 when k2 is out of range (nothing
-   written). */
+   its maximum and scanned only when that could enter. With `raw`, lp[t] is x[t] (see the top). Returns 0, or 1
+   when k2 is out of range (nothing written). */
 int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int64_t V, const float *scores,
-                      int64_t k2, float *cs, int64_t *ct, int64_t *cb, float *clp) {
+                      int64_t k2, float *cs, int64_t *ct, int64_t *cb, float *clp, int64_t raw) {
     if (k2 < 1 || k2 > K * V || k2 > 64) return 1;
     float lse[256];
     for (int64_t i = 0; i < n; i++) {
@@ -79,8 +82,8 @@ int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int
         for (int64_t b = 0; b < K; b++) {
             const float *x = logits + (i * K + b) * ld;
             const float s = scores[i * K + b];
-            if (have == k2 && !(s > val[k2 - 1])) continue; /* none of its candidates can enter */
-            const float l = row_lse(x, V);
+            if (!raw && have == k2 && !(s > val[k2 - 1])) continue; /* none of its candidates can enter */
+            const float l = raw ? 0.0f : row_lse(x, V);
             if (b < 256) lse[b] = l;
             int64_t t = 0;
             while (t < V) {
@@ -104,7 +107,7 @@ int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int
             cb[i * k2 + r] = b;
             ct[i * k2 + r] = tok;
             const float *x = logits + (i * K + b) * ld;
-            clp[i * k2 + r] = x[tok] - (b < 256 ? lse[b] : row_lse(x, V));
+            clp[i * k2 + r] = raw ? x[tok] : x[tok] - (b < 256 ? lse[b] : row_lse(x, V));
         }
     }
     return 0;

@@ -44,11 +44,13 @@ __all__ = ["generate", "make_search"]
 def make_search(options: DecodeOptions, eos: int, bans: list, constraints=None, prefixes=None, *,
                 generator=None) -> Search:  # fmt: skip
     """The strategy `options` ask for: constrained beam search where any sentence has phrases, sampling,
-    greedy (beam 1, computing scores only where `options.scores`) or beam search."""
+    sampling or greedy (beam 1) (each computing scores only where `options.scores`) or beam search."""
     if constraints is not None and any(constraints):
         return ConstrainedBeamSearch(options.beam, eos, constraints, prefixes, raw_logits=not bans)
     if options.sample:
-        return Sampling(processors_for(options, eos)[1], generator, raw_logits=not bans, top_k=options.top_k)
+        return Sampling(
+            processors_for(options, eos)[1], generator, raw_logits=not bans, top_k=options.top_k, scores=options.scores
+        )
     if options.beam == 1:
         return Greedy(options.scores, raw_logits=not bans)
     return BeamSearch(options.beam, raw_logits=not bans)

@@ -57,6 +57,8 @@ def target_ids(
     """Each sentence's prefix and constraint phrases as target ids (limits[i]: sentence i's output limit in
     tokens, <eos> included), or OptionError (see the module docstring)."""
     n = len(limits)
+    if options.prefix is None and not options.constraints and (not limits or options.min_len < min(limits)):
+        return [[] for _ in limits], [[] for _ in limits]  # nothing per sentence: no loop (1,000s of sentences)
     prefixes, constraints = [], []
     for i, limit in enumerate(limits):
         if options.min_len >= limit:

@@ -11,7 +11,7 @@ run) and `<op>` (what callers run: the fast pass where it runs, its PyTorch fall
     copy_rows     the KV cache's strided row copy      copy_rows, native_copy_rows
     gather_rows   the KV cache's rows by index         gather_rows, native_gather_rows
     argmax        greedy's pick                        pick, native_pick
-    beam_topk     beam search's best 2K candidates     beam_candidates, native_beam_candidates
+    beam_topk     beam search's best 2K candidates     beam_candidates, native_beam_candidates; top_logits (sampling)
     layer_norm    LayerNorm(x + y)                     add_layer_norm, native_add_layer_norm
     int8_rows     int8 matmuls' quantize and rescale   int8_linear, native_int8_linear
     int8_step     int8's fused decoding step's passes  native_int8_step (the step: `attnlab.inference.int8_step`,
@@ -24,7 +24,7 @@ else of attnlab: attention, inference, models and decoding call it.
 """
 
 from .argmax import native_pick, pick
-from .beam_topk import beam_candidates, native_beam_candidates
+from .beam_topk import beam_candidates, native_beam_candidates, top_logits
 from .copy_rows import copy_rows, native_copy_rows
 from .few_queries import few_queries, native_few_queries
 from .finite import all_finite, native_all_finite
@@ -63,4 +63,5 @@ __all__ = [
     "off",
     "pick",
     "status",
+    "top_logits",
 ]

@@ -3,6 +3,7 @@ score added, and each sentence's best 2K of K * V candidates, with PyTorch's ops
 
     scores, tokens, beams, token_lp = beam_candidates(logits (n*K, V), scores (n, K), 2 * K)   # 4 x (n, 2K)
     native_beam_candidates(...)  -> the same by the C pass, or None where it does not run
+    top_logits(logits (n, V), k)  -> each row's k largest logits and their tokens (sampling's top-k), best first
 
 The same contract as `attnlab.decoding.search.beam_step` over `log_softmax(logits)`, without the (n*K, V)
 log-probabilities in memory: each row's maximum and exponential sum, then its candidates compared against the
@@ -20,9 +21,11 @@ from torch import Tensor
 
 from . import loader as native
 
-__all__ = ["SIGNATURES", "beam_candidates", "native_beam_candidates"]
+__all__ = ["SIGNATURES", "beam_candidates", "native_beam_candidates", "top_logits"]
 
-SIGNATURES = {"attnlab_beam_topk": [native.PTR, *[native.I64] * 4, native.PTR, native.I64, *[native.PTR] * 4]}
+SIGNATURES = {
+    "attnlab_beam_topk": [native.PTR, *[native.I64] * 4, native.PTR, native.I64, *[native.PTR] * 4, native.I64]
+}
 _MAX_K = 64  # the C pass keeps each sentence's best list in registers' reach
 
 
@@ -49,9 +52,32 @@ def beam_candidates(logits: Tensor, scores: Tensor, k: int) -> tuple[Tensor, Ten
     return cand_scores, idx % V, idx // V, lprobs.gather(1, idx)
 
 
-def native_beam_candidates(logits: Tensor, scores: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+def top_logits(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Each row's k largest logits and their tokens, best first (ties: the lower token first), as
+    `logits.topk(k)`: the C pass of `beam_candidates` without its log-softmax (sampling's top-k draws from
+    softmax over these k, which no row shift changes).
+
+    Shape: logits (n, V) -> values (n, k), tokens (n, k) int64.
+
+    Examples:
+        >>> values, tokens = top_logits(torch.tensor([[0.5, 3.0, -1.0, 2.0]]), 2)
+        >>> values.tolist(), tokens.tolist()
+        ([[3.0, 2.0]], [[1, 3]])
+    """
+    n, V = logits.shape
+    if not 1 <= k <= V:
+        raise ValueError(f"k must lie in [1, V = {V}], got {k}")
+    if (found := native_beam_candidates(logits, torch.zeros((n, 1)), k, raw=True)) is not None:
+        return found[3], found[1]
+    return logits.float().topk(k, dim=1)
+
+
+def native_beam_candidates(
+    logits: Tensor, scores: Tensor, k: int, raw: bool = False
+) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
     """`beam_candidates` in the C pass, or None where it does not run (k over 64, not fp32 on the CPU, autograd,
-    logits that are not (n*K, V) rows, scores not contiguous, no kernel here)."""
+    logits that are not (n*K, V) rows, scores not contiguous, no kernel here). With `raw`, the logits stand for
+    their log-probabilities (`top_logits`; K = 1)."""
     n, K = scores.shape
     V = logits.shape[-1]
     if not (
@@ -69,6 +95,6 @@ def native_beam_candidates(logits: Tensor, scores: Tensor, k: int) -> tuple[Tens
     ct, cb = torch.empty((n, k), dtype=torch.int64), torch.empty((n, k), dtype=torch.int64)
     status = fn(
         logits.data_ptr(), logits.stride(0), n, K, V, scores.data_ptr(), k,
-        cs.data_ptr(), ct.data_ptr(), cb.data_ptr(), clp.data_ptr(),
+        cs.data_ptr(), ct.data_ptr(), cb.data_ptr(), clp.data_ptr(), int(raw),
     )  # fmt: skip
     return (cs, ct, cb, clp) if status == 0 else None
