@@ -233,6 +233,7 @@ class SubwordVocab(_SpecialsMixin):
         # 'book': the book's preprocess/detokenize around the tokenizer (en-fr); 'plain': the tokenizer's
         # own normalizer (Unicode NFC/NFKC) and decoder do everything, for any language pair.
         self.style = style
+        self._tokens: list[str] | None = None  # id -> token, read once (`to_tokens`: thousands of calls a batch)
         for tok in (UNK, *DEFAULT_RESERVED):
             if tokenizer.token_to_id(tok) is None:
                 raise ValueError(f"BPE tokenizer lacks the special token {tok}")
@@ -282,9 +283,11 @@ class SubwordVocab(_SpecialsMixin):
         return [self.to_indices(t) for t in tokens]
 
     def to_tokens(self, indices):
+        if self._tokens is None:
+            self._tokens = [self.tokenizer.id_to_token(i) for i in range(len(self))]
         if isinstance(indices, int) or (hasattr(indices, "ndim") and indices.ndim == 0):
-            return self.tokenizer.id_to_token(int(indices))
-        return [self.tokenizer.id_to_token(i) for i in _as_list(indices)]
+            return self._tokens[int(indices)]
+        return [self._tokens[i] for i in _as_list(indices)]
 
     def _prep(self, text: str) -> str:
         return preprocess(text) if self.style == "book" else text

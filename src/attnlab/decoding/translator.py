@@ -31,6 +31,7 @@ from attnlab.decoding.options import TRANSLATOR_DEFAULTS, DecodeOptions, OptionE
 from attnlab.decoding.targets import holds_phrases, target_ids
 from attnlab.inference.precision import PrecisionChoice, prepare_for_inference, resolve_precision
 from attnlab.utils.checks import check_range
+from attnlab.utils.runtime import gc_paused
 
 __all__ = [
     "BATCH_SIZE_BY_PRECISION",
@@ -91,14 +92,26 @@ def encode_source(
         ...
         attnlab.decoding.translator.InputError: the text is empty; pass an English sentence such as "i'm home ."
     """
+    _check_text(text, max_chars)
+    return _checked_ids(text, src_vocab.encode(text), max_len, truncate)
+
+
+def _check_text(text, max_chars: int | None = None) -> None:
+    """InputError where `text` is not a string, is blank or is over `max_chars` (`encode_source`)."""
     if not isinstance(text, str):
         raise InputError(f"a sentence must be a string, got {type(text).__name__}")
-    if not text.strip() or all(c.isspace() or unicodedata.category(c) == "Cf" for c in text):
+    blank = not text.strip() or (
         # Cf: zero-width spaces, joiners, marks of direction: invisible, so a text of them is blank too
+        not text.isascii() and all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+    )
+    if blank:
         raise InputError('the text is empty; pass an English sentence such as "i\'m home ."')
     if max_chars is not None and len(text) > max_chars:
         raise TextTooLong(f"the text has {len(text)} characters; at most {max_chars} are accepted")
-    ids = src_vocab.encode(text)
+
+
+def _checked_ids(text: str, ids: list[int], max_len: int | None, truncate: bool) -> list[int]:
+    """`text`'s source ids within max_len (cut with a warning under `truncate`), or InputError (`encode_source`)."""
     if not ids:
         raise InputError(f"{text[:60]!r} has no tokens after preprocessing; pass some English words")
     if max_len is None or len(ids) + 1 <= max_len:
@@ -238,7 +251,11 @@ class Translator:
         """Sentences -> source id lists (no <eos>), each checked by `encode_source`."""
         if isinstance(sentences, str):
             raise InputError("translate expects a list of sentences, got one string; wrap it in a list")
-        return [encode_source(self.src_vocab, s, self.max_len, truncate) for s in sentences]
+        for s in sentences:
+            _check_text(s)
+        # One call for every sentence (the tokenizer's batch encoder: no Python call per sentence), then each checked.
+        ids = self.src_vocab.encode_batch(sentences)
+        return [_checked_ids(s, i, self.max_len, truncate) for s, i in zip(sentences, ids)]
 
     def search(
         self,
@@ -280,7 +297,8 @@ class Translator:
     ) -> tuple[list[list[int]], list[list[list[int]]]]:
         """Each sentence's prefix and constraint phrases as target ids (`options.target_ids`, within each
         sentence's output limit)."""
-        limits = [self.output_limit(len(ids) + 1, options.max_len) for ids in src_ids]
+        job = self.job()  # once: thousands of sentences share it
+        limits = [job.output_limit(len(ids) + 1, options.max_len) for ids in src_ids]
         return target_ids(self.tgt_vocab, options, limits)
 
     def translate(
@@ -297,7 +315,10 @@ class Translator:
         """Like `translate`, also returning the source and target tokens (axis labels for attention maps),
         each Translation's score (NaN for greedy under `options.scores=False`), alignment (options.align) and
         `nbest`."""
-        options = self.defaults if options is None else options
+        with gc_paused():  # tens of thousands of acyclic objects: the collector would walk the model's at each pass
+            return self._translate_tokens(sentences, truncate, self.defaults if options is None else options)
+
+    def _translate_tokens(self, sentences: Sequence[str], truncate: bool, options: DecodeOptions) -> list[Translation]:
         src_ids = self.encode(sentences, truncate)
         heads = self.alignment_heads(options.align_layer, options.align_heads) if options.align else None
         nbest = self.search(src_ids, options)
@@ -310,20 +331,16 @@ class Translator:
                 aligned[i][k] = a
         out = []
         for s, ids, hs, al in zip(sentences, src_ids, nbest, aligned):
-            items = [self._translation(s, ids, h, a) for h, a in zip(hs, al)]
-            out.append(replace(items[0], nbest=items))  # the list's first has no nbest of its own: no cycle
+            src_tokens = self.src_vocab.to_tokens(ids) + ["<eos>"]
+            items = [self._translation(s, src_tokens, h, a) for h, a in zip(hs, al)]
+            # The first again, holding the list (the list's own first holds none: no cycle).
+            out.append(self._translation(s, src_tokens, hs[0], al[0], items))
         return out
 
-    def _translation(self, source: str, ids, h: Hypothesis, alignment=None) -> Translation:
-        return Translation(
-            source,
-            self.src_vocab.to_tokens(ids) + ["<eos>"],
-            self.tgt_vocab.to_tokens(h.tokens),
-            self.tgt_vocab.decode(h.tokens),
-            h.finished,
-            h.score,
-            alignment,
-        )
+    def _translation(self, source: str, src_tokens, h: Hypothesis, alignment=None, nbest=None) -> Translation:
+        tokens = self.tgt_vocab.to_tokens(h.tokens)
+        text = self.tgt_vocab.decode(h.tokens)
+        return Translation(source, src_tokens, tokens, text, h.finished, h.score, alignment, nbest or [])
 
 
 def _holding(hyps: list[Hypothesis], phrases: list[list[int]], i: int, limit: int) -> list[Hypothesis]:
