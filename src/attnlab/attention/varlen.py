@@ -7,8 +7,8 @@ mask would send it to a slower kernel) and never computes a padded key.
 Only the keys and values are packed; every sentence keeps all its Lq queries. `masked_attention`'s contract masks
 keys >= valid_lens[b] and keeps every query, so a query past valid_lens[b] (a padded position in self-attention)
 still sees keys [0, valid_lens[b]) and gets that output; packing the queries to valid_lens[b] as well would drop
-those rows. There is no causal form: NJT SDPA's CPU path refuses `is_causal`, and in the contract's causal rows
-past valid_lens[b] see every valid key, which no single causal varlen call expresses (`backend_for` keeps causal
+those rows. There is no causal form: NJT SDPA's CPU path refuses `is_causal`, and under the contract a causal query
+past valid_lens[b] sees every valid key, which no single causal varlen call expresses (`backend_for` keeps causal
 attention on SDPA).
 """
 
@@ -26,10 +26,13 @@ __all__ = ["varlen_attention"]
 def _packed(x: Tensor, keep: Tensor, offsets: Tensor, group: int, max_len: int) -> Tensor:
     """(B, Hkv, L, D) and keep (B, L) -> an NJT (B, Hkv * group, j, D) of the kept rows, each KV head repeated
     `group` times in place (NJT SDPA has no grouped-query heads)."""
-    rows = x.transpose(1, 2)[keep]  # (total, Hkv, D): the kept positions of every sentence, one after another
+    # (total, Hkv, D): the kept positions of every sentence, one after another. The host waits for the device
+    # here, once per tensor: the packed size depends on the lengths.
+    rows = x.transpose(1, 2)[keep]
     if group > 1:
         rows = rows.repeat_interleave(group, dim=1)  # query head h reads KV head h // group, as SDPA's enable_gqa
-    # min_seqlen is a bound (every length is >= 1 here): given, NJT asks the device for neither bound
+    # Bounds, not exact values (every length is in [1, max_len] here): given, NJT asks the device for neither,
+    # and the kernels only size their grids by them.
     nested = torch.nested.nested_tensor_from_jagged(rows, offsets, min_seqlen=1, max_seqlen=max_len)
     return nested.transpose(1, 2)
 
