@@ -8,9 +8,10 @@ sequence lengths L with B * L fixed, H heads of head dim Dh, in TFLOP/s and as %
     with no mask and with per-sentence `valid_lens` (one padded sentence; a boolean mask reaches SDPA).
 Then masked attention through each backend of `attnlab.attention.masked_attention`, forward and forward +
 backward, beside unmasked SDPA on its flash backend: a padded batch (`valid_lens`, one sentence half padded)
-by SDPA with the bool mask, FlexAttention (compiled, a block mask from the lengths) and attnlab's Triton
-kernel; causal self-attention by SDPA's causal flash kernel, FlexAttention and the Triton kernel. The fastest
-of each (mask, direction) is printed as the `CUDA_BACKEND` table `attnlab.attention.backends` takes.
+by SDPA with the bool mask, FlexAttention (compiled, a block mask from the lengths), attnlab's Triton kernel
+and varlen (SDPA on nested jagged tensors, the valid keys packed, no mask); causal self-attention by SDPA's
+causal flash kernel, FlexAttention and the Triton kernel (varlen has no causal form). The fastest of each
+(mask, direction) is printed as the `CUDA_BACKEND` table `attnlab.attention.backends` takes.
 Attention FLOPs: 4 * B * H * L^2 * Dh (QK^T and PV; half of it causal; padded keys counted), forward + backward
 3.5x that; projections: 4 * 2 * B * L * D^2. Cases that would start after --budget seconds are skipped.
 
@@ -46,6 +47,7 @@ MASKED = [
     ("SDPA + bool mask", "sdpa", "valid_lens"),
     ("FlexAttention", "flex", "valid_lens"),
     ("attnlab Triton flash", "flash", "valid_lens"),
+    ("varlen (nested jagged SDPA)", "varlen", "valid_lens"),
     ("SDPA causal (flash)", "sdpa", "causal"),
     ("FlexAttention causal", "flex", "causal"),
     ("attnlab Triton flash causal", "flash", "causal"),

@@ -44,7 +44,7 @@ def test_the_choice_is_sdpa_on_the_cpu_and_a_bad_setting_is_one_line(monkeypatch
     monkeypatch.setenv(ENV, "flash")
     assert backend_for(q, None, True) == "sdpa"  # the setting picks among CUDA kernels only
     monkeypatch.setenv(ENV, "flashy")
-    with pytest.raises(ValueError, match=r"ATTNLAB_ATTENTION must be one of sdpa, flex, flash, got 'flashy'"):
+    with pytest.raises(ValueError, match=r"ATTNLAB_ATTENTION must be one of sdpa, flex, flash, varlen, got 'flashy'"):
         backend_for(q, None, True)
     monkeypatch.delenv(ENV)
     with pytest.raises(ValueError, match="backend must be one of"):

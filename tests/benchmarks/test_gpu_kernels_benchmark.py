@@ -29,9 +29,15 @@ def test_smoke_times_every_backend_and_prints_the_default_table():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
-    for path in ("SDPA + bool mask", "FlexAttention causal", "attnlab Triton flash causal"):
+    for path in (
+        "SDPA + bool mask",
+        "varlen (nested jagged SDPA)",
+        "FlexAttention causal",
+        "attnlab Triton flash causal",
+    ):
         assert re.search(rf"^\| 20 +\| 2 +\| {re.escape(path)} +\| forward +\| \d", text, re.M), text
-    assert re.search(r"^\| 20 +\| 2 +\| attnlab Triton flash +\| forward \+ backward +\| \d", text, re.M), text
+    for path in ("attnlab Triton flash", "varlen (nested jagged SDPA)"):
+        assert re.search(rf"^\| 20 +\| 2 +\| {re.escape(path)} +\| forward \+ backward +\| \d", text, re.M), text
     # the line to paste into attention/backends.py: the same keys, backends it knows
     line = re.search(r"^CUDA_BACKEND = (\{.*\})  \(", text, re.M)
     assert line, text

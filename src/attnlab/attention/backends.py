@@ -3,13 +3,15 @@ one length per sentence) or causal self-attention.
 
     flash_attention(q, k, v, valid_lens, causal)         attnlab's Triton FlashAttention (`attnlab.kernels.flash`)
     flex_masked(q, k, v, valid_lens, causal)              PyTorch's FlexAttention, a block mask built from the lengths
+    varlen_attention(q, k, v, valid_lens, dropout_p)      SDPA on nested jagged tensors: valid keys packed (`varlen`)
     sdpa_masked(q, k, v, visible, bias, dropout_p)        SDPA under a bool mask / float bias, zeros for empty rows
     masked_attention(q, k, v, valid_lens, causal, ...)    the dispatch: `backend_for` names the kernel
 
 A boolean mask sends SDPA off its fastest (flash) kernel; FlexAttention and the Triton kernel skip the masked
-tiles instead. Which is fastest on a GPU is measured (`python benchmarks/gpu/gpu_kernels.py`, which prints the line
-to put in `CUDA_BACKEND`); ATTNLAB_ATTENTION=sdpa|flex|flash overrides it. `MultiHeadAttention` calls the
-dispatch on CUDA only: on the CPU its own paths (the C kernel, SDPA) stay as they are.
+tiles instead, and varlen hands SDPA's varlen flash kernel the valid keys only, with no mask (padded batches only:
+causal attention stays on SDPA). Which is fastest on a GPU is measured (`python benchmarks/gpu/gpu_kernels.py`,
+which prints the line to put in `CUDA_BACKEND`); ATTNLAB_ATTENTION=sdpa|flex|flash|varlen overrides it.
+`MultiHeadAttention` calls the dispatch on CUDA only: on the CPU its own paths (the C kernel, SDPA) stay as they are.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from attnlab.kernels.flash import flash as triton_flash
 from attnlab.utils.extras import require
 
 from .masking import build_mask
+from .varlen import varlen_attention
 
 __all__ = ["BACKENDS", "CUDA_BACKEND", "ENV", "backend_for", "flash_attention", "flex_masked", "masked_attention"]
 
-BACKENDS = ("sdpa", "flex", "flash")
-ENV = "ATTNLAB_ATTENTION"  # sdpa | flex | flash: the kernel for masked attention on CUDA, whatever CUDA_BACKEND says
+BACKENDS = ("sdpa", "flex", "flash", "varlen")
+# sdpa | flex | flash | varlen: the kernel for masked attention on CUDA, whatever CUDA_BACKEND says
+ENV = "ATTNLAB_ATTENTION"
 # The kernel masked attention takes on CUDA, by (what masks it, whether autograd records it): the fastest one
 # in `benchmarks/gpu/gpu_kernels.py`'s record (benchmarks/results/gpu/gpu_kernels.json, "fastest"): on an H200 SDPA
 # with the bool mask led in all four, forward and forward + backward, at L = 1,024 to 16,384.
@@ -137,18 +141,22 @@ def sdpa_masked(
 
 
 def backend_for(q: Tensor, valid_lens: Tensor | None, causal: bool, dropout_p: float = 0.0) -> str:
-    """The kernel `masked_attention` takes: SDPA on the CPU and wherever dropout is on (the others have none);
-    on CUDA, ATTNLAB_ATTENTION if set, else CUDA_BACKEND's measured choice (SDPA where that is the Triton
-    kernel and Triton is not installed)."""
+    """The kernel `masked_attention` takes: SDPA on the CPU and wherever dropout is on (flex and flash have
+    none); on CUDA, ATTNLAB_ATTENTION if set, else CUDA_BACKEND's measured choice (SDPA where that is the Triton
+    kernel and Triton is not installed, or varlen for causal attention, which it cannot mask)."""
     name = os.environ.get(ENV, "").strip().lower()
     if name and name not in BACKENDS:
         raise ValueError(f"{ENV} must be one of {', '.join(BACKENDS)}, got {name!r}; unset it for the measured default")
     if q.device.type != "cuda" or dropout_p > 0:
         return "sdpa"
+    if name == "varlen" and causal:  # varlen has no causal form (attention/varlen.py)
+        return "sdpa"
     if name:
         return name
     measured = CUDA_BACKEND["causal" if causal else "valid_lens", torch.is_grad_enabled() and q.requires_grad]
-    return "sdpa" if measured == "flash" and not triton_available() else measured  # no [kernels] extra here
+    if measured == "flash" and not triton_available():  # no [kernels] extra here
+        return "sdpa"
+    return "sdpa" if measured == "varlen" and causal else measured
 
 
 def masked_attention(
@@ -161,8 +169,9 @@ def masked_attention(
     backend: str | None = None,
 ) -> Tensor:
     """softmax(q k^T / sqrt(D), masked) v for a padded batch and/or causal attention, by `backend` ("sdpa",
-    "flex", "flash"; None: `backend_for`). Every backend gives the same output (and gradients: flex has none
-    on the CPU); a query that sees no key gives zeros.
+    "flex", "flash", "varlen"; None: `backend_for`). Every backend gives the same output (and gradients: flex
+    has none on the CPU); a query that sees no key gives zeros. varlen takes no causal mask (`backend_for`
+    never picks it for one).
 
     Shape: q (B, H, Lq, D), k, v (B, Hkv, Lk, D), valid_lens (B,) integers or None -> (B, H, Lq, D).
 
@@ -178,6 +187,10 @@ def masked_attention(
         return flash_attention(q, k, v, valid_lens, causal)
     if backend == "flex":
         return flex_masked(q, k, v, valid_lens, causal)
+    if backend == "varlen":
+        if causal:
+            raise ValueError("the varlen backend masks padded keys only, not causal attention; use 'sdpa' or None")
+        return varlen_attention(q, k, v, valid_lens, dropout_p)
     if backend != "sdpa":
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)} or None, got {backend!r}")
     B, _, Lq, _ = q.shape
