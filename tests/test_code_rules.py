@@ -1,6 +1,8 @@
 """The code rules the layout depends on (DESIGN.md, "Rules that keep it so"), checked on src/attnlab: modules of
 at most 400 lines, functions of at most 80 unless a comment just above says why, each module's imports in one
-block at its top, package faces (`__init__.py`) that only re-export, and at most 6 test files at tests/'s root.
+block at its top, package faces (`__init__.py`) that only re-export, at most 6 test files at tests/'s root, at
+most 6 positional parameters per function in the packages that hold a model or a run (the rest keyword-only), and
+`ctypes` imported in attnlab.kernels only.
 In tests/, no wait on a child process is unbounded: every subprocess call and wait has a timeout, and every read of
 a child's pipe runs inside `killed_after` (tests/processes.py)."""
 
@@ -15,6 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnlab"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_ROOT_TEST_FILES = 400, 80, 6
+# Packages whose functions take at most MAX_POSITIONAL positional parameters (self/cls aside): past that, a call
+# reads as a row of values whose meaning hangs on their order, so the trailing ones are keyword-only (after `*`).
+POSITIONAL_PACKAGES = ("decoding", "analysis", "inference", "runs")
+MAX_POSITIONAL = 6
+# The one package that may import ctypes: a C pass is one file pair, its ctypes signature in kernels/.
+CTYPES_HOME = PACKAGE / "kernels"
 # The package root's face loads its few entry points on first use (PEP 562) so `import attnlab` stays light.
 LAZY_FACE = PACKAGE / "__init__.py"
 
@@ -50,6 +58,36 @@ def late_imports(tree: ast.Module) -> list[int]:
         else:
             seen_other = True
     return late
+
+
+def many_positional(tree: ast.Module) -> list[str]:
+    """`name (N positional)` of each function or method taking more than MAX_POSITIONAL positional parameters;
+    a method's first (self or cls) is not counted, nor `*args` or what follows it."""
+    methods = {
+        id(f) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body if isinstance(f, ast.FunctionDef)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = [a.arg for a in node.args.posonlyargs + node.args.args]
+            static = any(getattr(d, "id", "") == "staticmethod" for d in node.decorator_list)
+            if id(node) in methods and not static and params:
+                params = params[1:]
+            if len(params) > MAX_POSITIONAL:
+                found.append(f"{node.name} ({len(params)} positional)")
+    return found
+
+
+def ctypes_imports(tree: ast.Module) -> list[int]:
+    """Lines that import ctypes (or a module of it)."""
+    found = []
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        if any(n == "ctypes" or n.startswith("ctypes.") for n in names):
+            found.append(node.lineno)
+    return found
 
 
 def face_definitions(tree: ast.Module) -> list[str]:
@@ -142,6 +180,49 @@ def test_imports_are_one_block_at_the_top_and_faces_only_re_export():
     faces = [p for p in MODULES if p.name == "__init__.py" and p != LAZY_FACE]
     defining = {str(p.relative_to(ROOT)): found for p in faces if (found := face_definitions(_tree(p)))}
     assert not defining, f"__init__.py files that define things (move them to a module of their own): {defining}"
+
+
+def test_functions_take_at_most_six_positional_parameters():
+    modules = [p for name in POSITIONAL_PACKAGES for p in sorted((PACKAGE / name).rglob("*.py"))]
+    assert len(modules) > len(POSITIONAL_PACKAGES)
+    found = {str(p.relative_to(ROOT)): names for p in modules if (names := many_positional(_tree(p)))}
+    assert not found, f"more than {MAX_POSITIONAL} positional parameters (make the trailing ones keyword-only): {found}"
+
+
+def test_the_positional_rule_can_fail(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        "def f(a, b, c, d, e, f, g): pass\n"
+        "def g(a, b, c, d, e, f, *, g): pass\n"
+        "def h(a, b, c, d, e, /, f, *args, g): pass\n"
+        "class C:\n"
+        "    def ok(self, a, b, c, d, e, f): pass\n"
+        "    def too_many(self, a, b, c, d, e, f, g): pass\n"
+        "    @staticmethod\n"
+        "    def static(a, b, c, d, e, f, g): pass\n",
+        encoding="utf-8",
+    )
+    assert many_positional(_tree(path)) == ["f (7 positional)", "too_many (7 positional)", "static (7 positional)"]
+
+
+def test_ctypes_is_imported_in_the_kernels_package_only():
+    found = {
+        str(p.relative_to(ROOT)): lines
+        for p in MODULES
+        if CTYPES_HOME not in p.parents and (lines := ctypes_imports(_tree(p)))
+    }
+    assert not found, f"ctypes imported outside {CTYPES_HOME.relative_to(ROOT)} (its wrappers go there): {found}"
+    assert ctypes_imports(_tree(CTYPES_HOME / "loader.py"))  # the rule looks where ctypes is
+
+
+def test_the_ctypes_rule_can_fail(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        "import os, ctypes\nimport ctypes.util as u\nfrom ctypes import c_int\nfrom .ctypes import x\n"
+        "def f():\n    import ctypes\n",
+        encoding="utf-8",
+    )
+    assert ctypes_imports(_tree(path)) == [1, 2, 3, 6]
 
 
 def test_at_most_six_test_files_at_the_root_of_tests():

@@ -39,7 +39,15 @@ def save_sample_run(run, model, data):
     from attnlab.runs.config import write_run_config
     from attnlab.runs.weights import save_weights
 
-    write_run_config(run, "transformer", model.config.to_dict(), {}, sample_split(), data.src_vocab, data.tgt_vocab)
+    write_run_config(
+        run,
+        "transformer",
+        model.config.to_dict(),
+        {},
+        sample_split(),
+        src_vocab=data.src_vocab,
+        tgt_vocab=data.tgt_vocab,
+    )
     save_weights(model, run / "model.safetensors")
     return run
 

@@ -20,7 +20,7 @@ of machine load during the run hits every method alike; the ratios are the resul
 
     python benchmarks/decoding/decode.py [--threads N] [--rounds 5] [--eos ID] [--device cuda] [--unpacked]
 
-The model is prepared as `Translator` prepares it (`prepare_for_inference(model, "fp32")`: on the CPU its
+The model is prepared as `load_translator` prepares it (`prepare_for_inference(model, "fp32")`: on the CPU its
 linear layers packed for oneDNN); --unpacked leaves them as F.linear.
 """
 

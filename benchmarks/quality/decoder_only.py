@@ -198,8 +198,8 @@ def save_run(result, data, data_cfg, run_dir) -> None:
         model.config.to_dict(),
         result["_train_cfg"].to_dict(),
         data_cfg,
-        data.src_vocab,
-        data.tgt_vocab,
+        src_vocab=data.src_vocab,
+        tgt_vocab=data.tgt_vocab,
     )
     save_weights(model, os.path.join(run_dir, WEIGHTS_FILE))
 

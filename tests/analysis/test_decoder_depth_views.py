@@ -30,7 +30,9 @@ def run(tmp_path_factory):
         len(data.src_vocab), len(data.tgt_vocab), 8, 2, 3, 16, dropout=0.0, max_len=16, decoder_layers=1
     )
     run = tmp_path_factory.mktemp("depths") / "run"
-    write_run_config(run, "transformer", cfg.to_dict(), {"num_steps": 10}, d2l, data.src_vocab, data.tgt_vocab)
+    write_run_config(
+        run, "transformer", cfg.to_dict(), {"num_steps": 10}, d2l, src_vocab=data.src_vocab, tgt_vocab=data.tgt_vocab
+    )
     save_weights(Transformer(cfg), run / "model.safetensors")
     return run
 

@@ -214,7 +214,9 @@ def test_heads_on_a_d2l_run_uses_the_split_it_has(tmp_path, capsys, one_thread):
     torch.manual_seed(0)
     cfg = TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), 8, 2, 1, 16, dropout=0.0, max_len=16)
     run = tmp_path / "d2l"
-    write_run_config(run, "transformer", cfg.to_dict(), {"num_steps": 10}, d2l, data.src_vocab, data.tgt_vocab)
+    write_run_config(
+        run, "transformer", cfg.to_dict(), {"num_steps": 10}, d2l, src_vocab=data.src_vocab, tgt_vocab=data.tgt_vocab
+    )
     save_weights(Transformer(cfg), run / "model.safetensors")
     quick = ["--limit", "3", "--no-bleu", "--no-curve"]
     assert main(["heads", "--checkpoint", str(run), "--out", str(tmp_path / "out"), *quick]) == 0

@@ -60,7 +60,7 @@ def fake_run(tmp_path_factory) -> Path:
     model = build_model("transformer", model_cfg)
     # A corpus that exists, so `evaluate` rows reach their own flag checks (loading it is a tripwire there).
     data_cfg = {"loader": "translation", "path": str(sample_data_path())}
-    write_run_config(run, "transformer", model_cfg, {"max_steps": 2}, data_cfg, src, tgt)
+    write_run_config(run, "transformer", model_cfg, {"max_steps": 2}, data_cfg, src_vocab=src, tgt_vocab=tgt)
     save_weights(model, run / "model.safetensors")
     for step in (1, 2):
         save_checkpoint(run, step, model, {"step": step}, {"step": step})

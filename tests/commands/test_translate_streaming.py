@@ -97,7 +97,7 @@ def test_an_empty_line_keeps_its_nbest_row(tiny_run, monkeypatch, capsys):
 
 
 def test_what_memory_cannot_hold_is_one_line_before_decoding(tiny_run, monkeypatch, capsys):
-    monkeypatch.setattr("attnlab.utils.machine.memory_bytes", lambda: 64 * 2**20)
+    monkeypatch.setattr("attnlab.utils.runtime.memory_bytes", lambda: 64 * 2**20)
     monkeypatch.setattr(
         "attnlab.decoding.translator.Translator.translate_tokens", lambda *a, **k: pytest.fail("decoded")
     )

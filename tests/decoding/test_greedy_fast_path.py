@@ -269,7 +269,7 @@ twin = copy.deepcopy(tr)  # a translator with workers still copies, and the copy
 assert [h.tokens for h in decode(twin, ids, batch_size=2, workers=2)] == one()
 assert _POOLS[twin.model] is not _POOLS[tr.model]
 import os, signal, time, warnings
-os.kill(_POOLS[tr.model]._children[0][0], signal.SIGKILL)  # a worker killed between calls (out of memory)
+os.kill(_POOLS[tr.model]._children[0].pid, signal.SIGKILL)  # a worker killed between calls (out of memory)
 time.sleep(0.2)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -333,11 +333,12 @@ def test_the_garbage_collector_is_paused_while_decoding_and_restored_after(monke
 def test_int8_decodes_in_its_own_batch_size_with_the_same_outputs(monkeypatch):
     from attnlab.decoding.job import DecodeJob
     from attnlab.decoding.translator import BATCH_SIZE_BY_PRECISION, DEFAULT_BATCH_SIZE
-    from attnlab.inference.precision import resolve_precision
+    from attnlab.inference.precision import decoding_model
 
     tr = tiny_translator()
     assert tr.batch_size == DEFAULT_BATCH_SIZE
-    int8 = Translator(tr.model, tr.src_vocab, tr.tgt_vocab, max_output_len=12, precision=resolve_precision("int8"))
+    model, int8_choice = decoding_model(tr.model, "int8")
+    int8 = Translator(model, tr.src_vocab, tr.tgt_vocab, max_output_len=12, precision=int8_choice)
     assert int8.batch_size == BATCH_SIZE_BY_PRECISION["int8"] != DEFAULT_BATCH_SIZE
     torch.manual_seed(7)
     ids = [torch.randint(4, 300, (n,)).tolist() for n in torch.randint(1, 8, (400,)).tolist()]

@@ -45,7 +45,7 @@ def tiny(positions="sinusoidal", max_len=64, **kw):
 
 
 def write_run(tmp_path, model, src, tgt):
-    write_run_config(tmp_path, "transformer", model.config.to_dict(), {}, {}, src, tgt)
+    write_run_config(tmp_path, "transformer", model.config.to_dict(), {}, {}, src_vocab=src, tgt_vocab=tgt)
     save_weights(model, tmp_path / WEIGHTS_FILE)
     return tmp_path
 

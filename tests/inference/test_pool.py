@@ -111,7 +111,7 @@ def test_workers_end_when_the_parent_is_killed():
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # a daemon does not stop a fork
         pool = WorkerPool(owner=0, workers=3)
         pool.map(pid_plus, 0, list(range(30)))
-        print(" ".join(str(pid) for pid, _, _ in pool._children), flush=True)
+        print(" ".join(str(child.pid) for child in pool._children), flush=True)
         time.sleep(60)
     """)
     assert _children_end_with(script, kids=2) == []
@@ -124,7 +124,7 @@ def test_workers_end_when_the_parent_is_killed_in_the_middle_of_a_map():
             time.sleep(30)
             return item
         pool = WorkerPool(owner=0, workers=3)
-        print(" ".join(str(pid) for pid, _, _ in pool._children), flush=True)
+        print(" ".join(str(child.pid) for child in pool._children), flush=True)
         pool.map(slow, 0, list(range(6)))
     """)
     assert _children_end_with(script, kids=2, wait_s=3) == []
@@ -182,3 +182,53 @@ def _running(pid: int) -> bool:
             return f.read().split(") ")[1][0] != "Z"  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+def test_a_pool_left_open_does_not_hold_up_the_exit_nor_outlive_it():
+    """Workers ignore SIGTERM, so multiprocessing's own exit (SIGTERM, then a wait) would wait on them for ever:
+    the workers still running are stopped before it."""
+    out = run_script("""
+        pool = WorkerPool(owner=0, workers=3)
+        pool.map(pid_plus, 0, list(range(6)))
+        print(" ".join(str(child.pid) for child in pool._children))
+    """)  # the script ends with the pool open; run_script's timeout fails a hang
+    pids = [int(p) for p in out.split()]
+    assert len(pids) == 2 and not [p for p in pids if _running(p)]
+
+
+WORKER_SCRIPT = """
+import os, signal, sys, time
+from concurrent.futures.process import BrokenProcessPool
+from attnlab.inference.pool import WorkerProcess, stop
+
+def echo(conn, prefix):
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        conn.send(prefix + message)
+
+if __name__ == "__main__":
+    worker = WorkerProcess(echo, ("got ",), method=sys.argv[1], what="echo worker")
+    worker.send("a")
+    first = worker.recv()
+    os.kill(worker.pid, signal.SIGINT)  # the parent's to handle: the worker goes on
+    worker.send("b")
+    second = worker.recv()
+    os.kill(worker.pid, signal.SIGKILL)
+    try:
+        worker.recv()
+    except BrokenProcessPool as e:
+        print(first, second, e, worker.exited)
+    stop([worker])
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_worker_process_serves_ignores_sigint_and_its_death_is_broken_process_pool(tmp_path, method):
+    script = tmp_path / "worker.py"  # a file: a spawned child imports its functions from it
+    script.write_text(WORKER_SCRIPT, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("got a got b echo worker ") and "died (exit code -9) True" in done.stdout

@@ -14,7 +14,14 @@ from attnlab.data import Vocab
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.translator import Translator
-from attnlab.inference.precision import autocast, cpu_features, int8_layers, prepare_for_inference, resolve_precision
+from attnlab.inference.precision import (
+    autocast,
+    cpu_features,
+    decoding_model,
+    int8_layers,
+    prepare_for_inference,
+    resolve_precision,
+)
 from attnlab.inference.quantize import Int8Linear
 from attnlab.models import Transformer, TransformerConfig, build_model
 
@@ -174,8 +181,12 @@ def test_training_records_what_auto_picked_and_bf16_trains(tmp_path, monkeypatch
 
     assert all(t.dtype == torch.float32 for t in read_weights(tmp_path / "bf16" / "model.safetensors").values())
     for p in ("fp32", "bf16", "int8"):
-        tr = load_translator(run, precision=p)
+        tr = load_translator(run, precision=p)  # the model converted on the way in
         assert tr.precision.picked == p
+        if p == "int8":
+            assert any(isinstance(m, Int8Linear) for m in tr.model.modules())
+        else:
+            assert next(tr.model.parameters()).dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[p]
         assert len(tr.translate(["go ."])) == 1
     with pytest.raises(ValueError, match="unknown precision"):
         load_translator(run, precision="fp8")
@@ -237,7 +248,7 @@ def test_fp32_is_the_default_everywhere():
     # train's flag only overrides the preset/config when given (None); the config's default is fp32.
     assert {p: d for p, d in found.items() if p != ("train",)} == {p: "fp32" for p in found if p != ("train",)}
     assert found[("train",)] is None and TrainConfig().precision == "fp32"
-    for fn in (load_translator, Translator.__init__):
+    for fn in (load_translator, decoding_model):
         assert inspect.signature(fn).parameters["precision"].default == "fp32"
     tr = Translator(tiny_transformer(), Vocab([["a"]], min_freq=1), Vocab([["b"]], min_freq=1))
     assert tr.precision.picked == "fp32"
@@ -246,6 +257,19 @@ def test_fp32_is_the_default_everywhere():
 def test_auto_choice_is_recorded_on_the_translator(monkeypatch):
     monkeypatch.setattr("attnlab.inference.precision.cpu_features", lambda: {"avx2", "avx512_vnni"})
     vocab = Vocab([["a", "b"]], min_freq=1)
-    tr = Translator(tiny_transformer(), vocab, vocab, precision="auto")
+    model, choice = decoding_model(tiny_transformer(), "auto")
+    tr = Translator(model, vocab, vocab, precision=choice)
     assert tr.precision.asked == "auto" and tr.precision.picked == "int8" and "avx512_vnni" in tr.precision.reason
     assert any(isinstance(m, Int8Linear) for m in tr.model.modules())
+
+
+def test_the_translator_decodes_the_model_it_is_given():
+    """Converting is the inference package's (`decoding_model`, which `load_translator` calls): a translator keeps
+    its model as given, and a precision name instead of the record of a conversion is refused."""
+    model, vocab = tiny_transformer(), Vocab([["a", "b"]], min_freq=1)
+    tr = Translator(model, vocab, vocab)
+    assert tr.model is model and type(model.decoder.dense) is nn.Linear
+    with pytest.raises(TypeError, match="decoding_model"):
+        Translator(model, vocab, vocab, precision="int8")
+    converted, choice = decoding_model(model, "int8")
+    assert Translator(converted, vocab, vocab, precision=choice).model is converted and converted is not model

@@ -130,7 +130,9 @@ def test_a_run_saved_without_the_key_loads_and_translates_unchanged(tmp_path, ca
     torch.manual_seed(0)
     model = build_model("transformer", cfg)
     run = tmp_path / "old"
-    write_run_config(run, "transformer", cfg, {}, {}, vocab, vocab)  # config.json as runs before the key
+    write_run_config(
+        run, "transformer", cfg, {}, {}, src_vocab=vocab, tgt_vocab=vocab
+    )  # config.json as runs before the key
     save_weights(model, run / "model.safetensors")
     before = (run / "config.json").read_text()
     assert "decoder_layers" not in before

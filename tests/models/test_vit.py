@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from attnlab.attention import record_attention
+from attnlab.attention.positions import sinusoidal_2d
 from attnlab.models import ViT, ViTConfig, build_model
-from attnlab.models.vit import sinusoidal_2d
+from attnlab.models.vit import PatchEmbedding
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -67,6 +70,32 @@ def test_sinusoidal_positions_encode_row_and_column():
     model = _vit(positions="sinusoidal")
     assert "pos_embedding" not in model.state_dict()  # a function of the config, not a weight
     assert model(torch.randn(1, 3, 8, 12)).shape == (1, 5)
+
+
+def test_the_position_schemes_give_a_vit_the_tables_of_the_formula():
+    """The registry's 2-D sinusoids, written out by hand: features [0, D/2) hold the patch's row, [D/2, D) its
+    column, each as interleaved sin(pos / 10000^(2j/(D/2))), cos(...); the class token's row is zero. The learned
+    table is drawn as before (std 0.02, after the patch embedding), so a seed gives the same model."""
+    model, D = _vit(positions="sinusoidal"), 16
+    gh, gw = model.config.grid
+    want = torch.zeros(1 + gh * gw, D)
+    for r in range(gh):
+        for c in range(gw):
+            for half, pos in ((0, r), (D // 2, c)):
+                for j in range(D // 4):
+                    angle = pos / 10000 ** (2 * j / (D // 2))
+                    want[1 + r * gw + c, half + 2 * j] = math.sin(angle)
+                    want[1 + r * gw + c, half + 2 * j + 1] = math.cos(angle)
+    torch.testing.assert_close(model.pos_embedding, want[None])
+    learned = _vit()
+    torch.manual_seed(0)
+    PatchEmbedding(3, 4, D)
+    torch.testing.assert_close(learned.pos_embedding.data, torch.randn(1, 1 + gh * gw, D) * 0.02)
+    assert "pos_embedding" in learned.state_dict() and learned.pos_embedding.requires_grad
+    with pytest.raises(ValueError, match=r"positions must be one of \('learned', 'sinusoidal'\), got 'rope'"):
+        ViTConfig(positions="rope")  # a scheme without a form for image patches
+    with pytest.raises(ValueError, match="need num_hiddens divisible by 4, got 18"):
+        ViTConfig(positions="sinusoidal", num_hiddens=18, num_heads=2)
 
 
 def test_config_errors_are_one_line():

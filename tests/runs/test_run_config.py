@@ -29,7 +29,7 @@ def run(tmp_path_factory):
     torch.manual_seed(0)
     model = build_model("transformer", model_cfg)
     data_cfg = {"loader": "translation", "path": str(sample_data_path())}
-    write_run_config(run, "transformer", model_cfg, {"max_steps": 2}, data_cfg, vocab, vocab)
+    write_run_config(run, "transformer", model_cfg, {"max_steps": 2}, data_cfg, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(model, run / "model.safetensors")
     save_checkpoint(run, 1, model, {"step": 1}, {"step": 1})
     return run
@@ -87,7 +87,9 @@ def test_a_config_with_fields_the_model_lacks_is_one_line(tmp_path, capsys):
     torch.manual_seed(0)
     model = build_model("transformer", new)
     run = tmp_path / "old"
-    write_run_config(run, "transformer", {**model.config.to_dict(), "rope_base": 500.0}, {}, {}, vocab, vocab)
+    write_run_config(
+        run, "transformer", {**model.config.to_dict(), "rope_base": 500.0}, {}, {}, src_vocab=vocab, tgt_vocab=vocab
+    )
     save_weights(model, run / "model.safetensors")
     before = (run / "config.json").read_text()
     capsys.readouterr()
@@ -105,7 +107,9 @@ def test_a_run_with_the_older_amp_field_loads_with_one_note(tmp_path, capsys, am
     vocab = Vocab(["i", "am", "home", ".", "go", "now"], min_freq=1)
     run = tmp_path / "old"
     train = {**TrainConfig().to_dict(), "precision": "bf16", "amp": amp}
-    write_run_config(run, "transformer", {"src_vocab_size": 9, "tgt_vocab_size": 9}, train, {}, vocab, vocab)
+    write_run_config(
+        run, "transformer", {"src_vocab_size": 9, "tgt_vocab_size": 9}, train, {}, src_vocab=vocab, tgt_vocab=vocab
+    )
     before = (run / "config.json").read_text()
     capsys.readouterr()
     cfg = read_run_config(run)

@@ -282,6 +282,7 @@ def pruning_curve(
     batches: Sequence,
     importance: Mapping[str, Sequence[float]],
     kind: str,
+    *,
     bleu: bool = True,
     beam: int = 1,
 ) -> list[dict]:
@@ -332,7 +333,9 @@ def analyze_heads(
         "masked": masked_head_scores(translator, examples, batches, bleu, beam),
     }
     if curve:
-        report["pruning_curves"] = {k: pruning_curve(translator, examples, batches, grad, k, bleu, beam) for k in kinds}
+        report["pruning_curves"] = {
+            k: pruning_curve(translator, examples, batches, grad, k, bleu=bleu, beam=beam) for k in kinds
+        }
     return report
 
 

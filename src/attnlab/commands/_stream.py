@@ -73,7 +73,7 @@ def check_cost(translator, texts: list[str], options, truncate: bool) -> None:
     import torch
 
     from attnlab.decoding.cost import machine_verdict
-    from attnlab.utils.machine import memory_bytes
+    from attnlab.utils.runtime import memory_bytes
 
     if truncate:  # cut, never refused for length: the decoder warns about each cut once, as it cuts
         cap = translator.max_len or sys.maxsize

@@ -323,7 +323,7 @@ def machine_verdict(
     translator, sources: Sequence[int], options: DecodeOptions | None, memory: int | None, workers: int = 1
 ) -> tuple[str | None, str | None]:
     """(refusal, warning) for decoding `sources` here: a refusal when the estimated peak memory exceeds
-    `memory` (this machine's, `attnlab.utils.machine.memory_bytes`); a warning when one sentence alone
+    `memory` (this machine's, `attnlab.utils.runtime.memory_bytes`); a warning when one sentence alone
     would cost more than a default server accepts (`default_budget`), as options multiplied past any
     use (an output limit of 1024, a thousand constraints) make it."""
     if not sources:

@@ -29,7 +29,7 @@ from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.job import DecodeJob
 from attnlab.decoding.options import TRANSLATOR_DEFAULTS, DecodeOptions, OptionError
 from attnlab.decoding.targets import holds_phrases, target_ids
-from attnlab.inference.precision import PrecisionChoice, prepare_for_inference, resolve_precision
+from attnlab.inference.precision import PrecisionChoice
 from attnlab.utils.checks import check_range
 from attnlab.utils.runtime import gc_paused
 
@@ -62,6 +62,8 @@ BATCH_SIZE_BY_PRECISION = {"int8": 96}
 # On a GPU a step of thousands of rows costs about what one of a few hundred does (launches dominate): sort by
 # length and decode in batches of thousands (benchmarks/gpu/gpu_decode.py).
 CUDA_BATCH_SIZE = 4096
+# What a translator given a model without a precision record decodes: the model itself, in float32.
+AS_GIVEN = PrecisionChoice("fp32", "fp32", "the model as given")
 
 
 class InputError(ValueError):
@@ -164,8 +166,8 @@ class Translator:
             sentence of S source tokens may produce at most MAX_LEN_A * S + MAX_LEN_B (2 * S + 10), and
             never more than the decoder has positions for (`model.max_target_positions`), so an
             undertrained model that never says <eos> still stops soon.
-        precision: 'fp32' (default), 'bf16', 'int8' or 'auto' (`attnlab.inference.precision`): the model is
-            decoded as a converted copy in that precision; `translator.precision` says what runs and why.
+        precision: what the model was converted to and why (`attnlab.inference.decoding_model` converts it and
+            makes this record; `load_translator` does both); default: fp32, the model as given.
         defaults: the decoding options used where a call gives none (a run's generation.json; default
             `TRANSLATOR_DEFAULTS`, beam 4).
 
@@ -191,26 +193,26 @@ class Translator:
         config: dict | None = None,
         device="cpu",
         max_len: int | None = None,
+        *,
         max_output_len: int | None = None,
-        precision: str | PrecisionChoice = "fp32",
+        precision: PrecisionChoice = AS_GIVEN,
         defaults: DecodeOptions | None = None,
     ):
-        model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
-        choice = (
-            precision
-            if isinstance(precision, PrecisionChoice)
-            else resolve_precision(precision, device, model_type=model_type)
-        )
-        self.model = prepare_for_inference(model.to(device), choice, device).eval()
+        if not isinstance(precision, PrecisionChoice):
+            raise TypeError(
+                f"precision must be the PrecisionChoice the model was converted with, got {precision!r}; convert "
+                "the model with attnlab.inference.decoding_model(model, precision, device), which returns both"
+            )
+        self.model = model.to(device).eval()  # decoding never wants dropout
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
         self.config = config or {}
         self.device = torch.device(device)
         self.max_len = max_len
         self.max_output_len = max_output_len or DEFAULT_MAX_OUTPUT_LEN
-        self.precision = choice  # what decodes and why
+        self.precision = precision  # what decodes and why
         self.workers: int | None = None  # batches decoded at once by `decode`; None: one per torch thread
         # sentences per batch when a call gives none
-        self.batch_size = BATCH_SIZE_BY_PRECISION.get(choice.picked, DEFAULT_BATCH_SIZE)
+        self.batch_size = BATCH_SIZE_BY_PRECISION.get(precision.picked, DEFAULT_BATCH_SIZE)
         if self.device.type == "cuda":
             self.batch_size, self.workers = CUDA_BATCH_SIZE, 1  # one stream: batches one after another
         # The static-shape decoding step ('static', 'graphs', 'compile': attnlab.decoding.static) or None (dynamic).

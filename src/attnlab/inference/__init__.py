@@ -1,7 +1,7 @@
 """What a loaded model runs on: the precision choice and the conversion to it, packed and int8 linear
 layers, int8's fused decoding step, and the worker processes decoding and `prepare` share out work on.
 
-    precision   CPU features, the `--precision auto` rule, `prepare_for_inference(model, precision)` (the conversion)
+    precision   CPU features, the `--precision auto` rule, `decoding_model(model, precision)` (the conversion)
     packed      fp32 linear layers on weights reordered once for oneDNN (how fp32 decodes on the CPU)
     quantize    int8 linear layers: per-channel weight scales, per-row activations on `torch._int_mm`, or fbgemm
     int8_step   int8's fused greedy/beam step over a covered decoder (its passes: `attnlab.kernels.int8_step`)
@@ -23,6 +23,7 @@ from .precision import (
     autocast,
     bf16_attention,
     cpu_features,
+    decoding_model,
     int8_layers,
     native_bf16,
     prepare_for_inference,
@@ -45,6 +46,7 @@ __all__ = [
     "bf16_attention",
     "can_fork",
     "cpu_features",
+    "decoding_model",
     "int8_layers",
     "native_bf16",
     "pack_linears",

@@ -212,11 +212,13 @@ class Int8DecoderStep:
         anc = state.ancestry if state.ancestry is not None and state.ancestry.shape[1] else None
         for (qkv, o, cq, co, f1, f2, n1, n2, n3, sa, ca), (self_cache, cross_cache) in zip(self.layers, state.caches):
             kbuf, vbuf, at = self_cache.next_slot(n, sa[0] // sa[1], sa[2])
-            q, s, status = self._attention(q, s, qkv, sa, kbuf, vbuf, True, at, None, 0, anc=anc)
+            q, s, status = self._attention(q, s, qkv, sa, kbuf, vbuf, write=True, at=at, lens=None, Lk=0, anc=anc)
             self_cache.advance(status != 4)
             x, q, s = p.add_ln(q, s, o, x, n1)
             ck, cv = cross_cache.k, cross_cache.v
-            q, s, _ = self._attention(q, s, cq, ca, ck, cv, False, 0, lens, ck.shape[2], state.beam)
+            q, s, _ = self._attention(
+                q, s, cq, ca, ck, cv, write=False, at=0, lens=lens, Lk=ck.shape[2], fold=state.beam
+            )
             x, q, s = p.add_ln(q, s, co, x, n2)
             x, q, s = p.ffn(q, s, f1, f2, x, n3)
         acc = torch._int_mm(q, self.dense.w)
@@ -233,7 +235,7 @@ class Int8DecoderStep:
             cross_cache.update(ca.split_heads(k, ca.num_kv_heads), ca.split_heads(v, ca.num_kv_heads))
 
     def _attention(
-        self, q, s, proj: _Linear, heads, k, v, write: bool, at: int, lens, Lk: int, fold: int = 1, anc=None
+        self, q, s, proj: _Linear, heads, k, v, *, write: bool, at: int, lens, Lk: int, fold: int = 1, anc=None
     ):
         """int_mm(q, proj) -> attention -> its output rows quantized; returns (q, s, the kernel's status).
         Cross-attention: `fold` consecutive query rows (a sentence's hypotheses) read one key row; self-

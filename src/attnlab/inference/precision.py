@@ -4,6 +4,7 @@
     resolve_precision("auto", device)       -> PrecisionChoice(asked="auto", picked="int8", reason="...")
     autocast(choice, device)                -> context for a training step (bf16 autocast, or nothing)
     prepare_for_inference(model, "int8")    -> a copy whose nn.Linear layers are int8
+    decoding_model(model, "auto", device)   -> (the model on device, converted and in eval mode, the choice made)
 
 Every command and the Python API default to `fp32`: the same model gives the same output on every machine.
 - `fp32`: plain float32; decoding on the CPU runs the linear layers on weights packed once for oneDNN
@@ -233,3 +234,21 @@ def prepare_for_inference(
     if kernel.startswith("fbgemm") and not fbgemm:
         kernel = "int_mm"  # no fbgemm in this build (ARM): the per-row kernel runs on any CPU
     return quantize_linears(model, names, kernel)
+
+
+def decoding_model(
+    model: nn.Module, precision: str | PrecisionChoice = "fp32", device: torch.device | str = "cpu"
+) -> tuple[nn.Module, PrecisionChoice]:
+    """(the model to decode with: on `device`, converted to `precision` by `prepare_for_inference`, in eval
+    mode; the `PrecisionChoice` made, and why): what `load_translator` hands a `Translator`. For `auto`, the
+    rule looks at the model's type too (int8 decodes the Transformer only).
+
+    Examples:
+        >>> model, choice = decoding_model(nn.Sequential(nn.Linear(4, 4)), "bf16")
+        >>> choice.picked, next(model.parameters()).dtype, model.training
+        ('bf16', torch.bfloat16, False)
+    """
+    if not isinstance(precision, PrecisionChoice):
+        model_type = getattr(model, "MODEL_TYPE", type(model).__name__)
+        precision = resolve_precision(precision, device, model_type=model_type)
+    return prepare_for_inference(model.to(device), precision, device).eval(), precision

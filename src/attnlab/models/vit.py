@@ -17,11 +17,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlab.attention.positions import sinusoidal_encoding
+from attnlab.attention.positions import SCHEMES
 from attnlab.models.config import ACTIVATIONS, ConfigMixin
 from attnlab.models.transformer_layers import PositionWiseFFN, TransformerEncoderBlock, make_activation
 
-POSITIONS = ("learned", "sinusoidal")
 POOLS = ("cls", "mean")
 
 
@@ -41,7 +40,7 @@ class ViTConfig(ConfigMixin):
     num_layers: int = 2  # N, encoder blocks (0: patches straight to the head)
     ffn_num_hiddens: int = 128  # inner width of the position-wise FFN
     dropout: float = 0.0  # residual, embedding and attention-weight dropout
-    positions: str = "learned"  # 'learned' table or 'sinusoidal' 2-D (half the features rows, half columns)
+    positions: str = "learned"  # a position scheme for images: 'learned' table, 'sinusoidal' 2-D (rows, columns)
     pool: str = "cls"  # what the head reads: the class token ('cls') or the mean of the patch tokens ('mean')
     activation: str = "gelu"  # FFN nonlinearity (ViT: gelu)
 
@@ -68,17 +67,16 @@ class ViTConfig(ConfigMixin):
             raise ValueError(
                 f"ViTConfig: num_hiddens={self.num_hiddens} is not divisible by num_heads={self.num_heads}"
             )
-        if self.positions == "sinusoidal" and self.num_hiddens % 4:
-            raise ValueError(f"2-D sinusoidal positions need num_hiddens divisible by 4, got {self.num_hiddens}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ViTConfig.dropout must lie in [0, 1), got {self.dropout}")
         for name, value, allowed in (
-            ("positions", self.positions, POSITIONS),
+            ("positions", self.positions, image_positions()),
             ("pool", self.pool, POOLS),
             ("activation", self.activation, ACTIVATIONS),
         ):
             if value not in allowed:
                 raise ValueError(f"ViTConfig.{name} must be one of {allowed}, got {value!r}")
+        SCHEMES[self.positions].check_grid(self.num_hiddens)
 
     @property
     def size(self) -> tuple[int, int]:
@@ -101,16 +99,9 @@ def _divisors(h: int, w: int) -> str:
     return ", ".join(str(d) for d in range(1, min(h, w) + 1) if h % d == 0 and w % d == 0)
 
 
-def sinusoidal_2d(grid_h: int, grid_w: int, num_hiddens: int) -> Tensor:
-    """2-D sinusoids: the first D/2 features encode the patch's row, the last D/2 its column.
-
-    Shape: -> (grid_h * grid_w, D), patches in row-major order.
-    """
-    rows = sinusoidal_encoding(torch.arange(grid_h), num_hiddens // 2)  # (gh, D/2)
-    cols = sinusoidal_encoding(torch.arange(grid_w), num_hiddens // 2)  # (gw, D/2)
-    return torch.cat([rows[:, None].expand(-1, grid_w, -1), cols[None].expand(grid_h, -1, -1)], dim=-1).reshape(
-        grid_h * grid_w, num_hiddens
-    )
+def image_positions() -> tuple[str, ...]:
+    """The position schemes a ViT takes (those with a form for image patches), by name."""
+    return tuple(sorted(name for name, scheme in SCHEMES.items() if scheme.images))
 
 
 class PatchEmbedding(nn.Module):
@@ -153,12 +144,11 @@ class ViT(nn.Module):
         self.config = c = config
         self.patch_embedding = PatchEmbedding(c.channels, c.patch_size, c.num_hiddens)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.num_hiddens))
-        n = 1 + c.num_patches
-        if c.positions == "learned":
-            self.pos_embedding = nn.Parameter(torch.randn(1, n, c.num_hiddens) * 0.02)
-        else:  # the class token gets position zero: it has no place on the grid
-            table = torch.cat([torch.zeros(1, c.num_hiddens), sinusoidal_2d(*c.grid, c.num_hiddens)])
-            self.register_buffer("pos_embedding", table[None], persistent=False)
+        table = SCHEMES[c.positions].grid_table(*c.grid, c.num_hiddens)  # (1, 1+P, D)
+        if isinstance(table, nn.Parameter):
+            self.pos_embedding = table
+        else:  # a function of the config: checkpoints need not carry it
+            self.register_buffer("pos_embedding", table, persistent=False)
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             TransformerEncoderBlock(c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.dropout, True, True)
@@ -194,4 +184,4 @@ class ViT(nn.Module):
         return self.head(pooled)
 
 
-__all__ = ["PatchEmbedding", "ViT", "ViTConfig", "sinusoidal_2d"]
+__all__ = ["PatchEmbedding", "ViT", "ViTConfig", "image_positions"]

@@ -25,6 +25,7 @@ def write_run_config(
     model_config: dict,
     train_config: dict,
     data_config: dict,
+    *,
     src_vocab,
     tgt_vocab,
 ) -> None:

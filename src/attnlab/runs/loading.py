@@ -17,6 +17,7 @@ import torch
 
 from attnlab.data import Example, TranslationData, load_data, load_vocab
 from attnlab.decoding.translator import Translator, model_max_len
+from attnlab.inference.precision import decoding_model
 from attnlab.models import TRANSLATORS, build_model
 from attnlab.runs.alignment import read_alignment
 from attnlab.runs.checkpoints import list_checkpoints
@@ -66,9 +67,10 @@ def load_translator(
                 f"{run_dir / CONFIG_FILE} says {side}_vocab_size={size} but {run_dir / fname} holds "
                 f"{len(vocab)} tokens; the files come from different runs"
             )
-    model = _load_model(run_dir, cfg, weights)
+    # The inference package converts (precision, packing, int8); the translator holds what it is given.
+    model, choice = decoding_model(_load_model(run_dir, cfg, weights), precision, device)
     translator = Translator(
-        model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg), precision=precision,
+        model, src_vocab, tgt_vocab, cfg, device=device, max_len=model_max_len(cfg), precision=choice,
         defaults=defaults,
     )  # fmt: skip
     translator.alignment = read_alignment(run_dir)  # `attnlab heads`' choice: the default of align

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from attnlab.kernels.finite import all_finite
 from attnlab.models import CONFIGS
 from attnlab.utils.files import atomic_path, loads_json
-from attnlab.utils.machine import memory_bytes
+from attnlab.utils.runtime import memory_bytes
 
 CONFIG_METADATA = "attnlab_model_config"  # safetensors metadata key: the model config, as JSON
 

@@ -11,7 +11,7 @@ vocabularies, position tables): a config asking for 100,000 layers or a billion 
 once, here as when loading a run (`attnlab.runs.loading`) or importing a model (`attnlab.export.marian`),
 through `attnlab.runs.weights.check_config_size`. The position tables are buffers, not parameters: the
 exact count adds them.
-The memory compared with is the machine's (`attnlab.utils.machine.memory_bytes`: physical, cgroup and
+The memory compared with is the machine's (`attnlab.utils.runtime.memory_bytes`: physical, cgroup and
 the process's address-space limit, `ulimit -v`)."""
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import torch
 from attnlab.models import CONFIGS, TRANSLATORS, build_model
 from attnlab.runs.weights import config_floats, size_advice, size_text
 from attnlab.training.config import TrainConfig
-from attnlab.utils.machine import memory_bytes
-from attnlab.utils.runtime import resolve_device
+from attnlab.utils.runtime import memory_bytes, resolve_device
 
 __all__ = ["PER_PARAMETER", "check_fits", "training_bytes"]
 

@@ -6,6 +6,7 @@ import torch
 
 from attnlab.data import iterate_batches
 from attnlab.decoding.translator import Translator
+from attnlab.inference.precision import decoding_model
 from attnlab.metrics import corpus_bleu, reference_text
 from attnlab.training.loss import sequence_loss
 
@@ -32,7 +33,10 @@ def validation_scores(model, data, examples, cfg, device, autocast, batching: di
         loss, n = sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens)
         total, count = total + loss.item(), count + int(n)
     subset = examples if cfg.eval_limit is None else examples[: cfg.eval_limit]
-    translator = Translator(model, data.src_vocab, data.tgt_vocab, config={}, device=device, max_len=cfg.num_steps)
+    model, choice = decoding_model(model, "fp32", device)  # on the CPU: its linear layers packed, in place
+    translator = Translator(
+        model, data.src_vocab, data.tgt_vocab, config={}, device=device, max_len=cfg.num_steps, precision=choice
+    )
     found = translator.search([ex.src_ids for ex in subset], translator.options(beam=cfg.eval_beam, scores=False))
     hyps = [data.tgt_vocab.decode(hs[0].tokens) for hs in found]
     refs = [reference_text(ex.tgt_text, data.tgt_vocab) for ex in subset]

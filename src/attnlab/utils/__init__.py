@@ -1,5 +1,5 @@
 """Building blocks below every other package: atomic files and JSON (files), one message shape for range and
-type errors (checks), seeds, threads, devices and the machine's memory (runtime, machine), and the optional
+type errors (checks), seeds, threads, devices and the machine's memory (runtime), and the optional
 extras each command needs (extras). What a loaded model runs on is `attnlab.inference`.
 """
 

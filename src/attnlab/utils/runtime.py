@@ -1,10 +1,12 @@
-"""Where a run executes: seeds and generator states, the device, and the distributed group.
+"""Where a run executes: seeds and generator states, the device, the distributed group, threads and cores, and
+what the machine can hold (`memory_bytes`: the memory a process may use, which the cost checks compare with).
 
 Training (`attnlab.training`) and the commands import these; nothing here knows about models or data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
@@ -14,11 +16,20 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+try:
+    import resource
+except ImportError:  # Windows: no address-space limits to read
+    resource = None  # type: ignore[assignment]
+
+# Where a container's memory limit is read: cgroup v2, then v1.
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
 def seed_everything(seed: int) -> None:
@@ -204,3 +215,24 @@ def interactive(stream=None) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+def memory_bytes() -> int | None:
+    """Bytes of memory this process may use: physical memory, within a cgroup's limit (containers) and
+    RLIMIT_AS where one is set (`ulimit -v`); None where none can be read (the checks then pass)."""
+    sizes = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # not POSIX (Windows): no sysconf
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    for path in _CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # "max", or cgroup v1's "no limit" (2^63 - page)
+            sizes.append(int(text))
+    if resource is not None:
+        with contextlib.suppress(ValueError, OSError):
+            soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+            if soft != resource.RLIM_INFINITY and soft > 0:
+                sizes.append(soft)
+    return min(sizes) if sizes else None

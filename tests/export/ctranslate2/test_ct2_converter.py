@@ -108,7 +108,7 @@ def _trained_and_exported(cfg, vocab, pairs, folder):
     model = Transformer(cfg)
     _train(model, vocab, pairs)
     run = folder / "run"
-    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
+    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(model, run / WEIGHTS_FILE)
     out = folder / "ct2"
     assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(out)]) == 0
@@ -278,7 +278,7 @@ def test_export_errors_are_one_line(exported, tmp_path, capsys):
         "dropout": 0.0,
     }
     brun = tmp_path / "bahdanau"
-    write_run_config(brun, "bahdanau", bcfg, {}, {}, vocab, vocab)
+    write_run_config(brun, "bahdanau", bcfg, {}, {}, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(build_model("bahdanau", bcfg), brun / WEIGHTS_FILE)
     assert main(["export", "--checkpoint", str(brun), "--format", "ctranslate2", "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip()
@@ -292,7 +292,7 @@ def test_local_attention_is_refused_in_one_line(tmp_path, capsys):
         len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, window=2
     )
     run = tmp_path / "run"
-    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
+    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(Transformer(cfg), run / WEIGHTS_FILE)
     assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 2
     err = capsys.readouterr().err.strip()
@@ -310,7 +310,7 @@ def test_empty_translation_needs_min_decoding_length_0(tmp_path):
     with torch.no_grad():
         model.decoder.dense.bias[vocab.eos] = 100.0  # <eos> wins every step
     run = tmp_path / "run"
-    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
+    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(model, run / WEIGHTS_FILE)
     assert main(["export", "--checkpoint", str(run), "--format", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 0
     translator = load_translator(run)

@@ -52,7 +52,7 @@ def _run(tmp_path, option: dict, train: bool = True):
     if train:
         _train(model, vocab, pairs)
     run = tmp_path / "run"
-    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
+    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(model, run / WEIGHTS_FILE)
     return run
 

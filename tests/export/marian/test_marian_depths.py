@@ -98,7 +98,7 @@ def test_an_attnlab_run_with_a_shallow_decoder_exports_to_marian(tmp_path, one_t
     torch.manual_seed(0)
     model = Transformer(cfg).eval()
     run = tmp_path / "run"
-    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
+    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(model, run / "model.safetensors")
     hf_model = MarianMTModel.from_pretrained(export_hf(run, tmp_path / "hf")).eval()
     assert (hf_model.config.encoder_layers, hf_model.config.decoder_layers) == (3, 1)

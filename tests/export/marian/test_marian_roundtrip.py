@@ -168,7 +168,7 @@ def test_export_book_model_with_interleaved_sinusoids(tmp_path, options, one_thr
             if ".ln." in name or name.endswith("dense.bias"):
                 p.add_(0.1 * torch.randn_like(p))
     run = tmp_path / "run"
-    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
+    write_run_config(run, "transformer", cfg.to_dict(), {}, {}, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(model, run / "model.safetensors")
     out = export_hf(run, tmp_path / "hf")
     hf_model = MarianMTModel.from_pretrained(out).eval()
@@ -209,7 +209,7 @@ def test_export_refuses_options_marian_lacks(tmp_path, capsys, option, words):
     cfg = TransformerConfig(
         len(vocab), len(vocab), num_hiddens=8, num_heads=2, num_layers=1, ffn_num_hiddens=8, **option
     )
-    write_run_config(tmp_path / "run", "transformer", cfg.to_dict(), {}, {}, vocab, vocab)
+    write_run_config(tmp_path / "run", "transformer", cfg.to_dict(), {}, {}, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(Transformer(cfg), tmp_path / "run" / "model.safetensors")
     with pytest.raises(ValueError, match=words):
         export_hf(tmp_path / "run", tmp_path / "hf")
@@ -228,7 +228,7 @@ def test_export_refuses_a_bahdanau_run(tmp_path):
 
     vocab = Vocab(["a", "b"], min_freq=1)
     cfg = dict(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), embed_size=4, num_hiddens=4, num_layers=1)
-    write_run_config(tmp_path / "run", "bahdanau", cfg, {}, {}, vocab, vocab)
+    write_run_config(tmp_path / "run", "bahdanau", cfg, {}, {}, src_vocab=vocab, tgt_vocab=vocab)
     save_weights(build_model("bahdanau", cfg), tmp_path / "run" / "model.safetensors")
     with pytest.raises(ValueError, match="only Transformer runs"):
         export_hf(tmp_path / "run", tmp_path / "hf")

@@ -16,7 +16,15 @@ from .learned import LEARNED, Learned
 from .none import NONE, NoPositions
 from .registry import POSITIONS, SCHEMES, get_scheme, register, unregister
 from .rope import ROPE, Rope, RopeOptions, RotaryEmbedding, half_split_permutation, rotary_dim, rotate_half
-from .sinusoidal import LAYOUTS, SINUSOIDAL, PositionalEncoding, Sinusoidal, SinusoidalOptions, sinusoidal_encoding
+from .sinusoidal import (
+    LAYOUTS,
+    SINUSOIDAL,
+    PositionalEncoding,
+    Sinusoidal,
+    SinusoidalOptions,
+    sinusoidal_2d,
+    sinusoidal_encoding,
+)
 from .t5 import T5, T5_BIAS, T5Options, T5RelativeBias, t5_relative_bucket
 
 __all__ = [
@@ -57,6 +65,7 @@ __all__ = [
     "register",
     "rotary_dim",
     "rotate_half",
+    "sinusoidal_2d",
     "sinusoidal_encoding",
     "t5_relative_bucket",
     "unregister",

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from attnlab.utils.checks import check_field_types
 
@@ -66,6 +66,7 @@ class PositionScheme:
         ct2: how CTranslate2's Transformer spec holds it (docs/translators.md), or None where it cannot;
             `ct2_refusal` then says why.
         view: what its figure draws: "bias" (per-head score biases), "angles" (rotation angles) or None.
+        images: a Vision Transformer's patches can take it (`grid_table`; `attnlab.models.vit`).
     """
 
     name: ClassVar[str] = ""
@@ -76,6 +77,7 @@ class PositionScheme:
     ct2: ClassVar[str | None] = None
     ct2_refusal: ClassVar[str] = "CTranslate2's Transformer spec has no such scheme"
     view: ClassVar[str | None] = None
+    images: ClassVar[bool] = False
 
     # -- config -------------------------------------------------------------------------------------
     def options(self, values: Mapping[str, Any] | None = None) -> Any:
@@ -103,6 +105,18 @@ class PositionScheme:
     def build(self, options: Any, shape: StackShape) -> StackPositions:
         """The modules of one stack (the encoder's or the decoder's; `shape.causal` says which)."""
         return StackPositions()
+
+    # -- images -------------------------------------------------------------------------------------
+    def check_grid(self, num_hiddens: int) -> None:
+        """ValueError (one line) when a Vision Transformer of width `num_hiddens` cannot take the scheme."""
+
+    def grid_table(self, rows: int, columns: int, num_hiddens: int) -> Tensor:
+        """A Vision Transformer's positions: one row for its class token, then one per patch of a rows x columns
+        grid in row-major order; an nn.Parameter where they are learned (a weight), else a fixed tensor.
+
+        Shape: -> (1, 1 + rows * columns, D).
+        """
+        raise ValueError(f"positions={self.name!r} has no form for image patches")
 
     # -- export -------------------------------------------------------------------------------------
     def ct2_options(self, options: Any, head_dim: int) -> dict[str, Any]:

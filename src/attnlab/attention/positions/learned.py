@@ -6,6 +6,9 @@ refused, and decoding stops at its end (`bounded`). CTranslate2 gets the table i
 
 from __future__ import annotations
 
+import torch
+from torch import Tensor, nn
+
 from attnlab.attention.positions.base import EMBEDDINGS, PositionScheme, StackPositions, StackShape
 from attnlab.attention.positions.sinusoidal import PositionalEncoding
 
@@ -17,6 +20,7 @@ class Learned(PositionScheme):
     enters = EMBEDDINGS
     bounded = True
     ct2 = "position table"
+    images = True
 
     def build(self, options, shape: StackShape) -> StackPositions:
         return StackPositions(
@@ -25,6 +29,10 @@ class Learned(PositionScheme):
 
     def ct2_write(self, spec, stack) -> None:
         spec.position_encodings.encodings = stack.pos_encoding.embedding.weight.detach().float().clone()
+
+    def grid_table(self, rows: int, columns: int, num_hiddens: int) -> Tensor:
+        """A trainable row per patch and one for the class token, drawn as ViT draws them (std 0.02)."""
+        return nn.Parameter(torch.randn(1, 1 + rows * columns, num_hiddens) * 0.02)
 
 
 LEARNED = Learned()

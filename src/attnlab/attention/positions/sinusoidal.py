@@ -1,5 +1,6 @@
 """The sinusoidal positions of "Attention Is All You Need", added to the embeddings (the book's, the paper's
-and Marian's), and `PositionalEncoding`, the module that adds them (or a learned table, `learned.py`).
+and Marian's), and `PositionalEncoding`, the module that adds them (or a learned table, `learned.py`); their
+2-D form for a Vision Transformer's grid of patches (`sinusoidal_2d`: half the features rows, half columns).
 
 Config block: `layout`, the column order of the sinusoids ("interleaved", the book's; "split", Marian's).
 CTranslate2 gets the table itself (at least `CT2_TABLE_ROWS` rows: attnlab extends sinusoids past max_len,
@@ -40,6 +41,23 @@ def sinusoidal_encoding(positions: Tensor, num_hiddens: int, layout: str = "inte
     P[:, 0::2] = torch.sin(angles)
     P[:, 1::2] = torch.cos(angles[:, : num_hiddens // 2])  # odd D: one fewer cosine column
     return P
+
+
+def sinusoidal_2d(grid_h: int, grid_w: int, num_hiddens: int) -> Tensor:
+    """2-D sinusoids: the first D/2 features encode the patch's row, the last D/2 its column.
+
+    Shape: -> (grid_h * grid_w, D), patches in row-major order.
+
+    Examples:
+        >>> P = sinusoidal_2d(2, 3, 8)  # patches 0 and 2 share row 0; 1 and 4 share column 1
+        >>> P.shape, torch.equal(P[0, :4], P[2, :4]), torch.equal(P[1, 4:], P[4, 4:])
+        (torch.Size([6, 8]), True, True)
+    """
+    rows = sinusoidal_encoding(torch.arange(grid_h), num_hiddens // 2)  # (gh, D/2)
+    cols = sinusoidal_encoding(torch.arange(grid_w), num_hiddens // 2)  # (gw, D/2)
+    return torch.cat([rows[:, None].expand(-1, grid_w, -1), cols[None].expand(grid_h, -1, -1)], dim=-1).reshape(
+        grid_h * grid_w, num_hiddens
+    )
 
 
 class PositionalEncoding(nn.Module):
@@ -115,6 +133,7 @@ class Sinusoidal(PositionScheme):
     Options = SinusoidalOptions
     marian = True
     ct2 = "position table"
+    images = True
 
     def check(self, options, num_hiddens, num_heads) -> None:
         if options.layout not in LAYOUTS:
@@ -130,6 +149,14 @@ class Sinusoidal(PositionScheme):
     def ct2_write(self, spec, stack) -> None:
         pe = stack.pos_encoding
         spec.position_encodings.encodings = pe.encoding(max(pe.max_len, CT2_TABLE_ROWS)).detach().float().clone()
+
+    def check_grid(self, num_hiddens: int) -> None:
+        if num_hiddens % 4:
+            raise ValueError(f"2-D sinusoidal positions need num_hiddens divisible by 4, got {num_hiddens}")
+
+    def grid_table(self, rows: int, columns: int, num_hiddens: int) -> Tensor:
+        """`sinusoidal_2d` of the grid; the class token gets position zero: it has no place on the grid."""
+        return torch.cat([torch.zeros(1, num_hiddens), sinusoidal_2d(rows, columns, num_hiddens)])[None]
 
 
 SINUSOIDAL = Sinusoidal()

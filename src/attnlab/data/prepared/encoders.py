@@ -5,18 +5,12 @@
 second on, `workers` >= 2 processes encode them (a small corpus never pays for starting the pool), one
 chunk per worker in flight so memory stays bounded whatever the corpus size.
 
-Workers are forked where that is safe and cheap (Linux: no re-import of the caller's script, no
-torch import), spawned elsewhere. A worker that dies fails the call (BrokenProcessPool), never hangs
-it: each worker has a pipe of its own, so its end of file or its exit is seen at once (a shared result
-queue, as `concurrent.futures`' pool has, can be left half-written by a killed worker and block its
-reader for ever). The encoding is the same function everywhere (the tokenizer's batch encode, or `Vocab.encode`),
-so the shards do not depend on the number of workers.
-
-No worker outlives its pool: each watches a pipe whose only writer is the parent, and exits at its end
-of file, which comes when the pool ends after an error or when the parent dies however it dies
-(SIGKILL included). Workers ignore SIGINT (a Ctrl-C reaches the whole process group; the parent stops
-them), and `sigterm_unwinds` turns a SIGTERM to the parent into an unwinding, so the pool is reaped
-and temporary folders removed before the process ends by that signal.
+The workers are `attnlab.inference.pool.WorkerProcess`es, forked where that is safe and cheap (Linux: no re-import
+of the caller's script, no torch import), spawned elsewhere: a worker that dies fails the call (BrokenProcessPool),
+never hangs it; workers leave signals to this process and never outlive it (that module's docstring says how).
+The encoding is the same function everywhere (the tokenizer's batch encode, or `Vocab.encode`), so the shards do
+not depend on the number of workers. `sigterm_unwinds` turns a SIGTERM to this process into an unwinding, so the
+pool is reaped and temporary folders removed before the process ends by that signal.
 """
 
 from __future__ import annotations
@@ -24,21 +18,19 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import multiprocessing
 import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
+from attnlab.inference.pool import WorkerProcess, stop
 from attnlab.utils.runtime import usable_cores
 
 from ..vocab import Vocab
@@ -110,34 +102,18 @@ def encode_chunk(encoders: tuple[Encode, Encode], dtype, sources: list[str], tar
     return EncodedChunk(src_flat, src_lens, tgt_flat, tgt_lens)
 
 
-_WORKER: dict = {}  # the worker process's encoders and dtype, set once by _init
-
-
-def _watch_parent(conn: Connection) -> None:
-    with contextlib.suppress(EOFError, OSError):
-        conn.recv_bytes()  # nothing is ever sent: this returns only at end of file
-    os._exit(1)  # the parent closed its end (the pool is being stopped) or died
-
-
-def _init(spec: EncoderSpec, dtype: str, lifeline: Connection, inherited: list[Connection]) -> None:
-    # Signals are the parent's to handle; a forked worker would otherwise run the parent's handlers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for conn in inherited:  # forked: the parent's ends (lifeline writer, workers' pipes) stay the parent's
-        conn.close()
-    threading.Thread(target=_watch_parent, args=(lifeline,), daemon=True, name="attnlab-lifeline").start()
-    # One thread per worker: the pool is the parallelism; tokenizers' own threads would oversubscribe.
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER.update(encoders=_encoders(spec), dtype=np.dtype(dtype))
+_WORKER: dict = {}  # the worker process's encoders and dtype, set once by _serve
 
 
 def _work(sources: list[str], targets: list[str]) -> EncodedChunk:
     return encode_chunk(_WORKER["encoders"], _WORKER["dtype"], sources, targets)
 
 
-def _serve(conn: Connection, spec: EncoderSpec, dtype: str, lifeline: Connection, inherited: list) -> None:
+def _serve(conn: Connection, spec: EncoderSpec, dtype: str) -> None:
     """A worker's life: a chunk from `conn`, its encoding (or the exception) back; the end of `conn` ends it."""
-    _init(spec, dtype, lifeline, inherited)
+    # One thread per worker: the pool is the parallelism; tokenizers' own threads would oversubscribe.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _WORKER.update(encoders=_encoders(spec), dtype=np.dtype(dtype))
     while True:
         try:
             sources, targets = conn.recv()
@@ -150,19 +126,13 @@ def _serve(conn: Connection, spec: EncoderSpec, dtype: str, lifeline: Connection
         conn.send(reply)
 
 
-@dataclass
-class _Worker:
-    process: Any  # multiprocessing's Process (its type depends on the context)
-    conn: Connection  # the parent's end of this worker's own duplex pipe
-
-
 class ChunkEncoder:
     """Ordered encoding of chunks; use as a context manager (the pool, if started, ends with it).
 
     Each worker has its own pipe and at most one chunk at a time (chunk i goes to worker i mod N), so the
     parent reads every answer from one known process: an end of file or the process's exit is a dead
-    worker (BrokenProcessPool), never a wait. Leaving the block closes the pipes and kills what has not
-    exited: nothing waits on a worker that died, or on one stuck mid-chunk.
+    worker (BrokenProcessPool), never a wait. Leaving the block stops the workers (`attnlab.inference.pool.stop`;
+    at once after an error): nothing waits on a worker that died, or on one stuck mid-chunk.
 
     Args:
         local: the encoders for this process (the vocabularies' own, built once).
@@ -173,8 +143,7 @@ class ChunkEncoder:
 
     def __init__(self, local: tuple[Encode, Encode], spec: EncoderSpec, dtype, workers: int):
         self.local, self.spec, self.dtype, self.workers = local, spec, np.dtype(dtype), check_workers(workers)
-        self._workers: list[_Worker] = []
-        self._lifeline: tuple[Connection, Connection] | None = None  # (workers' reader, our writer)
+        self._workers: list[WorkerProcess] = []
         self._sent = 0  # chunks sent so far: chunk i went to worker i mod N
 
     def __enter__(self) -> ChunkEncoder:
@@ -186,71 +155,40 @@ class ChunkEncoder:
     def close(self, kill: bool = False) -> None:
         """End the workers: each exits at the end of its pipes; after an error (`kill`) or 5 s, SIGKILL."""
         workers, self._workers = self._workers, []
-        lifeline, self._lifeline = self._lifeline, None
-        for conn in [w.conn for w in workers] + list(lifeline or ()):
-            conn.close()
-        deadline = time.monotonic() + (0.0 if kill else 5.0)
-        for w in workers:
-            w.process.join(max(0.0, deadline - time.monotonic()))
-            if w.process.exitcode is None:
-                w.process.kill()  # SIGKILL: it ends whatever it was doing, so the join below returns
-                w.process.join()
+        stop(workers, kill)
 
     def _start(self) -> None:
         method = "fork" if sys.platform == "linux" else "spawn"
-        context: Any = multiprocessing.get_context(method)  # typeshed gives BaseContext no Process
-        reader, writer = self._lifeline = context.Pipe(duplex=False)
         # Set while the workers are forked: tokenizers then neither warns about a fork after its threads
         # ran nor starts threads in the workers.
         previous = os.environ.get("TOKENIZERS_PARALLELISM")
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
             for _ in range(self.workers):
-                ours, theirs = context.Pipe(duplex=True)
-                inherited = [writer, ours, *(w.conn for w in self._workers)]
-                process = context.Process(
-                    target=_serve,
-                    args=(theirs, self.spec, self.dtype.str, reader, inherited if method == "fork" else []),
-                    daemon=True,
-                    name="attnlab-encoder",
-                )
-                try:
-                    process.start()
-                finally:
-                    theirs.close()  # the worker's end is the worker's alone: its exit is our end of file
-                self._workers.append(_Worker(process, ours))
+                args = (self.spec, self.dtype.str)
+                worker = WorkerProcess(_serve, args, method=method, what="encoding worker", name="attnlab-encoder")
+                self._workers.append(worker)
         finally:
             if previous is None:
                 del os.environ["TOKENIZERS_PARALLELISM"]
             else:
                 os.environ["TOKENIZERS_PARALLELISM"] = previous
 
-    def _submit(self, sources: list[str], targets: list[str]) -> _Worker:
+    def _submit(self, sources: list[str], targets: list[str]) -> WorkerProcess:
         if not self._workers:
             self._start()
         worker = self._workers[self._sent % self.workers]
         self._sent += 1
-        try:
-            worker.conn.send((sources, targets))
-        except OSError:
-            raise BrokenProcessPool(f"encoding worker {worker.process.pid} died") from None
+        worker.send((sources, targets))
         return worker
 
     @staticmethod
-    def _result(worker: _Worker) -> EncodedChunk:
+    def _result(worker: WorkerProcess) -> EncodedChunk:
         """The answer to `worker`'s chunk; BrokenProcessPool as soon as it is gone without one."""
-        ready = wait([worker.conn, worker.process.sentinel])
-        if worker.conn in ready:  # an answer sent before it ended still counts
-            try:
-                ok, value = worker.conn.recv()
-            except (EOFError, OSError):
-                ok, value = False, None
-            if ok:
-                return value
-            if value is not None:
-                raise value
-        worker.process.join(1.0)
-        raise BrokenProcessPool(f"encoding worker {worker.process.pid} died (exit code {worker.process.exitcode})")
+        ok, value = worker.recv()
+        if ok:
+            return value
+        raise value
 
     def map(self, chunks: Iterable[tuple[Any, list[str], list[str]]]) -> Iterator[tuple[Any, EncodedChunk]]:
         """(payload, sources, targets) chunks -> (payload, EncodedChunk), in the order given."""

@@ -166,7 +166,7 @@ def import_hf(source: str | os.PathLike, out: str | os.PathLike, force: bool = F
             "hf_model_type": "marian",
             "generation": {k: gen[k] for k in ("num_beams", "max_length", "length_penalty") if k in gen},
         }
-        write_run_config(tmp, "transformer", cfg.to_dict(), {}, data, src_vocab, tgt_vocab)
+        write_run_config(tmp, "transformer", cfg.to_dict(), {}, data, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
         save_weights(model, tmp / "model.safetensors")
     return out
 

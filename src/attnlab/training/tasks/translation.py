@@ -68,7 +68,9 @@ class TranslationTask(Task):
         return {**model_config, "src_vocab_size": len(data.src_vocab), "tgt_vocab_size": len(data.tgt_vocab)}
 
     def write_run(self, run_dir, model_type, model, train, data_config, data) -> None:
-        write_run_config(run_dir, model_type, model, train, data_config, data.src_vocab, data.tgt_vocab)
+        write_run_config(
+            run_dir, model_type, model, train, data_config, src_vocab=data.src_vocab, tgt_vocab=data.tgt_vocab
+        )
 
     def check_rebuilt(self, run_dir: str | os.PathLike, cfg, data) -> None:
         run_dir = Path(run_dir)
