@@ -261,7 +261,7 @@ if triton_available():
 # %% [markdown]
 # On a GPU the same kernel is compiled. `MultiHeadAttention` sends padded and causal batches on CUDA through
 # one dispatch point, `attnlab.attention.masked_attention`, which picks SDPA with the mask, FlexAttention or
-# this kernel by measurement (`python benchmarks/gpu/gpu_kernels.py`; `ATTNLAB_ATTENTION=sdpa|flex|flash`
+# this kernel by measurement (`python benchmarks/gpu/gpu_kernels.py`; `ATTNLAB_ATTENTION=sdpa|flex|flash|varlen`
 # overrides it); on the CPU the module keeps its own paths.
 
 # %% [markdown]
