@@ -60,6 +60,7 @@ from attnlab.kernels.libc import die_with_parent
 __all__ = ["WorkerPool", "WorkerProcess", "can_fork", "stop"]
 
 STOP_WAIT_S = 5.0  # how long `stop` lets a worker end by itself before killing it
+SIGNAL_CHECK_S = 0.5  # longest a wait on a worker keeps this thread from a pending signal's handler
 _OPEN: set[Connection] = set()  # this process's ends of every running worker's pipes: a forked child closes them
 _RUNNING: set[WorkerProcess] = set()  # the workers this process started and has not stopped (stopped at exit)
 
@@ -145,7 +146,10 @@ class WorkerProcess:
     def recv(self) -> Any:
         """The worker's next message; BrokenProcessPool as soon as it is gone without one (a message sent
         before it ended still counts)."""
-        ready = wait([self.conn, self.process.sentinel])
+        # In slices: a signal the kernel hands to another thread (torch's, the tokenizer's) interrupts no wait of
+        # this one, and Python runs its handler only when this thread is back in the interpreter.
+        while not (ready := wait([self.conn, self.process.sentinel], timeout=SIGNAL_CHECK_S)):
+            pass
         if self.conn in ready:
             with contextlib.suppress(EOFError, OSError):
                 return self.conn.recv()
