@@ -112,3 +112,32 @@ def test_warnings_are_one_line_without_paths(tiny_run, capsys):
     assert main(["translate", "--checkpoint", str(tiny_run), "--beam", "1", "--truncate", long]) == 0
     err = capsys.readouterr().err
     assert "attnlab translate: warning: truncating" in err and ".py:" not in err
+
+
+def test_each_line_is_encoded_once_and_the_model_thawed_after(tiny_run, source, monkeypatch, capsys):
+    import gc
+    import io
+
+    from attnlab.decoding.translator import Translator
+
+    encodes, frozen, translate_tokens = [], [], Translator.translate_tokens
+    real_encode = Translator.encode
+
+    def encode(self, sentences, truncate=False):
+        encodes.append(len(sentences))
+        return real_encode(self, sentences, truncate)
+
+    def tokens(self, *args, **kwargs):
+        frozen.append(gc.get_freeze_count())
+        return translate_tokens(self, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "encode", encode)
+    monkeypatch.setattr(Translator, "translate_tokens", tokens)
+    lines = source.read_text(encoding="utf-8").splitlines()[:300]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("".join(f"{s}\n" for s in lines).encode())))
+    assert main(["translate", "--checkpoint", str(tiny_run), "--beam", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(lines)
+    # the whole input checked in one call; the windows decode its ids (several windows: 8 lines first)
+    assert encodes == [len(lines)] and len(frozen) > 1
+    # what was loaded sat out of the collector's passes while decoding, and is back in it afterwards
+    assert min(frozen) > 0 and gc.get_freeze_count() == 0

@@ -72,3 +72,20 @@ def test_detokenize_french_keeps_space_before_bang_and_question():
     assert detokenize(["go", "!"]) == "go!"
     with pytest.raises(ValueError, match="lang"):
         detokenize(["x"], lang="de")
+
+
+def test_detokenize_is_the_rule_written_as_regular_expressions():
+    import random
+    import re
+
+    marks = {"en": ",.!?", "fr": ",."}
+
+    def rule(text, lang):  # runs of spaces become one, then a space before a mark goes
+        text = re.sub(" {2,}", " ", text).strip()
+        return re.sub(f" ([{re.escape(marks[lang or 'en'])}])", r"\1", text)
+
+    rng = random.Random(0)
+    for _ in range(20000):
+        text = "".join(rng.choice("ab ,.!?  \t") for _ in range(rng.randint(0, 12)))
+        for lang in (None, "en", "fr"):
+            assert detokenize(text, lang=lang) == rule(text, lang), (text, lang)

@@ -168,3 +168,17 @@ def test_missing_and_unexpected_tensors_are_one_clear_error(tmp_path):
     (run / "junk.safetensors").write_bytes(b"not safetensors at all")
     with pytest.raises(ValueError, match="not a readable safetensors"):
         load_translator(run, weights=run / "junk.safetensors")
+
+
+def test_translate_tokens_takes_the_ids_encode_gave():
+    model, src, tgt = tiny()
+    translator = Translator(model, src, tgt)
+    texts = ["i'm home .", "go ."]
+    opts = translator.options(beam=2)
+    ids = translator.encode(texts)
+    plain = translator.translate_tokens(texts, options=opts)
+    given = translator.translate_tokens(texts, options=opts, src_ids=ids)
+    assert [(t.src_tokens, t.tgt_tokens) for t in given] == [(t.src_tokens, t.tgt_tokens) for t in plain]
+    # the ids are the sentences' own: one list each
+    with pytest.raises(ValueError, match="one id list per sentence: 1 for 2"):
+        translator.translate_tokens(texts, src_ids=ids[:1])

@@ -66,10 +66,12 @@ def one_line_warnings(command: str):
         yield
 
 
-def check_cost(translator, texts: list[str], options, truncate: bool) -> None:
+def check_cost(translator, texts: list[str], options, truncate: bool) -> list[list[int]] | None:
     """Every sentence checked (without --truncate: InputError, before the first line is written); then
     refuse (ValueError, one line) what this machine's memory cannot hold, and warn (one line) when each
-    sentence alone would cost more than a default server accepts (attnlab.decoding.cost)."""
+    sentence alone would cost more than a default server accepts (attnlab.decoding.cost). Returns the
+    sentences' source ids (`Translator.encode`: decoding need not encode them again), or None with --truncate,
+    whose cuts are made (and warned of) as each window decodes."""
     import torch
 
     from attnlab.decoding.cost import machine_verdict
@@ -77,27 +79,30 @@ def check_cost(translator, texts: list[str], options, truncate: bool) -> None:
 
     if truncate:  # cut, never refused for length: the decoder warns about each cut once, as it cuts
         cap = translator.max_len or sys.maxsize
+        encoded = None
         sources = [min(len(translator.src_vocab.encode(t)) + 1, cap) for t in texts]
     else:
-        sources = [len(ids) + 1 for ids in translator.encode(texts)]
+        encoded = translator.encode(texts)
+        sources = [len(ids) + 1 for ids in encoded]
     workers = translator.workers or torch.get_num_threads()
     refusal, warning = machine_verdict(translator, sources, options, memory_bytes(), workers=workers)
     if refusal is not None:
         raise ValueError(refusal)
     if warning is not None:
         print(f"attnlab translate: warning: {warning}", file=sys.stderr, flush=True)
+    return encoded
 
 
 def write_translations(out: Lines, lines: list[str], todo: list[int], translate, windows: list[range],
                        n_best: bool, align: bool) -> None:  # fmt: skip
-    """Translate lines[todo[k]], one window of k at a time (`translate`: texts -> Translations), and write
-    every input line's output in input order (an empty line's for each line not in todo) as soon as it
-    and every line before it are done."""
+    """Translate lines[todo[k]], one window of k at a time (`translate`: the window's line indices -> their
+    Translations), and write every input line's output in input order (an empty line's for each line not in
+    todo) as soon as it and every line before it are done."""
     done, empty = 0, 0  # input lines whose output is written; translations with no text
     for window in windows:
         idx = [todo[k] for k in window]
         rows: list[str] = []
-        for i, t in zip(idx, translate([lines[i] for i in idx])):
+        for i, t in zip(idx, translate(idx)):
             empty += not t.text.strip()
             rows += [row for blank in range(done, i) for row in format_lines(blank, None, n_best, align)]
             rows += format_lines(i, t, n_best, align)

@@ -222,7 +222,9 @@ def translation_cost(
     """`decode_cost` for a `Translator`: its config's sizes, each source's output limit
     (`Translator.output_limit` with options.max_len) and its batch size. Reads attributes only."""
     max_len = None if options is None else options.max_len
-    outputs = [translator.output_limit(S, max_len) for S in sources]
+    # One limit per distinct length: a file's tens of thousands of sentences have a few dozen lengths.
+    limits = {S: translator.output_limit(S, max_len) for S in set(sources)}
+    outputs = [limits[S] for S in sources]
     shape = ModelShape.from_config(translator.config)
     batch = getattr(translator, "batch_size", 256)
     return decode_cost(shape, sources, outputs, options, batch_size=batch, workers=workers, maps=maps)

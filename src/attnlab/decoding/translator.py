@@ -312,16 +312,27 @@ class Translator:
         return [t.text for t in self.translate_tokens(sentences, truncate, options=options)]
 
     def translate_tokens(
-        self, sentences: Sequence[str], truncate: bool = False, *, options: DecodeOptions | None = None
+        self,
+        sentences: Sequence[str],
+        truncate: bool = False,
+        *,
+        options: DecodeOptions | None = None,
+        src_ids: Sequence[Sequence[int]] | None = None,
     ) -> list[Translation]:
         """Like `translate`, also returning the source and target tokens (axis labels for attention maps),
         each Translation's score (NaN for greedy under `options.scores=False`), alignment (options.align) and
-        `nbest`."""
+        `nbest`. `src_ids`: the sentences as `encode` returned them, where the caller has them already (a file
+        checked whole before decoding): not encoded again."""
+        if src_ids is not None and len(src_ids) != len(sentences):
+            raise ValueError(f"src_ids must hold one id list per sentence: {len(src_ids)} for {len(sentences)}")
+        options = self.defaults if options is None else options
         with gc_paused():  # tens of thousands of acyclic objects: the collector would walk the model's at each pass
-            return self._translate_tokens(sentences, truncate, self.defaults if options is None else options)
+            return self._translate_tokens(sentences, truncate, options, src_ids)
 
-    def _translate_tokens(self, sentences: Sequence[str], truncate: bool, options: DecodeOptions) -> list[Translation]:
-        src_ids = self.encode(sentences, truncate)
+    def _translate_tokens(
+        self, sentences: Sequence[str], truncate: bool, options: DecodeOptions, src_ids: Sequence[Sequence[int]] | None
+    ) -> list[Translation]:
+        src_ids = self.encode(sentences, truncate) if src_ids is None else src_ids
         heads = self.alignment_heads(options.align_layer, options.align_heads) if options.align else None
         nbest = self.search(src_ids, options)
         aligned: list = [[None] * len(h) for h in nbest]
