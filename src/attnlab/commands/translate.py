@@ -24,7 +24,6 @@ line on stdout or in --out.
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
 from dataclasses import replace
@@ -115,6 +114,7 @@ def run(args) -> int:
     from attnlab.decoding.batches import paced_windows
     from attnlab.decoding.options import OptionError
     from attnlab.runs.loading import open_translator
+    from attnlab.utils.runtime import gc_frozen
 
     options = decode_options(args, run_defaults(args))  # every flag checked before the model loads
     out = Lines(args.out)  # and --out
@@ -131,9 +131,8 @@ def run(args) -> int:
     interactive = not args.sentences and (args.interactive or sys.stdin.isatty())
     if args.sentences:
         # Arguments that are not UTF-8 reach Python as lone surrogates (surrogateescape).
-        sentences = _utf8([s.encode("utf-8", "surrogateescape") for s in args.sentences], "argument")
-        todo = list(range(len(sentences)))
-        lines = sentences
+        lines = _utf8([s.encode("utf-8", "surrogateescape") for s in args.sentences], "argument")
+        todo = list(range(len(lines)))
     elif interactive:
         lines, todo = [], []
     else:
@@ -142,10 +141,6 @@ def run(args) -> int:
         todo = [i for i, line in enumerate(lines) if line.strip()]
     encoded = check_cost(translator, [lines[i] for i in todo], options, args.truncate)
     ids = dict(zip(todo, encoded)) if encoded is not None else None  # line index -> its source ids
-    # What is loaded now (the model, torch's own objects) is not garbage while this runs: out of the collector's
-    # full passes, which would otherwise walk it after every window (~20 ms each for the laptop model). Thawed
-    # before the interpreter exits, whose last collection extension modules count on (nanobind's leak check).
-    gc.freeze()
 
     def translate(texts: list[str], src_ids=None):
         try:
@@ -165,7 +160,7 @@ def run(args) -> int:
     workers = translator.workers or torch.get_num_threads()
     windows = paced_windows(len(todo), translator.batch_size, workers)
     try:
-        with sigterm_unwinds(), one_line_warnings("translate"):
+        with sigterm_unwinds(), one_line_warnings("translate"), gc_frozen():  # the loaded model: never garbage
             try:
                 if interactive:
                     if sys.stdin.isatty() and sys.stderr.isatty():
@@ -189,7 +184,6 @@ def run(args) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     finally:
-        gc.unfreeze()
         with contextlib.suppress(BrokenPipeError):
             out.close()
     return 0
