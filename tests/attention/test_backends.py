@@ -62,3 +62,10 @@ def test_the_module_keeps_its_cpu_paths(monkeypatch):
     mha(x, x, x, valid_lens=torch.tensor([5, 2]))
     mha(x, x, x, causal=True)
     mha(x, x, x, valid_lens=torch.tensor([5, 0]), causal=True)
+
+
+@pytest.mark.parametrize("backend", ["flash", "flex"])
+def test_a_backend_without_dropout_refuses_it(backend):
+    q = torch.randn(1, 2, 3, 8)
+    with pytest.raises(ValueError, match=f"the {backend} backend has no attention dropout, got dropout_p=0.1"):
+        masked_attention(q, q, q, torch.tensor([2]), dropout_p=0.1, backend=backend)

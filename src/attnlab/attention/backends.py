@@ -183,6 +183,11 @@ def masked_attention(
     """
     _check(q, k, v, valid_lens)
     backend = backend or backend_for(q, valid_lens, causal, dropout_p)
+    if backend in ("flash", "flex") and dropout_p > 0:  # never dropped silently: training would lose its dropout
+        raise ValueError(
+            f"the {backend} backend has no attention dropout, got dropout_p={dropout_p}; pass backend=None (SDPA "
+            "wherever dropout is on), 'sdpa' or 'varlen'"
+        )
     if backend == "flash":
         return flash_attention(q, k, v, valid_lens, causal)
     if backend == "flex":
