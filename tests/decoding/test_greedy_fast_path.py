@@ -269,7 +269,7 @@ twin = copy.deepcopy(tr)  # a translator with workers still copies, and the copy
 assert [h.tokens for h in decode(twin, ids, batch_size=2, workers=2)] == one()
 assert _POOLS[twin.model] is not _POOLS[tr.model]
 import os, signal, time, warnings
-os.kill(_POOLS[tr.model]._children[0].pid, signal.SIGKILL)  # a worker killed between calls (out of memory)
+os.kill(_POOLS[tr.model].pids[0], signal.SIGKILL)  # a worker killed between calls (out of memory)
 time.sleep(0.2)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")

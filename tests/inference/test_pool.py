@@ -111,7 +111,7 @@ def test_workers_end_when_the_parent_is_killed():
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # a daemon does not stop a fork
         pool = WorkerPool(owner=0, workers=3)
         pool.map(pid_plus, 0, list(range(30)))
-        print(" ".join(str(child.pid) for child in pool._children), flush=True)
+        print(" ".join(map(str, pool.pids)), flush=True)
         time.sleep(60)
     """)
     assert _children_end_with(script, kids=2) == []
@@ -124,7 +124,7 @@ def test_workers_end_when_the_parent_is_killed_in_the_middle_of_a_map():
             time.sleep(30)
             return item
         pool = WorkerPool(owner=0, workers=3)
-        print(" ".join(str(child.pid) for child in pool._children), flush=True)
+        print(" ".join(map(str, pool.pids)), flush=True)
         pool.map(slow, 0, list(range(6)))
     """)
     assert _children_end_with(script, kids=2, wait_s=3) == []
@@ -190,7 +190,7 @@ def test_a_pool_left_open_does_not_hold_up_the_exit_nor_outlive_it():
     out = run_script("""
         pool = WorkerPool(owner=0, workers=3)
         pool.map(pid_plus, 0, list(range(6)))
-        print(" ".join(str(child.pid) for child in pool._children))
+        print(" ".join(map(str, pool.pids)))
     """)  # the script ends with the pool open; run_script's timeout fails a hang
     pids = [int(p) for p in out.split()]
     assert len(pids) == 2 and not [p for p in pids if _running(p)]

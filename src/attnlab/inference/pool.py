@@ -374,6 +374,12 @@ class WorkerPool:
     def closed(self) -> bool:
         return self.workers == 0
 
+    @property
+    def pids(self) -> list[int | None]:
+        """The process ids of the workers this pool forked (this process, which takes its share too, not among
+        them): what an operator's `kill` or a test's names."""
+        return [child.pid for child in self._children]
+
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
