@@ -56,6 +56,5 @@ def detokenize(tokens: str | Iterable[str], lang: str | None = None) -> str:
     # str.replace, not a regular expression: thousands of output lines a second go through here. Removing a
     # space never puts one before a mark, so the marks' passes do not interact.
     for mark in _SPACE_BEFORE[lang or "en"]:
-        if " " + mark in text:
-            text = text.replace(" " + mark, mark)
+        text = text.replace(" " + mark, mark)
     return text
