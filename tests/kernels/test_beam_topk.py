@@ -87,3 +87,31 @@ def test_top_logits_are_torch_topk(k):
     assert torch.equal(values, want.values) and torch.equal(tokens, want.indices)
     with pytest.raises(ValueError, match="k must lie"):
         top_logits(logits, 3001)
+
+
+def stable_top(row: list[float], k: int) -> tuple[list[float], list[int]]:
+    """The k largest of row by (value, then lower index), NaN never; missing places (-inf, 0), as the kernel."""
+    ranked = sorted((-v, i) for i, v in enumerate(row) if v == v)[:k]
+    ranked += [(float("inf"), 0)] * (k - len(ranked))
+    return [-v for v, _ in ranked], [i for _, i in ranked]
+
+
+@pytest.mark.parametrize("V", [1, 5, 31, 32, 33, 100, 4000])
+def test_top_logits_ties_nan_and_inf_against_a_stable_sort(V):
+    """Few distinct values (ties within and across the kernel's blocks), NaN and -inf lanes, rows with fewer than k
+    values that are not NaN: the k best by value then index, as a stable sort gives them."""
+    g = torch.Generator().manual_seed(V)
+    logits = torch.randint(0, 6, (12, V), generator=g).float()
+    logits[1] = float("nan")
+    logits[2, ::3] = float("nan")
+    logits[3, 1::2] = float("-inf")
+    logits[4, :] = float("-inf")
+    logits[5, V // 2 :] = float("nan")
+    for k in sorted({1, min(V, 11), min(V, 64)}):
+        found = native_beam_candidates(logits, torch.zeros(12, 1), k, raw=True)
+        if found is None:
+            assert not native.active()
+            pytest.skip("no C kernels here")
+        for r in range(12):
+            values, tokens = stable_top(logits[r].tolist(), k)
+            assert found[3][r].tolist() == values and found[1][r].tolist() == tokens, (r, k)

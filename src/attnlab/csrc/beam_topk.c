@@ -3,35 +3,17 @@
 
      lp[t] = x[t] - max - log(sum exp(x - max)),  candidate b * V + t scores scores[b] + lp[t]
 
-   Each row is read for its maximum and exponential sum, then block by block against the running k2-th best
-   (a block's maximum rejects almost every block), never written: no (n * K, V) log-probabilities in memory.
-   Ties go to the lower candidate index; NaN candidates are never chosen.
+   Each row is read once for the largest of each 32-float block (and its exponential sum); the k2-th best block
+   maximum bounds the k2-th best candidate from below, so a second pass scans only the few blocks that reach
+   it, never the whole row one value at a time. Nothing of size (n * K, V) is written. Ties go to the lower
+   candidate index; NaN candidates are never chosen.
 
    With `raw` the logits themselves stand for the log-probabilities (no maximum or exponential pass): sampling's
    top-k, whose draw over the k is the same for any row shift, and which asks for no log-probability. */
 
-#include "vec.h"
+#include <stdlib.h>
 
-/* max + log(sum exp(x - max)) of x[0, V); -inf for a row of -inf. */
-static float row_lse(const float *x, int64_t V) {
-    vf mv = splat(-INFINITY);
-    int64_t t = 0;
-    for (; t + W <= V; t += W) {
-        const vf v = load(x + t);
-        mv = select(v > mv, v, mv);
-    }
-    float m = hmax(mv);
-    for (; t < V; t++) m = x[t] > m ? x[t] : m;
-    if (m == -INFINITY) return m;
-    vf sv = {0};
-    for (t = 0; t + W <= V; t += W) sv += vexp(load(x + t) - m);
-    float s = hsum(sv);
-    for (; t < V; t++) {
-        vf e = vexp(splat(x[t] - m));
-        s += e[0];
-    }
-    return m + logf(s);
-}
+#include "vec.h"
 
 /* Insert (v, i) into the sorted best list (val, idx) of *have <= k entries; ties after the equal ones. */
 static void insert(float *val, int64_t *idx, int64_t *have, int64_t k, float v, int64_t i) {
@@ -54,48 +36,88 @@ static void scan(const float *x, int64_t t0, int64_t t1, float s, float l, int64
     }
 }
 
-/* The largest of x[t, t + B) (B = 4 vectors), NaN lanes left out: rounding is monotonic, so no candidate of
-   the block beats the list's worst unless s + (this - l) does. */
-#define B (4 * W)
-static float block_max(const float *x) {
-    vf m = splat(-INFINITY);
-    for (int j = 0; j < B; j += W) {
-        const vf v = load(x + j);
-        m = select(v > m, v, m);
+/* The largest of each BW-float block of row x (the tail's own), NaN lanes left out, into bm; returns the row's
+   largest (-inf for a row of -inf or NaN). */
+#define BW (2 * W)
+static float block_maxima(const float *x, int64_t V, float *bm) {
+    float m = -INFINITY;
+    int64_t t = 0, j = 0;
+    for (; t + BW <= V; t += BW, j++) {
+        const vf a = load(x + t), c = load(x + t + W);
+        const vf a0 = select(a == a, a, splat(-INFINITY)); /* NaN lanes out: c > NaN never holds */
+        const float b = hmax(select(c > a0, c, a0));
+        bm[j] = b;
+        m = b > m ? b : m;
     }
-    return hmax(m);
+    if (t < V) {
+        float b = -INFINITY;
+        for (; t < V; t++) b = x[t] > b ? x[t] : b;
+        bm[j] = b;
+        m = b > m ? b : m;
+    }
+    return m;
+}
+
+/* log(sum exp(x - m)) + m of x[0, V) whose largest is m; -inf for a row of -inf. */
+static float row_lse_max(const float *x, int64_t V, float m) {
+    if (m == -INFINITY) return m;
+    vf sv = {0};
+    int64_t t = 0;
+    for (; t + W <= V; t += W) sv += vexp(load(x + t) - m);
+    float s = hsum(sv);
+    for (; t < V; t++) {
+        vf e = vexp(splat(x[t] - m));
+        s += e[0];
+    }
+    return m + logf(s);
 }
 
 /* logits (n * K, V) with row stride ld, scores (n, K) -> the best k2 (<= K * V) candidates of each sentence,
    best first: their scores cs, tokens ct, beams cb and the token's log-probability clp, each (n, k2).
-   A hypothesis whose score is no better than a full list's worst is skipped whole (its log-probabilities are
-   <= 0, so none of its candidates could enter); with the list full, each block of 4 vectors is read once for
-   its maximum and scanned only when that could enter. With `raw`, lp[t] is x[t] (see the top). Returns 0, or 1
-   when k2 is out of range (nothing written). */
+
+   Two passes per sentence. The first reads each hypothesis' row once for the largest of every W-float block
+   (and, without `raw`, its log-sum-exp) and keeps the k2 best block maxima as candidates, s + (max - l): they
+   are k2 distinct candidates, so the k2-th of them, T, is no better than the sentence's k2-th best, and every
+   candidate that can be chosen lies in a block whose candidate maximum reaches T. The second scans only those
+   blocks (about k2 of V / W), in index order, into the best list. A hypothesis whose score is no better than
+   a full list of block maxima is skipped whole (without `raw`) (its log-probabilities are <= 0: its candidates could at best
+   tie k2 earlier ones, which win ties). With `raw`, lp[t] is x[t] (see the top). Returns 0; 1 when k2 is out
+   of range, 2 when the block maxima find no memory (nothing written). */
 int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int64_t V, const float *scores,
                       int64_t k2, float *cs, int64_t *ct, int64_t *cb, float *clp, int64_t raw) {
     if (k2 < 1 || k2 > K * V || k2 > 64) return 1;
-    float lse[256];
+    const int64_t nb = (V + BW - 1) / BW;
+    float *bm = malloc(sizeof(float) * (size_t)(K * nb + K));
+    if (bm == NULL) return 2;
+    float *lse = bm + K * nb; /* each hypothesis' log-sum-exp; NAN: skipped */
     for (int64_t i = 0; i < n; i++) {
-        float *val = cs + i * k2;
-        int64_t *idx = ct + i * k2, have = 0;
+        float tv[64];
+        int64_t ti[64], th = 0; /* the best k2 block maxima as candidates */
         for (int64_t b = 0; b < K; b++) {
             const float *x = logits + (i * K + b) * ld;
             const float s = scores[i * K + b];
-            if (!raw && have == k2 && !(s > val[k2 - 1])) continue; /* none of its candidates can enter */
-            const float l = raw ? 0.0f : row_lse(x, V);
-            if (b < 256) lse[b] = l;
-            int64_t t = 0;
-            while (t < V) {
-                if (have < k2 || t + B > V) { /* filling the list, or the row's tail: one at a time */
-                    const int64_t end = have < k2 ? t + 1 : V;
-                    scan(x, t, end, s, l, b * V, val, idx, &have, k2);
-                    t = end;
-                    continue;
-                }
-                const float c = s + (block_max(x + t) - l);
-                if (!(c <= val[k2 - 1])) scan(x, t, t + B, s, l, b * V, val, idx, &have, k2); /* NaN: scan too */
-                t += B;
+            lse[b] = NAN;
+            if (!raw && th == k2 && !(s > tv[k2 - 1])) continue; /* none of its candidates can be chosen */
+            float *m = bm + b * nb;
+            const float top = block_maxima(x, V, m);
+            const float l = raw ? 0.0f : row_lse_max(x, V, top);
+            lse[b] = l;
+            for (int64_t j = 0; j < nb; j++) {
+                const float c = s + (m[j] - l);
+                if (c == c && (th < k2 || c > tv[k2 - 1])) insert(tv, ti, &th, k2, c, b * nb + j);
+            }
+        }
+        const float T = th == k2 ? tv[k2 - 1] : -INFINITY;
+        float *val = cs + i * k2;
+        int64_t *idx = ct + i * k2, have = 0;
+        for (int64_t b = 0; b < K; b++) {
+            const float l = lse[b], s = scores[i * K + b];
+            if (l != l) continue;
+            const float *x = logits + (i * K + b) * ld, *m = bm + b * nb;
+            for (int64_t j = 0; j < nb; j++) {
+                if (!(s + (m[j] - l) >= T)) continue; /* NaN or no candidate reaching T */
+                const int64_t t0 = j * BW, t1 = t0 + BW < V ? t0 + BW : V;
+                scan(x, t0, t1, s, l, b * V, val, idx, &have, k2);
             }
         }
         for (int64_t r = 0; r < k2; r++) {
@@ -107,8 +129,12 @@ int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int
             cb[i * k2 + r] = b;
             ct[i * k2 + r] = tok;
             const float *x = logits + (i * K + b) * ld;
-            clp[i * k2 + r] = raw ? x[tok] : x[tok] - (b < 256 ? lse[b] : row_lse(x, V));
+            if (r >= have)
+                clp[i * k2 + r] = -INFINITY; /* no candidate: no log-probability either */
+            else
+                clp[i * k2 + r] = raw ? x[tok] : x[tok] - lse[b];
         }
     }
+    free(bm);
     return 0;
 }
