@@ -75,14 +75,14 @@ static float row_lse_max(const float *x, int64_t V, float m) {
 /* logits (n * K, V) with row stride ld, scores (n, K) -> the best k2 (<= K * V) candidates of each sentence,
    best first: their scores cs, tokens ct, beams cb and the token's log-probability clp, each (n, k2).
 
-   Two passes per sentence. The first reads each hypothesis' row once for the largest of every W-float block
+   Two passes per sentence. The first reads each hypothesis' row once for the largest of every BW-float block
    (and, without `raw`, its log-sum-exp) and keeps the k2 best block maxima as candidates, s + (max - l): they
    are k2 distinct candidates, so the k2-th of them, T, is no better than the sentence's k2-th best, and every
    candidate that can be chosen lies in a block whose candidate maximum reaches T. The second scans only those
-   blocks (about k2 of V / W), in index order, into the best list. A hypothesis whose score is no better than
-   a full list of block maxima is skipped whole (without `raw`) (its log-probabilities are <= 0: its candidates could at best
-   tie k2 earlier ones, which win ties). With `raw`, lp[t] is x[t] (see the top). Returns 0; 1 when k2 is out
-   of range, 2 when the block maxima find no memory (nothing written). */
+   blocks (about k2 of V / BW), in index order, into the best list. Without `raw`, a hypothesis whose score is
+   no better than a full list of block maxima is skipped whole (its log-probabilities are <= 0: its candidates
+   could at best tie k2 earlier ones, which win ties). With `raw`, lp[t] is x[t] (see the top). Returns 0; 1
+   when k2 is out of range, 2 when the block maxima find no memory (nothing written). */
 int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int64_t V, const float *scores,
                       int64_t k2, float *cs, int64_t *ct, int64_t *cb, float *clp, int64_t raw) {
     if (k2 < 1 || k2 > K * V || k2 > 64) return 1;
@@ -129,10 +129,7 @@ int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int
             cb[i * k2 + r] = b;
             ct[i * k2 + r] = tok;
             const float *x = logits + (i * K + b) * ld;
-            if (r >= have)
-                clp[i * k2 + r] = -INFINITY; /* no candidate: no log-probability either */
-            else
-                clp[i * k2 + r] = raw ? x[tok] : x[tok] - lse[b];
+            clp[i * k2 + r] = r >= have ? -INFINITY : raw ? x[tok] : x[tok] - lse[b]; /* none: -inf */
         }
     }
     free(bm);
