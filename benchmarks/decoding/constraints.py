@@ -5,7 +5,7 @@ decoding time, measured in the same run (median of interleaved rounds after a
 warm-up; the time is a ratio against plain beam). n-best: the same beam returning --n-best hypotheses;
 sampling: --n-best samples per source (temperature 1, seeded), no beam.
 
-Each source gets one phrase from its first reference (one or two consecutive words the target
+Each source gets one phrase from its first reference (one or two consecutive whole words the target
 vocabulary knows), and every second source a second one (one more word): phrases a user who knows the
 right terminology would give.
 
@@ -37,17 +37,27 @@ WATCHED = {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}
 
 
 def phrases_from(reference: str, vocab, rng: random.Random, two: bool) -> list[list[int]]:
-    """One phrase of 1-2 consecutive known words of the reference (and, if `two`, one more word)."""
+    """One phrase of 1-2 consecutive whole words of the reference (and, if `two`, one more word), as the target
+    ids the options' text encodes to: words the vocabulary knows, each its word-start piece and the pieces that
+    continue it (a piece alone, "ille" of "tranquille", is no phrase a user would give)."""
     ids = vocab.encode(reference)
-    words = [i for i, t in enumerate(ids) if t != vocab.unk and any(c.isalpha() for c in vocab.to_tokens([t])[0])]
+    pieces = vocab.to_tokens(ids)
+    starts = [i for i, p in enumerate(pieces) if p.startswith("\u2581")] or list(range(len(ids)))
+    spans = [ids[a:b] for a, b in zip(starts, starts[1:] + [len(ids)])]  # one per word
+
+    def known(*words: list[int]) -> bool:
+        phrase = [t for w in words for t in w]
+        return vocab.unk not in phrase and vocab.encode(vocab.decode(phrase)) == phrase
+
+    words = [i for i, w in enumerate(spans) if any(c.isalpha() for c in vocab.decode(w)) and known(w)]
     if not words:
         return []
     start = rng.choice(words)
-    n = 2 if start + 1 in words and rng.random() < 0.5 else 1
-    out = [ids[start : start + n]]
+    n = 2 if start + 1 in words and known(*spans[start : start + 2]) and rng.random() < 0.5 else 1
+    out = [[t for w in spans[start : start + n] for t in w]]
     rest = [i for i in words if i < start - 1 or i > start + n]
     if two and rest:
-        out.append([ids[rng.choice(rest)]])
+        out.append(spans[rng.choice(rest)])
     return out
 
 

@@ -164,10 +164,9 @@ class ObjectConstrainedSearch(Search):
         rows, cands = [], []
         for i, u in enumerate(units):
             ranked = sorted(((s, k, t) for (k, t), s in by_sentence[i].items() if s > neg_inf), key=lambda c: -c[0])
-            done = self.progress[u]
-            finishing = [(s, k, t, done[k]) for s, k, t in ranked[:K] if t == eos]
-            live = [(s, k, t, self._advance(u, done[k], t)) for s, k, t in ranked if t != eos]
-            row = finishing + allocate(live, self.phrases[u], K, self._bank(u))
+            held = self.progress[u]  # an <eos> candidate keeps its hypothesis' progress
+            after = [(s, k, t, held[k] if t == eos else self._advance(u, held[k], t)) for s, k, t in ranked]
+            row = allocate(after, self.phrases[u], 2 * K, self._bank(u))
             row += [(neg_inf, 0, eos, Progress.start(len(self.phrases[u])))] * (2 * K - len(row))
             rows.append(row)
             cands.append([c[3] for c in row])

@@ -1,5 +1,5 @@
 """`beam_candidates` (csrc/beam_topk.c) chooses what log_softmax + `beam_step` choose, on PyTorch's own ops;
-`top_logits` what `torch.topk` does."""
+`top_logits` what `torch.topk` does; `constrained_candidates` what its PyTorch path does."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from attnlab.decoding.search import BeamSearch, SearchState
 from attnlab.kernels import loader as native
-from attnlab.kernels.beam_topk import beam_candidates, native_beam_candidates, top_logits
+from attnlab.kernels.beam_topk import beam_candidates, constrained_candidates, native_beam_candidates, top_logits
 
 
 def reference(logits, scores, k):
@@ -115,3 +115,42 @@ def test_top_logits_ties_nan_and_inf_against_a_stable_sort(V):
         for r in range(12):
             values, tokens = stable_top(logits[r].tolist(), k)
             assert found[3][r].tolist() == values and found[1][r].tolist() == tokens, (r, k)
+
+
+@pytest.mark.parametrize("K, V", [(1, 7), (3, 100), (4, 4000)])
+def test_constrained_candidates_ban_a_token_and_give_each_rows_best(K, V):
+    """A banned token is never a candidate nor a row's best, yet keeps its share of the log-sum-exp: where it is a
+    row's largest logit (its block's maximum), in the tail block, or in a row with a tie for the best (the lower
+    token wins); a row of -inf has no best. The C pass gives what the PyTorch path gives."""
+    g = torch.Generator().manual_seed(K * V)
+    n = 6
+    logits = torch.randn(n * K, V, generator=g) * 3
+    scores = -torch.rand(n, K, generator=g) * 4
+    scores[0, 1:] = float("-inf")
+    ban = torch.randint(0, V, (n * K,), generator=g)
+    ban[::3] = -1
+    ban[1] = logits[1].argmax()  # the row's best is banned: its second best is its best
+    ban[2] = V - 1  # the tail block
+    logits[4, 0] = logits[4, V - 1] = logits[4].max() + 1  # a tie for the row's best
+    ban[4] = -1
+    logits[5] = float("-inf")
+    found = native_beam_candidates(logits, scores, min(2 * K, K * V), ban=ban)
+    if found is None:
+        assert not native.active()
+        pytest.skip("no C kernels here")
+    (s, t, b, lp), (best, best_lp, lse) = constrained_candidates(logits, scores, min(2 * K, K * V), ban)
+    with native.off():
+        (s2, t2, b2, lp2), (best2, best_lp2, lse2) = constrained_candidates(logits, scores, min(2 * K, K * V), ban)
+    flat = (b2 * V + t2).tolist()
+    order = torch.tensor([sorted(range(len(r)), key=lambda c: (-r[c], i[c])) for r, i in zip(s2.tolist(), flat)])
+    s2, t2, b2, lp2 = (x.gather(1, order) for x in (s2, t2, b2, lp2))  # ties: the lower candidate first, as the C pass
+    finite = s2 > float("-inf")
+    assert torch.equal(t[finite], t2[finite]) and torch.equal(b[finite], b2[finite])
+    assert torch.equal(best, best2) and best[4].item() == 0 and best[5].item() == 0
+    torch.testing.assert_close(s, s2, rtol=0, atol=2e-5)
+    torch.testing.assert_close(lp[finite], lp2[finite], rtol=0, atol=2e-5)
+    torch.testing.assert_close(best_lp, best_lp2, rtol=0, atol=2e-5)
+    torch.testing.assert_close(lse, lse2, rtol=0, atol=2e-5)
+    rows = zip(s.tolist(), b.tolist(), t.tolist())
+    chosen = [(i * K + bb, tt) for i, r in enumerate(rows) for sc, bb, tt in zip(*r) if sc > float("-inf")]
+    assert all(tt != ban[r] for r, tt in chosen) and all(tt != ban[r] for r, tt in enumerate(best.tolist()))

@@ -27,12 +27,13 @@ static void insert(float *val, int64_t *idx, int64_t *have, int64_t k, float v, 
     idx[p] = i;
 }
 
-/* Row b's candidates s + (x[t] - l) for t in [t0, t1), one at a time, into the best list (NaN never). */
-static void scan(const float *x, int64_t t0, int64_t t1, float s, float l, int64_t base, float *val, int64_t *idx,
-                 int64_t *have, int64_t k2) {
+/* Row b's candidates s + (x[t] - l) for t in [t0, t1), one at a time, into the best list (NaN and the banned
+   token never). */
+static void scan(const float *x, int64_t t0, int64_t t1, int64_t ban, float s, float l, int64_t base, float *val,
+                 int64_t *idx, int64_t *have, int64_t k2) {
     for (int64_t t = t0; t < t1; t++) {
         const float c = s + (x[t] - l);
-        if (c == c && (*have < k2 || c > val[k2 - 1])) insert(val, idx, have, k2, c, base + t);
+        if (c == c && t != ban && (*have < k2 || c > val[k2 - 1])) insert(val, idx, have, k2, c, base + t);
     }
 }
 
@@ -58,6 +59,28 @@ static float block_maxima(const float *x, int64_t V, float *bm) {
     return m;
 }
 
+/* The largest of x[t0, t1) but x[ban] (NaN left out; -inf if none). */
+static float max_without(const float *x, int64_t t0, int64_t t1, int64_t ban) {
+    float b = -INFINITY;
+    for (int64_t t = t0; t < t1; t++)
+        if (t != ban && x[t] > b) b = x[t];
+    return b;
+}
+
+/* The first token of row x whose value is the largest block maximum of bm (nb blocks), x[ban] left out; -1 for a
+   row with none (every value -inf, NaN or banned). */
+static int64_t row_best(const float *x, int64_t V, const float *bm, int64_t nb, int64_t ban) {
+    float top = -INFINITY;
+    int64_t jb = -1;
+    for (int64_t j = 0; j < nb; j++)
+        if (bm[j] > top) top = bm[j], jb = j;
+    if (jb < 0) return -1;
+    const int64_t t1 = (jb + 1) * BW < V ? (jb + 1) * BW : V;
+    for (int64_t t = jb * BW; t < t1; t++)
+        if (t != ban && x[t] == top) return t;
+    return -1;
+}
+
 /* log(sum exp(x - m)) + m of x[0, V) whose largest is m; -inf for a row of -inf. */
 static float row_lse_max(const float *x, int64_t V, float m) {
     if (m == -INFINITY) return m;
@@ -81,10 +104,16 @@ static float row_lse_max(const float *x, int64_t V, float m) {
    candidate that can be chosen lies in a block whose candidate maximum reaches T. The second scans only those
    blocks (about k2 of V / BW), in index order, into the best list. Without `raw`, a hypothesis whose score is
    no better than a full list of block maxima is skipped whole (its log-probabilities are <= 0: its candidates
-   could at best tie k2 earlier ones, which win ties). With `raw`, lp[t] is x[t] (see the top). Returns 0; 1
-   when k2 is out of range, 2 when the block maxima find no memory (nothing written). */
+   could at best tie k2 earlier ones, which win ties). With `raw`, lp[t] is x[t] (see the top).
+
+   Constrained beam search asks for more, where `ban` is not NULL: row r's token ban[r] (-1: none) is never a
+   candidate (a banned <eos>; it still counts in the log-sum-exp, as a ban leaves the others as they are), and
+   every row's own best token, its log-probability and the row's log-sum-exp go to rt, rlp, rl (n * K each; no
+   row skipped; a row with no candidate: token 0, -inf). Returns 0; 1 when k2 is out of range, 2 when the block
+   maxima find no memory (nothing written). */
 int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int64_t V, const float *scores,
-                      int64_t k2, float *cs, int64_t *ct, int64_t *cb, float *clp, int64_t raw) {
+                      int64_t k2, float *cs, int64_t *ct, int64_t *cb, float *clp, int64_t raw, const int64_t *ban,
+                      int64_t *rt, float *rlp, float *rl) {
     if (k2 < 1 || k2 > K * V || k2 > 64) return 1;
     const int64_t nb = (V + BW - 1) / BW;
     float *bm = malloc(sizeof(float) * (size_t)(K * nb + K));
@@ -94,14 +123,25 @@ int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int
         float tv[64];
         int64_t ti[64], th = 0; /* the best k2 block maxima as candidates */
         for (int64_t b = 0; b < K; b++) {
-            const float *x = logits + (i * K + b) * ld;
-            const float s = scores[i * K + b];
+            const int64_t r = i * K + b, out = ban == NULL ? -1 : ban[r];
+            const float *x = logits + r * ld;
+            const float s = scores[r];
             lse[b] = NAN;
-            if (!raw && th == k2 && !(s > tv[k2 - 1])) continue; /* none of its candidates can be chosen */
+            if (ban == NULL && !raw && th == k2 && !(s > tv[k2 - 1])) continue; /* none of its candidates wins */
             float *m = bm + b * nb;
             const float top = block_maxima(x, V, m);
             const float l = raw ? 0.0f : row_lse_max(x, V, top);
             lse[b] = l;
+            if (out >= 0 && out < V) { /* its block's maximum without it */
+                const int64_t j = out / BW;
+                m[j] = max_without(x, j * BW, (j + 1) * BW < V ? (j + 1) * BW : V, out);
+            }
+            if (ban != NULL) {
+                const int64_t t = row_best(x, V, m, nb, out);
+                rt[r] = t < 0 ? 0 : t;
+                rlp[r] = t < 0 ? -INFINITY : raw ? x[t] : x[t] - l;
+                rl[r] = l;
+            }
             for (int64_t j = 0; j < nb; j++) {
                 const float c = s + (m[j] - l);
                 if (c == c && (th < k2 || c > tv[k2 - 1])) insert(tv, ti, &th, k2, c, b * nb + j);
@@ -114,10 +154,11 @@ int attnlab_beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int
             const float l = lse[b], s = scores[i * K + b];
             if (l != l) continue;
             const float *x = logits + (i * K + b) * ld, *m = bm + b * nb;
+            const int64_t out = ban == NULL ? -1 : ban[i * K + b];
             for (int64_t j = 0; j < nb; j++) {
                 if (!(s + (m[j] - l) >= T)) continue; /* NaN or no candidate reaching T */
                 const int64_t t0 = j * BW, t1 = t0 + BW < V ? t0 + BW : V;
-                scan(x, t0, t1, s, l, b * V, val, idx, &have, k2);
+                scan(x, t0, t1, out, s, l, b * V, val, idx, &have, k2);
             }
         }
         for (int64_t r = 0; r < k2; r++) {

@@ -13,13 +13,17 @@ counts once it occurs anywhere in the output (occurrences may overlap: "le" and 
 1. candidates: the 2K best continuations overall (as plain beam search), plus for every live
    hypothesis the tokens that continue the phrases it is inside (or, inside none, the first token of
    each phrase it has not produced), plus its own single best token;
-2. <eos> is forbidden to hypotheses that have not produced every phrase; <eos> candidates among the
-   K best candidates finish (the loop finishes them: they come first);
-3. the others are put into banks by the number of constraint tokens they have produced, and the K live
-   slots are dealt round-robin, best first within each bank, starting from the fullest bank: every
-   bank with candidates holds a slot, so some hypothesis always gains the next constraint token while
-   the others keep the best unconstrained continuations (the unused share of a small bank goes to the
-   others).
+2. <eos> is forbidden to hypotheses that have not produced every phrase;
+3. the candidates are put into banks by the number of constraint tokens they have produced (an <eos>
+   keeps its hypothesis' count), and 2K places are dealt round-robin, best first within each bank,
+   starting from the fullest bank (fairseq's stripes): every bank with candidates holds a place, so some
+   hypothesis always gains the next constraint token while the others keep the best unconstrained
+   continuations (the unused share of a small bank goes to the others);
+4. in the dealt order, as plain beam search's candidates in score order, the loop finishes the <eos>
+   candidates among the first K and keeps the first K others live: a hypothesis that holds every phrase
+   ends once <eos> leads the fullest bank, however far behind the unconstrained continuations it is. A
+   sentence is done once K hypotheses finished and no live one that may end (holds every phrase) could
+   still beat the worst of them (`Search.endable`).
 
 At the length limit the loop cuts the first K candidates; an output is chosen among the finished ones by the
 number of phrases produced first, then score (so in an n-best list, a runner-up cut at the limit may
@@ -36,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.decoding.search import Candidates, Search, SearchState
-from attnlab.kernels.beam_topk import beam_candidates
+from attnlab.kernels.beam_topk import constrained_candidates
 
 __all__ = ["ConstrainedBeamSearch", "PhraseTable", "Progress", "allocate"]
 
@@ -98,9 +102,16 @@ class Progress:
 
 
 def allocate(cands: list[tuple[float, int, int, Progress]], phrases: list[list[int]], K: int, produced=None) -> list:
-    """Deal K live slots among candidates (score, beam, token, progress): banks by constraint tokens
-    produced (`produced(progress)`, default `progress.produced(phrases)`), best first within a bank,
-    round-robin from the fullest bank."""
+    """Deal K slots among candidates (score, beam, token, progress): banks by constraint tokens produced
+    (`produced(progress)`, default `progress.produced(phrases)`), best first within a bank, round-robin from
+    the fullest bank; the dealt candidates in the order dealt (fairseq's stripes).
+
+    Examples:
+        >>> open_, met = Progress((False,)), Progress((True,))
+        >>> cands = [(-1.0, 0, 7, open_), (-2.0, 0, 8, open_), (-3.0, 1, 9, met)]   # (score, beam, token, progress)
+        >>> [c[2] for c in allocate(cands, [[9]], 2)]   # the fuller bank first, then the best of the other
+        [9, 7]
+    """
     bank = produced or (lambda p: p.produced(phrases))
     banks: dict[int, list] = {}
     for c in sorted(cands, key=lambda c: -c[0]):
@@ -111,7 +122,7 @@ def allocate(cands: list[tuple[float, int, int, Progress]], phrases: list[list[i
     while len(chosen) < K and any(rank < len(banks[b]) for b in order):
         chosen += [banks[b][rank] for b in order if rank < len(banks[b])][: K - len(chosen)]
         rank += 1
-    return sorted(chosen, key=lambda c: -c[0])
+    return chosen
 
 
 class PhraseTable:
@@ -119,7 +130,8 @@ class PhraseTable:
     indexed by id: a hypothesis' progress is one id, so a step's bookkeeping is gathers, not Python objects.
 
     bank (S,): constraint tokens produced; done (S,): every phrase met; met (S,): phrases met; want (S, W):
-    the tokens that would advance it (-1: none); tokens (S, T): every token of its unit's phrases (-1: none)
+    the tokens that would advance it (-1: none); tokens (S, T): every token of its unit's phrases (-2: none, so
+    that no candidate's token, a missing wanted one's -1 included, matches it)
     and nxt (S, T) the id after each; reset (S,): the id after any other token. The rows of `tokens`,
     `nxt` and `reset` are filled once a progress is held by a hypothesis (`expand`); new rows reach the
     tensors once per step (`flush`), not one small write each.
@@ -145,6 +157,7 @@ class PhraseTable:
         empty = torch.empty(0, dtype=torch.long, device=device)
         self.bank, self.met, self.reset = empty, empty, empty
         self.done = torch.empty(0, dtype=torch.bool, device=device)
+        self.filled = torch.empty(0, dtype=torch.bool, device=device)  # (S,) `expanded` as a tensor
         self.want = torch.empty((0, self.W), dtype=torch.long, device=device)
         self.tokens = torch.empty((0, self.T), dtype=torch.long, device=device)
         self.nxt = torch.empty((0, self.T), dtype=torch.long, device=device)
@@ -174,12 +187,13 @@ class PhraseTable:
             self.expanded[s] = True
             u, p = self.unit[s], self.progress[s]
             phrases, tokens = self.phrases[u], self.unit_tokens[u]
-            pad = [-1] * (self.T - len(tokens))
+            pad = [-2] * (self.T - len(tokens))
             toks.append(tokens + pad)
             nxt.append([self.id(u, p.advance(phrases, t)) for t in tokens] + [0] * len(pad))
             reset.append(self.id(u, Progress(p.met, ()) if p.partial else p))
         self.flush()
         rows = torch.tensor(todo, device=self.device)
+        self.filled[rows] = True
         self.tokens[rows] = torch.tensor(toks, device=self.device)
         self.nxt[rows] = torch.tensor(nxt, device=self.device)
         self.reset[rows] = torch.tensor(reset, device=self.device)
@@ -193,10 +207,11 @@ class PhraseTable:
         self.rows = []
         self.bank = torch.cat([self.bank, torch.tensor(bank, device=dev)])
         self.done = torch.cat([self.done, torch.tensor(done, device=dev)])
+        self.filled = torch.cat([self.filled, torch.zeros(m, dtype=torch.bool, device=dev)])
         self.met = torch.cat([self.met, torch.tensor(met, device=dev)])
         padded = [w + [-1] * (self.W - len(w)) for w in want]
         self.want = torch.cat([self.want, torch.tensor(padded, dtype=torch.long, device=dev)])
-        self.tokens = torch.cat([self.tokens, torch.full((m, self.T), -1, device=dev)])
+        self.tokens = torch.cat([self.tokens, torch.full((m, self.T), -2, device=dev)])
         self.nxt = torch.cat([self.nxt, torch.zeros((m, self.T), dtype=torch.long, device=dev)])
         self.reset = torch.cat([self.reset, torch.zeros(m, dtype=torch.long, device=dev)])
 
@@ -204,10 +219,9 @@ class PhraseTable:
 class ConstrainedBeamSearch(Search):
     """Constrained beam search's step (module docstring). `constraints[u]`: unit u's phrases as token id
     lists (a unit may have none); `prefixes[u]`: the target ids it starts with (they may hold phrase tokens).
-    Candidates per sentence: its finishing <eos> candidates first, then the K dealt live slots by score,
-    then -inf fillers, C = 2K in all. Each hypothesis' progress is an id of the `PhraseTable`; a step is
-    tensor operations over every sentence at once (the dealing of `allocate` as a sort key: rank within
-    the bank, then the fuller bank first)."""
+    Candidates per sentence: the 2K dealt, in the order dealt, then -inf fillers, C = 2K in all. Each
+    hypothesis' progress is an id of the `PhraseTable`; a step is tensor operations over every sentence at
+    once (the dealing of `allocate` as a sort key: rank within the bank, then the fuller bank first)."""
 
     def __init__(self, beam: int, eos: int, constraints: Sequence[Sequence[Sequence[int]]], prefixes=None,
                  raw_logits: bool = False):  # fmt: skip
@@ -237,11 +251,11 @@ class ConstrainedBeamSearch(Search):
         table = self.table if self.table is not None else self._start(dev)
         units = torch.tensor(state.sentences, device=dev)
         st = self.state.index_select(0, units)  # (n, K) each hypothesis' progress
-        banned = ~table.done[st]  # (n, K) no <eos> before every phrase
+        banned = ~table.done.take(st)  # (n, K) no <eos> before every phrase
         # Candidates, in the order a tie keeps: the 2K best overall, each hypothesis' own best, the tokens
         # that advance its phrases (a (beam, token) met twice: its first place).
         found = self._from_logits if self.raw_logits else self._from_lprobs
-        cs, cb, ct, clp = found(lprobs, scores, banned, table.want[st])  # (n, C') each
+        cs, cb, ct, clp = found(lprobs, scores, banned, table.want.index_select(0, st.view(-1)).view(n, K, -1))
         keys, order = (cb * V + ct).sort(dim=1, stable=True)
         again = torch.zeros_like(keys, dtype=torch.bool).scatter_(1, order[:, 1:], keys[:, 1:] == keys[:, :-1])
         cs = cs.masked_fill(again, neg_inf)
@@ -250,26 +264,22 @@ class ConstrainedBeamSearch(Search):
         C = rs.shape[1]
         valid, eos = rs > neg_inf, rt == self.eos
         now = st.gather(1, rb)  # (n, C) the progress each candidate extends, then the progress it makes
-        hit = table.tokens[now] == rt[:, :, None]  # (n, C, T)
-        slot = hit.to(torch.uint8).argmax(dim=-1, keepdim=True)
-        nxt = torch.where(hit.any(-1), table.nxt[now].gather(2, slot).squeeze(2), table.reset[now])
-        # Dealing: live candidates by (rank within their bank, fuller bank first); the first K are dealt.
-        live = valid & ~eos
-        bank = table.bank[nxt]
+        rows = now.view(-1)
+        hit = table.tokens.index_select(0, rows).view(n, C, -1) == rt[:, :, None]  # (n, C, T): one hit at most
+        reset = table.reset.take(now)
+        nxt = (hit * (table.nxt.index_select(0, rows).view(n, C, -1) - reset[:, :, None])).sum(-1) + reset
+        after = torch.where(eos, now, nxt)  # an <eos> candidate finishes with its hypothesis' progress
+        # Dealing: valid candidates by (rank within their bank, fuller bank first); the first 2K are dealt.
+        bank = table.bank.take(after)
         nb = table.max_bank + 1
-        rank = (F.one_hot(bank, nb) * live[:, :, None]).cumsum(dim=1).gather(2, bank[:, :, None]).squeeze(2) - 1
-        deal = torch.where(live, rank * nb + (nb - 1 - bank), torch.iinfo(torch.long).max)
-        dealt = deal.topk(min(K, C), dim=1, largest=False)
-        chosen = torch.zeros_like(live).scatter_(1, dealt.indices, dealt.values < torch.iinfo(torch.long).max)
-        pos = torch.arange(C, device=dev)
-        finishing = valid & eos & (pos < K)
-        take = torch.where(finishing, pos, torch.where(chosen, C + pos, 2 * C + pos)).topk(2 * K, largest=False).indices
-        kept = (finishing | chosen).gather(1, take)
+        rank = (F.one_hot(bank, nb) * valid[:, :, None]).cumsum(dim=1).gather(2, bank[:, :, None]).squeeze(2) - 1
+        never = torch.iinfo(torch.long).max
+        dealt = torch.where(valid, rank * nb + (nb - 1 - bank), never).topk(min(2 * K, C), dim=1, largest=False)
+        take, kept = dealt.indices, dealt.values < never  # (n, 2K) in dealt order
         cand_scores = rs.gather(1, take).masked_fill(~kept, neg_inf).to(scores.dtype)
         tokens = rt.gather(1, take).masked_fill(~kept, self.eos)
         beams = rb.gather(1, take).masked_fill(~kept, 0)
-        progress = torch.where(finishing, now, nxt).gather(1, take)
-        self._cands = torch.where(kept, progress, self.fresh.index_select(0, units)[:, None])
+        self._cands = torch.where(kept, after.gather(1, take), self.fresh.index_select(0, units)[:, None])
         self._units = units
         lp = rlp.gather(1, take).masked_fill(cand_scores == neg_inf, 0.0)
         return Candidates(cand_scores, tokens, beams, lp)
@@ -293,35 +303,37 @@ class ConstrainedBeamSearch(Search):
         return cs, cb, ct, clp
 
     def _from_logits(self, logits: Tensor, scores: Tensor, banned: Tensor, want: Tensor) -> tuple[Tensor, ...]:
-        """`_from_lprobs` from the logits themselves (no bans apply): one C pass (`beam_candidates`, each
-        hypothesis a sentence of its own) gives every hypothesis' 2K + 1 best continuations and its
-        log-softmax; a banned <eos> is one of them at most, so the sentence's 2K best and each hypothesis' own
-        best are among the rest, and the phrase tokens' log-probabilities are logit - logsumexp."""
+        """`_from_lprobs` from the logits themselves (no bans apply): one C pass (`constrained_candidates`, a
+        banned <eos> never a candidate) gives each sentence's 2K best, each hypothesis' own best and its
+        log-sum-exp, so a phrase token's log-probability is its logit - log-sum-exp."""
         n, K, V = logits.shape
         R, neg_inf = n * K, float("-inf")
-        k = min(2 * K + 1, V)
-        rs, rt, _, rlp = beam_candidates(logits.reshape(R, V), scores.reshape(R, 1), k)  # (R, k) best first
-        rs = rs.masked_fill((rt == self.eos) & banned.view(R, 1), neg_inf)
-        first = (rs[:, :1] == neg_inf).long() if k > 1 else torch.zeros_like(rt[:, :1])  # its best, or the next
-        best_s, best_t, best_lp = (x.gather(1, first).view(n, K) for x in (rs, rt, rlp))
-        top_s, j = rs.view(n, K * k).topk(min(2 * K, K * k), dim=1)
-        top_t, top_lp = rt.view(n, K * k).gather(1, j), rlp.view(n, K * k).gather(1, j)
-        lse = logits.reshape(R, V).gather(1, rt[:, :1]).float() - rlp[:, :1]  # (R, 1)
+        ban = torch.where(banned.view(R), self.eos, -1)
+        top, (best_t, best_lp, lse) = constrained_candidates(logits.reshape(R, V), scores, min(2 * K, K * V), ban)
+        top_s, top_t, top_b, top_lp = top
+        best_lp = best_lp.view(n, K)
         want_lp = logits.gather(2, want.clamp(min=0)).float() - lse.view(n, K, 1)
         skip = (want < 0) | ((want == self.eos) & banned[:, :, None])
         want_s = (scores[:, :, None] + want_lp).masked_fill(skip, neg_inf)
         beam_ids = torch.arange(K, device=logits.device)
-        cs = torch.cat([top_s, best_s, want_s.reshape(n, -1)], dim=1)
-        cb = torch.cat([j // k, beam_ids.expand(n, K), beam_ids.repeat_interleave(want.shape[2]).expand(n, -1)], 1)
-        ct = torch.cat([top_t, best_t, want.reshape(n, -1)], dim=1)
+        cs = torch.cat([top_s, scores + best_lp, want_s.reshape(n, -1)], dim=1)
+        cb = torch.cat([top_b, beam_ids.expand(n, K), beam_ids.repeat_interleave(want.shape[2]).expand(n, -1)], 1)
+        ct = torch.cat([top_t, best_t.view(n, K), want.reshape(n, -1)], dim=1)
         clp = torch.cat([top_lp, best_lp, want_lp.reshape(n, -1)], dim=1)
         return cs, cb, ct, clp
 
     def chosen(self, live: Tensor) -> None:
-        held = self._cands.gather(1, live)
+        held = self._held = self._cands.gather(1, live)
         self.state[self._units] = held
         assert self.table is not None
-        self.table.expand(held.unique().tolist())
+        new = held[~self.table.filled.take(held)]  # most steps: none (a progress is met again and again)
+        if new.numel():
+            self.table.expand(new.unique().tolist())
+
+    def endable(self) -> Tensor:
+        """Only a hypothesis that holds every phrase may end (its <eos> is banned until then)."""
+        assert self.table is not None
+        return self.table.done[self._held]
 
     def met(self, row: int, position: int) -> int:
         assert self.table is not None

@@ -289,12 +289,16 @@ class BeamLoop(Loop):
     def _done_sentences(self, step, cands, live, live_scores, records) -> Tensor:
         """(n,) the sentences done after this step: cut at their limit (their first K candidates finish as
         they are), or K finished and (early stopping, or no live hypothesis that could still beat the worst
-        of them: best live total / length ** penalty <= worst finished, in float64 as the scores are)."""
+        of them: best live total / length ** penalty <= worst finished, in float64 as the scores are). Only a
+        live hypothesis that could end now is a rival (`Search.endable`: one that lacks a constraint phrase
+        cannot; counting it kept sentences to their length limit)."""
         best = live_scores.max(dim=1).values  # (n,)
         units = self.active_t
         full = self.nfin.index_select(0, units) >= self.K
         if not self.early:
-            full &= best.double() / (step + 1) ** self.alpha <= self.worst.index_select(0, units)
+            endable = self.search.endable()
+            rival = best if endable is None else live_scores.masked_fill(~endable, float("-inf")).max(dim=1).values
+            full &= rival.double() / (step + 1) ** self.alpha <= self.worst.index_select(0, units)
         ended = full | (best == float("-inf"))
         if self.dead:  # still in a batch that cannot shrink
             ended &= ~self.done

@@ -29,7 +29,8 @@ __all__ = ["BeamSearch", "Candidates", "Greedy", "Sampling", "Search", "SearchSt
 
 
 class Candidates(NamedTuple):
-    """One step's choice for n sentences, C candidates each, best first."""
+    """One step's choice for n sentences, C candidates each, best first (constrained beam search: in the order
+    its banks deal them)."""
 
     scores: Tensor  # (n, C) total log-probability of each candidate (-inf: none)
     tokens: Tensor  # (n, C) the token it appends
@@ -65,6 +66,10 @@ class Search:
 
     def chosen(self, live: Tensor) -> None:
         """The loop kept candidates `live` (n, K) (positions into the step's C) as the next live hypotheses."""
+
+    def endable(self) -> Tensor | None:
+        """(n, K) which live hypotheses the loop kept last (`chosen`) could end now (None: every one)."""
+        return None
 
     def keep(self, rows: Sequence[int]) -> None:
         """Only the sentences at positions `rows` of the step stay in the batch."""

@@ -4,6 +4,8 @@ score added, and each sentence's best 2K of K * V candidates, with PyTorch's ops
     scores, tokens, beams, token_lp = beam_candidates(logits (n*K, V), scores (n, K), 2 * K)   # 4 x (n, 2K)
     native_beam_candidates(...)  -> the same by the C pass, or None where it does not run
     top_logits(logits (n, V), k)  -> each row's k largest logits and their tokens (sampling's top-k), best first
+    (cands, rows) = constrained_candidates(logits, scores, 2 * K, ban (n*K,))   # a banned token per row; each
+                                                 # row's own best token, its log-probability, its log-sum-exp
 
 The same contract as `attnlab.decoding.search.beam_step` over `log_softmax(logits)`, without the (n*K, V)
 log-probabilities in memory: each row's maximum and exponential sum, then its candidates compared against the
@@ -21,11 +23,13 @@ from torch import Tensor
 
 from . import loader as native
 
-__all__ = ["SIGNATURES", "beam_candidates", "native_beam_candidates", "top_logits"]
+__all__ = ["SIGNATURES", "beam_candidates", "constrained_candidates", "native_beam_candidates", "top_logits"]
 
 SIGNATURES = {
-    "attnlab_beam_topk": [native.PTR, *[native.I64] * 4, native.PTR, native.I64, *[native.PTR] * 4, native.I64]
-}
+    "attnlab_beam_topk": [
+        native.PTR, *[native.I64] * 4, native.PTR, native.I64, *[native.PTR] * 4, native.I64, *[native.PTR] * 4
+    ]
+}  # fmt: skip
 _MAX_K = 64  # the C pass keeps each sentence's best list in registers' reach
 
 
@@ -72,12 +76,49 @@ def top_logits(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return logits.float().topk(k, dim=1)
 
 
+def constrained_candidates(
+    logits: Tensor, scores: Tensor, k: int, ban: Tensor
+) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]:
+    """`beam_candidates` where row r's token ban[r] (-1: none) is never a candidate though it keeps its share of
+    the log-softmax (a ban sets a token to -inf and leaves the others as they are), with each row's own best:
+    what constrained beam search reads (the 2K best, each hypothesis' best, the log-probability of any token).
+
+    Shape: logits (n*K, V), scores (n, K), ban (n*K,) int64 -> (scores, tokens, beams, token log-probabilities)
+    (n, k) as `beam_candidates`, and (best token, its log-probability, log-sum-exp) (n*K,) per row (a row with
+    no candidate: token 0, -inf).
+
+    Examples:
+        >>> logits = torch.log(torch.tensor([[0.6, 0.3, 0.1], [0.5, 0.4, 0.1]]))   # n=1, K=2, V=3
+        >>> ban = torch.tensor([0, -1])                                             # row 0 may not say 0
+        >>> (s, t, b, lp), (best, best_lp, lse) = constrained_candidates(logits, torch.zeros(1, 2), 2, ban)
+        >>> t.tolist(), b.tolist(), best.tolist()   # 0.5 and 0.4 of row 1 beat row 0's 0.3
+        ([[0, 1]], [[1, 1]], [1, 0])
+        >>> [round(x, 4) for x in best_lp.tolist()], [round(x, 4) for x in lse.tolist()]
+        ([-1.204, -0.6931], [0.0, 0.0])
+    """
+    n, K = scores.shape
+    V = logits.shape[-1]
+    if not 1 <= k <= K * V:
+        raise ValueError(f"k must lie in [1, K * V = {K * V}], got {k}")
+    if (found := native_beam_candidates(logits, scores, k, ban=ban)) is not None:
+        return found[:4], found[4:]  # type: ignore[return-value]
+    x = logits.float()
+    lse = x.logsumexp(dim=-1)  # (n*K,)
+    lprobs = (x - lse[:, None]).nan_to_num(nan=float("-inf"), posinf=float("inf"))  # NaN: no candidate, as the C pass
+    rows = (ban >= 0).nonzero().squeeze(1)
+    lprobs[rows, ban[rows]] = float("-inf")
+    best_lp, best = lprobs.max(dim=-1)
+    cand_scores, idx = (scores.unsqueeze(-1) + lprobs.view(n, K, V)).reshape(n, K * V).topk(k, dim=1)
+    cands = (cand_scores, idx % V, idx // V, lprobs.view(n, K * V).gather(1, idx))
+    return cands, (best.masked_fill(best_lp == float("-inf"), 0), best_lp, lse)
+
+
 def native_beam_candidates(
-    logits: Tensor, scores: Tensor, k: int, raw: bool = False
-) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+    logits: Tensor, scores: Tensor, k: int, raw: bool = False, ban: Tensor | None = None
+) -> tuple[Tensor, ...] | None:
     """`beam_candidates` in the C pass, or None where it does not run (k over 64, not fp32 on the CPU, autograd,
     logits that are not (n*K, V) rows, scores not contiguous, no kernel here). With `raw`, the logits stand for
-    their log-probabilities (`top_logits`; K = 1)."""
+    their log-probabilities (`top_logits`; K = 1). With `ban` (n*K,) int64, `constrained_candidates`' seven."""
     n, K = scores.shape
     V = logits.shape[-1]
     if not (
@@ -93,8 +134,15 @@ def native_beam_candidates(
         return None
     cs, clp = torch.empty((n, k)), torch.empty((n, k))
     ct, cb = torch.empty((n, k), dtype=torch.int64), torch.empty((n, k), dtype=torch.int64)
+    rows: tuple[Tensor, ...] = ()
+    if ban is not None:
+        if not (ban.dtype == torch.int64 and ban.device.type == "cpu" and ban.shape == (n * K,)):
+            return None
+        ban = ban.contiguous()
+        rows = (torch.empty(n * K, dtype=torch.int64), torch.empty(n * K), torch.empty(n * K))
     status = fn(
         logits.data_ptr(), logits.stride(0), n, K, V, scores.data_ptr(), k,
         cs.data_ptr(), ct.data_ptr(), cb.data_ptr(), clp.data_ptr(), int(raw),
+        *(t.data_ptr() for t in (ban, *rows)) if ban is not None else (None,) * 4,
     )  # fmt: skip
-    return (cs, ct, cb, clp) if status == 0 else None
+    return (cs, ct, cb, clp, *rows) if status == 0 else None
