@@ -50,7 +50,7 @@ def beam_candidates(logits: Tensor, scores: Tensor, k: int) -> tuple[Tensor, Ten
     if not 1 <= k <= K * V:
         raise ValueError(f"k must lie in [1, K * V = {K * V}], got {k}")
     if (found := native_beam_candidates(logits, scores, k)) is not None:
-        return found
+        return found[0], found[1], found[2], found[3]
     lprobs = F.log_softmax(logits.float(), dim=-1).reshape(n, K * V)
     cand_scores, idx = (scores.unsqueeze(-1) + lprobs.view(n, K, V)).reshape(n, K * V).topk(k, dim=1)
     return cand_scores, idx % V, idx // V, lprobs.gather(1, idx)
@@ -101,7 +101,8 @@ def constrained_candidates(
     if not 1 <= k <= K * V:
         raise ValueError(f"k must lie in [1, K * V = {K * V}], got {k}")
     if (found := native_beam_candidates(logits, scores, k, ban=ban)) is not None:
-        return found[:4], found[4:]  # type: ignore[return-value]
+        cs, ct, cb, clp, best, best_lp, lse = found
+        return (cs, ct, cb, clp), (best, best_lp, lse)
     x = logits.float()
     lse = x.logsumexp(dim=-1)  # (n*K,)
     lprobs = (x - lse[:, None]).nan_to_num(nan=float("-inf"), posinf=float("inf"))  # NaN: no candidate, as the C pass
