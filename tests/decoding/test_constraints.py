@@ -3,6 +3,7 @@ phrase a hypothesis may be inside is followed, checked against an exhaustive sea
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 
@@ -15,6 +16,7 @@ from attnlab.decoding.constraints import Progress, allocate
 from attnlab.decoding.generator import generate
 from attnlab.decoding.options import DecodeOptions
 from attnlab.decoding.search import Candidates, Search, SearchState
+from attnlab.kernels import loader as native
 
 PAD, BOS, EOS, LE, CHAT, CHIEN, NOIR = range(7)
 V = 7
@@ -235,10 +237,12 @@ class RandomChain(nn.Module):
         return state
 
 
+@pytest.mark.parametrize("kernels", [True, False])  # the C passes, or their PyTorch fallbacks
 @pytest.mark.parametrize("min_len", [0, 3])  # 0: the C pass over the logits; 3: a ban, log-probabilities
-def test_the_tensor_step_deals_as_the_per_sentence_rules(monkeypatch, min_len):
-    """Phrase tables, ranks within banks and the one C pass give the hypotheses, scores and phrase counts
-    the per-sentence objects give, on 24 sources of 1-3 random phrases (some sharing tokens), with prefixes."""
+def test_the_tensor_step_deals_as_the_per_sentence_rules(monkeypatch, min_len, kernels):
+    """Phrase tables, ranks within banks and the C passes (or their fallbacks) give the hypotheses, scores and
+    phrase counts the per-sentence objects give, on 24 sources of 1-3 random phrases (some sharing tokens),
+    with prefixes."""
     V2, rng = 10, torch.Generator().manual_seed(3)
     model = RandomChain(V2, seed=4)
     phrases = [
@@ -253,7 +257,8 @@ def test_the_tensor_step_deals_as_the_per_sentence_rules(monkeypatch, min_len):
     def run():
         return generate(model, src, None, opts, bos=BOS, eos=EOS, max_len=8, prefix=prefix, constraints=phrases)
 
-    ours = run()
+    with contextlib.nullcontext() if kernels else native.off():
+        ours = run()
     monkeypatch.setattr(generator_module, "ConstrainedBeamSearch", ObjectConstrainedSearch)
     theirs = run()
     assert [[h.tokens for h in hs] for hs in ours] == [[h.tokens for h in hs] for hs in theirs]

@@ -19,6 +19,7 @@ from attnlab.kernels import loader
 from attnlab.kernels.argmax import argmax_rows, native_pick
 from attnlab.kernels.beam_topk import beam_candidates
 from attnlab.kernels.copy_rows import native_copy_rows
+from attnlab.kernels.deal import PhraseRows, deal
 from attnlab.kernels.few_queries import few_queries_attention, native_few_queries
 from attnlab.kernels.finite import native_all_finite
 from attnlab.kernels.gather_rows import gather_rows
@@ -125,10 +126,28 @@ def _beam_topk() -> None:
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
+def _deal() -> None:
+    g = torch.Generator().manual_seed(0)
+    n, K, C, S, T = 3, 2, 9, 5, 2
+    cands = (torch.randn(n, C, generator=g), torch.randint(0, K, (n, C), generator=g),
+             torch.randint(0, 6, (n, C), generator=g), torch.randn(n, C, generator=g))  # fmt: skip
+    cands[0][0, 3] = float("-inf")
+    tokens = torch.stack([torch.randperm(6, generator=g)[:T] for _ in range(S)])  # a row's tokens are distinct
+    rows = PhraseRows(tokens, torch.randint(0, S, (S, T), generator=g), torch.randint(0, S, (S,), generator=g),
+                      torch.randint(0, 3, (S,), generator=g))  # fmt: skip
+    st, fresh = torch.randint(0, S, (n, K), generator=g), torch.zeros(n, dtype=torch.long)
+    got = deal(cands, st, rows, 1, 2 * K, fresh)
+    with loader.off():
+        want = deal(cands, st, rows, 1, 2 * K, fresh)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
 CASES: dict[str, Callable[[], None]] = {
     "argmax": _argmax,
     "beam_topk": _beam_topk,
     "copy_rows": _copy_rows,
+    "deal": _deal,
     "few_queries": _few_queries,
     "finite": _finite,
     "gather_rows": _gather_rows,

@@ -36,11 +36,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.decoding.search import Candidates, Search, SearchState
 from attnlab.kernels.beam_topk import constrained_candidates
+from attnlab.kernels.deal import PhraseRows, deal
 
 __all__ = ["ConstrainedBeamSearch", "PhraseTable", "Progress", "allocate"]
 
@@ -220,8 +220,9 @@ class ConstrainedBeamSearch(Search):
     """Constrained beam search's step (module docstring). `constraints[u]`: unit u's phrases as token id
     lists (a unit may have none); `prefixes[u]`: the target ids it starts with (they may hold phrase tokens).
     Candidates per sentence: the 2K dealt, in the order dealt, then -inf fillers, C = 2K in all. Each
-    hypothesis' progress is an id of the `PhraseTable`; a step is tensor operations over every sentence at
-    once (the dealing of `allocate` as a sort key: rank within the bank, then the fuller bank first)."""
+    hypothesis' progress is an id of the `PhraseTable`; a step finds every sentence's candidates at once
+    (`constrained_candidates`: one C pass over the logits) and deals them (`kernels.deal`: `allocate`'s rules
+    as a sort key, rank within the bank, then the fuller bank first)."""
 
     def __init__(self, beam: int, eos: int, constraints: Sequence[Sequence[Sequence[int]]], prefixes=None,
                  raw_logits: bool = False):  # fmt: skip
@@ -246,8 +247,8 @@ class ConstrainedBeamSearch(Search):
         return table
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
-        n, K, V = lprobs.shape
-        dev, neg_inf = lprobs.device, float("-inf")
+        n, K, _ = lprobs.shape
+        dev = lprobs.device
         table = self.table if self.table is not None else self._start(dev)
         units = torch.tensor(state.sentences, device=dev)
         st = self.state.index_select(0, units)  # (n, K) each hypothesis' progress
@@ -256,33 +257,11 @@ class ConstrainedBeamSearch(Search):
         # that advance its phrases (a (beam, token) met twice: its first place).
         found = self._from_logits if self.raw_logits else self._from_lprobs
         cs, cb, ct, clp = found(lprobs, scores, banned, table.want.index_select(0, st.view(-1)).view(n, K, -1))
-        keys, order = (cb * V + ct).sort(dim=1, stable=True)
-        again = torch.zeros_like(keys, dtype=torch.bool).scatter_(1, order[:, 1:], keys[:, 1:] == keys[:, :-1])
-        cs = cs.masked_fill(again, neg_inf)
-        rs, ri = cs.sort(dim=1, descending=True, stable=True)  # ranked
-        rb, rt, rlp = cb.gather(1, ri), ct.gather(1, ri), clp.gather(1, ri)
-        C = rs.shape[1]
-        valid, eos = rs > neg_inf, rt == self.eos
-        now = st.gather(1, rb)  # (n, C) the progress each candidate extends, then the progress it makes
-        rows = now.view(-1)
-        hit = table.tokens.index_select(0, rows).view(n, C, -1) == rt[:, :, None]  # (n, C, T): one hit at most
-        reset = table.reset.take(now)
-        nxt = (hit * (table.nxt.index_select(0, rows).view(n, C, -1) - reset[:, :, None])).sum(-1) + reset
-        after = torch.where(eos, now, nxt)  # an <eos> candidate finishes with its hypothesis' progress
-        # Dealing: valid candidates by (rank within their bank, fuller bank first); the first 2K are dealt.
-        bank = table.bank.take(after)
-        nb = table.max_bank + 1
-        rank = (F.one_hot(bank, nb) * valid[:, :, None]).cumsum(dim=1).gather(2, bank[:, :, None]).squeeze(2) - 1
-        never = torch.iinfo(torch.long).max
-        dealt = torch.where(valid, rank * nb + (nb - 1 - bank), never).topk(min(2 * K, C), dim=1, largest=False)
-        take, kept = dealt.indices, dealt.values < never  # (n, 2K) in dealt order
-        cand_scores = rs.gather(1, take).masked_fill(~kept, neg_inf).to(scores.dtype)
-        tokens = rt.gather(1, take).masked_fill(~kept, self.eos)
-        beams = rb.gather(1, take).masked_fill(~kept, 0)
-        self._cands = torch.where(kept, after.gather(1, take), self.fresh.index_select(0, units)[:, None])
+        rows = PhraseRows(table.tokens, table.nxt, table.reset, table.bank)
+        fresh = self.fresh.index_select(0, units)
+        cand_scores, tokens, beams, lp, self._cands = deal((cs, cb, ct, clp), st, rows, self.eos, 2 * K, fresh)
         self._units = units
-        lp = rlp.gather(1, take).masked_fill(cand_scores == neg_inf, 0.0)
-        return Candidates(cand_scores, tokens, beams, lp)
+        return Candidates(cand_scores.to(scores.dtype), tokens, beams, lp)
 
     def _from_lprobs(self, lprobs: Tensor, scores: Tensor, banned: Tensor, want: Tensor) -> tuple[Tensor, ...]:
         """The candidates from log-probabilities (n, K, V) (after bans): scores, beams, tokens, log-probabilities

@@ -11,7 +11,9 @@ run) and `<op>` (what callers run: the fast pass where it runs, its PyTorch fall
     copy_rows     the KV cache's strided row copy      copy_rows, native_copy_rows
     gather_rows   the KV cache's rows by index         gather_rows, native_gather_rows
     argmax        greedy's pick                        pick, native_pick
-    beam_topk     beam search's best 2K candidates     beam_candidates, native_beam_candidates; top_logits (sampling)
+    beam_topk     beam search's best 2K candidates     beam_candidates, native_beam_candidates; top_logits (sampling),
+                                                       constrained_candidates (a banned token, each row's best)
+    deal          constrained beam search's dealing    deal, native_deal
     layer_norm    LayerNorm(x + y)                     add_layer_norm, native_add_layer_norm
     int8_rows     int8 matmuls' quantize and rescale   int8_linear, native_int8_linear
     int8_step     int8's fused decoding step's passes  native_int8_step (the step: `attnlab.inference.int8_step`,
@@ -24,8 +26,9 @@ else of attnlab: attention, inference, models and decoding call it.
 """
 
 from .argmax import native_pick, pick
-from .beam_topk import beam_candidates, native_beam_candidates, top_logits
+from .beam_topk import beam_candidates, constrained_candidates, native_beam_candidates, top_logits
 from .copy_rows import copy_rows, native_copy_rows
+from .deal import deal, native_deal
 from .few_queries import few_queries, native_few_queries
 from .finite import all_finite, native_all_finite
 from .flash import flash, native_flash
@@ -43,7 +46,9 @@ __all__ = [
     "add_layer_norm",
     "all_finite",
     "beam_candidates",
+    "constrained_candidates",
     "copy_rows",
+    "deal",
     "few_queries",
     "fingerprint",
     "flash",
@@ -53,6 +58,7 @@ __all__ = [
     "native_all_finite",
     "native_beam_candidates",
     "native_copy_rows",
+    "native_deal",
     "native_enabled",
     "native_few_queries",
     "native_flash",
