@@ -109,4 +109,3 @@ def native_deal(
         fresh.data_ptr(), k2, os_.data_ptr(), ot.data_ptr(), ob.data_ptr(), olp.data_ptr(), op.data_ptr(),
     )  # fmt: skip
     return (os_, ot, ob, olp, op) if status == 0 else None
-
