@@ -105,9 +105,12 @@ def search_batches(
     *,
     batch_size: int,
     workers: int | None,
+    texts: bool = False,
 ) -> list[list[Hypothesis]]:
     """One list of n_best hypotheses per source id list (no <eos>), in input order, each batch decoded by
-    `job.search`. See the module docstring. workers: None = torch.get_num_threads().
+    `job.search`. See the module docstring. workers: None = torch.get_num_threads(). texts: each hypothesis
+    also detokenized (`Hypothesis.text`, by `job.tgt_vocab`) where its batch was decoded: in parallel, not
+    in the caller after every batch.
 
     prefixes: per source, target ids to continue from (empty: none); sentences with prefixes of the same
     length share batches. constraints: per source, its phrases as target id lists. Sampling draws
@@ -133,6 +136,7 @@ def search_batches(
             [list(prefixes[i]) for i in idx],
             [[list(c) for c in constraints[i]] for i in idx],
             base + number if options.sample else None,
+            texts,
         )
         for number, idx in enumerate(batches)
     ]
@@ -259,6 +263,13 @@ def close_worker_pool(translator) -> None:
 
 @gc_paused()
 def _search_task(job: DecodeJob, task: tuple) -> list[list[Hypothesis]]:
-    seqs, options, prefixes, constraints, seed = task
+    seqs, options, prefixes, constraints, seed, texts = task
     gen = None if seed is None else torch.Generator(device=job.device).manual_seed(seed)
-    return job.search(seqs, options, prefixes, constraints, generator=gen)
+    nbest = job.search(seqs, options, prefixes, constraints, generator=gen)
+    if texts:
+        if job.tgt_vocab is None:
+            raise ValueError("search_batches(texts=True) needs a job with its tgt_vocab")
+        for hyps in nbest:
+            for h in hyps:
+                h.text = job.tgt_vocab.decode(h.tokens)
+    return nbest

@@ -19,6 +19,8 @@ class Hypothesis:
         the last is the <eos>).
     trace: with `DecodeOptions.trace`, beam search's record of this sentence (`attnlab.decoding.trace`; its
         records' "sentence" is the sentence's place in its batch), on the best hypothesis of each; else None.
+    text: the tokens detokenized, where the search was asked for texts (the worker that decoded it wrote
+        it); else None.
     """
 
     tokens: list[int]
@@ -26,6 +28,7 @@ class Hypothesis:
     finished: bool
     positional_scores: list[float] = field(default_factory=list)
     trace: list[dict] | None = None
+    text: str | None = None
 
 
 @dataclass

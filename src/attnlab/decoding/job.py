@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,6 +37,8 @@ class DecodeJob:
             tokens (fairseq's rule), within `max_output_len` and the decoder's positions.
         static_step: the GPU's static-shape step ('static', 'graphs', 'compile': `attnlab.decoding.static`),
             or None (dynamic).
+        tgt_vocab: the target vocabulary (its `decode`), where batches may be asked for their texts
+            (`search_batches(texts=True)`: each worker detokenizes what it decoded, in parallel), or None.
 
     Examples:
         >>> job = DecodeJob(nn.Identity(), bos=1, eos=2, src_eos=2, src_pad=0, device=torch.device("cpu"),
@@ -57,6 +60,7 @@ class DecodeJob:
     max_len_b: int
     max_output_len: int
     static_step: str | None = None
+    tgt_vocab: Any = None
 
     def output_limit(self, src_len: int, max_len: int | None = None) -> int:
         """Most tokens decoded for a source of `src_len` tokens (<eos> included): within the hard cap,

@@ -13,6 +13,7 @@ model's source length) for `translate`, `evaluate`, `explain` and the explorer; 
 
 from __future__ import annotations
 
+import copy
 import math
 import unicodedata
 import warnings
@@ -235,7 +236,7 @@ class Translator:
         return DecodeJob(
             self.model, bos=self.bos, eos=self.tgt_vocab.eos, src_eos=self.src_vocab.eos, src_pad=self.src_vocab.pad,
             device=self.device, max_len_a=MAX_LEN_A, max_len_b=MAX_LEN_B, max_output_len=self.max_output_len,
-            static_step=self.static_step,
+            static_step=self.static_step, tgt_vocab=self.tgt_vocab,
         )  # fmt: skip
 
     def output_limit(self, src_len: int, max_len: int | None = None) -> int:
@@ -266,6 +267,7 @@ class Translator:
         *,
         batch_size: int | None = None,
         workers: int | None = None,
+        texts: bool = False,
     ) -> list[list[Hypothesis]]:
         """Source id lists (no <eos>) -> options.n_best hypotheses each (default: `self.defaults`), best first,
         in input order; batched, longest first. `options.scores=False`: greedy skips the scores (NaN; same tokens,
@@ -281,13 +283,14 @@ class Translator:
                 forked worker processes kept for later calls, or in threads where forking is not safe
                 (`attnlab.decoding.batches`); default `self.workers`, whose default None means one per
                 torch thread; 1: batches one after another on torch's intra-op threads.
+            texts: each hypothesis detokenized too (`Hypothesis.text`), by whichever worker decoded it.
         """
         options = self.defaults if options is None else options
         prefixes, constraints = self.encode_targets(src_ids, options)
         batch_size = check_range("batch_size", self.batch_size if batch_size is None else batch_size, 1, integer=True)
         workers = self.workers if workers is None else workers
         nbest = search_batches(
-            self.job(), src_ids, options, prefixes, constraints, batch_size=batch_size, workers=workers
+            self.job(), src_ids, options, prefixes, constraints, batch_size=batch_size, workers=workers, texts=texts
         )
         for i, (hs, cs) in enumerate(zip(nbest, constraints)):
             if cs:
@@ -334,7 +337,7 @@ class Translator:
     ) -> list[Translation]:
         src_ids = self.encode(sentences, truncate) if src_ids is None else src_ids
         heads = self.alignment_heads(options.align_layer, options.align_heads) if options.align else None
-        nbest = self.search(src_ids, options)
+        nbest = self.search(src_ids, options, texts=True)
         aligned: list = [[None] * len(h) for h in nbest]
         if heads is not None:
             flat = [(i, k) for i, hs in enumerate(nbest) for k in range(len(hs))]
@@ -347,13 +350,15 @@ class Translator:
             src_tokens = self.src_vocab.to_tokens(ids) + ["<eos>"]
             items = [self._translation(s, src_tokens, h, a) for h, a in zip(hs, al)]
             # The first again, holding the list (the list's own first holds none: no cycle).
-            out.append(self._translation(s, src_tokens, hs[0], al[0], items))
+            first = copy.copy(items[0])
+            first.nbest = items
+            out.append(first)
         return out
 
-    def _translation(self, source: str, src_tokens, h: Hypothesis, alignment=None, nbest=None) -> Translation:
+    def _translation(self, source: str, src_tokens, h: Hypothesis, alignment=None) -> Translation:
         tokens = self.tgt_vocab.to_tokens(h.tokens)
-        text = self.tgt_vocab.decode(h.tokens)
-        return Translation(source, src_tokens, tokens, text, h.finished, h.score, alignment, nbest or [])
+        text = self.tgt_vocab.decode(h.tokens) if h.text is None else h.text
+        return Translation(source, src_tokens, tokens, text, h.finished, h.score, alignment)
 
 
 def _holding(hyps: list[Hypothesis], phrases: list[list[int]], i: int, limit: int) -> list[Hypothesis]:
