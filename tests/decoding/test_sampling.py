@@ -112,20 +112,24 @@ def test_top_k_with_temperature_and_top_p_follows_the_masked_softmax(k, temperat
 
 
 def test_top_k_draws_take_the_one_pass_and_score_the_model_log_probability(monkeypatch):
-    """Top-k sampling without bans selects with `beam_candidates` (never a softmax over V), and each
-    sample's positional score is log_softmax(logits) of its token, before the temperature."""
+    """Top-k sampling without bans draws with one `sample_top_k` call per step (never a softmax over V), and
+    each sample's positional score is log_softmax(logits) of its token, before the temperature."""
     calls = []
-    real = search.beam_candidates
+    real = search.sample_top_k
 
-    def counted(*args):
-        calls.append(args[2])
-        return real(*args)
+    def counted(logits, k, *args, **kwargs):
+        calls.append((k, *args[1:], kwargs["scores"]))
+        return real(logits, k, *args, **kwargs)
 
-    monkeypatch.setattr("attnlab.decoding.search.beam_candidates", counted)
+    monkeypatch.setattr("attnlab.decoding.search.sample_top_k", counted)
+    softmax = torch.softmax
+    monkeypatch.setattr(torch, "softmax", lambda *a, **k: pytest.fail("a softmax over V"))
+    monkeypatch.setattr(torch.Tensor, "softmax", lambda *a, **k: pytest.fail("a softmax over V"))
     opts = DecodeOptions(sample=True, n_best=8, seed=1, top_k=4, temperature=0.7)
     out = generate(Scripted(), torch.zeros((2, 1), dtype=torch.long), None, opts, bos=BOS, eos=EOS, max_len=3,
                    generator=torch.Generator().manual_seed(1))  # fmt: skip
-    assert calls and set(calls) == {5}  # the k candidates and one more, which says whether the k-th ties
+    monkeypatch.setattr(torch, "softmax", softmax)
+    assert calls and set(calls) == {(4, 0.7, 1.0, True)}  # k, temperature, top-p, scores
     lp = torch.log_softmax(LOGITS, dim=-1)
     for h in (h for hs in out for h in hs):
         want = [float(lp[t]) for t in h.tokens] + ([float(lp[EOS])] if h.finished else [])

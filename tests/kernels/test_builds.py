@@ -25,6 +25,7 @@ from attnlab.kernels.finite import native_all_finite
 from attnlab.kernels.gather_rows import gather_rows
 from attnlab.kernels.int8_rows import int8_linear, native_int8_linear
 from attnlab.kernels.layer_norm import native_add_layer_norm
+from attnlab.kernels.sample import sample_top_k
 from attnlab.models import Transformer, TransformerConfig
 
 # Not c_kernels: that one loads a single kernel, and this file must name each one that fails to build.
@@ -143,6 +144,16 @@ def _deal() -> None:
         assert torch.equal(a, b)
 
 
+def _sample() -> None:
+    g = torch.Generator().manual_seed(0)
+    logits, u = torch.randn(6, 50, generator=g) * 2, torch.rand(6, generator=g)
+    got = sample_top_k(logits, 10, u, temperature=0.7, top_p=0.9, scores=True)
+    with loader.off():
+        want = sample_top_k(logits, 10, u, temperature=0.7, top_p=0.9, scores=True)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2])
+    torch.testing.assert_close(got[1], want[1], atol=1e-5, rtol=1e-5)
+
+
 CASES: dict[str, Callable[[], None]] = {
     "argmax": _argmax,
     "beam_topk": _beam_topk,
@@ -154,6 +165,7 @@ CASES: dict[str, Callable[[], None]] = {
     "int8_rows": _int8_rows,
     "int8_step": _int8_step,
     "layer_norm": _layer_norm,
+    "sample": _sample,
 }
 
 

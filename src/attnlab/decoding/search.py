@@ -8,8 +8,8 @@ reorders the caches; a strategy never sees the model.
     Greedy      K = 1, C = 1: the arg-max (`argmax.pick`: the C kernel, no log-softmax without bans)
     BeamSearch  K = beam, C = 2K: the 2K best continuations, so K that do not end in <eos> always remain
                 (from the logits themselves without bans: `kernels.beam_topk`'s one pass)
-    Sampling    K = 1, C = 1: one draw per row from softmax(warped log-probabilities) (top-k without bans: from
-                the k candidates `kernels.beam_topk`'s one pass gives, never a distribution over V)
+    Sampling    K = 1, C = 1: one draw per row from softmax(warped log-probabilities) (top-k without bans: one
+                call, `kernels.sample_top_k`, from the k candidates of one pass, never a distribution over V)
     (constrained beam search: `attnlab.decoding.constraints.ConstrainedBeamSearch`)
 """
 
@@ -21,9 +21,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from attnlab.decoding.processors import Processor, TopK, apply
+from attnlab.decoding.processors import Processor, Temperature, TopK, TopP, apply
 from attnlab.kernels.argmax import pick
-from attnlab.kernels.beam_topk import beam_candidates, top_logits
+from attnlab.kernels.beam_topk import beam_candidates
+from attnlab.kernels.sample import sample_top_k
 
 __all__ = ["BeamSearch", "Candidates", "Greedy", "Sampling", "Search", "SearchState"]
 
@@ -129,19 +130,18 @@ class Sampling(Search):
     """One token per row drawn from softmax(warpers(lprobs)) (temperature, top-k, top-p) with `generator`;
     the candidate's score is the model's log-probability, before the warpers.
 
-    With `raw_logits` (no bans) step gets the logits. With `top_k` too, the k likeliest tokens and their
-    log-probabilities come from one pass over them (`beam_candidates` with one hypothesis: a partial sort in C
-    for k < 64), and the temperature and top-p warp those k values only: softmax over the k equals
-    softmax(logits / T) with every other token masked, as `TopK` then `TopP` over V give. A step where a
-    token ties with the k-th (the (k+1)-th candidate's value is the k-th's) draws over V instead, where `TopK`
-    keeps every tied token. Without `scores` the k values are the logits themselves (`top_logits`: no
-    log-softmax pass over V; the warpers and the draw see the same distribution, softmax being shift-invariant),
-    and the candidates' scores are zeros, as greedy's. Finished samples leave the batch a quarter at a time, as
-    greedy's (`compact`).
+    With `raw_logits` (no bans) step gets the logits. With `top_k` too, and the warpers `processors_for` makes
+    (temperature, top-k, top-p, in that order), one call draws each row's token (`kernels.sample_top_k`: its
+    k likeliest from one pass over the logits, softmax over them at the temperature, top-p, and the inverse of
+    that distribution at one uniform from `generator`): softmax over the k equals softmax(logits / T) with
+    every other token masked, as `TopK` then `TopP` over V give. A step where a token ties with the k-th (or a
+    row has no finite logit) draws over V instead, where `TopK` keeps every tied token. Without `scores` the
+    pass reads the logits themselves (no log-sum-exp over V) and the candidates' scores are zeros, as
+    greedy's. Finished samples leave the batch a quarter at a time, as greedy's (`compact`).
 
     Examples:
         >>> logits = torch.tensor([[[0.0, 3.0, 1.0, -2.0]]])                  # n=1, K=1, V=4
-        >>> s = Sampling([], torch.Generator().manual_seed(0), raw_logits=True, top_k=1)
+        >>> s = Sampling([TopK(1)], torch.Generator().manual_seed(0), raw_logits=True, top_k=1)
         >>> c = s.step(0, logits, torch.zeros(1, 1), SearchState([0], None))
         >>> c.tokens.tolist(), round(c.lprobs.item(), 4) == round(logits.log_softmax(-1)[0, 0, 1].item(), 4)
         ([[1]], True)
@@ -153,29 +153,38 @@ class Sampling(Search):
     def __init__(self, warpers: Sequence[Processor], generator: torch.Generator | None = None, *,
                  raw_logits: bool = False, top_k: int = 0, scores: bool = True):  # fmt: skip
         self.generator, self.raw_logits, self.top_k, self.scores = generator, raw_logits, top_k, scores
-        self.all_warpers = list(warpers)
-        # The fast path draws among the k already: TopK over them would change nothing.
-        self.warpers = [w for w in warpers if not (raw_logits and top_k and isinstance(w, TopK))]
+        self.warpers = list(warpers)
+        # The one-call draw: the warpers processors_for makes, in its order (temperature, top-k, top-p).
+        self.draw = _draw_settings(self.warpers) if raw_logits and top_k else None
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         rows = lprobs[:, 0]  # (n, V): logits (raw_logits) or log-probabilities
         n, V = rows.shape
-        cand, warpers = None, self.all_warpers
-        if self.raw_logits and 0 < self.top_k < V:
-            # k + 1: a token tied with the k-th stays (as `TopK`); a row with such a tie takes the path over V.
-            if self.scores:
-                zero = torch.zeros((n, 1), device=rows.device)
-                _, cand, _, cand_lp = beam_candidates(rows.float(), zero, self.top_k + 1)  # (n, k + 1) best first
-            else:
-                cand_lp, cand = top_logits(rows.float(), self.top_k + 1)  # logits, not log-probabilities
-            if bool((cand_lp[:, -1] == cand_lp[:, -2]).any()):
-                cand = None
-            else:
-                cand, cand_lp, warpers = cand[:, :-1], cand_lp[:, :-1], self.warpers
-        if cand is None:
-            cand_lp = rows.float().log_softmax(dim=-1) if self.raw_logits else rows
-        probs = apply(warpers, cand_lp, cand_lp).softmax(dim=-1)
-        pick_ = torch.multinomial(probs, 1, generator=self.generator)  # (n, 1) positions among the candidates
-        tok = pick_ if cand is None else cand.gather(1, pick_)
-        lp = cand_lp.gather(1, pick_) if self.scores else torch.zeros(tok.shape, device=tok.device)
+        if self.draw is not None and self.top_k < min(V, 64):
+            u = torch.rand(n, generator=self.generator, device=rows.device)
+            tok, lp, fallback = sample_top_k(rows.float(), self.top_k, u, *self.draw, scores=self.scores)
+            if not bool(fallback.any()):
+                tok = tok[:, None]
+                lp = torch.zeros(tok.shape, device=tok.device) if lp is None else lp[:, None]
+                return Candidates(scores + lp, tok, torch.zeros_like(tok), lp)
+        cand_lp = rows.float().log_softmax(dim=-1) if self.raw_logits else rows
+        probs = apply(self.warpers, cand_lp, cand_lp).softmax(dim=-1)
+        tok = torch.multinomial(probs, 1, generator=self.generator)  # (n, 1)
+        lp = cand_lp.gather(1, tok) if self.scores else torch.zeros(tok.shape, device=tok.device)
         return Candidates(scores + lp, tok, torch.zeros_like(tok), lp)
+
+
+def _draw_settings(warpers: Sequence[Processor]) -> tuple[float, float] | None:
+    """(temperature, top_p) of warpers that are Temperature, TopK, TopP at most once each and in that order (what
+    `sample_top_k` draws from); None for any others."""
+    kinds = [type(w) for w in warpers]
+    if any(k not in (Temperature, TopK, TopP) for k in kinds) or kinds != sorted(kinds, key=_ORDER.index):
+        return None
+    if len(set(kinds)) != len(kinds):
+        return None
+    temperature = next((w.temperature for w in warpers if isinstance(w, Temperature)), 1.0)
+    top_p = next((w.p for w in warpers if isinstance(w, TopP)), 1.0)
+    return temperature, top_p
+
+
+_ORDER = [Temperature, TopK, TopP]

@@ -14,6 +14,7 @@ run) and `<op>` (what callers run: the fast pass where it runs, its PyTorch fall
     beam_topk     beam search's best 2K candidates     beam_candidates, native_beam_candidates; top_logits (sampling),
                                                        constrained_candidates (a banned token, each row's best)
     deal          constrained beam search's dealing    deal, native_deal
+    sample        sampling's top-k draw                sample_top_k, native_sample_top_k
     layer_norm    LayerNorm(x + y)                     add_layer_norm, native_add_layer_norm
     int8_rows     int8 matmuls' quantize and rescale   int8_linear, native_int8_linear
     int8_step     int8's fused decoding step's passes  native_int8_step (the step: `attnlab.inference.int8_step`,
@@ -37,6 +38,7 @@ from .int8_rows import int8_linear, native_int8_linear
 from .int8_step import native_int8_step
 from .layer_norm import add_layer_norm, native_add_layer_norm
 from .loader import KERNELS, active, off, status
+from .sample import native_sample_top_k, sample_top_k
 from .switches import Switch, fingerprint, native_enabled
 
 __all__ = [
@@ -66,8 +68,10 @@ __all__ = [
     "native_int8_linear",
     "native_int8_step",
     "native_pick",
+    "native_sample_top_k",
     "off",
     "pick",
+    "sample_top_k",
     "status",
     "top_logits",
 ]
