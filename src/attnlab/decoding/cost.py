@@ -26,6 +26,7 @@ command line refuses what cannot fit in memory.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -178,18 +179,24 @@ def decode_cost(
         return Cost(0.0, 0.0, 0, 0)
     N, Nd, D, F, V, H = shape.layers, shape.decoder_depth, shape.width, shape.ffn, shape.vocab, shape.heads
     work, longest = 0.0, 0
-    for i, (S, limit) in enumerate(zip(sources, outputs)):
-        _, phrases = options.for_sentence(i, n)
+    cons = list(options.constraints)
+    if cons and not isinstance(cons[0], str):  # phrases per sentence: each its own
+        kinds = [(S, limit, options.for_sentence(i, n)[1], 1) for i, (S, limit) in enumerate(zip(sources, outputs))]
+    else:  # the same options for all: once per distinct (source, limit), times how many (a file: a few dozen)
+        phrases = options.for_sentence(0, n)[1]
+        kinds = [(S, limit, phrases, c) for (S, limit), c in Counter(zip(sources, outputs)).items()]
+    for S, limit, phrases, count in kinds:
         T = _steps_run(S, limit, options, phrases)
         longest = max(longest, T)
-        work += N * (S * (4 * D * D + 2 * D * F) + 2 * S * S * D)  # the encoder, once per sentence
-        work += R * _step_work(shape, S, T)
-        work += R * T * (len(phrases) + 2 * R) * CANDIDATE_WORK if phrases else 0.0
-        work += R * T * (T + 1) / 2 * HISTORY_WORK if options.no_repeat_ngram else 0.0
+        one = float(N * (S * (4 * D * D + 2 * D * F) + 2 * S * S * D))  # the encoder, once per sentence
+        one += R * _step_work(shape, S, T)
+        one += R * T * (len(phrases) + 2 * R) * CANDIDATE_WORK if phrases else 0.0
+        one += R * T * (T + 1) / 2 * HISTORY_WORK if options.no_repeat_ngram else 0.0
         if options.align:
-            work += options.n_best * _forward_work(shape, S, T)
+            one += options.n_best * _forward_work(shape, S, T)
         if maps:
-            work += _forward_work(shape, S, T)
+            one += _forward_work(shape, S, T)
+        work += count * one
     batches = math.ceil(n / batch_size)
     work += batches * longest * STEP_WORK
 
