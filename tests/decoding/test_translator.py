@@ -182,3 +182,21 @@ def test_translate_tokens_takes_the_ids_encode_gave():
     # the ids are the sentences' own: one list each
     with pytest.raises(ValueError, match="one id list per sentence: 1 for 2"):
         translator.translate_tokens(texts, src_ids=ids[:1])
+
+
+def test_search_texts_are_each_hypothesis_detokenized_where_it_was_decoded():
+    """`texts=True`: each batch's hypotheses come back with their text (the worker that decoded them wrote it),
+    the target vocabulary's decode of their tokens; without it, none (the callers that want ids pay nothing)."""
+    model, src, tgt = tiny()
+    torch.manual_seed(1)
+    with torch.no_grad():  # weights that say words, not only <eos>
+        for p in model.parameters():
+            p.normal_(0, 1)
+    translator = Translator(model, src, tgt)
+    ids = translator.encode(["i'm home .", "go .", "he's calm ."])
+    opts = translator.options(beam=2, n_best=2)
+    found = translator.search(ids, opts, batch_size=1, workers=2, texts=True)
+    assert [len(hs) for hs in found] == [2, 2, 2]
+    assert all(h.text == tgt.decode(h.tokens) for hs in found for h in hs)
+    assert any(h.text and h.text != h.text.replace(" ", "") for hs in found for h in hs)  # words, spaced
+    assert all(h.text is None for hs in translator.search(ids, opts, batch_size=1) for h in hs)
