@@ -33,12 +33,12 @@ BIGRAM = {
 
 class Bigram(nn.Module):
     """The decoding protocol over a fixed table of log-probabilities (the state is nothing: each step's
-    logits depend on the last token only)."""
+    logits depend on the last token only); `bigram` (default BIGRAM): previous -> {next: probability}."""
 
-    def __init__(self):
+    def __init__(self, bigram: dict | None = None):
         super().__init__()
         table = torch.full((V, V), 1e-6)
-        for prev, nxt in BIGRAM.items():
+        for prev, nxt in (BIGRAM if bigram is None else bigram).items():
             for tok, p in nxt.items():
                 table[prev, tok] = p
         self.register_buffer("logp", (table / table.sum(-1, keepdim=True)).log())
@@ -215,6 +215,9 @@ class ObjectConstrainedSearch(Search):
     def met(self, row: int, position: int) -> int:
         return sum(self._cands[row][position].met)
 
+    def endable(self) -> Tensor:
+        return torch.tensor([[p.done for p in self.progress[u]] for u in self._units])
+
 
 class RandomChain(nn.Module):
     """A seeded random model over V2 tokens whose logits depend on the last token and its position (so that
@@ -267,3 +270,47 @@ def test_the_tensor_step_deals_as_the_per_sentence_rules(monkeypatch, min_len, k
         assert [h.score for h in hs] == pytest.approx([r.score for r in rs], abs=1e-5)
     ended = [h.finished for hs in ours for h in hs]
     assert 0 < sum(ended) < len(ended)  # both kinds: outputs that placed their phrases and ended, and cut ones
+
+
+class Early(Bigram):
+    """`Bigram` where "chat" can come only as one of the first two tokens (later: probability e^-30)."""
+
+    def start_decoding(self, src, src_valid_lens=None):
+        return 0
+
+    def decode_step(self, tgt, state):
+        logits = self.logp[tgt].clone()  # (B, t, V)
+        late = torch.arange(state, state + tgt.shape[1]) >= 2
+        logits[:, late, CHAT] = -30.0
+        return logits, state + tgt.shape[1]
+
+
+def test_a_hypothesis_without_its_phrases_is_no_rival_in_the_done_rule(monkeypatch):
+    """A sentence with `beam` finished hypotheses is done once no live one that may end (holds every phrase)
+    could beat them. Here "le le le ..." is likelier per token than any output holding "chat", which only the
+    first two tokens can be, and cannot end without it: counted as a rival (as plain beam search counts every
+    live hypothesis), it would keep the sentence to its length limit."""
+    from attnlab.decoding.constraints import ConstrainedBeamSearch
+
+    model = Early({BOS: {LE: 0.9, CHAT: 0.1}, LE: {LE: 0.98, CHAT: 0.01, EOS: 0.01}, CHAT: {EOS: 0.999, LE: 0.001}})
+    steps = []
+    real = model.decode_step
+
+    def counted(tgt, state):
+        steps[-1] += 1
+        return real(tgt, state)
+
+    monkeypatch.setattr(model, "decode_step", counted)
+
+    def run():
+        steps.append(0)
+        opts = DecodeOptions(beam=2, length_penalty=0.0)  # scores are totals: a longer output never gains
+        out = generate(model, torch.zeros((1, 2), dtype=torch.long), None, opts, bos=BOS, eos=EOS, max_len=20,
+                       constraints=[[[CHAT]]])  # fmt: skip
+        assert out[0][0].finished and CHAT in out[0][0].tokens
+        return out[0][0].tokens
+
+    ours = run()
+    monkeypatch.setattr(ConstrainedBeamSearch, "endable", lambda self: None)  # every live hypothesis a rival
+    assert run() == ours  # the same answer
+    assert steps[0] < 10 and steps[1] == 20, steps  # without the rule: on to the limit
