@@ -200,3 +200,29 @@ def test_search_texts_are_each_hypothesis_detokenized_where_it_was_decoded():
     assert all(h.text == tgt.decode(h.tokens) for hs in found for h in hs)
     assert any(h.text and h.text != h.text.replace(" ", "") for hs in found for h in hs)  # words, spaced
     assert all(h.text is None for hs in translator.search(ids, opts, batch_size=1) for h in hs)
+
+
+def test_search_runs_without_the_cyclic_collector(monkeypatch):
+    """From the per-sentence targets to the last hypothesis, `search` keeps the collector paused: a full collection
+    that its thousands of lists set off would walk every object the model and torch keep, and find no cycle."""
+    import gc
+
+    import attnlab.decoding.translator as module
+
+    seen = {}
+
+    def spy(name, fn):
+        def call(*args, **kwargs):
+            seen[name] = gc.isenabled()
+            return fn(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, call)
+
+    spy("target_ids", module.target_ids)
+    spy("search_batches", module.search_batches)
+    model, src, tgt = tiny()
+    translator = Translator(model, src, tgt)
+    assert gc.isenabled()
+    translator.search(translator.encode(["i'm home .", "go ."]), translator.options(beam=2))
+    assert seen == {"target_ids": False, "search_batches": False}
+    assert gc.isenabled()  # and on again after

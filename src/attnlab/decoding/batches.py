@@ -26,7 +26,8 @@ second on any machine, and a stop loses at most about a second of decoding.
 Only inputs of two batches or more use workers (a server request, a single sentence: never). Each batch
 is decoded exactly as it would be alone on one intra-op thread, so the outputs do not depend on N (with
 workers=1 batches run on torch's intra-op threads, whose split sums may differ in the last bits). Python's
-cyclic garbage collector is paused while batches decode (`gc_paused`).
+cyclic garbage collector is paused while batches decode (`gc_paused`), and on the CPU glibc's malloc keeps
+freed memory for the next step (`attnlab.kernels.libc.keep_freed_memory`, process-wide).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from attnlab.decoding.hypothesis import Hypothesis
 from attnlab.decoding.job import DecodeJob
 from attnlab.decoding.options import DecodeOptions
 from attnlab.inference.pool import WorkerPool, can_fork
+from attnlab.kernels.libc import keep_freed_memory
 from attnlab.kernels.switches import fingerprint
 from attnlab.utils.checks import check_range
 from attnlab.utils.runtime import gc_paused, intra_op_threads
@@ -120,6 +122,8 @@ def search_batches(
         workers = torch.get_num_threads()
     else:
         check_range("workers", workers, 1, integer=True, why=" or None (one per torch thread)")
+    if job.device.type == "cpu":
+        keep_freed_memory()  # each step's tensors reuse the last step's freed memory, never fresh pages
     groups: dict[int, list[int]] = {}
     for i, p in enumerate(prefixes):
         groups.setdefault(len(p), []).append(i)
