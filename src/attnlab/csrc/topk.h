@@ -22,13 +22,38 @@ static void insert(float *val, int64_t *idx, int64_t *have, int64_t k, float v, 
     idx[p] = i;
 }
 
-/* Row b's candidates s + (x[t] - l) for t in [t0, t1), one at a time, into the best list (NaN and the banned
-   token never). */
-static void scan(const float *x, int64_t t0, int64_t t1, int64_t ban, float s, float l, int64_t base, float *val,
-                 int64_t *idx, int64_t *have, int64_t k2) {
-    for (int64_t t = t0; t < t1; t++) {
+/* Bit i set where lane i of m is true (-1): the lanes ORed by halves, as hsum adds them. */
+static inline int lane_bits(vi m) {
+    const vi bit = {1 << 0, 1 << 1, 1 << 2,  1 << 3,  1 << 4,  1 << 5,  1 << 6,  1 << 7,
+                    1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12, 1 << 13, 1 << 14, 1 << 15};
+    const vi b = m & bit;
+    vi8 lo, hi;
+    memcpy(&lo, &b, sizeof lo);
+    memcpy(&hi, (const char *)&b + sizeof lo, sizeof hi);
+    lo |= hi;
+    vi4 a, c;
+    memcpy(&a, &lo, sizeof a);
+    memcpy(&c, (const char *)&lo + sizeof a, sizeof c);
+    a |= c;
+    return (int)(a[0] | a[1] | a[2] | a[3]);
+}
+
+/* Row b's candidates s + (x[t] - l) for t in [t0, t1) that reach T, in index order, into the best list (NaN and
+   the banned token never). One that falls short of T cannot be chosen (at least k2 candidates reach it), so a
+   vector compare per W tokens finds the few to insert, rather than a test per token. */
+static void scan(const float *x, int64_t t0, int64_t t1, int64_t ban, float s, float l, float T, int64_t base,
+                 float *val, int64_t *idx, int64_t *have, int64_t k2) {
+    int64_t t = t0;
+    for (; t + W <= t1; t += W) {
+        for (int bits = lane_bits(splat(s) + (load(x + t) - splat(l)) >= splat(T)); bits; bits &= bits - 1) {
+            const int64_t u = t + __builtin_ctz((unsigned)bits);
+            const float c = s + (x[u] - l); /* the lane's value, bit for bit */
+            if (u != ban && (*have < k2 || c > val[k2 - 1])) insert(val, idx, have, k2, c, base + u);
+        }
+    }
+    for (; t < t1; t++) {
         const float c = s + (x[t] - l);
-        if (c == c && t != ban && (*have < k2 || c > val[k2 - 1])) insert(val, idx, have, k2, c, base + t);
+        if (c >= T && t != ban && (*have < k2 || c > val[k2 - 1])) insert(val, idx, have, k2, c, base + t);
     }
 }
 
@@ -153,7 +178,7 @@ static int beam_topk(const float *logits, int64_t ld, int64_t n, int64_t K, int6
             for (int64_t j = 0; j < nb; j++) {
                 if (!(s + (m[j] - l) >= T)) continue; /* NaN or no candidate reaching T */
                 const int64_t t0 = j * BW, t1 = t0 + BW < V ? t0 + BW : V;
-                scan(x, t0, t1, out, s, l, b * V, val, idx, &have, k2);
+                scan(x, t0, t1, out, s, l, T, b * V, val, idx, &have, k2);
             }
         }
         for (int64_t r = 0; r < k2; r++) {
