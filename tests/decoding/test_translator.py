@@ -153,6 +153,27 @@ def test_crafted_config_is_refused_before_allocating(tmp_path, monkeypatch):
     assert devices == ["meta"]
 
 
+def test_a_small_model_is_built_once_on_the_cpu_and_still_checked(tmp_path, monkeypatch):
+    """Below SKELETON_BYTES no meta-device skeleton (PyTorch's factories there import torch._dynamo on first use:
+    a second of every command's start): the model is built once, and its weights are checked all the same."""
+    from attnlab.runs import loading
+
+    run = write_run(tmp_path, *tiny())
+    devices = []
+    real = loading.build_model
+
+    def spy(*a, **kw):
+        devices.append(torch.empty(0).device.type)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(loading, "build_model", spy)
+    load_translator(run)
+    assert devices == ["cpu"]
+    edit_config(run, ffn_num_hiddens=24)
+    with pytest.raises(ValueError, match=r"ffn.dense1.weight has shape \(16, 8\) but the model expects \(24, 8\)"):
+        load_translator(run)
+
+
 def test_missing_and_unexpected_tensors_are_one_clear_error(tmp_path):
     model, src, tgt = tiny()
     run = write_run(tmp_path, model, src, tgt)

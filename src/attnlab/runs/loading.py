@@ -24,7 +24,7 @@ from attnlab.runs.checkpoints import list_checkpoints
 from attnlab.runs.config import read_run_config
 from attnlab.runs.generation import read_generation
 from attnlab.runs.layout import CONFIG_FILE, DEFAULT_RUN, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
-from attnlab.runs.weights import check_config_size, check_weights, load_weights
+from attnlab.runs.weights import check_config_size, check_weights, config_floats, load_weights
 from attnlab.utils.runtime import resolve_device
 
 
@@ -120,15 +120,22 @@ def load_model(
     return _load_model(run_dir, cfg, weights).to(device).eval(), cfg
 
 
+SKELETON_BYTES = 256 << 20  # a model past this is checked against its weights' header before it is built
+
+
 def _load_model(run_dir: Path, cfg: dict, weights: str | os.PathLike | None) -> Any:
     """The run's model with its weights (final, or `weights`: a checkpoint folder or a .safetensors file)."""
     model_cfg = cfg["model"]
-    # Its numbers first (building even on the meta device takes time per layer and table row), then built
-    # on the meta device: a config that asks for gigabytes (a hand-edited ffn_num_hiddens) is compared with
-    # the weights' header before a single parameter is allocated.
+    # Its numbers first (building even on the meta device takes time per layer and table row), then, for a
+    # config past SKELETON_BYTES, built on the meta device: one that asks for gigabytes (a hand-edited
+    # ffn_num_hiddens) is compared with the weights' header before a single parameter is allocated. A smaller
+    # one is built and compared at once: PyTorch's factories on the meta device import torch._dynamo on first
+    # use, a second of every command that loads a model.
     check_config_size(cfg["model_type"], model_cfg, 4, str(run_dir / CONFIG_FILE))
-    with torch.device("meta"):
-        skeleton = build_model(cfg["model_type"], model_cfg)
+    skeleton = None
+    if config_floats(model_cfg) * 4 > SKELETON_BYTES:
+        with torch.device("meta"):
+            skeleton = build_model(cfg["model_type"], model_cfg)
     if weights is None:
         weights_path = run_dir / WEIGHTS_FILE
         if not weights_path.is_file():
@@ -150,8 +157,11 @@ def _load_model(run_dir: Path, cfg: dict, weights: str | os.PathLike | None) -> 
             weights_path = weights_path / WEIGHTS_FILE
     extra = " and its vocabularies" if cfg["model_type"] in TRANSLATORS else ""
     what = f"{run_dir / CONFIG_FILE}{extra}"
-    check_weights(skeleton, weights_path, what, config=model_cfg)
+    if skeleton is not None:
+        check_weights(skeleton, weights_path, what, config=model_cfg)
     model = build_model(cfg["model_type"], model_cfg)
+    if skeleton is None:
+        check_weights(model, weights_path, what, config=model_cfg)
     load_weights(model, weights_path, what)
     return model
 
