@@ -24,7 +24,7 @@ def test_the_beam_kernel_builds_where_the_other_kernels_do():
     assert native.load("beam_topk") is not None, native.status("beam_topk")
 
 
-@pytest.mark.parametrize("K, V", [(1, 7), (2, 50), (4, 4000), (5, 33)])
+@pytest.mark.parametrize("K, V", [(1, 7), (2, 50), (4, 4000), (5, 33), (3, 130)])
 def test_beam_candidates_are_log_softmax_and_beam_step(K, V):
     g = torch.Generator().manual_seed(K * V)
     n = 6
@@ -96,7 +96,7 @@ def stable_top(row: list[float], k: int) -> tuple[list[float], list[int]]:
     return [-v for v, _ in ranked], [i for _, i in ranked]
 
 
-@pytest.mark.parametrize("V", [1, 5, 31, 32, 33, 100, 4000])
+@pytest.mark.parametrize("V", [1, 5, 31, 32, 33, 100, 127, 128, 129, 300, 4000])
 def test_top_logits_ties_nan_and_inf_against_a_stable_sort(V):
     """Few distinct values (ties within and across the kernel's blocks), NaN and -inf lanes, rows with fewer than k
     values that are not NaN: the k best by value then index, as a stable sort gives them."""

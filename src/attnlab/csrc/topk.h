@@ -59,19 +59,28 @@ static void scan(const float *x, int64_t t0, int64_t t1, int64_t ban, float s, f
 
 /* The largest of each BW-float block of row x (the tail's own), NaN lanes left out, into bm; returns the row's
    largest (-inf for a row of -inf or NaN). */
-#define BW (2 * W)
+#define BW (8 * W)
 static float block_maxima(const float *x, int64_t V, float *bm) {
     float m = -INFINITY;
     int64_t t = 0, j = 0;
     for (; t + BW <= V; t += BW, j++) {
-        const vf a = load(x + t), c = load(x + t + W);
-        const vf a0 = select(a == a, a, splat(-INFINITY)); /* NaN lanes out: c > NaN never holds */
-        const float b = hmax(select(c > a0, c, a0));
+        const vf a = load(x + t);
+        vf r = select(a == a, a, splat(-INFINITY)); /* NaN lanes out: c > NaN never holds */
+        for (int64_t w = W; w < BW; w += W) {
+            const vf c = load(x + t + w);
+            r = select(c > r, c, r);
+        }
+        const float b = hmax(r);
         bm[j] = b;
         m = b > m ? b : m;
     }
     if (t < V) {
-        float b = -INFINITY;
+        vf r = splat(-INFINITY);
+        for (; t + W <= V; t += W) {
+            const vf c = load(x + t);
+            r = select(c > r, c, r);
+        }
+        float b = hmax(r);
         for (; t < V; t++) b = x[t] > b ? x[t] : b;
         bm[j] = b;
         m = b > m ? b : m;
