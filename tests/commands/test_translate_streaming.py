@@ -120,19 +120,19 @@ def test_each_line_is_encoded_once_and_the_model_thawed_after(tiny_run, source, 
 
     from attnlab.decoding.translator import Translator
 
-    encodes, frozen, translate_tokens = [], [], Translator.translate_tokens
+    encodes, frozen, search = [], [], Translator.search
     real_encode = Translator.encode
 
     def encode(self, sentences, truncate=False):
         encodes.append(len(sentences))
         return real_encode(self, sentences, truncate)
 
-    def tokens(self, *args, **kwargs):
+    def searched(self, *args, **kwargs):
         frozen.append(gc.get_freeze_count())
-        return translate_tokens(self, *args, **kwargs)
+        return search(self, *args, **kwargs)
 
     monkeypatch.setattr(Translator, "encode", encode)
-    monkeypatch.setattr(Translator, "translate_tokens", tokens)
+    monkeypatch.setattr(Translator, "search", searched)
     lines = source.read_text(encoding="utf-8").splitlines()[:300]
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("".join(f"{s}\n" for s in lines).encode())))
     assert main(["translate", "--checkpoint", str(tiny_run), "--beam", "1"]) == 0
@@ -141,3 +141,28 @@ def test_each_line_is_encoded_once_and_the_model_thawed_after(tiny_run, source, 
     assert encodes == [len(lines)] and len(frozen) > 1
     # what was loaded sat out of the collector's passes while decoding, and is back in it afterwards
     assert min(frozen) > 0 and gc.get_freeze_count() == 0
+
+
+def test_plain_output_builds_no_translation_and_n_best_does(tiny_run, source, monkeypatch, capsys):
+    """Text alone (no --n-best, no --align): the workers' detokenized hypotheses are written as they are, with no
+    Translation (token lists, a copy of the best) built per line; --n-best still gets them, with the same text."""
+    import io
+
+    from attnlab.decoding.translator import Translator
+
+    built, translate_tokens = [], Translator.translate_tokens
+
+    def spy(self, *args, **kwargs):
+        found = translate_tokens(self, *args, **kwargs)
+        built.append(len(found))
+        return found
+
+    monkeypatch.setattr(Translator, "translate_tokens", spy)
+    lines = source.read_text(encoding="utf-8").splitlines()[:40]
+    outputs = []
+    for flags in ([], ["--n-best", "1"]):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("".join(f"{s}\n" for s in lines).encode())))
+        assert main(["translate", "--checkpoint", str(tiny_run), "--beam", "2", *flags]) == 0
+        outputs.append(capsys.readouterr().out.splitlines())
+    assert sum(built) == len(lines)  # the --n-best run's alone
+    assert outputs[0] == [row.split(" ||| ")[1] for row in outputs[1]]

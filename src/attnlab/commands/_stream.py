@@ -95,17 +95,17 @@ def check_cost(translator, texts: list[str], options, truncate: bool) -> list[li
 
 def write_translations(out: Lines, lines: list[str], todo: list[int], translate, windows: list[range],
                        n_best: bool, align: bool) -> None:  # fmt: skip
-    """Translate lines[todo[k]], one window of k at a time (`translate`: the window's line indices -> their
-    Translations), and write every input line's output in input order (an empty line's for each line not in
-    todo) as soon as it and every line before it are done."""
+    """Translate lines[todo[k]], one window of k at a time (`translate`: the window's line indices -> each line's
+    hypotheses, best first), and write every input line's output in input order (an empty line's for each line not
+    in todo) as soon as it and every line before it are done."""
     done, empty = 0, 0  # input lines whose output is written; translations with no text
     for window in windows:
         idx = [todo[k] for k in window]
         rows: list[str] = []
-        for i, t in zip(idx, translate(idx)):
-            empty += not t.text.strip()
+        for i, hyps in zip(idx, translate(idx)):
+            empty += not hyps[0].text.strip()
             rows += [row for blank in range(done, i) for row in format_lines(blank, None, n_best, align)]
-            rows += format_lines(i, t, n_best, align)
+            rows += format_lines(i, hyps, n_best, align)
             done = i + 1
         out.write(rows, done - out.written)
     rows = [row for blank in range(done, len(lines)) for row in format_lines(blank, None, n_best, align)]
@@ -130,14 +130,14 @@ def answer_lines(out: Lines, read_line, answer) -> None:
         index += 1
 
 
-def format_lines(index: int, t, n_best: bool, align: bool) -> list[str]:
-    """The output lines of one sentence's Translation (None: an empty input line): its text, or with n_best
-    one line per hypothesis (an empty input line: one row, empty, score nan)."""
+def format_lines(index: int, hyps: list | None, n_best: bool, align: bool) -> list[str]:
+    """The output lines of one sentence's hypotheses, best first (a Translation's `nbest`, or `Hypothesis`es with
+    their text; None: an empty input line): the first's text, or with n_best one line per hypothesis (an empty
+    input line: one row, empty, score nan)."""
     from attnlab.decoding.align import pharaoh
 
-    if t is None:
+    if hyps is None:
         return [" ||| ".join([str(index), "", "nan"] + ([""] if align else []))] if n_best else [""]
-    hyps = t.nbest or [t]
     if not n_best:
         hyps = hyps[:1]
     lines = []

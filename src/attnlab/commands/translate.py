@@ -142,9 +142,13 @@ def run(args) -> int:
     encoded = check_cost(translator, [lines[i] for i in todo], options, args.truncate)
     ids = dict(zip(todo, encoded)) if encoded is not None else None  # line index -> its source ids
 
-    def translate(texts: list[str], src_ids=None):
+    def translate(texts: list[str], src_ids=None) -> list[list]:  # each sentence's hypotheses, best first
         try:
-            return translator.translate_tokens(texts, truncate=args.truncate, options=scored, src_ids=src_ids)
+            if src_ids is None or n_best or args.align:
+                found = translator.translate_tokens(texts, truncate=args.truncate, options=scored, src_ids=src_ids)
+                return [t.nbest or [t] for t in found]
+            # The text alone: each worker detokenized its hypotheses; no Translation (tokens, alignment) is built.
+            return translator.search(src_ids, scored, texts=True)
         except OptionError as e:  # options these sentences cannot hold (a prefix past a limit...): name the flag
             raise ValueError(named(e)) from None
 
