@@ -247,3 +247,33 @@ def test_search_runs_without_the_cyclic_collector(monkeypatch):
     translator.search(translator.encode(["i'm home .", "go ."]), translator.options(beam=2))
     assert seen == {"target_ids": False, "search_batches": False}
     assert gc.isenabled()  # and on again after
+
+
+def test_long_inputs_of_one_row_per_sentence_take_the_larger_batches(monkeypatch):
+    """The precision's smaller batches (int8: 96) on a short input or under beam search; DEFAULT_BATCH_SIZE for
+    greedy and single samples of an input that gives every worker LONG_INPUT_BATCHES such batches; a batch size
+    asked for, as asked."""
+    import attnlab.decoding.translator as module
+
+    sizes = []
+
+    def spy(job, src_ids, options, prefixes, constraints, *, batch_size, workers, texts):
+        sizes.append(batch_size)
+        return [[module.Hypothesis([], 0.0, True, [])] for _ in src_ids]
+
+    monkeypatch.setattr(module, "search_batches", spy)
+    model, src, tgt = tiny()
+    translator = Translator(model, src, tgt)
+    translator.batch_size = 96
+    long = module.DEFAULT_BATCH_SIZE * module.LONG_INPUT_BATCHES * 2
+    ids = [[4, 5]] * long
+    greedy, beam = translator.options(beam=1), translator.options(beam=2)
+    sample, samples = translator.options(sample=True, seed=0), translator.options(sample=True, n_best=2, seed=0)
+    translator.search(ids, greedy, workers=2)
+    translator.search(ids[: long - 1], greedy, workers=2)  # one batch short for each of 2 workers
+    translator.search(ids, greedy, workers=3)
+    translator.search(ids, sample, workers=2)
+    translator.search(ids, samples, workers=2)  # two rows per sentence
+    translator.search(ids, beam, workers=2)
+    translator.search(ids, greedy, workers=2, batch_size=64)
+    assert sizes == [module.DEFAULT_BATCH_SIZE, 96, 96, module.DEFAULT_BATCH_SIZE, 96, 96, 64]
