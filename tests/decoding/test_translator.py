@@ -250,9 +250,9 @@ def test_search_runs_without_the_cyclic_collector(monkeypatch):
 
 
 def test_long_inputs_of_one_row_per_sentence_take_the_larger_batches(monkeypatch):
-    """The precision's smaller batches (int8: 96) on a short input or under beam search; DEFAULT_BATCH_SIZE for
-    greedy and single samples of an input that gives every worker LONG_INPUT_BATCHES such batches; a batch size
-    asked for, as asked."""
+    """The precision's smaller batches (int8: 96) on a short input or under beam search; for greedy and single
+    samples, as many sentences as give every worker LONG_INPUT_BATCHES batches (in steps of 32), up to
+    DEFAULT_BATCH_SIZE; a batch size asked for, as asked."""
     import attnlab.decoding.translator as module
 
     sizes = []
@@ -269,11 +269,16 @@ def test_long_inputs_of_one_row_per_sentence_take_the_larger_batches(monkeypatch
     ids = [[4, 5]] * long
     greedy, beam = translator.options(beam=1), translator.options(beam=2)
     sample, samples = translator.options(sample=True, seed=0), translator.options(sample=True, n_best=2, seed=0)
-    translator.search(ids, greedy, workers=2)
-    translator.search(ids[: long - 1], greedy, workers=2)  # one batch short for each of 2 workers
-    translator.search(ids, greedy, workers=3)
+    translator.search(ids, greedy, workers=2)  # 256 a batch, 4 batches a worker
+    translator.search(ids * 3, greedy, workers=2)  # never above 256
+    translator.search(ids[:1558], greedy, workers=2)  # 1,558 // 8 = 194: 192
+    translator.search(ids[:700], greedy, workers=2)  # 87: the precision's 96
+    translator.search(ids, greedy, workers=3)  # 2,048 // 12 = 170: 160
     translator.search(ids, sample, workers=2)
     translator.search(ids, samples, workers=2)  # two rows per sentence
     translator.search(ids, beam, workers=2)
     translator.search(ids, greedy, workers=2, batch_size=64)
-    assert sizes == [module.DEFAULT_BATCH_SIZE, 96, 96, module.DEFAULT_BATCH_SIZE, 96, 96, 64]
+    assert sizes == [256, 256, 192, 96, 160, 256, 96, 96, 64]
+    translator.batch_size = 256  # fp32's: as it is
+    translator.search(ids[:700], greedy, workers=2)
+    assert sizes[-1] == 256

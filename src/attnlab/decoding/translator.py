@@ -60,8 +60,8 @@ DEFAULT_BATCH_SIZE = 256
 # step"): int8's step is short enough that a smaller batch's working set staying in cache, and 2 workers
 # sharing 17 batches out more evenly than 9, pay (the figures: that section). Same outputs.
 BATCH_SIZE_BY_PRECISION = {"int8": 96}
-# ...except that greedy and single samples of an input long enough to give each worker this many batches of
-# DEFAULT_BATCH_SIZE are decoded in batches of that size (`Translator.search`).
+# ...except that greedy and single samples take larger batches where the input still gives each worker this many
+# (up to DEFAULT_BATCH_SIZE: `Translator.search`).
 LONG_INPUT_BATCHES = 4
 # On a GPU a step of thousands of rows costs about what one of a few hundred does (launches dominate): sort by
 # length and decode in batches of thousands (benchmarks/gpu/gpu_decode.py).
@@ -281,8 +281,8 @@ class Translator:
 
         Args:
             batch_size: sentences per batch (default `self.batch_size`: DEFAULT_BATCH_SIZE, or the
-                precision's own in BATCH_SIZE_BY_PRECISION; one row per sentence, greedy or one sample, on an
-                input that gives every worker LONG_INPUT_BATCHES batches of DEFAULT_BATCH_SIZE: that size).
+                precision's own in BATCH_SIZE_BY_PRECISION; for greedy or one sample per sentence, larger where
+                the input gives every worker LONG_INPUT_BATCHES such batches, up to DEFAULT_BATCH_SIZE).
             workers: decode this many batches at once, each on one torch thread: in this process and
                 forked worker processes kept for later calls, or in threads where forking is not safe
                 (`attnlab.decoding.batches`); default `self.workers`, whose default None means one per
@@ -309,18 +309,21 @@ class Translator:
             return nbest
 
     def _default_batch(self, n: int, options: DecodeOptions, workers: int | None) -> int:
-        """`self.batch_size`, or DEFAULT_BATCH_SIZE where it is larger and the input long enough (see `search`).
+        """`self.batch_size`; for one row per sentence (greedy, one sample), as many sentences as give every worker
+        LONG_INPUT_BATCHES batches, in steps of 32, between that and DEFAULT_BATCH_SIZE (see `search`).
+
         A batch of one row per sentence runs until its longest output ends, a step of a few rows costing nearly
-        what one of many does: a sample that rambles keeps its batch going (sampling top-k 10, the laptop
-        model, 10,000 lines, 2 workers: 8-15 % less time in batches of 192-256 than of 96; greedy: within the
-        noise). A short input keeps the smaller batches, which share out more evenly among the workers
-        (BATCH_SIZE_BY_PRECISION)."""
+        what one of many does, so that a sample that rambles keeps its batch going. The laptop model, int8, 2
+        workers, median time: 1,558 sentences, sampling top-k 10 7 % less in batches of 128-192 than of 96,
+        greedy 3-5 %; 10,000 sentences, sampling 8-15 % less in batches of 192-256, greedy within the noise. A
+        short input keeps the smaller batches, which share out more evenly among the workers, as a beam's
+        rows (BATCH_SIZE_BY_PRECISION) do."""
         size = self.batch_size
         one_row = options.beam == 1 and (not options.sample or options.n_best == 1) and not options.constraints
-        every = workers or torch.get_num_threads()
-        if one_row and size < DEFAULT_BATCH_SIZE and n >= DEFAULT_BATCH_SIZE * LONG_INPUT_BATCHES * every:
-            return DEFAULT_BATCH_SIZE
-        return size
+        if not one_row or size >= DEFAULT_BATCH_SIZE:
+            return size
+        share = n // (LONG_INPUT_BATCHES * (workers or torch.get_num_threads())) // 32 * 32
+        return min(DEFAULT_BATCH_SIZE, max(size, share))
 
     def encode_targets(
         self, src_ids: Sequence[Sequence[int]], options: DecodeOptions
