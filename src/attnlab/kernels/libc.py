@@ -71,8 +71,8 @@ def keep_freed_memory() -> bool:
     threshold free, so every step pays the kernel to fault in and zero pages it just gave back. `attnlab
     translate` of 20,000 greedy sentences on 2 cores (`/usr/bin/time`): 430,000-760,000 page faults and
     1.3-1.9 s of system time without this call, 170,000 and 0.5-0.6 s with it (what a caching allocator, as
-    CTranslate2's, gives). What it keeps is bounded by the process's peak use; a
-    server's idle `malloc_trim` still returns it."""
+    CTranslate2's, gives). What it keeps is bounded by the process's peak use; a server's idle `malloc_trim`
+    still returns it."""
     if _MALLOPT is None:
         return False
     return bool(_MALLOPT(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(_MALLOPT(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
