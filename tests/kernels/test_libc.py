@@ -34,7 +34,9 @@ GROWING_BLOCKS = textwrap.dedent("""
 
 
 def _faults(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", GROWING_BLOCKS, mode], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", GROWING_BLOCKS, mode], capture_output=True, text=True, check=True, timeout=120
+    )
     return int(out.stdout)
 
 

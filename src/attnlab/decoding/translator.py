@@ -60,9 +60,7 @@ DEFAULT_BATCH_SIZE = 256
 # step"): int8's step is short enough that a smaller batch's working set staying in cache, and 2 workers
 # sharing 17 batches out more evenly than 9, pay (the figures: that section). Same outputs.
 BATCH_SIZE_BY_PRECISION = {"int8": 96}
-# ...except that greedy and single samples take larger batches where the input still gives each worker this many
-# (up to DEFAULT_BATCH_SIZE: `Translator.search`).
-LONG_INPUT_BATCHES = 4
+LONG_INPUT_BATCHES = 4  # greedy and single samples: larger batches while each worker still gets this many
 # On a GPU a step of thousands of rows costs about what one of a few hundred does (launches dominate): sort by
 # length and decode in batches of thousands (benchmarks/gpu/gpu_decode.py).
 CUDA_BATCH_SIZE = 4096
