@@ -107,12 +107,26 @@ def _stdin_line() -> str | None:
     return _utf8([raw.rstrip(b"\r\n")], "stdin line")[0]
 
 
+def _hypotheses(translator, texts: list[str], src_ids, options, truncate: bool, whole: bool) -> list[list]:
+    """Each sentence's hypotheses, best first: Translations (their n-best lists) where `whole` (--n-best, --align)
+    or the sentences are not encoded yet (--truncate); else the hypotheses themselves, which the workers
+    detokenized: the text alone needs no Translation (token lists, a copy of the best) per line."""
+    from attnlab.decoding.options import OptionError
+
+    try:
+        if whole or src_ids is None:
+            found = translator.translate_tokens(texts, truncate=truncate, options=options, src_ids=src_ids)
+            return [t.nbest or [t] for t in found]
+        return translator.search(src_ids, options, texts=True)
+    except OptionError as e:  # options these sentences cannot hold (a prefix past a limit...): name the flag
+        raise ValueError(named(e)) from None
+
+
 def run(args) -> int:
     import torch
 
     from attnlab.data.prepared.encoders import sigterm_unwinds
     from attnlab.decoding.batches import paced_windows
-    from attnlab.decoding.options import OptionError
     from attnlab.runs.loading import open_translator
     from attnlab.utils.runtime import gc_frozen
 
@@ -142,15 +156,8 @@ def run(args) -> int:
     encoded = check_cost(translator, [lines[i] for i in todo], options, args.truncate)
     ids = dict(zip(todo, encoded)) if encoded is not None else None  # line index -> its source ids
 
-    def translate(texts: list[str], src_ids=None) -> list[list]:  # each sentence's hypotheses, best first
-        try:
-            if src_ids is None or n_best or args.align:
-                found = translator.translate_tokens(texts, truncate=args.truncate, options=scored, src_ids=src_ids)
-                return [t.nbest or [t] for t in found]
-            # The text alone: each worker detokenized its hypotheses; no Translation (tokens, alignment) is built.
-            return translator.search(src_ids, scored, texts=True)
-        except OptionError as e:  # options these sentences cannot hold (a prefix past a limit...): name the flag
-            raise ValueError(named(e)) from None
+    def translate(texts: list[str], src_ids=None) -> list[list]:
+        return _hypotheses(translator, texts, src_ids, scored, args.truncate, whole=n_best or args.align)
 
     def window(idx: list[int]):  # a window of stdin's or the arguments' lines, encoded once already
         return translate([lines[i] for i in idx], None if ids is None else [ids[i] for i in idx])
