@@ -317,7 +317,7 @@ class Translator:
         short input keeps the smaller batches, which share out more evenly among the workers, as a beam's
         rows (BATCH_SIZE_BY_PRECISION) do."""
         size = self.batch_size
-        one_row = options.beam == 1 and (not options.sample or options.n_best == 1) and not options.constraints
+        one_row = options.beam == 1 and options.n_best == 1 and not options.constraints  # n_best <= beam unsampled
         if not one_row or size >= DEFAULT_BATCH_SIZE:
             return size
         share = n // (LONG_INPUT_BATCHES * (workers or torch.get_num_threads())) // 32 * 32

@@ -42,15 +42,23 @@ def die_with_parent() -> bool:
     return False
 
 
-def _glibc(name: str) -> Callable[..., int] | None:
-    lib = ctypes.util.find_library("c")
+def _glibc(lib: ctypes.CDLL | None, name: str) -> Callable[..., int] | None:
     try:
-        return getattr(ctypes.CDLL(lib), name) if lib else None
-    except (OSError, AttributeError):  # not glibc: no such call
+        return getattr(lib, name) if lib is not None else None
+    except AttributeError:  # not glibc: no such call
         return None
 
 
-_TRIM, _MALLOPT = _glibc("malloc_trim"), _glibc("mallopt")
+def _c_library() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")  # a search of the linker's cache (a subprocess): once
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+_LIBC = _c_library()
+_TRIM, _MALLOPT = _glibc(_LIBC, "malloc_trim"), _glibc(_LIBC, "mallopt")
 
 
 def malloc_trim() -> bool:
