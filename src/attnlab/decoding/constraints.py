@@ -23,7 +23,8 @@ counts once it occurs anywhere in the output (occurrences may overlap: "le" and 
    candidates among the first K and keeps the first K others live: a hypothesis that holds every phrase
    ends once <eos> leads the fullest bank, however far behind the unconstrained continuations it is. A
    sentence is done once K hypotheses finished and no live one that may end (holds every phrase) could
-   still beat the worst of them (`Search.endable`).
+   still beat the worst of them (`Search.endable`), or once no live one could rank among the n_best it
+   returns at any length (`BeamLoop._settled`).
 
 At the length limit the loop cuts the first K candidates; an output is chosen among the finished ones by the
 number of phrases produced first, then score (so in an n-best list, a runner-up cut at the limit may

@@ -8,10 +8,11 @@ Per step: the model's logits for every live row -> log_softmax -> the bans (`pro
 the first K others stay live; at a sentence's length limit its first K candidates finish as they are. A
 sentence is done once K hypotheses finished and, unless `early_stopping`, no live one could beat the worst
 of them at its current length (`transformers`' default heuristic: best live total / length ** penalty <=
-worst finished), or at its limit. Done sentences leave the batch (at once, or once the strategy's `compact`
-fraction of it is done): every cache drops their rows (`reorder_state`); live hypotheses that change parents
-reorder only the growing caches (`same_sources=True`). The model is called only through the decoding
-protocol (`attnlab.decoding.protocol`).
+worst finished), or at its limit, or once its output is settled: the n_best it returns have finished and no
+live one could rank among them at any length (its total / limit ** penalty below them). Done sentences
+leave the batch (at once, or once the strategy's `compact` fraction of it is done): every cache drops their
+rows (`reorder_state`); live hypotheses that change parents reorder only the growing caches
+(`same_sources=True`). The model is called only through the decoding protocol (`attnlab.decoding.protocol`).
 
 Two modes over that shared start, shrink and reorder, as Hugging Face's `_sample` and `_beam_search`; the
 strategy declares which (`Search.single`):

@@ -27,6 +27,8 @@ from attnlab.decoding.trace import trace_step
 
 __all__ = ["BeamLoop", "Loop", "RowLoop"]
 
+SETTLE_MARGIN = 1e-4  # `BeamLoop._settled`: how far below the n_best-th finished score a live bound must be
+
 
 class Loop:
     """What both modes share: n live sentences (units) of K rows each, the model's state and the rows' next
@@ -38,7 +40,7 @@ class Loop:
     def __init__(self, model, search: Search, options: DecodeOptions, *, bans: list[Processor], eos: int,
                  limits: list[int], copies: int, trace: list | None):  # fmt: skip
         self.model, self.search, self.bans, self.eos, self.limits = model, search, bans, eos, limits
-        self.alpha, self.early = options.length_penalty, options.early_stopping
+        self.alpha, self.early, self.n_best = options.length_penalty, options.early_stopping, options.n_best
         self.copies, self.trace, self.K = copies, trace, search.K
         self.first_limit = min(limits)
         self.finished: list[list[Finished]] = [[] for _ in limits]
@@ -226,6 +228,9 @@ class BeamLoop(Loop):
         self.limit_t = torch.tensor(self.limits, device=device)  # (U,) each unit's last step + 1
         self.nfin = torch.zeros(len(self.limits), dtype=torch.long, device=device)  # (U,) finished hypotheses held
         self.worst = torch.full((len(self.limits),), math.inf, dtype=torch.float64, device=device)  # (U,) their worst
+        # (U,) the n_best-th best finished score (-inf: fewer), and the length ** penalty of each unit's limit
+        self.nth = torch.full((len(self.limits),), -math.inf, dtype=torch.float64, device=device)
+        self.reach = self.limit_t.double() ** self.alpha
 
     def _start_prefix(self, tokens: Tensor, lprobs: Tensor) -> None:
         self.hist.start(tokens, lprobs)
@@ -284,14 +289,17 @@ class BeamLoop(Loop):
             self.nfin[units] = torch.tensor([len(f) for f in touched.values()], device=hits.device)
             worst = [min(e.score for e in f) for f in touched.values()]
             self.worst[units] = torch.tensor(worst, dtype=torch.float64, device=hits.device)
+            nth = [sorted((e.score for e in f), reverse=True)[self.n_best - 1] if len(f) >= self.n_best else -math.inf
+                   for f in touched.values()]  # fmt: skip
+            self.nth[units] = torch.tensor(nth, dtype=torch.float64, device=hits.device)
         return accepted
 
     def _done_sentences(self, step, cands, live, live_scores, records) -> Tensor:
         """(n,) the sentences done after this step: cut at their limit (their first K candidates finish as
         they are), or K finished and (early stopping, or no live hypothesis that could still beat the worst
-        of them: best live total / length ** penalty <= worst finished, in float64 as the scores are). Only a
-        live hypothesis that could end now is a rival (`Search.endable`: one that lacks a constraint phrase
-        cannot; counting it kept sentences to their length limit)."""
+        of them: best live total / length ** penalty <= worst finished, in float64 as the scores are), or
+        settled (`_settled`). Only a live hypothesis that could end now is a rival (`Search.endable`: one that
+        lacks a constraint phrase cannot; counting it kept sentences to their length limit)."""
         best = live_scores.max(dim=1).values  # (n,)
         units = self.active_t
         full = self.nfin.index_select(0, units) >= self.K
@@ -299,7 +307,7 @@ class BeamLoop(Loop):
             endable = self.search.endable()
             rival = best if endable is None else live_scores.masked_fill(~endable, float("-inf")).max(dim=1).values
             full &= rival.double() / (step + 1) ** self.alpha <= self.worst.index_select(0, units)
-        ended = full | (best == float("-inf"))
+        ended = full | self._settled(best, units) | (best == float("-inf"))
         if self.dead:  # still in a batch that cannot shrink
             ended &= ~self.done
         if step + 1 >= self.first_limit:
@@ -310,6 +318,16 @@ class BeamLoop(Loop):
                 self._cut(step, i, cands, live, records)
             ended |= limit
         return ended
+
+    def _settled(self, best: Tensor, units: Tensor) -> Tensor:
+        """(n,) the sentences whose output can no longer change: the n_best hypotheses they return have
+        finished, and no continuation of a live one could rank among them. A log-probability is at most 0, so
+        a live total T ends no higher than T / limit ** penalty (`transformers`' exact bound, its
+        early_stopping="never", held to the n_best returned rather than all K kept); a finished hypothesis
+        that ended holds every constraint phrase, so the ranking's first key ties. SETTLE_MARGIN: the C
+        pass's log-probability of a certain token may round a few ulps above 0."""
+        reach = best.double() / self.reach.index_select(0, units)
+        return reach < self.nth.index_select(0, units) - SETTLE_MARGIN
 
     def _cut(self, step: int, i: int, cands: Candidates, live: Tensor, records) -> None:
         """At the limit, sentence i's live hypotheses among its first K candidates finish unended."""
