@@ -86,6 +86,11 @@ class Progress:
             return sorted({phrases[c][n] for c, n in self.partial})
         return sorted({p[0] for p, m in zip(phrases, self.met) if not m})
 
+    def moves(self, phrases: list[list[int]]) -> list[int]:
+        """The tokens that change it, sorted: the next of each phrase it is inside and the first of each unmet
+        one. Any other token only ends the phrases it is inside (`advance` gives Progress(met, ()))."""
+        return sorted({phrases[c][n] for c, n in self.partial} | {p[0] for p, m in zip(phrases, self.met) if not m})
+
     def advance(self, phrases: list[list[int]], token: int) -> Progress:
         """The progress after appending `token`: every phrase it continues moves on, every unmet phrase it
         begins starts; one that ends is met (of identical phrases, one per occurrence)."""
@@ -131,8 +136,8 @@ class PhraseTable:
     indexed by id: a hypothesis' progress is one id, so a step's bookkeeping is gathers, not Python objects.
 
     bank (S,): constraint tokens produced; done (S,): every phrase met; met (S,): phrases met; want (S, W):
-    the tokens that would advance it (-1: none); tokens (S, T): every token of its unit's phrases (-2: none, so
-    that no candidate's token, a missing wanted one's -1 included, matches it)
+    the tokens that would advance it (-1: none); tokens (S, T): the tokens that change it (`Progress.moves`;
+    -2: none, so that no candidate's token, a missing wanted one's -1 included, matches it)
     and nxt (S, T) the id after each; reset (S,): the id after any other token. The rows of `tokens`,
     `nxt` and `reset` are filled once a progress is held by a hypothesis (`expand`); new rows reach the
     tensors once per step (`flush`), not one small write each.
@@ -141,14 +146,13 @@ class PhraseTable:
         >>> t = PhraseTable([[[5, 6], [9]]], torch.device("cpu"))
         >>> s = t.id(0, Progress.start(2)); t.expand([s]); t.flush()
         >>> t.want[s].tolist(), t.bank[t.nxt[s, 0]].item(), t.tokens[s].tolist()   # after 5: "5 6" begun
-        ([5, 9], 1, [5, 6, 9])
+        ([5, 9], 1, [5, 9, -2])
     """
 
     def __init__(self, phrases: list[list[list[int]]], device: torch.device):
         self.phrases, self.device = phrases, device
-        self.unit_tokens = [sorted({t for p in ph for t in p}) for ph in phrases]
         self.W = max([len(ph) for ph in phrases] + [1])
-        self.T = max([len(t) for t in self.unit_tokens] + [1])
+        self.T = max([len({t for p in ph for t in p}) for ph in phrases] + [1])  # at most a unit's distinct tokens
         self.ids: dict[tuple[int, Progress], int] = {}
         self.progress: list[Progress] = []
         self.unit: list[int] = []
@@ -187,10 +191,11 @@ class PhraseTable:
         for s in todo:
             self.expanded[s] = True
             u, p = self.unit[s], self.progress[s]
-            phrases, tokens = self.phrases[u], self.unit_tokens[u]
-            pad = [-2] * (self.T - len(tokens))
-            toks.append(tokens + pad)
-            nxt.append([self.id(u, p.advance(phrases, t)) for t in tokens] + [0] * len(pad))
+            phrases = self.phrases[u]
+            moves = p.moves(phrases)
+            pad = self.T - len(moves)
+            toks.append(moves + [-2] * pad)
+            nxt.append([self.id(u, p.advance(phrases, t)) for t in moves] + [0] * pad)
             reset.append(self.id(u, Progress(p.met, ()) if p.partial else p))
         self.flush()
         rows = torch.tensor(todo, device=self.device)
