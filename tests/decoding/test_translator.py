@@ -250,9 +250,9 @@ def test_search_runs_without_the_cyclic_collector(monkeypatch):
 
 
 def test_long_inputs_of_one_row_per_sentence_take_the_larger_batches(monkeypatch):
-    """The precision's smaller batches (int8: 96) on a short input or under beam search; for greedy and single
-    samples, as many sentences as give every worker LONG_INPUT_BATCHES batches (in steps of 32), up to
-    DEFAULT_BATCH_SIZE; a batch size asked for, as asked."""
+    """The precision's smaller batches (int8: 96) on a short input or for several samples a sentence; else as
+    many sentences as give every worker LONG_INPUT_BATCHES batches (in steps of 32), up to DEFAULT_BATCH_SIZE
+    and BEAM_ROWS rows (beam 4: 192; beam 8: the precision's 96); a batch size asked for, as asked."""
     import attnlab.decoding.translator as module
 
     sizes = []
@@ -276,9 +276,12 @@ def test_long_inputs_of_one_row_per_sentence_take_the_larger_batches(monkeypatch
     translator.search(ids, greedy, workers=3)  # 2,048 // 12 = 170: 160
     translator.search(ids, sample, workers=2)
     translator.search(ids, samples, workers=2)  # two rows per sentence
-    translator.search(ids, beam, workers=2)
+    translator.search(ids, beam, workers=2)  # 2 rows a sentence: 256
+    translator.search(ids, translator.options(beam=4), workers=2)  # 768 // 4 = 192
+    translator.search(ids[:1000], translator.options(beam=4), workers=2)  # 1,000 // 8 = 125: 96
+    translator.search(ids, translator.options(beam=8), workers=2)  # 768 // 8 = 96
     translator.search(ids, greedy, workers=2, batch_size=64)
-    assert sizes == [256, 256, 192, 96, 160, 256, 96, 96, 64]
+    assert sizes == [256, 256, 192, 96, 160, 256, 96, 256, 192, 96, 96, 64]
     translator.batch_size = 256  # fp32's: as it is
     translator.search(ids[:700], greedy, workers=2)
     assert sizes[-1] == 256

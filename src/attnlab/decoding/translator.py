@@ -60,7 +60,8 @@ DEFAULT_BATCH_SIZE = 256
 # step"): int8's step is short enough that a smaller batch's working set staying in cache, and 2 workers
 # sharing 17 batches out more evenly than 9, pay (the figures: that section). Same outputs.
 BATCH_SIZE_BY_PRECISION = {"int8": 96}
-LONG_INPUT_BATCHES = 4  # greedy and single samples: larger batches while each worker still gets this many
+LONG_INPUT_BATCHES = 4  # larger batches while each worker still gets this many (`Translator._default_batch`)
+BEAM_ROWS = 768  # ... of at most this many rows of a beam (K a sentence): 192 sentences at beam 4
 # On a GPU a step of thousands of rows costs about what one of a few hundred does (launches dominate): sort by
 # length and decode in batches of thousands (benchmarks/gpu/gpu_decode.py).
 CUDA_BATCH_SIZE = 4096
@@ -279,8 +280,7 @@ class Translator:
 
         Args:
             batch_size: sentences per batch (default `self.batch_size`: DEFAULT_BATCH_SIZE, or the
-                precision's own in BATCH_SIZE_BY_PRECISION; for greedy or one sample per sentence, larger where
-                the input gives every worker LONG_INPUT_BATCHES such batches, up to DEFAULT_BATCH_SIZE).
+                precision's own in BATCH_SIZE_BY_PRECISION, larger on long inputs: `_default_batch`).
             workers: decode this many batches at once, each on one torch thread: in this process and
                 forked worker processes kept for later calls, or in threads where forking is not safe
                 (`attnlab.decoding.batches`); default `self.workers`, whose default None means one per
@@ -307,21 +307,19 @@ class Translator:
             return nbest
 
     def _default_batch(self, n: int, options: DecodeOptions, workers: int | None) -> int:
-        """`self.batch_size`; for one row per sentence (greedy, one sample), as many sentences as give every worker
-        LONG_INPUT_BATCHES batches, in steps of 32, between that and DEFAULT_BATCH_SIZE (see `search`).
+        """`self.batch_size`, or more sentences where that still gives every worker LONG_INPUT_BATCHES batches
+        (in steps of 32), up to DEFAULT_BATCH_SIZE and BEAM_ROWS rows; several samples per sentence keep it.
 
-        A batch of one row per sentence runs until its longest output ends, a step of a few rows costing nearly
-        what one of many does, so that a sample that rambles keeps its batch going. The laptop model, int8, 2
-        workers, median time: 1,558 sentences, sampling top-k 10 7 % less in batches of 128-192 than of 96,
-        greedy 3-5 %; 10,000 sentences, sampling 8-15 % less in batches of 192-256, greedy within the noise. A
-        short input keeps the smaller batches, which share out more evenly among the workers, as a beam's
-        rows (BATCH_SIZE_BY_PRECISION) do."""
-        size = self.batch_size
-        one_row = options.beam == 1 and options.n_best == 1 and not options.constraints  # n_best <= beam unsampled
-        if not one_row or size >= DEFAULT_BATCH_SIZE:
+        A batch runs until its longest output ends, a step of a few rows costing nearly what one of many does,
+        while smaller batches share out more evenly among the workers. The laptop model, int8, 2 workers, median
+        time: 1,558 sentences, sampling top-k 10 7 % less in batches of 128-192 than of 96, greedy 3-5 %, beam 4
+        5-8 % in batches of 192; 10,000 sentences, sampling 8-15 % less in batches of 192-256, greedy within the
+        noise; 9,348 sentences, beam 4 at 96-192 within the noise; beam 4 at 256 11-18 % slower than at 96-192."""
+        size, rows = self.batch_size, options.n_best if options.sample else options.beam  # rows a sentence
+        if size >= DEFAULT_BATCH_SIZE or (options.sample and rows > 1):
             return size
         share = n // (LONG_INPUT_BATCHES * (workers or torch.get_num_threads())) // 32 * 32
-        return min(DEFAULT_BATCH_SIZE, max(size, share))
+        return max(size, min(DEFAULT_BATCH_SIZE, BEAM_ROWS // rows, share))
 
     def encode_targets(
         self, src_ids: Sequence[Sequence[int]], options: DecodeOptions
