@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -75,23 +76,23 @@ class Progress:
     def done(self) -> bool:
         return all(self.met)
 
-    def produced(self, phrases: list[list[int]]) -> int:
+    def produced(self, phrases: Sequence[Sequence[int]]) -> int:
         """Constraint tokens produced: whole phrases met plus the furthest progress into one (the bank)."""
         return sum(len(p) for p, m in zip(phrases, self.met) if m) + max((n for _, n in self.partial), default=0)
 
-    def wanted(self, phrases: list[list[int]]) -> list[int]:
+    def wanted(self, phrases: Sequence[Sequence[int]]) -> list[int]:
         """Tokens that would advance a phrase: the next of each phrase it is inside, else the first of each
         unmet one."""
         if self.partial:
             return sorted({phrases[c][n] for c, n in self.partial})
         return sorted({p[0] for p, m in zip(phrases, self.met) if not m})
 
-    def moves(self, phrases: list[list[int]]) -> list[int]:
+    def moves(self, phrases: Sequence[Sequence[int]]) -> list[int]:
         """The tokens that change it, sorted: the next of each phrase it is inside and the first of each unmet
         one. Any other token only ends the phrases it is inside (`advance` gives Progress(met, ()))."""
         return sorted({phrases[c][n] for c, n in self.partial} | {p[0] for p, m in zip(phrases, self.met) if not m})
 
-    def advance(self, phrases: list[list[int]], token: int) -> Progress:
+    def advance(self, phrases: Sequence[Sequence[int]], token: int) -> Progress:
         """The progress after appending `token`: every phrase it continues moves on, every unmet phrase it
         begins starts; one that ends is met (of identical phrases, one per occurrence)."""
         moved = [(c, n + 1) for c, n in self.partial if phrases[c][n] == token]
@@ -151,6 +152,7 @@ class PhraseTable:
 
     def __init__(self, phrases: list[list[list[int]]], device: torch.device):
         self.phrases, self.device = phrases, device
+        self.shapes = [_shape(ph) for ph in phrases]  # each unit's (pattern, its tokens)
         self.W = max([len(ph) for ph in phrases] + [1])
         self.T = max([len({t for p in ph for t in p}) for ph in phrases] + [1])  # at most a unit's distinct tokens
         self.ids: dict[tuple[int, Progress], int] = {}
@@ -158,7 +160,6 @@ class PhraseTable:
         self.unit: list[int] = []
         self.rows: list[tuple[int, bool, int, list[int]]] = []  # (bank, done, met, want) not yet in the tensors
         self.expanded: list[bool] = []
-        self.max_bank = 0
         empty = torch.empty(0, dtype=torch.long, device=device)
         self.bank, self.met, self.reset = empty, empty, empty
         self.done = torch.empty(0, dtype=torch.bool, device=device)
@@ -176,9 +177,9 @@ class PhraseTable:
             self.progress.append(p)
             self.unit.append(u)
             self.expanded.append(False)
-            bank = p.produced(self.phrases[u])
-            self.max_bank = max(self.max_bank, bank)
-            self.rows.append((bank, p.done, sum(p.met), p.wanted(self.phrases[u])))
+            pattern, tokens = self.shapes[u]
+            bank, wanted = _summary(pattern, p)
+            self.rows.append((bank, p.done, sum(p.met), sorted(tokens[t] for t in wanted)))
         return s
 
     def expand(self, ids) -> None:
@@ -191,12 +192,12 @@ class PhraseTable:
         for s in todo:
             self.expanded[s] = True
             u, p = self.unit[s], self.progress[s]
-            phrases = self.phrases[u]
-            moves = p.moves(phrases)
+            pattern, tokens = self.shapes[u]
+            moves, after, other = _transitions(pattern, p)
             pad = self.T - len(moves)
-            toks.append(moves + [-2] * pad)
-            nxt.append([self.id(u, p.advance(phrases, t)) for t in moves] + [0] * pad)
-            reset.append(self.id(u, Progress(p.met, ()) if p.partial else p))
+            toks.append([tokens[t] for t in moves] + [-2] * pad)
+            nxt.append([self.id(u, q) for q in after] + [0] * pad)
+            reset.append(self.id(u, other))
         self.flush()
         rows = torch.tensor(todo, device=self.device)
         self.filled[rows] = True
@@ -220,6 +221,35 @@ class PhraseTable:
         self.tokens = torch.cat([self.tokens, torch.full((m, self.T), -2, device=dev)])
         self.nxt = torch.cat([self.nxt, torch.zeros((m, self.T), dtype=torch.long, device=dev)])
         self.reset = torch.cat([self.reset, torch.zeros(m, dtype=torch.long, device=dev)])
+
+
+Pattern = tuple[tuple[int, ...], ...]
+
+
+def _shape(phrases: list[list[int]]) -> tuple[Pattern, list[int]]:
+    """A unit's phrases as a pattern of local tokens (numbered by first appearance) and the token each stands
+    for: a progress and its moves depend on which tokens are equal, not on which they are, so units of the same
+    pattern ("je" or "chat": one phrase of one token) share `_transitions` and `_summary`.
+
+    Examples:
+        >>> _shape([[40, 7], [7]])
+        (((0, 1), (1,)), [40, 7])
+    """
+    local: dict[int, int] = {}
+    return tuple(tuple(local.setdefault(t, len(local)) for t in p) for p in phrases), list(local)
+
+
+@lru_cache(maxsize=1 << 16)
+def _transitions(pattern: Pattern, p: Progress) -> tuple[tuple[int, ...], tuple[Progress, ...], Progress]:
+    """p's moves in a pattern's local tokens, the progress after each, and the progress after any other token."""
+    moves = p.moves(pattern)
+    return tuple(moves), tuple(p.advance(pattern, t) for t in moves), Progress(p.met, ()) if p.partial else p
+
+
+@lru_cache(maxsize=1 << 16)
+def _summary(pattern: Pattern, p: Progress) -> tuple[int, tuple[int, ...]]:
+    """p's bank (constraint tokens produced) and its wanted tokens, in a pattern's local tokens."""
+    return p.produced(pattern), tuple(p.wanted(pattern))
 
 
 class ConstrainedBeamSearch(Search):
