@@ -278,25 +278,25 @@ class ConstrainedBeamSearch(Search):
             first.append(table.id(u, p))
             fresh.append(table.id(u, fresh_p))
         table.expand(first + fresh)
-        self.state = torch.tensor(first, device=device)[:, None].repeat(1, self.K)  # (U, K) progress ids
-        self.fresh = torch.tensor(fresh, device=device)  # (U,)
+        # Per live sentence, in the loop's order (every unit at the start; `keep` drops those that leave).
+        self.state = torch.tensor(first, device=device)[:, None].repeat(1, self.K)  # (n, K) progress ids
+        self.fresh = torch.tensor(fresh, device=device)  # (n,)
+        beam_ids = torch.arange(self.K, device=device)  # the beam of each hypothesis' own best and wanted tokens:
+        self.own = torch.cat([beam_ids, beam_ids.repeat_interleave(table.W)])  # (K + K*W,)
         return table
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor, state: SearchState) -> Candidates:
         n, K, _ = lprobs.shape
         dev = lprobs.device
         table = self.table if self.table is not None else self._start(dev)
-        units = torch.tensor(state.sentences, device=dev)
-        st = self.state.index_select(0, units)  # (n, K) each hypothesis' progress
+        st = self.state  # (n, K) each hypothesis' progress
         banned = ~table.done.take(st)  # (n, K) no <eos> before every phrase
         # Candidates, in the order a tie keeps: the 2K best overall, each hypothesis' own best, the tokens
         # that advance its phrases (a (beam, token) met twice: its first place).
         found = self._from_logits if self.raw_logits else self._from_lprobs
         cs, cb, ct, clp = found(lprobs, scores, banned, table.want.index_select(0, st.view(-1)).view(n, K, -1))
         rows = PhraseRows(table.tokens, table.nxt, table.reset, table.bank)
-        fresh = self.fresh.index_select(0, units)
-        cand_scores, tokens, beams, lp, self._cands = deal((cs, cb, ct, clp), st, rows, self.eos, 2 * K, fresh)
-        self._units = units
+        cand_scores, tokens, beams, lp, self._cands = deal((cs, cb, ct, clp), st, rows, self.eos, 2 * K, self.fresh)
         return Candidates(cand_scores.to(scores.dtype), tokens, beams, lp)
 
     def _from_lprobs(self, lprobs: Tensor, scores: Tensor, banned: Tensor, want: Tensor) -> tuple[Tensor, ...]:
@@ -310,9 +310,8 @@ class ConstrainedBeamSearch(Search):
         top_s, idx = total.reshape(n, K * V).topk(min(2 * K, K * V), dim=1)
         best_s, best_t = total.max(dim=-1)  # (n, K)
         want_s = total.gather(2, want.clamp(min=0)).masked_fill(want < 0, neg_inf)
-        beam_ids = torch.arange(K, device=lprobs.device)
         cs = torch.cat([top_s, best_s, want_s.reshape(n, -1)], dim=1)
-        cb = torch.cat([idx // V, beam_ids.expand(n, K), beam_ids.repeat_interleave(want.shape[2]).expand(n, -1)], 1)
+        cb = torch.cat([idx // V, self.own.expand(n, -1)], dim=1)
         ct = torch.cat([idx % V, best_t, want.reshape(n, -1)], dim=1)
         clp = lprobs.reshape(n, K * V).gather(1, cb * V + ct.clamp(min=0))
         return cs, cb, ct, clp
@@ -330,20 +329,23 @@ class ConstrainedBeamSearch(Search):
         want_lp = logits.gather(2, want.clamp(min=0)).float() - lse.view(n, K, 1)
         skip = (want < 0) | ((want == self.eos) & banned[:, :, None])
         want_s = (scores[:, :, None] + want_lp).masked_fill(skip, neg_inf)
-        beam_ids = torch.arange(K, device=logits.device)
         cs = torch.cat([top_s, scores + best_lp, want_s.reshape(n, -1)], dim=1)
-        cb = torch.cat([top_b, beam_ids.expand(n, K), beam_ids.repeat_interleave(want.shape[2]).expand(n, -1)], 1)
+        cb = torch.cat([top_b, self.own.expand(n, -1)], dim=1)
         ct = torch.cat([top_t, best_t.view(n, K), want.reshape(n, -1)], dim=1)
         clp = torch.cat([top_lp, best_lp, want_lp.reshape(n, -1)], dim=1)
         return cs, cb, ct, clp
 
     def chosen(self, live: Tensor) -> None:
         held = self._held = self._cands.gather(1, live)
-        self.state[self._units] = held
+        self.state = held
         assert self.table is not None
         new = held[~self.table.filled.take(held)]  # most steps: none (a progress is met again and again)
         if new.numel():
             self.table.expand(new.unique().tolist())
+
+    def keep(self, rows: Sequence[int]) -> None:
+        kept = torch.tensor(rows, device=self.state.device)
+        self.state, self.fresh = self.state.index_select(0, kept), self.fresh.index_select(0, kept)
 
     def endable(self) -> Tensor:
         """Only a hypothesis that holds every phrase may end (its <eos> is banned until then)."""
