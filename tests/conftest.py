@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+# int8 runs the per-row kernel on every machine, so that its tests test it (without int8 dot products
+# `prepare_for_inference` would pick fbgemm's): a test of that choice removes this (monkeypatch.delenv).
+os.environ.setdefault("ATTNLAB_INT8_KERNEL", "int_mm")
 CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 

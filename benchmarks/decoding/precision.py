@@ -86,6 +86,7 @@ INT8_VARIANTS = {
     "int8": {},
     "int8 (fp32 output)": {"keep_fp32": ("decoder.dense",)},
     "int8 (fbgemm)": {"kernel": "fbgemm"},
+    "int8 (per-row)": {"kernel": "int_mm"},  # the per-row kernel even where `int8` runs fbgemm (no int8 dot products)
     "int8 (per-tensor)": {"kernel": "fbgemm-tensor"},
 }
 # Appended to any variant's name: that variant with attnlab's C kernels off (`attnlab.kernels.loader.off`),

@@ -137,6 +137,30 @@ def test_int8_quantizes_every_linear_and_decodes_like_fp32():
     assert type(kept.decoder.dense) is nn.Linear
 
 
+@pytest.mark.skipif(
+    not {"x86", "fbgemm"} & set(torch.backends.quantized.supported_engines), reason="a PyTorch build without fbgemm"
+)
+def test_int8_runs_fbgemm_where_the_cpu_has_no_int8_dot_products(monkeypatch):
+    """Without AVX512-VNNI / AVX-VNNI / AMX-INT8, `torch._int_mm` is a scalar loop (16x slower than fp32 on an AVX2
+    EPYC): int8 runs fbgemm's dynamic Linear there; a kernel asked for by name is kept."""
+    monkeypatch.delenv("ATTNLAB_INT8_KERNEL")  # the suite names the per-row kernel (tests/conftest.py)
+    model = tiny_transformer()
+    kinds = {}
+    for name, flags in {"avx512": {"avx2", "avx512_vnni"}, "avx-vnni": {"avx2", "avx_vnni"}, "avx2": {"avx2"}}.items():
+        monkeypatch.setattr("attnlab.inference.precision.cpu_features", lambda flags=flags: flags)
+        kinds[name] = type(prepare_for_inference(model, "int8").decoder.dense)
+    assert kinds["avx2"] is not Int8Linear and kinds["avx2"].__module__.startswith("torch.ao.nn.quantized")
+    assert kinds["avx512"] is Int8Linear and kinds["avx-vnni"] is Int8Linear
+    assert type(prepare_for_inference(model, "int8", kernel="int_mm").decoder.dense) is Int8Linear
+    monkeypatch.setenv("ATTNLAB_NATIVE", "0")  # the per-row recipe on PyTorch's operators, as asked
+    assert type(prepare_for_inference(model, "int8").decoder.dense) is Int8Linear
+    monkeypatch.setenv("ATTNLAB_INT8_KERNEL", "fbgemm-tensor")
+    assert type(prepare_for_inference(model, "int8").decoder.dense) is kinds["avx2"]
+    monkeypatch.setenv("ATTNLAB_INT8_KERNEL", "vnni")
+    with pytest.raises(ValueError, match="ATTNLAB_INT8_KERNEL='vnni' names no int8 kernel; expected one of"):
+        prepare_for_inference(model, "int8")
+
+
 def test_int8_refuses_unsupported_models_and_devices():
     bahdanau = build_model(
         "bahdanau",

@@ -22,13 +22,15 @@ Every command and the Python API default to `fp32`: the same model gives the sam
   the kernel (`INT8_KERNEL`) gives every activation row (token) its own scale too (CTranslate2's recipe,
   so a sentence's output does not depend on its batch) and multiplies on `torch._int_mm`, with the
   activations quantized and the sums rescaled by C passes; `kernel="fbgemm"` is fbgemm's dynamic Linear
-  (one activation scale per call), what int8 runs where the C passes cannot be built.
+  (one activation scale per call), what int8 runs where the C passes cannot be built, and on a CPU without
+  int8 dot products (`VNNI_FLAGS`), where `torch._int_mm` falls back to a scalar loop, many times slower than
+  fp32 (BENCHMARKS.md, "Precision"). ATTNLAB_INT8_KERNEL=int_mm|fbgemm|fbgemm-tensor names the kernel instead.
 - `auto`: the fastest precision this hardware computes natively and that was measured to pay on it
   (BENCHMARKS.md, "Precision"); what it picked and why goes to config.json and log.jsonl:
     decoding on a CPU with int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8), a Transformer -> int8
       (BLEU close to fp32's, BENCHMARKS.md);
     else a CPU with native bf16 (AVX512-BF16, AMX-BF16) or a bf16 CUDA device -> bf16;
-    else fp32 (int8 with AVX2 only and emulated bf16 measured no faster).
+    else fp32 (int8 with AVX2 alone, on fbgemm, and emulated bf16 measured to pay too little).
     Training: bf16 on a bf16 CUDA device or an AMX-BF16 CPU, and for the Transformer on any CPU with
     native bf16 (the bf16 compute copy of `attnlab.training.mixed`, measured to pay at the laptop preset's
     sizes with fp32's validation loss); else fp32.
@@ -40,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import os
 from dataclasses import asdict, dataclass
 
 import torch
@@ -47,7 +50,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.inference.packed import ONEDNN, is_float_linear, pack_linears
-from attnlab.inference.quantize import VNNI_FLAGS, quantize_linears
+from attnlab.inference.quantize import INT8_KERNELS, VNNI_FLAGS, quantize_linears
 from attnlab.kernels import loader
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ INT8_KEEP_FP32: tuple[str, ...] = ()
 # benchmarks/kernels/precision_kernels.py). Where those C passes cannot be built, int8 runs 'fbgemm' (one
 # activation scale per call), which is then the faster (not under ATTNLAB_NATIVE=0).
 INT8_KERNEL = "int_mm"
+INT8_KERNEL_ENV = "ATTNLAB_INT8_KERNEL"  # names the kernel whatever the CPU (tests: the same on every machine)
 
 
 @dataclass(frozen=True)
@@ -224,16 +228,35 @@ def prepare_for_inference(
     if not names:
         raise ValueError("int8: this model has no nn.Linear layer to quantize; use --precision fp32")
     fbgemm = any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
-    if kernel is None:
-        kernel = INT8_KERNEL
-        if fbgemm and not loader.switched_off() and loader.load("int8_rows") is None:
-            # Without its C passes the per-row kernel is slower than fbgemm's (BENCHMARKS.md, "Precision");
-            # ATTNLAB_NATIVE=0 keeps the per-row recipe, as it keeps every other.
-            log.warning("int8: attnlab's C passes are not available here, so fbgemm's dynamic Linear runs")
-            kernel = "fbgemm"
+    kernel = kernel or _int8_kernel(fbgemm)
     if kernel.startswith("fbgemm") and not fbgemm:
         kernel = "int_mm"  # no fbgemm in this build (ARM): the per-row kernel runs on any CPU
     return quantize_linears(model, names, kernel)
+
+
+def _int8_kernel(fbgemm: bool) -> str:
+    """The int8 kernel `prepare_for_inference` runs when none is named: ATTNLAB_INT8_KERNEL where set, else
+    INT8_KERNEL, unless fbgemm's is the faster here (without attnlab's C passes, or without int8 dot products)
+    and ATTNLAB_NATIVE=0 did not ask for the per-row recipe on PyTorch's operators.
+
+    Raises ValueError for an ATTNLAB_INT8_KERNEL that names no kernel."""
+    named = os.environ.get(INT8_KERNEL_ENV, "").strip()
+    if named:
+        if named not in INT8_KERNELS:
+            raise ValueError(
+                f"{INT8_KERNEL_ENV}={named!r} names no int8 kernel; expected one of {', '.join(INT8_KERNELS)}"
+            )
+        return named
+    if not fbgemm or loader.switched_off():  # ATTNLAB_NATIVE=0 keeps the per-row recipe, as it keeps every other
+        return INT8_KERNEL
+    if loader.load("int8_rows") is None:
+        # Without its C passes the per-row kernel is slower than fbgemm's (BENCHMARKS.md, "Precision").
+        log.warning("int8: attnlab's C passes are not available here, so fbgemm's dynamic Linear runs")
+        return "fbgemm"
+    if not any(f in cpu_features() for f in VNNI_FLAGS):
+        log.info("int8: this CPU has no int8 dot products (%s), so fbgemm's dynamic Linear runs", "/".join(VNNI_FLAGS))
+        return "fbgemm"
+    return INT8_KERNEL
 
 
 def decoding_model(
