@@ -22,7 +22,7 @@ from attnlab.inference.precision import (
     prepare_for_inference,
     resolve_precision,
 )
-from attnlab.inference.quantize import Int8Linear
+from attnlab.inference.quantize import Int8Linear, has_fbgemm
 from attnlab.models import Transformer, TransformerConfig, build_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -137,12 +137,10 @@ def test_int8_quantizes_every_linear_and_decodes_like_fp32():
     assert type(kept.decoder.dense) is nn.Linear
 
 
-@pytest.mark.skipif(
-    not {"x86", "fbgemm"} & set(torch.backends.quantized.supported_engines), reason="a PyTorch build without fbgemm"
-)
+@pytest.mark.skipif(not has_fbgemm(), reason="a PyTorch build without fbgemm")
 def test_int8_runs_fbgemm_where_the_cpu_has_no_int8_dot_products(monkeypatch):
-    """Without AVX512-VNNI / AVX-VNNI / AMX-INT8, `torch._int_mm` is a scalar loop (16x slower than fp32 on an AVX2
-    EPYC): int8 runs fbgemm's dynamic Linear there; a kernel asked for by name is kept."""
+    """Without AVX512-VNNI / AVX-VNNI / AMX-INT8, `torch._int_mm` is a scalar loop (many times slower than fp32,
+    BENCHMARKS.md "Precision"): int8 runs fbgemm's dynamic Linear there; a kernel asked for by name is kept."""
     monkeypatch.delenv("ATTNLAB_INT8_KERNEL")  # the suite names the per-row kernel (tests/conftest.py)
     model = tiny_transformer()
     kinds = {}

@@ -110,12 +110,12 @@ def test_no_compiler(fresh, monkeypatch):
     # int8 then runs fbgemm's dynamic Linear (where this build has it), faster than the per-row kernel on
     # PyTorch's operators; ATTNLAB_NATIVE=0 keeps the per-row values
     from attnlab.inference.precision import prepare_for_inference
-    from attnlab.inference.quantize import Int8Linear
+    from attnlab.inference.quantize import Int8Linear, has_fbgemm
     from attnlab.models import Transformer, TransformerConfig
 
     cfg = TransformerConfig(20, 20, num_hiddens=16, num_heads=2, num_layers=1, ffn_num_hiddens=32, dropout=0.0)
     model = Transformer(cfg).eval()
-    fbgemm = any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
+    fbgemm = has_fbgemm()
     fast = prepare_for_inference(model, "int8")
     dense = fast.decoder.dense
     assert ("quantized" in type(dense).__module__) if fbgemm else isinstance(dense, Int8Linear)

@@ -50,7 +50,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.inference.packed import ONEDNN, is_float_linear, pack_linears
-from attnlab.inference.quantize import INT8_KERNELS, VNNI_FLAGS, quantize_linears
+from attnlab.inference.quantize import INT8_KERNELS, VNNI_FLAGS, has_fbgemm, quantize_linears
 from attnlab.kernels import loader
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ def prepare_for_inference(
     names = int8_layers(model, keep_fp32)
     if not names:
         raise ValueError("int8: this model has no nn.Linear layer to quantize; use --precision fp32")
-    fbgemm = any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
+    fbgemm = has_fbgemm()
     kernel = kernel or _int8_kernel(fbgemm)
     if kernel.startswith("fbgemm") and not fbgemm:
         kernel = "int_mm"  # no fbgemm in this build (ARM): the per-row kernel runs on any CPU

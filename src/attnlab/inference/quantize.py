@@ -3,6 +3,7 @@
     quantize_channels(w)             -> (w_q int8 (N, K), scale (N,)):   w ~= w_q * scale[:, None]
     Int8Linear.from_float(linear)    -> y = (x_q @ w_q.T) * row_scale * channel_scale + bias, on torch._int_mm
     fbgemm_linear(linear)            -> PyTorch's dynamic quantized Linear (fbgemm; per-tensor activations)
+    has_fbgemm()                     -> whether this PyTorch build has fbgemm
     quantize_linears(model, names)   -> a copy of model with those nn.Linear layers replaced by int8 ones
 
 The recipe is CTranslate2's: every weight row (output channel) gets its own scale, 127 / max|row|, and so
@@ -38,6 +39,7 @@ __all__ = [
     "FusesProjections",
     "Int8Linear",
     "fbgemm_linear",
+    "has_fbgemm",
     "quantize_channels",
     "quantize_linears",
 ]
@@ -89,6 +91,11 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel x per-row"
+
+
+def has_fbgemm() -> bool:
+    """Whether this PyTorch build has fbgemm's quantized engine (x86 builds; not ARM's)."""
+    return any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
 
 
 def fbgemm_linear(linear: nn.Linear, per_channel: bool = True) -> nn.Module:
